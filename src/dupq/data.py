@@ -1,0 +1,219 @@
+"""Reading question-pair files and cutting them into the seed's splits.
+
+The Quora Question Pairs file (``id, qid1, qid2, question1, question2, is_duplicate``) is read
+with the ``csv`` module so that every text stays exactly as written: no ``NaN`` for an empty
+cell or for the literal text ``n/a``. Rows that cannot be used (an empty question, a label that
+is not 0 or 1, a broken row) are dropped and *reported*: how many, why, and the first few ids.
+
+The split follows the seed notebook (seed 002), by row position in the file:
+
+* rows ``[0, train_pool)``: the training pool; only its duplicate pairs are trained on,
+  the first ``1 - val_fraction`` of them for training and the rest for the validation loss;
+* the next ``test`` rows: the test pairs (both labels), only ever reported on;
+* the next ``dev`` rows: the dev pairs (both labels), used to choose a threshold.
+
+On the shared file this gives 111,473 duplicates in the pool, cut into 89,178 train and 22,295
+validation pairs (the seed's copy of the data: 111,486 / 89,188).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+import sys
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dupq.files import DupqError
+
+REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
+DEFAULT_DATA = Path("..") / "shared" / "data" / "quora_duplicate_questions.tsv.gz"
+DATA_HELP = (
+    "pass --data PATH or set DUPQ_DATA to the Quora Question Pairs file "
+    "(quora_duplicate_questions.tsv, gzipped or not)"
+)
+
+
+@dataclass
+class Pairs:
+    """Question pairs, column-wise. ``rows`` are positions in the source file (0-based)."""
+
+    ids: list[str]
+    q1: list[str]
+    q2: list[str]
+    labels: np.ndarray  # (N,) int8, 1 = duplicate
+    rows: np.ndarray  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.q1)
+
+    def take(self, index: np.ndarray) -> Pairs:
+        """The pairs at ``index`` (an integer array or a boolean mask), in that order."""
+        index = np.flatnonzero(index) if index.dtype == bool else index
+        return Pairs(
+            ids=[self.ids[i] for i in index],
+            q1=[self.q1[i] for i in index],
+            q2=[self.q2[i] for i in index],
+            labels=self.labels[index],
+            rows=self.rows[index],
+        )
+
+
+@dataclass
+class Dropped:
+    """Rows a reader could not use: the count by reason and the first few ids."""
+
+    reasons: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)  # "id (reason)", at most `keep`
+    keep: int = 5
+
+    def add(self, row_id: str, reason: str) -> None:
+        self.reasons[reason] += 1
+        if len(self.examples) < self.keep:
+            self.examples.append(f"{row_id} ({reason})")
+
+    @property
+    def count(self) -> int:
+        return sum(self.reasons.values())
+
+    def __str__(self) -> str:
+        if not self.count:
+            return "no rows dropped"
+        why = ", ".join(f"{n} {reason}" for reason, n in self.reasons.most_common())
+        return f"dropped {self.count} unusable rows ({why}); first: {', '.join(self.examples)}"
+
+
+def default_data_path() -> Path:
+    """``$DUPQ_DATA`` if set, else ``../shared/data/quora_duplicate_questions.tsv.gz``."""
+    env = os.environ.get("DUPQ_DATA")
+    return Path(env) if env else DEFAULT_DATA
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def _delimiter(path: Path, header_line: str) -> str:
+    name = path.name.removesuffix(".gz")
+    if name.endswith(".tsv"):
+        return "\t"
+    if name.endswith(".csv"):
+        return ","
+    return "\t" if "\t" in header_line else ","
+
+
+def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
+    """Read a question-pairs file (``.tsv``/``.csv``, optionally ``.gz``).
+
+    The header must name ``question1``, ``question2`` and ``is_duplicate``; ``id`` is optional
+    (the row number stands in). Returns the usable pairs and a report of the dropped rows.
+
+    >>> pairs, dropped = read_pairs("quora_duplicate_questions.tsv.gz")  # doctest: +SKIP
+    >>> len(pairs), dropped.count                                          # doctest: +SKIP
+    (403999, 2)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DupqError(f"data file {path} does not exist; {DATA_HELP}.")
+    csv.field_size_limit(sys.maxsize)
+    ids, q1, q2, labels, rows = [], [], [], [], []
+    dropped = Dropped()
+    delimiter = ","
+    try:
+        with _open_text(path) as f:
+            header_line = f.readline()
+            delimiter = _delimiter(path, header_line)
+            header = next(csv.reader([header_line], delimiter=delimiter), [])
+            header = [h.strip().lstrip("\ufeff") for h in header]
+            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            if missing:
+                raise DupqError(
+                    f"{path} lacks the column(s) {', '.join(missing)}: a pairs file needs a header "
+                    f"with question1, question2 and is_duplicate (found: {', '.join(header) or 'nothing'})."
+                )
+            col = {name: header.index(name) for name in header}
+            i_q1, i_q2, i_y = col["question1"], col["question2"], col["is_duplicate"]
+            i_id = col.get("id")
+            width = len(header)
+            for position, row in enumerate(csv.reader(f, delimiter=delimiter)):
+                row_id = row[i_id] if i_id is not None and i_id < len(row) else str(position)
+                if len(row) != width:
+                    dropped.add(row_id, "wrong number of fields")
+                elif not row[i_q1].strip() or not row[i_q2].strip():
+                    dropped.add(row_id, "empty question")
+                elif row[i_y].strip() not in ("0", "1"):
+                    dropped.add(row_id, "label not 0 or 1")
+                else:
+                    ids.append(row_id)
+                    q1.append(row[i_q1])
+                    q2.append(row[i_q2])
+                    labels.append(row[i_y].strip() == "1")
+                    rows.append(position)
+    except UnicodeDecodeError as e:
+        raise DupqError(f"{path} is not UTF-8 text (byte {e.start} of a chunk cannot be decoded).") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise DupqError(f"{path} is not a readable gzip file ({e}).") from None
+    except csv.Error as e:
+        raise DupqError(f"{path} is not a well-formed {'TSV' if delimiter == chr(9) else 'CSV'} file ({e}).") from None
+    if not q1:
+        raise DupqError(f"{path} holds no usable question pairs ({dropped}).")
+    pairs = Pairs(ids, q1, q2, np.asarray(labels, dtype=np.int8), np.asarray(rows, dtype=np.int64))
+    return pairs, dropped
+
+
+@dataclass
+class SplitConfig:
+    """Sizes of the seed split, in rows of the source file."""
+
+    train_pool: int = 300_000  # rows [0, train_pool): duplicates here are the training data
+    test: int = 10_240  # the next rows: test pairs, reported on, never tuned on
+    dev: int = 10_240  # the rows after: dev pairs, where the threshold is chosen
+    val_fraction: float = 0.2  # tail share of the pool's duplicates kept for the validation loss
+
+
+@dataclass
+class Splits:
+    train: Pairs  # duplicates of the pool, head (1 - val_fraction)
+    val: Pairs  # duplicates of the pool, tail val_fraction
+    test: Pairs  # labelled pairs, both classes
+    dev: Pairs  # labelled pairs, both classes
+    pool: Pairs  # every usable pair of the training pool (vocabulary, explicit negatives)
+
+
+def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:
+    """Cut pairs into the seed's train / val / test / dev splits by file row position."""
+    c = config or SplitConfig()
+    if min(c.train_pool, c.test, c.dev) < 0 or not 0 < c.val_fraction < 1:
+        raise DupqError("split sizes must be non-negative and val_fraction strictly between 0 and 1.")
+    n_rows = int(pairs.rows.max()) + 1
+    need = c.train_pool + c.test + c.dev
+    if n_rows < need:
+        raise DupqError(
+            f"the data has {n_rows} rows but the split needs {need} "
+            f"(train pool {c.train_pool} + test {c.test} + dev {c.dev}); choose smaller sizes."
+        )
+    r = pairs.rows
+    pool = pairs.take(r < c.train_pool)
+    test = pairs.take((r >= c.train_pool) & (r < c.train_pool + c.test))
+    dev = pairs.take((r >= c.train_pool + c.test) & (r < need))
+    duplicates = pool.take(pool.labels == 1)
+    cut = int(len(duplicates) * (1 - c.val_fraction))
+    if cut < 2 or len(duplicates) - cut < 2:
+        raise DupqError(
+            f"the training pool holds {len(duplicates)} duplicate pairs, too few to train and validate on."
+        )
+    every = np.arange(len(duplicates))
+    return Splits(
+        train=duplicates.take(every[:cut]),
+        val=duplicates.take(every[cut:]),
+        test=test,
+        dev=dev,
+        pool=pool,
+    )
