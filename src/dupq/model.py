@@ -14,6 +14,8 @@ A trained model is a folder: ``config.json`` (architecture, threshold), ``vocab.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -116,6 +118,14 @@ class Model:
     @property
     def config(self) -> EncoderConfig:
         return self.encoder.config
+
+    def fingerprint(self) -> str:
+        """A short hash of the weights and vocabulary: equal fingerprints encode questions alike."""
+        digest = hashlib.sha256(json.dumps([self.vocab.tokens, self.vocab.lowercase, asdict(self.config)]).encode())
+        for name, tensor in sorted(self.encoder.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+        return digest.hexdigest()[:16]
 
     @torch.inference_mode()
     def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
