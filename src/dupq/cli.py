@@ -33,8 +33,8 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def command(*args, **kwargs):
-    """``app.command`` whose function reports user mistakes as one sentence and exit 2."""
+def command(*args, group: typer.Typer | None = None, **kwargs):
+    """``app.command`` (or ``group.command``) whose function reports user mistakes as one sentence and exit 2."""
 
     def register(fn):
         @functools.wraps(fn)
@@ -49,7 +49,7 @@ def command(*args, **kwargs):
                 typer.echo("interrupted", err=True)
                 raise typer.Exit(130) from None
 
-        return app.command(*args, **kwargs)(run)
+        return (group or app).command(*args, **kwargs)(run)
 
     return register
 
@@ -101,11 +101,323 @@ def train(
         extra_negatives=extra_negatives, lr_schedule=lr_schedule, seed=seed, threads=threads,
     )
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
-    run_training(
+    model = run_training(
         splits, out, config, dim=dim, lowercase=lowercase, bidirectional=bidirectional, dropout=dropout,
         resume=resume, overwrite=overwrite, extra_info=info, log=typer.echo, progress=progress,
     )
+    if len(splits.dev) and len(splits.test):  # choose the threshold on dev, report on test, store both
+        from dupq.evaluate import calibrate_and_test, summary_line
+
+        typer.echo(summary_line(calibrate_and_test(model, splits.dev, splits.test)))
+        model.save(out)
     typer.echo(f"saved model to {out}")
+
+
+@command()
+def info(
+    model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
+) -> None:
+    """Show a model folder's architecture, threshold and training history."""
+    import json
+
+    from dupq.model import Model
+
+    m = Model.load(model)
+    typer.echo(json.dumps({
+        "folder": str(model) if model else "bundled",
+        "encoder": m.config.__dict__,
+        "vocab_size": len(m.vocab),
+        "lowercase": m.vocab.lowercase,
+        "threshold": m.threshold,
+        "threshold_info": m.threshold_info,
+        "fingerprint": m.fingerprint(),
+        "metrics": m.metrics,
+    }, indent=2))
+
+
+@command()
+def serve(
+    collection: Annotated[Path, typer.Argument(help="Collection folder (from `dupq index build`).")],
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
+    protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
+) -> None:
+    """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
+    from dupq.service import serve as run_server
+
+    run_server(collection, model, host=host, port=port, protect_reads=protect_reads, log=typer.echo)
+
+
+DATA_OPTION = typer.Option(help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz")
+MODEL_ARGUMENT = typer.Argument(help="Model folder (default: the bundled model).")
+
+
+def _data(data: Optional[Path]) -> Path:
+    from dupq.data import DATA_HELP, default_data_path
+
+    path = data or default_data_path()
+    if not path.exists():
+        raise DupqError(f"no data file at {path}; {DATA_HELP}.")
+    return path
+
+
+@command()
+def evaluate(
+    model: Annotated[Optional[Path], MODEL_ARGUMENT] = None,
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+) -> None:
+    """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
+    import json
+
+    from dupq.evaluate import evaluate as run_evaluation, held_out
+    from dupq.model import Model
+
+    m = Model.load(model)
+    test = held_out(m, _data(data)).test
+    result = run_evaluation(m, test, threshold)
+    result["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
+    if json_out:
+        typer.echo(json.dumps(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{model or 'bundled model'}: {result['pairs']:,} test pairs (rows {result['test_rows'][0]:,}-{result['test_rows'][1]:,})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision", "accuracy_at_0_7"):
+        table.add_row(key, "n/a" if result[key] is None else f"{result[key]:.4f}")
+    (tn, fp), (fn, tp) = result["confusion_matrix"]
+    table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")
+    table.add_row("threshold chosen on", str(result["threshold_chosen_on"]))
+    Console().print(table)
+
+
+@command()
+def calibrate(
+    model: Annotated[Path, typer.Argument(help="Model folder to re-calibrate (rewritten in place, atomically).")],
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+) -> None:
+    """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
+    from dupq.evaluate import calibrate_and_test, held_out, save_calibrated, summary_line
+    from dupq.model import Model
+
+    m = Model.load(model)
+    splits = held_out(m, _data(data))
+    typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
+    save_calibrated(m, model)
+    typer.echo(f"saved the threshold in {model / 'config.json'}")
+
+
+@command()
+def predict(
+    question1: Annotated[Optional[str], typer.Argument(help="First question.", show_default=False)] = None,
+    question2: Annotated[Optional[str], typer.Argument(help="Second question.", show_default=False)] = None,
+    pairs: Annotated[Optional[str], typer.Option(help="File of question1<TAB>question2 lines, or - for stdin; one output line per pair.")] = None,
+    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="JSON output (one object per pair).")] = False,
+    chunk: Annotated[int, typer.Option(min=1, help="Pairs encoded together when streaming.")] = 4096,
+) -> None:
+    """Say whether two questions are duplicates: their similarity and the verdict (similarity > threshold)."""
+    import json
+
+    from dupq.model import Model
+    from dupq.predict import check_question, judge_stream
+
+    if (pairs is None) == (question1 is None):
+        raise DupqError("give either two questions or --pairs FILE, not both and not neither.")
+    if pairs is None and question2 is None:
+        raise DupqError("give the second question too (or --pairs FILE).")
+    m = Model.load(model)
+    t = m.threshold if threshold is None else threshold
+    if pairs is None:
+        q1 = check_question(m, question1, "question 1")
+        q2 = check_question(m, question2, "question 2")
+        sim = m.similarity(q1, q2)
+        verdict = sim > t
+        if json_out:
+            typer.echo(json.dumps({"question1": q1, "question2": q2, "similarity": round(sim, 6), "duplicate": verdict, "threshold": t}))
+        else:
+            typer.echo(f"similarity {sim:.4f} {'>' if verdict else '<='} threshold {t:.4f}: {'duplicate' if verdict else 'different'}")
+        return
+    stream = typer.get_binary_stream("stdin") if pairs == "-" else open(pairs, "rb")
+    bad = judged = 0
+    with stream:
+        for items in judge_stream(m, stream, t, chunk):
+            lines = []
+            for item in items:
+                if isinstance(item, DupqError):
+                    bad += 1
+                    if bad <= 20:
+                        typer.echo(f"skipped: {item}", err=True)
+                else:
+                    judged += 1
+                    lines.append(item.json() if json_out else item.text())
+            if lines:
+                typer.echo("\n".join(lines))
+    if bad:
+        raise DupqError(f"{bad:,} line(s) could not be judged ({judged:,} were); the first are listed above.")
+
+
+@command()
+def report(
+    model: Annotated[Path, typer.Argument(help="Model folder.")],
+    out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+) -> None:
+    """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""
+    from dupq.evaluate import held_out
+    from dupq.model import Model
+    from dupq.report import write_report
+
+    m = Model.load(model)
+    result = write_report(m, held_out(m, _data(data)).test, out, threshold, title=str(model))
+    typer.echo(f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}")
+
+
+# Collections: store old questions, search them, deduplicate a corpus (dupq.index, dupq.dedup).
+
+index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
+app.add_typer(index_app, name="index")
+
+QUESTIONS_HELP = "Questions: a text file (one a line), a CSV/TSV file (see --column) or the Quora pairs file (.gz ok)."
+
+
+@command(group=index_app, name="build")
+def index_build(
+    questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
+    out: Annotated[Path, typer.Option(help="Collection folder to create (must not exist yet).")],
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    index: Annotated[str, typer.Option(help="flat (exact search) or hnsw (approximate, much faster on large collections).")] = "flat",
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file (default: question); other columns become metadata.")] = None,
+) -> None:
+    """Store the questions of a file, their embeddings and a FAISS index in a new collection folder."""
+    import time
+
+    from dupq.index import Collection
+    from dupq.model import Model
+    from dupq.questions import read_questions
+    from dupq.search import IndexConfig
+
+    config = IndexConfig(kind=index)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DupqError(f"{out} already exists and is not empty; choose a new folder for the collection.")
+    m = Model.load(model)
+    qs = read_questions(questions, column)
+    if not qs.texts:
+        raise DupqError(f"{questions} holds no questions.")
+    started = time.perf_counter()
+    Collection.build(out, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
+    typer.echo(
+        f"stored {len(qs):,} questions from {questions} in {out} ({index} index) in "
+        f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,} empty"
+    )
+
+
+@command(group=index_app, name="add")
+def index_add(
+    collection: Annotated[Path, typer.Argument(help="Collection folder.")],
+    question: Annotated[Optional[str], typer.Argument(help="The question to add.")] = None,
+    file: Annotated[Optional[Path], typer.Option(help=f"Add every question of this file instead. {QUESTIONS_HELP}")] = None,
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --file.")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Questions per transaction when adding a file.")] = 1000,
+) -> None:
+    """Add a question (or a file of them); each batch's ids are printed once it is safely stored."""
+    from dupq.index import Collection
+    from dupq.model import Model
+    from dupq.questions import read_questions
+
+    if (question is None) == (file is None):
+        raise DupqError("give either one question or --file FILE to add.")
+    if question is not None:
+        texts, metadata = [question], None
+    else:
+        qs = read_questions(file, column)
+        texts, metadata = qs.texts, qs.metadata
+        if qs.keys is not None:
+            metadata = [{**(metadata[i] if metadata else {}), "id": key} for i, key in enumerate(qs.keys)]
+    coll = Collection.open(collection, Model.load(model) if model else None)
+    try:
+        for lo in range(0, len(texts), batch_size):
+            ids = coll.add(texts[lo : lo + batch_size], metadata[lo : lo + batch_size] if metadata else None)
+            typer.echo(f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}" if len(ids) > 1 else f"added 1 question: id {ids[0]}")
+    finally:
+        coll.close()
+
+
+@command(name="search")
+def search_command(
+    collection: Annotated[Path, typer.Argument(help="Collection folder (from `dupq index build`).")],
+    question: Annotated[Optional[str], typer.Argument(help="The new question.")] = None,
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many old questions to show.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per query: the query and its hits.")] = False,
+    queries: Annotated[Optional[Path], typer.Option(help="Search every question of this file (one a line) instead.")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded and searched together.")] = 256,
+) -> None:
+    """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
+    import json
+    from dataclasses import asdict
+
+    from dupq.index import Collection
+    from dupq.model import Model
+    from dupq.questions import read_questions
+
+    if (question is None) == (queries is None):
+        raise DupqError("give either one question or --queries FILE to search.")
+    if question is not None and not question.strip():
+        raise DupqError("the query is empty; ask a question with at least one word.")
+    texts = [question] if question is not None else read_questions(queries).texts
+    coll = Collection.open(collection, Model.load(model) if model else None)
+    try:
+        for lo in range(0, len(texts), batch_size):
+            batch = texts[lo : lo + batch_size]
+            for query, hits in zip(batch, coll.search(batch, k)):
+                if as_json:
+                    typer.echo(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
+                    continue
+                typer.echo(f"{query}\n  rank  score  verdict (threshold {coll.threshold:.2f})  id  question")
+                for rank, h in enumerate(hits, 1):
+                    verdict = "duplicate" if h.duplicate else "-"
+                    typer.echo(f"  {rank:>4}  {h.score:.3f}  {verdict:<9}  {h.id}  {h.text}")
+    finally:
+        coll.close()
+
+
+@command(name="dedup")
+def dedup_command(
+    questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
+    out: Annotated[Path, typer.Option(help="Where to write the clusters: FILE.json or FILE.csv.")],
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(help="Duplicates are above this similarity (default: the model's threshold).")] = None,
+    neighbours: Annotated[int, typer.Option(min=1, help="Candidates per question; a cluster has at most this many + 1 members.")] = 20,
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
+) -> None:
+    """Group the questions of a file into clusters of duplicates (each member a duplicate of its representative)."""
+    from dupq.dedup import DedupConfig, dedup, write_clusters
+    from dupq.model import Model
+    from dupq.questions import read_questions
+
+    if out.suffix.lower() not in (".json", ".csv"):
+        raise DupqError(f"--out must end in .json or .csv, not {out.name!r}.")
+    m = Model.load(model)
+    qs = read_questions(questions, column)
+    if not qs.texts:
+        raise DupqError(f"{questions} holds no questions.")
+    config = DedupConfig(threshold=threshold, neighbours=neighbours)
+    clusters = dedup(qs.texts, m, config)
+    t = m.threshold if threshold is None else threshold
+    duplicates = sum(len(c.members) - 1 for c in clusters)
+    info = {"questions": len(qs), "threshold": t, "neighbours": neighbours, "model": m.fingerprint(),
+            "clusters_found": len(clusters), "duplicates": duplicates}
+    write_clusters(out, clusters, qs.texts, qs.keys, info)
+    typer.echo(f"{len(qs):,} questions: {len(clusters):,} clusters of duplicates ({duplicates:,} questions could go) at threshold {t:.2f}; wrote {out}")
 
 
 def main() -> None:

@@ -109,6 +109,7 @@ class Model:
         self.threshold = threshold
         self.threshold_info = threshold_info or {"chosen_on": "the seeds' fixed value"}
         self.metrics = metrics or {}
+        self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
 
     @classmethod
     def create(cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0) -> Model:
@@ -215,4 +216,6 @@ class Model:
             raise DupqError(f"{weights_path} does not match {folder / 'config.json'} ({first}).") from None
         metrics_path = folder / "metrics.json"
         metrics = read_json(metrics_path, f"the metrics of {folder}") if metrics_path.exists() else {}
-        return cls(vocab, encoder, threshold, config.get("threshold_info"), metrics)
+        model = cls(vocab, encoder, threshold, config.get("threshold_info"), metrics)
+        model.folder = folder.resolve()
+        return model

@@ -1,0 +1,86 @@
+"""The pairs reader and the seed split, on the real Quora file and slices of it."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+
+import pytest
+
+from dupq.data import SplitConfig, read_pairs, split_pairs
+from dupq.files import DupqError
+
+
+def test_reads_the_shared_file_exactly(all_pairs, data_path):
+    pairs, dropped = read_pairs(data_path)
+    assert len(pairs) == 404_001 - 2
+    assert dropped.count == 2 and [e.split()[0] for e in dropped.examples] == ["105780", "201841"]
+    assert int(pairs.labels.sum()) == 149_171  # both dropped rows are non-duplicates
+    i = pairs.ids.index("363362")
+    assert pairs.q1[i] == "n/a"  # kept as text, not NaN
+
+
+def test_seed_split_sizes(all_pairs):
+    splits = split_pairs(all_pairs)
+    assert (len(splits.train), len(splits.val)) == (89_178, 22_295)
+    assert len(splits.train) + len(splits.val) == 111_473
+    assert (len(splits.test), len(splits.dev)) == (10_240, 10_240)
+    assert int(splits.test.labels.sum()) == 3_856
+    assert 0 < int(splits.dev.labels.sum()) < len(splits.dev)  # both classes
+    assert splits.train.labels.all() and splits.val.labels.all()
+    assert splits.test.rows.min() == 300_000 and splits.dev.rows.min() == 310_240
+    assert splits.train.rows.max() < splits.val.rows.min()  # head/tail cut, as the seed does
+
+
+def _write_slice(path, rows, delimiter, gz):
+    opener = gzip.open if gz else open
+    with opener(path, "wt", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, delimiter=delimiter)
+        w.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("name, delimiter, gz", [("p.csv", ",", False), ("p.csv.gz", ",", True), ("p.tsv", "\t", False)])
+def test_formats_give_the_same_pairs(all_pairs, tmp_path, name, delimiter, gz):
+    n = 2_000
+    rows = [[all_pairs.ids[i], 0, 0, all_pairs.q1[i], all_pairs.q2[i], int(all_pairs.labels[i])] for i in range(n)]
+    _write_slice(tmp_path / name, rows, delimiter, gz)
+    pairs, dropped = read_pairs(tmp_path / name)
+    assert dropped.count == 0
+    assert pairs.q1 == all_pairs.q1[:n] and pairs.q2 == all_pairs.q2[:n]
+    assert pairs.labels.tolist() == all_pairs.labels[:n].tolist()
+
+
+def test_unusable_rows_are_counted_and_named(all_pairs, tmp_path):
+    rows = [[all_pairs.ids[i], 0, 0, all_pairs.q1[i], all_pairs.q2[i], int(all_pairs.labels[i])] for i in range(50)]
+    rows[3][5] = "maybe"
+    rows[7][3] = "   "
+    rows[9] = rows[9][:4]
+    _write_slice(tmp_path / "p.tsv", rows, "\t", False)
+    pairs, dropped = read_pairs(tmp_path / "p.tsv")
+    assert len(pairs) == 47 and dropped.count == 3
+    assert dropped.reasons == {"label not 0 or 1": 1, "empty question": 1, "wrong number of fields": 1}
+    assert dropped.examples[0] == f"{all_pairs.ids[3]} (label not 0 or 1)"
+    assert "dropped 3 unusable rows" in str(dropped)
+
+
+def test_bad_files_raise_one_clear_error(tmp_path):
+    with pytest.raises(DupqError, match="does not exist"):
+        read_pairs(tmp_path / "nope.tsv")
+    (tmp_path / "cols.tsv").write_text("id\tq1\tq2\tlabel\n1\ta\tb\t0\n")
+    with pytest.raises(DupqError, match="lacks the column.*question1, question2, is_duplicate"):
+        read_pairs(tmp_path / "cols.tsv")
+    (tmp_path / "bad.tsv.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(DupqError, match="gzip"):
+        read_pairs(tmp_path / "bad.tsv.gz")
+    (tmp_path / "latin.tsv").write_bytes(b"question1\tquestion2\tis_duplicate\ncaf\xe9\tx\t0\n")
+    with pytest.raises(DupqError, match="not UTF-8"):
+        read_pairs(tmp_path / "latin.tsv")
+
+
+def test_split_refuses_sizes_the_file_cannot_hold(all_pairs):
+    small = all_pairs.take(all_pairs.rows < 1_000)
+    with pytest.raises(DupqError, match="needs 320480"):
+        split_pairs(small)
+    custom = split_pairs(small, SplitConfig(train_pool=800, test=100, dev=100, val_fraction=0.25))
+    assert len(custom.test) == 100 and len(custom.val) == len(custom.pool.take(custom.pool.labels == 1)) - len(custom.train)

@@ -1,0 +1,94 @@
+"""The encoder (masked mean, normalisation) and the model folder (save/load and its errors)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dupq.files import DupqError
+from dupq.model import Encoder, EncoderConfig, Model
+from dupq.tokenizer import Vocabulary
+
+
+@pytest.fixture(scope="module")
+def vocab(small_splits):
+    return Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_vector_does_not_depend_on_batch_padding(vocab, small_splits, bidirectional):
+    torch.manual_seed(0)
+    model = Model(vocab, Encoder(EncoderConfig(len(vocab), dim=16, bidirectional=bidirectional)))
+    short = small_splits.test.q1[:20]
+    alone = model.encode(short)
+    padded = model.encode(short + [" ".join(small_splits.test.q2[:40])], batch_size=64)[:20]  # one long question widens the batch
+    np.testing.assert_allclose(alone, padded, atol=1e-6)
+    assert np.allclose(np.linalg.norm(alone, axis=1), 1, atol=1e-6)
+
+
+def test_encode_matches_a_manual_forward(vocab, small_splits):
+    torch.manual_seed(0)
+    enc = Encoder(EncoderConfig(len(vocab), dim=8))
+    model = Model(vocab, enc)
+    questions = small_splits.test.q2[:10] + [""]
+    got = model.encode(questions)
+    for i, q in enumerate(questions):
+        ids = vocab.encode([q])[0].tolist() or [0]
+        with torch.no_grad():
+            out, _ = enc.lstm(enc.embedding(torch.tensor([ids])))
+            v = out[0].mean(0)
+        np.testing.assert_allclose(got[i], (v / v.norm()).numpy(), atol=1e-6)
+
+
+def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
+    questions = small_splits.dev.q1[:50]
+    tiny_model.save(tmp_path / "m")
+    again = Model.load(tmp_path / "m")
+    np.testing.assert_array_equal(again.encode(questions), tiny_model.encode(questions))
+    assert again.fingerprint() == tiny_model.fingerprint() and again.threshold == tiny_model.threshold
+    assert again.metrics["training"]["history"]
+    tiny_model.save(tmp_path / "half", half=True)
+    half = Model.load(tmp_path / "half")
+    assert (tmp_path / "half" / "model.safetensors").stat().st_size < 0.6 * (tmp_path / "m" / "model.safetensors").stat().st_size
+    np.testing.assert_allclose(half.encode(questions), tiny_model.encode(questions), atol=2e-2)
+
+
+def test_similarity_and_verdict(tiny_model):
+    s = tiny_model.similarity("When will I see you?", "When will I see you?")
+    assert s == pytest.approx(1.0, abs=1e-5)
+    many = tiny_model.similarity(["a", "b"], ["a", "c"])
+    assert many.shape == (2,) and many[0] == pytest.approx(1.0, abs=1e-5)
+    assert tiny_model.is_duplicate("How do I cook rice?", "How do I cook rice?")
+    assert not tiny_model.is_duplicate("How do I cook rice?", "How do I cook rice?", threshold=1.5)
+
+
+def test_load_errors_are_one_sentence(tiny_model_dir, tmp_path):
+    def broken(name, mutate):
+        folder = tmp_path / name
+        folder.mkdir()
+        for f in tiny_model_dir.iterdir():
+            if f.suffix in (".json", ".safetensors") and f.name != "checkpoint.safetensors":
+                (folder / f.name).write_bytes(f.read_bytes())
+        mutate(folder)
+        return folder
+
+    cases = {
+        "does not exist": tmp_path / "missing",
+        "is empty": broken("empty", lambda f: [p.unlink() for p in f.iterdir()]),
+        "model config .* is missing": broken("noconfig", lambda f: (f / "config.json").unlink()),
+        "not valid JSON": broken("badjson", lambda f: (f / "config.json").write_text("{nope")),
+        "safetensors is corrupt": broken("badweights", lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 40)),
+        "weights .* are missing": broken("noweights", lambda f: (f / "model.safetensors").unlink()),
+        "vocabulary is missing": broken("novocab", lambda f: (f / "vocab.json").unlink()),
+        "words but the config says": broken(
+            "mismatch",
+            lambda f: (f / "vocab.json").write_text(json.dumps({"lowercase": False, "max_tokens": 9, "tokens": ["[PAD]", "[UNK]"]})),
+        ),
+    }
+    for pattern, folder in cases.items():
+        with pytest.raises(DupqError, match=pattern) as e:
+            Model.load(folder)
+        assert "\n" not in str(e.value)

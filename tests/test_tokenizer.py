@@ -1,0 +1,70 @@
+"""The vocabulary against a naive re-implementation of Keras' TextVectorization, and the seed's ids."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dupq.tokenizer import PAD, UNK, Vocabulary
+
+# Keras' DEFAULT_STRIP_REGEX, written as Keras writes it.
+KERAS_STRIP = r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']'
+
+
+def naive_words(text: str, lowercase: bool = False) -> list[str]:
+    text = re.sub(KERAS_STRIP, "", text)
+    return (text.lower() if lowercase else text).split()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=80), st.booleans())
+def test_words_match_keras_standardisation(text, lowercase):
+    vocab = Vocabulary([PAD, UNK], lowercase=lowercase, max_tokens=10_000)
+    assert vocab.words(text) == naive_words(text, lowercase)
+
+
+def test_vocabulary_of_the_seed_recipe(small_splits, all_pairs):
+    from dupq.data import split_pairs
+
+    pool = split_pairs(all_pairs).pool
+    dups = pool.take(pool.labels == 1)
+    vocab = Vocabulary.build(dups.q1 + dups.q2)
+    # The seed's copy of the data (13 more duplicate pairs) gave 36,224 words.
+    assert abs(len(vocab) - 36_224) < 100
+    # The seed's encoding of its first test question: [4 8 6 160 17 2079 17 11775].
+    ids = vocab.encode(["How do I prepare for interviews for cse?"])[0].tolist()
+    assert ids[:7] == [4, 8, 6, 160, 17, 2079, 17] and abs(ids[7] - 11_775) < 10
+    # Ordering: by count, descending.
+    counts = {}
+    for q in dups.q1 + dups.q2:
+        for w in naive_words(q):
+            counts[w] = counts.get(w, 0) + 1
+    ranked = [counts[w] for w in vocab.tokens[2:]]
+    assert ranked == sorted(ranked, reverse=True)
+
+
+def test_encode_and_pad_match_a_loop(small_splits):
+    questions = small_splits.test.q1[:300] + ["", "???", "a " * 400]
+    vocab = Vocabulary.build(small_splits.train.q1, max_tokens=64)
+    encoded = vocab.encode(questions)
+    for i, q in enumerate(questions):
+        expected = [vocab.index.get(w, 1) for w in naive_words(q)][:64]
+        assert encoded[i].tolist() == expected
+    index = np.array([5, len(questions) - 3, 0, len(questions) - 1])
+    ids, lengths = encoded.padded(index)
+    for row, i in enumerate(index):
+        n = len(encoded[i])
+        assert lengths[row] == max(n, 1)
+        assert ids[row, :n].tolist() == encoded[i].tolist() and not ids[row, n:].any()
+
+
+def test_save_load_roundtrip(tmp_path, small_splits):
+    vocab = Vocabulary.build(small_splits.train.q2[:500], lowercase=True, max_tokens=32)
+    vocab.save(tmp_path / "vocab.json")
+    again = Vocabulary.load(tmp_path / "vocab.json")
+    assert again.tokens == vocab.tokens and again.lowercase and again.max_tokens == 32
+    q = small_splits.test.q1[:50]
+    assert again.encode(q).flat.tolist() == vocab.encode(q).flat.tolist()

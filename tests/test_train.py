@@ -1,0 +1,94 @@
+"""Batching, determinism, learning, and exact resume after a kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from dupq.data import SplitConfig
+from dupq.files import DupqError
+from dupq.train import TrainConfig, length_batches, train
+
+
+def test_length_batches_cover_everything_once_and_cut_padding():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 40, size=10_000)
+    batches = length_batches(lengths, 64, np.random.default_rng(1), bucket=20)
+    seen = np.concatenate(batches)
+    assert len(seen) == len(set(seen.tolist())) and len(seen) >= 10_000 - 1
+    assert all(len(b) >= 2 for b in batches)
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    plain = length_batches(lengths, 64, np.random.default_rng(1), bucket=1)
+    padded_plain = sum(len(b) * lengths[b].max() for b in plain)
+    assert padded < 0.7 * padded_plain  # buckets waste far less work on padding
+    again = length_batches(lengths, 64, np.random.default_rng(1), bucket=20)
+    assert all((a == b).all() for a, b in zip(batches, again))
+
+
+def _weights(folder):
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _quiet(**kw):
+    return dict(log=lambda _: None, progress=False, **kw)
+
+
+@pytest.mark.slow
+def test_training_learns_and_is_deterministic(small_splits, tmp_path):
+    config = TrainConfig(epochs=2, seed=3)
+    model = train(small_splits, tmp_path / "a", config, dim=32, **_quiet())
+    history = model.metrics["training"]["history"]
+    assert history[1]["train_loss"] < history[0]["train_loss"]
+    assert history[1]["val_loss"] < history[0]["val_loss"]
+    train(small_splits, tmp_path / "b", config, dim=32, **_quiet())
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    # Duplicates of the held-out test pairs score higher than non-duplicates, after one short run.
+    sims = model.similarity(small_splits.test.q1, small_splits.test.q2)
+    y = small_splits.test.labels == 1
+    assert sims[y].mean() > sims[~y].mean() + 0.05
+
+
+@pytest.mark.slow
+def test_resume_after_finished_epochs_equals_one_run(small_splits, tmp_path):
+    config = TrainConfig(epochs=2, seed=5, extra_negatives=8)  # constant lr: a 1-epoch run is then a prefix of a 2-epoch one
+    train(small_splits, tmp_path / "full", config, dim=16, **_quiet())
+    train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, **_quiet())
+    with pytest.raises(DupqError, match="--resume"):
+        train(small_splits, tmp_path / "part", config, dim=16, **_quiet())
+    train(small_splits, tmp_path / "part", config, dim=16, resume=True, **_quiet())
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(data_path, tmp_path):
+    split = SplitConfig(train_pool=30_000, test=1_000, dev=1_000)
+    args = [
+        sys.executable, "-m", "dupq.cli", "train", "--data", str(data_path), "--epochs", "3", "--dim", "16", "--lr-schedule", "cosine",
+        "--train-pool", str(split.train_pool), "--test-size", "1000", "--dev-size", "1000", "--no-progress", "--seed", "9",
+    ]
+    subprocess.run([*args, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([*args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    checkpoint = out / "checkpoint.safetensors"
+    deadline = time.time() + 120
+    while not checkpoint.exists() and time.time() < deadline:  # wait for epoch 1's checkpoint ...
+        time.sleep(0.05)
+    time.sleep(0.5)  # ... then kill during epoch 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not (out / "model.safetensors").exists()
+    resumed = subprocess.run([*args, "--out", str(out), "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    a, b = _weights(tmp_path / "whole"), _weights(out)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
