@@ -49,6 +49,7 @@ class TrainConfig:
     seed: int = 0  # seeds initialisation, shuffling and dropout
     bucket: int = 50  # batches per length-sorted bucket; more = less padding, less random batches
     threads: int = 0  # torch CPU threads; 0 = torch's default
+    device: str = "cpu"  # "cuda" trains on a GPU (bit-exact resume is guaranteed on CPU only)
 
 
 def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int) -> list[np.ndarray]:
@@ -88,7 +89,7 @@ class _Side:
 
 def _batch_loss(encoder: Encoder, data: _Side, index: np.ndarray, config: TrainConfig, negatives=None):
     ids, lengths = pad_pair(data.q1, data.q2, index)  # (2B, L), (2B,)
-    v = encoder(ids, lengths)  # (2B, d)
+    v = encoder(ids.to(config.device), lengths.to(config.device))  # (2B, d)
     b = len(index)
     neg = None
     if negatives is not None:
@@ -138,6 +139,12 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     return meta, model_state, {"state": slots, "param_groups": meta.pop("param_groups")}
 
 
+def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to silently discard the checkpoint of an earlier run in ``out``."""
+    if (Path(out) / CHECKPOINT).exists() and not (resume or overwrite):
+        raise DupqError(f"{out} already holds a training checkpoint; pass --resume to continue it or --overwrite to start again.")
+
+
 def train(
     splits: Splits,
     out: str | Path,
@@ -159,11 +166,10 @@ def train(
     """
     out = Path(out)
     ckpt_path = out / CHECKPOINT
-    if ckpt_path.exists() and not (resume or overwrite):
-        raise DupqError(f"{out} already holds a training checkpoint; pass --resume to continue it or --overwrite to start again.")
+    check_output_folder(out, resume, overwrite)
     if resume and ckpt_path.exists():
         meta, model_state, optim_state = load_checkpoint(ckpt_path)
-        config = TrainConfig(**{**asdict(TrainConfig()), **meta["train"], "epochs": (config or TrainConfig()).epochs})
+        config = TrainConfig(**{**asdict(TrainConfig()), **meta["train"], "epochs": (config or TrainConfig()).epochs, "device": (config or TrainConfig()).device})
         vocab = Vocabulary.load(out / "vocab.json")
         encoder = Encoder(EncoderConfig(**meta["encoder"]))
         encoder.load_state_dict(model_state)
@@ -180,6 +186,12 @@ def train(
         history, start_epoch, optim_state = [], 0, None
     if config.threads:
         torch.set_num_threads(config.threads)
+    try:
+        device = torch.device(config.device)
+    except RuntimeError:
+        raise DupqError(f"unknown device {config.device!r}; use cpu or cuda.") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DupqError("--device cuda was asked for but torch sees no CUDA GPU here.")
     log(f"vocabulary: {len(vocab):,} words | train {len(splits.train):,} pairs | validation {len(splits.val):,} pairs")
 
     train_data = _Side(vocab, splits.train.q1, splits.train.q2)
@@ -188,6 +200,7 @@ def train(
     if config.extra_negatives:
         pool_neg = splits.pool.take(splits.pool.labels == 0)
         negatives = vocab.encode(pool_neg.q1 + pool_neg.q2)
+    encoder.to(config.device)
     optimizer = torch.optim.Adam(encoder.parameters(), lr=config.lr, fused=True)
     if optim_state is not None:
         optimizer.load_state_dict(optim_state)
@@ -216,7 +229,7 @@ def train(
                 if negatives is not None:
                     pick = rng.choice(len(negatives), size=2 * config.extra_negatives, replace=False)
                     ids, lengths = negatives.padded(pick)
-                    neg = (torch.from_numpy(ids), torch.from_numpy(lengths))
+                    neg = (torch.from_numpy(ids).to(config.device), torch.from_numpy(lengths).to(config.device))
                 loss = _batch_loss(encoder, train_data, index, config, neg)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -252,6 +265,6 @@ def train(
         "history": history,
         **(extra_info or {}),
     }
-    model = Model(vocab, encoder, metrics={"training": info})
+    model = Model(vocab, encoder.cpu(), metrics={"training": info})
     model.save(out)
     return model
