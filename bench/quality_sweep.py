@@ -18,6 +18,11 @@ from pathlib import Path
 # name -> (train() keyword options, TrainConfig options)
 CONFIGS: dict[str, tuple[dict, dict]] = {
     "seed": ({}, {}),
+    "nobucket": ({}, {"bucket": 1}),
+    "partners": ({}, {"partner_negatives": True}),
+    "lower+partners+sym": ({"lowercase": True}, {"partner_negatives": True, "symmetric": True}),
+    "lower+partners+sym+cos10": ({"lowercase": True}, {"partner_negatives": True, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
+    "lower+neg+sym+nobucket": ({"lowercase": True}, {"extra_negatives": 64, "symmetric": True, "bucket": 1}),
     "lower": ({"lowercase": True}, {}),
     "negatives": ({}, {"extra_negatives": 64}),
     "symmetric": ({}, {"symmetric": True}),

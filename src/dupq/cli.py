@@ -7,6 +7,7 @@ sentence on stderr and exit status 2; a traceback means a bug in dupq.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -67,6 +68,7 @@ def train(
     reduction: Annotated[str, typer.Option(help="Loss over a batch: sum (seed) or mean.")] = "sum",
     symmetric: Annotated[bool, typer.Option(help="Use both directions of the similarity matrix.")] = False,
     extra_negatives: Annotated[int, typer.Option(min=0, help="Non-duplicate training pairs per batch added as negative columns.")] = 0,
+    partner_negatives: Annotated[bool, typer.Option(help="Per row, add a question labelled not-duplicate of it as a negative column.")] = False,
     lr_schedule: Annotated[str, typer.Option(help="constant or cosine.")] = "constant",
     lowercase: Annotated[bool, typer.Option(help="Fold case before the vocabulary lookup.")] = False,
     bidirectional: Annotated[bool, typer.Option(help="Bidirectional LSTM.")] = False,
@@ -76,19 +78,21 @@ def train(
     dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs.")] = 10_240,
     val_fraction: Annotated[float, typer.Option(help="Share of the pool's duplicates held out for validation.")] = 0.2,
     threads: Annotated[int, typer.Option(min=0, help="CPU threads for torch (0 = default).")] = 0,
+    device: Annotated[str, typer.Option(help="cpu, or cuda to train on a GPU.")] = "cpu",
     resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in --out.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a Siamese LSTM on the duplicate pairs of a Quora-style file and save the model folder."""
     from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs, DATA_HELP
-    from dupq.train import TrainConfig
+    from dupq.train import TrainConfig, check_output_folder
     from dupq.train import train as run_training
 
     if reduction not in ("sum", "mean"):
         raise DupqError(f"--reduction must be sum or mean, not {reduction!r}.")
     if lr_schedule not in ("constant", "cosine"):
         raise DupqError(f"--lr-schedule must be constant or cosine, not {lr_schedule!r}.")
+    check_output_folder(out, resume, overwrite)
     path = data or default_data_path()
     if not path.exists():
         raise DupqError(f"no data file at {path}; {DATA_HELP}.")
@@ -98,7 +102,7 @@ def train(
     splits = split_pairs(pairs, split)
     config = TrainConfig(
         epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, reduction=reduction, symmetric=symmetric,
-        extra_negatives=extra_negatives, lr_schedule=lr_schedule, seed=seed, threads=threads,
+        extra_negatives=extra_negatives, partner_negatives=partner_negatives, lr_schedule=lr_schedule, seed=seed, threads=threads, device=device,
     )
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
     model = run_training(
@@ -142,15 +146,25 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
     protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
+    threads: Annotated[int, typer.Option(min=0, help="torch threads for encoding (0 = torch's default).")] = 1,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
     from dupq.service import serve as run_server
 
-    run_server(collection, model, host=host, port=port, protect_reads=protect_reads, log=typer.echo)
+    run_server(collection, model, host=host, port=port, protect_reads=protect_reads, threads=threads, log=typer.echo)
 
 
 DATA_OPTION = typer.Option(help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz")
 MODEL_ARGUMENT = typer.Argument(help="Model folder (default: the bundled model).")
+THREADS_OPTION = typer.Option(min=0, help="torch CPU threads for encoding; 1 is fastest for this small LSTM (0 = torch's default).")
+
+
+def _threads(threads: int) -> None:
+    # One LSTM step is too small to share: with several threads every step waits on the others.
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _data(data: Optional[Path]) -> Path:
@@ -168,6 +182,7 @@ def evaluate(
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
     import json
@@ -175,6 +190,7 @@ def evaluate(
     from dupq.evaluate import evaluate as run_evaluation, held_out
     from dupq.model import Model
 
+    _threads(threads)
     m = Model.load(model)
     test = held_out(m, _data(data)).test
     result = run_evaluation(m, test, threshold)
@@ -200,11 +216,13 @@ def evaluate(
 def calibrate(
     model: Annotated[Path, typer.Argument(help="Model folder to re-calibrate (rewritten in place, atomically).")],
     data: Annotated[Optional[Path], DATA_OPTION] = None,
+    threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
     from dupq.evaluate import calibrate_and_test, held_out, save_calibrated, summary_line
     from dupq.model import Model
 
+    _threads(threads)
     m = Model.load(model)
     splits = held_out(m, _data(data))
     typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
@@ -221,6 +239,7 @@ def predict(
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (one object per pair).")] = False,
     chunk: Annotated[int, typer.Option(min=1, help="Pairs encoded together when streaming.")] = 4096,
+    threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Say whether two questions are duplicates: their similarity and the verdict (similarity > threshold)."""
     import json
@@ -232,6 +251,7 @@ def predict(
         raise DupqError("give either two questions or --pairs FILE, not both and not neither.")
     if pairs is None and question2 is None:
         raise DupqError("give the second question too (or --pairs FILE).")
+    _threads(threads)
     m = Model.load(model)
     t = m.threshold if threshold is None else threshold
     if pairs is None:
@@ -257,10 +277,14 @@ def predict(
                 else:
                     judged += 1
                     lines.append(item.json() if json_out else item.text())
-            if lines:
-                typer.echo("\n".join(lines))
+            try:
+                if lines:
+                    typer.echo("\n".join(lines))
+            except BrokenPipeError:  # `| head`: the reader has what it wanted; stop quietly, as SIGPIPE would
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(141) from None
     if bad:
-        raise DupqError(f"{bad:,} line(s) could not be judged ({judged:,} were); the first are listed above.")
+        raise DupqError(f"{bad:,} line(s) could not be judged ({judged:,} judged); the first are listed above.")
 
 
 @command()
@@ -269,12 +293,14 @@ def report(
     out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+    threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""
     from dupq.evaluate import held_out
     from dupq.model import Model
     from dupq.report import write_report
 
+    _threads(threads)
     m = Model.load(model)
     result = write_report(m, held_out(m, _data(data)).test, out, threshold, title=str(model))
     typer.echo(f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}")
@@ -382,10 +408,10 @@ def search_command(
                 if as_json:
                     typer.echo(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
-                typer.echo(f"{query}\n  rank  score  verdict (threshold {coll.threshold:.2f})  id  question")
+                typer.echo(f"{query}   (duplicate: similarity above {coll.threshold:.2f})")
                 for rank, h in enumerate(hits, 1):
                     verdict = "duplicate" if h.duplicate else "-"
-                    typer.echo(f"  {rank:>4}  {h.score:.3f}  {verdict:<9}  {h.id}  {h.text}")
+                    typer.echo(f"  {rank:>3}  {h.score:.3f}  {verdict:<9}  id {h.id:<7}  {h.text}")
     finally:
         coll.close()
 

@@ -29,6 +29,7 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a model or report should read like any file
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -37,10 +38,16 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(folder: Path) -> None:
     # Make the rename itself durable; not every platform lets a folder be opened.
     try:
         fd = os.open(folder, os.O_RDONLY)

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save, safe_open
 
-from dupq.data import Splits
+from dupq.data import Pairs, Splits
 from dupq.files import DupqError, atomic_write
 from dupq.losses import triplet_loss
 from dupq.model import Encoder, EncoderConfig, Model, pad_pair
@@ -45,6 +45,7 @@ class TrainConfig:
     reduction: str = "sum"  # "sum" over the batch (seed) or "mean"; Adam makes them nearly equivalent
     symmetric: bool = False  # also use q1 rows as anchors (both directions of the similarity matrix)
     extra_negatives: int = 0  # non-duplicate pool pairs per batch whose questions join as negative columns
+    partner_negatives: bool = False  # per row, one question labelled *not* a duplicate of it joins as a column
     lr_schedule: str = "constant"  # "constant" or "cosine" (decay to 0 over the run)
     seed: int = 0  # seeds initialisation, shuffling and dropout
     bucket: int = 50  # batches per length-sorted bucket; more = less padding, less random batches
@@ -85,6 +86,35 @@ class _Side:
 
     def __len__(self) -> int:
         return len(self.q1)
+
+
+class _Partners:
+    """Hard negatives from the labelled non-duplicate pairs of the pool, one per training row.
+
+    Row i's partner is a question labelled *not* a duplicate of ``q1[i]`` or ``q2[i]`` (a near
+    miss, the kind the test pairs are full of); a row whose questions have none gets a random
+    non-duplicate question. They are appended as columns of the similarity matrix.
+    """
+
+    def __init__(self, vocab: Vocabulary, non_duplicates: Pairs, train_q1: list[str], train_q2: list[str]):
+        texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
+        position = {t: i for i, t in enumerate(texts)}
+        partners: dict[str, list[int]] = {}
+        for a, b in zip(non_duplicates.q1, non_duplicates.q2):
+            partners.setdefault(a, []).append(position[b])
+            partners.setdefault(b, []).append(position[a])
+        self.encoded = vocab.encode(texts)
+        self.options = [partners.get(a, []) + partners.get(b, []) for a, b in zip(train_q1, train_q2)]
+
+    def __len__(self) -> int:
+        return sum(1 for o in self.options if o)
+
+    def pick(self, index: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        chosen = rng.integers(0, len(self.encoded), size=len(index))  # random fallbacks
+        for row, i in enumerate(index):
+            if self.options[i]:
+                chosen[row] = self.options[i][rng.integers(len(self.options[i]))]
+        return chosen
 
 
 def _batch_loss(encoder: Encoder, data: _Side, index: np.ndarray, config: TrainConfig, negatives=None):
@@ -196,10 +226,13 @@ def train(
 
     train_data = _Side(vocab, splits.train.q1, splits.train.q2)
     val_data = _Side(vocab, splits.val.q1, splits.val.q2)
-    negatives = None
+    negatives = partners = None
+    pool_neg = splits.pool.take(splits.pool.labels == 0)
     if config.extra_negatives:
-        pool_neg = splits.pool.take(splits.pool.labels == 0)
         negatives = vocab.encode(pool_neg.q1 + pool_neg.q2)
+    if config.partner_negatives:
+        partners = _Partners(vocab, pool_neg, splits.train.q1, splits.train.q2)
+        log(f"partner negatives: {len(partners):,} of {len(splits.train):,} training pairs have a labelled non-duplicate")
     encoder.to(config.device)
     optimizer = torch.optim.Adam(encoder.parameters(), lr=config.lr, fused=True)
     if optim_state is not None:
@@ -228,8 +261,17 @@ def train(
                 neg = None
                 if negatives is not None:
                     pick = rng.choice(len(negatives), size=2 * config.extra_negatives, replace=False)
-                    ids, lengths = negatives.padded(pick)
-                    neg = (torch.from_numpy(ids).to(config.device), torch.from_numpy(lengths).to(config.device))
+                    neg = negatives.padded(pick)
+                if partners is not None:
+                    ids, lengths = partners.encoded.padded(partners.pick(index, rng))
+                    if neg is not None:  # both kinds: one padded block
+                        width = max(ids.shape[1], neg[0].shape[1])
+                        ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))),
+                                              np.pad(neg[0], ((0, 0), (0, width - neg[0].shape[1])))])
+                        lengths = np.concatenate([lengths, neg[1]])
+                    neg = (ids, lengths)
+                if neg is not None:
+                    neg = (torch.from_numpy(neg[0]).to(config.device), torch.from_numpy(neg[1]).to(config.device))
                 loss = _batch_loss(encoder, train_data, index, config, neg)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

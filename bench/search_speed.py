@@ -1,0 +1,130 @@
+"""Speed of a collection of every distinct Quora question (~537,000): build, size, latency, throughput.
+
+For each index kind (flat = exact, hnsw = approximate):
+
+* ``build_s``: ``Collection.build`` from the question texts (encode + SQLite + FAISS + write),
+  after reading the file (``read_s``, reported once);
+* ``size_mb``: the collection folder on disk; ``open_s``: ``Collection.open`` of it;
+* single queries: ``coll.search([q], k=10)`` one at a time over ``--queries`` stored questions
+  (a random, seeded sample), after a warm-up: p50 / p99 in ms, and the split between encoding
+  (``encode_p50_ms``) and the FAISS search (``index_p50_ms``);
+* batches: ``coll.search(batch, k=10)`` over batches of 256: queries per second;
+* ``recall@10``: share of its top 10 whose true score reaches the exact 10th score of
+  :func:`dupq.search.search` (ties broken either way count; 1.0 for flat up to rounding).
+
+    python bench/search_speed.py --model runs/model [--data PATH] [--index flat,hnsw]
+
+Prints one JSON line. Collections are built in a temporary folder, removed at the end unless
+``--keep DIR`` names where to build them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+
+from dupq.data import default_data_path
+from dupq.index import Collection, _stored_vectors
+from dupq.model import Model
+from dupq.questions import read_questions
+from dupq.search import search
+
+
+def folder_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+def percentiles(seconds: list[float]) -> tuple[float, float]:
+    ms = np.asarray(seconds) * 1000
+    return round(float(np.percentile(ms, 50)), 3), round(float(np.percentile(ms, 99)), 3)
+
+
+def measure(coll: Collection, queries: list[str], batches: int) -> dict:
+    for q in queries[:20]:  # warm-up
+        coll.search([q], k=10)
+    total, encode, index = [], [], []
+    for q in queries:
+        t0 = time.perf_counter()
+        coll.search([q], k=10)
+        total.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        v = coll.model.encode([q])
+        encode.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        coll._index.search(v, 10)
+        index.append(time.perf_counter() - t0)
+    p50, p99 = percentiles(total)
+    rng = np.random.default_rng(1)
+    batch_queries = [[queries[i] for i in rng.integers(0, len(queries), 256)] for _ in range(batches)]
+    t0 = time.perf_counter()
+    for batch in batch_queries:
+        coll.search(batch, k=10)
+    qps = 256 * batches / (time.perf_counter() - t0)
+    return {
+        "p50_ms": p50, "p99_ms": p99,
+        "encode_p50_ms": percentiles(encode)[0], "index_p50_ms": percentiles(index)[0],
+        "batch256_qps": round(qps, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=None, help="model folder (default: the bundled model)")
+    parser.add_argument("--data", type=Path, default=None, help="Quora pairs file, or any questions file dupq index build reads")
+    parser.add_argument("--index", default="flat,hnsw", help="comma-separated kinds to measure")
+    parser.add_argument("--queries", type=int, default=1000, help="single queries timed (and used for recall)")
+    parser.add_argument("--batches", type=int, default=20, help="batches of 256 timed for throughput")
+    parser.add_argument("--keep", type=Path, default=None, help="build the collections in this folder and keep them")
+    parser.add_argument("--threads", type=int, default=0, help="torch and FAISS threads (0: their defaults, one per core)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        faiss.omp_set_num_threads(args.threads)
+
+    model = Model.load(args.model)
+    t0 = time.perf_counter()
+    qs = read_questions(args.data or default_data_path())
+    result: dict = {"questions": len(qs), "read_s": round(time.perf_counter() - t0, 1), "model": str(args.model or "bundled"),
+                    "threads": {"torch": torch.get_num_threads(), "faiss": faiss.omp_get_max_threads()}}
+    rng = np.random.default_rng(0)
+    queries = [qs.texts[i] for i in rng.choice(len(qs), size=min(args.queries, len(qs)), replace=False)]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="dupq-speed-"))
+    exact = None
+    try:
+        for kind in args.index.split(","):
+            folder = work / f"quora-{kind}"
+            t0 = time.perf_counter()
+            Collection.build(folder, qs.texts, model, ids=qs.keys, index=kind).close()
+            build_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            coll = Collection.open(folder, model)
+            open_s = time.perf_counter() - t0
+            result[kind] = {"build_s": round(build_s, 1), "size_mb": round(folder_mb(folder), 1), "open_s": round(open_s, 1),
+                            **measure(coll, queries, args.batches)}
+            if exact is None:  # the reference: the pure exact search over the stored vectors
+                vectors = np.concatenate(list(_stored_vectors(coll._db, 0, len(coll), coll._dim)))  # (N, d)
+                query_vectors = model.encode(queries)  # (Q, d)
+                exact = search(query_vectors, vectors, 10)[0]  # (Q, 10) exact scores
+            found = coll._index.search(query_vectors, 10)[1]  # (Q, 10)
+            coll.close()
+            # A hit counts when its true score reaches the exact 10th score: Quora holds many questions
+            # with identical vectors, and which of a tie fills the last places is arbitrary.
+            true = np.einsum("qd,qkd->qk", query_vectors, vectors[found])  # (Q, 10)
+            result[kind]["recall@10"] = round(float(np.mean(true >= exact[:, -1:] - 1e-6)), 4)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""The HTTP API and the moderators' web page over a question collection (FastAPI, run by uvicorn).
+
+``create_app(collection_dir)`` is the factory (as fastapi-cli expects); ``dupq serve COLL`` runs it::
+
+    POST /similarity  {q1, q2}          -> {similarity, duplicate, threshold}
+    POST /search      {question, k}     -> {results: [{id, text, score, duplicate, metadata}], ...}
+    POST /questions   {text, metadata}  -> 201 {id, count}   (bearer token; durable when answered)
+    GET  /health                        -> {status, questions, threshold}
+    GET  /                              -> the web page (static/index.html, app.css, app.js)
+    GET  /docs, /openapi.json           -> FastAPI's schema
+
+Every request is validated (questions of 1 to 1,000 characters, ``k`` in 1..100, bodies of at
+most ``max_body`` bytes) and a refusal is JSON with a ``detail``: 401 without the token, 413 for
+an oversized body, 422 for a bad field, 400 for a question the collection refuses.
+
+The model and the collection are opened once, when the app starts (its lifespan). Encoding and
+FAISS run in worker threads, never on the event loop. Requests that arrive while a search is
+running wait for the next one and are answered together by *one* ``Collection.search`` call
+(one LSTM pass and one FAISS call for the whole group), and concurrent adds share one commit;
+on 2 cores this is what lets a few hundred searches a second through with a short tail.
+
+>>> app = create_app("runs/quora-coll", token="s3cret")                  # doctest: +SKIP
+>>> uvicorn.run(app, host="127.0.0.1", port=8000)                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import HTTPException
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from dupq.files import DupqError
+
+STATIC = Path(__file__).parent / "static"
+TOKEN_ENV = "DUPQ_API_TOKEN"
+MAX_QUESTION = 1000  # characters in one question
+MAX_K = 100  # results of one search
+MAX_BODY = 64 * 1024  # bytes of one request body: a 1,000-character question plus metadata fits easily
+MAX_BATCH = 64  # requests answered by one search or add call
+
+Question = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUESTION, pattern=r"\S", description="A question: 1 to 1,000 characters, not all blank."),
+]
+
+
+class SimilarityRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    q1: Question
+    q2: Question
+
+
+class SimilarityResponse(BaseModel):
+    similarity: float  # cosine similarity of the two questions' vectors, in [-1, 1]
+    duplicate: bool  # similarity above the model's threshold
+    threshold: float
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: Question
+    k: int = Field(10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100).")
+
+
+class HitOut(BaseModel):
+    id: int
+    text: str
+    score: float
+    duplicate: bool
+    metadata: dict[str, Any]
+
+
+class SearchResponse(BaseModel):
+    question: str
+    threshold: float
+    results: list[HitOut]
+
+
+class AddRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: Question
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Any JSON object stored with the question.")
+
+
+class AddResponse(BaseModel):
+    id: int
+    count: int  # questions in the collection after this one
+
+
+class Health(BaseModel):
+    status: str
+    questions: int
+    threshold: float
+
+
+class Batcher:
+    """Run ``fn(items) -> results`` in a worker thread for every request waiting, one call at a time.
+
+    A request waits while the previous call runs; then every waiting request (up to ``limit``)
+    goes into the next call. Under load the calls grow, so the fixed cost of a call (a torch
+    forward pass, a FAISS search, a commit) is shared; with a single request it is one call as
+    before. If a call raises, each of its requests is retried alone, so one bad request fails
+    only itself.
+    """
+
+    def __init__(self, fn: Callable[[list], list], limit: int = MAX_BATCH):
+        self.fn, self.limit = fn, limit
+        self.pending: list[tuple[Any, asyncio.Future]] = []
+        self.running = False
+
+    async def submit(self, item: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((item, future))
+        if not self.running:
+            self.running = True
+            asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending[: self.limit], self.pending[self.limit :]
+                outcomes = await self._run([item for item, _ in batch])
+                for (_, future), (result, error) in zip(batch, outcomes):
+                    if future.done():  # the client went away
+                        continue
+                    if error is not None:
+                        future.set_exception(error)
+                    else:
+                        future.set_result(result)
+        finally:
+            self.running = False
+
+    async def _run(self, items: list) -> list[tuple[Any, Exception | None]]:
+        """``(result, None)`` or ``(None, error)`` for each item."""
+        try:
+            return [(r, None) for r in await anyio.to_thread.run_sync(self.fn, items)]
+        except Exception as e:
+            if len(items) == 1:
+                return [(None, e)]
+        return [(await self._run([item]))[0] for item in items]
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over ``limit`` bytes with 413.
+
+    Checks the declared ``Content-Length`` first, then counts what actually arrives (a chunked
+    body declares nothing), buffering at most ``limit`` bytes before the app sees any of it.
+    """
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return await _refuse(scope, receive, send, 400, "the Content-Length header is not a number.")
+            if int(declared) > self.limit:
+                return await _refuse(scope, receive, send, 413, f"the request body is over {self.limit:,} bytes.")
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                return await _refuse(scope, receive, send, 413, f"the request body is over {self.limit:,} bytes.")
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # after the body: wait for the disconnect, as Starlette expects
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(scope, receive, send, status: int, detail: str) -> None:
+    await JSONResponse({"detail": detail}, status_code=status, headers={"Connection": "close"})(scope, receive, send)
+
+
+def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
+    """The collection in ``collection_dir``, with the model in ``model_dir`` if one is given."""
+    from dupq.index import Collection
+    from dupq.model import Model
+
+    path = Path(collection_dir)
+    if not path.is_dir():
+        raise DupqError(f"collection folder {path} does not exist; build one with `dupq index build`.")
+    return Collection.open(path, Model.load(model_dir) if model_dir is not None else None)
+
+
+def create_app(
+    collection_dir,
+    model_dir: str | os.PathLike | None = None,
+    token: str | None = None,
+    *,
+    protect_reads: bool = False,
+    max_body: int = MAX_BODY,
+) -> FastAPI:
+    """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
+
+    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused);
+    ``protect_reads`` makes searches and similarities need it too. ``model_dir`` overrides the
+    collection's model (it must encode as the collection's did).
+    """
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if isinstance(collection_dir, (str, os.PathLike)):
+            collection = await anyio.to_thread.run_sync(open_collection, collection_dir, model_dir)
+        else:
+            collection = collection_dir
+        app.state.collection = collection
+        app.state.searches = Batcher(lambda items: _search(collection, items))
+        app.state.adds = Batcher(lambda items: _add(collection, items))
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(collection.close)
+
+    app = FastAPI(
+        title="dupq",
+        summary="Find the old questions a new question duplicates.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, limit=max_body)
+    bearer = HTTPBearer(auto_error=False, description=f"The server's ${TOKEN_ENV}.")
+
+    def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            raise HTTPException(403, f"writes are disabled: the server was started without ${TOKEN_ENV}.")
+        given = credentials.credentials if credentials else ""
+        if not secrets.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
+            detail = "this request needs the bearer token" if not given else "the bearer token is wrong"
+            raise HTTPException(401, detail + ".", headers={"WWW-Authenticate": "Bearer"})
+
+    reads = [Depends(authorised)] if protect_reads else []
+    unauthorised = {401: {"description": "Missing or wrong bearer token."}}
+    refused = {400: {"description": "A question the model cannot read."}, 413: {"description": "Body too large."}}
+
+    @app.exception_handler(DupqError)
+    async def user_error(request: Request, e: DupqError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=400)
+
+    @app.post("/similarity", dependencies=reads, responses=refused | (unauthorised if protect_reads else {}))
+    async def similarity(body: SimilarityRequest, request: Request) -> SimilarityResponse:
+        """How similar two questions are, and whether the model calls them duplicates."""
+        model = request.app.state.collection.model
+        score = await anyio.to_thread.run_sync(model.similarity, body.q1, body.q2)
+        return SimilarityResponse(similarity=score, duplicate=score > model.threshold, threshold=model.threshold)
+
+    @app.post("/search", dependencies=reads, responses=refused | (unauthorised if protect_reads else {}))
+    async def search(body: SearchRequest, request: Request) -> SearchResponse:
+        """The ``k`` stored questions most similar to ``question``, best first."""
+        hits = await request.app.state.searches.submit((body.question, body.k))
+        return SearchResponse(question=body.question, threshold=request.app.state.collection.threshold, results=hits)
+
+    @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=refused | unauthorised)
+    async def add_question(body: AddRequest, request: Request) -> AddResponse:
+        """Store a question (and its metadata); it is on disk when this answers."""
+        new_id, count = await request.app.state.adds.submit((body.text, body.metadata))
+        return AddResponse(id=new_id, count=count)
+
+    @app.get("/health")
+    async def health(request: Request) -> Health:
+        """The server is up: how many questions it holds and the duplicate threshold."""
+        collection = request.app.state.collection
+        return Health(status="ok", questions=len(collection), threshold=collection.threshold)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _search(collection, items: list[tuple[str, int]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` for many ``(question, k)``: the largest ``k``, then each cut to its own."""
+    hits = collection.search([q for q, _ in items], k=max(k for _, k in items))
+    return [
+        [HitOut(id=h.id, text=h.text, score=h.score, duplicate=h.duplicate, metadata=h.metadata) for h in row[:k]]
+        for row, (_, k) in zip(hits, items)
+    ]
+
+
+def _add(collection, items: list[tuple[str, dict]]) -> list[tuple[int, int]]:
+    """One ``Collection.add`` (one commit) for many ``(text, metadata)``."""
+    ids = collection.add([t for t, _ in items], [m for _, m in items])
+    count = len(collection)
+    return [(i, count) for i in ids]
+
+
+def _version() -> str:
+    from dupq import __version__
+
+    return __version__
+
+
+def serve(
+    collection_dir: str | os.PathLike,
+    model_dir: str | os.PathLike | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    protect_reads: bool = False,
+    threads: int = 1,
+    log: Callable[[str], None] = print,
+) -> None:
+    """Open the collection (a bad folder fails here, as one sentence) and serve it until stopped.
+
+    ``threads`` is torch's thread count for encoding: with searches batched there is one
+    encoding call at a time, and on a small machine the event loop needs the other core.
+    """
+    import torch
+    import uvicorn
+
+    if threads:
+        torch.set_num_threads(threads)
+    collection = open_collection(collection_dir, model_dir)
+    token = os.environ.get(TOKEN_ENV) or None
+    log(
+        f"serving {len(collection):,} questions from {collection_dir} on http://{host}:{port}/ "
+        f"(writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
+    )
+    app = create_app(collection, token=token, protect_reads=protect_reads)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+

@@ -1,0 +1,144 @@
+// dupq's page: live search for similar old questions, and a two-question comparison.
+// Plain DOM; every text from the server goes in through textContent, never as HTML.
+"use strict";
+
+const DEBOUNCE_MS = 250;
+const K = 10;
+const $ = (id) => document.getElementById(id);
+
+async function post(path, body, signal) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+    signal,
+  });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(describe(data.detail) || `the server answered ${response.status}`);
+  return data;
+}
+
+function describe(detail) {
+  if (typeof detail === "string") return detail;
+  if (Array.isArray(detail)) return detail.map((d) => `${d.loc.slice(-1)[0]}: ${d.msg}`).join("; ");
+  return "";
+}
+
+function debounced(fn) {
+  let timer;
+  return () => { clearTimeout(timer); timer = setTimeout(fn, DEBOUNCE_MS); };
+}
+
+// One request in flight per box: a newer keystroke aborts the older request.
+function latest(run) {
+  let controller;
+  return async () => {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const mine = controller;
+    try { await run(mine.signal); }
+    catch (e) { if (!mine.signal.aborted) throw e; }
+  };
+}
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// Status line -----------------------------------------------------------------------------------
+async function health() {
+  const status = $("status");
+  try {
+    const response = await fetch("/health");
+    const h = await response.json();
+    status.textContent = `${h.questions.toLocaleString()} questions stored · duplicate above similarity ${h.threshold.toFixed(2)}`;
+    status.classList.remove("down");
+  } catch {
+    status.textContent = "the server does not answer";
+    status.classList.add("down");
+  }
+}
+
+// Find duplicates -------------------------------------------------------------------------------
+const search = latest(async (signal) => {
+  const question = $("question").value;
+  const info = $("search-info");
+  const list = $("results");
+  info.classList.remove("error");
+  if (!question.trim()) { list.replaceChildren(); info.textContent = ""; return; }
+  info.textContent = "searching…";
+  try {
+    const data = await post("/search", { question, k: K }, signal);
+    list.replaceChildren(...data.results.map(resultItem));
+    const dups = data.results.filter((r) => r.duplicate).length;
+    info.textContent = data.results.length
+      ? `${data.results.length} most similar questions; ${dups ? `${dups} likely duplicate${dups > 1 ? "s" : ""}` : "no likely duplicate"}`
+      : "no stored questions yet";
+  } catch (e) {
+    if (signal.aborted) return;
+    info.textContent = e.message;
+    info.classList.add("error");
+  }
+});
+
+function resultItem(hit) {
+  const li = el("li", hit.duplicate ? "duplicate" : "");
+  li.dataset.id = hit.id;
+  li.append(el("span", "score", hit.score.toFixed(2)));
+  const text = el("span", "text", hit.text);
+  if (hit.duplicate) text.append(el("span", "badge", "likely duplicate"));
+  const meta = Object.entries(hit.metadata || {}).map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
+  if (meta.length) text.append(el("span", "meta", meta.join(" · ")));
+  li.append(text);
+  const bar = el("span", "bar");
+  const fill = el("span");
+  fill.style.width = `${Math.max(0, Math.min(1, hit.score)) * 100}%`;
+  bar.append(fill);
+  li.append(bar);
+  return li;
+}
+
+// Compare two questions -------------------------------------------------------------------------
+const compare = latest(async (signal) => {
+  const q1 = $("q1").value, q2 = $("q2").value;
+  const box = $("verdict");
+  box.className = "verdict";
+  if (!q1.trim() || !q2.trim()) { box.textContent = "Type both questions."; return; }
+  try {
+    const r = await post("/similarity", { q1, q2 }, signal);
+    box.replaceChildren(
+      el("span", "big", r.similarity.toFixed(2)),
+      el("span", "word", r.duplicate ? "likely duplicates" : "probably different questions"),
+      el("span", "meta", `(threshold ${r.threshold.toFixed(2)})`),
+    );
+    box.classList.add(r.duplicate ? "dup" : "notdup");
+  } catch (e) {
+    if (signal.aborted) return;
+    box.textContent = e.message;
+    box.classList.add("error");
+  }
+});
+
+// Modes -----------------------------------------------------------------------------------------
+function show(mode) {
+  for (const name of ["search", "compare"]) {
+    const on = name === mode;
+    $(`tab-${name}`).setAttribute("aria-selected", String(on));
+    $(`${name}-panel`).hidden = !on;
+  }
+  (mode === "search" ? $("question") : $("q1")).focus();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("tab-search").addEventListener("click", () => show("search"));
+  $("tab-compare").addEventListener("click", () => show("compare"));
+  $("question").addEventListener("input", debounced(search));
+  const later = debounced(compare);
+  $("q1").addEventListener("input", later);
+  $("q2").addEventListener("input", later);
+  health();
+  setInterval(health, 30000);
+});

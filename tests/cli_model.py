@@ -1,0 +1,49 @@
+"""Helpers for the CLI tests: a slice of the real data as a file, and a model trained on it by `dupq train`.
+
+Not a test module. The slice lives in a pytest temporary folder, never in the repository.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from dupq.cli import app
+
+ROWS = 10_000  # pool 8,000 (~2,900 duplicates) + test 1,000 + dev 1,000
+SPLIT_ARGS = ["--train-pool", "8000", "--test-size", "1000", "--dev-size", "1000"]
+_cache: dict[str, tuple[Path, Path]] = {}
+
+
+def slice_file(data_path: Path, folder: Path, rows: int = ROWS) -> Path:
+    """The header and the first ``rows`` rows of the Quora file, as a plain .tsv in ``folder``."""
+    out = folder / "slice.tsv"
+    with gzip.open(data_path, "rt", encoding="utf-8", newline="") as f, open(out, "w", encoding="utf-8", newline="") as g:
+        for i, line in enumerate(f):
+            if i > rows:
+                break
+            g.write(line)
+    return out
+
+
+def cli_model(data_path: Path, tmp_path_factory) -> tuple[Path, Path]:
+    """``(model folder, data slice)``: `dupq train` for one epoch at width 32 on the slice (a few seconds)."""
+    if "model" not in _cache:
+        folder = tmp_path_factory.mktemp("cli-model")
+        data = slice_file(data_path, folder)
+        out = folder / "model"
+        before = torch.get_num_threads()  # --threads 1 is faster here, but must not leak into other tests
+        try:
+            result = CliRunner().invoke(
+                app,
+                ["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--dim", "32", "--threads", "1",
+                 "--no-progress", *SPLIT_ARGS],
+            )
+        finally:
+            torch.set_num_threads(before)
+        assert result.exit_code == 0, result.output
+        _cache["model"] = (out, data)
+    return _cache["model"]

@@ -1,0 +1,72 @@
+"""Helpers for the service tests: a small collection of real Quora questions, and a live server.
+
+The collection holds the first distinct questions of the small split's pool, plus a few
+questions written here (one with HTML in it, to check the page shows it as text).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+from dupq.data import Splits
+
+EXTRA = [
+    "How can I lose weight fast?",
+    "<b>How do I lose weight</b> without exercise?",
+]
+
+
+def questions(splits: Splits, n: int) -> list[str]:
+    """``n`` distinct questions: ``EXTRA`` first, then the pool's questions in file order."""
+    seen = dict.fromkeys(EXTRA)
+    for a, b in zip(splits.pool.q1, splits.pool.q2):
+        for q in (a, b):
+            if len(seen) >= n:
+                return list(seen)
+            if q.strip():
+                seen.setdefault(q)
+    return list(seen)
+
+
+def build_collection(folder: Path, model_dir: Path, texts: list[str]) -> Path:
+    """A flat collection of ``texts`` in ``folder``; each question's metadata is its position."""
+    from dupq.index import Collection
+    from dupq.model import Model
+
+    collection = Collection.build(folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))])
+    collection.close()
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """uvicorn serving ``app`` on a free loopback port in a thread, for as long as the ``with`` lasts."""
+
+    def __init__(self, app):
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

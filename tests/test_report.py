@@ -1,0 +1,86 @@
+"""The HTML report: every picture written and referenced relatively, worst errors right and escaped."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli_model import cli_model
+from dupq.cli import app
+from dupq.data import Pairs
+from dupq.evaluate import evaluate_scores, pair_scores
+from dupq.report import write_report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Encode on one thread, as the commands do (--threads 1), and give the next test its count back."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def with_hostile_pair(pairs: Pairs) -> Pairs:
+    """The pairs plus one labelled "different" whose two (identical) questions hold HTML."""
+    hostile = "<script>alert('x')</script> How do I cook rice & beans?"
+    return Pairs(
+        ids=[*pairs.ids, "hostile"],
+        q1=[*pairs.q1, hostile],
+        q2=[*pairs.q2, hostile],
+        labels=np.r_[pairs.labels, 0].astype(np.int8),
+        rows=np.r_[pairs.rows, pairs.rows.max() + 1],
+    )
+
+
+def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path):
+    pairs = with_hostile_pair(small_splits.test)
+    result = write_report(tiny_model, pairs, tmp_path, threshold=0.7, title="tiny <model>")
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert sorted(images) == ["confusion.png", "histogram.png", "pr.png", "roc.png", "training.png"]
+    for name in images:
+        data = (tmp_path / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5_000, name
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; How do I cook rice &amp; beans?" in page
+    assert "tiny &lt;model&gt;" in page
+
+    scores = pair_scores(tiny_model, pairs)
+    expected = evaluate_scores(scores, pairs.labels, 0.7)
+    assert {k: result[k] for k in expected} == expected
+    (tn, fp), (fn, tp) = expected["confusion_matrix"]
+    assert f"{expected['accuracy']:.4f}" in page
+
+    errors = result["worst_errors"]
+    fps, fns = errors["false_positives"], errors["false_negatives"]
+    assert len(fps) == min(10, fp) and len(fns) == min(10, fn)
+    hostile = scores[-1]  # identical questions: similarity 1, among the most confident mistakes
+    assert "hostile" in [r["id"] for r in fps] and fps[0]["similarity"] - hostile < 1e-6
+    by_id = dict(zip(pairs.ids, zip(pairs.labels, scores)))
+    assert all(by_id[r["id"]][0] == 0 and r["similarity"] > 0.7 for r in fps)
+    assert all(by_id[r["id"]][0] == 1 and r["similarity"] <= 0.7 for r in fns)
+    assert [r["similarity"] for r in fps] == sorted((r["similarity"] for r in fps), reverse=True)
+    assert [r["similarity"] for r in fns] == sorted(r["similarity"] for r in fns)
+    # No false positive outside the table scores higher than the last one in it.
+    is_fp = (pairs.labels == 0) & (scores > 0.7)
+    assert np.sort(scores[is_fp])[::-1][len(fps) - 1] == np.float32(fps[-1]["similarity"])
+
+
+def test_report_command(data_path, tmp_path_factory, tmp_path):
+    folder, data = cli_model(data_path, tmp_path_factory)
+    result = CliRunner().invoke(app, ["report", str(folder), "--data", str(data), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.stdout
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "chosen on: dev pairs" in page and "file rows 8,000 to 8,999" in page
+    for name in ("training.png", "histogram.png", "roc.png", "pr.png", "confusion.png"):
+        assert (tmp_path / "r" / name).read_bytes().startswith(PNG)

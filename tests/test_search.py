@@ -1,0 +1,92 @@
+"""The pure top-k search against a brute-force loop, and the FAISS indexes against the pure search."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dupq.files import DupqError
+from dupq.search import IndexConfig, VectorIndex, search
+
+
+def brute_force(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[list[list[float]], list[list[int]]]:
+    """Every score by a Python loop, sorted by score (desc) then id (asc)."""
+    all_scores, all_ids = [], []
+    for q in queries:
+        scored = sorted((-float(np.dot(q, c)), j) for j, c in enumerate(corpus))[:k]
+        all_scores.append([-s for s, _ in scored])
+        all_ids.append([j for _, j in scored])
+    return all_scores, all_ids
+
+
+def unit(n: int, d: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    q=st.integers(1, 5), n=st.integers(1, 40), d=st.integers(1, 6), k=st.integers(1, 50),
+    block=st.integers(1, 17), seed=st.integers(0, 2**16),
+)
+def test_search_equals_brute_force_with_ties(q, n, d, k, block, seed):
+    # Small integers: every dot product is exact in float32, and ties are common.
+    rng = np.random.default_rng(seed)
+    queries = rng.integers(-2, 3, (q, d)).astype(np.float32)
+    corpus = rng.integers(-2, 3, (n, d)).astype(np.float32)
+    scores, ids = search(queries, corpus, k, block=block)
+    want_scores, want_ids = brute_force(queries, corpus, k)
+    assert scores.shape == ids.shape == (q, min(k, n))
+    assert ids.tolist() == want_ids
+    assert scores.tolist() == want_scores
+
+
+def test_search_rejects_bad_shapes():
+    with pytest.raises(DupqError, match="dimensions"):
+        search(np.zeros((1, 3)), np.zeros((4, 2)), 1)
+    with pytest.raises(DupqError, match="at least 1"):
+        search(np.zeros((1, 2)), np.zeros((4, 2)), 0)
+    with pytest.raises(DupqError, match="2-d"):
+        search(np.zeros(2), np.zeros((4, 2)), 1)
+
+
+def test_flat_index_equals_search():
+    corpus, queries = unit(3000, 24, 0), unit(50, 24, 1)
+    index = VectorIndex(24, IndexConfig("flat"))
+    index.add(corpus[:1000])
+    index.add(corpus[1000:])  # ids continue across adds
+    got_scores, got_ids = index.search(queries, 10)
+    want_scores, want_ids = search(queries, corpus, 10)
+    np.testing.assert_allclose(got_scores, want_scores, atol=1e-5)
+    assert (got_ids == want_ids).mean() > 0.99  # only near-ties may swap
+
+
+def test_hnsw_recall_against_exact(tmp_path):
+    corpus, queries = unit(5000, 32, 2), unit(200, 32, 3)
+    index = VectorIndex(32, IndexConfig("hnsw"))
+    index.add(corpus)
+    _, got = index.search(queries, 10)
+    _, want = search(queries, corpus, 10)
+    recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())])
+    assert recall >= 0.95  # random 32-d vectors are a hard case; real embeddings do better (see bench)
+    index.save(tmp_path / "i.faiss")
+    again = VectorIndex.load(tmp_path / "i.faiss", 32, IndexConfig("hnsw", ef_search=256))
+    assert again.faiss.hnsw.efSearch == 256 and len(again) == 5000
+    np.testing.assert_array_equal(again.vector(4999), corpus[4999])
+
+
+def test_index_file_is_checked(tmp_path):
+    flat = VectorIndex(8, IndexConfig("flat"))
+    flat.add(unit(10, 8, 4))
+    flat.save(tmp_path / "flat.faiss")
+    with pytest.raises(DupqError, match="not a hnsw"):
+        VectorIndex.load(tmp_path / "flat.faiss", 8, IndexConfig("hnsw"))
+    with pytest.raises(DupqError, match="of 16 dimensions"):
+        VectorIndex.load(tmp_path / "flat.faiss", 16, IndexConfig("flat"))
+    (tmp_path / "junk.faiss").write_bytes(b"not an index")
+    with pytest.raises(DupqError, match="cannot be read"):
+        VectorIndex.load(tmp_path / "junk.faiss", 8, IndexConfig("flat"))
+    with pytest.raises(DupqError, match="flat or hnsw"):
+        IndexConfig("ivf")

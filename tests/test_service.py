@@ -1,0 +1,239 @@
+"""The HTTP API through FastAPI's TestClient: every endpoint, auth, limits, persistence.
+
+Answers are checked against the library called directly (``Collection.search``,
+``Model.similarity``), which the service only wraps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from servicekit import build_collection, questions
+
+from dupq.files import DupqError
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+N = 300
+
+
+@pytest.fixture(scope="module")
+def texts(small_splits) -> list[str]:
+    return questions(small_splits, N)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_model_dir, texts):
+    return build_collection(tmp_path_factory.mktemp("coll") / "coll", tiny_model_dir, texts)
+
+
+@pytest.fixture
+def coll_dir(built, tmp_path):
+    """A fresh copy of the collection for each test, so adds do not leak between tests."""
+    return shutil.copytree(built, tmp_path / "coll")
+
+
+@pytest.fixture
+def client(coll_dir, monkeypatch):
+    from dupq.service import create_app
+
+    monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
+    with TestClient(create_app(coll_dir, token=TOKEN)) as c:
+        yield c
+
+
+def test_health_page_and_schema(client):
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["questions"] == N and 0 < health["threshold"] < 1
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "/static/app.js" in page.text and "/static/app.css" in page.text
+    assert client.get("/static/app.js").status_code == 200
+    assert client.get("/static/app.css").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/similarity", "/search", "/questions", "/health"} <= set(paths)
+    assert "security" in paths["/questions"]["post"] and "security" not in paths["/search"]["post"]
+
+
+def test_search_matches_the_library(client, texts):
+    collection = client.app.state.collection
+    query = texts[5]
+    got = client.post("/search", json={"question": query, "k": 7}).json()
+    want = collection.search([query], k=7)[0]
+    assert got["question"] == query and got["threshold"] == collection.threshold
+    assert [r["id"] for r in got["results"]] == [h.id for h in want]
+    assert [r["score"] for r in got["results"]] == pytest.approx([h.score for h in want], abs=1e-6)
+    assert got["results"][0]["text"] == query and got["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+    assert got["results"][0]["metadata"] == {"row": 5}
+    for r in got["results"]:
+        assert r["duplicate"] == (r["score"] > collection.threshold)
+    assert len(client.post("/search", json={"question": query}).json()["results"]) == 10  # default k
+
+
+def test_similarity_matches_the_model(client, texts):
+    model = client.app.state.collection.model
+    got = client.post("/similarity", json={"q1": texts[0], "q2": texts[1]}).json()
+    assert got["similarity"] == pytest.approx(model.similarity(texts[0], texts[1]), abs=1e-6)
+    assert got["duplicate"] == (got["similarity"] > model.threshold) and got["threshold"] == model.threshold
+    same = client.post("/similarity", json={"q1": texts[0], "q2": texts[0]}).json()
+    assert same["similarity"] == pytest.approx(1.0, abs=1e-5) and same["duplicate"] is True
+
+
+def test_concurrent_searches_each_get_their_own_answer(client, texts):
+    """Searches arriving together share one library call; each must still get its own hits."""
+    queries = texts[:40]
+
+    def one(i):
+        return client.post("/search", json={"question": queries[i], "k": 1 + i % 5}).json()["results"]
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(len(queries))))
+    for i, results in enumerate(answers):
+        assert len(results) == 1 + i % 5 and results[0]["text"] == queries[i]
+
+
+def test_writes_need_the_token(client):
+    body = {"text": "Is this question new?", "metadata": {"source": "test"}}
+    missing = client.post("/questions", json=body)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert "token" in missing.json()["detail"]
+    wrong = client.post("/questions", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["detail"] == "the bearer token is wrong."
+    odd = client.post("/questions", json=body, headers={"Authorization": "Bearer \u00e9\u00e9".encode("latin-1")})  # not ASCII
+    assert odd.status_code == 401
+    assert client.get("/health").json()["questions"] == N
+    ok = client.post("/questions", json=body, headers=AUTH)
+    assert ok.status_code == 201 and ok.json()["count"] == N + 1
+
+
+def test_token_from_the_environment_and_writes_off_without_one(coll_dir, monkeypatch):
+    from dupq.service import create_app
+
+    monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
+    with TestClient(create_app(coll_dir)) as c:
+        refused = c.post("/questions", json={"text": "Why?"}, headers=AUTH)
+        assert refused.status_code == 403 and "DUPQ_API_TOKEN" in refused.json()["detail"]
+    monkeypatch.setenv("DUPQ_API_TOKEN", "from-env")
+    with TestClient(create_app(coll_dir)) as c:
+        assert c.post("/questions", json={"text": "Why?"}, headers=AUTH).status_code == 401
+        assert c.post("/questions", json={"text": "Why?"}, headers={"Authorization": "Bearer from-env"}).status_code == 201
+
+
+def test_reads_can_be_protected(coll_dir, texts):
+    from dupq.service import create_app
+
+    with TestClient(create_app(coll_dir, token=TOKEN, protect_reads=True)) as c:
+        assert c.post("/search", json={"question": texts[0]}).status_code == 401
+        assert c.post("/similarity", json={"q1": "a", "q2": "b"}).status_code == 401
+        assert c.post("/search", json={"question": texts[0]}, headers=AUTH).status_code == 200
+        assert c.get("/health").status_code == 200 and c.get("/").status_code == 200
+
+
+def test_added_questions_survive_a_restart(coll_dir, monkeypatch):
+    from dupq.service import create_app
+
+    monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
+    new = ["What is the capital of Mongolia today?", "How do volcanoes form under the sea?"]
+    with TestClient(create_app(coll_dir, token=TOKEN)) as c:
+        ids = [c.post("/questions", json={"text": t, "metadata": {"n": i}}, headers=AUTH).json()["id"] for i, t in enumerate(new)]
+        assert len(set(ids)) == 2
+    with TestClient(create_app(coll_dir, token=TOKEN)) as c:  # a new app: the collection is read from disk
+        assert c.get("/health").json()["questions"] == N + 2
+        for i, (text, new_id) in enumerate(zip(new, ids)):
+            top = c.post("/search", json={"question": text, "k": 3}).json()["results"][0]
+            assert (top["id"], top["text"], top["metadata"]) == (new_id, text, {"n": i})
+
+
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/search", {"question": "x" * 1001}, "question"),
+        ("/search", {"question": ""}, "question"),
+        ("/search", {"question": "   \n"}, "question"),
+        ("/search", {"question": "Why?", "k": 0}, "k"),
+        ("/search", {"question": "Why?", "k": 101}, "k"),
+        ("/search", {"question": "Why?", "k": "ten"}, "k"),
+        ("/search", {"question": 42}, "question"),
+        ("/search", {"k": 5}, "question"),
+        ("/search", {"question": "Why?", "extra": 1}, "extra"),
+        ("/similarity", {"q1": "Why?"}, "q2"),
+        ("/similarity", {"q1": "Why?", "q2": ["a"]}, "q2"),
+        ("/questions", {"text": "Why?", "metadata": [1, 2]}, "metadata"),
+        ("/questions", {"text": "y" * 1001}, "text"),
+    ],
+)
+def test_bad_fields_get_422_naming_the_field(client, path, body, field):
+    r = client.post(path, json=body, headers=AUTH)
+    assert r.status_code == 422, r.text
+    assert any(e["loc"][-1] == field for e in r.json()["detail"]), r.json()
+
+
+def test_malformed_bodies_are_refused_as_json(client):
+    for content in [b"{not json", b"[]", b'"just a string"']:
+        r = client.post("/search", content=content, headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and isinstance(r.json()["detail"], list)
+
+
+def test_limits_are_inclusive(client):
+    assert client.post("/search", json={"question": "q" * 1000, "k": 100}).status_code == 200
+    assert client.post("/search", json={"question": "Why?", "k": 1}).status_code == 200
+
+
+def test_oversized_bodies_get_413(client):
+    big = {"text": "Why?", "metadata": {"blob": "z" * 70_000}}
+    declared = client.post("/questions", json=big, headers=AUTH)
+    assert declared.status_code == 413 and "bytes" in declared.json()["detail"]
+
+    def chunks():  # no Content-Length: the size is only known as it streams in
+        for _ in range(70):
+            yield b" " * 1024
+
+    streamed = client.post("/search", content=chunks(), headers={"Content-Type": "application/json"})
+    assert streamed.status_code == 413 and "bytes" in streamed.json()["detail"]
+    assert client.get("/health").json()["questions"] == N
+
+
+def test_library_errors_become_400(client, monkeypatch):
+    collection = client.app.state.collection
+
+    def refuse(queries, k=10):
+        raise DupqError("this question cannot be searched.")
+
+    monkeypatch.setattr(collection, "search", refuse)
+    r = client.post("/search", json={"question": "Why?"})
+    assert r.status_code == 400 and r.json() == {"detail": "this question cannot be searched."}
+
+
+def test_batcher_isolates_a_failing_request():
+    from dupq.service import Batcher
+
+    calls = []
+
+    def fn(items):
+        calls.append(list(items))
+        if "bad" in items:
+            raise DupqError("bad item")
+        return [item.upper() for item in items]
+
+    async def main():
+        batcher = Batcher(fn)
+        return await asyncio.gather(*(batcher.submit(x) for x in ["a", "bad", "c", "d"]), return_exceptions=True)
+
+    a, bad, c, d = asyncio.run(main())
+    assert (a, c, d) == ("A", "C", "D") and isinstance(bad, DupqError)
+    assert calls[0] == ["a", "bad", "c", "d"]  # submitted together: one call
+    assert calls[1:] == [["a"], ["bad"], ["c"], ["d"]]  # it failed: each retried alone
+
+
+def test_serve_command_reports_a_missing_collection(tmp_path):
+    from dupq.cli import app
+
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output and "Traceback" not in result.output
