@@ -56,3 +56,14 @@ def tiny_model(tiny_model_dir):
     from dupq.model import Model
 
     return Model.load(tiny_model_dir)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Encode on one thread, as the judging commands do (--threads 1), and give the next test its count back."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

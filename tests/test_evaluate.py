@@ -21,15 +21,7 @@ from dupq.evaluate import (
 from dupq.files import DupqError
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Encode on one thread (several only wait on each other for this small LSTM); restore after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def sklearn_binary(scores, labels, threshold):

@@ -20,15 +20,7 @@ from dupq.model import BUNDLED, Model
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Encode on one thread, as the commands do (--threads 1), and give the next test its count back."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -17,15 +17,7 @@ from dupq.report import write_report
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Encode on one thread, as the commands do (--threads 1), and give the next test its count back."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def with_hostile_pair(pairs: Pairs) -> Pairs:

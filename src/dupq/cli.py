@@ -70,7 +70,10 @@ def train(
     extra_negatives: Annotated[int, typer.Option(min=0, help="Non-duplicate training pairs per batch added as negative columns.")] = 0,
     partner_negatives: Annotated[bool, typer.Option(help="Per row, add a question labelled not-duplicate of it as a negative column.")] = False,
     lr_schedule: Annotated[str, typer.Option(help="constant or cosine.")] = "constant",
+    bucket: Annotated[int, typer.Option(min=1, help="Batches per length-sorted bucket (1: random batches, as the seed).")] = 1,
     lowercase: Annotated[bool, typer.Option(help="Fold case before the vocabulary lookup.")] = False,
+    oov_buckets: Annotated[int, typer.Option(min=0, help="Hash unknown words into this many extra ids (0: one shared id, as the seed).")] = 0,
+    min_count: Annotated[int, typer.Option(min=1, help="Keep words seen at least this often in the vocabulary.")] = 1,
     bidirectional: Annotated[bool, typer.Option(help="Bidirectional LSTM.")] = False,
     dropout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Dropout on word embeddings.")] = 0.0,
     train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool.")] = 300_000,
@@ -102,11 +105,11 @@ def train(
     splits = split_pairs(pairs, split)
     config = TrainConfig(
         epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, reduction=reduction, symmetric=symmetric,
-        extra_negatives=extra_negatives, partner_negatives=partner_negatives, lr_schedule=lr_schedule, seed=seed, threads=threads, device=device,
+        extra_negatives=extra_negatives, partner_negatives=partner_negatives, lr_schedule=lr_schedule, bucket=bucket, seed=seed, threads=threads, device=device,
     )
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
     model = run_training(
-        splits, out, config, dim=dim, lowercase=lowercase, bidirectional=bidirectional, dropout=dropout,
+        splits, out, config, dim=dim, lowercase=lowercase, oov_buckets=oov_buckets, min_count=min_count, bidirectional=bidirectional, dropout=dropout,
         resume=resume, overwrite=overwrite, extra_info=info, log=typer.echo, progress=progress,
     )
     if len(splits.dev) and len(splits.test):  # choose the threshold on dev, report on test, store both

@@ -9,6 +9,10 @@ on the questions of the training duplicates. The same behaviour here:
 * look up: id 0 is padding, id 1 is out-of-vocabulary, then the words by falling frequency
   (ties: the later word in code-point order first, as Keras orders them).
 
+Beyond the seed, ``oov_buckets = K > 0`` hashes an unknown word (CRC-32, stable across runs)
+into one of K extra ids after the words, instead of the single id 1: two questions that differ
+only in words never seen in training ("Worldpay" / "Mijireh") no longer encode identically.
+
 Why not Hugging Face ``tokenizers``: it expresses this exactly (a ``Replace`` normaliser,
 ``WhitespaceSplit``, ``WordLevel``) and gives the same ids, but on this 2-core machine it
 encodes 500,000 Quora questions in 5.2 s against 2.7 s for ``str.translate`` + ``str.split`` +
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import os
 import string
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -75,7 +80,7 @@ class Vocabulary:
     [2, 3, 4, 1]
     """
 
-    def __init__(self, tokens: Sequence[str], lowercase: bool = False, max_tokens: int = 256):
+    def __init__(self, tokens: Sequence[str], lowercase: bool = False, max_tokens: int = 256, oov_buckets: int = 0):
         if len(tokens) < 2 or tokens[0] != PAD or tokens[1] != UNK:
             raise DupqError(f"a vocabulary must start with {PAD!r} and {UNK!r}.")
         if len(set(tokens)) != len(tokens):
@@ -83,10 +88,17 @@ class Vocabulary:
         self.tokens = list(tokens)
         self.lowercase = lowercase  # fold case before the lookup (the seed keeps case)
         self.max_tokens = max_tokens  # longer questions are cut, so one huge text cannot exhaust memory
+        self.oov_buckets = oov_buckets  # extra ids that unknown words hash into (0: all share id 1)
         self.index = {t: i for i, t in enumerate(self.tokens)}
 
     def __len__(self) -> int:
-        return len(self.tokens)
+        """Rows the embedding table needs: the words and the unknown-word buckets."""
+        return len(self.tokens) + self.oov_buckets
+
+    def _unknown(self, word: str) -> int:
+        if not self.oov_buckets:
+            return 1
+        return len(self.tokens) + zlib.crc32(word.encode("utf-8", "surrogatepass")) % self.oov_buckets
 
     def words(self, question: str) -> list[str]:
         """The standardised words of one question, before the vocabulary lookup."""
@@ -102,6 +114,7 @@ class Vocabulary:
         lowercase: bool = False,
         max_tokens: int = 256,
         min_count: int = 1,
+        oov_buckets: int = 0,
     ) -> Vocabulary:
         """Count the words of ``questions`` and keep those seen ``min_count`` times, most frequent first."""
         counter = cls([PAD, UNK], lowercase=lowercase, max_tokens=max_tokens)
@@ -111,27 +124,30 @@ class Vocabulary:
         # Keras orders by count, then by word, both descending (a reversed lexsort).
         ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
         words = [w for w, n in ranked if n >= min_count and w not in (PAD, UNK)]
-        return cls([PAD, UNK, *words], lowercase=lowercase, max_tokens=max_tokens)
+        return cls([PAD, UNK, *words], lowercase=lowercase, max_tokens=max_tokens, oov_buckets=oov_buckets)
 
     def encode(self, questions: Sequence[str]) -> Encoded:
-        """Token ids of every question; unknown words map to 1, an empty question to no ids."""
+        """Token ids of every question; unknown words map to 1 (or a bucket), an empty question to no ids."""
         get = self.index.get
         words = self.words
+        unknown = self._unknown
         flat: list[int] = []
         lengths = np.zeros(len(questions) + 1, dtype=np.int64)
         for i, q in enumerate(questions):
-            ids = [get(w, 1) for w in words(q)]
+            ids = [get(w) or unknown(w) for w in words(q)]
             flat.extend(ids)
             lengths[i + 1] = len(ids)
         return Encoded(np.asarray(flat, dtype=np.int64), np.cumsum(lengths))
 
     def save(self, path: str | os.PathLike) -> None:
-        write_json(path, {"lowercase": self.lowercase, "max_tokens": self.max_tokens, "tokens": self.tokens})
+        write_json(path, {"lowercase": self.lowercase, "max_tokens": self.max_tokens,
+                          "oov_buckets": self.oov_buckets, "tokens": self.tokens})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocabulary:
         obj = read_json(path, "the vocabulary")
         try:
-            return cls(obj["tokens"], lowercase=bool(obj["lowercase"]), max_tokens=int(obj["max_tokens"]))
+            return cls(obj["tokens"], lowercase=bool(obj["lowercase"]), max_tokens=int(obj["max_tokens"]),
+                       oov_buckets=int(obj.get("oov_buckets", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise DupqError(f"the vocabulary {path} is corrupt ({type(e).__name__}: {e}).") from None

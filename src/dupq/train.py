@@ -48,7 +48,8 @@ class TrainConfig:
     partner_negatives: bool = False  # per row, one question labelled *not* a duplicate of it joins as a column
     lr_schedule: str = "constant"  # "constant" or "cosine" (decay to 0 over the run)
     seed: int = 0  # seeds initialisation, shuffling and dropout
-    bucket: int = 50  # batches per length-sorted bucket; more = less padding, less random batches
+    bucket: int = 1  # batches per length-sorted bucket; >1 groups similar lengths (faster, but -1.3 test accuracy)
+    chunks: int = 4  # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "cpu"  # "cuda" trains on a GPU (bit-exact resume is guaranteed on CPU only)
 
@@ -117,13 +118,28 @@ class _Partners:
         return chosen
 
 
+def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``encoder(ids, lengths)`` computed as ``chunks`` calls on length-sorted slices of the batch.
+
+    A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
+    max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
+    and running each slice at its own width gives the same vectors at ~5x the speed on CPU,
+    without making the batch's questions (the in-batch negatives) share a length.
+    """
+    if chunks <= 1:
+        return encoder(ids, lengths)
+    order = torch.argsort(lengths)
+    parts = [encoder(ids[c, : int(lengths[c].max())], lengths[c]) for c in torch.tensor_split(order, chunks) if len(c)]
+    return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
+
+
 def _batch_loss(encoder: Encoder, data: _Side, index: np.ndarray, config: TrainConfig, negatives=None):
     ids, lengths = pad_pair(data.q1, data.q2, index)  # (2B, L), (2B,)
-    v = encoder(ids.to(config.device), lengths.to(config.device))  # (2B, d)
+    v = encode_in_chunks(encoder, ids.to(config.device), lengths.to(config.device), config.chunks)  # (2B, d)
     b = len(index)
     neg = None
     if negatives is not None:
-        neg = encoder(*negatives)  # (M, d)
+        neg = encode_in_chunks(encoder, *negatives, config.chunks)  # (M, d)
     return triplet_loss(v[:b], v[b:], config.margin, config.reduction, config.symmetric, neg)
 
 
@@ -181,6 +197,8 @@ def train(
     config: TrainConfig | None = None,
     dim: int = 128,
     lowercase: bool = False,
+    oov_buckets: int = 0,
+    min_count: int = 1,
     bidirectional: bool = False,
     dropout: float = 0.0,
     resume: bool = False,
@@ -208,7 +226,7 @@ def train(
     else:
         config = config or TrainConfig()
         pool_dups = splits.pool.take(splits.pool.labels == 1)
-        vocab = Vocabulary.build(pool_dups.q1 + pool_dups.q2, lowercase=lowercase)
+        vocab = Vocabulary.build(pool_dups.q1 + pool_dups.q2, lowercase=lowercase, oov_buckets=oov_buckets, min_count=min_count)
         out.mkdir(parents=True, exist_ok=True)
         vocab.save(out / "vocab.json")
         torch.manual_seed(config.seed)
