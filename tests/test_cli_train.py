@@ -69,3 +69,17 @@ def test_train_prints_epochs_and_writes_a_model_folder(data_path, tmp_path):
     assert len(info["metrics"]["training"]["history"]) == 2
     again = runner.invoke(app, args)  # a second run must not silently discard the checkpoint
     assert "--resume" in one_error_line(again)
+
+
+def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
+    from dupq.model import Model
+
+    out = tmp_path / "exported"
+    result = runner.invoke(app, ["export", str(tiny_model_dir), str(out), "--half"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.json", "model.safetensors", "vocab.json"]
+    copy = Model.load(out)
+    assert copy.threshold == tiny_model.threshold and copy.metrics == tiny_model.metrics
+    q = ["How do I learn Python?", "What is the capital of France?"]
+    assert abs(copy.similarity(*q) - tiny_model.similarity(*q)) < 0.02
+    assert "different output folder" in one_error_line(runner.invoke(app, ["export", str(out), str(out)]))

@@ -68,3 +68,18 @@ def test_save_load_roundtrip(tmp_path, small_splits):
     assert again.tokens == vocab.tokens and again.lowercase and again.max_tokens == 32
     q = small_splits.test.q1[:50]
     assert again.encode(q).flat.tolist() == vocab.encode(q).flat.tolist()
+
+
+def test_oov_buckets_separate_unknown_words_stably(tmp_path, small_splits):
+    vocab = Vocabulary.build(small_splits.train.q1[:2000], oov_buckets=4096)
+    base = len(vocab.tokens)
+    assert len(vocab) == base + 4096
+    a, b = vocab.encode(["How do I pay with Worldpay?", "How do I pay with Mijireh?"])
+    assert a[:-1].tolist() == b[:-1].tolist() and a[-1] != b[-1]
+    assert base <= a[-1] < base + 4096 and base <= b[-1] < base + 4096
+    vocab.save(tmp_path / "v.json")
+    again = Vocabulary.load(tmp_path / "v.json")
+    assert again.oov_buckets == 4096 and again.encode(["Worldpay"]).flat.tolist() == [a[-1]]
+    # Without buckets every unknown word is id 1, as in the seed.
+    plain = Vocabulary(vocab.tokens)
+    assert plain.encode(["Worldpay Mijireh"]).flat.tolist() == [1, 1]

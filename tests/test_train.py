@@ -92,3 +92,20 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(data_path, tmp_path
     assert "resuming" in resumed.stdout
     a, b = _weights(tmp_path / "whole"), _weights(out)
     assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_chunked_encoding_equals_one_padded_call(small_splits):
+    import torch
+
+    from dupq.model import Encoder, EncoderConfig, pad_pair
+    from dupq.tokenizer import Vocabulary
+    from dupq.train import _Side, encode_in_chunks
+
+    vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
+    data = _Side(vocab, small_splits.train.q1, small_splits.train.q2)
+    torch.manual_seed(0)
+    encoder = Encoder(EncoderConfig(len(vocab), dim=16))
+    ids, lengths = pad_pair(data.q1, data.q2, np.arange(100))
+    whole = encoder(ids, lengths)
+    for chunks in (2, 3, 7):
+        torch.testing.assert_close(encode_in_chunks(encoder, ids, lengths, chunks), whole, atol=1e-6, rtol=0)

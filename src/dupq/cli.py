@@ -121,6 +121,22 @@ def train(
 
 
 @command()
+def export(
+    model: Annotated[Path, typer.Argument(help="Model folder to copy.")],
+    out: Annotated[Path, typer.Argument(help="Folder to write (config, vocabulary, weights, metrics; no checkpoint).")],
+    half: Annotated[bool, typer.Option(help="Store the weights as float16 (half the size).")] = False,
+) -> None:
+    """Write a compact copy of a model folder, e.g. the float16 model bundled with the package."""
+    from dupq.model import Model
+
+    if out.resolve() == model.resolve():
+        raise DupqError("export needs a different output folder than the model it copies.")
+    Model.load(model).save(out, half=half)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    typer.echo(f"wrote {out} ({size / 2**20:.1f} MiB)")
+
+
+@command()
 def info(
     model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
 ) -> None:
