@@ -240,7 +240,8 @@ def train(
         raise DupqError(f"unknown device {config.device!r}; use cpu or cuda.") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise DupqError("--device cuda was asked for but torch sees no CUDA GPU here.")
-    log(f"vocabulary: {len(vocab):,} words | train {len(splits.train):,} pairs | validation {len(splits.val):,} pairs")
+    buckets = f" + {vocab.oov_buckets:,} unknown-word buckets" if vocab.oov_buckets else ""
+    log(f"vocabulary: {len(vocab.tokens):,} words{buckets} | train {len(splits.train):,} pairs | validation {len(splits.val):,} pairs")
 
     train_data = _Side(vocab, splits.train.q1, splits.train.q2)
     val_data = _Side(vocab, splits.val.q1, splits.val.q2)
