@@ -308,7 +308,7 @@ def predict(
 
 @command()
 def report(
-    model: Annotated[Path, typer.Argument(help="Model folder.")],
+    model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
@@ -321,7 +321,7 @@ def report(
 
     _threads(threads)
     m = Model.load(model)
-    result = write_report(m, held_out(m, _data(data)).test, out, threshold, title=str(model))
+    result = write_report(m, held_out(m, _data(data)).test, out, threshold, title=str(model or "bundled model"))
     typer.echo(f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}")
 
 
