@@ -228,8 +228,10 @@ def test_corrupt_model_folder(trained, tmp_path, damage, fragment):
     assert_user_error(run("predict", "a b", "c d", "--model", copy), fragment)
 
 
-@pytest.mark.skipif((BUNDLED / "config.json").is_file(), reason="a bundled model is installed")
-def test_no_bundled_model():
+def test_no_bundled_model(monkeypatch, tmp_path):
+    import dupq.model
+
+    monkeypatch.setattr(dupq.model, "BUNDLED", tmp_path / "not-installed")
     assert_user_error(run("predict", "a b", "c d"), "no bundled model")
 
 

@@ -21,14 +21,18 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def with_hostile_pair(pairs: Pairs) -> Pairs:
-    """The pairs plus one labelled "different" whose two (identical) questions hold HTML."""
+    """One pair labelled "different" whose two (identical) questions hold HTML, then the pairs.
+
+    Identical questions score 1.0, the highest a false positive can; placed first, the pair leads
+    any tie, so it is always in the worst-errors table whatever the model.
+    """
     hostile = "<script>alert('x')</script> How do I cook rice & beans?"
     return Pairs(
-        ids=[*pairs.ids, "hostile"],
-        q1=[*pairs.q1, hostile],
-        q2=[*pairs.q2, hostile],
-        labels=np.r_[pairs.labels, 0].astype(np.int8),
-        rows=np.r_[pairs.rows, pairs.rows.max() + 1],
+        ids=["hostile", *pairs.ids],
+        q1=[hostile, *pairs.q1],
+        q2=[hostile, *pairs.q2],
+        labels=np.r_[0, pairs.labels].astype(np.int8),
+        rows=np.r_[pairs.rows.max() + 1, pairs.rows],
     )
 
 
@@ -55,12 +59,15 @@ def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path)
     errors = result["worst_errors"]
     fps, fns = errors["false_positives"], errors["false_negatives"]
     assert len(fps) == min(10, fp) and len(fns) == min(10, fn)
-    hostile = scores[-1]  # identical questions: similarity 1, among the most confident mistakes
-    assert "hostile" in [r["id"] for r in fps] and fps[0]["similarity"] - hostile < 1e-6
+    hostile = scores[0]  # identical questions: similarity 1, the most confident mistake possible
+    assert fps[0]["id"] == "hostile" and abs(fps[0]["similarity"] - hostile) < 1e-6
+    shown = [round(r["similarity"], 4) for r in fps]  # ordered as printed
+    assert shown == sorted(shown, reverse=True)
     by_id = dict(zip(pairs.ids, zip(pairs.labels, scores)))
     assert all(by_id[r["id"]][0] == 0 and r["similarity"] > 0.7 for r in fps)
     assert all(by_id[r["id"]][0] == 1 and r["similarity"] <= 0.7 for r in fns)
-    assert [r["similarity"] for r in fps] == sorted((r["similarity"] for r in fps), reverse=True)
+    shown = [round(r["similarity"], 4) for r in fps]  # ordered as printed
+    assert shown == sorted(shown, reverse=True)
     assert [r["similarity"] for r in fns] == sorted(r["similarity"] for r in fns)
     # No false positive outside the table scores higher than the last one in it.
     is_fp = (pairs.labels == 0) & (scores > 0.7)

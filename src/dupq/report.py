@@ -115,8 +115,9 @@ def worst_errors(scores: np.ndarray, pairs: Pairs, threshold: float, k: int = 10
     labels = pairs.labels
     fp = np.flatnonzero((labels == 0) & (scores > threshold))
     fn = np.flatnonzero((labels == 1) & (scores <= threshold))
-    fp = fp[np.argsort(-scores[fp], kind="stable")[:k]]
-    fn = fn[np.argsort(scores[fn], kind="stable")[:k]]
+    shown = np.round(scores, 4)  # ties at the printed precision keep the pairs' order
+    fp = fp[np.argsort(-shown[fp], kind="stable")[:k]]
+    fn = fn[np.argsort(shown[fn], kind="stable")[:k]]
 
     def rows(index: np.ndarray) -> list[dict[str, Any]]:
         return [
