@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from cli_model import cli_model
 from dupq.cli import app
 from dupq.files import read_json
-from dupq.model import BUNDLED, Model
+from dupq.model import Model
 
 runner = CliRunner()
 

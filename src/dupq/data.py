@@ -24,6 +24,7 @@ import os
 import sys
 import zlib
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,10 +95,25 @@ def default_data_path() -> Path:
     return Path(env) if env else DEFAULT_DATA
 
 
-def _open_text(path: Path):
+def open_text(path: Path):
+    """Open a UTF-8 text file for the ``csv`` module, gunzipping a ``.gz`` on the fly."""
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
+
+
+@contextmanager
+def reading(path: Path, kind: str = "CSV/TSV"):
+    """Turn the ways a text table can be unreadable into one :class:`DupqError` naming ``path``."""
+    csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise DupqError(f"{path} is not UTF-8 text (byte {e.start} of a chunk cannot be decoded).") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise DupqError(f"{path} is not a readable gzip file ({e}).") from None
+    except csv.Error as e:
+        raise DupqError(f"{path} is not a well-formed {kind} file ({e}).") from None
 
 
 def _delimiter(path: Path, header_line: str) -> str:
@@ -122,46 +138,37 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     path = Path(path)
     if not path.is_file():
         raise DupqError(f"data file {path} does not exist; {DATA_HELP}.")
-    csv.field_size_limit(sys.maxsize)
     ids, q1, q2, labels, rows = [], [], [], [], []
     dropped = Dropped()
-    delimiter = ","
-    try:
-        with _open_text(path) as f:
-            header_line = f.readline()
-            delimiter = _delimiter(path, header_line)
-            header = next(csv.reader([header_line], delimiter=delimiter), [])
-            header = [h.strip().lstrip("\ufeff") for h in header]
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
-            if missing:
-                raise DupqError(
-                    f"{path} lacks the column(s) {', '.join(missing)}: a pairs file needs a header "
-                    f"with question1, question2 and is_duplicate (found: {', '.join(header) or 'nothing'})."
-                )
-            col = {name: header.index(name) for name in header}
-            i_q1, i_q2, i_y = col["question1"], col["question2"], col["is_duplicate"]
-            i_id = col.get("id")
-            width = len(header)
-            for position, row in enumerate(csv.reader(f, delimiter=delimiter)):
-                row_id = row[i_id] if i_id is not None and i_id < len(row) else str(position)
-                if len(row) != width:
-                    dropped.add(row_id, "wrong number of fields")
-                elif not row[i_q1].strip() or not row[i_q2].strip():
-                    dropped.add(row_id, "empty question")
-                elif row[i_y].strip() not in ("0", "1"):
-                    dropped.add(row_id, "label not 0 or 1")
-                else:
-                    ids.append(row_id)
-                    q1.append(row[i_q1])
-                    q2.append(row[i_q2])
-                    labels.append(row[i_y].strip() == "1")
-                    rows.append(position)
-    except UnicodeDecodeError as e:
-        raise DupqError(f"{path} is not UTF-8 text (byte {e.start} of a chunk cannot be decoded).") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise DupqError(f"{path} is not a readable gzip file ({e}).") from None
-    except csv.Error as e:
-        raise DupqError(f"{path} is not a well-formed {'TSV' if delimiter == chr(9) else 'CSV'} file ({e}).") from None
+    with reading(path), open_text(path) as f:
+        header_line = f.readline()
+        delimiter = _delimiter(path, header_line)
+        header = next(csv.reader([header_line], delimiter=delimiter), [])
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise DupqError(
+                f"{path} lacks the column(s) {', '.join(missing)}: a pairs file needs a header "
+                f"with question1, question2 and is_duplicate (found: {', '.join(header) or 'nothing'})."
+            )
+        col = {name: header.index(name) for name in header}
+        i_q1, i_q2, i_y = col["question1"], col["question2"], col["is_duplicate"]
+        i_id = col.get("id")
+        width = len(header)
+        for position, row in enumerate(csv.reader(f, delimiter=delimiter)):
+            row_id = row[i_id] if i_id is not None and i_id < len(row) else str(position)
+            if len(row) != width:
+                dropped.add(row_id, "wrong number of fields")
+            elif not row[i_q1].strip() or not row[i_q2].strip():
+                dropped.add(row_id, "empty question")
+            elif row[i_y].strip() not in ("0", "1"):
+                dropped.add(row_id, "label not 0 or 1")
+            else:
+                ids.append(row_id)
+                q1.append(row[i_q1])
+                q2.append(row[i_q2])
+                labels.append(row[i_y].strip() == "1")
+                rows.append(position)
     if not q1:
         raise DupqError(f"{path} holds no usable question pairs ({dropped}).")
     pairs = Pairs(ids, q1, q2, np.asarray(labels, dtype=np.int8), np.asarray(rows, dtype=np.int64))

@@ -15,13 +15,11 @@ Empty questions are skipped and counted, never stored.
 from __future__ import annotations
 
 import csv
-import gzip
 import os
-import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dupq.data import open_text, reading
 from dupq.files import DupqError
 
 
@@ -37,12 +35,6 @@ class Questions:
 
     def __len__(self) -> int:
         return len(self.texts)
-
-
-def _open(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
 
 
 def _table_delimiter(path: Path) -> str | None:
@@ -62,22 +54,14 @@ def read_questions(path: str | os.PathLike, column: str | None = None) -> Questi
     delimiter = _table_delimiter(path)
     if column is not None and delimiter is None:
         raise DupqError(f"--column needs a .csv or .tsv file, but {path} is neither.")
-    csv.field_size_limit(sys.maxsize)
-    try:
-        with _open(path) as f:
-            if delimiter is None:
-                return _read_lines(f)
-            rows = csv.reader(f, delimiter=delimiter)
-            header = [h.strip().lstrip("\ufeff") for h in next(rows, [])]
-            if column is None and {"qid1", "qid2", "question1", "question2"} <= set(header):
-                return _read_pairs(rows, header)
-            return _read_table(rows, header, column or "question", path)
-    except UnicodeDecodeError as e:
-        raise DupqError(f"{path} is not UTF-8 text (byte {e.start} of a chunk cannot be decoded).") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise DupqError(f"{path} is not a readable gzip file ({e}).") from None
-    except csv.Error as e:
-        raise DupqError(f"{path} is not a well-formed CSV/TSV file ({e}).") from None
+    with reading(path), open_text(path) as f:
+        if delimiter is None:
+            return _read_lines(f)
+        rows = csv.reader(f, delimiter=delimiter)
+        header = [h.strip().lstrip("\ufeff") for h in next(rows, [])]
+        if column is None and {"qid1", "qid2", "question1", "question2"} <= set(header):
+            return _read_pairs(rows, header)
+        return _read_table(rows, header, column or "question", path)
 
 
 def _read_lines(f) -> Questions:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -270,7 +271,7 @@ def train(
             BarColumn(),
             TextColumn("{task.completed}/{task.total} batches | loss {task.fields[loss]:.4f} | {task.fields[speed]:,.0f} pairs/s"),
             TimeRemainingColumn(),
-            disable=not progress,
+            disable=not (progress and sys.stdout.isatty()),  # no bar (nor its blank line) in logs
             transient=True,
         ) as bar:
             task = bar.add_task("train", total=len(batches), loss=float("nan"), speed=0.0)
