@@ -21,7 +21,7 @@ import torch
 from dupq.data import default_data_path, read_pairs, split_pairs
 from dupq.model import Encoder, EncoderConfig, Model
 from dupq.tokenizer import Vocabulary
-from dupq.train import TrainConfig, _batch_loss, _Side, length_batches
+from dupq.train import TrainConfig, batch_loss, EncodedPairs, length_batches
 
 
 def main() -> None:
@@ -43,14 +43,14 @@ def main() -> None:
     torch.manual_seed(0)
     encoder = Encoder(EncoderConfig(len(vocab), dim=args.dim))
     optimizer = torch.optim.Adam(encoder.parameters(), lr=config.lr, fused=True)
-    data = _Side(vocab, splits.train.q1, splits.train.q2)
+    data = EncodedPairs(vocab, splits.train.q1, splits.train.q2)
     batches = length_batches(data.lengths, config.batch_size, np.random.default_rng(0), config.bucket)
     encoder.train()
     done, started = 0, None
     for step, index in enumerate(batches[: args.steps + 10]):
         if step == 10:
             done, started = 0, time.perf_counter()
-        loss = _batch_loss(encoder, data, index, config)
+        loss = batch_loss(encoder, data, index, config)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -99,10 +99,10 @@ def test_chunked_encoding_equals_one_padded_call(small_splits):
 
     from dupq.model import Encoder, EncoderConfig, pad_pair
     from dupq.tokenizer import Vocabulary
-    from dupq.train import _Side, encode_in_chunks
+    from dupq.train import EncodedPairs, encode_in_chunks
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
-    data = _Side(vocab, small_splits.train.q1, small_splits.train.q2)
+    data = EncodedPairs(vocab, small_splits.train.q1, small_splits.train.q2)
     torch.manual_seed(0)
     encoder = Encoder(EncoderConfig(len(vocab), dim=16))
     ids, lengths = pad_pair(data.q1, data.q2, np.arange(100))

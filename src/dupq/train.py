@@ -78,7 +78,7 @@ def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
     return 1.0
 
 
-class _Side:
+class EncodedPairs:
     """The two encoded sides of a set of pairs."""
 
     def __init__(self, vocab: Vocabulary, q1: list[str], q2: list[str]):
@@ -134,7 +134,7 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
     return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
 
 
-def _batch_loss(encoder: Encoder, data: _Side, index: np.ndarray, config: TrainConfig, negatives=None):
+def batch_loss(encoder: Encoder, data: EncodedPairs, index: np.ndarray, config: TrainConfig, negatives=None):
     ids, lengths = pad_pair(data.q1, data.q2, index)  # (2B, L), (2B,)
     v = encode_in_chunks(encoder, ids.to(config.device), lengths.to(config.device), config.chunks)  # (2B, d)
     b = len(index)
@@ -144,13 +144,13 @@ def _batch_loss(encoder: Encoder, data: _Side, index: np.ndarray, config: TrainC
     return triplet_loss(v[:b], v[b:], config.margin, config.reduction, config.symmetric, neg)
 
 
-def _evaluate_loss(encoder: Encoder, data: _Side, config: TrainConfig) -> float:
+def _evaluate_loss(encoder: Encoder, data: EncodedPairs, config: TrainConfig) -> float:
     """Mean loss per pair on fixed, seed-independent validation batches."""
     encoder.eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for index in length_batches(data.lengths, config.batch_size, np.random.default_rng(12345), config.bucket):
-            loss = _batch_loss(encoder, data, index, config)
+            loss = batch_loss(encoder, data, index, config)
             total += loss.item() * (1 if config.reduction == "sum" else len(index))
             count += len(index)
     return total / max(count, 1)
@@ -244,8 +244,8 @@ def train(
     buckets = f" + {vocab.oov_buckets:,} unknown-word buckets" if vocab.oov_buckets else ""
     log(f"vocabulary: {len(vocab.tokens):,} words{buckets} | train {len(splits.train):,} pairs | validation {len(splits.val):,} pairs")
 
-    train_data = _Side(vocab, splits.train.q1, splits.train.q2)
-    val_data = _Side(vocab, splits.val.q1, splits.val.q2)
+    train_data = EncodedPairs(vocab, splits.train.q1, splits.train.q2)
+    val_data = EncodedPairs(vocab, splits.val.q1, splits.val.q2)
     negatives = partners = None
     pool_neg = splits.pool.take(splits.pool.labels == 0)
     if config.extra_negatives:
@@ -292,7 +292,7 @@ def train(
                     neg = (ids, lengths)
                 if neg is not None:
                     neg = (torch.from_numpy(neg[0]).to(config.device), torch.from_numpy(neg[1]).to(config.device))
-                loss = _batch_loss(encoder, train_data, index, config, neg)
+                loss = batch_loss(encoder, train_data, index, config, neg)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
