@@ -290,7 +290,7 @@ def main() -> None:
     token = secrets.token_urlsafe(16)
     port = free_port()
     log = open(args.work / "server.log", "w")
-    result: dict = {"clients": args.clients, "machine": f"{os.cpu_count()} cores, shared with other work"}
+    result: dict = {"clients": args.clients, "machine": {"cpus": os.cpu_count(), "load_average_1m_at_start": round(os.getloadavg()[0], 2)}}
     server, result["start_s"] = start_server(copy, None, port, token, log, args.start_timeout)
     try:
         result["questions"] = health(port)["questions"]
