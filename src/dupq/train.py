@@ -134,6 +134,23 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
     return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
 
 
+def _negative_columns(
+    negatives: Encoded | None, partners: _Partners | None, index: np.ndarray, rng: np.random.Generator, config: TrainConfig
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The batch's extra negative questions as one padded ``(M, L)`` block and lengths, or None."""
+    blocks = []
+    if negatives is not None:
+        blocks.append(negatives.padded(rng.choice(len(negatives), size=2 * config.extra_negatives, replace=False)))
+    if partners is not None:
+        blocks.insert(0, partners.encoded.padded(partners.pick(index, rng)))  # partners first, as columns B..2B-1
+    if not blocks:
+        return None
+    width = max(ids.shape[1] for ids, _ in blocks)
+    ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))) for ids, _ in blocks])  # (M, L)
+    lengths = np.concatenate([lengths for _, lengths in blocks])  # (M,)
+    return torch.from_numpy(ids).to(config.device), torch.from_numpy(lengths).to(config.device)
+
+
 def batch_loss(encoder: Encoder, data: EncodedPairs, index: np.ndarray, config: TrainConfig, negatives=None):
     ids, lengths = pad_pair(data.q1, data.q2, index)  # (2B, L), (2B,)
     v = encode_in_chunks(encoder, ids.to(config.device), lengths.to(config.device), config.chunks)  # (2B, d)
@@ -247,7 +264,8 @@ def train(
     train_data = EncodedPairs(vocab, splits.train.q1, splits.train.q2)
     val_data = EncodedPairs(vocab, splits.val.q1, splits.val.q2)
     negatives = partners = None
-    pool_neg = splits.pool.take(splits.pool.labels == 0)
+    if config.extra_negatives or config.partner_negatives:
+        pool_neg = splits.pool.take(splits.pool.labels == 0)
     if config.extra_negatives:
         negatives = vocab.encode(pool_neg.q1 + pool_neg.q2)
     if config.partner_negatives:
@@ -278,20 +296,7 @@ def train(
             for step, index in enumerate(batches):
                 for group in optimizer.param_groups:
                     group["lr"] = config.lr * _lr_factor(config, epoch * steps_per_epoch + step, total_steps)
-                neg = None
-                if negatives is not None:
-                    pick = rng.choice(len(negatives), size=2 * config.extra_negatives, replace=False)
-                    neg = negatives.padded(pick)
-                if partners is not None:
-                    ids, lengths = partners.encoded.padded(partners.pick(index, rng))
-                    if neg is not None:  # both kinds: one padded block
-                        width = max(ids.shape[1], neg[0].shape[1])
-                        ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))),
-                                              np.pad(neg[0], ((0, 0), (0, width - neg[0].shape[1])))])
-                        lengths = np.concatenate([lengths, neg[1]])
-                    neg = (ids, lengths)
-                if neg is not None:
-                    neg = (torch.from_numpy(neg[0]).to(config.device), torch.from_numpy(neg[1]).to(config.device))
+                neg = _negative_columns(negatives, partners, index, rng, config)
                 loss = batch_loss(encoder, train_data, index, config, neg)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
