@@ -1,98 +1,94 @@
-"""Train and judge several configurations; one JSON line per configuration (docs/RESULTS.md).
+"""Train and judge several recipes; one JSON line per recipe (the tables of docs/RESULTS.md).
 
-    python bench/quality_sweep.py --out runs/sweep [--device cuda] [--jobs 4] [--only seed,lower,...]
+    python bench/quality_sweep.py --out runs/sweep --only labelled,labelled-cos [--jobs 2 --threads 1]
+    python bench/quality_sweep.py --list
 
-Each configuration is a set of `dupq train` options; the run trains on the seed split, chooses the
-accuracy-maximising threshold on the dev pairs, and reports on the test pairs (which choose
-nothing). The line names the equivalent `dupq train` command.
+Each configuration is a list of `dupq train` options, run as that command (so the line's
+``command`` reproduces it). Every choice is made on data that is not the test pairs:
+
+* ``dev_accuracy``: accuracy on the dev pairs at the threshold chosen there (what `dupq train`
+  stores in the model);
+* ``dev_mrr``: retrieval on the dev split alone (`bench/retrieval.py --split dev`);
+* ``val_accuracy``: the best epoch's accuracy on the pool pairs held out for validation.
+
+The test figures (accuracy at the dev threshold, ROC-AUC, expected calibration error, retrieval
+MRR as `bench/retrieval.py` reports it) are printed too, for the record, never for choosing.
+A configuration whose model folder is already complete is judged again without retraining.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import subprocess
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-# name -> (train() keyword options, TrainConfig options)
-CONFIGS: dict[str, tuple[dict, dict]] = {
-    "seed": ({}, {}),
-    "bucket50": ({}, {"bucket": 50, "chunks": 1}),
-    "partners": ({}, {"partner_negatives": True}),
-    "oov": ({"oov_buckets": 4096}, {}),
-    "oov+min2": ({"oov_buckets": 4096, "min_count": 2}, {}),
-    "lower+oov+min2": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2}, {}),
-    "lower+oov": ({"lowercase": True, "oov_buckets": 4096}, {}),
-    "lower+oov+cos10": ({"lowercase": True, "oov_buckets": 4096}, {"epochs": 10, "lr_schedule": "cosine"}),
-    "lower+partners+sym": ({"lowercase": True}, {"partner_negatives": True, "symmetric": True}),
-    "lower+partners+sym+cos10": ({"lowercase": True}, {"partner_negatives": True, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
-    "lower+oov+min2+sym": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2}, {"symmetric": True}),
-    "lower+oov+min2+bilstm": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2, "bidirectional": True}, {}),
-    "lower+oov+min2+b512": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2}, {"batch_size": 512}),
-    "lower+oov+min2+drop": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2}, {}),
-    "lower+oov+min2+cos10": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2}, {"epochs": 10, "lr_schedule": "cosine"}),
-    "lower+oov+min2+cos10+bilstm": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2, "bidirectional": True}, {"epochs": 10, "lr_schedule": "cosine"}),
-    "lower+oov+min2+cos10+b512": ({"lowercase": True, "oov_buckets": 4096, "min_count": 2}, {"epochs": 10, "lr_schedule": "cosine", "batch_size": 512}),
-    "lower": ({"lowercase": True}, {}),
-    "negatives": ({}, {"extra_negatives": 64}),
-    "symmetric": ({}, {"symmetric": True}),
-    "bilstm": ({"bidirectional": True}, {}),
-    "cosine10": ({}, {"epochs": 10, "lr_schedule": "cosine"}),
-    "batch512": ({}, {"batch_size": 512}),
-    "dropout": ({"dropout": 0.2}, {}),
-    "lower+neg+sym": ({"lowercase": True}, {"extra_negatives": 64, "symmetric": True}),
-    "lower+neg+sym+cos10": ({"lowercase": True}, {"extra_negatives": 64, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
-    "all+bilstm": ({"lowercase": True, "bidirectional": True}, {"extra_negatives": 64, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
-    "all+dropout": ({"lowercase": True, "dropout": 0.2}, {"extra_negatives": 64, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
-    "all+lr3e-3": ({"lowercase": True}, {"extra_negatives": 64, "symmetric": True, "epochs": 10, "lr_schedule": "cosine", "lr": 0.003}),
-    "all+neg128": ({"lowercase": True}, {"extra_negatives": 128, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
-    "all+dim256": ({"lowercase": True, "dim": 256}, {"extra_negatives": 64, "symmetric": True, "epochs": 10, "lr_schedule": "cosine"}),
-    "all+ep20": ({"lowercase": True}, {"extra_negatives": 64, "symmetric": True, "epochs": 20, "lr_schedule": "cosine"}),
+sys.path.insert(0, str(Path(__file__).parent))
+
+# The options every labelled recipe below shares: the bundled model's tokenizer and regularisation.
+WORDS = ["--lowercase", "--oov-buckets", "4096", "--min-count", "2", "--dropout", "0.2"]
+LABELLED = [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives", "--hard-negatives"]
+
+# name -> `dupq train` options
+CONFIGS: dict[str, list[str]] = {
+    "seed": [],
+    "seed-best": [*WORDS, "--symmetric"],  # the previous bundled model
+    "labelled-cos-6": [*LABELLED, "--head", "cosine", "--epochs", "6", "--lr-schedule", "cosine"],
+    "labelled-mlp-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine"],
 }
 
 
-def command_line(model_opts: dict, train_opts: dict) -> str:
-    parts = ["dupq train"]
-    for key, value in {**model_opts, **train_opts}.items():
-        flag = "--" + key.replace("_", "-")
-        parts.append(flag if value is True else f"{flag} {value}")
-    return " ".join(parts)
-
-
-def run_one(name: str, data: str, out: str, device: str, threads: int) -> dict:
+def judge(name: str, folder: Path, data: str, threads: int) -> dict:
+    """The dev and test figures of a trained model folder (the model is loaded from disk)."""
     import torch
 
     from dupq.data import read_pairs, split_pairs
-    from dupq.evaluate import calibrate_and_test
-    from dupq.train import TrainConfig, train
+    from dupq.evaluate import evaluate
+    from dupq.model import Model
+    from retrieval import retrieval_metrics
 
     torch.set_num_threads(threads)
-    model_opts, train_opts = CONFIGS[name]
+    model = Model.load(folder)
     splits = split_pairs(read_pairs(data)[0])
-    started = time.perf_counter()
-    model = train(
-        splits, Path(out) / name, TrainConfig(**{**train_opts, "device": device, "threads": threads}),
-        overwrite=True, log=lambda _: None, progress=False, **model_opts,
-    )
-    seconds = time.perf_counter() - started
-    result = calibrate_and_test(model, splits.dev, splits.test)
-    model.save(Path(out) / name)
-    c, t = result["calibration"], result["test"]
+    test = evaluate(model, splits.test)
+    training = model.metrics.get("training", {})
+    history = training.get("history", [])
+    best = training.get("best_epoch") or len(history)
+    calibration = model.metrics.get("calibration", {})
     return {
         "name": name,
-        "command": command_line(model_opts, train_opts),
-        "dev_accuracy": round(c["dev_accuracy"], 4),
-        "threshold": round(c["threshold"], 4),
-        "test_accuracy": round(t["accuracy"], 4),
-        "test_accuracy_at_0_7": round(t["accuracy_at_0_7"], 4),
-        "test_f1": round(t["f1"], 4),
-        "roc_auc": round(t["roc_auc"], 4),
-        "average_precision": round(t["average_precision"], 4),
-        "final_val_loss": round(model.metrics["training"]["history"][-1]["val_loss"], 4),
-        "train_seconds": round(seconds, 1),
-        "device": device,
+        "command": "dupq train " + " ".join(shlex.quote(a) for a in CONFIGS[name]),
+        "dev_accuracy": round(calibration.get("dev_accuracy", float("nan")), 4),
+        "dev_mrr": round(retrieval_metrics(model.encode, splits, "dev")["mrr"], 4),
+        "val_accuracy": round(history[best - 1]["val_accuracy"], 4) if history and "val_accuracy" in history[best - 1] else None,
+        "best_epoch": best,
+        "epochs": len(history),
+        "threshold_on": model.threshold_on,
+        "threshold": round(model.threshold, 4),
+        "test_accuracy": round(test["accuracy"], 4),
+        "test_f1": round(test["f1"], 4),
+        "roc_auc": round(test["roc_auc"], 4),
+        "test_ece": round(test["expected_calibration_error"], 4) if "expected_calibration_error" in test else None,
+        "test_mrr": round(retrieval_metrics(model.encode, splits, "test")["mrr"], 4),
+        "train_seconds": round(sum(h["seconds"] for h in history), 1),
     }
+
+
+def run_one(name: str, data: str, out: Path, threads: int) -> dict:
+    folder = out / name
+    if not (folder / "model.safetensors").exists() or not (folder / "metrics.json").exists():
+        dupq = Path(sys.executable).with_name("dupq")
+        command = [str(dupq), "train", *CONFIGS[name], "--data", data, "--out", str(folder), "--threads", str(threads), "--no-progress"]
+        command += ["--resume"] if (folder / "checkpoint.safetensors").exists() else []
+        started = time.perf_counter()
+        with open(out / f"{name}.log", "a") as log:
+            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+        print(f"# {name}: trained in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return judge(name, folder, data, threads)
 
 
 def main() -> None:
@@ -100,18 +96,23 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(default_data_path()))
-    parser.add_argument("--out", default="runs/sweep")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--only", default="", help="comma-separated configuration names")
+    parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
+    parser.add_argument("--jobs", type=int, default=1, help="configurations trained side by side")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per configuration")
+    parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the configurations and stop")
     args = parser.parse_args()
+    if args.list:
+        for name, options in CONFIGS.items():
+            print(f"{name}: dupq train {' '.join(options)}")
+        return
     names = [n for n in args.only.split(",") if n] or list(CONFIGS)
     unknown = set(names) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown configuration(s): {', '.join(sorted(unknown))}")
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_one, n, args.data, args.out, args.device, args.threads): n for n in names}
+    args.out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_one, n, args.data, args.out, args.threads): n for n in names}
         for future in as_completed(futures):
             print(json.dumps(future.result()), flush=True)
 

@@ -1,10 +1,16 @@
-"""Training and encoding speed of the seed recipe on the real Quora data; prints one JSON line.
+"""Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
     python bench/train_speed.py [--data PATH] [--steps 200] [--dim 128] [--encode 200000]
 
-train_pairs_per_s: optimizer steps on length-bucketed batches of 256 duplicate pairs (forward of
-both sides, triplet loss, backward, fused Adam), after 10 warm-up steps, from one full process.
-encode_questions_per_s: Model.encode on distinct test-pool questions, tokenising included.
+train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
+every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
+steps, from one full process:
+
+* ``seed``: the seed recipe (duplicates only, triplet loss), `dupq train` with no options;
+* ``labelled``: the bundled model's recipe (every labelled pool pair; the Makefile's BEST options).
+
+encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
+labelled recipe's encoder (the bundled model's shape).
 """
 
 from __future__ import annotations
@@ -18,10 +24,41 @@ import time
 import numpy as np
 import torch
 
-from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.model import Encoder, EncoderConfig, Model
-from dupq.tokenizer import Vocabulary
-from dupq.train import TrainConfig, batch_loss, EncodedPairs, length_batches
+from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs
+from dupq.model import Model
+from dupq.train import ModelOptions, TrainConfig, batch_loss, batch_sources, build_model, build_vocabulary
+
+# The recipes measured: (TrainConfig, ModelOptions) keyword arguments. "labelled" is the bundled model's.
+RECIPES = {
+    "seed": ({}, {}),
+    "labelled": (
+        {"recipe": "labelled", "lr": 0.005, "reduction": "mean", "symmetric": True, "mask_false_negatives": True, "hard_negatives": True},
+        {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"},
+    ),
+}
+
+
+def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int):
+    """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps; returns (rate, built model, vocab)."""
+    split = SplitConfig().__dict__
+    config, options = TrainConfig(**train_kw), ModelOptions(dim=dim, **model_kw)
+    vocab = build_vocabulary(splits, config, options, split)
+    model = build_model(vocab, config, options)
+    source, _, _ = batch_sources(splits, config, vocab, split)
+    objective = config.objective()
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
+    rng = np.random.default_rng(0)
+    model.train()
+    done, started = 0, None
+    for step, index in enumerate(source.epoch(rng)[: steps + 10]):
+        if step == 10:
+            done, started = 0, time.perf_counter()
+        loss = batch_loss(model, source.batch(index, rng), objective, config.chunks)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        done += len(index)
+    return done / (time.perf_counter() - started), model, vocab
 
 
 def main() -> None:
@@ -34,30 +71,11 @@ def main() -> None:
 
     pairs, _ = read_pairs(args.data)
     splits = split_pairs(pairs)
-    pool_dups = splits.pool.take(splits.pool.labels == 1)
-    t0 = time.perf_counter()
-    vocab = Vocabulary.build(pool_dups.q1 + pool_dups.q2)
-    vocab_seconds = time.perf_counter() - t0
+    rates = {}
+    for name, (train_kw, model_kw) in RECIPES.items():
+        rates[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, args.steps, args.dim)
 
-    config = TrainConfig()
-    torch.manual_seed(0)
-    encoder = Encoder(EncoderConfig(len(vocab), dim=args.dim))
-    optimizer = torch.optim.Adam(encoder.parameters(), lr=config.lr, fused=True)
-    data = EncodedPairs(vocab, splits.train.q1, splits.train.q2)
-    batches = length_batches(data.lengths, config.batch_size, np.random.default_rng(0), config.bucket)
-    encoder.train()
-    done, started = 0, None
-    for step, index in enumerate(batches[: args.steps + 10]):
-        if step == 10:
-            done, started = 0, time.perf_counter()
-        loss = batch_loss(encoder, data, index, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        done += len(index)
-    train_rate = done / (time.perf_counter() - started)
-
-    model = Model(vocab, encoder)
+    model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.encode]
     t0 = time.perf_counter()
     vocab.encode(questions)
@@ -68,13 +86,12 @@ def main() -> None:
     encode_rate = len(questions) / (time.perf_counter() - t0)
 
     print(json.dumps({
-        "train_pairs_per_s": round(train_rate),
+        "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
         "encode_questions_per_s": round(encode_rate),
         "tokenize_questions_per_s": round(tokenize_rate),
-        "vocab_build_seconds": round(vocab_seconds, 2),
         "vocab_size": len(vocab),
         "dim": args.dim,
-        "batch_size": config.batch_size,
+        "batch_size": TrainConfig().batch_size,
         "train_steps": args.steps,
         "encoded_questions": len(questions),
         "torch": torch.__version__,

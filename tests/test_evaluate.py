@@ -190,3 +190,34 @@ def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, s
     assert evaluate(model, test, threshold=0.7)["accuracy"] == result["accuracy_at_0_7"]
     # The dev-chosen threshold is not the test-optimal one in general: test labels never chose it.
     assert result["accuracy"] <= best_threshold(scores, test.labels)["value"]
+
+
+def test_platt_fit_matches_scikit_learn_logistic_regression():
+    from sklearn.linear_model import LogisticRegression
+
+    from dupq.evaluate import fit_platt
+
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=500) * 3
+    labels = (rng.random(500) < 1 / (1 + np.exp(-(1.7 * logits - 0.4)))).astype(int)
+    fit = fit_platt(logits, labels)
+    reference = LogisticRegression(C=1e6, tol=1e-10, max_iter=1000).fit(logits[:, None], labels)
+    assert fit["a"] == pytest.approx(reference.coef_[0, 0], rel=1e-3)
+    assert fit["b"] == pytest.approx(reference.intercept_[0], abs=1e-3)
+
+
+def test_expected_calibration_error_matches_a_loop_over_bins():
+    from dupq.evaluate import expected_calibration_error, reliability
+
+    rng = np.random.default_rng(5)
+    p = np.r_[rng.random(300), 1.0, 0.0]
+    y = (rng.random(302) < p ** 2).astype(int)
+    total = 0.0
+    for b in range(10):
+        inside = [(pi, yi) for pi, yi in zip(p, y) if min(int(pi * 10), 9) == b]
+        if inside:
+            total += len(inside) / len(p) * abs(np.mean([yi for _, yi in inside]) - np.mean([pi for pi, _ in inside]))
+    assert expected_calibration_error(p, y) == pytest.approx(total, abs=1e-12)
+    assert sum(reliability(p, y)["pairs"]) == len(p)
+    perfect = np.repeat([0.1, 0.9], 10)
+    assert expected_calibration_error(perfect, np.r_[[1] + [0] * 9, [1] * 9 + [0]]) == pytest.approx(0.0)

@@ -9,8 +9,12 @@ import torch
 
 from dupq.losses import (
     closest_negative,
+    contrastive_loss,
     cosine_similarity,
     mean_negative,
+    multiple_negatives_ranking_loss,
+    online_contrastive_loss,
+    pair_bce_loss,
     similarity_matrix,
     triplet_loss,
     triplet_loss_from_scores,
@@ -149,3 +153,102 @@ def test_loss_rejects_a_batch_without_negatives():
         triplet_loss(torch.ones(1, 3), torch.ones(1, 3))
     with pytest.raises(ValueError):
         triplet_loss(torch.ones(2, 3), torch.ones(2, 3), reduction="max")
+
+
+# The losses that learn from labelled pairs, each against a plain Python loop and with a gradcheck.
+
+
+def _cos(a, b):
+    a, b = list(map(float, a)), list(map(float, b))
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+
+
+def _random(n, d, seed, count=2):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(count)]
+
+
+def naive_masked_triplet(v1, v2, margin, excluded):
+    """The seed's loss per anchor v2[i], with the excluded columns taken out of its negatives."""
+    total = 0.0
+    for i, anchor in enumerate(v2):
+        positive = _cos(anchor, v1[i])
+        negs = [_cos(anchor, c) for j, c in enumerate(v1) if j != i and not excluded[i][j]]
+        if not negs:
+            continue
+        loss = max(sum(negs) / len(negs) - positive + margin, 0.0)
+        below = [n for n in negs if n <= positive]
+        if below:
+            loss += max(max(below) - positive + margin, 0.0)
+        total += loss
+    return total
+
+
+def test_triplet_loss_with_excluded_columns_matches_naive_loop():
+    v1, v2 = _random(7, 4, 11)
+    excluded = torch.zeros(7, 7, dtype=torch.bool)
+    excluded[0, 3] = excluded[3, 0] = excluded[2, 5] = True
+    excluded[6, :6] = True  # row 6 has no negative left: it adds nothing
+    got = triplet_loss(v1, v2, reduction="sum", excluded=excluded).item()
+    assert got == pytest.approx(naive_masked_triplet(v1, v2, 0.25, excluded.tolist()), rel=1e-10)
+    assert got != pytest.approx(triplet_loss(v1, v2, reduction="sum").item(), rel=1e-6)  # the mask matters
+
+
+def naive_ranking(anchors, candidates, scale, excluded=None):
+    total = 0.0
+    for i, a in enumerate(anchors):
+        logits = [scale * _cos(a, c) for j, c in enumerate(candidates) if excluded is None or not excluded[i][j]]
+        own = scale * _cos(a, candidates[i])
+        total += -(own - math.log(sum(math.exp(x) for x in logits)))
+    return total / len(anchors)
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_ranking_loss_matches_naive_loop(symmetric):
+    a, p, n = _random(5, 6, 21, 3)
+    excluded = torch.zeros(5, 8, dtype=torch.bool)
+    excluded[1, 4] = excluded[2, 6] = True
+    got = multiple_negatives_ranking_loss(a, p, n[:3], scale=7.0, excluded=excluded, symmetric=symmetric).item()
+    candidates = torch.cat([p, n[:3]])
+    expected = naive_ranking(a, candidates, 7.0, excluded.tolist())
+    if symmetric:  # positive i picks its anchor among all anchors, with the same cells excluded
+        expected = (expected + naive_ranking(p, a, 7.0, excluded[:, :5].T.tolist())) / 2
+    assert got == pytest.approx(expected, rel=1e-10)
+
+
+def test_contrastive_losses_match_naive_loops():
+    g = torch.Generator().manual_seed(5)
+    cos = torch.rand(40, generator=g, dtype=torch.float64) * 2 - 1
+    labels = (torch.rand(40, generator=g) < 0.4).long()
+    m = 0.5
+    naive = sum(0.5 * ((1 - c) ** 2 if y else max(m - (1 - c), 0) ** 2) for c, y in zip(cos.tolist(), labels.tolist())) / 40
+    assert contrastive_loss(cos, labels, m).item() == pytest.approx(naive, rel=1e-10)
+    d = [1 - c for c in cos.tolist()]
+    pos = [x for x, y in zip(d, labels.tolist()) if y]
+    neg = [x for x, y in zip(d, labels.tolist()) if not y]
+    online = sum(x * x for x in pos if x > min(neg)) + sum(max(m - x, 0) ** 2 for x in neg if x < max(pos))
+    assert online_contrastive_loss(cos, labels, m).item() == pytest.approx(online, rel=1e-10)
+
+
+def test_pair_bce_matches_formula():
+    logits = torch.tensor([-3.0, -0.2, 0.0, 1.5, 4.0], dtype=torch.float64)
+    labels = torch.tensor([0, 1, 0, 1, 1])
+    naive = -sum(
+        math.log(1 / (1 + math.exp(-x))) if y else math.log(1 - 1 / (1 + math.exp(-x)))
+        for x, y in zip(logits.tolist(), labels.tolist())
+    ) / 5
+    assert pair_bce_loss(logits, labels).item() == pytest.approx(naive, rel=1e-12)
+
+
+def test_labelled_losses_gradients():
+    a, p, n = (x.requires_grad_() for x in _random(5, 4, 8, 3))
+    excluded = torch.zeros(5, 10, dtype=torch.bool)
+    excluded[0, 2] = True
+    assert torch.autograd.gradcheck(lambda x, y, z: multiple_negatives_ranking_loss(x, y, z, 5.0, excluded), (a, p, n))
+    g = torch.Generator().manual_seed(1)
+    cos = (torch.rand(12, generator=g, dtype=torch.float64) * 1.8 - 0.9).requires_grad_()
+    labels = torch.tensor([1, 0] * 6)
+    assert torch.autograd.gradcheck(lambda c: contrastive_loss(c, labels), (cos,))
+    assert torch.autograd.gradcheck(lambda c: online_contrastive_loss(c, labels), (cos,))
+    assert torch.autograd.gradcheck(lambda c: pair_bce_loss(4 * c, labels), (cos,))

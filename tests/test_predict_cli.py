@@ -113,13 +113,15 @@ def test_calibrate_rewrites_the_threshold(trained, tmp_path):
 def test_predict_one_pair_text_and_json(trained, model):
     folder, _ = trained
     q1, q2 = "When will I see you?", "When can I see you again?"
-    sim = model.similarity(q1, q2)
+    sim, p = model.similarity(q1, q2), model.probability(q1, q2)  # `dupq train` calibrated it on dev
     text = run("predict", q1, q2, "--model", folder)
     assert text.exit_code == 0, text.output
     verdict = "duplicate" if sim > model.threshold else "different"
-    assert text.stdout.strip() == f"similarity {sim:.4f} {'>' if sim > model.threshold else '<='} threshold {model.threshold:.4f}: {verdict}"
+    assert text.stdout.strip() == (
+        f"similarity {sim:.4f} {'>' if sim > model.threshold else '<='} threshold {model.threshold:.4f}: {verdict} (probability {p:.4f})"
+    )
     out = json.loads(run("predict", q1, q2, "--model", folder, "--json", "--threshold", "-1").stdout)
-    assert out == {"question1": q1, "question2": q2, "similarity": round(sim, 6), "duplicate": True, "threshold": -1.0}
+    assert out == {"question1": q1, "question2": q2, "similarity": round(sim, 6), "duplicate": True, "threshold": -1.0, "probability": round(p, 6)}
     out = json.loads(run("predict", q1, q2, "--model", folder, "--json", "--threshold", "1").stdout)
     assert out["duplicate"] is False
 

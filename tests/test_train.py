@@ -14,7 +14,8 @@ from safetensors.numpy import load_file
 
 from dupq.data import SplitConfig
 from dupq.files import DupqError
-from dupq.train import TrainConfig, length_batches, train
+from dupq.batches import length_batches
+from dupq.train import TrainConfig, train
 
 
 def test_length_batches_cover_everything_once_and_cut_padding():
@@ -58,7 +59,7 @@ def test_training_learns_and_is_deterministic(small_splits, tmp_path):
 
 @pytest.mark.slow
 def test_resume_after_finished_epochs_equals_one_run(small_splits, tmp_path):
-    config = TrainConfig(epochs=2, seed=5, extra_negatives=8)  # constant lr: a 1-epoch run is then a prefix of a 2-epoch one
+    config = TrainConfig(epochs=2, seed=5, hard_negatives=True, mask_false_negatives=True)  # constant lr: a 1-epoch run is a prefix
     train(small_splits, tmp_path / "full", config, dim=16, **_quiet())
     train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, **_quiet())
     with pytest.raises(DupqError, match="--resume"):
@@ -97,15 +98,17 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(data_path, tmp_path
 def test_chunked_encoding_equals_one_padded_call(small_splits):
     import torch
 
-    from dupq.model import Encoder, EncoderConfig, pad_pair
+    from dupq.batches import PairBatches
+    from dupq.model import Encoder, EncoderConfig
     from dupq.tokenizer import Vocabulary
-    from dupq.train import EncodedPairs, encode_in_chunks
+    from dupq.train import encode_in_chunks
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
-    data = EncodedPairs(vocab, small_splits.train.q1, small_splits.train.q2)
+    source = PairBatches(vocab, small_splits.train, batch_size=100)
     torch.manual_seed(0)
     encoder = Encoder(EncoderConfig(len(vocab), dim=16))
-    ids, lengths = pad_pair(data.q1, data.q2, np.arange(100))
+    batch = source.batch(np.arange(100), np.random.default_rng(0))
+    ids, lengths = batch.ids, batch.lengths
     whole = encoder(ids, lengths)
     for chunks in (2, 3, 7):
         torch.testing.assert_close(encode_in_chunks(encoder, ids, lengths, chunks), whole, atol=1e-6, rtol=0)

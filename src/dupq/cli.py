@@ -59,16 +59,20 @@ def command(*args, group: typer.Typer | None = None, **kwargs):
 def train(
     data: Annotated[Optional[Path], typer.Option(help="Quora pairs file (.tsv/.csv, .gz ok); default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz")] = None,
     out: Annotated[Path, typer.Option(help="Model folder to write (checkpoint included).")] = Path("runs/model"),
-    epochs: Annotated[int, typer.Option(min=1, help="Passes over the training duplicates.")] = 5,
+    recipe: Annotated[str, typer.Option(help="duplicates: the seed's duplicate pairs only; labelled: every labelled pair of the pool.")] = "duplicates",
+    loss: Annotated[Optional[list[str]], typer.Option(help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (triplet, ranking, bce, contrastive, online_contrastive); default: the recipe's.")] = None,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the training pairs.")] = 5,
     batch_size: Annotated[int, typer.Option(min=2, help="Pairs per batch (in-batch negatives = batch size - 1).")] = 256,
     lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate.")] = 0.01,
     dim: Annotated[int, typer.Option(min=1, help="Embedding and LSTM width.")] = 128,
     seed: Annotated[int, typer.Option(help="Random seed (initialisation, shuffling, dropout).")] = 0,
     margin: Annotated[float, typer.Option(help="Triplet loss margin.")] = 0.25,
-    reduction: Annotated[str, typer.Option(help="Loss over a batch: sum (seed) or mean.")] = "sum",
-    symmetric: Annotated[bool, typer.Option(help="Use both directions of the similarity matrix.")] = False,
-    extra_negatives: Annotated[int, typer.Option(min=0, help="Non-duplicate training pairs per batch added as negative columns.")] = 0,
-    partner_negatives: Annotated[bool, typer.Option(help="Per row, add a question labelled not-duplicate of it as a negative column.")] = False,
+    reduction: Annotated[str, typer.Option(help="Triplet loss over a batch: sum (seed) or mean.")] = "sum",
+    symmetric: Annotated[bool, typer.Option(help="Triplet loss in both directions of the similarity matrix.")] = False,
+    scale: Annotated[float, typer.Option(help="Ranking loss: scale of the cosines in its softmax.")] = 20.0,
+    contrastive_margin: Annotated[float, typer.Option(help="(Online) contrastive loss: distance non-duplicates are pushed beyond.")] = 0.5,
+    mask_false_negatives: Annotated[bool, typer.Option(help="Leave the anchor's own question and its known duplicates out of its negatives.")] = False,
+    hard_negatives: Annotated[bool, typer.Option(help="Per duplicate row, add a question labelled not its duplicate as a negative.")] = False,
     lr_schedule: Annotated[str, typer.Option(help="constant or cosine.")] = "constant",
     bucket: Annotated[int, typer.Option(min=1, help="Batches per length-sorted bucket (1: random batches, as the seed).")] = 1,
     lowercase: Annotated[bool, typer.Option(help="Fold case before the vocabulary lookup.")] = False,
@@ -76,41 +80,52 @@ def train(
     min_count: Annotated[int, typer.Option(min=1, help="Keep words seen at least this often in the vocabulary.")] = 1,
     bidirectional: Annotated[bool, typer.Option(help="Bidirectional LSTM.")] = False,
     dropout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Dropout on word embeddings.")] = 0.0,
+    pooling: Annotated[str, typer.Option(help="mean (the seed) or max over the LSTM's outputs.")] = "mean",
+    head: Annotated[str, typer.Option(help="Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).")] = "none",
+    head_hidden: Annotated[int, typer.Option(min=1, help="Hidden width of the mlp head.")] = 256,
     train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool.")] = 300_000,
     test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs.")] = 10_240,
     dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs.")] = 10_240,
-    val_fraction: Annotated[float, typer.Option(help="Share of the pool's duplicates held out for validation.")] = 0.2,
+    val_fraction: Annotated[float, typer.Option(help="duplicates recipe: share of the pool's duplicates held out for validation.")] = 0.2,
+    labelled_val: Annotated[int, typer.Option(min=2, help="labelled recipe: last rows of the pool held out for validation.")] = 10_240,
     threads: Annotated[int, typer.Option(min=0, help="CPU threads for torch (0 = default).")] = 0,
     device: Annotated[str, typer.Option(help="cpu, or cuda to train on a GPU.")] = "cpu",
-    resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in --out.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in --out (with the same options).")] = False,
     overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train a Siamese LSTM on the duplicate pairs of a Quora-style file and save the model folder."""
+    """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
     from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs, DATA_HELP
-    from dupq.train import TrainConfig, check_output_folder
+    from dupq.objectives import parse_losses
+    from dupq.train import ModelOptions, TrainConfig, check_output_folder
     from dupq.train import train as run_training
 
-    if reduction not in ("sum", "mean"):
-        raise DupqError(f"--reduction must be sum or mean, not {reduction!r}.")
-    if lr_schedule not in ("constant", "cosine"):
-        raise DupqError(f"--lr-schedule must be constant or cosine, not {lr_schedule!r}.")
+    for name, value in (("pooling", pooling), ("head", head)):
+        allowed = {"pooling": ("mean", "max"), "head": ("none", "cosine", "mlp")}[name]
+        if value not in allowed:
+            raise DupqError(f"--{name} must be one of {', '.join(allowed)}, not {value!r}.")
+    try:
+        losses = parse_losses(loss) if loss else {}
+    except ValueError as e:
+        raise DupqError(f"--loss: {e}.") from None
+    config = TrainConfig(
+        recipe=recipe, losses=losses, epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, reduction=reduction,
+        symmetric=symmetric, scale=scale, contrastive_margin=contrastive_margin, mask_false_negatives=mask_false_negatives,
+        hard_negatives=hard_negatives, lr_schedule=lr_schedule, bucket=bucket, seed=seed, threads=threads, device=device,
+    )
+    options = ModelOptions(dim, lowercase, oov_buckets, min_count, bidirectional, dropout, pooling, head, head_hidden)
     check_output_folder(out, resume, overwrite)
     path = data or default_data_path()
     if not path.exists():
         raise DupqError(f"no data file at {path}; {DATA_HELP}.")
     pairs, dropped = read_pairs(path)
     typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
-    split = SplitConfig(train_pool, test_size, dev_size, val_fraction)
+    split = SplitConfig(train_pool, test_size, dev_size, val_fraction, labelled_val)
     splits = split_pairs(pairs, split)
-    config = TrainConfig(
-        epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, reduction=reduction, symmetric=symmetric,
-        extra_negatives=extra_negatives, partner_negatives=partner_negatives, lr_schedule=lr_schedule, bucket=bucket, seed=seed, threads=threads, device=device,
-    )
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
     model = run_training(
-        splits, out, config, dim=dim, lowercase=lowercase, oov_buckets=oov_buckets, min_count=min_count, bidirectional=bidirectional, dropout=dropout,
-        resume=resume, overwrite=overwrite, extra_info=info, log=typer.echo, progress=progress,
+        splits, out, config, options, resume=resume, overwrite=overwrite, extra_info=info, log=typer.echo, progress=progress,
+        split=split.__dict__,
     )
     if len(splits.dev) and len(splits.test):  # choose the threshold on dev, report on test, store both
         from dupq.evaluate import calibrate_and_test, summary_line
@@ -199,7 +214,7 @@ def _data(data: Optional[Path]) -> Path:
 def evaluate(
     model: Annotated[Optional[Path], MODEL_ARGUMENT] = None,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
@@ -254,17 +269,17 @@ def predict(
     question1: Annotated[Optional[str], typer.Argument(help="First question.", show_default=False)] = None,
     question2: Annotated[Optional[str], typer.Argument(help="Second question.", show_default=False)] = None,
     pairs: Annotated[Optional[str], typer.Option(help="File of question1<TAB>question2 lines, or - for stdin; one output line per pair.")] = None,
-    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).")] = None,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (one object per pair).")] = False,
     chunk: Annotated[int, typer.Option(min=1, help="Pairs encoded together when streaming.")] = 4096,
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
-    """Say whether two questions are duplicates: their similarity and the verdict (similarity > threshold)."""
+    """Say whether two questions are duplicates: their similarity, probability and the verdict."""
     import json
 
     from dupq.model import Model
-    from dupq.predict import check_question, judge_stream
+    from dupq.predict import check_question, judge, judge_stream, verdict_text
 
     if (pairs is None) == (question1 is None):
         raise DupqError("give either two questions or --pairs FILE, not both and not neither.")
@@ -276,12 +291,14 @@ def predict(
     if pairs is None:
         q1 = check_question(m, question1, "question 1")
         q2 = check_question(m, question2, "question 2")
-        sim = m.similarity(q1, q2)
-        verdict = sim > t
+        j = judge(m, [q1], [q2], t)[0]
         if json_out:
-            typer.echo(json.dumps({"question1": q1, "question2": q2, "similarity": round(sim, 6), "duplicate": verdict, "threshold": t}))
+            obj = {"question1": q1, "question2": q2, "similarity": round(j["similarity"], 6), "duplicate": j["duplicate"], "threshold": t}
+            if j["probability"] is not None:
+                obj["probability"] = round(j["probability"], 6)
+            typer.echo(json.dumps(obj))
         else:
-            typer.echo(f"similarity {sim:.4f} {'>' if verdict else '<='} threshold {t:.4f}: {'duplicate' if verdict else 'different'}")
+            typer.echo(verdict_text(j, "probability" if m.threshold_on == "probability" else "similarity"))
         return
     stream = typer.get_binary_stream("stdin") if pairs == "-" else open(pairs, "rb")
     bad = judged = 0
@@ -311,7 +328,7 @@ def report(
     model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold (default: the model's calibrated one).")] = None,
+    threshold: Annotated[Optional[float], typer.Option(min=-1.0, max=1.0, help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).")] = None,
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""

@@ -183,6 +183,7 @@ class SplitConfig:
     test: int = 10_240  # the next rows: test pairs, reported on, never tuned on
     dev: int = 10_240  # the rows after: dev pairs, where the threshold is chosen
     val_fraction: float = 0.2  # tail share of the pool's duplicates kept for the validation loss
+    labelled_val: int = 10_240  # the labelled recipe: last pool rows held out (both labels) for validation
 
 
 @dataclass
@@ -224,3 +225,22 @@ def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:
         dev=dev,
         pool=pool,
     )
+
+
+def labelled_split(pool: Pairs, val_rows: int) -> tuple[Pairs, Pairs]:
+    """The labelled recipe's cut of the training pool: ``(train, val)``, both labels in each.
+
+    The last ``val_rows`` rows of the pool (by file position) are held out to validate on: they
+    choose the best epoch; test and dev pairs choose nothing but the threshold.
+    """
+    if len(pool) == 0:
+        raise DupqError("the training pool is empty.")
+    cut = int(pool.rows.max()) + 1 - val_rows
+    train, val = pool.take(pool.rows < cut), pool.take(pool.rows >= cut)
+    for name, part in (("training", train), ("validation", val)):
+        if len(part) < 2 or part.labels.min() == part.labels.max():
+            raise DupqError(
+                f"the labelled {name} pairs need both labels and at least 2 pairs "
+                f"(the pool has {len(pool)} pairs, {val_rows} rows held out for validation); change the split sizes."
+            )
+    return train, val

@@ -78,8 +78,9 @@ class Hit:
     id: int  # the question's id in the collection
     text: str
     score: float  # cosine similarity to the query
-    duplicate: bool  # score above the model's threshold
+    duplicate: bool  # the model's verdict on (query, this question): similarity or probability above its threshold
     metadata: dict  # what was stored with it; a build's ``ids`` appear as "id" unless it has one
+    probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
 
 
 class _SharedLock:
@@ -364,18 +365,32 @@ class Collection:
                     rows[row[0]] = row[1:]
         threshold = self.threshold
         out = []
-        for row_scores, row_ids in zip(scores, ids):
+        for query, row_scores, row_ids in zip(vectors, scores, ids):
+            found = row_ids >= 0
+            probabilities, judged = self._judge(query, row_ids[found], np.clip(row_scores[found], -1.0, 1.0))
             hits = []
-            for score, i in zip(row_scores.tolist(), row_ids.tolist()):
-                if i < 0:
-                    continue
+            for score, i, p, s in zip(np.clip(row_scores[found], -1.0, 1.0).tolist(), row_ids[found].tolist(), probabilities, judged):
                 key, text, metadata = rows[i]
                 metadata = json.loads(metadata) if metadata else {}
                 if key is not None:
                     metadata.setdefault("id", key)
-                hits.append(Hit(id=i, text=text, score=score, duplicate=score > threshold, metadata=metadata))
+                hits.append(Hit(id=i, text=text, score=score, duplicate=bool(s > threshold), metadata=metadata, probability=p))
             out.append(hits)
         return out
+
+    def _judge(self, query: np.ndarray, ids: np.ndarray, cosines: np.ndarray) -> tuple[list[float | None], np.ndarray]:
+        """Each hit's probability (None without a calibration) and the score its verdict compares."""
+        model = self.model
+        if model.calibration is None and model.head is None:
+            return [None] * len(ids), cosines
+        if model.needs_vectors:  # a pair head reads both vectors: take the hits' from the index
+            with self._index_lock.shared():
+                stored = np.stack([self._index.vector(int(i)) for i in ids]) if len(ids) else np.zeros((0, len(query)), np.float32)
+            probabilities = model.probabilities_from_vectors(np.repeat(query[None], len(ids), 0), stored)
+        else:  # the logit is a function of the cosine alone
+            probabilities = model.probabilities_from_cosines(cosines)
+        judged = probabilities if model.threshold_on == "probability" else cosines
+        return probabilities.tolist(), judged
 
     def add(self, texts: list[str], metadata: list[dict] | None = None) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.

@@ -14,7 +14,17 @@ every other pairing is taken as a negative. With the similarity matrix
     L_i         = max(mean_neg - s(A,P) + a, 0) + max(closest_neg - s(A,P) + a, 0)
 
 and the batch loss is ``sum_i L_i`` (the seed) or its mean. Extra negatives (questions known not
-to duplicate any row) can be appended as columns: ``S`` becomes ``(B, B + M)``.
+to duplicate any row) can be appended as columns: ``S`` becomes ``(B, B + M)``. A boolean
+``excluded`` matrix of the same shape removes cells that are not true negatives (the anchor's own
+text again, or a known duplicate of it) from both the mean and the closest negative.
+
+Beyond the seed, the losses that learn from *labelled* pairs (both labels) and the ranking loss
+of sentence-transformers are here too, each a function of embeddings or cosines:
+
+* :func:`multiple_negatives_ranking_loss`: softmax cross-entropy over in-batch candidates;
+* :func:`contrastive_loss` and :func:`online_contrastive_loss`: pull duplicates together, push
+  labelled non-duplicates beyond a margin (all pairs, or only the hard ones);
+* :func:`pair_bce_loss`: binary cross-entropy on a pair logit (a scaled cosine or a pair head).
 """
 
 from __future__ import annotations
@@ -43,20 +53,28 @@ def similarity_matrix(a: Tensor, b: Tensor) -> Tensor:
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T  # (N, M)
 
 
-def _negative_mask(scores: Tensor) -> Tensor:
-    """True where ``scores[i, j]`` is a negative, i.e. off the diagonal ``j == i``."""
+def _negative_mask(scores: Tensor, excluded: Tensor | None = None) -> Tensor:
+    """True where ``scores[i, j]`` is a negative: off the diagonal ``j == i`` and not ``excluded``."""
     n_rows, n_cols = scores.shape
     cols = torch.arange(n_cols, device=scores.device)
-    return cols[None, :] != torch.arange(n_rows, device=scores.device)[:, None]  # (B, C)
+    negative = cols[None, :] != torch.arange(n_rows, device=scores.device)[:, None]  # (B, C)
+    return negative if excluded is None else negative & ~excluded
 
 
-def mean_negative(scores: Tensor) -> Tensor:
-    """Mean of each row's negatives: ``(sum_j S[i, j] - S[i, i]) / (C - 1)``, shape ``(B,)``."""
-    n_cols = scores.shape[1]
-    return (scores.sum(dim=1) - scores.diagonal()) / (n_cols - 1)
+def mean_negative(scores: Tensor, excluded: Tensor | None = None) -> Tensor:
+    """Mean of each row's negatives: ``(sum_j S[i, j] - S[i, i]) / (C - 1)``, shape ``(B,)``.
+
+    With ``excluded`` (``(B, C)`` bool), the mean runs over the remaining off-diagonal cells only
+    (a row left with none gets 0).
+    """
+    if excluded is None:
+        n_cols = scores.shape[1]
+        return (scores.sum(dim=1) - scores.diagonal()) / (n_cols - 1)
+    negative = _negative_mask(scores, excluded)  # (B, C)
+    return (scores * negative).sum(dim=1) / negative.sum(dim=1).clamp(min=1)
 
 
-def closest_negative(scores: Tensor) -> tuple[Tensor, Tensor]:
+def closest_negative(scores: Tensor, excluded: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Each row's hardest negative that still scores at most its positive.
 
     Returns ``(values, found)``, both ``(B,)``: ``values[i] = max{S[i, j] : j != i,
@@ -64,30 +82,38 @@ def closest_negative(scores: Tensor) -> tuple[Tensor, Tensor]:
     mask those rows so that they add no closest-negative term; callers must do the same).
     """
     positive = scores.diagonal()  # (B,)
-    candidate = _negative_mask(scores) & (scores <= positive[:, None])  # (B, C)
+    candidate = _negative_mask(scores, excluded) & (scores <= positive[:, None])  # (B, C)
     best = scores.masked_fill(~candidate, float("-inf")).max(dim=1).values  # (B,)
     found = candidate.any(dim=1)
     return torch.where(found, best, torch.zeros_like(best)), found
 
 
-def triplet_loss_from_scores(scores: Tensor, margin: float = 0.25, reduction: str = "sum") -> Tensor:
-    """Triplet loss with hard negative mining on a similarity matrix whose diagonal holds the positives.
-
-    ``L_i = relu(mean_neg_i - S[i,i] + margin) + [found_i] relu(closest_neg_i - S[i,i] + margin)``,
-    summed (``reduction="sum"``, the seed) or averaged (``"mean"``) over the rows.
-    """
-    if scores.shape[1] < 2:
-        raise ValueError("the triplet loss needs at least one negative per row (a batch of 2 or more).")
-    positive = scores.diagonal()  # (B,)
-    l_mean = F.relu(mean_negative(scores) - positive + margin)  # (B,)
-    closest, found = closest_negative(scores)
-    l_closest = torch.where(found, F.relu(closest - positive + margin), torch.zeros_like(positive))
-    per_row = l_mean + l_closest  # (B,)
+def _reduce(per_row: Tensor, reduction: str) -> Tensor:
     if reduction == "sum":
         return per_row.sum()
     if reduction == "mean":
         return per_row.mean()
     raise ValueError(f"reduction must be 'sum' or 'mean', not {reduction!r}.")
+
+
+def triplet_loss_from_scores(
+    scores: Tensor, margin: float = 0.25, reduction: str = "sum", excluded: Tensor | None = None
+) -> Tensor:
+    """Triplet loss with hard negative mining on a similarity matrix whose diagonal holds the positives.
+
+    ``L_i = relu(mean_neg_i - S[i,i] + margin) + [found_i] relu(closest_neg_i - S[i,i] + margin)``,
+    summed (``reduction="sum"``, the seed) or averaged (``"mean"``) over the rows. ``excluded``
+    (``(B, C)`` bool) marks cells that are not negatives (false negatives of the batch).
+    """
+    if scores.shape[1] < 2:
+        raise ValueError("the triplet loss needs at least one negative per row (a batch of 2 or more).")
+    positive = scores.diagonal()  # (B,)
+    l_mean = F.relu(mean_negative(scores, excluded) - positive + margin)  # (B,)
+    if excluded is not None:  # a row with no negative left adds nothing
+        l_mean = torch.where(_negative_mask(scores, excluded).any(dim=1), l_mean, torch.zeros_like(l_mean))
+    closest, found = closest_negative(scores, excluded)
+    l_closest = torch.where(found, F.relu(closest - positive + margin), torch.zeros_like(positive))
+    return _reduce(l_mean + l_closest, reduction)  # (B,) rows reduced
 
 
 def triplet_loss(
@@ -97,6 +123,7 @@ def triplet_loss(
     reduction: str = "sum",
     symmetric: bool = False,
     negatives: Tensor | None = None,
+    excluded: Tensor | None = None,
 ) -> Tensor:
     """Triplet loss with hard negative mining for a batch of duplicate pairs ``(v1[i], v2[i])``.
 
@@ -107,6 +134,8 @@ def triplet_loss(
         symmetric: also take ``v1`` rows as anchors against ``v2`` columns and average the two.
         negatives: optional ``(M, D)`` embeddings of questions known to duplicate no row,
             appended as M extra negative columns.
+        excluded: optional ``(B, B + M)`` bool, True where column j is no negative of row i
+            (the same question, or a known duplicate); used for both directions.
 
     >>> v1 = torch.tensor([[0.26726124, 0.53452248, 0.80178373], [0.5178918, 0.57543534, 0.63297887]])
     >>> v2 = torch.tensor([[0.26726124, 0.53452248, 0.80178373], [-0.5178918, -0.57543534, -0.63297887]])
@@ -114,8 +143,95 @@ def triplet_loss(
     0.7035
     """
     extra = [] if negatives is None else [negatives]
-    loss = triplet_loss_from_scores(similarity_matrix(v2, torch.cat([v1, *extra])), margin, reduction)
+    loss = triplet_loss_from_scores(similarity_matrix(v2, torch.cat([v1, *extra])), margin, reduction, excluded)
     if symmetric:
-        other = triplet_loss_from_scores(similarity_matrix(v1, torch.cat([v2, *extra])), margin, reduction)
+        other = triplet_loss_from_scores(similarity_matrix(v1, torch.cat([v2, *extra])), margin, reduction, excluded)
         loss = (loss + other) / 2
     return loss
+
+
+def multiple_negatives_ranking_loss(
+    anchors: Tensor,
+    positives: Tensor,
+    negatives: Tensor | None = None,
+    scale: float = 20.0,
+    excluded: Tensor | None = None,
+    symmetric: bool = True,
+) -> Tensor:
+    """Softmax cross-entropy of each anchor over its positive and every other candidate of the batch.
+
+    ``L_i = -log softmax_j(scale * cos(a_i, c_j))[i]`` with candidates ``c = [positives; negatives]``
+    (``(B + M, D)``); column i is row i's positive. This is the "multiple negatives ranking loss"
+    of Henderson et al. 2017 (*Efficient Natural Language Response Suggestion for Smart Reply*,
+    arXiv:1705.00652), as sentence-transformers' ``MultipleNegativesRankingLoss`` computes it,
+    with (anchor, positive, hard negative) triples when ``negatives`` holds one labelled
+    non-duplicate per anchor. ``symmetric`` adds the reverse direction (each positive picks its
+    anchor among all anchors), averaged, as in ``MultipleNegativesSymmetricRankingLoss``.
+    ``excluded`` (``(B, B + M)`` bool) removes cells that are false negatives (same text, known
+    duplicate) from the softmax. Returns the mean over anchors.
+
+    >>> v = torch.eye(3)
+    >>> round(multiple_negatives_ranking_loss(v, v, scale=1.0, symmetric=False).item(), 4)
+    0.5514
+    """
+    candidates = positives if negatives is None else torch.cat([positives, negatives])
+    logits = scale * similarity_matrix(anchors, candidates)  # (B, B + M)
+    if excluded is not None:
+        logits = logits.masked_fill(excluded, float("-inf"))
+    target = torch.arange(len(anchors), device=anchors.device)
+    loss = F.cross_entropy(logits, target)
+    if symmetric:
+        back = logits[:, : len(anchors)].T  # (B, B): positive i over every anchor
+        loss = (loss + F.cross_entropy(back, target)) / 2
+    return loss
+
+
+def contrastive_loss(cosines: Tensor, labels: Tensor, margin: float = 0.5) -> Tensor:
+    """Contrastive loss on cosine distances ``d = 1 - cos`` of labelled pairs, mean over pairs.
+
+    ``L = 1/2 [y d^2 + (1 - y) relu(margin - d)^2]``: duplicates are pulled together, and
+    non-duplicates pushed until they are ``margin`` apart (Hadsell, Chopra & LeCun 2006,
+    *Dimensionality Reduction by Learning an Invariant Mapping*; sentence-transformers'
+    ``ContrastiveLoss`` with its cosine distance).
+
+    >>> round(contrastive_loss(torch.tensor([1.0, 0.9]), torch.tensor([1.0, 0.0])).item(), 4)
+    0.04
+    """
+    distance = 1 - cosines  # (N,)
+    y = labels.to(cosines.dtype)
+    return 0.5 * (y * distance.pow(2) + (1 - y) * F.relu(margin - distance).pow(2)).mean()
+
+
+def online_contrastive_loss(cosines: Tensor, labels: Tensor, margin: float = 0.5) -> Tensor:
+    """Contrastive loss over the batch's *hard* pairs only, summed (sentence-transformers'
+    ``OnlineContrastiveLoss``, used with the ranking loss for its Quora duplicate model).
+
+    With cosine distances ``d = 1 - cos``, the hard positives are duplicates farther apart than the
+    closest non-duplicate, and the hard negatives non-duplicates closer than the farthest
+    duplicate (with one side empty or single, the other side's mean stands in):
+    ``L = sum_{hard pos} d^2 + sum_{hard neg} relu(margin - d)^2``.
+
+    >>> round(online_contrastive_loss(torch.tensor([0.4, 0.9, 0.8]), torch.tensor([1, 0, 1])).item(), 4)
+    0.52
+    """
+    distance = 1 - cosines  # (N,)
+    pos, neg = distance[labels == 1], distance[labels == 0]
+    if not len(pos) or not len(neg):
+        return distance.sum() * 0.0
+    hard_neg = neg[neg < (pos.max() if len(pos) > 1 else neg.mean())]
+    hard_pos = pos[pos > (neg.min() if len(neg) > 1 else pos.mean())]
+    return hard_pos.pow(2).sum() + F.relu(margin - hard_neg).pow(2).sum()
+
+
+def pair_bce_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Binary cross-entropy of pair logits against 0/1 labels, mean over pairs.
+
+    The logit is ``scale * (cos - bias)`` with a learned scale and bias (a logistic regression on
+    the cosine, as in Reimers & Gurevych 2019's classification objective reduced to one feature),
+    or the output of a pair head over ``[|u - v|, u * v]`` (Conneau et al. 2017, *InferSent*;
+    Mou et al. 2016). ``sigmoid(logit)`` is then the probability of a duplicate.
+
+    >>> round(pair_bce_loss(torch.tensor([0.0, 2.0]), torch.tensor([1, 1])).item(), 4)
+    0.41
+    """
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))

@@ -5,11 +5,19 @@ One encoder with shared weights reads both questions of a pair (seed 000, 002):
     ids (B, L) -> Embedding(V, d) -> LSTM(d) -> mean over the real tokens -> L2 normalise -> (B, d)
 
 Unlike the seed's ``GlobalAveragePooling1D``, the mean skips padding, so a question's vector
-does not depend on how long the other questions of its batch are. Two questions are compared by
-the dot product of their vectors, which is their cosine similarity.
+does not depend on how long the other questions of its batch are (``pooling="max"`` takes the
+largest value of each feature over the real tokens instead). Two questions are compared by the
+dot product of their vectors, which is their cosine similarity: search uses nothing else.
 
-A trained model is a folder: ``config.json`` (architecture, threshold), ``vocab.json``,
-``model.safetensors`` (weights) and ``metrics.json`` (how it was trained and what it scored).
+Judging a *pair* can use more than the cosine. A model trained on labelled pairs carries a
+:class:`PairHead` that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small
+network over ``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a
+Platt calibration ``p = sigmoid(a * logit + b)`` fitted on the dev pairs, so that
+:meth:`Model.probability` is a probability one can read as such.
+
+A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
+``vocab.json``, ``model.safetensors`` (weights) and ``metrics.json`` (how it was trained and what
+it scored).
 """
 
 from __future__ import annotations
@@ -44,10 +52,51 @@ class EncoderConfig:
     dim: int = 128  # embedding and LSTM width (the seed's d_feature); cost grows with dim^2
     bidirectional: bool = False  # also read right to left; output is 2*dim wide, slower by ~2x
     dropout: float = 0.0  # dropout on word embeddings while training; regularises, slows convergence
+    pooling: str = "mean"  # "mean" over the real tokens (the seed) or "max" (InferSent's choice)
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
 
     @property
     def out_dim(self) -> int:
         return self.dim * (2 if self.bidirectional else 1)
+
+
+POOLINGS = ("mean", "max")
+HEADS = ("cosine", "mlp")
+
+
+@dataclass
+class HeadConfig:
+    """How a pair of question vectors becomes a duplicate logit (judging pairs; search keeps the cosine)."""
+
+    kind: str = "cosine"  # "cosine": scale * (cos - bias), 2 numbers; "mlp": a network over [|u-v|, u*v, cos]
+    dim: int = 128  # width of the question vectors it reads
+    hidden: int = 256  # the mlp's hidden width: more can fit finer pair features, and overfit sooner
+
+    def __post_init__(self) -> None:
+        if self.kind not in HEADS:
+            raise ValueError(f"head must be one of {', '.join(HEADS)}, not {self.kind!r}")
+
+
+class PairHead(nn.Module):
+    """``(u, v) -> logit`` for unit vectors ``(N, d)``; symmetric: ``head(u, v) == head(v, u)``."""
+
+    def __init__(self, config: HeadConfig):
+        super().__init__()
+        self.config = config
+        self.scale = nn.Parameter(torch.tensor(10.0))  # cosine head: init as a steep logistic...
+        self.bias = nn.Parameter(torch.tensor(0.6))  # ...centred near the seed's threshold
+        if config.kind == "mlp":
+            self.mlp = nn.Sequential(nn.Linear(2 * config.dim + 1, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 1))
+
+    def forward(self, u: Tensor, v: Tensor) -> Tensor:
+        cos = (u * v).sum(-1)  # (N,)
+        if self.config.kind == "cosine":
+            return self.scale * (cos - self.bias)
+        features = torch.cat([(u - v).abs(), u * v, cos[:, None]], dim=-1)  # (N, 2d + 1)
+        return self.mlp(features).squeeze(-1) + self.scale * (cos - self.bias)  # (N,): the mlp refines the cosine logit
 
 
 class Encoder(nn.Module):
@@ -73,27 +122,24 @@ class Encoder(nn.Module):
         else:
             out, _ = self.lstm(x)  # (B, L, H): padding sits after the real tokens and cannot affect them
         real = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]  # (B, L)
-        mean = (out * real[..., None]).sum(1) / lengths[:, None].to(out.dtype)  # (B, H)
-        return F.normalize(mean, dim=-1)
-
-
-def pad_pair(enc1: Encoded, enc2: Encoded, index: np.ndarray) -> tuple[Tensor, Tensor]:
-    """Rows ``index`` of two encoded sides stacked as one ``(2B, L)`` batch and its ``(2B,)`` lengths."""
-    ids1, len1 = enc1.padded(index)
-    ids2, len2 = enc2.padded(index)
-    width = max(ids1.shape[1], ids2.shape[1])
-    ids = np.zeros((2 * len(index), width), dtype=np.int64)  # (2B, L)
-    ids[: len(index), : ids1.shape[1]] = ids1
-    ids[len(index) :, : ids2.shape[1]] = ids2
-    return torch.from_numpy(ids), torch.from_numpy(np.concatenate([len1, len2]))
+        if self.config.pooling == "max":
+            pooled = out.masked_fill(~real[..., None], float("-inf")).max(dim=1).values  # (B, H)
+        else:
+            pooled = (out * real[..., None]).sum(1) / lengths[:, None].to(out.dtype)  # (B, H)
+        return F.normalize(pooled, dim=-1)
 
 
 class Model:
-    """A duplicate-question detector: vocabulary, encoder and decision threshold.
+    """A duplicate-question detector: vocabulary, encoder, optional pair head, calibration, threshold.
 
-    >>> model = Model.load("runs/seed")                                           # doctest: +SKIP
+    >>> model = Model.load()                                                     # doctest: +SKIP
     >>> model.similarity("When will I see you?", "When can I see you again?")    # doctest: +SKIP
     0.84
+    >>> model.probability("When will I see you?", "When can I see you again?")   # doctest: +SKIP
+    0.93
+
+    ``threshold`` applies to :meth:`scores`: the cosine when ``threshold_on == "similarity"`` (the
+    seed's rule ``d > threshold``), the calibrated probability when it is ``"probability"``.
     """
 
     def __init__(
@@ -103,10 +149,16 @@ class Model:
         threshold: float = SEED_THRESHOLD,
         threshold_info: dict[str, Any] | None = None,
         metrics: dict[str, Any] | None = None,
+        head: PairHead | None = None,
+        calibration: dict[str, float] | None = None,
+        threshold_on: str = "similarity",
     ):
         self.vocab = vocab
         self.encoder = encoder.eval()
+        self.head = head.eval() if head is not None else None
+        self.calibration = calibration  # {"a", "b"}: p = sigmoid(a * logit + b), fitted on dev pairs
         self.threshold = threshold
+        self.threshold_on = threshold_on  # "similarity" or "probability": what the threshold is compared with
         self.threshold_info = threshold_info or {"chosen_on": "the seeds' fixed value"}
         self.metrics = metrics or {}
         self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
@@ -131,6 +183,8 @@ class Model:
     @torch.inference_mode()
     def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
         """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches."""
+        if isinstance(questions, str):
+            raise DupqError("encode takes a list of questions, not one string: pass [question].")
         self.encoder.eval()
         encoded = self.vocab.encode(questions)
         order = np.argsort(encoded.lengths, kind="stable")
@@ -141,19 +195,74 @@ class Model:
             out[index] = self.encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
         return out
 
-    def similarity(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
-        """Cosine similarity of two questions (a float), or of two equal-length lists (an array)."""
+    def _pair_vectors(self, q1: str | list[str], q2: str | list[str]) -> tuple[bool, np.ndarray, np.ndarray]:
         single = isinstance(q1, str) and isinstance(q2, str)
         a, b = ([q1], [q2]) if single else (list(q1), list(q2))
         if len(a) != len(b):
-            raise DupqError(f"similarity needs lists of equal length, got {len(a)} and {len(b)}.")
+            raise DupqError(f"a pair needs lists of equal length, got {len(a)} and {len(b)}.")
         v = self.encode(a + b)
-        sims = np.einsum("nd,nd->n", v[: len(a)], v[len(a) :])  # (N,)
+        return single, v[: len(a)], v[len(a) :]
+
+    def similarity(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
+        """Cosine similarity of two questions (a float), or of two equal-length lists (an array)."""
+        single, u, v = self._pair_vectors(q1, q2)
+        sims = np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0)  # (N,)
         return float(sims[0]) if single else sims
 
+    @torch.inference_mode()
+    def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The uncalibrated pair logit ``(N,)`` of vector pairs: the head's, or the cosine without one."""
+        if self.head is None:
+            return np.einsum("nd,nd->n", u, v).astype(np.float64)
+        return self.head(torch.from_numpy(np.asarray(u, np.float32)), torch.from_numpy(np.asarray(v, np.float32))).double().numpy()
+
+    @property
+    def needs_vectors(self) -> bool:
+        """True when a pair's probability depends on more than its cosine (an mlp pair head)."""
+        return self.head is not None and self.head.config.kind == "mlp"
+
+    def probabilities_from_cosines(self, cosines: np.ndarray) -> np.ndarray:
+        """``P(duplicate)`` from cosines alone; only for a model without an mlp head (see :attr:`needs_vectors`)."""
+        if self.needs_vectors:
+            raise DupqError("this model's probability needs both question vectors, not only their cosine.")
+        cos = np.asarray(cosines, dtype=np.float64)
+        logits = cos if self.head is None else float(self.head.scale) * (cos - float(self.head.bias))
+        return self._calibrated(logits)
+
+    def probabilities_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``P(duplicate)`` ``(N,)`` of vector pairs: ``sigmoid(a * logit + b)`` with the dev calibration."""
+        return self._calibrated(self.logits_from_vectors(u, v))
+
+    def _calibrated(self, logits: np.ndarray) -> np.ndarray:
+        if self.calibration is None:
+            if self.head is None:
+                raise DupqError("this model has no probability calibration; run `dupq calibrate` on it first.")
+            a, b = 1.0, 0.0  # the head was trained with cross-entropy: its sigmoid is already a probability
+        else:
+            a, b = self.calibration["a"], self.calibration["b"]
+        return 1.0 / (1.0 + np.exp(-(a * logits + b)))
+
+    def scores_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """What the threshold is compared with, ``(N,)``: the cosine or the probability."""
+        if self.threshold_on == "probability":
+            return self.probabilities_from_vectors(u, v)
+        return np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0).astype(np.float64)
+
+    def probability(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
+        """Calibrated probability in [0, 1] that two questions are duplicates (a float, or an array for lists)."""
+        single, u, v = self._pair_vectors(q1, q2)
+        p = self.probabilities_from_vectors(u, v)
+        return float(p[0]) if single else p
+
+    def scores(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
+        """The judged score of pairs (see the class docstring): ``score > threshold`` means duplicate."""
+        single, u, v = self._pair_vectors(q1, q2)
+        s = self.scores_from_vectors(u, v)
+        return float(s[0]) if single else s
+
     def is_duplicate(self, q1: str, q2: str, threshold: float | None = None) -> bool:
-        """True when the similarity is above the threshold (the model's own unless one is given)."""
-        return self.similarity(q1, q2) > (self.threshold if threshold is None else threshold)
+        """True when the score is above the threshold (the model's own unless one is given)."""
+        return self.scores(q1, q2) > (self.threshold if threshold is None else threshold)
 
     # Persistence: a folder of JSON and safetensors, each file written atomically.
 
@@ -163,6 +272,8 @@ class Model:
         folder.mkdir(parents=True, exist_ok=True)
         dtype = torch.float16 if half else torch.float32
         weights = {k: v.detach().to(dtype).contiguous() for k, v in self.encoder.state_dict().items()}
+        if self.head is not None:
+            weights.update({f"head.{k}": v.detach().to(dtype).contiguous() for k, v in self.head.state_dict().items()})
         atomic_write(folder / "model.safetensors", save(weights, metadata={"format": FORMAT}))
         self.vocab.save(folder / "vocab.json")
         write_json(folder / "metrics.json", self.metrics)
@@ -171,7 +282,10 @@ class Model:
             {
                 "format": FORMAT,
                 "encoder": asdict(self.config),
+                "head": asdict(self.head.config) if self.head is not None else None,
+                "calibration": self.calibration,
                 "threshold": self.threshold,
+                "threshold_on": self.threshold_on,
                 "threshold_info": self.threshold_info,
                 "weights_dtype": str(dtype).removeprefix("torch."),
             },
@@ -196,6 +310,13 @@ class Model:
             known = {f.name for f in fields(EncoderConfig)}
             encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
             threshold = float(config.get("threshold", SEED_THRESHOLD))
+            head_config = HeadConfig(**config["head"]) if config.get("head") else None
+            calibration = config.get("calibration")
+            if calibration is not None:
+                calibration = {"a": float(calibration["a"]), "b": float(calibration["b"])}
+            threshold_on = config.get("threshold_on", "similarity")
+            if threshold_on not in ("similarity", "probability"):
+                raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
         except (KeyError, TypeError, ValueError) as e:
             raise DupqError(f"{folder / 'config.json'} is corrupt ({type(e).__name__}: {e}).") from None
         vocab = Vocabulary.load(folder / "vocab.json")
@@ -209,13 +330,16 @@ class Model:
         except (SafetensorError, OSError, ValueError) as e:
             raise DupqError(f"{weights_path} is corrupt ({e}).") from None
         encoder = Encoder(encoder_config)
+        head = PairHead(head_config) if head_config is not None else None
         try:
-            encoder.load_state_dict({k: v.float() for k, v in weights.items()})
+            encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})
+            if head is not None:
+                head.load_state_dict({k.removeprefix("head."): v.float() for k, v in weights.items() if k.startswith("head.")})
         except RuntimeError as e:
             first = str(e).strip().splitlines()[0]
             raise DupqError(f"{weights_path} does not match {folder / 'config.json'} ({first}).") from None
         metrics_path = folder / "metrics.json"
         metrics = read_json(metrics_path, f"the metrics of {folder}") if metrics_path.exists() else {}
-        model = cls(vocab, encoder, threshold, config.get("threshold_info"), metrics)
+        model = cls(vocab, encoder, threshold, config.get("threshold_info"), metrics, head, calibration, threshold_on)
         model.folder = folder.resolve()
         return model

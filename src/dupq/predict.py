@@ -7,7 +7,8 @@ be judged (not UTF-8, not exactly two fields, an empty question or one with no w
 reported with its line number and skipped; the rest go on. Blank lines are skipped silently.
 
 This is the seed's ``predict`` (002, part 5): ``d = v1 . v2`` of the two unit vectors, and
-the verdict ``d > threshold``.
+the verdict ``d > threshold``, or, for a model with a pair head, ``P(duplicate) > threshold``.
+Every verdict carries the calibrated probability where the model has one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from dupq.evaluate import similarities
+import numpy as np
+
+from dupq.evaluate import ENCODE_BATCH
 from dupq.files import DupqError
 from dupq.model import Model
 
@@ -39,22 +42,49 @@ def check_question(model: Model, text: str, where: str) -> str:
     return text
 
 
+def judge(model: Model, q1: list[str], q2: list[str], threshold: float | None = None) -> list[dict]:
+    """Each pair's ``similarity``, ``probability`` (None when the model has no calibration) and
+    ``duplicate`` (the model's score above ``threshold``, by default the model's own)."""
+    threshold = model.threshold if threshold is None else float(threshold)
+    v = model.encode([*q1, *q2], batch_size=ENCODE_BATCH)  # (2N, d)
+    u, w = v[: len(q1)], v[len(q1) :]
+    sims = np.clip(np.einsum("nd,nd->n", u, w), -1.0, 1.0)  # (N,)
+    probs = model.probabilities_from_vectors(u, w) if model.calibration is not None or model.head is not None else None
+    scores = probs if model.threshold_on == "probability" else sims
+    return [
+        {"similarity": float(s), "probability": None if probs is None else float(probs[i]), "duplicate": bool(scores[i] > threshold), "threshold": threshold}
+        for i, s in enumerate(sims)
+    ]
+
+
+def verdict_text(judged: dict, on: str) -> str:
+    """``similarity 0.8043 > threshold 0.7128: duplicate (probability 0.9312)``: the compared score first."""
+    p, sim = judged["probability"], judged["similarity"]
+    first, other = (("probability", p), ("similarity", sim)) if on == "probability" else (("similarity", sim), ("probability", p))
+    sign = ">" if judged["duplicate"] else "<="
+    tail = "" if other[1] is None else f" ({other[0]} {other[1]:.4f})"
+    return f"{first[0]} {first[1]:.4f} {sign} threshold {judged['threshold']:.4f}: {'duplicate' if judged['duplicate'] else 'different'}{tail}"
+
+
 @dataclass
 class Verdict:
     """The judgement of one pair."""
 
     line: int  # 1-based line number in the input stream
     similarity: float  # cosine similarity of the two question vectors, in [-1, 1]
-    duplicate: bool  # similarity > threshold
+    duplicate: bool  # score > threshold (the score: the similarity or the probability, as the model says)
     threshold: float  # the threshold used
+    probability: float | None = None  # calibrated P(duplicate), where the model has one
 
     def text(self) -> str:
-        return f"{self.line}\t{self.similarity:.4f}\t{'duplicate' if self.duplicate else 'different'}"
+        prob = "" if self.probability is None else f"\t{self.probability:.4f}"
+        return f"{self.line}\t{self.similarity:.4f}{prob}\t{'duplicate' if self.duplicate else 'different'}"
 
     def json(self) -> str:
-        return json.dumps(
-            {"line": self.line, "similarity": round(self.similarity, 6), "duplicate": self.duplicate, "threshold": self.threshold}
-        )
+        obj = {"line": self.line, "similarity": round(self.similarity, 6), "duplicate": self.duplicate, "threshold": self.threshold}
+        if self.probability is not None:
+            obj["probability"] = round(self.probability, 6)
+        return json.dumps(obj)
 
 
 def parse_line(model: Model, raw: bytes, line: int) -> tuple[str, str] | None:
@@ -99,9 +129,8 @@ def judge_stream(
 
     def flush() -> list[Verdict | DupqError]:
         if pending:
-            sims = similarities(model, q1, q2)  # (pairs in this chunk,)
-            for (at, number), s in zip(pending, sims):
-                items[at] = Verdict(number, float(s), bool(s > threshold), threshold)
+            for (at, number), j in zip(pending, judge(model, q1, q2, threshold)):
+                items[at] = Verdict(number, j["similarity"], j["duplicate"], threshold, j["probability"])
         out = items.copy()
         items.clear(), pending.clear(), q1.clear(), q2.clear()
         return out

@@ -6,7 +6,9 @@
 * ``training.png``: train and validation loss per epoch (from ``metrics.json``);
 * ``histogram.png``: similarity of duplicate vs non-duplicate test pairs, the threshold drawn;
 * ``roc.png`` and ``pr.png``: the ROC and precision-recall curves, the operating point marked;
-* ``confusion.png``: the confusion matrix in the seed's orientation (rows true, columns predicted).
+* ``confusion.png``: the confusion matrix in the seed's orientation (rows true, columns predicted);
+* ``reliability.png``: for a model with a probability, the reliability diagram (predicted
+  probability against the share of duplicates, per tenth) and its expected calibration error.
 
 The page ends with the worst errors: the non-duplicates the model was surest were duplicates
 (highest similarity) and the duplicates it was surest were not (lowest similarity), texts
@@ -25,7 +27,16 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from dupq.data import Pairs
-from dupq.evaluate import evaluate_scores, pair_scores, precision_recall_curve, roc_curve
+from dupq.evaluate import (
+    evaluate_scores,
+    expected_calibration_error,
+    pair_scores,
+    precision_recall_curve,
+    probabilities_from_logits,
+    reliability,
+    roc_curve,
+    scores_from_logits,
+)
 from dupq.files import DupqError, atomic_write
 from dupq.model import SEED_THRESHOLD, Model
 
@@ -53,17 +64,36 @@ def training_figure(history: list[dict[str, Any]]) -> Figure:
     return fig
 
 
-def histogram_figure(scores: np.ndarray, labels: np.ndarray, threshold: float) -> Figure:
-    """Similarity histograms of duplicate and non-duplicate pairs, with the threshold(s)."""
+def histogram_figure(scores: np.ndarray, labels: np.ndarray, threshold: float, on: str = "similarity") -> Figure:
+    """Score histograms of duplicate and non-duplicate pairs, with the threshold(s)."""
     fig = Figure(figsize=(6, 3.6))
     ax = fig.subplots()
-    bins = np.linspace(min(-0.2, float(scores.min())), 1.0, 61)  # (61,)
+    low = 0.0 if on == "probability" else min(-0.2, float(scores.min()))
+    bins = np.linspace(low, 1.0, 61)  # (61,)
     ax.hist(scores[labels == 0], bins=bins, alpha=0.55, color=NON, label=f"non-duplicates ({np.sum(labels == 0):,})")
     ax.hist(scores[labels == 1], bins=bins, alpha=0.55, color=DUP, label=f"duplicates ({np.sum(labels == 1):,})")
     ax.axvline(threshold, color="black", lw=1.5, label=f"threshold {threshold:.3f}")
-    if abs(threshold - SEED_THRESHOLD) > 1e-9:
+    if on == "similarity" and abs(threshold - SEED_THRESHOLD) > 1e-9:
         ax.axvline(SEED_THRESHOLD, color="gray", lw=1, ls="--", label="the seeds' 0.7")
-    ax.set(xlabel="cosine similarity", ylabel="test pairs", title="Similarity of test pairs")
+    name = "probability of a duplicate" if on == "probability" else "cosine similarity"
+    ax.set(xlabel=name, ylabel="test pairs", title=f"{name.capitalize()} of test pairs")
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def reliability_figure(probabilities: np.ndarray, labels: np.ndarray) -> Figure:
+    """Reliability diagram: mean predicted probability vs share of duplicates per tenth, and the diagonal."""
+    r = reliability(probabilities, labels)
+    ece = expected_calibration_error(probabilities, labels)
+    fig = Figure(figsize=(4.2, 4.2))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], color="gray", ls="--", lw=1, label="perfectly calibrated")
+    used = [i for i, n in enumerate(r["pairs"]) if n]
+    ax.plot([r["mean_probability"][i] for i in used], [r["duplicate_share"][i] for i in used], "o-", color=DUP, label="test pairs")
+    for i in used:
+        ax.annotate(f"{r['pairs'][i]:,}", (r["mean_probability"][i], r["duplicate_share"][i]), fontsize=6, xytext=(3, -8), textcoords="offset points")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="predicted probability (mean per tenth)", ylabel="share that are duplicates",
+           title=f"Reliability (ECE {ece:.3f})")
     ax.legend(fontsize=8, loc="upper left")
     return fig
 
@@ -145,8 +175,9 @@ def _metrics_table(m: dict[str, Any]) -> str:
     def fmt(v: Any) -> str:
         return "n/a" if v is None else f"{v:.4f}" if isinstance(v, float) else f"{v:,}"
 
-    keys = ["threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision", "accuracy_at_0_7", "pairs", "duplicates"]
-    return "<table class=metrics>" + "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys) + "</table>"
+    keys = ["threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision", "accuracy_at_0_7",
+            "expected_calibration_error", "pairs", "duplicates"]
+    return "<table class=metrics>" + "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys if k in m) + "</table>"
 
 
 PAGE = """<!doctype html>
@@ -163,15 +194,16 @@ img {{ max-width: 100%; border: 1px solid #eee; }}
 </style></head><body>
 <h1>dupq report</h1>
 <p>Model <code>{title}</code> (fingerprint <code>{fingerprint}</code>). Threshold {threshold:.4f}, chosen on: {chosen_on}.
-Test pairs: {pairs:,} ({duplicates:,} duplicates){rows}; a pair is called a duplicate when its cosine similarity is above the threshold.</p>
+Test pairs: {pairs:,} ({duplicates:,} duplicates){rows}; a pair is called a duplicate when its {score} is above the threshold.</p>
 <h2>Metrics on the test pairs</h2>
 <div class=row>{metrics}<img src="{confusion}" alt="confusion matrix"></div>
 <h2>Training</h2>
 {training}
-<h2>Similarity of test pairs</h2>
-<img src="{histogram}" alt="similarity histograms of duplicate and non-duplicate pairs">
+<h2>Scores of test pairs</h2>
+<img src="{histogram}" alt="score histograms of duplicate and non-duplicate pairs">
 <h2>ROC and precision-recall curves</h2>
 <div class=row>{curves}</div>
+{calibration}
 <h2>Worst errors</h2>
 {errors}
 </body></html>
@@ -195,15 +227,22 @@ def write_report(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     threshold = model.threshold if threshold is None else float(threshold)
-    scores = pair_scores(model, pairs)  # (N,)
+    logits = pair_scores(model, pairs, kind="logit")  # (N,)
+    scores = scores_from_logits(model, logits, pairs)  # (N,) what the threshold applies to
     labels = pairs.labels.astype(np.int64)  # (N,)
     m = evaluate_scores(scores, labels, threshold)
+    calibration = ""
+    if model.calibration is not None or model.head is not None:
+        probabilities = probabilities_from_logits(model, logits)
+        m["expected_calibration_error"] = expected_calibration_error(probabilities, labels)
+        calibration = f'<h2>Calibration</h2><img src="{_png(reliability_figure(probabilities, labels), out / "reliability.png")}" alt="reliability diagram">'
+    on = model.threshold_on
     history = model.metrics.get("training", {}).get("history") or []
     if history:
         training = f'<img src="{_png(training_figure(history), out / "training.png")}" alt="training curves">'
     else:
         training = "<p class=note>This model folder records no training history.</p>"
-    histogram = _png(histogram_figure(scores, labels, threshold), out / "histogram.png")
+    histogram = _png(histogram_figure(scores, labels, threshold, on), out / "histogram.png")
     if m["roc_auc"] is None:
         curves = "<p class=note>The test pairs hold only one label, so there are no ROC or precision-recall curves.</p>"
     else:
@@ -225,6 +264,8 @@ def write_report(
         training=training,
         histogram=histogram,
         curves=curves,
+        calibration=calibration,
+        score=html.escape("calibrated probability" if on == "probability" else "cosine similarity"),
         errors=_error_table(
             "False positives", "Different questions the model was surest were duplicates (highest similarity).", errors["false_positives"]
         )

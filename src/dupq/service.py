@@ -2,10 +2,10 @@
 
 ``create_app(collection_dir)`` is the factory (as fastapi-cli expects); ``dupq serve COLL`` runs it::
 
-    POST /similarity  {q1, q2}          -> {similarity, duplicate, threshold}
-    POST /search      {question, k}     -> {results: [{id, text, score, duplicate, metadata}], ...}
+    POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
+    POST /search      {question, k}     -> {results: [{id, text, score, probability, duplicate, metadata}], ...}
     POST /questions   {text, metadata}  -> 201 {id, count}   (bearer token; durable when answered)
-    GET  /health                        -> {status, questions, threshold}
+    GET  /health                        -> {status, questions, threshold, threshold_on}
     GET  /                              -> the web page (static/index.html, app.css, app.js)
     GET  /docs, /openapi.json           -> FastAPI's schema
 
@@ -42,6 +42,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from dupq.files import DupqError
+from dupq.predict import judge
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_ENV = "DUPQ_API_TOKEN"
@@ -64,8 +65,10 @@ class SimilarityRequest(BaseModel):
 
 class SimilarityResponse(BaseModel):
     similarity: float  # cosine similarity of the two questions' vectors, in [-1, 1]
-    duplicate: bool  # similarity above the model's threshold
+    probability: float | None  # calibrated P(duplicate); null for a model without a calibration
+    duplicate: bool  # the similarity (or probability, see threshold_on) above the model's threshold
     threshold: float
+    threshold_on: str  # "similarity" or "probability": what the threshold is compared with
 
 
 class SearchRequest(BaseModel):
@@ -77,7 +80,8 @@ class SearchRequest(BaseModel):
 class HitOut(BaseModel):
     id: int
     text: str
-    score: float
+    score: float  # cosine similarity to the question
+    probability: float | None  # calibrated P(duplicate); null without a calibration
     duplicate: bool
     metadata: dict[str, Any]
 
@@ -85,6 +89,7 @@ class HitOut(BaseModel):
 class SearchResponse(BaseModel):
     question: str
     threshold: float
+    threshold_on: str
     results: list[HitOut]
 
 
@@ -103,6 +108,7 @@ class Health(BaseModel):
     status: str
     questions: int
     threshold: float
+    threshold_on: str
 
 
 class Batcher:
@@ -267,14 +273,15 @@ def create_app(
     async def similarity(body: SimilarityRequest, request: Request) -> SimilarityResponse:
         """How similar two questions are, and whether the model calls them duplicates."""
         model = request.app.state.collection.model
-        score = await anyio.to_thread.run_sync(model.similarity, body.q1, body.q2)
-        return SimilarityResponse(similarity=score, duplicate=score > model.threshold, threshold=model.threshold)
+        j = (await anyio.to_thread.run_sync(judge, model, [body.q1], [body.q2]))[0]
+        return SimilarityResponse(**j, threshold_on=model.threshold_on)
 
     @app.post("/search", dependencies=reads, responses=refused | (unauthorised if protect_reads else {}))
     async def search(body: SearchRequest, request: Request) -> SearchResponse:
         """The ``k`` stored questions most similar to ``question``, best first."""
         hits = await request.app.state.searches.submit((body.question, body.k))
-        return SearchResponse(question=body.question, threshold=request.app.state.collection.threshold, results=hits)
+        collection = request.app.state.collection
+        return SearchResponse(question=body.question, threshold=collection.threshold, threshold_on=collection.model.threshold_on, results=hits)
 
     @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=refused | unauthorised)
     async def add_question(body: AddRequest, request: Request) -> AddResponse:
@@ -286,7 +293,7 @@ def create_app(
     async def health(request: Request) -> Health:
         """The server is up: how many questions it holds and the duplicate threshold."""
         collection = request.app.state.collection
-        return Health(status="ok", questions=len(collection), threshold=collection.threshold)
+        return Health(status="ok", questions=len(collection), threshold=collection.threshold, threshold_on=collection.model.threshold_on)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -300,7 +307,7 @@ def _search(collection, items: list[tuple[str, int]]) -> list[list[HitOut]]:
     """One ``Collection.search`` for many ``(question, k)``: the largest ``k``, then each cut to its own."""
     hits = collection.search([q for q, _ in items], k=max(k for _, k in items))
     return [
-        [HitOut(id=h.id, text=h.text, score=h.score, duplicate=h.duplicate, metadata=h.metadata) for h in row[:k]]
+        [HitOut(id=h.id, text=h.text, score=h.score, probability=h.probability, duplicate=h.duplicate, metadata=h.metadata) for h in row[:k]]
         for row, (_, k) in zip(hits, items)
     ]
 

@@ -1,22 +1,31 @@
-"""Training the Siamese encoder on duplicate pairs with in-batch negatives (seed 002, part 3).
+"""The training loop: a batch source + an objective + Adam, with checkpoints and exact resume.
 
-Reads top to bottom: build (or resume) -> per epoch: length-bucketed shuffled batches, triplet
-loss, Adam step -> validation loss -> checkpoint -> model folder. Everything random is derived
-from ``(seed, epoch)``, and the checkpoint is written after every epoch, so a run killed at any
-moment and restarted with ``resume=True`` ends with the same weights as one never interrupted.
+A run is three parts that do not know each other (STYLE 16):
 
-The checkpoint is a single ``checkpoint.safetensors``: model weights and Adam moments as
-tensors, the configs, epoch and history as JSON in its metadata. No pickle anywhere.
+* the **batch source** (:mod:`dupq.batches`): which pairs, which labels, how batched. The seed
+  recipe trains on the duplicates only (``recipe="duplicates"``); the labelled recipe on every
+  labelled pair of the training pool (``recipe="labelled"``);
+* the **objective** (:mod:`dupq.objectives`): a weighted list of losses (:mod:`dupq.losses`);
+* this **loop**: build (or resume) -> per epoch: batches, loss, Adam step -> validation ->
+  checkpoint -> at the end, the best epoch's weights as the model folder.
+
+Everything random is derived from ``(seed, epoch)``, and the checkpoint is written after every
+epoch, so a run killed at any moment and restarted with ``resume=True`` ends with the same weights
+as one never interrupted. The checkpoint is one ``checkpoint.safetensors``: weights, the best
+epoch's weights and Adam moments as tensors, the configs, epoch and history as JSON in its
+metadata. No pickle anywhere. Weights that are not finite are never written: a diverged run stops
+with the last good checkpoint in place.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +34,39 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save, safe_open
+from torch import nn
 
-from dupq.data import Pairs, Splits
+from dupq.batches import SOURCES, Batch, PairBatches, duplicate_groups, length_batches
+from dupq.data import Pairs, Splits, labelled_split
 from dupq.files import DupqError, atomic_write
-from dupq.losses import triplet_loss
-from dupq.model import Encoder, EncoderConfig, Model, pad_pair
-from dupq.tokenizer import Encoded, Vocabulary
+from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
+from dupq.objectives import Objective
+from dupq.tokenizer import Vocabulary
 
 CHECKPOINT = "checkpoint.safetensors"
+RECIPE_LOSSES = {"duplicates": {"triplet": 1.0}, "labelled": {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}}
+# Options that may differ when a run is resumed: they change how it runs, not what it learns.
+RESUMABLE = {"epochs", "threads", "device"}
+
+__all__ = ["TrainConfig", "ModelOptions", "train", "length_batches", "encode_in_chunks", "check_output_folder"]
 
 
 @dataclass
 class TrainConfig:
     """How the encoder is trained; the defaults are the seed recipe."""
 
-    epochs: int = 5  # passes over the training duplicates
-    batch_size: int = 256  # pairs per batch; each row sees batch_size - 1 in-batch negatives
+    recipe: str = "duplicates"  # batch source: "duplicates" (the seed) or "labelled" (every labelled pool pair)
+    losses: dict[str, float] = field(default_factory=dict)  # loss -> weight; empty: the recipe's default
+    epochs: int = 5  # passes over the training pairs
+    batch_size: int = 256  # pairs per batch; each duplicate row sees the batch's other questions as negatives
     lr: float = 0.01  # Adam learning rate
     margin: float = 0.25  # the triplet loss' alpha
-    reduction: str = "sum"  # "sum" over the batch (seed) or "mean"; Adam makes them nearly equivalent
-    symmetric: bool = False  # also use q1 rows as anchors (both directions of the similarity matrix)
-    extra_negatives: int = 0  # non-duplicate pool pairs per batch whose questions join as negative columns
-    partner_negatives: bool = False  # per row, one question labelled *not* a duplicate of it joins as a column
+    reduction: str = "sum"  # triplet over the batch: "sum" (seed) or "mean"; Adam makes them nearly equivalent
+    symmetric: bool = False  # triplet: also use q1 rows as anchors (both directions of the similarity matrix)
+    scale: float = 20.0  # ranking loss: inverse temperature of its softmax over cosines
+    contrastive_margin: float = 0.5  # (online) contrastive loss: distance non-duplicates are pushed beyond
+    mask_false_negatives: bool = False  # drop in-batch negatives that are the anchor's own question or a known duplicate
+    hard_negatives: bool = False  # per duplicate row, add a question labelled *not* its duplicate as a negative
     lr_schedule: str = "constant"  # "constant" or "cosine" (decay to 0 over the run)
     seed: int = 0  # seeds initialisation, shuffling and dropout
     bucket: int = 1  # batches per length-sorted bucket; >1 groups similar lengths (faster, but -1.3 test accuracy)
@@ -54,69 +74,54 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "cpu"  # "cuda" trains on a GPU (bit-exact resume is guaranteed on CPU only)
 
+    def __post_init__(self) -> None:
+        if self.recipe not in SOURCES:
+            raise DupqError(f"--recipe must be one of {', '.join(SOURCES)}, not {self.recipe!r}.")
+        if not self.losses:
+            self.losses = dict(RECIPE_LOSSES[self.recipe])
+        for name in ("lr", "margin", "scale", "contrastive_margin"):
+            value = getattr(self, name)
+            if not math.isfinite(value):
+                raise DupqError(f"--{name.replace('_', '-')} must be a finite number, not {value}.")
+        if self.reduction not in ("sum", "mean"):
+            raise DupqError(f"--reduction must be sum or mean, not {self.reduction!r}.")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise DupqError(f"--lr-schedule must be constant or cosine, not {self.lr_schedule!r}.")
 
-def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int) -> list[np.ndarray]:
-    """Shuffled batches of indices whose members have similar lengths.
+    def objective(self) -> Objective:
+        return Objective(
+            self.losses, self.margin, self.reduction, self.symmetric, self.scale, self.contrastive_margin, self.mask_false_negatives
+        )
 
-    Shuffle, cut into buckets of ``bucket * batch_size``, sort each bucket by length, cut it into
-    batches, and shuffle the batch order. Batches smaller than 2 are dropped (no negatives).
-    """
-    order = rng.permutation(len(lengths))
-    batches = []
-    span = max(1, bucket) * batch_size
-    for start in range(0, len(order), span):
-        chunk = order[start : start + span]
-        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
-    batches = [b for b in batches if len(b) >= 2]
-    return [batches[i] for i in rng.permutation(len(batches))]
+
+@dataclass
+class ModelOptions:
+    """What is built before training: the vocabulary, the encoder and the pair head."""
+
+    dim: int = 128  # embedding and LSTM width (the seed's d_feature); cost grows with dim^2
+    lowercase: bool = False  # fold case before the vocabulary lookup
+    oov_buckets: int = 0  # hash unknown words into this many extra ids (0: one shared id, the seed)
+    min_count: int = 1  # keep words seen at least this often
+    bidirectional: bool = False  # BiLSTM: 2x the width of the vectors and ~2x slower
+    dropout: float = 0.0  # dropout on word embeddings
+    pooling: str = "mean"  # "mean" (the seed) or "max"
+    head: str = "none"  # "none", "cosine" (scaled cosine logit) or "mlp" (a network over [|u-v|, u*v, cos])
+    head_hidden: int = 256  # the mlp head's hidden width
+
+
+class Siamese(nn.Module):
+    """The trained parts, one state dict: ``encoder.*`` and, when there is one, ``head.*``."""
+
+    def __init__(self, encoder: Encoder, head: PairHead | None):
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
 
 
 def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
     if config.lr_schedule == "cosine":
         return 0.5 * (1 + math.cos(math.pi * step / max(1, total)))
     return 1.0
-
-
-class EncodedPairs:
-    """The two encoded sides of a set of pairs."""
-
-    def __init__(self, vocab: Vocabulary, q1: list[str], q2: list[str]):
-        self.q1: Encoded = vocab.encode(q1)
-        self.q2: Encoded = vocab.encode(q2)
-        self.lengths = np.maximum(self.q1.lengths, self.q2.lengths)
-
-    def __len__(self) -> int:
-        return len(self.q1)
-
-
-class _Partners:
-    """Hard negatives from the labelled non-duplicate pairs of the pool, one per training row.
-
-    Row i's partner is a question labelled *not* a duplicate of ``q1[i]`` or ``q2[i]`` (a near
-    miss, the kind the test pairs are full of); a row whose questions have none gets a random
-    non-duplicate question. They are appended as columns of the similarity matrix.
-    """
-
-    def __init__(self, vocab: Vocabulary, non_duplicates: Pairs, train_q1: list[str], train_q2: list[str]):
-        texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
-        position = {t: i for i, t in enumerate(texts)}
-        partners: dict[str, list[int]] = {}
-        for a, b in zip(non_duplicates.q1, non_duplicates.q2):
-            partners.setdefault(a, []).append(position[b])
-            partners.setdefault(b, []).append(position[a])
-        self.encoded = vocab.encode(texts)
-        self.options = [partners.get(a, []) + partners.get(b, []) for a, b in zip(train_q1, train_q2)]
-
-    def __len__(self) -> int:
-        return sum(1 for o in self.options if o)
-
-    def pick(self, index: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        chosen = rng.integers(0, len(self.encoded), size=len(index))  # random fallbacks
-        for row, i in enumerate(index):
-            if self.options[i]:
-                chosen[row] = self.options[i][rng.integers(len(self.options[i]))]
-        return chosen
 
 
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
@@ -134,156 +139,237 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
     return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
 
 
-def _negative_columns(
-    negatives: Encoded | None, partners: _Partners | None, index: np.ndarray, rng: np.random.Generator, config: TrainConfig
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The batch's extra negative questions as one padded ``(M, L)`` block and lengths, or None."""
-    blocks = []
-    if negatives is not None:
-        blocks.append(negatives.padded(rng.choice(len(negatives), size=2 * config.extra_negatives, replace=False)))
-    if partners is not None:
-        blocks.insert(0, partners.encoded.padded(partners.pick(index, rng)))  # partners first, as columns B..2B-1
-    if not blocks:
-        return None
-    width = max(ids.shape[1] for ids, _ in blocks)
-    ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))) for ids, _ in blocks])  # (M, L)
-    lengths = np.concatenate([lengths for _, lengths in blocks])  # (M,)
-    return torch.from_numpy(ids).to(config.device), torch.from_numpy(lengths).to(config.device)
+def batch_loss(model: Siamese, batch: Batch, objective: Objective, chunks: int) -> torch.Tensor:
+    """Encode every question of ``batch`` in one (chunked) LSTM pass and apply ``objective``."""
+    v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, chunks)  # (2B + M, d)
+    return objective(v, batch, model.head)
 
 
-def batch_loss(encoder: Encoder, data: EncodedPairs, index: np.ndarray, config: TrainConfig, negatives=None):
-    ids, lengths = pad_pair(data.q1, data.q2, index)  # (2B, L), (2B,)
-    v = encode_in_chunks(encoder, ids.to(config.device), lengths.to(config.device), config.chunks)  # (2B, d)
-    b = len(index)
-    neg = None
-    if negatives is not None:
-        neg = encode_in_chunks(encoder, *negatives, config.chunks)  # (M, d)
-    return triplet_loss(v[:b], v[b:], config.margin, config.reduction, config.symmetric, neg)
+@dataclass
+class Validation:
+    """What one epoch scored on the held-out pairs; ``better`` compares two epochs."""
+
+    loss: float
+    accuracy: float | None = None  # at the best threshold on the validation pairs (labelled only)
+    roc_auc: float | None = None
+
+    def key(self) -> float:
+        return self.accuracy if self.accuracy is not None else -self.loss
+
+    def better(self, other: Validation | None) -> bool:
+        return other is None or self.key() > other.key()
 
 
-def _evaluate_loss(encoder: Encoder, data: EncodedPairs, config: TrainConfig) -> float:
-    """Mean loss per pair on fixed, seed-independent validation batches."""
-    encoder.eval()
-    total, count = 0.0, 0
+def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Validation:
+    """Mean loss per pair on fixed, seed-independent batches; with both labels, accuracy and ROC-AUC too."""
+    from dupq.evaluate import best_threshold, threshold_free
+
+    model.eval()
+    objective = config.objective()
+    total, count, logits, labels = 0.0, 0, [], []
+    rng = np.random.default_rng(12345)
     with torch.no_grad():
-        for index in length_batches(data.lengths, config.batch_size, np.random.default_rng(12345), config.bucket):
-            loss = batch_loss(encoder, data, index, config)
-            total += loss.item() * (1 if config.reduction == "sum" else len(index))
+        for index in source.epoch(rng):
+            batch = source.batch(index, rng).to(config.device)
+            v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, config.chunks)
+            loss = objective(v, batch, model.head)
+            total += loss.item() * (1 if "triplet" in config.losses and config.reduction == "sum" and len(config.losses) == 1 else len(index))
             count += len(index)
-    return total / max(count, 1)
+            u, w = v[: batch.size], v[batch.size : 2 * batch.size]
+            logits.append((model.head(u, w) if model.head is not None else (u * w).sum(-1)).cpu().numpy())
+            labels.append(batch.labels.cpu().numpy())
+    result = Validation(total / max(count, 1))
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    if len(y) and 0 < y.sum() < len(y):
+        scores = np.concatenate(logits)
+        result.accuracy = best_threshold(scores, y)["value"]
+        result.roc_auc = threshold_free(scores, y)["roc_auc"]
+    return result
 
 
 # Checkpoints: one safetensors file, tensors for state, JSON metadata for the rest.
 
 
-def save_checkpoint(path: Path, encoder: Encoder, optimizer: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in encoder.state_dict().items()}
+def _finite(state: dict[str, torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
+
+
+def save_checkpoint(
+    path: Path, model: Siamese, best: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, meta: dict[str, Any]
+) -> None:
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors.update({f"best.{k}": v.detach().contiguous() for k, v in best.items()})
     state = optimizer.state_dict()
     for pid, slots in state["state"].items():
         for name, value in slots.items():
             tensors[f"optim.{pid}.{name}"] = torch.as_tensor(value).contiguous()
+    if not _finite(tensors):
+        raise DupqError(f"training diverged (weights that are not finite numbers) in epoch {meta['epoch']}; "
+                        f"{path} still holds the last good epoch. Lower --lr and start again.")
     meta = {**meta, "param_groups": state["param_groups"]}
     atomic_write(path, save(tensors, metadata={"dupq": json.dumps(meta)}))
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
-    """Returns ``(meta, model_state, optimizer_state)`` from a checkpoint file."""
+def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
+    """Returns ``(meta, model_state, best_state, optimizer_state)`` from a checkpoint file."""
     try:
         with safe_open(path, "pt") as f:
             meta = json.loads((f.metadata() or {})["dupq"])
         tensors = load_file(path)
     except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as e:
         raise DupqError(f"the checkpoint {path} is corrupt ({type(e).__name__}: {e}); delete it to start again.") from None
+    if not isinstance(meta, dict) or not _finite(tensors):
+        raise DupqError(f"the checkpoint {path} is corrupt (weights that are not finite numbers); delete it to start again.")
     model_state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
+    best_state = {k.removeprefix("best."): v for k, v in tensors.items() if k.startswith("best.")}
     slots: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
             _, pid, name = key.split(".", 2)
             slots.setdefault(int(pid), {})[name] = value
-    return meta, model_state, {"state": slots, "param_groups": meta.pop("param_groups")}
+    return meta, model_state, best_state, {"state": slots, "param_groups": meta.pop("param_groups")}
 
 
 def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
     """Refuse to silently discard the checkpoint of an earlier run in ``out``."""
+    if resume and overwrite:
+        raise DupqError("--resume continues the checkpoint and --overwrite discards it: pass one of them.")
     if (Path(out) / CHECKPOINT).exists() and not (resume or overwrite):
         raise DupqError(f"{out} already holds a training checkpoint; pass --resume to continue it or --overwrite to start again.")
+
+
+def _check_resume(meta: dict[str, Any], config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None) -> None:
+    """Refuse to resume with options that differ from the checkpoint's, naming the first one."""
+    asked = {**asdict(config), **{f"model.{k}": v for k, v in asdict(options).items()}}
+    stored = {**meta.get("train", {}), **{f"model.{k}": v for k, v in meta.get("options", {}).items()}}
+    if split is not None and meta.get("split") is not None:
+        asked.update({f"split.{k}": v for k, v in split.items()})
+        stored.update({f"split.{k}": v for k, v in meta["split"].items()})
+    for name, value in asked.items():
+        if name in RESUMABLE or name not in stored:
+            continue
+        if stored[name] != value:
+            option = name.split(".")[-1].replace("_", "-")
+            raise DupqError(
+                f"--resume with --{option} {value} but the checkpoint was trained with {stored[name]}; "
+                f"resume with the same options (only --epochs, --threads and --device may change) or start again with --overwrite."
+            )
+
+
+def batch_sources(splits: Splits, config: TrainConfig, vocab: Vocabulary, split: dict[str, Any] | None) -> tuple[PairBatches, PairBatches, str]:
+    """The training and validation batch sources of the recipe, and a line saying what they hold."""
+    if config.recipe == "labelled":
+        train_pairs, val_pairs = labelled_split(splits.pool, (split or {}).get("labelled_val", 10_240))
+    else:
+        train_pairs, val_pairs = splits.train, splits.val
+    groups = None
+    if config.mask_false_negatives:
+        texts = list(dict.fromkeys(train_pairs.q1 + train_pairs.q2 + val_pairs.q1 + val_pairs.q2))
+        groups = duplicate_groups(texts, train_pairs.q1, train_pairs.q2, train_pairs.labels)
+    hard = splits.pool.take(splits.pool.labels == 0) if config.hard_negatives else None
+    if hard is not None and config.recipe == "labelled":
+        hard = hard.take(np.isin(hard.rows, train_pairs.rows))  # never a validation pair's question
+    train_source = PairBatches(vocab, train_pairs, config.batch_size, config.bucket, groups, hard)
+    val_source = PairBatches(vocab, val_pairs, config.batch_size, config.bucket, groups)
+    duplicates = int(train_pairs.labels.sum())
+    line = f"train {len(train_pairs):,} pairs ({duplicates:,} duplicates) | validation {len(val_pairs):,} pairs"
+    if train_source.partners is not None:
+        line += f" | {train_source.partners.covered():,} training pairs have a labelled non-duplicate"
+    return train_source, val_source, line
+
+
+def build_vocabulary(splits: Splits, config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None) -> Vocabulary:
+    if config.recipe == "labelled":
+        pairs, _ = labelled_split(splits.pool, (split or {}).get("labelled_val", 10_240))
+    else:
+        pairs = splits.pool.take(splits.pool.labels == 1)
+    return Vocabulary.build(pairs.q1 + pairs.q2, lowercase=options.lowercase, oov_buckets=options.oov_buckets, min_count=options.min_count)
+
+
+def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions) -> Siamese:
+    torch.manual_seed(config.seed)
+    encoder = Encoder(EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling))
+    head = None
+    if options.head != "none" or config.objective().needs_head:
+        kind = "cosine" if options.head == "none" else options.head
+        head = PairHead(HeadConfig(kind, encoder.config.out_dim, options.head_hidden))
+    return Siamese(encoder, head)
 
 
 def train(
     splits: Splits,
     out: str | Path,
     config: TrainConfig | None = None,
-    dim: int = 128,
-    lowercase: bool = False,
-    oov_buckets: int = 0,
-    min_count: int = 1,
-    bidirectional: bool = False,
-    dropout: float = 0.0,
+    options: ModelOptions | None = None,
     resume: bool = False,
     overwrite: bool = False,
     extra_info: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
     progress: bool = True,
+    split: dict[str, Any] | None = None,
+    **option_overrides: Any,
 ) -> Model:
-    """Train an encoder on ``splits.train`` (validating on ``splits.val``) and save it in ``out``.
+    """Train on ``splits`` with ``config`` (the recipe) and ``options`` (what is built); save the model in ``out``.
 
-    Writes ``out/vocab.json`` and ``out/checkpoint.safetensors`` as it goes and the model folder
-    files at the end. Returns the trained :class:`Model`.
+    ``option_overrides`` are :class:`ModelOptions` fields (``dim=32``) for short calls. ``split``
+    records how the data was cut, so that a resume on another cut is refused. Writes
+    ``out/vocab.json`` and ``out/checkpoint.safetensors`` as it goes and the model folder (the best
+    epoch's weights) at the end. Returns the trained :class:`Model`.
     """
     out = Path(out)
     ckpt_path = out / CHECKPOINT
+    config = config or TrainConfig()
+    options = options or ModelOptions()
+    if option_overrides:
+        options = ModelOptions(**{**asdict(options), **option_overrides})
     check_output_folder(out, resume, overwrite)
-    if resume and ckpt_path.exists():
-        meta, model_state, optim_state = load_checkpoint(ckpt_path)
-        config = TrainConfig(**{**asdict(TrainConfig()), **meta["train"], "epochs": (config or TrainConfig()).epochs, "device": (config or TrainConfig()).device})
-        vocab = Vocabulary.load(out / "vocab.json")
-        encoder = Encoder(EncoderConfig(**meta["encoder"]))
-        encoder.load_state_dict(model_state)
-        history, start_epoch = meta["history"], meta["epoch"]
-        log(f"resuming {ckpt_path} after epoch {start_epoch}")
-    else:
-        config = config or TrainConfig()
-        pool_dups = splits.pool.take(splits.pool.labels == 1)
-        vocab = Vocabulary.build(pool_dups.q1 + pool_dups.q2, lowercase=lowercase, oov_buckets=oov_buckets, min_count=min_count)
-        out.mkdir(parents=True, exist_ok=True)
-        vocab.save(out / "vocab.json")
-        torch.manual_seed(config.seed)
-        encoder = Encoder(EncoderConfig(len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout))
-        history, start_epoch, optim_state = [], 0, None
-    if config.threads:
-        torch.set_num_threads(config.threads)
     try:
         device = torch.device(config.device)
-    except RuntimeError:
-        raise DupqError(f"unknown device {config.device!r}; use cpu or cuda.") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DupqError("--device cuda was asked for but torch sees no CUDA GPU here.")
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError):
+        raise DupqError(f"the device {config.device!r} cannot be used here; use cpu, or cuda with a GPU.") from None
+    if device.type not in ("cpu", "cuda"):
+        raise DupqError(f"unknown device {config.device!r}; use cpu or cuda.")
+    if resume and ckpt_path.exists():
+        meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
+        _check_resume(meta, config, options, split)
+        vocab = Vocabulary.load(out / "vocab.json")
+        model = build_model(vocab, config, options)
+        try:
+            model.load_state_dict(model_state)
+        except RuntimeError as e:
+            raise DupqError(f"the checkpoint {ckpt_path} does not fit this run ({str(e).strip().splitlines()[0]}); start again with --overwrite.") from None
+        history, start_epoch = meta["history"], meta["epoch"]
+        best_epoch = meta.get("best_epoch", start_epoch)
+        best_val = Validation(**meta["best_val"]) if meta.get("best_val") else None
+        log(f"resuming {ckpt_path} after epoch {start_epoch}")
+    else:
+        vocab = build_vocabulary(splits, config, options, split)
+        out.mkdir(parents=True, exist_ok=True)
+        vocab.save(out / "vocab.json")
+        model = build_model(vocab, config, options)
+        history, start_epoch, optim_state, best_state, best_epoch, best_val = [], 0, None, {}, 0, None
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    train_source, val_source, line = batch_sources(splits, config, vocab, split)
     buckets = f" + {vocab.oov_buckets:,} unknown-word buckets" if vocab.oov_buckets else ""
-    log(f"vocabulary: {len(vocab.tokens):,} words{buckets} | train {len(splits.train):,} pairs | validation {len(splits.val):,} pairs")
+    log(f"vocabulary: {len(vocab.tokens):,} words{buckets} | {line}")
 
-    train_data = EncodedPairs(vocab, splits.train.q1, splits.train.q2)
-    val_data = EncodedPairs(vocab, splits.val.q1, splits.val.q2)
-    negatives = partners = None
-    if config.extra_negatives or config.partner_negatives:
-        pool_neg = splits.pool.take(splits.pool.labels == 0)
-    if config.extra_negatives:
-        negatives = vocab.encode(pool_neg.q1 + pool_neg.q2)
-    if config.partner_negatives:
-        partners = _Partners(vocab, pool_neg, splits.train.q1, splits.train.q2)
-        log(f"partner negatives: {len(partners):,} of {len(splits.train):,} training pairs have a labelled non-duplicate")
-    encoder.to(config.device)
-    optimizer = torch.optim.Adam(encoder.parameters(), lr=config.lr, fused=True)
+    objective = config.objective()
+    model.to(config.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
     if optim_state is not None:
         optimizer.load_state_dict(optim_state)
-    steps_per_epoch = len(length_batches(train_data.lengths, config.batch_size, np.random.default_rng(0), config.bucket))
+    steps_per_epoch = len(train_source.epoch(np.random.default_rng(0)))
     total_steps = steps_per_epoch * config.epochs
 
     for epoch in range(start_epoch, config.epochs):
         rng = np.random.default_rng([config.seed, epoch])
         torch.manual_seed(config.seed * 100_003 + epoch)  # dropout masks, independent of any resume
-        batches = length_batches(train_data.lengths, config.batch_size, rng, config.bucket)
-        encoder.train()
+        batches = train_source.epoch(rng)
+        model.train()
         loss_sum, pairs, started = 0.0, 0, time.perf_counter()
+        per_pair = config.reduction == "sum" and config.losses == {"triplet": 1.0}  # the seed's summed loss, shown per pair
         with Progress(
             TextColumn(f"epoch {epoch + 1}/{config.epochs}"),
             BarColumn(),
@@ -296,42 +382,51 @@ def train(
             for step, index in enumerate(batches):
                 for group in optimizer.param_groups:
                     group["lr"] = config.lr * _lr_factor(config, epoch * steps_per_epoch + step, total_steps)
-                neg = _negative_columns(negatives, partners, index, rng, config)
-                loss = batch_loss(encoder, train_data, index, config, neg)
+                batch = train_source.batch(index, rng).to(config.device)
+                loss = batch_loss(model, batch, objective, config.chunks)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                loss_sum += loss.item() * (1 if config.reduction == "sum" else len(index))
+                loss_sum += loss.item() * (1 if per_pair else len(index))
                 pairs += len(index)
                 speed = pairs / (time.perf_counter() - started)
                 bar.update(task, advance=1, loss=loss_sum / pairs, speed=speed)
         seconds = time.perf_counter() - started
-        val_loss = _evaluate_loss(encoder, val_data, config)
-        record = {
-            "epoch": epoch + 1,
-            "train_loss": loss_sum / pairs,
-            "val_loss": val_loss,
-            "pairs_per_s": pairs / seconds,
-            "seconds": seconds,
-        }
+        val = validate(model, val_source, config)
+        record = {"epoch": epoch + 1, "train_loss": loss_sum / pairs, "val_loss": val.loss, "pairs_per_s": pairs / seconds, "seconds": seconds}
+        shown = f"epoch {epoch + 1}/{config.epochs}  train loss {record['train_loss']:.4f}  val loss {val.loss:.4f}"
+        if val.accuracy is not None:
+            record.update(val_accuracy=val.accuracy, val_roc_auc=val.roc_auc)
+            shown += f"  val accuracy {val.accuracy:.4f}  val ROC-AUC {val.roc_auc:.4f}"
         history.append(record)
-        log(
-            f"epoch {epoch + 1}/{config.epochs}  train loss {record['train_loss']:.4f}  "
-            f"val loss {val_loss:.4f}  {record['pairs_per_s']:,.0f} pairs/s  {seconds:.1f}s"
-        )
-        meta = {"epoch": epoch + 1, "history": history, "train": asdict(config), "encoder": asdict(encoder.config)}
-        save_checkpoint(ckpt_path, encoder, optimizer, meta)
+        if val.better(best_val):
+            best_val, best_epoch = val, epoch + 1
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        log(f"{shown}  {record['pairs_per_s']:,.0f} pairs/s  {seconds:.1f}s" + ("  (best)" if best_epoch == epoch + 1 else ""))
+        meta = {
+            "epoch": epoch + 1, "history": history, "train": asdict(config), "options": asdict(options), "split": split,
+            "best_epoch": best_epoch, "best_val": asdict(best_val),
+        }
+        save_checkpoint(ckpt_path, model, best_state, optimizer, meta)
 
+    if best_state:
+        model.load_state_dict(best_state)
     info = {
         "train": asdict(config),
-        "encoder": asdict(encoder.config),
+        "options": asdict(options),
+        "encoder": asdict(model.encoder.config),
         "lowercase": vocab.lowercase,
         "vocab_size": len(vocab),
-        "train_pairs": len(splits.train),
-        "val_pairs": len(splits.val),
+        "train_pairs": len(train_source),
+        "val_pairs": len(val_source),
         "history": history,
+        "best_epoch": best_epoch,
         **(extra_info or {}),
     }
-    model = Model(vocab, encoder.cpu(), metrics={"training": info})
-    model.save(out)
-    return model
+    model.cpu()
+    result = Model(vocab, model.encoder, metrics={"training": info}, head=model.head,
+                   threshold_on="probability" if model.head is not None and model.head.config.kind == "mlp" else "similarity")
+    if result.threshold_on == "probability":
+        result.threshold, result.threshold_info = 0.5, {"chosen_on": "the default for a probability, until calibrated on dev"}
+    result.save(out)
+    return result

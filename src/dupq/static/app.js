@@ -54,7 +54,8 @@ async function health() {
   try {
     const response = await fetch("/health");
     const h = await response.json();
-    status.textContent = `${h.questions.toLocaleString()} questions stored · duplicate above similarity ${h.threshold.toFixed(2)}`;
+    const on = h.threshold_on === "probability" ? "probability" : "similarity";
+    status.textContent = `${h.questions.toLocaleString()} questions stored · duplicate above ${on} ${h.threshold.toFixed(2)}`;
     status.classList.remove("down");
   } catch {
     status.textContent = "the server does not answer";
@@ -89,6 +90,9 @@ function resultItem(hit) {
   li.dataset.id = hit.id;
   li.append(el("span", "score", hit.score.toFixed(2)));
   const text = el("span", "text", hit.text);
+  if (hit.probability !== null && hit.probability !== undefined) {
+    text.append(el("span", "prob", `${Math.round(hit.probability * 100)}% duplicate`));
+  }
   if (hit.duplicate) text.append(el("span", "badge", "likely duplicate"));
   const meta = Object.entries(hit.metadata || {}).map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
   if (meta.length) text.append(el("span", "meta", meta.join(" · ")));
@@ -112,7 +116,8 @@ const compare = latest(async (signal) => {
     box.replaceChildren(
       el("span", "big", r.similarity.toFixed(2)),
       el("span", "word", r.duplicate ? "likely duplicates" : "probably different questions"),
-      el("span", "meta", `(threshold ${r.threshold.toFixed(2)})`),
+      ...(r.probability === null || r.probability === undefined ? [] : [el("span", "prob", `probability ${Math.round(r.probability * 100)}%`)]),
+      el("span", "meta", `(${r.threshold_on === "probability" ? "probability" : "similarity"} threshold ${r.threshold.toFixed(2)})`),
     );
     box.classList.add(r.duplicate ? "dup" : "notdup");
   } catch (e) {
