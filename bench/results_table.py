@@ -1,6 +1,9 @@
-"""Render quality_sweep.py's JSON lines as the Markdown table of docs/RESULTS.md.
+"""Render quality_sweep.py's JSON lines as a Markdown table of docs/RESULTS.md.
 
-    python bench/results_table.py runs/sweep3.jsonl [more.jsonl ...]
+    python bench/results_table.py runs/sweep/results.jsonl [more.jsonl ...]
+
+Rows are sorted by what chose among them (dev accuracy); test columns are for the record.
+Lines written by the earlier sweep (no dev retrieval) print "-" where a column is missing.
 """
 
 from __future__ import annotations
@@ -9,20 +12,26 @@ import json
 import sys
 
 COLUMNS = [
-    ("configuration", "name"), ("command", "command"), ("dev acc.", "dev_accuracy"), ("threshold", "threshold"),
-    ("test acc.", "test_accuracy"), ("test acc. @0.7", "test_accuracy_at_0_7"), ("ROC-AUC", "roc_auc"),
-    ("AP", "average_precision"), ("train s", "train_seconds"),
+    ("configuration", "name"), ("command", "command"), ("val acc.", "val_accuracy"), ("dev acc.", "dev_accuracy"),
+    ("dev MRR", "dev_mrr"), ("test acc.", "test_accuracy"), ("ROC-AUC", "roc_auc"), ("ECE", "test_ece"),
+    ("test MRR", "test_mrr"), ("best epoch", "best_epoch"), ("train s", "train_seconds"),
 ]
+
+
+def cell(row: dict, key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "-"
+    return f"`{value}`" if key == "command" else str(value)
 
 
 def main() -> None:
     rows = [json.loads(line) for path in sys.argv[1:] for line in open(path) if line.strip()]
-    rows.sort(key=lambda r: r["dev_accuracy"])
+    rows.sort(key=lambda r: r.get("dev_accuracy") or 0)
     print("| " + " | ".join(title for title, _ in COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
-        cells = [f"`{r[key]}`" if key == "command" else str(r[key]) for _, key in COLUMNS]
-        print("| " + " | ".join(cells) + " |")
+        print("| " + " | ".join(cell(r, key) for _, key in COLUMNS) + " |")
 
 
 if __name__ == "__main__":

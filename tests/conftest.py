@@ -16,7 +16,7 @@ from dupq.data import Pairs, SplitConfig, Splits, read_pairs, split_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))
-SMALL_SPLIT = SplitConfig(train_pool=20_000, test=2_000, dev=2_000)
+SMALL_SPLIT = SplitConfig(train_pool=20_000, test=2_000, dev=2_000, labelled_val=2_000)
 
 
 @pytest.fixture(scope="session")

@@ -112,3 +112,68 @@ def test_chunked_encoding_equals_one_padded_call(small_splits):
     whole = encoder(ids, lengths)
     for chunks in (2, 3, 7):
         torch.testing.assert_close(encode_in_chunks(encoder, ids, lengths, chunks), whole, atol=1e-6, rtol=0)
+
+
+LABELLED = dict(recipe="labelled", reduction="mean", symmetric=True, mask_false_negatives=True, hard_negatives=True, lr=0.005)
+
+
+@pytest.mark.slow
+def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_splits, tmp_path):
+    from conftest import SMALL_SPLIT
+
+    split = SMALL_SPLIT.__dict__
+    config = TrainConfig(epochs=2, seed=2, **LABELLED)
+    model = train(small_splits, tmp_path / "full", config, dim=16, head="mlp", split=split, **_quiet())
+    training = model.metrics["training"]
+    assert training["train_pairs"] + training["val_pairs"] == len(small_splits.pool)  # every labelled pool pair
+    history = training["history"]
+    assert all(0.5 < h["val_accuracy"] <= 1 for h in history)
+    best = max(range(2), key=lambda i: history[i]["val_accuracy"])
+    assert training["best_epoch"] == best + 1
+    # The pair head judges held-out pairs better than chance, and its probability is a probability.
+    p = model.probability(small_splits.test.q1, small_splits.test.q2)
+    y = small_splits.test.labels == 1
+    assert ((p >= 0) & (p <= 1)).all() and p[y].mean() > p[~y].mean() + 0.1
+    assert model.threshold_on == "probability"
+    # Resume after one epoch ends where the uninterrupted run ended.
+    train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, head="mlp", split=split, **_quiet())
+    train(small_splits, tmp_path / "part", config, dim=16, head="mlp", split=split, resume=True, **_quiet())
+    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
+    assert a.keys() == b.keys() and any(k.startswith("head.") for k in a)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_resume_refuses_options_that_differ_and_a_corrupt_checkpoint(small_splits, tmp_path):
+    from dataclasses import replace
+
+    from conftest import SMALL_SPLIT
+
+    out = tmp_path / "run"
+    train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=16, split=SMALL_SPLIT.__dict__, **_quiet())
+    more = TrainConfig(epochs=2, seed=1)
+    for kwargs, option in (
+        (dict(config=more, dim=32, split=SMALL_SPLIT.__dict__), "--dim"),
+        (dict(config=replace(more, lr=0.1), dim=16, split=SMALL_SPLIT.__dict__), "--lr"),
+        (dict(config=more, dim=16, lowercase=True, split=SMALL_SPLIT.__dict__), "--lowercase"),
+        (dict(config=more, dim=16, split={**SMALL_SPLIT.__dict__, "train_pool": 15_000}), "--train-pool"),
+    ):
+        with pytest.raises(DupqError, match=option):
+            train(small_splits, out, resume=True, **kwargs, **_quiet())
+    with pytest.raises(DupqError, match="--resume .* --overwrite"):
+        train(small_splits, out, more, dim=16, resume=True, overwrite=True, **_quiet())
+    # 1,000 bytes of 0xff at the end of the checkpoint: refused, and nothing is overwritten.
+    checkpoint = out / "checkpoint.safetensors"
+    data = checkpoint.read_bytes()
+    corrupt = data[:-1000] + b"\xff" * 1000
+    checkpoint.write_bytes(corrupt)
+    weights = (out / "model.safetensors").read_bytes()
+    with pytest.raises(DupqError, match="corrupt"):
+        train(small_splits, out, more, dim=16, split=SMALL_SPLIT.__dict__, resume=True, **_quiet())
+    assert checkpoint.read_bytes() == corrupt and (out / "model.safetensors").read_bytes() == weights
+
+
+@pytest.mark.parametrize("field, value", [("lr", float("inf")), ("margin", float("nan")), ("scale", float("-inf"))])
+def test_non_finite_options_are_refused(field, value):
+    with pytest.raises(DupqError, match=f"--{field}"):
+        TrainConfig(**{field: value})

@@ -109,26 +109,25 @@ class Objective:
     def _ranking_rows(self, v1: Tensor, v2: Tensor, extra: Tensor, batch: Batch):
         """Anchors (q1 of duplicate rows), positives (their q2), other candidates, and the false-negative mask.
 
-        The seed's orientation is kept: :func:`triplet_loss` takes ``(v1, v2)`` and anchors on v2.
-        Candidates beyond the positives: the questions of non-duplicate rows and the extra negatives.
+        The seed's orientation is kept: :func:`triplet_loss` takes ``(v1, v2)``, anchors on v2 and
+        ranks the columns ``[v1; others]``; the ranking loss is called the same way. Candidates
+        beyond the positives: the questions of non-duplicate rows and the extra negatives.
         """
         b = batch.size
+        g1, g2, g_extra = batch.groups[:b], batch.groups[b : 2 * b], batch.groups[2 * b :]
         dup = batch.labels == 1  # (B,)
-        if bool(dup.all()):
-            anchors, positives = v1, v2
-            others = extra
-            g_anchor, g_cols = batch.groups[:b], torch.cat([batch.groups[b : 2 * b], batch.groups[2 * b :]])
-            g_anchor2 = batch.groups[b : 2 * b]
+        if bool(dup.all()):  # the seed's batches: plain slices, so its numbers stay exactly as they were
+            anchors, positives, others = v1, v2, extra
+            g_row1, g_row2, g_cols = g1, g2, torch.cat([g1, g_extra])
         else:
             other = ~dup
             anchors, positives = v1[dup], v2[dup]
             others = torch.cat([v1[other], v2[other], extra])
-            g1, g2 = batch.groups[:b], batch.groups[b : 2 * b]
-            g_anchor, g_anchor2 = g1[dup], g2[dup]
-            g_cols = torch.cat([g2[dup], g1[other], g2[other], batch.groups[2 * b :]])
+            g_row1, g_row2 = g1[dup], g2[dup]
+            g_cols = torch.cat([g1[dup], g1[other], g2[other], g_extra])
         excluded = None
         if self.mask_false_negatives:
-            # A candidate is excluded when it is in the group of either side of the row (they are one group
-            # when the row is a known duplicate, so this is the anchor's group).
-            excluded = false_negatives(g_anchor, g_cols) | false_negatives(g_anchor2, g_cols)
+            # A column is excluded when it is in the group of either question of the row (one group when
+            # the row is a known training duplicate).
+            excluded = false_negatives(g_row1, g_cols) | false_negatives(g_row2, g_cols)  # (D, D + M)
         return anchors, positives, others, excluded

@@ -1,0 +1,88 @@
+"""Regenerate the figures of the docs: run each marked console block's commands and write their output.
+
+    python bench/update_docs.py README.md docs/RESULTS.md [--check]
+
+A block is marked by the HTML comment line ``<!-- regenerate -->`` right before a fenced
+``console`` block. Each ``$ command`` line in it is run (bash, in the repository root, with
+``.venv/bin`` first on PATH) and the lines after it, up to the next ``$`` line, are replaced by
+what it printed (stdout, then stderr). A block marked ``<!-- regenerate: table FILE... -->`` is
+instead a Markdown table rendered by ``bench/results_table.py FILE...``. Commands that train or
+time things take minutes; ``--only TEXT`` regenerates only blocks whose commands contain TEXT.
+``--check`` writes nothing and exits 1 when a block's output would change.
+
+So a figure in the docs is never typed: it is what the command beside it printed on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = re.compile(r"^<!-- regenerate(?::\s*table\s+(?P<files>.+?))?\s*-->$")
+
+
+def run(command: str) -> list[str]:
+    env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "COLUMNS": "200"}
+    done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True)
+    return (done.stdout + done.stderr).rstrip("\n").splitlines()
+
+
+def regenerate(lines: list[str], only: str) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        out.append(line)
+        mark = MARK.match(line.strip())
+        i += 1
+        if not mark:
+            continue
+        if mark.group("files"):  # a table: replace the Markdown table lines that follow
+            while i < len(lines) and lines[i].startswith("|"):
+                i += 1
+            out.extend(run(f"python bench/results_table.py {mark.group('files')}"))
+            continue
+        if i >= len(lines) or not lines[i].startswith("```"):
+            raise SystemExit(f"a <!-- regenerate --> mark must precede a fenced block (line {i})")
+        out.append(lines[i])
+        i += 1
+        block: list[str] = []
+        while i < len(lines) and not lines[i].startswith("```"):
+            block.append(lines[i])
+            i += 1
+        commands = [b for b in block if b.startswith("$ ")]
+        if only and not any(only in c for c in commands):
+            out.extend(block)
+            continue
+        for command in commands:
+            out.append(command)
+            print(f"running: {command[2:]}", file=sys.stderr)
+            out.extend(run(command[2:]))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--only", default="", help="only blocks whose commands contain this text")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file would change; write nothing")
+    args = parser.parse_args()
+    changed = False
+    for path in args.files:
+        before = path.read_text().splitlines()
+        after = regenerate(before, args.only)
+        if after != before:
+            changed = True
+            if not args.check:
+                path.write_text("\n".join(after) + "\n")
+                print(f"updated {path}", file=sys.stderr)
+    sys.exit(1 if args.check and changed else 0)
+
+
+if __name__ == "__main__":
+    main()
