@@ -67,3 +67,26 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def head_model_dir(small_splits, tmp_path_factory) -> Path:
+    """A labelled-recipe model with an mlp pair head (dim 16, one epoch), calibrated on the small split's dev pairs."""
+    from dupq.evaluate import calibrate
+    from dupq.model import Model
+    from dupq.train import TrainConfig, train
+
+    out = tmp_path_factory.mktemp("head-model")
+    config = TrainConfig(recipe="labelled", epochs=1, seed=1, lr=0.005, reduction="mean", mask_false_negatives=True)
+    train(small_splits, out, config, dim=16, head="mlp", split=SMALL_SPLIT.__dict__, log=lambda _: None, progress=False)
+    model = Model.load(out)
+    calibrate(model, small_splits.dev)
+    model.save(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def head_model(head_model_dir):
+    from dupq.model import Model
+
+    return Model.load(head_model_dir)

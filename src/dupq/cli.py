@@ -444,10 +444,11 @@ def search_command(
                 if as_json:
                     typer.echo(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
-                typer.echo(f"{query}   (duplicate: similarity above {coll.threshold:.2f})")
+                typer.echo(f"{query}   (duplicate: {coll.model.threshold_on} above {coll.threshold:.2f})")
                 for rank, h in enumerate(hits, 1):
                     verdict = "duplicate" if h.duplicate else "-"
-                    typer.echo(f"  {rank:>3}  {h.score:.3f}  {verdict:<9}  id {h.id:<7}  {h.text}")
+                    p = "" if h.probability is None else f"  p {h.probability:.2f}"
+                    typer.echo(f"  {rank:>3}  {h.score:.3f}{p}  {verdict:<9}  id {h.id:<7}  {h.text}")
     finally:
         coll.close()
 

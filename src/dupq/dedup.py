@@ -39,7 +39,7 @@ from dupq.search import search
 class DedupConfig:
     """How a corpus is grouped into duplicates."""
 
-    threshold: float | None = None  # a pair is a duplicate above this similarity; None = the model's threshold
+    threshold: float | None = None  # a pair is a duplicate above this score (the model's: similarity or probability); None = the model's threshold
     neighbours: int = 20  # candidates per question: more finds bigger clusters, costs more time and memory
 
 
@@ -99,6 +99,13 @@ def dedup(texts: list[str], model: Model, config: DedupConfig | None = None) -> 
     threshold = model.threshold if config.threshold is None else config.threshold
     vectors = model.encode(texts)  # (N, d)
     scores, ids = search(vectors, vectors, config.neighbours + 1)  # +1: each question finds itself
+    if model.threshold_on == "probability":  # judge each candidate pair as the model judges pairs
+        found = ids >= 0
+        rows = np.repeat(np.arange(len(texts)), ids.shape[1]).reshape(ids.shape)
+        judged = np.full(scores.shape, -np.inf)
+        judged[found] = model.probabilities_from_vectors(vectors[rows[found]], vectors[ids[found]])
+        judged[ids == rows] = 1.0
+        scores = judged
     return star_clusters(scores, ids, threshold)
 
 
