@@ -192,18 +192,31 @@ def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, s
     assert result["accuracy"] <= best_threshold(scores, test.labels)["value"]
 
 
-def test_platt_fit_matches_scikit_learn_logistic_regression():
+def test_beta_calibration_matches_scikit_learn_logistic_regression_on_its_features():
     from sklearn.linear_model import LogisticRegression
 
-    from dupq.evaluate import fit_platt
+    from dupq.evaluate import expected_calibration_error, fit_calibration
+    from dupq.model import beta_features, calibrated
 
     rng = np.random.default_rng(4)
-    logits = rng.normal(size=500) * 3
-    labels = (rng.random(500) < 1 / (1 + np.exp(-(1.7 * logits - 0.4)))).astype(int)
-    fit = fit_platt(logits, labels)
-    reference = LogisticRegression(C=1e6, tol=1e-10, max_iter=1000).fit(logits[:, None], labels)
-    assert fit["a"] == pytest.approx(reference.coef_[0, 0], rel=1e-3)
-    assert fit["b"] == pytest.approx(reference.intercept_[0], abs=1e-3)
+    logits = rng.normal(size=2000) * 3
+    true = 1 / (1 + np.exp(-(1.7 * logits - 0.4 + 0.3 * np.maximum(logits, 0))))  # an asymmetric miscalibration
+    labels = (rng.random(2000) < true).astype(int)
+    fit = fit_calibration(logits, labels)
+    reference = LogisticRegression(C=1e6, tol=1e-10, max_iter=1000).fit(beta_features(logits), labels)
+    assert [fit["a"], fit["b"]] == pytest.approx(reference.coef_[0].tolist(), rel=1e-3)
+    assert fit["c"] == pytest.approx(reference.intercept_[0], abs=1e-3)
+    p = calibrated(fit, logits)
+    q = reference.predict_proba(beta_features(logits))[:, 1]
+    assert np.allclose(p, q, atol=2e-3)
+
+    def log_loss(x):
+        return -np.mean(labels * np.log(x) + (1 - labels) * np.log(1 - x))
+
+    assert log_loss(p) <= log_loss(q) + 1e-7  # Newton reaches the optimum scikit-learn approaches
+    assert expected_calibration_error(p, labels) < expected_calibration_error(1 / (1 + np.exp(-logits)), labels)
+    # The identity calibration leaves the sigmoid alone.
+    assert np.allclose(calibrated({"a": 1.0, "b": 1.0, "c": 0.0}, logits), 1 / (1 + np.exp(-logits)))
 
 
 def test_expected_calibration_error_matches_a_loop_over_bins():

@@ -12,8 +12,9 @@ dot product of their vectors, which is their cosine similarity: search uses noth
 Judging a *pair* can use more than the cosine. A model trained on labelled pairs carries a
 :class:`PairHead` that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small
 network over ``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a
-Platt calibration ``p = sigmoid(a * logit + b)`` fitted on the dev pairs, so that
-:meth:`Model.probability` is a probability one can read as such.
+beta calibration ``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, fitted on the
+dev pairs (:func:`dupq.evaluate.fit_calibration`), so that :meth:`Model.probability` is a
+probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
 ``vocab.json``, ``model.safetensors`` (weights) and ``metrics.json`` (how it was trained and what
@@ -129,6 +130,21 @@ class Encoder(nn.Module):
         return F.normalize(pooled, dim=-1)
 
 
+def beta_features(logits: np.ndarray) -> np.ndarray:
+    """``[ln s, -ln(1 - s)]`` of ``s = sigmoid(logit)``, ``(N, 2)``, computed without overflow."""
+    z = np.asarray(logits, dtype=np.float64)
+    return np.column_stack([-np.logaddexp(0, -z), np.logaddexp(0, z)])
+
+
+def calibrated(calibration: dict[str, float] | None, logits: np.ndarray) -> np.ndarray:
+    """Probabilities from logits under ``calibration`` (None: the plain sigmoid)."""
+    z = np.asarray(logits, dtype=np.float64)
+    if calibration is None:
+        return 1 / (1 + np.exp(-z))
+    f = beta_features(z)
+    return 1 / (1 + np.exp(-(calibration["a"] * f[:, 0] + calibration["b"] * f[:, 1] + calibration["c"])))
+
+
 class Model:
     """A duplicate-question detector: vocabulary, encoder, optional pair head, calibration, threshold.
 
@@ -156,7 +172,7 @@ class Model:
         self.vocab = vocab
         self.encoder = encoder.eval()
         self.head = head.eval() if head is not None else None
-        self.calibration = calibration  # {"a", "b"}: p = sigmoid(a * logit + b), fitted on dev pairs
+        self.calibration = calibration  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs (see calibrated())
         self.threshold = threshold
         self.threshold_on = threshold_on  # "similarity" or "probability": what the threshold is compared with
         self.threshold_info = threshold_info or {"chosen_on": "the seeds' fixed value"}
@@ -234,13 +250,9 @@ class Model:
         return self._calibrated(self.logits_from_vectors(u, v))
 
     def _calibrated(self, logits: np.ndarray) -> np.ndarray:
-        if self.calibration is None:
-            if self.head is None:
-                raise DupqError("this model has no probability calibration; run `dupq calibrate` on it first.")
-            a, b = 1.0, 0.0  # the head was trained with cross-entropy: its sigmoid is already a probability
-        else:
-            a, b = self.calibration["a"], self.calibration["b"]
-        return 1.0 / (1.0 + np.exp(-(a * logits + b)))
+        if self.calibration is None and self.head is None:
+            raise DupqError("this model has no probability calibration; run `dupq calibrate` on it first.")
+        return calibrated(self.calibration, logits)  # no calibration: the head's own sigmoid (it was trained with BCE)
 
     def scores_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """What the threshold is compared with, ``(N,)``: the cosine or the probability."""
@@ -313,7 +325,7 @@ class Model:
             head_config = HeadConfig(**config["head"]) if config.get("head") else None
             calibration = config.get("calibration")
             if calibration is not None:
-                calibration = {"a": float(calibration["a"]), "b": float(calibration["b"])}
+                calibration = {"method": "beta", **{k: float(calibration[k]) for k in ("a", "b", "c")}}
             threshold_on = config.get("threshold_on", "similarity")
             if threshold_on not in ("similarity", "probability"):
                 raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
