@@ -33,12 +33,26 @@ sys.path.insert(0, str(Path(__file__).parent))
 WORDS = ["--lowercase", "--oov-buckets", "4096", "--min-count", "2", "--dropout", "0.2"]
 LABELLED = [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives", "--hard-negatives"]
 
+SHORT = ["--epochs", "2", "--lr-schedule", "cosine"]  # ablations: two epochs each, the same budget
+
 # name -> `dupq train` options
 CONFIGS: dict[str, list[str]] = {
     "seed": [],
-    "seed-best": [*WORDS, "--symmetric"],  # the previous bundled model
+    "seed-best": [*WORDS, "--symmetric", "--dropout", "0.2"],  # the previous bundled model
+    # Six epochs: the pair head against a scaled cosine.
     "labelled-cos-6": [*LABELLED, "--head", "cosine", "--epochs", "6", "--lr-schedule", "cosine"],
     "labelled-mlp-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine"],
+    # Two epochs: one change at a time against mlp-2.
+    "mlp-2": [*LABELLED, "--head", "mlp", *SHORT],
+    "mlp-nomask-2": [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--head", "mlp", *SHORT],
+    "mlp-bce-only-2": [*LABELLED, "--head", "mlp", "--loss", "bce", *SHORT],
+    "online-contrastive-2": [*LABELLED, "--loss", "online_contrastive", "--loss", "ranking", "--loss", "triplet", *SHORT],
+    "contrastive-2": [*LABELLED, "--loss", "contrastive", "--loss", "ranking", "--loss", "triplet", *SHORT],
+    "mlp-maxpool-2": [*LABELLED, "--head", "mlp", "--pooling", "max", *SHORT],
+    "mlp-bilstm-2": [*LABELLED, "--head", "mlp", "--bidirectional", *SHORT],
+    # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
+    "mlp-softbce-2": [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives",
+                      "--head", "mlp", "--loss", "bce:0.3", "--loss", "ranking", "--loss", "triplet", *SHORT],
 }
 
 
@@ -78,7 +92,7 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     }
 
 
-def run_one(name: str, data: str, out: Path, threads: int) -> dict:
+def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = False) -> dict:
     folder = out / name
     if not (folder / "model.safetensors").exists() or not (folder / "metrics.json").exists():
         dupq = Path(sys.executable).with_name("dupq")
@@ -88,7 +102,7 @@ def run_one(name: str, data: str, out: Path, threads: int) -> dict:
         with open(out / f"{name}.log", "a") as log:
             subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
         print(f"# {name}: trained in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return judge(name, folder, data, threads)
+    return {"name": name, "trained": str(folder)} if train_only else judge(name, folder, data, threads)
 
 
 def main() -> None:
@@ -101,6 +115,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads per configuration")
     parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
     parser.add_argument("--list", action="store_true", help="print the configurations and stop")
+    parser.add_argument("--train-only", action="store_true", help="train the configurations, judge nothing")
     args = parser.parse_args()
     if args.list:
         for name, options in CONFIGS.items():
@@ -112,7 +127,7 @@ def main() -> None:
         raise SystemExit(f"unknown configuration(s): {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_one, n, args.data, args.out, args.threads): n for n in names}
+        futures = {pool.submit(run_one, n, args.data, args.out, args.threads, args.train_only): n for n in names}
         for future in as_completed(futures):
             print(json.dumps(future.result()), flush=True)
 

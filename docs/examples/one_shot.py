@@ -2,7 +2,9 @@
 
 from dupq import Model
 
-model = Model.load()  # the bundled model
+import sys
+
+model = Model.load(sys.argv[1] if len(sys.argv) > 1 else None)  # the bundled model unless a folder is given
 examples = [
     "How can I learn Spanish quickly?",
     "What is the best way to learn a new language?",

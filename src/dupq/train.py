@@ -38,6 +38,7 @@ from torch import nn
 
 from dupq.batches import SOURCES, Batch, PairBatches, duplicate_groups, length_batches
 from dupq.data import Pairs, Splits, labelled_split
+from dupq.evaluate import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write
 from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
 from dupq.objectives import Objective
@@ -162,8 +163,6 @@ class Validation:
 
 def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Validation:
     """Mean loss per pair on fixed, seed-independent batches; with both labels, accuracy and ROC-AUC too."""
-    from dupq.evaluate import best_threshold, threshold_free
-
     model.eval()
     objective = config.objective()
     total, count, logits, labels = 0.0, 0, [], []

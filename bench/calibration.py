@@ -1,0 +1,62 @@
+"""How well each calibration method turns a model's pair logits into probabilities; one JSON line.
+
+    python bench/calibration.py --model runs/model [--data PATH]
+
+Each method is fitted on the dev pairs and scored on the test pairs (expected calibration error,
+10 equal-width bins, and log-loss): the raw sigmoid of the logit, Platt scaling (a logistic
+regression on the logit), beta calibration (what `dupq calibrate` fits) and isotonic regression
+(scikit-learn; a step function, for reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+
+from dupq.data import default_data_path, read_pairs, split_pairs
+from dupq.evaluate import expected_calibration_error, fit_calibration, pair_scores
+from dupq.model import Model, calibrated
+
+
+def log_loss(p: np.ndarray, y: np.ndarray) -> float:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="model folder (default: the bundled model)")
+    parser.add_argument("--data", default=str(default_data_path()))
+    args = parser.parse_args()
+    model = Model.load(args.model)
+    splits = split_pairs(read_pairs(args.data)[0])
+    dev, test = pair_scores(model, splits.dev, kind="logit"), pair_scores(model, splits.test, kind="logit")
+    y_dev, y_test = splits.dev.labels.astype(int), splits.test.labels.astype(int)
+    platt = LogisticRegression(C=1e6, max_iter=1000).fit(dev[:, None], y_dev)
+    isotonic = IsotonicRegression(out_of_bounds="clip").fit(dev, y_dev)
+    beta = fit_calibration(dev, y_dev)
+    methods = {
+        "sigmoid": (calibrated(None, dev), calibrated(None, test)),
+        "platt": (platt.predict_proba(dev[:, None])[:, 1], platt.predict_proba(test[:, None])[:, 1]),
+        "beta": (calibrated(beta, dev), calibrated(beta, test)),
+        "isotonic": (isotonic.predict(dev), isotonic.predict(test)),
+    }
+    print(json.dumps({
+        "model": args.model or "bundled",
+        **{
+            name: {
+                "dev_ece": round(expected_calibration_error(p_dev, y_dev), 4),
+                "test_ece": round(expected_calibration_error(p_test, y_test), 4),
+                "test_log_loss": round(log_loss(p_test, y_test), 4),
+            }
+            for name, (p_dev, p_test) in methods.items()
+        },
+    }))
+
+
+if __name__ == "__main__":
+    main()
