@@ -122,7 +122,7 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
     from conftest import SMALL_SPLIT
 
     split = SMALL_SPLIT.__dict__
-    config = TrainConfig(epochs=2, seed=2, **LABELLED)
+    config = TrainConfig(epochs=2, seed=2, ema=0.9, **LABELLED)  # the moving average is resumed too
     model = train(small_splits, tmp_path / "full", config, dim=16, head="mlp", split=split, **_quiet())
     training = model.metrics["training"]
     assert training["train_pairs"] + training["val_pairs"] == len(small_splits.pool)  # every labelled pool pair

@@ -74,6 +74,7 @@ def train(
     mask_false_negatives: Annotated[bool, typer.Option(help="Leave the anchor's own question and its known duplicates out of its negatives.")] = False,
     hard_negatives: Annotated[bool, typer.Option(help="Per duplicate row, add a question labelled not its duplicate as a negative.")] = False,
     lr_schedule: Annotated[str, typer.Option(help="constant or cosine.")] = "constant",
+    ema: Annotated[float, typer.Option(help="Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off.")] = 0.0,
     bucket: Annotated[int, typer.Option(min=1, help="Batches per length-sorted bucket (1: random batches, as the seed).")] = 1,
     lowercase: Annotated[bool, typer.Option(help="Fold case before the vocabulary lookup.")] = False,
     oov_buckets: Annotated[int, typer.Option(min=0, help="Hash unknown words into this many extra ids (0: one shared id, as the seed).")] = 0,
@@ -111,7 +112,7 @@ def train(
     config = TrainConfig(
         recipe=recipe, losses=losses, epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, reduction=reduction,
         symmetric=symmetric, scale=scale, contrastive_margin=contrastive_margin, mask_false_negatives=mask_false_negatives,
-        hard_negatives=hard_negatives, lr_schedule=lr_schedule, bucket=bucket, seed=seed, threads=threads, device=device,
+        hard_negatives=hard_negatives, lr_schedule=lr_schedule, ema=ema, bucket=bucket, seed=seed, threads=threads, device=device,
     )
     options = ModelOptions(dim, lowercase, oov_buckets, min_count, bidirectional, dropout, pooling, head, head_hidden)
     check_output_folder(out, resume, overwrite)

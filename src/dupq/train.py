@@ -69,6 +69,7 @@ class TrainConfig:
     mask_false_negatives: bool = False  # drop in-batch negatives that are the anchor's own question or a known duplicate
     hard_negatives: bool = False  # per duplicate row, add a question labelled *not* its duplicate as a negative
     lr_schedule: str = "constant"  # "constant" or "cosine" (decay to 0 over the run)
+    ema: float = 0.0  # >0: validate and keep an exponential moving average of the weights with this decay per step
     seed: int = 0  # seeds initialisation, shuffling and dropout
     bucket: int = 1  # batches per length-sorted bucket; >1 groups similar lengths (faster, but -1.3 test accuracy)
     chunks: int = 4  # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random
@@ -86,6 +87,8 @@ class TrainConfig:
                 raise DupqError(f"--{name.replace('_', '-')} must be a finite number, not {value}.")
         if self.reduction not in ("sum", "mean"):
             raise DupqError(f"--reduction must be sum or mean, not {self.reduction!r}.")
+        if not 0.0 <= self.ema < 1.0:
+            raise DupqError(f"--ema must be in [0, 1), not {self.ema}.")
         if self.lr_schedule not in ("constant", "cosine"):
             raise DupqError(f"--lr-schedule must be constant or cosine, not {self.lr_schedule!r}.")
 
@@ -194,10 +197,13 @@ def _finite(state: dict[str, torch.Tensor]) -> bool:
 
 
 def save_checkpoint(
-    path: Path, model: Siamese, best: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, meta: dict[str, Any]
+    path: Path, model: Siamese, best: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, meta: dict[str, Any],
+    ema: Siamese | None = None,
 ) -> None:
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors.update({f"best.{k}": v.detach().contiguous() for k, v in best.items()})
+    if ema is not None:
+        tensors.update({f"ema.{k}": v.detach().contiguous() for k, v in ema.state_dict().items()})
     state = optimizer.state_dict()
     for pid, slots in state["state"].items():
         for name, value in slots.items():
@@ -210,7 +216,10 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
-    """Returns ``(meta, model_state, best_state, optimizer_state)`` from a checkpoint file."""
+    """Returns ``(meta, model_state, best_state, optimizer_state)`` from a checkpoint file.
+
+    ``meta["ema_state"]`` holds the moving average's weights when the run keeps one.
+    """
     try:
         with safe_open(path, "pt") as f:
             meta = json.loads((f.metadata() or {})["dupq"])
@@ -221,6 +230,7 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
         raise DupqError(f"the checkpoint {path} is corrupt (weights that are not finite numbers); delete it to start again.")
     model_state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     best_state = {k.removeprefix("best."): v for k, v in tensors.items() if k.startswith("best.")}
+    meta["ema_state"] = {k.removeprefix("ema."): v for k, v in tensors.items() if k.startswith("ema.")}
     slots: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
@@ -338,7 +348,7 @@ def train(
             model.load_state_dict(model_state)
         except RuntimeError as e:
             raise DupqError(f"the checkpoint {ckpt_path} does not fit this run ({str(e).strip().splitlines()[0]}); start again with --overwrite.") from None
-        history, start_epoch = meta["history"], meta["epoch"]
+        history, start_epoch, ema_state = meta["history"], meta["epoch"], meta["ema_state"]
         best_epoch = meta.get("best_epoch", start_epoch)
         best_val = Validation(**meta["best_val"]) if meta.get("best_val") else None
         log(f"resuming {ckpt_path} after epoch {start_epoch}")
@@ -347,7 +357,7 @@ def train(
         out.mkdir(parents=True, exist_ok=True)
         vocab.save(out / "vocab.json")
         model = build_model(vocab, config, options)
-        history, start_epoch, optim_state, best_state, best_epoch, best_val = [], 0, None, {}, 0, None
+        history, start_epoch, optim_state, best_state, best_epoch, best_val, ema_state = [], 0, None, {}, 0, None, {}
     if config.threads:
         torch.set_num_threads(config.threads)
     train_source, val_source, line = batch_sources(splits, config, vocab, split)
@@ -356,6 +366,12 @@ def train(
 
     objective = config.objective()
     model.to(config.device)
+    ema = None
+    if config.ema:  # Polyak averaging: the average of the weights along the run generalises better than its end
+        ema = copy.deepcopy(model)
+        if ema_state:
+            ema.load_state_dict(ema_state)
+        ema.requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
     if optim_state is not None:
         optimizer.load_state_dict(optim_state)
@@ -386,12 +402,17 @@ def train(
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                if ema is not None:
+                    with torch.no_grad():
+                        for average, weight in zip(ema.parameters(), model.parameters()):
+                            average.lerp_(weight, 1.0 - config.ema)
                 loss_sum += loss.item() * (1 if per_pair else len(index))
                 pairs += len(index)
                 speed = pairs / (time.perf_counter() - started)
                 bar.update(task, advance=1, loss=loss_sum / pairs, speed=speed)
         seconds = time.perf_counter() - started
-        val = validate(model, val_source, config)
+        kept = ema if ema is not None else model  # the weights that are validated and saved
+        val = validate(kept, val_source, config)
         record = {"epoch": epoch + 1, "train_loss": loss_sum / pairs, "val_loss": val.loss, "pairs_per_s": pairs / seconds, "seconds": seconds}
         shown = f"epoch {epoch + 1}/{config.epochs}  train loss {record['train_loss']:.4f}  val loss {val.loss:.4f}"
         if val.accuracy is not None:
@@ -400,13 +421,13 @@ def train(
         history.append(record)
         if val.better(best_val):
             best_val, best_epoch = val, epoch + 1
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
         log(f"{shown}  {record['pairs_per_s']:,.0f} pairs/s  {seconds:.1f}s" + ("  (best)" if best_epoch == epoch + 1 else ""))
         meta = {
             "epoch": epoch + 1, "history": history, "train": asdict(config), "options": asdict(options), "split": split,
             "best_epoch": best_epoch, "best_val": asdict(best_val),
         }
-        save_checkpoint(ckpt_path, model, best_state, optimizer, meta)
+        save_checkpoint(ckpt_path, model, best_state, optimizer, meta, ema)
 
     if best_state:
         model.load_state_dict(best_state)
