@@ -38,7 +38,7 @@ SHORT = ["--epochs", "2", "--lr-schedule", "cosine"]  # ablations: two epochs ea
 # name -> `dupq train` options
 CONFIGS: dict[str, list[str]] = {
     "seed": [],
-    "seed-best": [*WORDS, "--symmetric", "--dropout", "0.2"],  # the previous bundled model
+    "seed-best": [*WORDS, "--symmetric"],  # the previous bundled model
     # Six epochs: the pair head against a scaled cosine.
     "labelled-cos-6": [*LABELLED, "--head", "cosine", "--epochs", "6", "--lr-schedule", "cosine"],
     "labelled-mlp-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine"],
