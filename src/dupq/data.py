@@ -141,9 +141,11 @@ def table_rows(f, delimiter: str, width: int, dropped: Dropped, first_line: int 
     Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
     (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
     ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
-    line up to the next quote (or the end of the file) into one broken row. A row that spans
-    several lines but has the wrong number of fields is taken to be that: its first line is
-    dropped as an ``unclosed quote`` and reading starts again on the line after it.
+    line up to the next quote (or the end of the file) into one row, and two stray quotes would
+    even pair up into a row of the right width. So rows are read strictly (a closing quote must
+    end its field), and a row that breaks that, or spans several lines with the wrong number of
+    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
+    on the line after it. A quoting slip within one line is read leniently, as before.
     """
     source, pushed_back = iter(f), deque()
     taken: list[str] = []  # the physical lines of the row being read
@@ -157,26 +159,29 @@ def table_rows(f, delimiter: str, width: int, dropped: Dropped, first_line: int 
             yield line
 
     number = first_line
-    restart = True
-    while restart:
-        restart = False
-        for row in csv.reader(lines(), delimiter=delimiter):
-            span = len(taken)
-            if span > 1 and len(row) != width:
-                dropped.add(f"line {number}", "unclosed quote")
-                pushed_back.extendleft(reversed(taken[1:]))
+    while True:
+        try:
+            for row in csv.reader(lines(), delimiter=delimiter, strict=True):
+                span = len(taken)
+                if len(row) == width:
+                    yield number, span, row
+                elif span > 1:
+                    raise csv.Error("a quoted field ran over lines")
+                else:
+                    dropped.add(f"line {number}", "wrong number of fields" if row else "blank line")
+                number += span
                 taken.clear()
-                number += 1
-                restart = True
-                break
-            if not row:
-                dropped.add(f"line {number}", "blank line", span)
-            elif len(row) != width:
-                dropped.add(f"line {number}", "wrong number of fields", span)
-            else:
-                yield number, span, row
+            return
+        except csv.Error:
+            first, rest = taken[0], taken[1:]
             taken.clear()
-            number += span
+            pushed_back.extendleft(reversed(rest))
+            row = [] if rest else next(csv.reader([first], delimiter=delimiter), [])  # a slip within one line: read leniently
+            if len(row) == width:
+                yield number, 1, row
+            else:
+                dropped.add(f"line {number}", "unclosed quote" if rest or '"' in first else "wrong number of fields")
+            number += 1
 
 
 def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
