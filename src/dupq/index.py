@@ -192,7 +192,7 @@ def _stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Itera
     for start, count, blob in rows:
         if not isinstance(blob, bytes) or len(blob) != count * dim * 4:
             size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
-            raise DupqError(f"the stored embeddings are corrupt: block {start} holds {size} bytes, not {count} x {dim} float32.")
+            raise sqlite3.DatabaseError(f"the embeddings from question {start} hold {size} bytes, not {count} x {dim} float32")
         block = np.frombuffer(blob, dtype=np.float32).reshape(count, dim)
         yield block[max(lo - start, 0) : hi - start]
 
