@@ -48,7 +48,7 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from dupq.files import DupqError
 from dupq.tokenizer import check_question
@@ -78,14 +78,29 @@ def _question(text: str) -> str:
         raise ValueError(str(e).removeprefix("the question ")) from None
 
 
+# The schema's words for check_question's rule (one character neither blank nor ASCII punctuation),
+# so that schema-driven clients and fuzzers know it; _question enforces it, with a readable message.
+WORD = r"[^\s!-/:-@\[-`{-~]"
 Question = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_QUESTION, description="A question: 1 to 1,000 characters, with at least one word."),
+    Field(
+        min_length=1,
+        max_length=MAX_QUESTION,
+        description="A question: 1 to 1,000 characters, with at least one word.",
+        json_schema_extra={"pattern": WORD},
+    ),
     AfterValidator(_question),
 ]
 Score = Annotated[float, AfterValidator(lambda x: min(1.0, max(-1.0, x)))]  # float32 rounding can reach 1.0000001
 Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY, pattern=r"^[!-~]+$", description="Printable ASCII, no spaces.")]
 STRICT = ConfigDict(extra="forbid", strict=True)  # "3" is not 3, true is not 1
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON Schema's integer: 3 or 3.0, never true or "3" (an integral float is then made an int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a JSON integer")
+    return value
 
 
 class SimilarityRequest(BaseModel):
@@ -103,7 +118,9 @@ class SimilarityResponse(BaseModel):
 class SearchRequest(BaseModel):
     model_config = STRICT
     question: Question
-    k: int = Field(10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100).")
+    k: Annotated[int, Field(strict=False), BeforeValidator(_json_integer)] = Field(
+        10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100)."
+    )
 
 
 class HitOut(BaseModel):
@@ -383,7 +400,7 @@ def create_app(
         hits = await request.app.state.searches.submit((body.question, body.k))
         return SearchResponse(question=body.question, threshold=request.app.state.collection.threshold, results=hits)
 
-    conflict = {409: {"description": "The key is stored already with another question or metadata."}}
+    conflict = {409: {"description": "The key is stored already with another question or metadata, or the header's and body's keys differ."}}
 
     @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=refused | unauthorised | conflict)
     async def add_question(
@@ -397,8 +414,7 @@ def create_app(
         nothing and answers the stored id: a client may retry after a timeout or an error.
         """
         if body.key and idempotency_key and body.key != idempotency_key:
-            detail = [{"type": "value_error", "loc": ["header", "idempotency-key"], "msg": "differs from the body's key"}]
-            return JSONResponse({"detail": detail}, status_code=422)
+            raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
         new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
         return AddResponse(id=new_id, count=count)
 
