@@ -143,15 +143,20 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _check_metadata(metadata, n: int) -> list[str | None]:
-    if metadata is None:
+def _one_each(values, n: int, what: str) -> list:
+    """``values`` as a list of ``n`` (one per question), or ``n`` Nones when none were given."""
+    if values is None:
         return [None] * n
-    metadata = list(metadata)
-    if len(metadata) != n:
-        raise DupqError(f"got {len(metadata)} metadata entries for {n} questions; give one dict per question.")
+    values = list(values)
+    if len(values) != n:
+        raise DupqError(f"got {len(values)} {what} for {n} questions; give one per question.")
+    return values
+
+
+def _check_metadata(metadata, n: int) -> list[str | None]:
     out = []
-    for i, m in enumerate(metadata):
-        if not isinstance(m, dict):
+    for i, m in enumerate(_one_each(metadata, n, "metadata entries")):
+        if m is not None and not isinstance(m, dict):
             raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
         try:
             text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
@@ -164,11 +169,7 @@ def _check_metadata(metadata, n: int) -> list[str | None]:
 
 
 def _check_keys(keys, n: int) -> list[str | None]:
-    if keys is None:
-        return [None] * n
-    keys = list(keys)
-    if len(keys) != n:
-        raise DupqError(f"got {len(keys)} keys for {n} questions; give one key (or None) per question.")
+    keys = _one_each(keys, n, "keys")
     for i, k in enumerate(keys):
         if k is not None and (not isinstance(k, str) or not k.strip()):
             raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
