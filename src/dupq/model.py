@@ -146,7 +146,8 @@ class Model:
         """Cosine similarity of two questions (a float), or of two equal-length lists (an array)."""
         single = isinstance(q1, str) and isinstance(q2, str)
         a, b = ([q1], [q2]) if single else (list(q1), list(q2))
-        check_questions(a + b)
+        if single:  # a pair from a user gets the rule of every entry point; lists are bulk scoring, as in evaluate
+            check_questions(a + b)
         if len(a) != len(b):
             raise DupqError(f"similarity needs lists of equal length, got {len(a)} and {len(b)}.")
         v = self.encode(a + b)

@@ -57,9 +57,12 @@ def _choice(obj: dict, key: str, path: FilePath, field: str, choices: tuple, opt
         _fail(path, field + key, " or ".join(map(repr, choices)), obj.get(key))
 
 
+ROUNDING = 1e-6  # float32 cosines can exceed 1 by an ulp or two, and a threshold chosen among them too
+
+
 def check_threshold(value: Any, where: str) -> float:
     """A decision threshold: a finite number in [-1, 1] (a cosine similarity, or a probability)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1.0 <= value <= 1.0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1.0 - ROUNDING <= value <= 1.0 + ROUNDING:
         raise DupqError(f"{where} must be a number from -1 to 1, not {value!r}.")
     return float(value)
 

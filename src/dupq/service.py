@@ -80,7 +80,8 @@ def _question(text: str) -> str:
 
 # The schema's words for check_question's rule (one character neither blank nor ASCII punctuation),
 # so that schema-driven clients and fuzzers know it; _question enforces it, with a readable message.
-WORD = r"[^\s!-/:-@\[-`{-~]"
+# The class lists every character that str.split() or the punctuation strip removes.
+WORD = r"[^\u0009-\u000d\u001c-\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007e\u0085\u00a0\u1680\u2000-\u200a\u2028-\u2029\u202f\u205f\u3000]"
 Question = Annotated[
     str,
     Field(
