@@ -3,7 +3,7 @@
 Three kinds of file, told apart by their name and header (``.gz`` is read transparently):
 
 * a **Quora pairs file** (a header with ``qid1, qid2, question1, question2``): every distinct
-  question once, keyed by its qid, in order of first appearance (537,626 non-empty questions in
+  question once, keyed by its qid, in order of first appearance (537,617 questions with words in
   the shared file);
 * a **CSV/TSV file** with a header: the column ``--column`` names (default ``question``); the
   other columns of the row (an answer, a URL, ...) are kept as the question's metadata;
