@@ -84,3 +84,63 @@ def test_split_refuses_sizes_the_file_cannot_hold(all_pairs):
         split_pairs(small)
     custom = split_pairs(small, SplitConfig(train_pool=800, test=100, dev=100, val_fraction=0.25))
     assert len(custom.test) == 100 and len(custom.val) == len(custom.pool.take(custom.pool.labels == 1)) - len(custom.train)
+
+
+def _broken_pairs_file(path, n: int = 80, seed: int = 0) -> list[str]:
+    """A synthetic pairs file whose rows are broken in every way a reader meets; returns each row's kind."""
+    import random
+
+    rng = random.Random(seed)
+    kinds = [rng.choice(["ok"] * 6 + ["quote", "quote", "short", "long", "blank", "empty", "label"]) for _ in range(n)]
+    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
+    for i, kind in enumerate(kinds):
+        fields = [str(i), str(2 * i), str(2 * i + 1), f"How do I do thing {i}?", f"What is thing {i}?", str(i % 2)]
+        if kind == "quote":
+            fields[3] = '"' + fields[3]  # opens a quoted field that no quote closes on this line
+        fields = {"short": fields[:4], "long": fields + ["x"]}.get(kind, fields)
+        if kind == "empty":
+            fields[4] = " "
+        if kind == "label":
+            fields[5] = "2"
+        lines.append("" if kind == "blank" else "\t".join(fields))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return kinds
+
+
+REASONS = {"quote": "unclosed quote", "short": "wrong number of fields", "long": "wrong number of fields",
+           "blank": "blank line", "empty": "empty question", "label": "label not 0 or 1"}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_line_is_accounted_for_with_its_reason(tmp_path, seed):
+    from collections import Counter
+
+    kinds = _broken_pairs_file(tmp_path / "p.tsv", seed=seed)
+    assert "quote" in kinds
+    pairs, dropped = read_pairs(tmp_path / "p.tsv")
+    # The naive reference: one physical line, one verdict.
+    assert pairs.ids == [str(i) for i, kind in enumerate(kinds) if kind == "ok"]
+    assert pairs.q1 == [f"How do I do thing {i}?" for i, kind in enumerate(kinds) if kind == "ok"]
+    assert pairs.rows.tolist() == [i for i, kind in enumerate(kinds) if kind == "ok"]
+    assert dropped.reasons == Counter(REASONS[k] for k in kinds if k != "ok")
+    assert len(pairs) + dropped.lines == len(kinds)
+    assert str(dropped).startswith(f"dropped {len(kinds) - len(pairs)} unusable rows (")
+
+
+def test_questions_files_account_for_every_line(tmp_path):
+    from collections import Counter
+
+    from dupq.questions import read_questions
+
+    kinds = _broken_pairs_file(tmp_path / "p.tsv", seed=3)
+    qs = read_questions(tmp_path / "p.tsv")
+    usable = [i for i, kind in enumerate(kinds) if kind in ("ok", "empty", "label")]
+    assert qs.texts == [t for i in usable for t in (f"How do I do thing {i}?", f"What is thing {i}?")
+                        if kinds[i] != "empty" or t.startswith("How")]
+    assert qs.dropped.reasons == Counter(REASONS[k] for k in kinds if k not in ("ok", "label"))
+    text = tmp_path / "q.txt"
+    text.write_text("How are you?\n\n???\n  \nWhat is up?\n!!! ...\n", encoding="utf-8")
+    qs = read_questions(text)
+    assert qs.texts == ["How are you?", "What is up?"]
+    assert qs.dropped.reasons == {"blank line": 2, "no words": 2} and qs.dropped.lines == 4
+    assert qs.dropped.examples == ["line 2 (blank line)", "line 3 (no words)", "line 4 (blank line)", "line 6 (no words)"]

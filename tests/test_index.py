@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ from dupq.cli import app
 from dupq.files import DupqError
 from dupq.index import DATABASE, INDEX_FILE, Collection, Hit
 from dupq.model import Model
+import dupq.search
 from dupq.search import search
 
 
@@ -234,3 +236,194 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
             assert i in {h.id for h in row if h.score > row[0].score - 1e-5}
         stored = dict(coll._reader.execute("SELECT id, text FROM questions WHERE id >= 500").fetchall())
         assert [stored[i] for i in reported] == [new[i - 500] for i in reported]
+
+
+# Faults (issue 10): synthetic questions and the bundled model, so these need no training.
+
+TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
+ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
+
+
+def synthetic(n: int, offset: int = 0) -> list[str]:
+    """``n`` distinct questions made from templates (question ``i`` is the same on every call)."""
+    return [ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)]) + f" ({i})" for i in range(offset, offset + n)]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return Model.load()
+
+
+def rows(folder: Path) -> list[tuple]:
+    with sqlite3.connect(folder / DATABASE) as db:
+        return db.execute("SELECT id, key, text FROM questions ORDER BY id").fetchall()
+
+
+def full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
+    import dupq.index
+
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(20), bundled).close()
+    monkeypatch.setattr(dupq.index, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.search, "atomic_write", full_disk)  # ... on a full disk
+    new = synthetic(5, offset=20)
+    with Collection.open(folder, bundled) as coll:
+        ids = coll.add(new[:3], keys=["a", "b", None])
+        assert ids == [20, 21, 22] and "No space left" in coll.cache_error
+        assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
+        assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
+        with pytest.raises(dupq.index.KeyConflict, match="'a' is stored already"):
+            coll.add([new[4]], keys=["a"])
+        assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
+    assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
+    monkeypatch.undo()
+    with Collection.open(folder, bundled) as coll:  # index.faiss was never rewritten: rebuilt from SQLite
+        assert len(coll._index) == len(coll) == 24
+
+
+def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
+    import dupq.index
+
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(10), bundled).close()
+    table = tmp_path / "new.csv"
+    table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
+    runner = CliRunner()
+    monkeypatch.setattr(dupq.index, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.search, "atomic_write", full_disk)
+    for _ in range(2):  # the second run is a user re-running the command after the first "failed"
+        result = runner.invoke(app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"])
+        assert result.exit_code == 0, result.output
+        assert "ids 10-13" in result.output and "ids 14-15" in result.output and "warning: could not write" in result.output
+    result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
+    result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
+    assert result.exit_code == 0 and "id 16" in result.output
+    assert [(r[1], r[2]) for r in rows(folder)][10:] == [(f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))] + [
+        ("x1", "One more question about chess?")
+    ]
+
+
+def test_reads_see_adds_of_another_process(tmp_path, bundled, one_torch_thread):
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(30), bundled).close()
+    server = Collection.open(folder, bundled)
+    assert len(server.search(synthetic(1), k=1)[0]) == 1
+    new = synthetic(3, offset=30)
+    with Collection.open(folder, bundled) as other:  # another process (its own connections, its own FAISS)
+        assert other.add(new) == [30, 31, 32]
+    got = server.search(new, k=1)
+    assert [row[0].id for row in got] == [30, 31, 32] and [row[0].text for row in got] == new
+    assert len(server._index) == len(server) == 33
+    server.close()
+
+
+def test_the_whole_index_cache_is_checked(tmp_path, bundled, one_torch_thread):
+    import faiss
+
+    folder = tmp_path / "c"
+    texts = synthetic(50)
+    Collection.build(folder, texts, bundled).close()
+    index = faiss.read_index(str(folder / INDEX_FILE))
+    vectors = index.reconstruct_n(0, index.ntotal)
+    vectors[5] = -vectors[5]  # neither the first nor the last vector: only a whole-file check sees it
+    altered = faiss.IndexFlatIP(index.d)
+    altered.add(vectors)
+    faiss.write_index(altered, str(folder / INDEX_FILE))
+    with Collection.open(folder, bundled) as coll:
+        assert coll.search([texts[5]], k=1)[0][0].id == 5  # rebuilt from the stored embeddings
+        assert np.array_equal(coll._index.vector(5), -vectors[5])  # the stored vector, not the altered one
+
+
+def corrupt(folder: Path, how: str) -> None:
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if how == "random sqlite":
+        (folder / DATABASE).write_bytes(os.urandom(8192))
+    elif how == "truncated sqlite":
+        data = (folder / DATABASE).read_bytes()
+        (folder / DATABASE).write_bytes(data[: len(data) // 3])
+    elif how == "short blob":
+        with sqlite3.connect(folder / DATABASE) as db:
+            db.execute("UPDATE embeddings SET vectors = substr(vectors, 1, 100)")
+    else:
+        patch = {"dim": {"dim": 64}, "model string": {"model": "bundled"}, "hnsw_m": {"index": {"kind": "hnsw", "hnsw_m": -3}},
+                 "dim string": {"dim": "768"}, "not an object": None}[how]
+        manifest = [] if patch is None else {**manifest, **patch}
+        manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("how", ["random sqlite", "truncated sqlite", "short blob", "dim", "model string", "hnsw_m", "dim string", "not an object"])
+def test_corrupt_collection_files_are_one_sentence(tmp_path, bundled, how, one_torch_thread):
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(300), bundled).close()
+    (folder / INDEX_FILE).unlink()  # so that opening must read every stored embedding
+    corrupt(folder, how)
+    with pytest.raises(DupqError) as e:
+        Collection.open(folder, bundled).search(["How do I learn Python?"])
+    assert str(folder) in str(e.value) and "\n" not in str(e.value)
+    result = CliRunner().invoke(app, ["search", str(folder), "How do I learn Python?"])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1
+
+
+def test_questions_with_no_words_are_refused_everywhere(tmp_path, bundled, one_torch_thread):
+    folder = tmp_path / "c"
+    with pytest.raises(DupqError, match="question 2 has no words"):
+        Collection.build(folder, ["How are you?", "???"], bundled)
+    Collection.build(folder, synthetic(10), bundled).close()
+    with Collection.open(folder, bundled) as coll:
+        for bad in ["???", "!?!", "...", "\u001c", "  "]:
+            with pytest.raises(DupqError, match="question 1 (has no words|is empty)"):
+                coll.add([bad])
+            with pytest.raises(DupqError, match="query 1 (has no words|is empty)"):
+                coll.search([bad])
+        assert len(coll) == 10
+    with pytest.raises(DupqError, match="question 1 is empty"):
+        bundled.similarity("", "")
+    with pytest.raises(DupqError, match="question 2 has no words"):
+        bundled.similarity("How are you?", "\u001d?")
+    runner = CliRunner()
+    for args in (["index", "add", str(folder), "???"], ["search", str(folder), "?!?"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "has no words" in result.output, result.output
+    words = tmp_path / "q.txt"
+    words.write_text("???\n!!!\n...\nHow do I learn Python?\n")
+    result = runner.invoke(app, ["dedup", str(words), "--out", str(tmp_path / "d.json")])
+    assert result.exit_code == 0 and "skipped 3 line(s)" in result.output and "1 questions: 0 clusters" in result.output
+
+
+def test_cli_refuses_text_that_is_not_utf8_and_files_without_questions(tmp_path, bundled):
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(5), bundled).close()
+    runner = CliRunner()
+    result = runner.invoke(app, ["index", "add", str(folder), "Caf\udce9 question"])  # what argv holds for b"Caf\xe9"
+    assert result.exit_code == 2 and "not valid UTF-8" in result.output
+    header_only = tmp_path / "h.tsv"
+    header_only.write_text("question\tanswer\n")
+    result = runner.invoke(app, ["index", "add", str(folder), "--file", str(header_only)])
+    assert result.exit_code == 2 and "holds no questions" in result.output
+    result = runner.invoke(app, ["index", "add", str(folder), "--file", str(tmp_path)])
+    assert result.exit_code == 2 and "is a folder, not a file" in result.output
+    result = runner.invoke(app, ["search", str(header_only), "How?"])
+    assert result.exit_code == 2 and "is a file, not a folder" in result.output
+    assert len(rows(folder)) == 5
+
+
+def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(5), bundled).close()
+    stale = [folder / f".index.faiss.{dead}-abcd1234.tmp", folder / f".manifest.json.{dead}-x1y2z3w4.tmp"]
+    live = folder / f".index.faiss.{os.getpid()}-abcd1234.tmp"
+    for path in [*stale, live]:
+        path.write_bytes(b"partial")
+    building = tmp_path / f".d.building-{dead}"
+    building.mkdir()
+    (building / DATABASE).write_bytes(b"half")
+    Collection.open(folder, bundled).close()
+    assert not any(p.exists() for p in stale) and live.exists()  # a live writer's file is left alone
+    Collection.build(tmp_path / "d", synthetic(5), bundled).close()
+    assert not building.exists()

@@ -132,7 +132,10 @@ def test_reads_can_be_protected(coll_dir, texts):
         assert c.post("/search", json={"question": texts[0]}).status_code == 401
         assert c.post("/similarity", json={"q1": "a", "q2": "b"}).status_code == 401
         assert c.post("/search", json={"question": texts[0]}, headers=AUTH).status_code == 200
-        assert c.get("/health").status_code == 200 and c.get("/").status_code == 200
+        assert c.get("/health").status_code == 401 and c.get("/health", headers=AUTH).status_code == 200
+        page = c.get("/")  # the page itself is open, and asks for the token when a read answers 401
+        assert page.status_code == 200 and 'id="token-form"' in page.text
+        assert "Authorization" in c.get("/static/app.js").text
 
 
 def test_added_questions_survive_a_restart(coll_dir, monkeypatch):
@@ -237,3 +240,122 @@ def test_serve_command_reports_a_missing_collection(tmp_path):
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
     assert "does not exist" in result.output and "Traceback" not in result.output
+
+
+# Faults (issue 10).
+
+FAILING_BODIES = [
+    ("/search", b'{"question": "\\ud800 hello"}'),
+    ("/search", b'{"question": "How?", "k": NaN}'),
+    ("/search", b'{"question": "How?", "k": Infinity}'),
+    ("/similarity", b'{"q1": "How?", "q2": "-Infinity", "x": -Infinity}'),
+    ("/questions", b'{"text": "A new question about NaN?", "metadata": {"score": NaN}}'),
+    ("/questions", b'{"text": "A new question?", "metadata": {"\\udfff": 1}}'),
+    ("/search", b'{"question": "How?", "k": true}'),
+    ("/search", b'{"question": "How?", "k": "3"}'),
+    ("/search", b'{"question": "How?", "k": 3.5}'),
+    ("/similarity", b'{"q1": "\\u001c", "q2": "\\u001d"}'),
+    ("/similarity", b'{"q1": "???", "q2": "!!!"}'),
+    ("/questions", b'{"text": "..."}'),
+    ("/search", b'{"question": "caf\xe9"}'),
+]
+
+
+@pytest.mark.parametrize("path, body", FAILING_BODIES)
+def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
+    r = client.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/json" and r.json()["detail"]
+    assert client.get("/health").json()["questions"] == N
+
+
+def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
+    """Item 1: the cache write fails after every commit; 5 concurrent adds, then retries of each."""
+    import dupq.index
+    import dupq.search
+    from dupq.service import create_app
+
+    monkeypatch.setattr(dupq.index, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.search, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    new = [f"What is the tallest mountain in country number {i}?" for i in range(5)]
+    with TestClient(create_app(coll_dir, token=TOKEN)) as c:
+        def add(i):
+            return c.post("/questions", json={"text": new[i]}, headers={**AUTH, "Idempotency-Key": f"req-{i}"})
+
+        with ThreadPoolExecutor(5) as pool:
+            first = list(pool.map(add, range(5)))
+        assert [r.status_code for r in first] == [201] * 5
+        again = [add(i) for i in range(5)]  # a client retrying every request
+        assert [r.json()["id"] for r in again] == [r.json()["id"] for r in first]
+        by_body = c.post("/questions", json={"text": new[0], "key": "req-0"}, headers=AUTH)
+        assert by_body.json()["id"] == first[0].json()["id"]
+        conflict = c.post("/questions", json={"text": "Another question entirely?"}, headers={**AUTH, "Idempotency-Key": "req-0"})
+        assert conflict.status_code == 409 and "req-0" in conflict.json()["detail"]
+        mismatch = c.post("/questions", json={"text": new[1], "key": "a"}, headers={**AUTH, "Idempotency-Key": "b"})
+        assert mismatch.status_code == 409
+        assert c.get("/health").json()["questions"] == N + 5
+        stored = [h["text"] for q in new for h in c.post("/search", json={"question": q, "k": 1}).json()["results"]]
+        assert stored == new
+
+
+def test_the_server_sees_adds_of_another_process(client):
+    from dupq.index import Collection
+
+    new = "Which river flows through the most countries in the world?"
+    with Collection.open(client.app.state.collection.folder) as other:
+        (new_id,) = other.add([new])
+    top = client.post("/search", json={"question": new, "k": 1}).json()["results"][0]
+    assert (top["id"], top["text"]) == (new_id, new)
+
+
+def test_scores_are_clamped_and_refusals_are_json(client, monkeypatch):
+    model = client.app.state.collection.model
+    monkeypatch.setattr(model, "similarity", lambda a, b: 1.0000001)
+    assert client.post("/similarity", json={"q1": "How?", "q2": "Why?"}).json()["similarity"] == 1.0
+    monkeypatch.setattr(model, "similarity", lambda a, b: 1 / 0)  # a bug: still a JSON answer
+    r = TestClient(client.app, raise_server_exceptions=False).post("/similarity", json={"q1": "How?", "q2": "Why?"})
+    assert r.status_code == 500 and r.json() == {"detail": "internal error; the server log has the details."}
+    for r in (client.get("/nowhere"), client.put("/search"), client.get("/static/nothing.js")):
+        assert r.status_code in (404, 405) and r.headers["content-type"] == "application/json"
+    assert client.head("/").status_code == 200
+
+
+def test_security_headers_and_no_cdn(client):
+    for r in (client.get("/"), client.get("/health"), client.post("/search", json={})):
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+        assert r.headers["referrer-policy"] == "no-referrer" and "default-src 'self'" in r.headers["content-security-policy"]
+    assert client.get("/docs").status_code == 404 and client.get("/redoc").status_code == 404
+    assert "cdn" not in client.get("/").text.lower()
+    assert client.get("/openapi.json").status_code == 200
+
+
+def test_slow_bodies_are_cut_off(coll_dir):
+    import socket
+    import time
+
+    from servicekit import LiveServer
+
+    from dupq.service import create_app
+
+    with LiveServer(create_app(coll_dir, token=TOKEN, body_timeout=0.5)) as server:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            started = time.monotonic()
+            sock.settimeout(10)
+            answer = sock.recv(4096)
+            assert time.monotonic() - started < 5
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 seconds" in answer
+
+
+def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
+    import socket
+
+    from dupq.cli import app
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", str(built), "--port", str(port)])
+    assert result.exit_code == 2 and "serving" not in result.output
+    assert result.output.startswith("error: cannot listen on 127.0.0.1:") and len(result.output.strip().splitlines()) == 1

@@ -2,15 +2,21 @@
 
 Schemathesis generates valid and invalid bodies for every operation (hypothesis underneath),
 sends them through the ASGI app (with the write token) and runs its default checks: no server
-error, status codes and bodies as documented, valid data accepted, invalid data refused. The
-number of examples is bounded so the file runs in seconds.
+error, status codes and bodies as documented, valid data accepted, invalid data refused. A
+second fuzzer sends what schemathesis never does: NaN and Infinity (which Python's JSON parser
+accepts) and lone surrogates, anywhere in a body. The number of examples is bounded so the file
+runs in seconds.
 """
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from servicekit import build_collection, questions
@@ -34,3 +40,56 @@ def test_no_server_errors(api_schema, mode):
         case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"})
 
     fuzz()
+
+
+# What schemathesis does not send: JSON that Python's parser accepts but JSON forbids (NaN,
+# Infinity) and strings that are not Unicode (lone surrogates, as "\ud800" escapes).
+
+ODD_FLOATS = st.sampled_from([math.nan, math.inf, -math.inf]) | st.floats()
+ODD_TEXT = st.text(st.characters(codec=None), max_size=8) | st.sampled_from(["\ud800", "\udfff x", "\u001c", "???"])
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | ODD_FLOATS | ODD_TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ODD_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+BODIES = {
+    "/search": st.fixed_dictionaries({"question": ODD_TEXT | st.just("How do I learn Python?"), "k": VALUES}),
+    "/similarity": st.fixed_dictionaries({"q1": ODD_TEXT, "q2": VALUES}),
+    "/questions": st.fixed_dictionaries({"text": ODD_TEXT | st.just("A question?"), "metadata": st.dictionaries(ODD_TEXT, VALUES, max_size=3)}),
+}
+
+
+@pytest.fixture(scope="module")
+def fuzz_client(tmp_path_factory, tiny_model_dir, small_splits):
+    from fastapi.testclient import TestClient
+
+    from dupq.service import create_app
+
+    folder = build_collection(tmp_path_factory.mktemp("fuzz-odd") / "coll", tiny_model_dir, questions(small_splits, 50))
+    with TestClient(create_app(folder, token=TOKEN), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_non_finite_numbers_and_invalid_unicode_get_json_4xx(fuzz_client, path):
+    @given(body=BODIES[path], extra=VALUES)
+    @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    def fuzz(body, extra):
+        content = json.dumps(body if extra is None else {**body, "extra": extra}).encode()  # NaN stays NaN, "\ud800" escaped
+        r = fuzz_client.post(path, content=content, headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        assert r.status_code < 500 and r.headers["content-type"] == "application/json", (content, r.status_code, r.text)
+        if not_json(content):
+            assert r.status_code == 422, (content, r.text)
+
+    fuzz()
+
+
+def not_json(content: bytes) -> bool:
+    """True when ``content`` holds NaN or Infinity, or a string that is not Unicode once parsed (a lone surrogate)."""
+    constants = []
+    value = json.loads(content, parse_constant=constants.append)
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return bool(constants)

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dupq.files import DupqError
+from dupq.files import DupqError, to_json
 
 app = typer.Typer(
     help="Find duplicate questions with a Siamese LSTM: train, judge pairs, search old questions.",
@@ -202,6 +202,18 @@ def _threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+def _threshold(value: Optional[float], option: str = "--threshold") -> Optional[float]:
+    from dupq.schema import check_threshold
+
+    return None if value is None else check_threshold(value, option)
+
+
+def _dropped(source: Path, dropped) -> None:
+    """Name on stderr the lines of a questions file that were left out, and why."""
+    if dropped.count:
+        typer.echo(f"skipped {dropped.count:,} line(s) of {source}: {dropped.why()}", err=True)
+
+
 def _data(data: Optional[Path]) -> Path:
     from dupq.data import DATA_HELP, default_data_path
 
@@ -220,18 +232,17 @@ def evaluate(
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
-    import json
-
     from dupq.evaluate import evaluate as run_evaluation, held_out
     from dupq.model import Model
 
     _threads(threads)
+    threshold = _threshold(threshold)
     m = Model.load(model)
     test = held_out(m, _data(data)).test
     result = run_evaluation(m, test, threshold)
     result["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
     if json_out:
-        typer.echo(json.dumps(result))
+        typer.echo(to_json(result))
         return
     from rich.console import Console
     from rich.table import Table
@@ -277,8 +288,6 @@ def predict(
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Say whether two questions are duplicates: their similarity, probability and the verdict."""
-    import json
-
     from dupq.model import Model
     from dupq.predict import check_question, judge, judge_stream, verdict_text
 
@@ -287,6 +296,7 @@ def predict(
     if pairs is None and question2 is None:
         raise DupqError("give the second question too (or --pairs FILE).")
     _threads(threads)
+    threshold = _threshold(threshold)
     m = Model.load(model)
     t = m.threshold if threshold is None else threshold
     if pairs is None:
@@ -297,7 +307,7 @@ def predict(
             obj = {"question1": q1, "question2": q2, "similarity": round(j["similarity"], 6), "duplicate": j["duplicate"], "threshold": t}
             if j["probability"] is not None:
                 obj["probability"] = round(j["probability"], 6)
-            typer.echo(json.dumps(obj))
+            typer.echo(to_json(obj))
         else:
             typer.echo(verdict_text(j, "probability" if m.threshold_on == "probability" else "similarity"))
         return
@@ -338,6 +348,7 @@ def report(
     from dupq.report import write_report
 
     _threads(threads)
+    threshold = _threshold(threshold)
     m = Model.load(model)
     result = write_report(m, held_out(m, _data(data)).test, out, threshold, title=str(model or "bundled model"))
     typer.echo(f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}")
@@ -372,13 +383,14 @@ def index_build(
         raise DupqError(f"{out} already exists and is not empty; choose a new folder for the collection.")
     m = Model.load(model)
     qs = read_questions(questions, column)
+    _dropped(questions, qs.dropped)
     if not qs.texts:
         raise DupqError(f"{questions} holds no questions.")
     started = time.perf_counter()
     Collection.build(out, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
     typer.echo(
         f"stored {len(qs):,} questions from {questions} in {out} ({index} index) in "
-        f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,} empty"
+        f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,}"
     )
 
 
@@ -388,30 +400,44 @@ def index_add(
     question: Annotated[Optional[str], typer.Argument(help="The question to add.")] = None,
     file: Annotated[Optional[Path], typer.Option(help=f"Add every question of this file instead. {QUESTIONS_HELP}")] = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --file.")] = None,
+    key: Annotated[Optional[str], typer.Option(help="The question's key (your id for it): adding a stored key again stores nothing.")] = None,
+    key_column: Annotated[Optional[str], typer.Option(help="The column of a CSV/TSV --file that holds each question's key (a Quora file's qids are keys).")] = None,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Questions per transaction when adding a file.")] = 1000,
 ) -> None:
-    """Add a question (or a file of them); each batch's ids are printed once it is safely stored."""
+    """Add a question (or a file of them); each batch's ids are printed once it is safely stored.
+
+    With keys, running the same command again (after a crash, say) stores nothing twice.
+    """
     from dupq.index import Collection
     from dupq.model import Model
     from dupq.questions import read_questions
+    from dupq.tokenizer import check_question
 
     if (question is None) == (file is None):
         raise DupqError("give either one question or --file FILE to add.")
     if question is not None:
-        texts, metadata = [question], None
+        if key_column is not None:
+            raise DupqError("--key-column goes with --file; give one question's key with --key.")
+        texts, metadata, keys = [check_question(question, "the question")], None, [key]
     else:
-        qs = read_questions(file, column)
-        texts, metadata = qs.texts, qs.metadata
-        if qs.keys is not None:
-            metadata = [{**(metadata[i] if metadata else {}), "id": key} for i, key in enumerate(qs.keys)]
+        if key is not None:
+            raise DupqError("--key goes with one question; give a file's keys with --key-column.")
+        qs = read_questions(file, column, key_column)
+        _dropped(file, qs.dropped)
+        if not qs.texts:
+            raise DupqError(f"{file} holds no questions.")
+        texts, metadata, keys = qs.texts, qs.metadata, qs.keys
     coll = Collection.open(collection, Model.load(model) if model else None)
     try:
         for lo in range(0, len(texts), batch_size):
-            ids = coll.add(texts[lo : lo + batch_size], metadata[lo : lo + batch_size] if metadata else None)
+            part = slice(lo, lo + batch_size)
+            ids = coll.add(texts[part], metadata[part] if metadata else None, keys[part] if keys else None)
             typer.echo(f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}" if len(ids) > 1 else f"added 1 question: id {ids[0]}")
     finally:
         coll.close()
+        if coll.cache_error:
+            typer.echo(f"warning: {coll.cache_error}.", err=True)
 
 
 @command(name="search")
@@ -425,25 +451,28 @@ def search_command(
     batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded and searched together.")] = 256,
 ) -> None:
     """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
-    import json
     from dataclasses import asdict
 
     from dupq.index import Collection
     from dupq.model import Model
     from dupq.questions import read_questions
+    from dupq.tokenizer import check_question
 
     if (question is None) == (queries is None):
         raise DupqError("give either one question or --queries FILE to search.")
-    if question is not None and not question.strip():
-        raise DupqError("the query is empty; ask a question with at least one word.")
-    texts = [question] if question is not None else read_questions(queries).texts
+    if question is not None:
+        texts = [check_question(question, "the query")]
+    else:
+        qs = read_questions(queries)
+        _dropped(queries, qs.dropped)
+        texts = qs.texts
     coll = Collection.open(collection, Model.load(model) if model else None)
     try:
         for lo in range(0, len(texts), batch_size):
             batch = texts[lo : lo + batch_size]
             for query, hits in zip(batch, coll.search(batch, k)):
                 if as_json:
-                    typer.echo(json.dumps({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
+                    typer.echo(to_json({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
                 typer.echo(f"{query}   (duplicate: {coll.model.threshold_on} above {coll.threshold:.2f})")
                 for rank, h in enumerate(hits, 1):
@@ -470,8 +499,10 @@ def dedup_command(
 
     if out.suffix.lower() not in (".json", ".csv"):
         raise DupqError(f"--out must end in .json or .csv, not {out.name!r}.")
+    threshold = _threshold(threshold)
     m = Model.load(model)
     qs = read_questions(questions, column)
+    _dropped(questions, qs.dropped)
     if not qs.texts:
         raise DupqError(f"{questions} holds no questions.")
     config = DedupConfig(threshold=threshold, neighbours=neighbours)

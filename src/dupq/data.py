@@ -23,7 +23,8 @@ import gzip
 import os
 import sys
 import zlib
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ DATA_HELP = (
 
 @dataclass
 class Pairs:
-    """Question pairs, column-wise. ``rows`` are positions in the source file (0-based)."""
+    """Question pairs, column-wise. ``rows`` are positions in the source file (0-based: row r is line r + 2)."""
 
     ids: list[str]
     q1: list[str]
@@ -67,14 +68,16 @@ class Pairs:
 
 @dataclass
 class Dropped:
-    """Rows a reader could not use: the count by reason and the first few ids."""
+    """Rows a reader could not use: the count by reason, the physical lines they took, the first few ids."""
 
     reasons: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)  # "id (reason)", at most `keep`
     keep: int = 5
+    lines: int = 0  # physical lines of the file in the dropped rows (a quoted field can span several)
 
-    def add(self, row_id: str, reason: str) -> None:
+    def add(self, row_id: str, reason: str, lines: int = 1) -> None:
         self.reasons[reason] += 1
+        self.lines += lines
         if len(self.examples) < self.keep:
             self.examples.append(f"{row_id} ({reason})")
 
@@ -82,11 +85,18 @@ class Dropped:
     def count(self) -> int:
         return sum(self.reasons.values())
 
+    def _reasons(self) -> str:
+        return ", ".join(f"{n} {reason}" for reason, n in self.reasons.most_common())
+
+    def why(self) -> str:
+        """The reasons and the first examples: ``"2 empty question; first: 105780 (empty question), ..."``."""
+        return f"{self._reasons()}; first: {', '.join(self.examples)}"
+
     def __str__(self) -> str:
         if not self.count:
             return "no rows dropped"
-        why = ", ".join(f"{n} {reason}" for reason, n in self.reasons.most_common())
-        return f"dropped {self.count} unusable rows ({why}); first: {', '.join(self.examples)}"
+        span = f" over {self.lines} lines" if self.lines != self.count else ""
+        return f"dropped {self.count} unusable rows{span} ({self._reasons()}); first: {', '.join(self.examples)}"
 
 
 def default_data_path() -> Path:
@@ -125,6 +135,55 @@ def _delimiter(path: Path, header_line: str) -> str:
     return "\t" if "\t" in header_line else ","
 
 
+def table_rows(f, delimiter: str, width: int, dropped: Dropped, first_line: int = 2) -> Iterator[tuple[int, int, list[str]]]:
+    """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
+
+    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
+    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
+    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
+    line up to the next quote (or the end of the file) into one row, and two stray quotes would
+    even pair up into a row of the right width. So rows are read strictly (a closing quote must
+    end its field), and a row that breaks that, or spans several lines with the wrong number of
+    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
+    on the line after it. A quoting slip within one line is read leniently, as before.
+    """
+    source, pushed_back = iter(f), deque()
+    taken: list[str] = []  # the physical lines of the row being read
+
+    def lines() -> Iterator[str]:
+        while True:
+            line = pushed_back.popleft() if pushed_back else next(source, None)
+            if line is None:
+                return
+            taken.append(line)
+            yield line
+
+    number = first_line
+    while True:
+        try:
+            for row in csv.reader(lines(), delimiter=delimiter, strict=True):
+                span = len(taken)
+                if len(row) == width:
+                    yield number, span, row
+                elif span > 1:
+                    raise csv.Error("a quoted field ran over lines")
+                else:
+                    dropped.add(f"line {number}", "wrong number of fields" if row else "blank line")
+                number += span
+                taken.clear()
+            return
+        except csv.Error:
+            first, rest = taken[0], taken[1:]
+            taken.clear()
+            pushed_back.extendleft(reversed(rest))
+            row = [] if rest else next(csv.reader([first], delimiter=delimiter), [])  # a slip within one line: read leniently
+            if len(row) == width:
+                yield number, 1, row
+            else:
+                dropped.add(f"line {number}", "unclosed quote" if rest or '"' in first else "wrong number of fields")
+            number += 1
+
+
 def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     """Read a question-pairs file (``.tsv``/``.csv``, optionally ``.gz``).
 
@@ -154,15 +213,13 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
         col = {name: header.index(name) for name in header}
         i_q1, i_q2, i_y = col["question1"], col["question2"], col["is_duplicate"]
         i_id = col.get("id")
-        width = len(header)
-        for position, row in enumerate(csv.reader(f, delimiter=delimiter)):
-            row_id = row[i_id] if i_id is not None and i_id < len(row) else str(position)
-            if len(row) != width:
-                dropped.add(row_id, "wrong number of fields")
-            elif not row[i_q1].strip() or not row[i_q2].strip():
-                dropped.add(row_id, "empty question")
+        for line, lines, row in table_rows(f, delimiter, len(header), dropped):
+            position = line - 2  # the row's place in the file: line 2 (after the header) is row 0
+            row_id = row[i_id] if i_id is not None else str(position)
+            if not row[i_q1].strip() or not row[i_q2].strip():
+                dropped.add(row_id, "empty question", lines)
             elif row[i_y].strip() not in ("0", "1"):
-                dropped.add(row_id, "label not 0 or 1")
+                dropped.add(row_id, "label not 0 or 1", lines)
             else:
                 ids.append(row_id)
                 q1.append(row[i_q1])

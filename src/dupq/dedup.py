@@ -32,7 +32,9 @@ import numpy as np
 
 from dupq.files import DupqError, atomic_write
 from dupq.model import Model
+from dupq.schema import check_threshold
 from dupq.search import search
+from dupq.tokenizer import check_questions
 
 
 @dataclass
@@ -96,8 +98,8 @@ def dedup(texts: list[str], model: Model, config: DedupConfig | None = None) -> 
     config = config or DedupConfig()
     if config.neighbours < 1:
         raise DupqError(f"neighbours must be at least 1, got {config.neighbours}.")
-    threshold = model.threshold if config.threshold is None else config.threshold
-    vectors = model.encode(texts)  # (N, d)
+    threshold = model.threshold if config.threshold is None else check_threshold(config.threshold, "the threshold")
+    vectors = model.encode(check_questions(texts))  # (N, d)
     scores, ids = search(vectors, vectors, config.neighbours + 1)  # +1: each question finds itself
     if model.threshold_on == "probability":  # judge each candidate pair as the model judges pairs
         found = ids >= 0

@@ -11,19 +11,27 @@ transaction that inserts the question rows *and* their embeddings (a float32 BLO
 the ``embeddings`` table), committed with ``synchronous=FULL``; when ``add`` returns, the rows are
 on disk, and a ``kill -9`` before the commit leaves none of them. The in-memory FAISS index is
 updated after the commit; ``index.faiss`` is a cache, rewritten atomically (temporary file,
-fsync, rename) now and then, and it knows how many vectors it holds (``ntotal``). Opening reads
-it, checks it against SQLite (no more vectors than rows, its last vector equal to the stored
-one; otherwise it is thrown away and rebuilt) and adds the rows beyond ``ntotal`` from the stored
-embeddings. So after a crash at any moment the index and the stored questions agree, without
-re-encoding anything. ``build`` writes into a hidden sibling folder and renames it into place
+fsync, rename) now and then; the manifest records how many vectors it holds and a CRC-32 of its
+bytes. Opening reads it and checks it whole (the checksum and count recorded when it was written,
+and its first and last vectors against the stored ones; otherwise it is thrown away and rebuilt
+from the stored embeddings) and adds the rows beyond it from the stored embeddings. So after a
+crash at any moment the index and the stored questions agree, without re-encoding anything.
+
+**After the commit nothing fails an add.** Once its transaction is committed, an add answers
+its ids: if growing FAISS or rewriting ``index.faiss`` then fails (a full disk), the index catches
+up from the stored embeddings on the next read and the cache is rewritten later, so a caller
+never sees an error for questions that are stored (and never stores them again on a retry).
+A question may carry a **key** (the caller's id: a Quora qid, an ``Idempotency-Key``): adding
+a key that is stored already stores nothing and answers the stored id, so a retried add is safe. ``build`` writes into a hidden sibling folder and renames it into place
 at the end: a killed build leaves no half collection behind.
 
 Why embeddings in SQLite and not a separate ``.npy``: one transaction then covers text and
 vector, so no second file can be ahead of or behind the other; it costs ~512 bytes a question.
 
 Question ids are ``0, 1, 2, ...`` in order of addition, which is also their position in FAISS.
-One process writes a collection at a time; another process's additions are picked up by the
-next ``add`` or ``open``.
+Another process may add to the collection meanwhile (SQLite serialises the writes): before every
+search, SQLite's ``data_version`` says whether anything was committed since, and if so FAISS
+catches up from the stored embeddings, so reads see every committed add.
 
 >>> coll = Collection.build("runs/faq", ["How do I learn Python?"], Model.load("runs/model"))  # doctest: +SKIP
 >>> coll.search(["What is the best way to learn Python?"], k=1)[0][0].text                   # doctest: +SKIP
@@ -33,6 +41,7 @@ next ``add`` or ``open``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -45,9 +54,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.files import DupqError, fsync_dir, read_json, write_json
+from dupq.files import DupqError, check_path, fsync_dir, read_json, remove_stale, write_json
 from dupq.model import BUNDLED, Model
+from dupq.schema import check_manifest
 from dupq.search import IndexConfig, VectorIndex
+from dupq.tokenizer import check_questions
+
+log = logging.getLogger(__name__)
 
 FORMAT = "dupq-collection/1"
 MANIFEST, DATABASE, INDEX_FILE = "manifest.json", "questions.sqlite", "index.faiss"
@@ -69,6 +82,10 @@ CREATE TABLE IF NOT EXISTS embeddings (
     vectors BLOB NOT NULL       -- (count, dim) float32, row-major
 );
 """
+
+
+class KeyConflict(DupqError):
+    """A key that is stored already, with another question or other metadata."""
 
 
 @dataclass
@@ -118,37 +135,46 @@ class _SharedLock:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
+    try:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
+    except sqlite3.DatabaseError as e:
+        raise DupqError(f"{path} cannot be read as a SQLite database ({e}).") from None
     return db
 
 
-def _check_texts(texts, what: str) -> list[str]:
-    if isinstance(texts, str):
-        raise DupqError(f"give a list of {what}s, not a single string.")
-    texts = list(texts)
-    for i, t in enumerate(texts):
-        if not isinstance(t, str) or not t.strip():
-            raise DupqError(f"{what} {i + 1} is empty; it needs at least one word.")
-    return texts
+def _one_each(values, n: int, what: str) -> list:
+    """``values`` as a list of ``n`` (one per question), or ``n`` Nones when none were given."""
+    if values is None:
+        return [None] * n
+    values = list(values)
+    if len(values) != n:
+        raise DupqError(f"got {len(values)} {what} for {n} questions; give one per question.")
+    return values
 
 
 def _check_metadata(metadata, n: int) -> list[str | None]:
-    if metadata is None:
-        return [None] * n
-    metadata = list(metadata)
-    if len(metadata) != n:
-        raise DupqError(f"got {len(metadata)} metadata entries for {n} questions; give one dict per question.")
     out = []
-    for i, m in enumerate(metadata):
-        if not isinstance(m, dict):
+    for i, m in enumerate(_one_each(metadata, n, "metadata entries")):
+        if m is not None and not isinstance(m, dict):
             raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
         try:
-            out.append(json.dumps(m, ensure_ascii=False) if m else None)
-        except (TypeError, ValueError) as e:
+            text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
+            if text is not None:
+                text.encode("utf-8")  # a lone surrogate is not text SQLite can store
+        except (TypeError, ValueError) as e:  # NaN and Infinity are not JSON either
             raise DupqError(f"the metadata of question {i + 1} cannot be stored as JSON ({e}).") from None
+        out.append(text)
     return out
+
+
+def _check_keys(keys, n: int) -> list[str | None]:
+    keys = _one_each(keys, n, "keys")
+    for i, k in enumerate(keys):
+        if k is not None and (not isinstance(k, str) or not k.strip()):
+            raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
+    return keys
 
 
 def _insert(db: sqlite3.Connection, start: int, texts, keys, metadata, vectors: np.ndarray) -> None:
@@ -166,6 +192,9 @@ def _stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Itera
         "SELECT start, count, vectors FROM embeddings WHERE start + count > ? AND start < ? ORDER BY start", (lo, hi)
     )
     for start, count, blob in rows:
+        if not isinstance(blob, bytes) or len(blob) != count * dim * 4:
+            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
+            raise sqlite3.DatabaseError(f"the embeddings from question {start} hold {size} bytes, not {count} x {dim} float32")
         block = np.frombuffer(blob, dtype=np.float32).reshape(count, dim)
         yield block[max(lo - start, 0) : hi - start]
 
@@ -190,6 +219,8 @@ class Collection:
         self._reader_lock = threading.Lock()
         self._index_lock = _SharedLock()
         self._closed = False
+        self._version = None  # SQLite's data_version when FAISS last caught up with it
+        self.cache_error: str | None = None  # why index.faiss could not be written, if it could not
 
     # Building and opening.
 
@@ -210,7 +241,7 @@ class Collection:
         ``index`` is ``"flat"`` (exact) or ``"hnsw"`` (approximate), or an :class:`IndexConfig`.
         """
         folder = Path(folder)
-        texts = _check_texts(texts, "question")
+        texts = check_questions(texts)
         meta = _check_metadata(metadata, len(texts))
         config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
         keys: list[str | None] = [None] * len(texts)
@@ -237,6 +268,7 @@ class Collection:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         folder.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(folder.parent)  # builds killed before their rename
         tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -257,7 +289,7 @@ class Collection:
             db.close()
             with open(tmp / DATABASE, "rb+") as f:
                 os.fsync(f.fileno())
-            vectors_index.save(tmp / INDEX_FILE)
+            manifest["checksum"] = vectors_index.save(tmp / INDEX_FILE)
             write_json(tmp / MANIFEST, manifest)
             if folder.exists():
                 folder.rmdir()
@@ -276,19 +308,14 @@ class Collection:
         not be comparable with the stored ones.
         """
         folder = Path(folder)
-        if not folder.is_dir():
+        if not folder.exists():
             raise DupqError(f"no collection at {folder}: the folder does not exist; build one with `dupq index build`.")
+        check_path(folder, "the collection", folder=True)
         if not (folder / MANIFEST).is_file() or not (folder / DATABASE).is_file():
             raise DupqError(f"{folder} is not a dupq collection: it lacks {MANIFEST} or {DATABASE}.")
-        manifest = read_json(folder / MANIFEST, f"the manifest of collection {folder}")
-        try:
-            if manifest.get("format") != FORMAT:
-                raise KeyError("format")
-            recorded = manifest["model"]
-            config = IndexConfig(**manifest["index"])
-            dim = int(manifest["dim"])
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise DupqError(f"{folder / MANIFEST} is not a dupq collection manifest ({type(e).__name__}: {e}).") from None
+        remove_stale(folder)  # temporary files of a writer killed mid-write
+        manifest = check_manifest(read_json(folder / MANIFEST, f"the manifest of collection {folder}"), folder / MANIFEST, FORMAT)
+        recorded, config, dim = manifest["model"], IndexConfig(**manifest["index"]), manifest["dim"]
         built_with = "the bundled model" if recorded.get("bundled") else f"the model at {recorded.get('path')}"
         if model is None:
             if not recorded.get("bundled") and not recorded.get("path"):
@@ -304,6 +331,8 @@ class Collection:
                 f"{folder} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {where} has "
                 f"fingerprint {given}; search it with the model that built it, or build a new collection."
             )
+        if dim != model.config.out_dim:
+            raise DupqError(f"{folder / MANIFEST} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions.")
         db = _connect(folder / DATABASE)
         try:
             count, vector_count = db.execute(
@@ -311,7 +340,7 @@ class Collection:
             ).fetchone()
             if count != vector_count:
                 raise DupqError(f"{folder / DATABASE} is corrupt: it holds {count} questions but {vector_count} embeddings.")
-            index, saved = cls._cached_index(folder, db, dim, config, count)
+            index, saved = cls._cached_index(folder, db, manifest, config, count)
             for block in _stored_vectors(db, len(index), count, dim):
                 index.add(block)
         except sqlite3.DatabaseError as e:
@@ -321,17 +350,22 @@ class Collection:
         return cls(folder, model, manifest, index, saved)
 
     @staticmethod
-    def _cached_index(folder: Path, db, dim: int, config: IndexConfig, count: int) -> tuple[VectorIndex, int]:
-        """``index.faiss`` if it agrees with the stored embeddings, else an empty index to refill."""
+    def _cached_index(folder: Path, db, manifest: dict, config: IndexConfig, count: int) -> tuple[VectorIndex, int]:
+        """``index.faiss`` if it is the file the manifest describes and agrees with the stored embeddings, else an empty index."""
+        dim = manifest["dim"]
+        if manifest.get("checksum") is None:  # written before checksums were recorded: rebuild once
+            return VectorIndex(dim, config), 0
         try:
-            index = VectorIndex.load(folder / INDEX_FILE, dim, config)
-        except DupqError:
+            index = VectorIndex.load(folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"))
+        except DupqError as e:
+            log.info("rebuilding the index of %s from the stored embeddings: %s", folder, e)
             return VectorIndex(dim, config), 0
         n = len(index)
-        if n > count:  # ahead of the stored rows: not this database's cache
+        if n != manifest.get("count") or n > count:  # not the file the manifest describes, or not this database's
             return VectorIndex(dim, config), 0
-        if n and not np.array_equal(index.vector(n - 1), next(_stored_vectors(db, n - 1, n, dim))[0]):
-            return VectorIndex(dim, config), 0
+        for i in {0, n - 1} if n else ():
+            if not np.array_equal(index.vector(i), next(_stored_vectors(db, i, i + 1, dim))[0]):
+                return VectorIndex(dim, config), 0
         return index, n
 
     # Using it.
@@ -345,24 +379,29 @@ class Collection:
             return self._reader.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
 
     def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
-        """The ``k`` stored questions most similar to each query, best first."""
+        """The ``k`` stored questions most similar to each query, best first (every committed add included)."""
         self._check_open()
-        queries = _check_texts(queries, "query")
+        queries = check_questions(queries, "query")
         if k < 1:
             raise DupqError(f"k must be at least 1, got {k}.")
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
+        self._refresh()
         with self._index_lock.shared():
             scores, ids = self._index.search(vectors, k)  # (Q, k'), (Q, k')
+        scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
         wanted = sorted({int(i) for i in ids.ravel() if i >= 0})
         rows = {}
-        with self._reader_lock:
-            for lo in range(0, len(wanted), 900):  # SQLite's limit on bound parameters
-                part = wanted[lo : lo + 900]
-                marks = ",".join("?" * len(part))
-                for row in self._reader.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
-                    rows[row[0]] = row[1:]
+        try:
+            with self._reader_lock:
+                for lo in range(0, len(wanted), 900):  # SQLite's limit on bound parameters
+                    part = wanted[lo : lo + 900]
+                    marks = ",".join("?" * len(part))
+                    for row in self._reader.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
+                        rows[row[0]] = row[1:]
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"cannot read {self.folder / DATABASE} ({e}).") from None
         threshold = self.threshold
         out = []
         for query, row_scores, row_ids in zip(vectors, scores, ids):
@@ -370,6 +409,8 @@ class Collection:
             probabilities, judged = self._judge(query, row_ids[found], np.clip(row_scores[found], -1.0, 1.0))
             hits = []
             for score, i, p, s in zip(np.clip(row_scores[found], -1.0, 1.0).tolist(), row_ids[found].tolist(), probabilities, judged):
+                if i not in rows:
+                    continue
                 key, text, metadata = rows[i]
                 metadata = json.loads(metadata) if metadata else {}
                 if key is not None:
@@ -392,15 +433,19 @@ class Collection:
         judged = probabilities if model.threshold_on == "probability" else cosines
         return probabilities.tolist(), judged
 
-    def add(self, texts: list[str], metadata: list[dict] | None = None) -> list[int]:
+    def add(self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.
 
         When this returns, the questions are on disk and searchable; if the process dies
-        before, none of them is stored.
+        before, none of them is stored. A question whose ``key`` is stored already is not stored
+        again: its stored id is returned (the same key with another text or metadata raises
+        :class:`KeyConflict`). Once the transaction is committed, this returns the ids whatever
+        happens to the FAISS cache (see the module docstring).
         """
         self._check_open()
-        texts = _check_texts(texts, "question")
+        texts = check_questions(texts)
         meta = _check_metadata(metadata, len(texts))
+        keys = _check_keys(keys, len(texts))
         if not texts:
             return []
         vectors = self.model.encode(texts)  # (M, d)
@@ -409,28 +454,92 @@ class Collection:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    start = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
-                    _insert(self._db, start, texts, [None] * len(texts), meta, vectors)
+                    ids, new = self._place(texts, meta, keys)
+                    if new:
+                        rows = [(texts[j], keys[j], meta[j]) for j in new]
+                        t, k, m = (list(c) for c in zip(*rows))
+                        _insert(self._db, ids[new[0]], t, k, m, vectors[new])
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
-                with self._index_lock.exclusive():
-                    for block in _stored_vectors(self._db, len(self._index), start, self._dim):
-                        self._index.add(block)  # rows another process added since we opened
-                    self._index.add(vectors)
             except sqlite3.DatabaseError as e:
                 raise DupqError(f"cannot add to {self.folder / DATABASE} ({e}).") from None
-            if len(self._index) - self._saved >= SAVE_DURING_ADD:
-                self._save_index()
-        return list(range(start, start + len(texts)))
+            try:  # committed: from here on a failure only delays the cache, never the answer
+                self._catch_up()
+                if len(self._index) - self._saved >= SAVE_DURING_ADD:
+                    self._save_index()
+            except Exception as e:  # noqa: BLE001 -- the rows are stored; the next search or open catches up
+                log.warning("questions %s stored, but the FAISS index lags: %s", ids, e)
+        return ids
+
+    def _place(self, texts: list[str], meta: list[str | None], keys: list[str | None]) -> tuple[list[int], list[int]]:
+        """The id of each question, and which of them are new (inside the add's transaction).
+
+        A key stored already, or given earlier in the same call, keeps the id it has.
+        """
+        given = sorted({k for k in keys if k is not None})
+        stored = {}
+        for lo in range(0, len(given), 900):
+            part = given[lo : lo + 900]
+            query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
+            stored.update((key, row) for key, *row in self._db.execute(query, part))
+        start = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
+        ids, new = [], []
+        for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
+            if key is not None and key in stored:
+                i, stored_text, stored_meta = stored[key]
+                if (stored_text, stored_meta) != (text, m):
+                    raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
+                ids.append(i)
+                continue
+            ids.append(start + len(new))
+            new.append(j)
+            if key is not None:
+                stored[key] = (ids[-1], text, m)
+        return ids, new
+
+    def _catch_up(self) -> None:
+        """Add to FAISS the stored rows it lacks: another process's adds, or ours after a failure (write lock held)."""
+        count = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
+        if count > len(self._index):
+            with self._index_lock.exclusive():
+                for block in _stored_vectors(self._db, len(self._index), count, self._dim):
+                    self._index.add(block)
+
+    def _refresh(self) -> None:
+        """Catch FAISS up when anything was committed to SQLite since it last did (one cheap PRAGMA otherwise)."""
+        try:
+            with self._reader_lock:
+                version = self._reader.execute("PRAGMA data_version").fetchone()[0]
+            if version == self._version:
+                return
+            with self._write_lock:
+                self._check_open()
+                self._catch_up()
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"cannot read {self.folder / DATABASE} ({e}).") from None
+        self._version = version
 
     def _save_index(self) -> None:
-        """Rewrite ``index.faiss`` (caller holds the write lock, so FAISS does not change meanwhile)."""
-        self._index.save(self.folder / INDEX_FILE)
+        """Rewrite ``index.faiss`` and the manifest that describes it (caller holds the write lock).
+
+        A failure (a full disk) is kept in :attr:`cache_error`, not raised: the questions are in
+        SQLite, and the next open rebuilds what the cache lacks.
+        """
+        try:
+            checksum = self._index.save(self.folder / INDEX_FILE)
+            self.manifest.update(count=len(self._index), checksum=checksum)
+            write_json(self.folder / MANIFEST, self.manifest)
+        except OSError as e:
+            self.cache_error = (
+                f"could not write {self.folder / INDEX_FILE} ({e.strerror or e}); the questions are stored, "
+                "and the index is rebuilt from them when the collection is next opened"
+            )
+            log.warning(self.cache_error)
+            return
         self._saved = len(self._index)
-        self.manifest["count"] = self._saved
-        write_json(self.folder / MANIFEST, self.manifest)
+        self.cache_error = None
 
     def close(self) -> None:
         """Write the index cache if many rows are missing from it, and release the database."""

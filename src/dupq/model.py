@@ -37,8 +37,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
-from dupq.files import DupqError, atomic_write, read_json, write_json
-from dupq.tokenizer import Encoded, Vocabulary
+from dupq.files import DupqError, atomic_write, check_path, read_json, write_json
+from dupq.schema import check_metrics, check_model_config
+from dupq.tokenizer import Encoded, Vocabulary, check_questions
 
 FORMAT = "dupq-model/1"
 SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is calibrated
@@ -214,6 +215,8 @@ class Model:
     def _pair_vectors(self, q1: str | list[str], q2: str | list[str]) -> tuple[bool, np.ndarray, np.ndarray]:
         single = isinstance(q1, str) and isinstance(q2, str)
         a, b = ([q1], [q2]) if single else (list(q1), list(q2))
+        if single:  # a pair from a user gets the rule of every entry point; lists are bulk scoring, as in evaluate
+            check_questions(a + b)
         if len(a) != len(b):
             raise DupqError(f"a pair needs lists of equal length, got {len(a)} and {len(b)}.")
         v = self.encode(a + b)
@@ -311,6 +314,7 @@ class Model:
             if not (folder / "config.json").is_file():
                 raise DupqError("this install has no bundled model; train one with `dupq train` and pass its folder.")
         folder = Path(folder)
+        check_path(folder, "model folder", folder=True)
         if not folder.is_dir():
             raise DupqError(f"model folder {folder} does not exist.")
         if not any(folder.iterdir()):
@@ -318,6 +322,7 @@ class Model:
         config = read_json(folder / "config.json", f"the model config of {folder}")
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise DupqError(f"{folder / 'config.json'} is not a dupq model config (format {FORMAT!r} expected).")
+        check_model_config(config, folder / "config.json")
         try:
             known = {f.name for f in fields(EncoderConfig)}
             encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
@@ -351,7 +356,7 @@ class Model:
             first = str(e).strip().splitlines()[0]
             raise DupqError(f"{weights_path} does not match {folder / 'config.json'} ({first}).") from None
         metrics_path = folder / "metrics.json"
-        metrics = read_json(metrics_path, f"the metrics of {folder}") if metrics_path.exists() else {}
+        metrics = check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path) if metrics_path.exists() else {}
         model = cls(vocab, encoder, threshold, config.get("threshold_info"), metrics, head, calibration, threshold_on)
         model.folder = folder.resolve()
         return model

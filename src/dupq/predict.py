@@ -22,24 +22,13 @@ import numpy as np
 from dupq.evaluate import ENCODE_BATCH
 from dupq.files import DupqError
 from dupq.model import Model
+from dupq.tokenizer import check_question as check_text
 
 
 def check_question(model: Model, text: str, where: str) -> str:
-    """``text`` if it can be judged, else a :class:`DupqError` naming ``where`` it came from.
-
-    A question must be valid Unicode (no undecodable bytes, which Python keeps as lone
-    surrogates) and hold at least one word once punctuation is stripped: a question with no
-    words would get the padding vector, and any two such "questions" would look identical.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise DupqError(f"{where} is not valid UTF-8 text (undecodable byte at character {e.start + 1}).") from None
-    if not text.strip():
-        raise DupqError(f"{where} is empty; give the text of the question.")
-    if not model.vocab.words(text):
-        raise DupqError(f"{where} has no words, only punctuation; give the text of the question.")
-    return text
+    """``text`` if it can be judged, else a :class:`DupqError` naming ``where`` it came from
+    (:func:`dupq.tokenizer.check_question`, the rule every entry point applies)."""
+    return check_text(text, where)
 
 
 def judge(model: Model, q1: list[str], q2: list[str], threshold: float | None = None) -> list[dict]:

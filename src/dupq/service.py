@@ -4,14 +4,20 @@
 
     POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
     POST /search      {question, k}     -> {results: [{id, text, score, probability, duplicate, metadata}], ...}
-    POST /questions   {text, metadata}  -> 201 {id, count}   (bearer token; durable when answered)
+    POST /questions   {text, metadata, key}  -> 201 {id, count}   (bearer token; durable when answered;
+                                        a key, or an Idempotency-Key header, makes a retry store nothing)
     GET  /health                        -> {status, questions, threshold, threshold_on}
     GET  /                              -> the web page (static/index.html, app.css, app.js)
-    GET  /docs, /openapi.json           -> FastAPI's schema
+    GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
 
-Every request is validated (questions of 1 to 1,000 characters, ``k`` in 1..100, bodies of at
-most ``max_body`` bytes) and a refusal is JSON with a ``detail``: 401 without the token, 413 for
-an oversized body, 422 for a bad field, 400 for a question the collection refuses.
+Every request is validated (questions of 1 to 1,000 characters with at least one word, ``k`` an
+integer in 1..100, strict types, bodies of at most ``max_body`` bytes that arrive within
+``body_timeout`` seconds, JSON without NaN, Infinity or lone surrogates) and a refusal is JSON
+with a ``detail``: 401 without the token, 408 for a body too slow, 409 for a key stored with
+another question, 413 for an oversized body, 422 for a bad field or body, 400 for a question the
+collection refuses; an unexpected failure is a JSON 500 too. Every answer carries security
+headers (a Content-Security-Policy allowing only the server's own scripts and styles, no framing,
+no sniffing, no referrer).
 
 The model and the collection are opened once, when the app starts (its lifespan). Encoding and
 FAISS run in worker threads, never on the event loop. Requests that arrive while a search is
@@ -26,23 +32,27 @@ on 2 cores this is what lets a few hundred searches a second through with a shor
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import secrets
+import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import HTTPException
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from dupq.files import DupqError
 from dupq.predict import judge
+from dupq.tokenizer import check_question
 
 STATIC = Path(__file__).parent / "static"
 TOKEN_ENV = "DUPQ_API_TOKEN"
@@ -50,21 +60,59 @@ MAX_QUESTION = 1000  # characters in one question
 MAX_K = 100  # results of one search
 MAX_BODY = 64 * 1024  # bytes of one request body: a 1,000-character question plus metadata fits easily
 MAX_BATCH = 64  # requests answered by one search or add call
+MAX_KEY = 200  # characters in an idempotency key
+BODY_TIMEOUT = 10.0  # seconds a request body may take to arrive: a slow client cannot hold a connection open
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+     b"form-action 'self'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
+log = logging.getLogger(__name__)
 
+
+def _question(text: str) -> str:
+    try:
+        return check_question(text)  # the rule of every entry point: valid Unicode, at least one word
+    except DupqError as e:
+        raise ValueError(str(e).removeprefix("the question ")) from None
+
+
+# The schema's words for check_question's rule (one character neither blank nor ASCII punctuation),
+# so that schema-driven clients and fuzzers know it; _question enforces it, with a readable message.
+# The class lists every character that str.split() or the punctuation strip removes.
+WORD = r"[^\u0009-\u000d\u001c-\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007e\u0085\u00a0\u1680\u2000-\u200a\u2028-\u2029\u202f\u205f\u3000]"
 Question = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_QUESTION, pattern=r"\S", description="A question: 1 to 1,000 characters, not all blank."),
+    Field(
+        min_length=1,
+        max_length=MAX_QUESTION,
+        description="A question: 1 to 1,000 characters, with at least one word.",
+        json_schema_extra={"pattern": WORD},
+    ),
+    AfterValidator(_question),
 ]
+Score = Annotated[float, AfterValidator(lambda x: min(1.0, max(-1.0, x)))]  # float32 rounding can reach 1.0000001
+Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY, pattern=r"^[!-~]+$", description="Printable ASCII, no spaces.")]
+STRICT = ConfigDict(extra="forbid", strict=True)  # "3" is not 3, true is not 1
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON Schema's integer: 3 or 3.0, never true or "3" (an integral float is then made an int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a JSON integer")
+    return value
 
 
 class SimilarityRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     q1: Question
     q2: Question
 
 
 class SimilarityResponse(BaseModel):
-    similarity: float  # cosine similarity of the two questions' vectors, in [-1, 1]
+    similarity: Score  # cosine similarity of the two questions' vectors, in [-1, 1]
     probability: float | None  # calibrated P(duplicate); null for a model without a calibration
     duplicate: bool  # the similarity (or probability, see threshold_on) above the model's threshold
     threshold: float
@@ -72,15 +120,17 @@ class SimilarityResponse(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     question: Question
-    k: int = Field(10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100).")
+    k: Annotated[int, Field(strict=False), BeforeValidator(_json_integer)] = Field(
+        10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100)."
+    )
 
 
 class HitOut(BaseModel):
     id: int
     text: str
-    score: float  # cosine similarity to the question
+    score: Score  # cosine similarity to the question
     probability: float | None  # calibrated P(duplicate); null without a calibration
     duplicate: bool
     metadata: dict[str, Any]
@@ -94,9 +144,10 @@ class SearchResponse(BaseModel):
 
 
 class AddRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     text: Question
     metadata: dict[str, Any] = Field(default_factory=dict, description="Any JSON object stored with the question.")
+    key: Key | None = Field(None, description="Your id for the question: a key stored already stores nothing and answers its id.")
 
 
 class AddResponse(BaseModel):
@@ -159,15 +210,18 @@ class Batcher:
         return [(await self._run([item]))[0] for item in items]
 
 
-class BodyLimit:
-    """ASGI middleware: refuse a request body over ``limit`` bytes with 413.
+class RequestGuard:
+    """ASGI middleware in front of every route: the checks a body needs before any route reads it.
 
-    Checks the declared ``Content-Length`` first, then counts what actually arrives (a chunked
-    body declares nothing), buffering at most ``limit`` bytes before the app sees any of it.
+    A body is at most ``limit`` bytes (the declared ``Content-Length`` is checked first, then
+    what actually arrives, so a chunked body cannot slip past; 413), arrives within ``timeout``
+    seconds (408: a slow client cannot hold a connection), and, when it is JSON, holds neither
+    ``NaN``/``Infinity`` (which Python's parser accepts but JSON does not) nor lone surrogates
+    (``"\\ud800"``, not Unicode): both are refused with 422 here, once for every route.
     """
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, timeout: float = BODY_TIMEOUT):
+        self.app, self.limit, self.timeout = app, limit, timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -179,14 +233,21 @@ class BodyLimit:
             if int(declared) > self.limit:
                 return await _refuse(scope, receive, send, 413, f"the request body is over {self.limit:,} bytes.")
         body, more = bytearray(), True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                return await _refuse(scope, receive, send, 413, f"the request body is over {self.limit:,} bytes.")
+        try:
+            async with asyncio.timeout(self.timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    more = message.get("more_body", False)
+                    if len(body) > self.limit:
+                        return await _refuse(scope, receive, send, 413, f"the request body is over {self.limit:,} bytes.")
+        except TimeoutError:
+            return await _refuse(scope, receive, send, 408, f"the request body did not arrive within {self.timeout:g} seconds.")
+        problem = _json_problem(bytes(body)) if body else None
+        if problem:
+            return await _refuse(scope, receive, send, 422, [{"type": "json_invalid", "loc": ["body"], "msg": problem}])
         replayed = False
 
         async def replay():
@@ -199,7 +260,50 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _refuse(scope, receive, send, status: int, detail: str) -> None:
+class _NotFinite(ValueError):
+    pass
+
+
+def _not_finite(constant: str):
+    raise _NotFinite(constant)
+
+
+def _json_problem(body: bytes) -> str | None:
+    """Why a JSON body must be refused although Python's parser takes it; None if it is fine (or not JSON)."""
+    try:
+        value = json.loads(body, parse_constant=_not_finite)
+    except _NotFinite as e:
+        return f"the body holds {e}, which is not a JSON number; send finite numbers only."
+    except UnicodeDecodeError as e:
+        return f"the body is not UTF-8 text (byte {e.start + 1} cannot be decoded)."
+    except ValueError:
+        return None  # not JSON (or not UTF-8): the route's own parser refuses it
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "the body holds a lone surrogate escape (such as \\ud800), which is not Unicode text."
+    return None
+
+
+class SecurityHeaders:
+    """ASGI middleware: every answer (the page, the API, the refusals) carries :data:`SECURITY_HEADERS`."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def with_headers(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+async def _refuse(scope, receive, send, status: int, detail) -> None:
     await JSONResponse({"detail": detail}, status_code=status, headers={"Connection": "close"})(scope, receive, send)
 
 
@@ -221,12 +325,13 @@ def create_app(
     *,
     protect_reads: bool = False,
     max_body: int = MAX_BODY,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> FastAPI:
     """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
 
     ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused);
-    ``protect_reads`` makes searches and similarities need it too. ``model_dir`` overrides the
-    collection's model (it must encode as the collection's did).
+    ``protect_reads`` makes searches, similarities and ``/health`` need it too (the page then asks
+    for it). ``model_dir`` overrides the collection's model (it must encode as the collection's did).
     """
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
 
@@ -249,8 +354,11 @@ def create_app(
         summary="Find the old questions a new question duplicates.",
         version=_version(),
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI and ReDoc load their code from a CDN; /openapi.json stays
+        redoc_url=None,
     )
-    app.add_middleware(BodyLimit, limit=max_body)
+    app.add_middleware(RequestGuard, limit=max_body, timeout=body_timeout)
+    app.add_middleware(SecurityHeaders)
     bearer = HTTPBearer(auto_error=False, description=f"The server's ${TOKEN_ENV}.")
 
     def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -263,11 +371,28 @@ def create_app(
 
     reads = [Depends(authorised)] if protect_reads else []
     unauthorised = {401: {"description": "Missing or wrong bearer token."}}
-    refused = {400: {"description": "A question the model cannot read."}, 413: {"description": "Body too large."}}
+    refused = {
+        400: {"description": "A question the model cannot read."},
+        408: {"description": "Body too slow."},
+        413: {"description": "Body too large."},
+    }
 
     @app.exception_handler(DupqError)
     async def user_error(request: Request, e: DupqError) -> JSONResponse:
-        return JSONResponse({"detail": str(e)}, status_code=400)
+        from dupq.index import KeyConflict
+
+        return JSONResponse({"detail": str(e)}, status_code=409 if isinstance(e, KeyConflict) else 400)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes the input, which may not even be encodable (NaN, "\ud800").
+        errors = [{"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]} for err in e.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, e: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error; the server log has the details."}, status_code=500)
 
     @app.post("/similarity", dependencies=reads, responses=refused | (unauthorised if protect_reads else {}))
     async def similarity(body: SimilarityRequest, request: Request) -> SimilarityResponse:
@@ -283,19 +408,31 @@ def create_app(
         collection = request.app.state.collection
         return SearchResponse(question=body.question, threshold=collection.threshold, threshold_on=collection.model.threshold_on, results=hits)
 
-    @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=refused | unauthorised)
-    async def add_question(body: AddRequest, request: Request) -> AddResponse:
-        """Store a question (and its metadata); it is on disk when this answers."""
-        new_id, count = await request.app.state.adds.submit((body.text, body.metadata))
+    conflict = {409: {"description": "The key is stored already with another question or metadata, or the header's and body's keys differ."}}
+
+    @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=refused | unauthorised | conflict)
+    async def add_question(
+        body: AddRequest,
+        request: Request,
+        idempotency_key: Annotated[Key | None, Header(description="Same as the body's key.")] = None,
+    ) -> AddResponse:
+        """Store a question (and its metadata); it is on disk when this answers.
+
+        With a ``key`` (or an ``Idempotency-Key`` header), sending the same request again stores
+        nothing and answers the stored id: a client may retry after a timeout or an error.
+        """
+        if body.key and idempotency_key and body.key != idempotency_key:
+            raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
+        new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
         return AddResponse(id=new_id, count=count)
 
-    @app.get("/health")
+    @app.get("/health", dependencies=reads, responses=unauthorised if protect_reads else {})
     async def health(request: Request) -> Health:
         """The server is up: how many questions it holds and the duplicate threshold."""
         collection = request.app.state.collection
         return Health(status="ok", questions=len(collection), threshold=collection.threshold, threshold_on=collection.model.threshold_on)
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
@@ -312,9 +449,13 @@ def _search(collection, items: list[tuple[str, int]]) -> list[list[HitOut]]:
     ]
 
 
-def _add(collection, items: list[tuple[str, dict]]) -> list[tuple[int, int]]:
-    """One ``Collection.add`` (one commit) for many ``(text, metadata)``."""
-    ids = collection.add([t for t, _ in items], [m for _, m in items])
+def _add(collection, items: list[tuple[str, dict, str | None]]) -> list[tuple[int, int]]:
+    """One ``Collection.add`` (one commit) for many ``(text, metadata, key)``.
+
+    ``add`` raises only before its commit (nothing stored), so the batcher's retry of each
+    request alone never stores a question twice.
+    """
+    ids = collection.add([t for t, _, _ in items], [m for _, m, _ in items], [k for _, _, k in items])
     count = len(collection)
     return [(i, count) for i in ids]
 
@@ -344,12 +485,30 @@ def serve(
 
     if threads:
         torch.set_num_threads(threads)
-    collection = open_collection(collection_dir, model_dir)
+    listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
+    try:
+        collection = open_collection(collection_dir, model_dir)
+    except BaseException:
+        listener.close()
+        raise
     token = os.environ.get(TOKEN_ENV) or None
     log(
         f"serving {len(collection):,} questions from {collection_dir} on http://{host}:{port}/ "
         f"(writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
     )
     app = create_app(collection, token=token, protect_reads=protect_reads)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5)).run(sockets=[listener])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening, or a :class:`DupqError` saying why it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise DupqError(f"cannot listen on {host}:{port} ({e.strerror or e}); is another server using that port?") from None
+    return sock
 

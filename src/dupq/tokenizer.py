@@ -72,6 +72,42 @@ class Encoded:
         return ids, np.maximum(lengths, 1)
 
 
+def check_question(text: str, where: str = "the question") -> str:
+    """``text`` if it is a question dupq can encode, else a :class:`DupqError` naming ``where`` it came from.
+
+    The one rule every entry point applies (the CLI, the library, the service): a question is
+    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates) and holds at
+    least one word once punctuation and blanks are stripped. A question with no words would get
+    the padding vector, so any two such "questions" ("???", "!!!", a control character) would
+    look identical, with similarity 1.0.
+
+    >>> check_question("???", "question 1")
+    Traceback (most recent call last):
+    dupq.files.DupqError: question 1 has no words, only punctuation or blanks; give the text of the question.
+    """
+    if not isinstance(text, str):
+        raise DupqError(f"{where} is a {type(text).__name__}, not text.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DupqError(f"{where} is not valid UTF-8 text (undecodable byte at character {e.start + 1}).") from None
+    if not text.strip():
+        raise DupqError(f"{where} is empty; give the text of the question.")
+    if not text.translate(_STRIP).split():
+        raise DupqError(f"{where} has no words, only punctuation or blanks; give the text of the question.")
+    return text
+
+
+def check_questions(texts: Sequence[str], what: str = "question") -> list[str]:
+    """:func:`check_question` on each of ``texts`` (a list, not one string), naming ``what N``."""
+    if isinstance(texts, str):
+        raise DupqError(f"give a list of {what}s, not a single string.")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        check_question(t, f"{what} {i + 1}")
+    return texts
+
+
 class Vocabulary:
     """Word-level tokenizer of the seed recipe: ``encode(questions) -> Encoded``.
 

@@ -6,14 +6,26 @@ const DEBOUNCE_MS = 250;
 const K = 10;
 const $ = (id) => document.getElementById(id);
 
+// A server started with --protect-reads answers 401 until the page sends its token; the token
+// box appears then, and the token is kept for this tab only (sessionStorage).
+function authorised(headers = {}) {
+  const token = sessionStorage.getItem("dupq-token");
+  return token ? { ...headers, Authorization: `Bearer ${token}` } : headers;
+}
+
+function askForToken() {
+  $("token-form").hidden = false;
+}
+
 async function post(path, body, signal) {
   const response = await fetch(path, {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: authorised({ "Content-Type": "application/json" }),
     body: JSON.stringify(body),
     signal,
   });
   const data = await response.json().catch(() => ({}));
+  if (response.status === 401) askForToken();
   if (!response.ok) throw new Error(describe(data.detail) || `the server answered ${response.status}`);
   return data;
 }
@@ -52,7 +64,8 @@ function el(tag, className, text) {
 async function health() {
   const status = $("status");
   try {
-    const response = await fetch("/health");
+    const response = await fetch("/health", { headers: authorised() });
+    if (response.status === 401) { askForToken(); status.textContent = "this server needs its token to answer"; return; }
     const h = await response.json();
     const on = h.threshold_on === "probability" ? "probability" : "similarity";
     status.textContent = `${h.questions.toLocaleString()} questions stored · duplicate above ${on} ${h.threshold.toFixed(2)}`;
@@ -144,6 +157,13 @@ document.addEventListener("DOMContentLoaded", () => {
   const later = debounced(compare);
   $("q1").addEventListener("input", later);
   $("q2").addEventListener("input", later);
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem("dupq-token", $("token").value);
+    $("token-form").hidden = true;
+    health();
+    search();
+  });
   health();
   setInterval(health, 30000);
 });
