@@ -92,3 +92,29 @@ def test_load_errors_are_one_sentence(tiny_model_dir, tmp_path):
         with pytest.raises(DupqError, match=pattern) as e:
             Model.load(folder)
         assert "\n" not in str(e.value)
+
+
+def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir, head_model_dir):
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from dupq.files import DupqError
+
+    nan = shutil.copytree(tiny_model_dir, tmp_path / "nan")
+    weights = load_file(str(nan / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name][0] = float("nan")
+    save_file(weights, str(nan / "model.safetensors"))
+    with pytest.raises(DupqError, match=f"{name} holds numbers that are not finite"):
+        Model.load(nan)
+    head = shutil.copytree(head_model_dir, tmp_path / "head")
+    config = json.loads((head / "config.json").read_text())
+    for broken in ({**config["head"], "hidden": "256"}, {**config["head"], "kind": "attention"}):
+        (head / "config.json").write_text(json.dumps({**config, "head": broken}))
+        with pytest.raises(DupqError, match="config.json"):
+            Model.load(head)
+    (head / "config.json").write_text(json.dumps({**config, "calibration": {"method": "beta", "a": float("nan"), "b": 1, "c": 0}}))
+    with pytest.raises(DupqError):
+        Model.load(head)

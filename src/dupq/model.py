@@ -328,9 +328,13 @@ class Model:
             encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
             threshold = float(config.get("threshold", SEED_THRESHOLD))
             head_config = HeadConfig(**config["head"]) if config.get("head") else None
+            if head_config is not None and not all(type(v) is int and 0 < v <= 65_536 for v in (head_config.dim, head_config.hidden)):
+                raise ValueError(f"head dim and hidden must be positive integers, not {head_config.dim!r} and {head_config.hidden!r}")
             calibration = config.get("calibration")
             if calibration is not None:
                 calibration = {"method": "beta", **{k: float(calibration[k]) for k in ("a", "b", "c")}}
+                if not all(np.isfinite(v) for k, v in calibration.items() if k != "method"):
+                    raise ValueError(f"calibration numbers must be finite, not {calibration}")
             threshold_on = config.get("threshold_on", "similarity")
             if threshold_on not in ("similarity", "probability"):
                 raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
@@ -346,6 +350,9 @@ class Model:
             weights = load_file(weights_path)
         except (SafetensorError, OSError, ValueError) as e:
             raise DupqError(f"{weights_path} is corrupt ({e}).") from None
+        bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+        if bad:
+            raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
         encoder = Encoder(encoder_config)
         head = PairHead(head_config) if head_config is not None else None
         try:
@@ -353,8 +360,8 @@ class Model:
             if head is not None:
                 head.load_state_dict({k.removeprefix("head."): v.float() for k, v in weights.items() if k.startswith("head.")})
         except RuntimeError as e:
-            first = str(e).strip().splitlines()[0]
-            raise DupqError(f"{weights_path} does not match {folder / 'config.json'} ({first}).") from None
+            detail = " ".join(line.strip() for line in str(e).strip().splitlines()[1:3]) or str(e).strip()
+            raise DupqError(f"{weights_path} does not match {folder / 'config.json'}: {detail[:300]}") from None
         metrics_path = folder / "metrics.json"
         metrics = check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path) if metrics_path.exists() else {}
         model = cls(vocab, encoder, threshold, config.get("threshold_info"), metrics, head, calibration, threshold_on)

@@ -39,7 +39,7 @@ from torch import nn
 from dupq.batches import SOURCES, Batch, PairBatches, duplicate_groups, length_batches
 from dupq.data import Pairs, Splits, labelled_split
 from dupq.evaluate import best_threshold, threshold_free
-from dupq.files import DupqError, atomic_write
+from dupq.files import DupqError, atomic_write, remove_stale
 from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
 from dupq.objectives import Objective
 from dupq.tokenizer import Vocabulary
@@ -332,6 +332,7 @@ def train(
     if option_overrides:
         options = ModelOptions(**{**asdict(options), **option_overrides})
     check_output_folder(out, resume, overwrite)
+    remove_stale(out)  # temporary files of a writer killed mid-write (a checkpoint being saved)
     try:
         device = torch.device(config.device)
         torch.empty(0, device=device)
