@@ -40,6 +40,10 @@ def test_bad_option_values(data_path, tmp_path):
     assert "--reduction" in line
     line = one_error_line(runner.invoke(app, ["train", "--data", str(data_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
+    for option, value, named in (("--device", "meta", "device"), ("--recipe", "nope", "--recipe"), ("--loss", "hinge", "hinge"),
+                                 ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr")):
+        line = one_error_line(runner.invoke(app, ["train", "--data", str(data_path), "--out", str(tmp_path / "m"), option, value]))
+        assert named in line
 
 
 @pytest.mark.parametrize("setup", ["missing", "empty", "corrupt-weights", "corrupt-config"])

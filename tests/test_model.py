@@ -118,3 +118,9 @@ def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir
     (head / "config.json").write_text(json.dumps({**config, "calibration": {"method": "beta", "a": float("nan"), "b": 1, "c": 0}}))
     with pytest.raises(DupqError):
         Model.load(head)
+
+
+def test_encode_refuses_one_string_instead_of_a_list(tiny_model):
+    with pytest.raises(DupqError, match=r"\[question\]"):
+        tiny_model.encode("How are you")
+    assert tiny_model.encode(["How are you"]).shape == (1, tiny_model.config.out_dim)
