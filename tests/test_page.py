@@ -59,16 +59,19 @@ def server(tmp_path_factory, tiny_model_dir, small_splits):
 
 
 def test_typing_shows_similar_questions(browser, server, tmp_path):
+    from playwright.sync_api import expect
+
     page = browser.new_page(viewport={"width": 900, "height": 900})
     searches = []
     page.on("request", lambda r: searches.append(r) if r.url.endswith("/search") else None)
     page.goto(server.url + "/")
-    page.wait_for_function("document.getElementById('status').textContent.includes('questions stored')")
+    # Locator assertions, not wait_for_function: the page's Content-Security-Policy forbids eval.
+    expect(page.locator("#status")).to_contain_text("questions stored")
     assert "3,000 questions stored" in page.inner_text("#status")
 
     page.locator("#question").press_sequentially(QUESTION, delay=15)
     page.wait_for_selector("#results li")
-    page.wait_for_function("!document.getElementById('search-info').textContent.includes('searching')")
+    expect(page.locator("#search-info")).not_to_contain_text("searching")
     screenshot = tmp_path / "page.png"
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
@@ -80,7 +83,7 @@ def test_typing_shows_similar_questions(browser, server, tmp_path):
     assert rows.count() == 10
     scores = [float(s) for s in page.locator("#results .score").all_inner_texts()]
     assert scores == sorted(scores, reverse=True)
-    threshold = float(page.evaluate("fetch('/health').then(r => r.json()).then(h => h.threshold)"))
+    threshold = float(page.request.get(server.url + "/health").json()["threshold"])
     flagged = page.locator("#results li.duplicate").count()
     assert flagged == page.locator("#results .badge").count()
     assert flagged == sum(s > threshold + 0.005 for s in scores) or abs(scores[flagged - 1] - threshold) < 0.01
@@ -88,7 +91,7 @@ def test_typing_shows_similar_questions(browser, server, tmp_path):
     assert any("weight" in t.lower() for t in texts), texts
     # Stored text is shown as text: a question with <b> in it renders its tags literally.
     page.fill("#question", EXTRA[1])
-    page.wait_for_function("document.querySelector('#results .text').textContent.includes('<b>')")
+    expect(page.locator("#results .text").first).to_contain_text("<b>")
     assert page.locator("#results b").count() == 0
 
     page.click("#tab-compare")
