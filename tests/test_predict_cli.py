@@ -77,8 +77,9 @@ def test_evaluate_json_reports_on_the_test_pairs_at_the_calibrated_threshold(tra
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     for key in ("threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision",
-                "confusion_matrix", "accuracy_at_0_7"):
+                "confusion_matrix", "accuracy_at_0_7", "expected_calibration_error", "reliability"):
         assert key in out, key
+    assert sum(out["reliability"]["pairs"]) == out["pairs"] and 0 <= out["expected_calibration_error"] <= 1
     stored = read_json(folder / "metrics.json", "metrics")["test"]
     assert out["threshold"] == stored["threshold"] and out["accuracy"] == stored["accuracy"]
     assert out["pairs"] == 1000 and out["test_rows"] == [8_000, 8_999]
@@ -91,6 +92,7 @@ def test_evaluate_prints_a_table(trained):
     result = run("evaluate", folder, "--data", data)
     assert result.exit_code == 0, result.output
     assert "accuracy_at_0_7" in result.stdout and "confusion matrix" in result.stdout
+    assert "expected_calibration_error" in result.stdout and "threshold on" in result.stdout
 
 
 def test_calibrate_rewrites_the_threshold(trained, tmp_path):

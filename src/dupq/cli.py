@@ -250,10 +250,12 @@ def evaluate(
     table = Table(title=f"{model or 'bundled model'}: {result['pairs']:,} test pairs (rows {result['test_rows'][0]:,}-{result['test_rows'][1]:,})")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in ("threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision", "accuracy_at_0_7"):
+    keys = ("threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision", "accuracy_at_0_7", "expected_calibration_error")
+    for key in (k for k in keys if k in result):
         table.add_row(key, "n/a" if result[key] is None else f"{result[key]:.4f}")
     (tn, fp), (fn, tp) = result["confusion_matrix"]
     table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")
+    table.add_row("threshold on", str(result.get("threshold_on", "similarity")))
     table.add_row("threshold chosen on", str(result["threshold_chosen_on"]))
     Console().print(table)
 
