@@ -50,6 +50,7 @@ CONFIGS: dict[str, list[str]] = {
     "contrastive-2": [*LABELLED, "--loss", "contrastive", "--loss", "ranking", "--loss", "triplet", *SHORT],
     "mlp-maxpool-2": [*LABELLED, "--head", "mlp", "--pooling", "max", *SHORT],
     "mlp-bilstm-2": [*LABELLED, "--head", "mlp", "--bidirectional", *SHORT],
+    "mlp-ema-2": [*LABELLED, "--head", "mlp", "--ema", "0.999", *SHORT],
     # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
     "mlp-softbce-2": [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives",
                       "--head", "mlp", "--loss", "bce:0.3", "--loss", "ranking", "--loss", "triplet", *SHORT],
