@@ -34,6 +34,8 @@ WORDS = ["--lowercase", "--oov-buckets", "4096", "--min-count", "2", "--dropout"
 LABELLED = [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives", "--hard-negatives"]
 
 SHORT = ["--epochs", "2", "--lr-schedule", "cosine"]  # ablations: two epochs each, the same budget
+# The labelled recipe's own losses spelled out, to add a distillation loss to them.
+DISTIL = ["--teacher", "runs/teacher", "--loss", "bce", "--loss", "ranking", "--loss", "triplet"]
 
 # name -> `dupq train` options
 CONFIGS: dict[str, list[str]] = {
@@ -54,6 +56,9 @@ CONFIGS: dict[str, list[str]] = {
     # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
     "mlp-softbce-2": [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives",
                       "--head", "mlp", "--loss", "bce:0.3", "--loss", "ranking", "--loss", "triplet", *SHORT],
+    # Distillation (`dupq distil teach --out runs/teacher` first): mlp-2 plus one teacher loss.
+    "distil-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil:5"],
+    "distil-matrix-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil_matrix:30"],
 }
 
 

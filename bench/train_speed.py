@@ -38,15 +38,20 @@ RECIPES = {
 }
 
 
-def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int):
-    """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps; returns (rate, built model, vocab)."""
+def training_parts(splits, train_kw: dict, model_kw: dict):
+    """What a training run builds before its first step: ``(config, vocab, model, batch source, objective, optimizer)``."""
     split = SplitConfig().__dict__
-    config, options = TrainConfig(**train_kw), ModelOptions(dim=dim, **model_kw)
+    config, options = TrainConfig(**train_kw), ModelOptions(**model_kw)
     vocab = build_vocabulary(splits, config, options, split)
     model = build_model(vocab, config, options)
     source, _, _ = batch_sources(splits, config, vocab, split)
-    objective = config.objective()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
+    return config, vocab, model, source, config.objective(), optimizer
+
+
+def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int):
+    """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps; returns (rate, built model, vocab)."""
+    config, vocab, model, source, objective, optimizer = training_parts(splits, train_kw, {**model_kw, "dim": dim})
     rng = np.random.default_rng(0)
     model.train()
     done, started = 0, None

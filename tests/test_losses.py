@@ -11,10 +11,12 @@ from dupq.losses import (
     closest_negative,
     contrastive_loss,
     cosine_similarity,
+    distillation_loss,
     mean_negative,
     multiple_negatives_ranking_loss,
     online_contrastive_loss,
     pair_bce_loss,
+    similarity_matching_loss,
     similarity_matrix,
     triplet_loss,
     triplet_loss_from_scores,
@@ -252,3 +254,29 @@ def test_labelled_losses_gradients():
     assert torch.autograd.gradcheck(lambda c: contrastive_loss(c, labels), (cos,))
     assert torch.autograd.gradcheck(lambda c: online_contrastive_loss(c, labels), (cos,))
     assert torch.autograd.gradcheck(lambda c: pair_bce_loss(4 * c, labels), (cos,))
+
+
+# The distillation losses: student vectors against a teacher's, different widths allowed for the matrix.
+
+
+def test_distillation_loss_matches_naive_loop():
+    student, teacher = _random(6, 5, 21)
+    expected = sum(1 - _cos(s, t) for s, t in zip(student, teacher)) / len(student)
+    assert distillation_loss(student, teacher).item() == pytest.approx(expected, abs=1e-12)
+    assert distillation_loss(teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)  # a perfect student costs nothing
+
+
+def test_similarity_matching_loss_matches_naive_loop():
+    (student,) = _random(5, 3, 22, count=1)
+    (teacher,) = _random(5, 8, 23, count=1)  # the teacher is wider: no projection is needed
+    n = len(student)
+    expected = sum((_cos(student[i], student[j]) - _cos(teacher[i], teacher[j])) ** 2 for i in range(n) for j in range(n)) / n**2
+    assert similarity_matching_loss(student, teacher).item() == pytest.approx(expected, abs=1e-12)
+    assert similarity_matching_loss(2 * teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)  # scale does not matter
+
+
+def test_distillation_losses_gradients():
+    student, teacher = _random(4, 3, 24)
+    assert torch.autograd.gradcheck(lambda s: distillation_loss(s, teacher), (student.requires_grad_(),))
+    wide = _random(4, 6, 25, count=1)[0]
+    assert torch.autograd.gradcheck(lambda s: similarity_matching_loss(s, wide), (student,))

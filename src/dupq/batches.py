@@ -20,6 +20,12 @@ batch carries a *group*: questions with the same text, or joined by known duplic
 training data (transitively), share one. :func:`false_negatives` marks the cells whose column is
 in the anchor's group, and the losses leave them out (pytorch-metric-learning's miners decide this
 once, outside the loss).
+
+**Teacher vectors.** Given a :class:`~dupq.teacher.TeacherCache`, a batch also carries the
+teacher's vector of each of its questions that was taught (``Batch.teacher``, ``Batch.taught``),
+for the distillation losses; ``distil_questions`` appends that many taught questions drawn at
+random from the whole cache (the user's unlabelled ones included) as rows that only the
+distillation losses see.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import torch
 from torch import Tensor
 
 from dupq.data import Pairs
+from dupq.teacher import TeacherCache
 from dupq.tokenizer import Encoded, Vocabulary
 
 SOURCES = ("duplicates", "labelled")
@@ -89,23 +96,32 @@ def false_negatives(anchor_groups: Tensor, column_groups: Tensor) -> Tensor:
 
 @dataclass
 class Batch:
-    """The questions of one step, encoded together: q1 rows, q2 rows, then M extra negatives."""
+    """The questions of one step, encoded together: q1 rows, q2 rows, M extra negatives, then U questions to distil only.
 
-    ids: Tensor  # (2B + M, L) token ids, right-padded
-    lengths: Tensor  # (2B + M,)
+    ``N = 2B + M + U`` rows in all.
+    """
+
+    ids: Tensor  # (N, L) token ids, right-padded
+    lengths: Tensor  # (N,)
     labels: Tensor  # (B,) 1 = the pair is a duplicate
-    groups: Tensor  # (2B + M,) group of each question (same group: same question or a known duplicate)
+    groups: Tensor  # (N,) group of each question (same group: same question or a known duplicate)
     size: int  # B, the number of pairs
+    teacher: Tensor | None = None  # (N, T) the teacher's vector of each row; zeros where not taught
+    taught: Tensor | None = None  # (N,) bool: the row has a teacher vector
+    distil_only: int = 0  # U: trailing rows that are no pair's question nor anyone's negative
 
     def to(self, device: str | torch.device) -> Batch:
-        return Batch(self.ids.to(device), self.lengths.to(device), self.labels.to(device), self.groups.to(device), self.size)
+        moved = [None if t is None else t.to(device) for t in (self.teacher, self.taught)]
+        return Batch(self.ids.to(device), self.lengths.to(device), self.labels.to(device), self.groups.to(device), self.size,
+                     moved[0], moved[1], self.distil_only)
 
 
 class PairBatches:
     """Random batches over labelled pairs (the ``"duplicates"`` source passes duplicates only).
 
     ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it,
-    where the pool has one (drawn from ``rng``); rows without one get none.
+    where the pool has one (drawn from ``rng``); rows without one get none. ``teacher`` attaches
+    each question's teacher vector; ``distil_questions`` appends that many random taught questions.
     """
 
     def __init__(
@@ -116,6 +132,8 @@ class PairBatches:
         bucket: int = 1,
         groups: dict[str, int] | None = None,
         hard_negatives: Pairs | None = None,
+        teacher: TeacherCache | None = None,
+        distil_questions: int = 0,
     ):
         self.pairs = pairs
         self.q1: Encoded = vocab.encode(pairs.q1)
@@ -131,6 +149,14 @@ class PairBatches:
             self.g1 = -1 - np.arange(len(pairs), dtype=np.int64)
             self.g2 = -1 - len(pairs) - np.arange(len(pairs), dtype=np.int64)
         self.partners = None if hard_negatives is None else _Partners(vocab, hard_negatives, pairs, groups)
+        self.teacher = teacher
+        self.distil_questions = distil_questions if teacher is not None else 0
+        if teacher is not None:
+            self.t1, self.t2 = teacher.rows(pairs.q1), teacher.rows(pairs.q2)
+            if self.partners is not None:
+                self.partners.teacher_rows = teacher.rows(self.partners.texts)
+        if self.distil_questions:
+            self.taught_encoded: Encoded = vocab.encode(teacher.texts)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -143,21 +169,37 @@ class PairBatches:
         """The encoded questions, labels and groups of the rows ``index``."""
         blocks = [self.q1.padded(index), self.q2.padded(index)]
         groups = [self.g1[index], self.g2[index]]
+        rows = [self.t1[index], self.t2[index]] if self.teacher is not None else []  # teacher rows, -1: not taught
         if self.partners is not None:
             dup = index[self.pairs.labels[index] == 1]
             chosen = self.partners.pick(dup, rng)
             if len(chosen):
                 blocks.append(self.partners.encoded.padded(chosen))
                 groups.append(self.partners.groups[chosen])
+                if self.teacher is not None:
+                    rows.append(self.partners.teacher_rows[chosen])
+        if self.distil_questions:
+            drawn = rng.integers(len(self.teacher), size=self.distil_questions)
+            blocks.append(self.taught_encoded.padded(drawn))
+            groups.append(np.full(len(drawn), np.iinfo(np.int64).min, dtype=np.int64))  # never compared: not ranked
+            rows.append(drawn)
         width = max(ids.shape[1] for ids, _ in blocks)
         ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))) for ids, _ in blocks])  # (N, L)
         lengths = np.concatenate([lengths for _, lengths in blocks])  # (N,)
+        teacher = taught = None
+        if self.teacher is not None:
+            found = torch.from_numpy(np.concatenate(rows))  # (N,)
+            taught = found >= 0
+            teacher = self.teacher.vectors[found.clamp(min=0)].float() * taught[:, None]  # (N, T)
         return Batch(
             torch.from_numpy(ids),
             torch.from_numpy(lengths),
             self.labels[torch.from_numpy(np.asarray(index))],
             torch.from_numpy(np.concatenate(groups)),
             len(index),
+            teacher,
+            taught,
+            self.distil_questions,
         )
 
 
@@ -165,7 +207,8 @@ class _Partners:
     """For each duplicate row of ``pairs``, the questions labelled *not* a duplicate of either of its questions."""
 
     def __init__(self, vocab: Vocabulary, non_duplicates: Pairs, pairs: Pairs, groups: dict[str, int] | None):
-        texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
+        self.texts = texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
+        self.teacher_rows = np.full(len(texts), -1, dtype=np.int64)  # set by PairBatches when it has a teacher
         position = {t: i for i, t in enumerate(texts)}
         options: dict[str, list[int]] = {}
         for a, b, y in zip(non_duplicates.q1, non_duplicates.q2, non_duplicates.labels):

@@ -235,3 +235,35 @@ def pair_bce_loss(logits: Tensor, labels: Tensor) -> Tensor:
     0.41
     """
     return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+def distillation_loss(student: Tensor, teacher: Tensor) -> Tensor:
+    """Mean cosine distance between student vectors and the teacher's, row by row: ``mean_i 1 - cos(s_i, t_i)``.
+
+    The student (the LSTM's vector, through a learned projection when the widths differ) learns to
+    point where a pretrained sentence encoder points. Reimers & Gurevych 2020 (*Making Monolingual
+    Sentence Embeddings Multilingual using Knowledge Distillation*, sentence-transformers'
+    ``MSELoss``) and Tang et al. 2019 (*Distilling Task-Specific Knowledge from BERT into Simple
+    Neural Networks*) match the teacher's outputs with a squared error; on unit vectors
+    ``|s - t|^2 = 2 (1 - cos)``, so this is their loss up to a factor of 2 once ``s`` is normalised,
+    and it ignores the student's length, which dupq's encoder normalises away anyway.
+
+    >>> round(distillation_loss(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 2.0]])).item(), 4)
+    1.0
+    """
+    return (1 - cosine_similarity(student, teacher)).mean()
+
+
+def similarity_matching_loss(student: Tensor, teacher: Tensor) -> Tensor:
+    """Mean squared difference between the student's and the teacher's in-batch cosine matrices.
+
+    ``mean_{i,j} (cos(s_i, s_j) - cos(t_i, t_j))^2`` over the ``N x N`` cells: the student copies how
+    the teacher ranks the batch's questions against each other, not where its vectors lie, so no
+    projection is needed between different widths. This is the distance-wise term of relational
+    knowledge distillation (Park et al. 2019, *Relational Knowledge Distillation*) with cosine
+    similarity in place of Euclidean distance, the quantity retrieval ranks by.
+
+    >>> round(similarity_matching_loss(torch.eye(2), torch.tensor([[1.0, 0.0], [1.0, 0.0]])).item(), 4)
+    0.5
+    """
+    return (similarity_matrix(student, student) - similarity_matrix(teacher, teacher)).pow(2).mean()

@@ -8,7 +8,11 @@ themselves are in :mod:`dupq.losses`; here they are only pointed at the right ro
   duplicate rows, positives their q1, negatives every other question of the batch;
 * ``ranking``: the multiple-negatives ranking loss over the same rows and candidates;
 * ``bce``: binary cross-entropy of the pair head's logit on every labelled row;
-* ``contrastive`` / ``online_contrastive``: on the cosine of every labelled row.
+* ``contrastive`` / ``online_contrastive``: on the cosine of every labelled row;
+* ``distil``: the cosine distance between each taught question's vector (through the learned
+  ``projection`` to the teacher's width) and its teacher vector;
+* ``distil_matrix``: the squared difference between the student's and the teacher's cosine
+  matrices over the batch's taught questions (no projection).
 
 With ``mask_false_negatives``, candidates in the anchor's group (same text, known duplicate) are
 left out of ``triplet`` and ``ranking``.
@@ -19,7 +23,8 @@ left out of ``triplet`` and ``ranking``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -27,14 +32,17 @@ from torch import Tensor
 from dupq.batches import Batch, false_negatives
 from dupq.losses import (
     contrastive_loss,
+    distillation_loss,
     multiple_negatives_ranking_loss,
     online_contrastive_loss,
     pair_bce_loss,
+    similarity_matching_loss,
     triplet_loss,
 )
 from dupq.model import PairHead
 
-LOSSES = ("triplet", "ranking", "bce", "contrastive", "online_contrastive")
+LOSSES = ("triplet", "ranking", "bce", "contrastive", "online_contrastive", "distil", "distil_matrix")
+DISTIL = ("distil", "distil_matrix")  # the losses that need teacher vectors
 
 
 def parse_losses(specs: list[str]) -> dict[str, float]:
@@ -78,11 +86,20 @@ class Objective:
     def needs_head(self) -> bool:
         return "bce" in self.losses
 
-    def __call__(self, v: Tensor, batch: Batch, head: PairHead | None = None) -> Tensor:
-        """The weighted loss of one batch whose questions encode to ``v`` (``(2B + M, d)``)."""
+    @property
+    def needs_teacher(self) -> bool:
+        return bool(set(DISTIL) & set(self.losses))
+
+    def __call__(self, v: Tensor, batch: Batch, head: PairHead | None = None, projection: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """The weighted loss of one batch whose questions encode to ``v`` (``(N, d)``, :class:`Batch`'s rows)."""
         b = batch.size
-        v1, v2, extra = v[:b], v[b : 2 * b], v[2 * b :]  # (B, d), (B, d), (M, d)
         total = v.new_zeros(())
+        if self.needs_teacher:
+            total = total + self._distillation(v, batch, projection)
+        if batch.distil_only:  # the trailing distil-only rows are no pair's question and nobody's negative
+            keep = len(v) - batch.distil_only
+            v, batch = v[:keep], replace(batch, groups=batch.groups[:keep], distil_only=0)
+        v1, v2, extra = v[:b], v[b : 2 * b], v[2 * b :]  # (B, d), (B, d), (M, d)
         ranked = {"triplet", "ranking"} & set(self.losses)
         if ranked:
             anchors, positives, others, excluded = self._ranking_rows(v1, v2, extra, batch)
@@ -104,6 +121,21 @@ class Objective:
             if head is None:
                 raise ValueError("the bce loss needs a pair head")
             total = total + self.losses["bce"] * pair_bce_loss(head(v1, v2), batch.labels)
+        return total
+
+    def _distillation(self, v: Tensor, batch: Batch, projection: Callable[[Tensor], Tensor] | None) -> Tensor:
+        if batch.teacher is None or batch.taught is None:
+            raise ValueError("the distillation losses need teacher vectors (train with a teacher cache)")
+        student, teacher = v[batch.taught], batch.teacher[batch.taught]  # (n, d), (n, T)
+        total = v.new_zeros(())
+        if len(student) == 0:
+            return total
+        if "distil" in self.losses:
+            if projection is None:
+                raise ValueError("the distil loss needs a projection to the teacher's width")
+            total = total + self.losses["distil"] * distillation_loss(projection(student), teacher)
+        if "distil_matrix" in self.losses and len(student) >= 2:
+            total = total + self.losses["distil_matrix"] * similarity_matching_loss(student, teacher)
         return total
 
     def _ranking_rows(self, v1: Tensor, v2: Tensor, extra: Tensor, batch: Batch):

@@ -42,6 +42,7 @@ from dupq.evaluate import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write, remove_stale
 from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
 from dupq.objectives import Objective
+from dupq.teacher import TeacherCache
 from dupq.tokenizer import Vocabulary
 
 CHECKPOINT = "checkpoint.safetensors"
@@ -73,6 +74,8 @@ class TrainConfig:
     seed: int = 0  # seeds initialisation, shuffling and dropout
     bucket: int = 1  # batches per length-sorted bucket; >1 groups similar lengths (faster, but -1.3 test accuracy)
     chunks: int = 4  # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random
+    teacher: str = ""  # folder of teacher vectors (`dupq distil teach`) for the distil losses; "": none
+    distil_questions: int = 0  # per batch, this many random taught questions for the distil losses alone
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "cpu"  # "cuda" trains on a GPU (bit-exact resume is guaranteed on CPU only)
 
@@ -91,6 +94,11 @@ class TrainConfig:
             raise DupqError(f"--ema must be in [0, 1), not {self.ema}.")
         if self.lr_schedule not in ("constant", "cosine"):
             raise DupqError(f"--lr-schedule must be constant or cosine, not {self.lr_schedule!r}.")
+        if self.objective().needs_teacher != bool(self.teacher):
+            raise DupqError("the distil losses need --teacher (a folder made by `dupq distil teach`)" if self.teacher == ""
+                            else "--teacher is read by the distil losses only; add --loss distil:5 (or distil_matrix) or leave --teacher out.")
+        if self.distil_questions < 0:
+            raise DupqError(f"--distil-questions must be >= 0, not {self.distil_questions}.")
 
     def objective(self) -> Objective:
         return Objective(
@@ -114,12 +122,17 @@ class ModelOptions:
 
 
 class Siamese(nn.Module):
-    """The trained parts, one state dict: ``encoder.*`` and, when there is one, ``head.*``."""
+    """The trained parts, one state dict: ``encoder.*`` and, when there are, ``head.*`` and ``projection.*``.
 
-    def __init__(self, encoder: Encoder, head: PairHead | None):
+    The projection maps the encoder's vectors to the teacher's width for the distil loss; it is
+    part of the checkpoint (a resume goes on with it) but not of the model folder.
+    """
+
+    def __init__(self, encoder: Encoder, head: PairHead | None, projection: nn.Linear | None = None):
         super().__init__()
         self.encoder = encoder
         self.head = head
+        self.projection = projection
 
 
 def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
@@ -145,8 +158,8 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
 
 def batch_loss(model: Siamese, batch: Batch, objective: Objective, chunks: int) -> torch.Tensor:
     """Encode every question of ``batch`` in one (chunked) LSTM pass and apply ``objective``."""
-    v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, chunks)  # (2B + M, d)
-    return objective(v, batch, model.head)
+    v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, chunks)  # (N, d)
+    return objective(v, batch, model.head, model.projection)
 
 
 @dataclass
@@ -174,7 +187,7 @@ def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Valida
         for index in source.epoch(rng):
             batch = source.batch(index, rng).to(config.device)
             v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, config.chunks)
-            loss = objective(v, batch, model.head)
+            loss = objective(v, batch, model.head, model.projection)
             total += loss.item() * (1 if "triplet" in config.losses and config.reduction == "sum" and len(config.losses) == 1 else len(index))
             count += len(index)
             u, w = v[: batch.size], v[batch.size : 2 * batch.size]
@@ -265,7 +278,22 @@ def _check_resume(meta: dict[str, Any], config: TrainConfig, options: ModelOptio
             )
 
 
-def batch_sources(splits: Splits, config: TrainConfig, vocab: Vocabulary, split: dict[str, Any] | None) -> tuple[PairBatches, PairBatches, str]:
+def load_teacher_cache(config: TrainConfig, split: dict[str, Any] | None) -> TeacherCache | None:
+    """The run's teacher vectors, refused when they were taught on another cut of the data."""
+    if not config.teacher:
+        return None
+    cache = TeacherCache.load(config.teacher)
+    taught_on, trained_on = cache.info.get("split") or {}, split or {}
+    for key, option in (("train_pool", "--train-pool"), ("test", "--test-size"), ("dev", "--dev-size")):
+        if key in taught_on and key in trained_on and taught_on[key] != trained_on[key]:
+            raise DupqError(f"the teacher vectors in {config.teacher} were taught with {option} {taught_on[key]}, "
+                            f"this run uses {trained_on[key]}; teach again with the run's split (its test and dev questions must stay untaught).")
+    return cache
+
+
+def batch_sources(
+    splits: Splits, config: TrainConfig, vocab: Vocabulary, split: dict[str, Any] | None, teacher: TeacherCache | None = None
+) -> tuple[PairBatches, PairBatches, str]:
     """The training and validation batch sources of the recipe, and a line saying what they hold."""
     if config.recipe == "labelled":
         train_pairs, val_pairs = labelled_split(splits.pool, (split or {}).get("labelled_val", 10_240))
@@ -278,12 +306,14 @@ def batch_sources(splits: Splits, config: TrainConfig, vocab: Vocabulary, split:
     hard = splits.pool.take(splits.pool.labels == 0) if config.hard_negatives else None
     if hard is not None and config.recipe == "labelled":
         hard = hard.take(np.isin(hard.rows, train_pairs.rows))  # never a validation pair's question
-    train_source = PairBatches(vocab, train_pairs, config.batch_size, config.bucket, groups, hard)
-    val_source = PairBatches(vocab, val_pairs, config.batch_size, config.bucket, groups)
+    train_source = PairBatches(vocab, train_pairs, config.batch_size, config.bucket, groups, hard, teacher, config.distil_questions)
+    val_source = PairBatches(vocab, val_pairs, config.batch_size, config.bucket, groups, teacher=teacher)
     duplicates = int(train_pairs.labels.sum())
     line = f"train {len(train_pairs):,} pairs ({duplicates:,} duplicates) | validation {len(val_pairs):,} pairs"
     if train_source.partners is not None:
         line += f" | {train_source.partners.covered():,} training pairs have a labelled non-duplicate"
+    if teacher is not None:
+        line += f" | {len(teacher):,} teacher vectors ({teacher.info.get('teacher', '?')})"
     return train_source, val_source, line
 
 
@@ -295,14 +325,19 @@ def build_vocabulary(splits: Splits, config: TrainConfig, options: ModelOptions,
     return Vocabulary.build(pairs.q1 + pairs.q2, lowercase=options.lowercase, oov_buckets=options.oov_buckets, min_count=options.min_count)
 
 
-def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions) -> Siamese:
+def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None) -> Siamese:
     torch.manual_seed(config.seed)
     encoder = Encoder(EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling))
     head = None
     if options.head != "none" or config.objective().needs_head:
         kind = "cosine" if options.head == "none" else options.head
         head = PairHead(HeadConfig(kind, encoder.config.out_dim, options.head_hidden))
-    return Siamese(encoder, head)
+    projection = None
+    if "distil" in config.losses:
+        if teacher_dim is None:
+            raise ValueError("the distil loss needs the teacher's width for its projection")
+        projection = nn.Linear(encoder.config.out_dim, teacher_dim, bias=False)
+    return Siamese(encoder, head, projection)
 
 
 def train(
@@ -340,11 +375,13 @@ def train(
         raise DupqError(f"the device {config.device!r} cannot be used here; use cpu, or cuda with a GPU.") from None
     if device.type not in ("cpu", "cuda"):
         raise DupqError(f"unknown device {config.device!r}; use cpu or cuda.")
+    teacher = load_teacher_cache(config, split)
+    teacher_dim = teacher.dim if teacher is not None else None
     if resume and ckpt_path.exists():
         meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
         _check_resume(meta, config, options, split)
         vocab = Vocabulary.load(out / "vocab.json")
-        model = build_model(vocab, config, options)
+        model = build_model(vocab, config, options, teacher_dim)
         try:
             model.load_state_dict(model_state)
         except RuntimeError as e:
@@ -357,11 +394,11 @@ def train(
         vocab = build_vocabulary(splits, config, options, split)
         out.mkdir(parents=True, exist_ok=True)
         vocab.save(out / "vocab.json")
-        model = build_model(vocab, config, options)
+        model = build_model(vocab, config, options, teacher_dim)
         history, start_epoch, optim_state, best_state, best_epoch, best_val, ema_state = [], 0, None, {}, 0, None, {}
     if config.threads:
         torch.set_num_threads(config.threads)
-    train_source, val_source, line = batch_sources(splits, config, vocab, split)
+    train_source, val_source, line = batch_sources(splits, config, vocab, split, teacher)
     buckets = f" + {vocab.oov_buckets:,} unknown-word buckets" if vocab.oov_buckets else ""
     log(f"vocabulary: {len(vocab.tokens):,} words{buckets} | {line}")
 

@@ -1,0 +1,103 @@
+"""Where a training step's time goes, per recipe and batching variant; prints one JSON line.
+
+    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 2,16 4,1,bf16]
+
+For each variant ``CHUNKS,BUCKET[,bf16]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
+``TrainConfig.bucket``: batches per length-sorted bucket; ``bf16``: forward under
+``torch.autocast("cpu", torch.bfloat16)``, which dupq's training does not use), the milliseconds per step spent making
+the batch, encoding it (embedding + LSTM + pooling), in the objective, in backward and in Adam's
+step, the pairs per second they add up to, and the tokens the LSTM ran over: ``real`` (the
+questions' own) against ``padded`` (what the length-sorted chunks were padded to). It answers
+"what would make the labelled recipe faster" with figures instead of guesses: if ``backward``
+grows with the number of chunks while ``padded`` shrinks, each LSTM call has a fixed cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+from train_speed import RECIPES, training_parts
+
+from dupq.data import default_data_path, read_pairs, split_pairs
+from dupq.train import encode_in_chunks
+
+PHASES = ("batch", "encode", "objective", "backward", "optimizer")
+
+
+def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False) -> dict:
+    """Mean milliseconds per phase over ``steps`` steps after 5 warm-up steps, and token counts."""
+    train_kw, model_kw = RECIPES[recipe]
+    config, _, model, source, objective, optimizer = training_parts(splits, {**train_kw, "chunks": chunks, "bucket": bucket}, model_kw)
+    rng = np.random.default_rng(0)
+    model.train()
+    spent = dict.fromkeys(PHASES, 0.0)
+    real = padded = pairs = 0
+    for step, index in enumerate(source.epoch(rng)[: steps + 5]):
+        marks = [time.perf_counter()]
+        batch = source.batch(index, rng)
+        marks.append(time.perf_counter())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, config.chunks)
+            marks.append(time.perf_counter())
+            loss = objective(v.float(), batch, model.head)
+            marks.append(time.perf_counter())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        marks.append(time.perf_counter())
+        optimizer.step()
+        marks.append(time.perf_counter())
+        if step < 5:
+            continue
+        for phase, start, end in zip(PHASES, marks, marks[1:]):
+            spent[phase] += end - start
+        order = torch.argsort(batch.lengths)
+        real += int(batch.lengths.sum())
+        padded += sum(int(batch.lengths[c].max()) * len(c) for c in torch.tensor_split(order, max(1, chunks)) if len(c))
+        pairs += len(index)
+    total = sum(spent.values())
+    return {
+        "chunks": chunks,
+        "bucket": bucket,
+        "bf16": bf16,
+        "ms_per_step": {k: round(v / steps * 1000, 1) for k, v in spent.items()},
+        "pairs_per_s": round(pairs / total),
+        "tokens_per_step": {"real": real // steps, "padded": padded // steps},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(default_data_path()))
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="labelled")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--variants", nargs="+", default=["4,1", "8,1", "16,1", "2,16", "4,1,bf16"], help="CHUNKS,BUCKET[,bf16]")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    pairs, _ = read_pairs(args.data)
+    splits = split_pairs(pairs)
+    rows = []
+    for variant in args.variants:
+        chunks, bucket, *rest = variant.split(",")
+        rows.append(profile(splits, args.recipe, int(chunks), int(bucket), args.steps, bf16=rest == ["bf16"]))
+    print(json.dumps({
+        "recipe": args.recipe,
+        "variants": rows,
+        "steps": args.steps,
+        "torch": torch.__version__,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+    }))
+
+
+if __name__ == "__main__":
+    main()

