@@ -67,7 +67,7 @@ def refused(run: subprocess.CompletedProcess) -> tuple[bool, int]:
 
 
 def build(folder: Path, n: int = 40, index: str = "flat") -> Path:
-    from dupq.index import Collection
+    from dupq.collection import Collection
     from dupq.model import Model
 
     Collection.build(folder, synthetic(n), Model.load(), index=index).close()
@@ -129,20 +129,20 @@ AUTH = {"Authorization": "Bearer fault-token"}
 
 def adds_after_a_failing_commit(tmp: Path) -> Result:
     """Item 1: the cache write fails after the commit (a full disk); concurrent adds, then retries."""
-    import dupq.index
-    import dupq.search
+    import dupq.collection
+    import dupq.vectors
     from fastapi.testclient import TestClient
 
     from dupq.service import create_app
 
     folder = build(tmp / "c")
-    saved = dupq.index.SAVE_DURING_ADD, dupq.search.atomic_write
-    dupq.index.SAVE_DURING_ADD = 1
+    saved = dupq.collection.SAVE_DURING_ADD, dupq.vectors.atomic_write
+    dupq.collection.SAVE_DURING_ADD = 1
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    dupq.search.atomic_write = full_disk
+    dupq.vectors.atomic_write = full_disk
     try:
         new = synthetic(5, offset=100)
         with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
@@ -152,7 +152,7 @@ def adds_after_a_failing_commit(tmp: Path) -> Result:
             with ThreadPoolExecutor(5) as pool:
                 answers = list(pool.map(add, range(5))) + list(pool.map(add, range(5)))  # then every client retries
     finally:
-        dupq.index.SAVE_DURING_ADD, dupq.search.atomic_write = saved
+        dupq.collection.SAVE_DURING_ADD, dupq.vectors.atomic_write = saved
     texts = [t for _, _, t in stored(folder)]
     errors = sum(r.status_code >= 500 for r in answers)
     twice = sum(texts.count(t) - 1 for t in new)

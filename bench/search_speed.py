@@ -10,7 +10,7 @@ For each index kind (flat = exact, hnsw = approximate):
   (``encode_p50_ms``) and the FAISS search (``index_p50_ms``);
 * batches: ``coll.search(batch, k=10)`` over batches of 256: queries per second;
 * ``recall@10``: share of its top 10 whose true score reaches the exact 10th score of
-  :func:`dupq.search.search` (ties broken either way count; 1.0 for flat up to rounding).
+  :func:`dupq.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
 
     python bench/search_speed.py --model runs/model [--data PATH] [--index flat,hnsw]
 
@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from dupq.data import default_data_path
-from dupq.index import Collection, _stored_vectors
+from dupq.collection import Collection
 from dupq.model import Model
 from dupq.questions import read_questions
-from dupq.search import search
+from dupq.vectors import search
 
 
 def folder_mb(folder: Path) -> float:
@@ -60,7 +60,7 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
         v = coll.model.encode([q])
         encode.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        coll._index.search(v, 10)
+        coll.nearest(v, 10)
         index.append(time.perf_counter() - t0)
     p50, p99 = percentiles(total)
     rng = np.random.default_rng(1)
@@ -111,10 +111,10 @@ def main() -> None:
             result[kind] = {"build_s": round(build_s, 1), "size_mb": round(folder_mb(folder), 1), "open_s": round(open_s, 1),
                             **measure(coll, queries, args.batches)}
             if exact is None:  # the reference: the pure exact search over the stored vectors
-                vectors = np.concatenate(list(_stored_vectors(coll._db, 0, len(coll), coll._dim)))  # (N, d)
+                vectors = coll.stored_vectors()  # (N, d)
                 query_vectors = model.encode(queries)  # (Q, d)
                 exact = search(query_vectors, vectors, 10)[0]  # (Q, 10) exact scores
-            found = coll._index.search(query_vectors, 10)[1]  # (Q, 10)
+            found = coll.nearest(query_vectors, 10)[1]  # (Q, 10)
             coll.close()
             # A hit counts when its true score reaches the exact 10th score: Quora holds many questions
             # with identical vectors, and which of a tie fills the last places is arbitrary.

@@ -33,7 +33,7 @@ def questions(splits: Splits, n: int) -> list[str]:
 
 def build_collection(folder: Path, model_dir: Path, texts: list[str]) -> Path:
     """A flat collection of ``texts`` in ``folder``; each question's metadata is its position."""
-    from dupq.index import Collection
+    from dupq.collection import Collection
     from dupq.model import Model
 
     collection = Collection.build(folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))])

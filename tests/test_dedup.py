@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.dedup import DedupConfig, dedup, star_clusters
-from dupq.search import search
+from dupq.vectors import search
 
 
 def naive_star(vectors: np.ndarray, threshold: float) -> list[list[int]]:

@@ -28,7 +28,7 @@ def test_probability_is_calibrated_on_dev_and_symmetric(head_model, small_splits
 
 
 def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, small_splits, tmp_path):
-    from dupq.index import Collection
+    from dupq.collection import Collection
 
     texts = questions(small_splits, 150)
     build_collection(tmp_path / "coll", head_model_dir, texts)

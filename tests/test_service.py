@@ -271,12 +271,12 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
     """Item 1: the cache write fails after every commit; 5 concurrent adds, then retries of each."""
-    import dupq.index
-    import dupq.search
+    import dupq.collection
+    import dupq.vectors
     from dupq.service import create_app
 
-    monkeypatch.setattr(dupq.index, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(dupq.search, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.vectors, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
     new = [f"What is the tallest mountain in country number {i}?" for i in range(5)]
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
         def add(i):
@@ -299,7 +299,7 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
 
 
 def test_the_server_sees_adds_of_another_process(client):
-    from dupq.index import Collection
+    from dupq.collection import Collection
 
     new = "Which river flows through the most countries in the world?"
     with Collection.open(client.app.state.collection.folder) as other:

@@ -359,7 +359,7 @@ def report(
     typer.echo(f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}")
 
 
-# Collections: store old questions, search them, deduplicate a corpus (dupq.index, dupq.dedup).
+# Collections: store old questions, search them, deduplicate a corpus (dupq.collection, dupq.dedup).
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -378,10 +378,10 @@ def index_build(
     """Store the questions of a file, their embeddings and a FAISS index in a new collection folder."""
     import time
 
-    from dupq.index import Collection
+    from dupq.collection import Collection
     from dupq.model import Model
     from dupq.questions import read_questions
-    from dupq.search import IndexConfig
+    from dupq.vectors import IndexConfig
 
     config = IndexConfig(kind=index)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -414,7 +414,7 @@ def index_add(
 
     With keys, running the same command again (after a crash, say) stores nothing twice.
     """
-    from dupq.index import Collection
+    from dupq.collection import Collection
     from dupq.model import Model
     from dupq.questions import read_questions
     from dupq.tokenizer import check_question
@@ -458,7 +458,7 @@ def search_command(
     """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
     from dataclasses import asdict
 
-    from dupq.index import Collection
+    from dupq.collection import Collection
     from dupq.model import Model
     from dupq.questions import read_questions
     from dupq.tokenizer import check_question

@@ -9,7 +9,7 @@ in a cluster becomes a representative and takes all its duplicates not yet in a 
 representative* (so any two members are within twice the threshold's angle of each other), and
 a question whose duplicates were all taken by other representatives stays on its own.
 
-Candidates come from an exact k-nearest-neighbour search (:func:`dupq.search.search`), so a
+Candidates come from an exact k-nearest-neighbour search (:func:`dupq.vectors.search`), so a
 representative can gather at most ``neighbours`` members; raise it for archives where one
 question is asked hundreds of times.
 
@@ -33,7 +33,7 @@ import numpy as np
 from dupq.files import DupqError, atomic_write
 from dupq.model import Model
 from dupq.schema import check_threshold
-from dupq.search import search
+from dupq.vectors import search
 from dupq.tokenizer import check_questions
 
 

@@ -111,7 +111,7 @@ def check_metrics(metrics: Any, path: FilePath) -> dict:
 
 def check_manifest(manifest: Any, path: FilePath, fmt: str) -> dict:
     """A collection's ``manifest.json``: its format, the model that built it, dimension, index settings, cache."""
-    from dupq.search import IndexConfig  # its ranges are checked where an IndexConfig is made
+    from dupq.vectors import IndexConfig  # its ranges are checked where an IndexConfig is made
 
     manifest = _object(manifest, path, "the file")
     if manifest.get("format") != fmt:

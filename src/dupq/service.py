@@ -309,7 +309,7 @@ async def _refuse(scope, receive, send, status: int, detail) -> None:
 
 def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
     """The collection in ``collection_dir``, with the model in ``model_dir`` if one is given."""
-    from dupq.index import Collection
+    from dupq.collection import Collection
     from dupq.model import Model
 
     path = Path(collection_dir)
@@ -379,7 +379,7 @@ def create_app(
 
     @app.exception_handler(DupqError)
     async def user_error(request: Request, e: DupqError) -> JSONResponse:
-        from dupq.index import KeyConflict
+        from dupq.collection import KeyConflict
 
         return JSONResponse({"detail": str(e)}, status_code=409 if isinstance(e, KeyConflict) else 400)
 

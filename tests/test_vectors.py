@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dupq.files import DupqError
-from dupq.search import IndexConfig, VectorIndex, search
+from dupq.vectors import IndexConfig, VectorIndex, search
 
 
 def brute_force(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[list[list[float]], list[list[int]]]:

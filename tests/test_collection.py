@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.files import DupqError
-from dupq.index import DATABASE, INDEX_FILE, Collection, Hit
+from dupq.collection import DATABASE, INDEX_FILE, Collection, Hit
 from dupq.model import Model
-import dupq.search
-from dupq.search import search
+import dupq.vectors
+from dupq.vectors import search
 
 
 def distinct(splits, n: int, skip: int = 0) -> list[str]:
@@ -264,19 +264,19 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.index
+    import dupq.collection
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(20), bundled).close()
-    monkeypatch.setattr(dupq.index, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
-    monkeypatch.setattr(dupq.search, "atomic_write", full_disk)  # ... on a full disk
+    monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.vectors, "atomic_write", full_disk)  # ... on a full disk
     new = synthetic(5, offset=20)
     with Collection.open(folder, bundled) as coll:
         ids = coll.add(new[:3], keys=["a", "b", None])
         assert ids == [20, 21, 22] and "No space left" in coll.cache_error
         assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
         assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
-        with pytest.raises(dupq.index.KeyConflict, match="'a' is stored already"):
+        with pytest.raises(dupq.collection.KeyConflict, match="'a' is stored already"):
             coll.add([new[4]], keys=["a"])
         assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
     assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
@@ -286,15 +286,15 @@ def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bu
 
 
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.index
+    import dupq.collection
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
     table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
     runner = CliRunner()
-    monkeypatch.setattr(dupq.index, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(dupq.search, "atomic_write", full_disk)
+    monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.vectors, "atomic_write", full_disk)
     for _ in range(2):  # the second run is a user re-running the command after the first "failed"
         result = runner.invoke(app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"])
         assert result.exit_code == 0, result.output
@@ -427,3 +427,15 @@ def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
     assert not any(p.exists() for p in stale) and live.exists()  # a live writer's file is left alone
     Collection.build(tmp_path / "d", synthetic(5), bundled).close()
     assert not building.exists()
+
+
+def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_model, tmp_path):
+    texts = [f"how do i learn language number {i}?" for i in range(30)] + ["what is the capital of france?"]
+    with Collection.build(tmp_path / "c", texts, tiny_model) as coll:
+        stored = coll.stored_vectors()
+        np.testing.assert_allclose(stored, tiny_model.encode(texts), atol=1e-6)  # batched encoding sums in another order
+        queries = tiny_model.encode(["capital city of france?", "learning languages?"])
+        scores, ids = coll.nearest(queries, 5)
+        expected_scores, _ = search(queries, stored, 5)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
+        assert ids.shape == (2, 5) and (ids >= 0).all()

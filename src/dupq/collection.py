@@ -57,7 +57,7 @@ import numpy as np
 from dupq.files import DupqError, check_path, fsync_dir, read_json, remove_stale, write_json
 from dupq.model import BUNDLED, Model
 from dupq.schema import check_manifest
-from dupq.search import IndexConfig, VectorIndex
+from dupq.vectors import IndexConfig, VectorIndex
 from dupq.tokenizer import check_questions
 
 log = logging.getLogger(__name__)
@@ -377,6 +377,21 @@ class Collection:
     def __len__(self) -> int:
         with self._reader_lock:
             return self._reader.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
+
+    def stored_vectors(self) -> np.ndarray:
+        """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the database, not the index)."""
+        self._check_open()
+        count = len(self)
+        with self._reader_lock:
+            blocks = list(_stored_vectors(self._reader, 0, count, self._dim))
+        return np.concatenate(blocks) if blocks else np.zeros((0, self._dim), np.float32)
+
+    def nearest(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` of the index's ``k`` nearest stored vectors to each row of ``vectors``: no text, no judging."""
+        self._check_open()
+        self._refresh()
+        with self._index_lock.shared():
+            return self._index.search(np.asarray(vectors, dtype=np.float32), k)
 
     def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed add included)."""

@@ -1,0 +1,101 @@
+"""The hand-written yardstick ``bench/clean_pairs.tsv`` and its script ``bench/clean_pairs.py``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAIRS = REPO / "bench" / "clean_pairs.tsv"
+SCRIPT = REPO / "bench" / "clean_pairs.py"
+LABEL = {"paraphrase": "1", "near_miss": "0"}
+
+
+def rows() -> list[dict[str, str]]:
+    with open(PAIRS, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def normalised(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+def test_file_is_well_formed():
+    with open(PAIRS, newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f, delimiter="\t"))
+    assert table[0] == ["question1", "question2", "is_duplicate", "kind"]
+    body = table[1:]
+    assert len(body) >= 200
+    assert all(len(row) == 4 for row in body), [row for row in body if len(row) != 4][:3]
+    kinds = [row[3] for row in body]
+    assert set(kinds) == set(LABEL)
+    for kind in LABEL:
+        assert kinds.count(kind) >= 0.4 * len(body), (kind, kinds.count(kind), len(body))
+    assert [row for row in body if row[2] != LABEL.get(row[3])] == []
+    seen = set()
+    for q1, q2, _, _ in body:
+        assert normalised(q1) != normalised(q2), q1
+        assert q1.endswith("?") and q2.endswith("?"), (q1, q2)
+        key = frozenset((normalised(q1), normalised(q2)))  # either order
+        assert key not in seen, (q1, q2)
+        seen.add(key)
+
+
+def test_near_misses_share_words_and_paraphrases_do_not():
+    overlap = {kind: [] for kind in LABEL}
+    for row in rows():
+        a, b = words(row["question1"]), words(row["question2"])
+        overlap[row["kind"]].append(len(a & b) / len(a | b))  # Jaccard of the word sets
+    # Seen when written: median 0.80 for near misses (1.0 for direction swaps), 0.05 for paraphrases.
+    assert statistics.median(overlap["near_miss"]) > statistics.median(overlap["paraphrase"])
+
+
+def test_no_question_is_taken_from_quora(all_pairs):
+    quora = {normalised(q) for q in all_pairs.q1}
+    quora.update(normalised(q) for q in all_pairs.q2)
+    found = [q for row in rows() for q in (row["question1"], row["question2"]) if normalised(q) in quora]
+    assert found == []
+
+
+@pytest.mark.slow
+def test_script_accuracy_matches_a_naive_recount():
+    from dupq.model import BUNDLED, Model
+
+    done = subprocess.run([sys.executable, str(SCRIPT), "--model", str(BUNDLED)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    table = rows()
+    assert result["rows"] == len(table)
+    [judged] = result["models"]
+    assert judged["pairs"] == len(table)
+
+    model = Model.load(BUNDLED)
+    assert judged["threshold"] == model.threshold and judged["threshold_on"] == model.threshold_on
+    right = {kind: 0 for kind in LABEL}
+    for row in table:
+        duplicate = model.scores(row["question1"], row["question2"]) > model.threshold
+        right[row["kind"]] += duplicate == (row["is_duplicate"] == "1")
+    count = {kind: sum(row["kind"] == kind for row in table) for kind in LABEL}
+    assert judged["accuracy"] == pytest.approx(sum(right.values()) / len(table), abs=6e-5)
+    assert judged["paraphrase_recall"] == pytest.approx(right["paraphrase"] / count["paraphrase"], abs=6e-5)
+    assert judged["near_miss_specificity"] == pytest.approx(right["near_miss"] / count["near_miss"], abs=6e-5)
+
+
+def test_script_says_one_sentence_for_a_bad_model_folder(tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--model", str(tmp_path / "absent")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr and done.stderr.startswith("error: ")
