@@ -10,13 +10,45 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
+import typer.core
 
 from dupq.files import DupqError, to_json
 
+try:  # typer vendors click since 0.2x; before, it used the click package
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """A mistyped command line (an unknown option, a value out of range or not among the choices) is
+    one ``error:`` sentence on stderr and exit status 2, like every other user mistake, not a usage box."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError:  # `dupq` or `dupq index` alone: the help, as typer shows it
+            return super().main(*args, standalone_mode=True, **kwargs)
+        except UsageError as e:
+            hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            typer.echo(f"error: {e.format_message().replace('Value error, ', '')}{hint}", err=True)
+            sys.exit(2)
+        except ClickException as e:
+            typer.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     help="Find duplicate questions with a Siamese LSTM: train, judge pairs, search old questions.",
     no_args_is_help=True,
     add_completion=False,
@@ -59,7 +91,7 @@ def command(*args, group: typer.Typer | None = None, **kwargs):
 def train(
     data: Annotated[Optional[Path], typer.Option(help="Quora pairs file (.tsv/.csv, .gz ok); default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz")] = None,
     out: Annotated[Path, typer.Option(help="Model folder to write (checkpoint included).")] = Path("runs/model"),
-    recipe: Annotated[str, typer.Option(help="duplicates: the seed's duplicate pairs only; labelled: every labelled pair of the pool.")] = "duplicates",
+    recipe: Annotated[Literal["duplicates", "labelled"], typer.Option(help="duplicates: the seed's duplicate pairs only; labelled: every labelled pair of the pool.")] = "duplicates",
     loss: Annotated[Optional[list[str]], typer.Option(help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (triplet, ranking, bce, contrastive, online_contrastive, distil, distil_matrix); default: the recipe's.")] = None,
     teacher: Annotated[Optional[Path], typer.Option(help="Teacher vectors made by `dupq distil teach`, for the distil losses.")] = None,
     distil_questions: Annotated[int, typer.Option(min=0, help="Per batch, this many random taught questions seen by the distil losses only.")] = 0,
@@ -69,13 +101,13 @@ def train(
     dim: Annotated[int, typer.Option(min=1, help="Embedding and LSTM width.")] = 128,
     seed: Annotated[int, typer.Option(help="Random seed (initialisation, shuffling, dropout).")] = 0,
     margin: Annotated[float, typer.Option(help="Triplet loss margin.")] = 0.25,
-    reduction: Annotated[str, typer.Option(help="Triplet loss over a batch: sum (seed) or mean.")] = "sum",
+    reduction: Annotated[Literal["sum", "mean"], typer.Option(help="Triplet loss over a batch: sum (seed) or mean.")] = "sum",
     symmetric: Annotated[bool, typer.Option(help="Triplet loss in both directions of the similarity matrix.")] = False,
     scale: Annotated[float, typer.Option(help="Ranking loss: scale of the cosines in its softmax.")] = 20.0,
     contrastive_margin: Annotated[float, typer.Option(help="(Online) contrastive loss: distance non-duplicates are pushed beyond.")] = 0.5,
     mask_false_negatives: Annotated[bool, typer.Option(help="Leave the anchor's own question and its known duplicates out of its negatives.")] = False,
     hard_negatives: Annotated[bool, typer.Option(help="Per duplicate row, add a question labelled not its duplicate as a negative.")] = False,
-    lr_schedule: Annotated[str, typer.Option(help="constant or cosine.")] = "constant",
+    lr_schedule: Annotated[Literal["constant", "cosine"], typer.Option(help="constant or cosine.")] = "constant",
     ema: Annotated[float, typer.Option(help="Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off.")] = 0.0,
     bucket: Annotated[int, typer.Option(min=1, help="Batches per length-sorted bucket (1: random batches, as the seed).")] = 1,
     lowercase: Annotated[bool, typer.Option(help="Fold case before the vocabulary lookup.")] = False,
@@ -83,8 +115,8 @@ def train(
     min_count: Annotated[int, typer.Option(min=1, help="Keep words seen at least this often in the vocabulary.")] = 1,
     bidirectional: Annotated[bool, typer.Option(help="Bidirectional LSTM.")] = False,
     dropout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Dropout on word embeddings.")] = 0.0,
-    pooling: Annotated[str, typer.Option(help="mean (the seed) or max over the LSTM's outputs.")] = "mean",
-    head: Annotated[str, typer.Option(help="Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).")] = "none",
+    pooling: Annotated[Literal["mean", "max"], typer.Option(help="mean (the seed) or max over the LSTM's outputs.")] = "mean",
+    head: Annotated[Literal["none", "cosine", "mlp"], typer.Option(help="Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).")] = "none",
     head_hidden: Annotated[int, typer.Option(min=1, help="Hidden width of the mlp head.")] = 256,
     train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool.")] = 300_000,
     test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs.")] = 10_240,
@@ -92,7 +124,7 @@ def train(
     val_fraction: Annotated[float, typer.Option(help="duplicates recipe: share of the pool's duplicates held out for validation.")] = 0.2,
     labelled_val: Annotated[int, typer.Option(min=2, help="labelled recipe: last rows of the pool held out for validation.")] = 10_240,
     threads: Annotated[int, typer.Option(min=0, help="CPU threads for torch (0 = default).")] = 0,
-    device: Annotated[str, typer.Option(help="cpu, or cuda to train on a GPU.")] = "cpu",
+    device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to train on a GPU.")] = "cpu",
     resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in --out (with the same options).")] = False,
     overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -103,10 +135,6 @@ def train(
     from dupq.train import ModelOptions, TrainConfig, check_output_folder
     from dupq.train import train as run_training
 
-    for name, value in (("pooling", pooling), ("head", head)):
-        allowed = {"pooling": ("mean", "max"), "head": ("none", "cosine", "mlp")}[name]
-        if value not in allowed:
-            raise DupqError(f"--{name} must be one of {', '.join(allowed)}, not {value!r}.")
     try:
         losses = parse_losses(loss) if loss else {}
     except ValueError as e:
@@ -372,7 +400,7 @@ def index_build(
     questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
     out: Annotated[Path, typer.Option(help="Collection folder to create (must not exist yet).")],
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
-    index: Annotated[str, typer.Option(help="flat (exact search) or hnsw (approximate, much faster on large collections).")] = "flat",
+    index: Annotated[Literal["flat", "hnsw"], typer.Option(help="flat (exact search) or hnsw (approximate, much faster on large collections).")] = "flat",
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file (default: question); other columns become metadata.")] = None,
 ) -> None:
     """Store the questions of a file, their embeddings and a FAISS index in a new collection folder."""
