@@ -1,7 +1,7 @@
 """Load and fault test of ``dupq serve`` on loopback: throughput, latency, and ``kill -9`` during adds.
 
 1. Takes a collection of the Quora questions (``--collection``), or builds one with
-   ``dupq index build DATA --index hnsw`` (all 537,626 distinct questions, by qid), and works
+   ``dupq index build DATA --index hnsw`` (all 537,617 distinct questions with words, by qid), and works
    on a copy of it, so the original is never changed.
 2. Starts ``dupq serve COPY --port P`` on 127.0.0.1 as a subprocess with a random token.
 3. ``--clients`` concurrent clients (16), each with its own keep-alive connection, for

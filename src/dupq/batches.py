@@ -44,10 +44,13 @@ SOURCES = ("duplicates", "labelled")
 
 
 def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int) -> list[np.ndarray]:
-    """Shuffled batches of indices whose members have similar lengths.
+    """Shuffled batches of indices, every index once.
 
     Shuffle, cut into buckets of ``bucket * batch_size``, sort each bucket by length, cut it into
-    batches, and shuffle the batch order. Batches smaller than 2 are dropped (no negatives).
+    batches, and shuffle the batch order. With ``bucket`` 1 (the default) a bucket is one batch, so
+    batches are random samples (only ordered by length inside); with ``bucket`` > 1 a batch's
+    members have similar lengths (less padding, but easier in-batch negatives). Batches smaller
+    than 2 are dropped (no negatives).
     """
     order = rng.permutation(len(lengths))
     batches = []
