@@ -28,7 +28,9 @@ def test_length_batches_cover_everything_once_and_cut_padding():
     padded = sum(len(b) * lengths[b].max() for b in batches)
     plain = length_batches(lengths, 64, np.random.default_rng(1), bucket=1)
     padded_plain = sum(len(b) * lengths[b].max() for b in plain)
-    assert padded < 0.7 * padded_plain  # buckets waste far less work on padding
+    # Sorted buckets of 20 batches pad each batch only to its own longest member: within 10 % of the
+    # real tokens (measured: 5 %), where random batches pad nearly every row to the longest length, 39.
+    assert lengths.sum() <= padded < 1.1 * lengths.sum() < padded_plain
     again = length_batches(lengths, 64, np.random.default_rng(1), bucket=20)
     assert all((a == b).all() for a, b in zip(batches, again))
 
@@ -54,7 +56,7 @@ def test_training_learns_and_is_deterministic(small_splits, tmp_path):
     # Duplicates of the held-out test pairs score higher than non-duplicates, after one short run.
     sims = model.similarity(small_splits.test.q1, small_splits.test.q2)
     y = small_splits.test.labels == 1
-    assert sims[y].mean() > sims[~y].mean() + 0.05
+    assert sims[y].mean() > sims[~y].mean() + 0.05  # a margin, not a figure: two short epochs, any seed, must separate them
 
 
 @pytest.mark.slow

@@ -70,7 +70,9 @@ def test_hnsw_recall_against_exact(tmp_path):
     _, got = index.search(queries, 10)
     _, want = search(queries, corpus, 10)
     recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())])
-    assert recall >= 0.95  # random 32-d vectors are a hard case; real embeddings do better (see bench)
+    # HNSW is approximate, so a bound and not equality: measured 1.0 here; its graph depends on the build's
+    # thread timing, and random 32-d vectors are a harder case than real embeddings (bench/search_speed.py: 0.996).
+    assert recall >= 0.99
     index.save(tmp_path / "i.faiss")
     again = VectorIndex.load(tmp_path / "i.faiss", 32, IndexConfig("hnsw", ef_search=256))
     assert again.faiss.hnsw.efSearch == 256 and len(again) == 5000
