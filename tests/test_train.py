@@ -125,7 +125,7 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
 
     split = SMALL_SPLIT.__dict__
     config = TrainConfig(epochs=2, seed=2, ema=0.9, **LABELLED)  # the moving average is resumed too
-    model = train(small_splits, tmp_path / "full", config, dim=16, head="mlp", split=split, **_quiet())
+    model = train(small_splits, tmp_path / "full", config, dim=16, head="mlp", dropout=0.2, split=split, **_quiet())  # the bundled model's dropout
     training = model.metrics["training"]
     assert training["train_pairs"] + training["val_pairs"] == len(small_splits.pool)  # every labelled pool pair
     history = training["history"]
@@ -138,8 +138,8 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
     assert ((p >= 0) & (p <= 1)).all() and p[y].mean() > p[~y].mean() + 0.1
     assert model.threshold_on == "probability"
     # Resume after one epoch ends where the uninterrupted run ended.
-    train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, head="mlp", split=split, **_quiet())
-    train(small_splits, tmp_path / "part", config, dim=16, head="mlp", split=split, resume=True, **_quiet())
+    train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, head="mlp", dropout=0.2, split=split, **_quiet())
+    train(small_splits, tmp_path / "part", config, dim=16, head="mlp", dropout=0.2, split=split, resume=True, **_quiet())
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
     assert a.keys() == b.keys() and any(k.startswith("head.") for k in a)
     assert all(np.array_equal(a[k], b[k]) for k in a)
