@@ -126,13 +126,15 @@ def reading(path: Path, kind: str = "CSV/TSV"):
         raise DupqError(f"{path} is not a well-formed {kind} file ({e}).") from None
 
 
+def delimiter_of(path: Path) -> str | None:
+    """The field delimiter a file's name promises (``.tsv``, ``.csv``, gzipped or not), None for any other name."""
+    name = path.name.removesuffix(".gz").lower()
+    return "\t" if name.endswith(".tsv") else "," if name.endswith(".csv") else None
+
+
 def _delimiter(path: Path, header_line: str) -> str:
-    name = path.name.removesuffix(".gz")
-    if name.endswith(".tsv"):
-        return "\t"
-    if name.endswith(".csv"):
-        return ","
-    return "\t" if "\t" in header_line else ","
+    """A pairs file's delimiter: its name's, else a tab if its header holds one, else a comma."""
+    return delimiter_of(path) or ("\t" if "\t" in header_line else ",")
 
 
 def table_rows(f, delimiter: str, width: int, dropped: Dropped, first_line: int = 2) -> Iterator[tuple[int, int, list[str]]]:

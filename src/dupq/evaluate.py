@@ -252,12 +252,6 @@ def reliability(probabilities: np.ndarray, labels: np.ndarray, bins: int = 10) -
 ENCODE_BATCH = 128
 
 
-def similarities(model: Model, q1: list[str], q2: list[str], batch_size: int = ENCODE_BATCH) -> np.ndarray:
-    """``cos(q1[i], q2[i])`` for every i, ``(N,)`` float32: the seed's ``d = v1 . v2`` of unit vectors."""
-    v = model.encode([*q1, *q2], batch_size=batch_size)  # (2N, d)
-    return np.einsum("nd,nd->n", v[: len(q1)], v[len(q1) :])  # (N,)
-
-
 def pair_scores(model: Model, pairs: Pairs, chunk: int = 8192, kind: str = "score") -> np.ndarray:
     """Every pair's ``(N,)`` score, encoded chunk by chunk: what the model's threshold applies to
     (``kind="score"``), its uncalibrated logit (``"logit"``) or its cosine (``"similarity"``)."""

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dupq.data import Dropped, open_text, reading, table_rows
+from dupq.data import Dropped, delimiter_of, open_text, reading, table_rows
 from dupq.files import DupqError, check_path
 from dupq.tokenizer import check_question
 
@@ -54,11 +54,6 @@ def _usable(text: str, where: str, dropped: Dropped, lines: int = 1) -> bool:
     return True
 
 
-def _table_delimiter(path: Path) -> str | None:
-    name = path.name.removesuffix(".gz").lower()
-    return "\t" if name.endswith(".tsv") else "," if name.endswith(".csv") else None
-
-
 def read_questions(path: str | os.PathLike, column: str | None = None, key_column: str | None = None) -> Questions:
     """Read the questions of ``path`` (see the module docstring for the three kinds of file).
 
@@ -70,7 +65,7 @@ def read_questions(path: str | os.PathLike, column: str | None = None, key_colum
     ['How do I learn Python fast?']
     """
     path = check_path(path, "the questions file", folder=False)
-    delimiter = _table_delimiter(path)
+    delimiter = delimiter_of(path)
     if (column is not None or key_column is not None) and delimiter is None:
         raise DupqError(f"--column and --key-column need a .csv or .tsv file, but {path} is neither.")
     with reading(path), open_text(path) as f:
