@@ -11,6 +11,9 @@ Each configuration is a list of `dupq train` options, run as that command (so th
 * ``dev_mrr``: retrieval on the dev split alone (`bench/retrieval.py --split dev`);
 * ``val_accuracy``: the best epoch's accuracy on the pool pairs held out for validation.
 
+``clean_accuracy`` and ``clean_roc_auc`` are the hand-written pairs of ``bench/clean_pairs.py``
+(at the model's own threshold), never used to choose.
+
 The test figures (accuracy at the dev threshold, ROC-AUC, expected calibration error, retrieval
 MRR as `bench/retrieval.py` reports it) are printed too, for the record, never for choosing.
 A configuration whose model folder is already complete is judged again without retraining.
@@ -69,6 +72,7 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     from dupq.data import read_pairs, split_pairs
     from dupq.evaluate import evaluate
     from dupq.model import Model
+    from clean_pairs import PAIRS, dupq_result, read_clean_pairs
     from retrieval import retrieval_metrics
 
     torch.set_num_threads(threads)
@@ -94,6 +98,7 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "roc_auc": round(test["roc_auc"], 4),
         "test_ece": round(test["expected_calibration_error"], 4) if "expected_calibration_error" in test else None,
         "test_mrr": round(retrieval_metrics(model.encode, splits, "test")["mrr"], 4),
+        **{f"clean_{k}": v for k, v in dupq_result(name, str(folder), read_clean_pairs(PAIRS)).items() if k in ("accuracy", "roc_auc")},
         "train_seconds": round(sum(h["seconds"] for h in history), 1),
     }
 

@@ -14,7 +14,8 @@ import sys
 COLUMNS = [
     ("configuration", "name"), ("command", "command"), ("val acc.", "val_accuracy"), ("dev acc.", "dev_accuracy"),
     ("dev MRR", "dev_mrr"), ("test acc.", "test_accuracy"), ("ROC-AUC", "roc_auc"), ("ECE", "test_ece"),
-    ("test MRR", "test_mrr"), ("best epoch", "best_epoch"), ("train s", "train_seconds"),
+    ("test MRR", "test_mrr"), ("clean acc.", "clean_accuracy"), ("clean AUC", "clean_roc_auc"), ("best epoch", "best_epoch"),
+    ("train s", "train_seconds"),
 ]
 
 
