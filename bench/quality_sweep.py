@@ -62,6 +62,9 @@ CONFIGS: dict[str, list[str]] = {
     # Distillation (`dupq distil teach --out runs/teacher` first): mlp-2 plus one teacher loss.
     "distil-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil:5"],
     "distil-matrix-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil_matrix:30"],
+    # Six epochs, as labelled-mlp-6 (the bundled model before distillation), two teacher weights.
+    "distil-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5"],
+    "distil15-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:15"],
 }
 
 
