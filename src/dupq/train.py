@@ -341,6 +341,135 @@ def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions, t
     return Siamese(encoder, head, projection)
 
 
+@dataclass
+class _RunState:
+    """Where a run stands: built fresh, or read back from its checkpoint."""
+
+    vocab: Vocabulary
+    model: Siamese
+    history: list[dict[str, Any]] = field(default_factory=list)
+    start_epoch: int = 0
+    optim_state: dict[str, Any] | None = None
+    best_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    best_epoch: int = 0
+    best_val: Validation | None = None
+    ema_state: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _check_device(name: str) -> None:
+    try:
+        device = torch.device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError):
+        raise DupqError(f"the device {name!r} cannot be used here; use cpu, or cuda with a GPU.") from None
+    if device.type not in ("cpu", "cuda"):
+        raise DupqError(f"unknown device {name!r}; use cpu or cuda.")
+
+
+def _begin(splits: Splits, out: Path, config: TrainConfig, options: ModelOptions, resume: bool, split: dict[str, Any] | None,
+           teacher_dim: int | None, log: Callable[[str], None]) -> _RunState:
+    """Resume the checkpoint in ``out`` (``resume``) or build the vocabulary and model afresh."""
+    ckpt_path = out / CHECKPOINT
+    if not (resume and ckpt_path.exists()):
+        vocab = build_vocabulary(splits, config, options, split)
+        out.mkdir(parents=True, exist_ok=True)
+        vocab.save(out / "vocab.json")
+        return _RunState(vocab, build_model(vocab, config, options, teacher_dim))
+    meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
+    _check_resume(meta, config, options, split)
+    vocab = Vocabulary.load(out / "vocab.json")
+    model = build_model(vocab, config, options, teacher_dim)
+    try:
+        model.load_state_dict(model_state)
+    except RuntimeError as e:
+        raise DupqError(f"the checkpoint {ckpt_path} does not fit this run ({str(e).strip().splitlines()[0]}); start again with --overwrite.") from None
+    log(f"resuming {ckpt_path} after epoch {meta['epoch']}")
+    return _RunState(
+        vocab, model, meta["history"], meta["epoch"], optim_state, best_state, meta.get("best_epoch", meta["epoch"]),
+        Validation(**meta["best_val"]) if meta.get("best_val") else None, meta["ema_state"],
+    )
+
+
+def _train_epoch(
+    model: Siamese, ema: Siamese | None, optimizer: torch.optim.Optimizer, source: PairBatches, objective: Objective,
+    config: TrainConfig, epoch: int, steps_per_epoch: int, progress: bool,
+) -> tuple[float, int, float]:
+    """One pass over the training pairs; returns ``(summed loss, pairs, seconds)``."""
+    rng = np.random.default_rng([config.seed, epoch])
+    torch.manual_seed(config.seed * 100_003 + epoch)  # dropout masks, independent of any resume
+    batches = source.epoch(rng)
+    model.train()
+    loss_sum, pairs, started = 0.0, 0, time.perf_counter()
+    per_pair = config.reduction == "sum" and config.losses == {"triplet": 1.0}  # the seed's summed loss, shown per pair
+    with Progress(
+        TextColumn(f"epoch {epoch + 1}/{config.epochs}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} batches | loss {task.fields[loss]:.4f} | {task.fields[speed]:,.0f} pairs/s"),
+        TimeRemainingColumn(),
+        disable=not (progress and sys.stdout.isatty()),  # no bar (nor its blank line) in logs
+        transient=True,
+    ) as bar:
+        task = bar.add_task("train", total=len(batches), loss=float("nan"), speed=0.0)
+        for step, index in enumerate(batches):
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * _lr_factor(config, epoch * steps_per_epoch + step, steps_per_epoch * config.epochs)
+            batch = source.batch(index, rng).to(config.device)
+            loss = batch_loss(model, batch, objective, config.chunks)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if ema is not None:
+                with torch.no_grad():
+                    for average, weight in zip(ema.parameters(), model.parameters()):
+                        average.lerp_(weight, 1.0 - config.ema)
+            loss_sum += loss.item() * (1 if per_pair else len(index))
+            pairs += len(index)
+            bar.update(task, advance=1, loss=loss_sum / pairs, speed=pairs / (time.perf_counter() - started))
+    return loss_sum, pairs, time.perf_counter() - started
+
+
+def _record_epoch(state: _RunState, kept: Siamese, val: Validation, epoch: int, config: TrainConfig,
+                  loss_sum: float, pairs: int, seconds: float, log: Callable[[str], None]) -> None:
+    """Append the epoch to the history, keep its weights if it is the best so far, and log one line."""
+    record = {"epoch": epoch + 1, "train_loss": loss_sum / pairs, "val_loss": val.loss, "pairs_per_s": pairs / seconds, "seconds": seconds}
+    shown = f"epoch {epoch + 1}/{config.epochs}  train loss {record['train_loss']:.4f}  val loss {val.loss:.4f}"
+    if val.accuracy is not None:
+        record.update(val_accuracy=val.accuracy, val_roc_auc=val.roc_auc)
+        shown += f"  val accuracy {val.accuracy:.4f}  val ROC-AUC {val.roc_auc:.4f}"
+    state.history.append(record)
+    if val.better(state.best_val):
+        state.best_val, state.best_epoch = val, epoch + 1
+        state.best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
+    log(f"{shown}  {record['pairs_per_s']:,.0f} pairs/s  {seconds:.1f}s" + ("  (best)" if state.best_epoch == epoch + 1 else ""))
+
+
+def _finish(state: _RunState, out: Path, config: TrainConfig, options: ModelOptions, train_pairs: int, val_pairs: int,
+            extra_info: dict[str, Any] | None) -> Model:
+    """The best epoch's weights as a model folder in ``out``."""
+    model = state.model
+    if state.best_state:
+        model.load_state_dict(state.best_state)
+    info = {
+        "train": asdict(config),
+        "options": asdict(options),
+        "encoder": asdict(model.encoder.config),
+        "lowercase": state.vocab.lowercase,
+        "vocab_size": len(state.vocab),
+        "train_pairs": train_pairs,
+        "val_pairs": val_pairs,
+        "history": state.history,
+        "best_epoch": state.best_epoch,
+        **(extra_info or {}),
+    }
+    model.cpu()
+    result = Model(state.vocab, model.encoder, metrics={"training": info}, head=model.head,
+                   threshold_on="probability" if model.head is not None and model.head.config.kind == "mlp" else "similarity")
+    if result.threshold_on == "probability":
+        result.threshold, result.threshold_info = 0.5, {"chosen_on": "the default for a probability, until calibrated on dev"}
+    result.save(out)
+    return result
+
+
 def train(
     splits: Splits,
     out: str | Path,
@@ -362,130 +491,37 @@ def train(
     epoch's weights) at the end. Returns the trained :class:`Model`.
     """
     out = Path(out)
-    ckpt_path = out / CHECKPOINT
     config = config or TrainConfig()
-    options = options or ModelOptions()
-    if option_overrides:
-        options = ModelOptions(**{**asdict(options), **option_overrides})
+    options = ModelOptions(**{**asdict(options or ModelOptions()), **option_overrides})
     check_output_folder(out, resume, overwrite)
     remove_stale(out)  # temporary files of a writer killed mid-write (a checkpoint being saved)
-    try:
-        device = torch.device(config.device)
-        torch.empty(0, device=device)
-    except (RuntimeError, AssertionError):
-        raise DupqError(f"the device {config.device!r} cannot be used here; use cpu, or cuda with a GPU.") from None
-    if device.type not in ("cpu", "cuda"):
-        raise DupqError(f"unknown device {config.device!r}; use cpu or cuda.")
+    _check_device(config.device)
     teacher = load_teacher_cache(config, split)
-    teacher_dim = teacher.dim if teacher is not None else None
-    if resume and ckpt_path.exists():
-        meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
-        _check_resume(meta, config, options, split)
-        vocab = Vocabulary.load(out / "vocab.json")
-        model = build_model(vocab, config, options, teacher_dim)
-        try:
-            model.load_state_dict(model_state)
-        except RuntimeError as e:
-            raise DupqError(f"the checkpoint {ckpt_path} does not fit this run ({str(e).strip().splitlines()[0]}); start again with --overwrite.") from None
-        history, start_epoch, ema_state = meta["history"], meta["epoch"], meta["ema_state"]
-        best_epoch = meta.get("best_epoch", start_epoch)
-        best_val = Validation(**meta["best_val"]) if meta.get("best_val") else None
-        log(f"resuming {ckpt_path} after epoch {start_epoch}")
-    else:
-        vocab = build_vocabulary(splits, config, options, split)
-        out.mkdir(parents=True, exist_ok=True)
-        vocab.save(out / "vocab.json")
-        model = build_model(vocab, config, options, teacher_dim)
-        history, start_epoch, optim_state, best_state, best_epoch, best_val, ema_state = [], 0, None, {}, 0, None, {}
+    state = _begin(splits, out, config, options, resume, split, teacher.dim if teacher is not None else None, log)
     if config.threads:
         torch.set_num_threads(config.threads)
-    train_source, val_source, line = batch_sources(splits, config, vocab, split, teacher)
-    buckets = f" + {vocab.oov_buckets:,} unknown-word buckets" if vocab.oov_buckets else ""
-    log(f"vocabulary: {len(vocab.tokens):,} words{buckets} | {line}")
+    train_source, val_source, line = batch_sources(splits, config, state.vocab, split, teacher)
+    buckets = f" + {state.vocab.oov_buckets:,} unknown-word buckets" if state.vocab.oov_buckets else ""
+    log(f"vocabulary: {len(state.vocab.tokens):,} words{buckets} | {line}")
 
-    objective = config.objective()
-    model.to(config.device)
+    model, objective = state.model.to(config.device), config.objective()
     ema = None
     if config.ema:  # Polyak averaging: the average of the weights along the run generalises better than its end
         ema = copy.deepcopy(model)
-        if ema_state:
-            ema.load_state_dict(ema_state)
+        if state.ema_state:
+            ema.load_state_dict(state.ema_state)
         ema.requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
-    if optim_state is not None:
-        optimizer.load_state_dict(optim_state)
+    if state.optim_state is not None:
+        optimizer.load_state_dict(state.optim_state)
     steps_per_epoch = len(train_source.epoch(np.random.default_rng(0)))
-    total_steps = steps_per_epoch * config.epochs
-
-    for epoch in range(start_epoch, config.epochs):
-        rng = np.random.default_rng([config.seed, epoch])
-        torch.manual_seed(config.seed * 100_003 + epoch)  # dropout masks, independent of any resume
-        batches = train_source.epoch(rng)
-        model.train()
-        loss_sum, pairs, started = 0.0, 0, time.perf_counter()
-        per_pair = config.reduction == "sum" and config.losses == {"triplet": 1.0}  # the seed's summed loss, shown per pair
-        with Progress(
-            TextColumn(f"epoch {epoch + 1}/{config.epochs}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} batches | loss {task.fields[loss]:.4f} | {task.fields[speed]:,.0f} pairs/s"),
-            TimeRemainingColumn(),
-            disable=not (progress and sys.stdout.isatty()),  # no bar (nor its blank line) in logs
-            transient=True,
-        ) as bar:
-            task = bar.add_task("train", total=len(batches), loss=float("nan"), speed=0.0)
-            for step, index in enumerate(batches):
-                for group in optimizer.param_groups:
-                    group["lr"] = config.lr * _lr_factor(config, epoch * steps_per_epoch + step, total_steps)
-                batch = train_source.batch(index, rng).to(config.device)
-                loss = batch_loss(model, batch, objective, config.chunks)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                if ema is not None:
-                    with torch.no_grad():
-                        for average, weight in zip(ema.parameters(), model.parameters()):
-                            average.lerp_(weight, 1.0 - config.ema)
-                loss_sum += loss.item() * (1 if per_pair else len(index))
-                pairs += len(index)
-                speed = pairs / (time.perf_counter() - started)
-                bar.update(task, advance=1, loss=loss_sum / pairs, speed=speed)
-        seconds = time.perf_counter() - started
+    for epoch in range(state.start_epoch, config.epochs):
+        loss_sum, pairs, seconds = _train_epoch(model, ema, optimizer, train_source, objective, config, epoch, steps_per_epoch, progress)
         kept = ema if ema is not None else model  # the weights that are validated and saved
-        val = validate(kept, val_source, config)
-        record = {"epoch": epoch + 1, "train_loss": loss_sum / pairs, "val_loss": val.loss, "pairs_per_s": pairs / seconds, "seconds": seconds}
-        shown = f"epoch {epoch + 1}/{config.epochs}  train loss {record['train_loss']:.4f}  val loss {val.loss:.4f}"
-        if val.accuracy is not None:
-            record.update(val_accuracy=val.accuracy, val_roc_auc=val.roc_auc)
-            shown += f"  val accuracy {val.accuracy:.4f}  val ROC-AUC {val.roc_auc:.4f}"
-        history.append(record)
-        if val.better(best_val):
-            best_val, best_epoch = val, epoch + 1
-            best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
-        log(f"{shown}  {record['pairs_per_s']:,.0f} pairs/s  {seconds:.1f}s" + ("  (best)" if best_epoch == epoch + 1 else ""))
+        _record_epoch(state, kept, validate(kept, val_source, config), epoch, config, loss_sum, pairs, seconds, log)
         meta = {
-            "epoch": epoch + 1, "history": history, "train": asdict(config), "options": asdict(options), "split": split,
-            "best_epoch": best_epoch, "best_val": asdict(best_val),
+            "epoch": epoch + 1, "history": state.history, "train": asdict(config), "options": asdict(options), "split": split,
+            "best_epoch": state.best_epoch, "best_val": asdict(state.best_val),
         }
-        save_checkpoint(ckpt_path, model, best_state, optimizer, meta, ema)
-
-    if best_state:
-        model.load_state_dict(best_state)
-    info = {
-        "train": asdict(config),
-        "options": asdict(options),
-        "encoder": asdict(model.encoder.config),
-        "lowercase": vocab.lowercase,
-        "vocab_size": len(vocab),
-        "train_pairs": len(train_source),
-        "val_pairs": len(val_source),
-        "history": history,
-        "best_epoch": best_epoch,
-        **(extra_info or {}),
-    }
-    model.cpu()
-    result = Model(vocab, model.encoder, metrics={"training": info}, head=model.head,
-                   threshold_on="probability" if model.head is not None and model.head.config.kind == "mlp" else "similarity")
-    if result.threshold_on == "probability":
-        result.threshold, result.threshold_info = 0.5, {"chosen_on": "the default for a probability, until calibrated on dev"}
-    result.save(out)
-    return result
+        save_checkpoint(out / CHECKPOINT, model, state.best_state, optimizer, meta, ema)
+    return _finish(state, out, config, options, len(train_source), len(val_source), extra_info)
