@@ -1,4 +1,4 @@
-"""Helpers for the CLI tests: a slice of the real data as a file, and a model trained on it by `dupq train`.
+"""Helpers for the CLI tests: a slice of a pairs file, and a model trained on it by `dupq train`.
 
 Not a test module. The slice lives in a pytest temporary folder, never in the repository.
 """
@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 
-ROWS = 10_000  # pool 8,000 (~2,900 duplicates) + test 1,000 + dev 1,000
+ROWS = 10_000  # pool 8,000 (~2,950 duplicates in the synthetic file) + test 1,000 + dev 1,000
 SPLIT_ARGS = ["--train-pool", "8000", "--test-size", "1000", "--dev-size", "1000"]
 _cache: dict[str, tuple[Path, Path]] = {}
 
 
-def slice_file(data_path: Path, folder: Path, rows: int = ROWS) -> Path:
-    """The header and the first ``rows`` rows of the Quora file, as a plain .tsv in ``folder``."""
+def slice_file(source: Path, folder: Path, rows: int = ROWS) -> Path:
+    """The header and the first ``rows`` rows of a gzipped pairs file (one line a row), as a plain .tsv in ``folder``."""
     out = folder / "slice.tsv"
-    with gzip.open(data_path, "rt", encoding="utf-8", newline="") as f, open(out, "w", encoding="utf-8", newline="") as g:
+    with gzip.open(source, "rt", encoding="utf-8", newline="") as f, open(out, "w", encoding="utf-8", newline="") as g:
         for i, line in enumerate(f):
             if i > rows:
                 break
@@ -29,11 +29,11 @@ def slice_file(data_path: Path, folder: Path, rows: int = ROWS) -> Path:
     return out
 
 
-def cli_model(data_path: Path, tmp_path_factory) -> tuple[Path, Path]:
-    """``(model folder, data slice)``: `dupq train` for one epoch at width 32 on the slice (a few seconds)."""
+def cli_model(source: Path, tmp_path_factory) -> tuple[Path, Path]:
+    """``(model folder, data slice)``: `dupq train` for one epoch at width 32 on a slice of ``source`` (a few seconds)."""
     if "model" not in _cache:
         folder = tmp_path_factory.mktemp("cli-model")
-        data = slice_file(data_path, folder)
+        data = slice_file(source, folder)
         out = folder / "model"
         before = torch.get_num_threads()  # --threads 1 is faster here, but must not leak into other tests
         try:

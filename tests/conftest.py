@@ -1,8 +1,14 @@
-"""Shared fixtures: the real Quora file, small slices of it, and a tiny model trained on one.
+"""Shared fixtures: a synthetic pairs file, splits of it, tiny models trained on them, and the real Quora file.
 
-Tests read the data from ``../shared/data`` (beside the repository) or ``$DUPQ_DATA``; nothing
-of it is committed. A missing file skips the data tests with a loud reason, except in CI
-(``CI`` set), where it is an error.
+Most tests need *some* question pairs, not Quora's: they use ``pairs_path``, a synthetic file in
+the Quora format written in the session (``tests/synthetic.py``), and the splits and models made
+from it. These run anywhere.
+
+Tests that check a figure of the real data (its row counts, the seed recipe's vocabulary) use
+``data_path`` / ``all_pairs`` and must be marked ``real_data``. They read the file from
+``../shared/data`` (beside the repository) or ``$DUPQ_DATA``; nothing of it is committed. A
+missing file skips them with a loud reason, except in CI (``CI`` set), where it is an error.
+Deselect them with ``-m "not real_data"``.
 """
 
 from __future__ import annotations
@@ -17,12 +23,36 @@ from dupq.data import Pairs, SplitConfig, Splits, read_pairs, split_pairs
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))
 SMALL_SPLIT = SplitConfig(train_pool=20_000, test=2_000, dev=2_000, labelled_val=2_000)
+SYNTHETIC_ROWS = 32_000  # SMALL_SPLIT's 24,000, and the 32,000 of the kill -9 training test
+
+
+@pytest.fixture(scope="session")
+def pairs_path(tmp_path_factory) -> Path:
+    """A synthetic pairs file in the Quora format (tests/synthetic.py): 32,000 rows, gzipped, always there."""
+    from synthetic import write_pairs
+
+    return write_pairs(tmp_path_factory.mktemp("pairs") / "pairs.tsv.gz", SYNTHETIC_ROWS, seed=0)
+
+
+@pytest.fixture(scope="session")
+def synthetic_pairs(pairs_path) -> Pairs:
+    pairs, _ = read_pairs(pairs_path)
+    return pairs
+
+
+def pytest_collection_modifyitems(config, items):
+    """Refuse to run a test that reads the real file (``data_path``, ``all_pairs``) without the ``real_data`` mark."""
+    unmarked = [item.nodeid for item in items
+                if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("real_data") is None]
+    if unmarked:
+        raise pytest.UsageError(f"these tests read the real Quora file but are not marked real_data: {', '.join(unmarked)}")
 
 
 @pytest.fixture(scope="session")
 def data_path() -> Path:
+    """The real Quora file, for tests marked ``real_data`` (any other test should use ``pairs_path``)."""
     if not DATA.is_file():
-        message = f"the Quora pairs file is not at {DATA} (set DUPQ_DATA)"
+        message = f"real_data test: the Quora pairs file is not at {DATA} (set DUPQ_DATA)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
@@ -36,14 +66,14 @@ def all_pairs(data_path) -> Pairs:
 
 
 @pytest.fixture(scope="session")
-def small_splits(all_pairs) -> Splits:
-    """The seed split on the first 24,000 rows: ~7,400 training duplicates."""
-    return split_pairs(all_pairs.take(all_pairs.rows < 24_000), SMALL_SPLIT)
+def small_splits(synthetic_pairs) -> Splits:
+    """The seed split on the first 24,000 synthetic rows: ~5,900 training duplicates."""
+    return split_pairs(synthetic_pairs.take(synthetic_pairs.rows < 24_000), SMALL_SPLIT)
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(small_splits, tmp_path_factory) -> Path:
-    """A model folder trained for one epoch (dim 32) on the small split; a few seconds on 2 cores."""
+    """A model folder trained for one epoch (dim 32) on the small synthetic split; a few seconds on 2 cores."""
     from dupq.train import TrainConfig, train
 
     out = tmp_path_factory.mktemp("tiny-model")

@@ -1,4 +1,4 @@
-"""Helpers for the service tests: a small collection of real Quora questions, and a live server.
+"""Helpers for the service tests: a small collection of the small split's questions, and a live server.
 
 The collection holds the first distinct questions of the small split's pool, plus a few
 questions written here (one with HTML in it, to check the page shows it as text).

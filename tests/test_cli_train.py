@@ -35,14 +35,14 @@ def test_wrong_columns(tmp_path):
     assert "question1, question2, is_duplicate" in line
 
 
-def test_bad_option_values(data_path, tmp_path):
-    line = one_error_line(runner.invoke(app, ["train", "--data", str(data_path), "--reduction", "max"]))
+def test_bad_option_values(pairs_path, tmp_path):
+    line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--reduction", "max"]))
     assert "--reduction" in line
-    line = one_error_line(runner.invoke(app, ["train", "--data", str(data_path), "--train-pool", "500000"]))
+    line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
     for option, value, named in (("--device", "meta", "device"), ("--recipe", "nope", "--recipe"), ("--loss", "hinge", "hinge"),
                                  ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr")):
-        line = one_error_line(runner.invoke(app, ["train", "--data", str(data_path), "--out", str(tmp_path / "m"), option, value]))
+        line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value]))
         assert named in line
 
 
@@ -61,9 +61,9 @@ def test_bad_model_folders(tiny_model_dir, tmp_path, setup):
 
 
 @pytest.mark.slow
-def test_train_prints_epochs_and_writes_a_model_folder(data_path, tmp_path):
+def test_train_prints_epochs_and_writes_a_model_folder(pairs_path, tmp_path):
     out = tmp_path / "m"
-    args = ["train", "--data", str(data_path), "--out", str(out), "--epochs", "2", "--dim", "16",
+    args = ["train", "--data", str(pairs_path), "--out", str(out), "--epochs", "2", "--dim", "16",
             "--train-pool", "12000", "--test-size", "1000", "--dev-size", "1000", "--no-progress"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

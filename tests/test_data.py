@@ -1,4 +1,4 @@
-"""The pairs reader and the seed split, on the real Quora file and slices of it."""
+"""The pairs reader and the seed split: on synthetic files, and the exact figures of the real Quora file."""
 
 from __future__ import annotations
 
@@ -9,9 +9,29 @@ import pytest
 
 from dupq.data import SplitConfig, read_pairs, split_pairs
 from dupq.files import DupqError
+from synthetic import EMPTY_ROWS, NA_ROW, make_rows
 
 
+def test_reads_the_synthetic_file_exactly(pairs_path, synthetic_pairs):
+    """Every row the generator wrote, with its quirks: the empty questions dropped and named, "n/a" kept as text."""
+    from conftest import SYNTHETIC_ROWS
+
+    written = make_rows(SYNTHETIC_ROWS)
+    pairs, dropped = read_pairs(pairs_path)
+    kept = [r for r in written if r.id not in EMPTY_ROWS]
+    assert pairs.ids == [str(r.id) for r in kept] and pairs.rows.tolist() == [r.id for r in kept]
+    assert pairs.q1 == [r.question1 for r in kept] and pairs.q2 == [r.question2 for r in kept]
+    assert pairs.labels.tolist() == [r.is_duplicate for r in kept]
+    assert dropped.reasons == {"empty question": len(EMPTY_ROWS)}
+    assert [e.split()[0] for e in dropped.examples] == [str(i) for i in EMPTY_ROWS]
+    assert pairs.q1[pairs.ids.index(str(NA_ROW))] == "n/a"  # kept as text, not NaN
+    assert any('"' in q for q in pairs.q1)  # quoted fields come back unquoted
+    assert synthetic_pairs.q1 == pairs.q1
+
+
+@pytest.mark.real_data
 def test_reads_the_shared_file_exactly(all_pairs, data_path):
+    """The real file's figures (../shared/data/README.md): its row count, dropped rows, duplicates, "n/a"."""
     pairs, dropped = read_pairs(data_path)
     assert len(pairs) == 404_001 - 2
     assert dropped.count == 2 and [e.split()[0] for e in dropped.examples] == ["105780", "201841"]
@@ -20,7 +40,9 @@ def test_reads_the_shared_file_exactly(all_pairs, data_path):
     assert pairs.q1[i] == "n/a"  # kept as text, not NaN
 
 
+@pytest.mark.real_data
 def test_seed_split_sizes(all_pairs):
+    """The seed recipe's split sizes on the real file, as the README and the seed notebook give them."""
     splits = split_pairs(all_pairs)
     assert (len(splits.train), len(splits.val)) == (89_178, 22_295)
     assert len(splits.train) + len(splits.val) == 111_473
@@ -32,6 +54,22 @@ def test_seed_split_sizes(all_pairs):
     assert splits.train.rows.max() < splits.val.rows.min()  # head/tail cut, as the seed does
 
 
+def test_split_matches_a_count_of_the_written_rows(synthetic_pairs):
+    """The seed split of the small synthetic file, against the rows the generator wrote, counted plainly."""
+    from conftest import SMALL_SPLIT
+
+    splits = split_pairs(synthetic_pairs.take(synthetic_pairs.rows < 24_000), SMALL_SPLIT)
+    written = [r for r in make_rows(24_000) if r.id not in EMPTY_ROWS]
+    pool_duplicates = [r.id for r in written if r.id < 20_000 and r.is_duplicate]
+    cut = int(len(pool_duplicates) * (1 - SMALL_SPLIT.val_fraction))
+    assert splits.train.rows.tolist() == pool_duplicates[:cut] and splits.val.rows.tolist() == pool_duplicates[cut:]
+    assert splits.pool.rows.tolist() == [r.id for r in written if r.id < 20_000]
+    assert splits.test.rows.tolist() == [r.id for r in written if 20_000 <= r.id < 22_000]
+    assert splits.dev.rows.tolist() == [r.id for r in written if 22_000 <= r.id < 24_000]
+    assert int(splits.test.labels.sum()) == sum(r.is_duplicate for r in written if 20_000 <= r.id < 22_000)
+    assert 0 < int(splits.dev.labels.sum()) < len(splits.dev)  # both classes
+
+
 def _write_slice(path, rows, delimiter, gz):
     opener = gzip.open if gz else open
     with opener(path, "wt", encoding="utf-8", newline="") as f:
@@ -41,18 +79,18 @@ def _write_slice(path, rows, delimiter, gz):
 
 
 @pytest.mark.parametrize("name, delimiter, gz", [("p.csv", ",", False), ("p.csv.gz", ",", True), ("p.tsv", "\t", False)])
-def test_formats_give_the_same_pairs(all_pairs, tmp_path, name, delimiter, gz):
+def test_formats_give_the_same_pairs(synthetic_pairs, tmp_path, name, delimiter, gz):
     n = 2_000
-    rows = [[all_pairs.ids[i], 0, 0, all_pairs.q1[i], all_pairs.q2[i], int(all_pairs.labels[i])] for i in range(n)]
+    rows = [[synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])] for i in range(n)]
     _write_slice(tmp_path / name, rows, delimiter, gz)
     pairs, dropped = read_pairs(tmp_path / name)
     assert dropped.count == 0
-    assert pairs.q1 == all_pairs.q1[:n] and pairs.q2 == all_pairs.q2[:n]
-    assert pairs.labels.tolist() == all_pairs.labels[:n].tolist()
+    assert pairs.q1 == synthetic_pairs.q1[:n] and pairs.q2 == synthetic_pairs.q2[:n]
+    assert pairs.labels.tolist() == synthetic_pairs.labels[:n].tolist()
 
 
-def test_unusable_rows_are_counted_and_named(all_pairs, tmp_path):
-    rows = [[all_pairs.ids[i], 0, 0, all_pairs.q1[i], all_pairs.q2[i], int(all_pairs.labels[i])] for i in range(50)]
+def test_unusable_rows_are_counted_and_named(synthetic_pairs, tmp_path):
+    rows = [[synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])] for i in range(50)]
     rows[3][5] = "maybe"
     rows[7][3] = "   "
     rows[9] = rows[9][:4]
@@ -60,7 +98,7 @@ def test_unusable_rows_are_counted_and_named(all_pairs, tmp_path):
     pairs, dropped = read_pairs(tmp_path / "p.tsv")
     assert len(pairs) == 47 and dropped.count == 3
     assert dropped.reasons == {"label not 0 or 1": 1, "empty question": 1, "wrong number of fields": 1}
-    assert dropped.examples[0] == f"{all_pairs.ids[3]} (label not 0 or 1)"
+    assert dropped.examples[0] == f"{synthetic_pairs.ids[3]} (label not 0 or 1)"
     assert "dropped 3 unusable rows" in str(dropped)
 
 
@@ -78,8 +116,8 @@ def test_bad_files_raise_one_clear_error(tmp_path):
         read_pairs(tmp_path / "latin.tsv")
 
 
-def test_split_refuses_sizes_the_file_cannot_hold(all_pairs):
-    small = all_pairs.take(all_pairs.rows < 1_000)
+def test_split_refuses_sizes_the_file_cannot_hold(synthetic_pairs):
+    small = synthetic_pairs.take(synthetic_pairs.rows < 1_000)
     with pytest.raises(DupqError, match="needs 320480"):
         split_pairs(small)
     custom = split_pairs(small, SplitConfig(train_pool=800, test=100, dev=100, val_fraction=0.25))

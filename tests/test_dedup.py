@@ -57,7 +57,7 @@ def test_every_member_is_a_duplicate_of_its_representative_and_chains_break():
         assert all(s > 0.82 for s in c.scores[1:]) and c.scores[0] == 1.0
 
 
-def test_dedup_on_real_questions(small_splits, tiny_model):
+def test_dedup_on_questions_of_the_small_split(small_splits, tiny_model):
     texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:300] + small_splits.pool.q2[:300] if q.strip()))
     texts += texts[:5]  # exact repeats must land with their originals
     threshold = 0.9

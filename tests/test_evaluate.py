@@ -54,7 +54,7 @@ def brute_force_best(scores, labels, metric):
 
 @pytest.fixture(scope="module")
 def real_scores(tiny_model, small_splits):
-    """Scores of the tiny model on the 2,000 test pairs of the small real split."""
+    """Scores of the tiny model on the 2,000 test pairs of the small (synthetic) split: a trained model's scores, not generated ones."""
     return pair_scores(tiny_model, small_splits.test), small_splits.test.labels.astype(int)
 
 

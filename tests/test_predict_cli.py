@@ -24,8 +24,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def trained(data_path, tmp_path_factory):
-    return cli_model(data_path, tmp_path_factory)
+def trained(pairs_path, tmp_path_factory):
+    return cli_model(pairs_path, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def model(trained):
 
 @pytest.fixture(scope="module")
 def real_pairs(trained):
-    """50 real test-split pairs (rows 8,000+ of the slice), as (q1, q2) tuples."""
+    """50 test-split pairs (rows 8,000+ of the slice), as (q1, q2) tuples."""
     from dupq.data import read_pairs
 
     pairs, _ = read_pairs(trained[1])

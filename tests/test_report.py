@@ -73,8 +73,8 @@ def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path)
     assert round(float(np.sort(scores[is_fp])[::-1][len(fps) - 1]), 4) == round(fps[-1]["similarity"], 4)
 
 
-def test_report_command(data_path, tmp_path_factory, tmp_path):
-    folder, data = cli_model(data_path, tmp_path_factory)
+def test_report_command(pairs_path, tmp_path_factory, tmp_path):
+    folder, data = cli_model(pairs_path, tmp_path_factory)
     result = CliRunner().invoke(app, ["report", str(folder), "--data", str(data), "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert "wrote" in result.stdout

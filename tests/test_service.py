@@ -277,8 +277,10 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
 
     monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(dupq.vectors, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
-    new = [f"What is the tallest mountain in country number {i}?" for i in range(5)]
+    new = [f"What is the tallest mountain in {country}?" for country in ("Kenya", "Chile", "Japan", "Norway", "Mexico")]
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
+        vectors = c.app.state.collection.model.encode(new)
+        assert len({v.tobytes() for v in vectors}) == len(new)  # the model tells them apart, so a search finds each
         def add(i):
             return c.post("/questions", json={"text": new[i]}, headers={**AUTH, "Idempotency-Key": f"req-{i}"})
 

@@ -1,10 +1,11 @@
-"""The vocabulary against a naive re-implementation of Keras' TextVectorization, and the seed's ids."""
+"""The vocabulary against a naive re-implementation of Keras' TextVectorization, and the seed's ids on the real file."""
 
 from __future__ import annotations
 
 import re
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,28 @@ def test_words_match_keras_standardisation(text, lowercase):
     assert vocab.words(text) == naive_words(text, lowercase)
 
 
-def test_vocabulary_of_the_seed_recipe(small_splits, all_pairs):
+def naive_counts(questions: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for q in questions:
+        for w in naive_words(q):
+            counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+def test_vocabulary_order_matches_a_naive_count(small_splits):
+    """Keras' order: most frequent first, ties by the later word first (two stable sorts, written plainly)."""
+    questions = small_splits.train.q1 + small_splits.train.q2
+    counts = naive_counts(questions)
+    words = sorted(counts, reverse=True)
+    words.sort(key=counts.get, reverse=True)  # stable: equal counts keep the later word first
+    assert Vocabulary.build(questions).tokens == [PAD, UNK, *words]
+    assert len(set(counts.values())) < len(counts)  # there are ties to break
+    assert Vocabulary.build(questions, min_count=50).tokens == [PAD, UNK, *(w for w in words if counts[w] >= 50)]
+
+
+@pytest.mark.real_data
+def test_vocabulary_of_the_seed_recipe(all_pairs):
+    """The seed recipe's vocabulary on the real file: its size and the ids of the seed's worked example."""
     from dupq.data import split_pairs
 
     pool = split_pairs(all_pairs).pool

@@ -72,10 +72,10 @@ def test_resume_after_finished_epochs_equals_one_run(small_splits, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(data_path, tmp_path):
+def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_path):
     split = SplitConfig(train_pool=30_000, test=1_000, dev=1_000)
     args = [
-        sys.executable, "-m", "dupq.cli", "train", "--data", str(data_path), "--epochs", "3", "--dim", "16", "--lr-schedule", "cosine",
+        sys.executable, "-m", "dupq.cli", "train", "--data", str(pairs_path), "--epochs", "3", "--dim", "16", "--lr-schedule", "cosine",
         "--train-pool", str(split.train_pool), "--test-size", "1000", "--dev-size", "1000", "--no-progress", "--seed", "9",
     ]
     subprocess.run([*args, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
