@@ -65,6 +65,9 @@ CONFIGS: dict[str, list[str]] = {
     # Six epochs, as labelled-mlp-6 (the bundled model before distillation), two teacher weights.
     "distil-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5"],
     "distil15-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:15"],
+    # distil-6 with word embeddings that start from the teacher's vector of each word (PCA to 128).
+    "distil-words-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5",
+                       "--word-init", "teacher"],
 }
 
 

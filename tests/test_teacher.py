@@ -258,3 +258,44 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     assert cache.dim == 384 and torch.allclose(cache.vectors.float().norm(dim=1), torch.ones(len(cache)), atol=1e-2)
     again = subprocess.run(command, capture_output=True, text=True)  # a second run finds the work done
     assert again.returncode == 0 and TeacherCache.load(out).texts == cache.texts
+
+
+# Word embeddings that start from the teacher.
+
+
+def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts_scale():
+    from sklearn.decomposition import PCA
+
+    from dupq.teacher import word_vectors
+
+    words = [f"w{i}{c}" for i in range(40) for c in "ab"]
+    got = word_vectors(words, trigram_teacher, 5, rms=0.03)
+    expected = PCA(5, svd_solver="full").fit_transform(trigram_teacher(words).astype(np.float64))
+    expected *= 0.03 / np.sqrt(np.mean(expected**2))
+    signs = np.sign((got * expected).sum(axis=0))  # a principal direction is defined up to its sign
+    np.testing.assert_allclose(got, expected * signs, atol=1e-6)
+    assert np.sqrt(np.mean(got.astype(np.float64) ** 2)) == pytest.approx(0.03, rel=1e-5)
+    with pytest.raises(DupqError, match="cannot start embeddings 13 wide"):
+        word_vectors(words, trigram_teacher, WIDTH + 1, rms=0.03)
+
+
+def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
+    from dupq.model import Model
+    from dupq.teacher import word_vectors
+    from dupq.train import TrainConfig, train
+
+    monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
+    splits, split = synthetic_splits()
+    config = TrainConfig(recipe="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32)  # lr 0: the start is what is saved
+    kw = {"dim": 6, "oov_buckets": 3, "split": split, "log": lambda _: None, "progress": False}
+    plain = train(splits, tmp_path / "plain", config, **kw).encoder.embedding.weight.detach()
+    lines: list[str] = []
+    start = train(splits, tmp_path / "w", config, **{**kw, "word_init": "teacher", "log": lines.append}).encoder.embedding.weight.detach()
+    vocab = Vocabulary.load(tmp_path / "w" / "vocab.json")
+    words = vocab.tokens[2:]
+    rms = float(plain[2:].pow(2).mean().sqrt())
+    torch.testing.assert_close(start[2 : 2 + len(words)], torch.from_numpy(word_vectors(words, trigram_teacher, 6, rms)))
+    torch.testing.assert_close(start[:2], plain[:2])  # padding and the unknown word: as the random start
+    torch.testing.assert_close(start[2 + len(words) :], plain[2 + len(words) :])  # the unknown-word buckets too
+    assert any(f"{len(words):,} words start from trigrams" in line for line in lines)
+    assert Model.load(tmp_path / "w").metrics["training"]["options"]["word_init"] == "teacher"

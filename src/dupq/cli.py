@@ -118,6 +118,7 @@ def train(
     pooling: Annotated[Literal["mean", "max"], typer.Option(help="mean (the seed) or max over the LSTM's outputs.")] = "mean",
     head: Annotated[Literal["none", "cosine", "mlp"], typer.Option(help="Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).")] = "none",
     head_hidden: Annotated[int, typer.Option(min=1, help="Hidden width of the mlp head.")] = 256,
+    word_init: Annotated[str, typer.Option(help="Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) or a sentence-transformers folder; '': random (the seed).")] = "",
     train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool.")] = 300_000,
     test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs.")] = 10_240,
     dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs.")] = 10_240,
@@ -145,7 +146,7 @@ def train(
         hard_negatives=hard_negatives, lr_schedule=lr_schedule, ema=ema, bucket=bucket, seed=seed, threads=threads, device=device,
         teacher=str(teacher) if teacher else "", distil_questions=distil_questions,
     )
-    options = ModelOptions(dim, lowercase, oov_buckets, min_count, bidirectional, dropout, pooling, head, head_hidden)
+    options = ModelOptions(dim, lowercase, oov_buckets, min_count, bidirectional, dropout, pooling, head, head_hidden, word_init)
     check_output_folder(out, resume, overwrite)
     path = data or default_data_path()
     if not path.exists():

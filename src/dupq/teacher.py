@@ -221,6 +221,29 @@ def teach(
     return TeacherCache.load(out)
 
 
+def word_vectors(words: Sequence[str], encode: Callable[[list[str]], np.ndarray], dim: int, rms: float) -> np.ndarray:
+    """A starting point for the student's word embeddings: each word's teacher vector, reduced to ``dim``.
+
+    The teacher encodes every word alone, as a one-word sentence, so the vectors carry what the
+    teacher knows of the word (its synonyms lie close) rather than Quora's co-occurrences. PCA
+    (the centred vectors' top ``dim`` right singular vectors) keeps the directions along which
+    words differ most; the result is rescaled to root-mean-square ``rms`` per entry, the size of
+    the random start it replaces, so the training dynamics stay those of the seed. Returns
+    ``(len(words), dim)`` float32.
+    """
+    if not words:
+        return np.zeros((0, dim), dtype=np.float32)
+    vectors = np.concatenate([np.asarray(encode(list(words[i : i + 4096])), dtype=np.float64)
+                              for i in range(0, len(words), 4096)])  # (V, T)
+    if dim > min(vectors.shape):
+        raise DupqError(f"the teacher's word vectors have {vectors.shape[1]} dimensions for {len(words)} words; "
+                        f"they cannot start embeddings {dim} wide.")
+    centred = vectors - vectors.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)  # rows of vt: principal directions, (T, T)
+    reduced = centred @ vt[:dim].T  # (V, dim)
+    return (reduced * (rms / np.sqrt(np.mean(reduced**2)))).astype(np.float32)
+
+
 def training_texts(pool_texts: Sequence[str], held_out: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
     """The texts to teach: the pool's and ``extra``, each once, without any text of ``held_out`` (test, dev)."""
     banned = set(held_out)

@@ -119,6 +119,7 @@ class ModelOptions:
     pooling: str = "mean"  # "mean" (the seed) or "max"
     head: str = "none"  # "none", "cosine" (scaled cosine logit) or "mlp" (a network over [|u-v|, u*v, cos])
     head_hidden: int = 256  # the mlp head's hidden width
+    word_init: str = ""  # "": random word embeddings (the seed); "teacher": from the packaged teacher; or a sentence-transformers folder
 
 
 class Siamese(nn.Module):
@@ -341,6 +342,25 @@ def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions, t
     return Siamese(encoder, head, projection)
 
 
+def init_word_embeddings(encoder: Encoder, vocab: Vocabulary, teacher: str, log: Callable[[str], None]) -> None:
+    """Start the vocabulary's words (not padding, unknown ids or buckets) from the teacher's word vectors.
+
+    ``teacher`` is "teacher" (the packaged all-MiniLM-L6-v2) or a sentence-transformers folder;
+    see :func:`dupq.teacher.word_vectors`. The scale matches the random start it replaces.
+    """
+    from dupq.teacher import load_teacher, word_vectors
+
+    encode, name = load_teacher(None if teacher == "teacher" else teacher)
+    first = 2  # ids 0 (padding) and 1 (unknown) are not words
+    words = vocab.tokens[first:]
+    weight = encoder.embedding.weight  # (V + buckets, d)
+    start = time.perf_counter()
+    vectors = word_vectors(words, encode, weight.shape[1], float(weight[first:].detach().pow(2).mean().sqrt()))
+    with torch.no_grad():
+        weight[first : first + len(words)] = torch.from_numpy(vectors)
+    log(f"word embeddings of {len(words):,} words start from {name}'s vectors ({time.perf_counter() - start:.0f} s)")
+
+
 @dataclass
 class _RunState:
     """Where a run stands: built fresh, or read back from its checkpoint."""
@@ -374,7 +394,10 @@ def _begin(splits: Splits, out: Path, config: TrainConfig, options: ModelOptions
         vocab = build_vocabulary(splits, config, options, split)
         out.mkdir(parents=True, exist_ok=True)
         vocab.save(out / "vocab.json")
-        return _RunState(vocab, build_model(vocab, config, options, teacher_dim))
+        model = build_model(vocab, config, options, teacher_dim)
+        if options.word_init:
+            init_word_embeddings(model.encoder, vocab, options.word_init, log)
+        return _RunState(vocab, model)
     meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
     _check_resume(meta, config, options, split)
     vocab = Vocabulary.load(out / "vocab.json")
