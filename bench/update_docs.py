@@ -6,7 +6,9 @@ A block is marked by the HTML comment line ``<!-- regenerate -->`` right before 
 ``console`` block. Each ``$ command`` line in it is run (bash, in the repository root, with
 ``.venv/bin`` first on PATH) and the lines after it, up to the next ``$`` line, are replaced by
 what it printed (stdout, then stderr). A block marked ``<!-- regenerate: table FILE... -->`` is
-instead a Markdown table rendered by ``bench/results_table.py FILE...``. Commands that train or
+instead a Markdown table rendered by ``bench/results_table.py FILE...``, and one marked
+``<!-- regenerate: markdown COMMAND -->`` the Markdown lines (tables, ``|``) that COMMAND prints,
+from committed inputs (e.g. ``python bench/search_table.py docs/results/search_speed.json``). Commands that train or
 time things take minutes; ``--only TEXT`` regenerates only blocks whose commands contain TEXT.
 ``--check`` writes nothing and exits 1 when a block's output would change.
 
@@ -23,7 +25,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MARK = re.compile(r"^<!-- regenerate(?::\s*table\s+(?P<files>.+?))?\s*-->$")
+MARK = re.compile(r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)))?\s*-->$")
 
 
 def run(command: str) -> list[str]:
@@ -42,10 +44,10 @@ def regenerate(lines: list[str], only: str) -> list[str]:
         i += 1
         if not mark:
             continue
-        if mark.group("files"):  # a table: replace the Markdown table lines that follow
+        if mark.group("files") or mark.group("command"):  # a table: replace the Markdown table lines that follow
             while i < len(lines) and lines[i].startswith("|"):
                 i += 1
-            out.extend(run(f"python bench/results_table.py {mark.group('files')}"))
+            out.extend(run(mark.group("command") or f"python bench/results_table.py {mark.group('files')}"))
             continue
         if i >= len(lines) or not lines[i].startswith("```"):
             raise SystemExit(f"a <!-- regenerate --> mark must precede a fenced block (line {i})")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dupq.files import DupqError
-from dupq.vectors import IndexConfig, VectorIndex, search
+from dupq.vectors import IndexConfig, VectorIndex, rerank, search, training_size
 
 
 def brute_force(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[list[list[float]], list[list[int]]]:
@@ -90,5 +90,62 @@ def test_index_file_is_checked(tmp_path):
     (tmp_path / "junk.faiss").write_bytes(b"not an index")
     with pytest.raises(DupqError, match="cannot be read"):
         VectorIndex.load(tmp_path / "junk.faiss", 8, IndexConfig("flat"))
-    with pytest.raises(DupqError, match="flat or hnsw"):
+    with pytest.raises(DupqError, match="one of flat, hnsw, ivfpq"):
         IndexConfig("ivf")
+
+
+@settings(max_examples=60, deadline=None)
+@given(q=st.integers(1, 4), n=st.integers(1, 30), r=st.integers(1, 12), k=st.integers(1, 15), seed=st.integers(0, 2**16))
+def test_rerank_equals_a_loop_over_the_candidates(q, n, r, k, seed):
+    rng = np.random.default_rng(seed)
+    queries = rng.integers(-2, 3, (q, 3)).astype(np.float32)  # small integers: exact scores, frequent ties
+    stored = rng.integers(-2, 3, (n, 3)).astype(np.float32)
+    candidates = rng.integers(-1, n, (q, r))  # -1: a slot the index left empty; an id may repeat only as FAISS never does
+    candidates = np.array([[c if c < 0 or c not in row[:j] else -1 for j, c in enumerate(row)] for row in candidates])
+    fetched: list[np.ndarray] = []
+    scores, ids = rerank(queries, candidates, lambda wanted: fetched.append(wanted) or stored[wanted], k)
+    for row in range(q):
+        ranked = sorted((-float(queries[row] @ stored[c]), c) for c in candidates[row] if c >= 0)[:k]
+        assert ids[row][: len(ranked)].tolist() == [c for _, c in ranked]
+        assert scores[row][: len(ranked)].tolist() == [-s for s, _ in ranked]
+        assert (ids[row][len(ranked) :] == -1).all()
+    assert sum(len(f) for f in fetched) == len(np.unique(candidates[candidates >= 0]))  # each stored vector read once
+
+
+def clustered(n: int, d: int, seed: int) -> np.ndarray:
+    """Unit vectors around 50 centres: like sentence embeddings, unlike uniform noise, they have neighbours."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((50, d))
+    x = (centres[rng.integers(0, 50, n)] + 0.6 * rng.standard_normal((n, d))).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_ivfpq_reranked_is_exact_on_what_it_returns_and_recalls_the_exact_top_10(tmp_path):
+    config = IndexConfig("ivfpq", nlist=64, pq_m=8, nprobe=16, rerank=100)
+    corpus, queries = clustered(training_size(config) + 2000, 32, 5), clustered(200, 32, 6)
+    index = VectorIndex(32, config)
+    index.add(corpus[: training_size(config)])  # trains on the first vectors it is given
+    index.add(corpus[training_size(config) :])  # later adds are encoded with the trained quantizers
+    fetch = lambda ids: corpus[ids]  # noqa: E731 - the store: exact vectors by id
+    scores, ids = index.search(queries, 10, fetch)
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, corpus[ids]), atol=1e-6)  # exact, not the codes'
+    assert (np.diff(scores, axis=1) <= 1e-6).all()
+    _, want = search(queries, corpus, 10)
+    recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(ids.tolist(), want.tolist())])
+    # A bound, not equality: the short list comes from 8-byte codes; measured 0.981 here (0.611 without re-ranking).
+    assert recall >= 0.95
+    approximate, approx_ids = index.search(queries, 10)  # without the store: the codes' scores, further from exact
+    assert np.abs(approximate - np.einsum("qd,qkd->qk", queries, corpus[approx_ids])).max() > 1e-3
+    index.save(tmp_path / "i.faiss")
+    again = VectorIndex.load(tmp_path / "i.faiss", 32, config)
+    np.testing.assert_array_equal(again.search(queries, 10, fetch)[1], ids)
+    with pytest.raises(DupqError, match="keeps codes, not vectors"):
+        again.vector(0)
+
+
+def test_ivfpq_refuses_too_few_vectors_and_a_code_count_that_does_not_divide_the_width():
+    config = IndexConfig("ivfpq", nlist=16, pq_m=4)
+    with pytest.raises(DupqError, match="trains on at least 9,984 questions, got 500; use the flat index"):
+        VectorIndex(16, config).add(clustered(500, 16, 7))
+    with pytest.raises(DupqError, match="pq_m must divide the vectors' width 18"):
+        VectorIndex(18, config)

@@ -199,6 +199,26 @@ def _stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Itera
         yield block[max(lo - start, 0) : hi - start]
 
 
+def _vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
+    """The stored embeddings of the questions ``ids``, ``(len(ids), d)``, each read alone from its block's BLOB.
+
+    Incremental BLOB reads (``blobopen``) fetch the 4 * d bytes of one vector without loading its
+    block: this is how an ivfpq collection re-ranks its short list while memory holds codes only.
+    """
+    out = np.empty((len(ids), dim), dtype=np.float32)
+    for n, i in enumerate(ids.tolist()):
+        start = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (i,)).fetchone()
+        if start is None:
+            raise sqlite3.DatabaseError(f"no stored embedding for question {i}")
+        with db.blobopen("embeddings", "vectors", start[0], readonly=True) as blob:
+            blob.seek((i - start[0]) * dim * 4)
+            data = blob.read(dim * 4)
+        if len(data) != dim * 4:
+            raise sqlite3.DatabaseError(f"the embedding of question {i} is cut short")
+        out[n] = np.frombuffer(data, dtype=np.float32)
+    return out
+
+
 class Collection:
     """Stored questions, their embeddings and a FAISS index, and the model that encodes them.
 
@@ -238,7 +258,8 @@ class Collection:
         """Encode ``texts`` and store them as a new collection in ``folder`` (which must not hold one).
 
         ``ids`` are the caller's unique ids for the questions (stored, and shown as ``metadata["id"]``);
-        ``index`` is ``"flat"`` (exact) or ``"hnsw"`` (approximate), or an :class:`IndexConfig`.
+        ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
+        exactly; at least :func:`~dupq.vectors.training_size` questions), or an :class:`IndexConfig`.
         """
         folder = Path(folder)
         texts = check_questions(texts)
@@ -363,7 +384,7 @@ class Collection:
         n = len(index)
         if n != manifest.get("count") or n > count:  # not the file the manifest describes, or not this database's
             return VectorIndex(dim, config), 0
-        for i in {0, n - 1} if n else ():
+        for i in {0, n - 1} if n and index.exact else ():  # ivfpq keeps codes: the checksum alone vouches for it
             if not np.array_equal(index.vector(i), next(_stored_vectors(db, i, i + 1, dim))[0]):
                 return VectorIndex(dim, config), 0
         return index, n
@@ -391,7 +412,7 @@ class Collection:
         self._check_open()
         self._refresh()
         with self._index_lock.shared():
-            return self._index.search(np.asarray(vectors, dtype=np.float32), k)
+            return self._index.search(np.asarray(vectors, dtype=np.float32), k, self._fetch)
 
     def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed add included)."""
@@ -404,7 +425,7 @@ class Collection:
         vectors = self.model.encode(queries)  # (Q, d)
         self._refresh()
         with self._index_lock.shared():
-            scores, ids = self._index.search(vectors, k)  # (Q, k'), (Q, k')
+            scores, ids = self._index.search(vectors, k, self._fetch)  # (Q, k'), (Q, k')
         scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
         wanted = sorted({int(i) for i in ids.ravel() if i >= 0})
         rows = {}
@@ -434,14 +455,25 @@ class Collection:
             out.append(hits)
         return out
 
+    def _fetch(self, ids: np.ndarray) -> np.ndarray:
+        """Stored vectors of ``ids`` ``(len(ids), d)``, read from the database (an ivfpq index's re-ranking)."""
+        try:
+            with self._reader_lock:
+                return _vectors_by_id(self._reader, ids, self._dim)
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"cannot read {self.folder / DATABASE} ({e}).") from None
+
     def _judge(self, query: np.ndarray, ids: np.ndarray, cosines: np.ndarray) -> tuple[list[float | None], np.ndarray]:
         """Each hit's probability (None without a calibration) and the score its verdict compares."""
         model = self.model
         if model.calibration is None and model.head is None:
             return [None] * len(ids), cosines
-        if model.needs_vectors:  # a pair head reads both vectors: take the hits' from the index
-            with self._index_lock.shared():
-                stored = np.stack([self._index.vector(int(i)) for i in ids]) if len(ids) else np.zeros((0, len(query)), np.float32)
+        if model.needs_vectors:  # a pair head reads both vectors: take the hits' from the index (ivfpq: from the store)
+            if self._index.exact:
+                with self._index_lock.shared():
+                    stored = np.stack([self._index.vector(int(i)) for i in ids]) if len(ids) else np.zeros((0, len(query)), np.float32)
+            else:
+                stored = self._fetch(np.asarray(ids, dtype=np.int64))
             probabilities = model.probabilities_from_vectors(np.repeat(query[None], len(ids), 0), stored)
         else:  # the logit is a function of the cosine alone
             probabilities = model.probabilities_from_cosines(cosines)
