@@ -157,6 +157,9 @@ def load_teacher(name: str | None = None, device: str = "cpu", bf16: bool = True
         if not folder.is_dir():
             raise DupqError(f"the teacher {name} is not a folder; name a sentence-transformers model folder on disk (nothing is downloaded).")
     try:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # its bar for loading weights, printed even under --no-progress
         model = SentenceTransformer(str(folder), device=device)
     except Exception as e:  # noqa: BLE001 - a folder that is not a model fails in many library-specific ways
         raise DupqError(f"{folder} is not a sentence-transformers model folder ({type(e).__name__}: {e}).") from None
