@@ -1,11 +1,12 @@
-# Quick start:  make demo   (install; train the bundled model's configuration, evaluate it, write the report)
+# Quick start:  make demo   (install; train the bundled model's recipe without its teacher, evaluate it, write the report)
 #               make test   (install, then run the test suite)
+# make bundled: the bundled model itself (needs the .[distil] extra: teacher vectors first, then the same training with them)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test bench clean
+.PHONY: install demo bundled test bench figures clean
 
 install: $(STAMP)
 
@@ -17,10 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-# The configuration of the bundled model (docs/RESULTS.md); `dupq train` alone is the seed recipe.
+# The labelled recipe (docs/RESULTS.md); `dupq train` alone is the seed recipe. The bundled model adds DISTIL to it.
 # One thread: the bundled weights come from this exact command, bit for bit (more threads sum in another order).
 BEST := --recipe labelled --lowercase --oov-buckets 4096 --min-count 2 --dropout 0.2 --lr 0.005 --reduction mean \
 	--symmetric --mask-false-negatives --hard-negatives --head mlp --epochs 6 --lr-schedule cosine --threads 1
+
+DISTIL := --teacher runs/teacher --loss bce --loss ranking --loss triplet --loss distil:5 --word-init teacher
 
 demo: install
 	$(BIN)/dupq train $(BEST) --out runs/model --overwrite --no-progress
@@ -29,8 +32,21 @@ demo: install
 	$(BIN)/dupq predict "When will I see you?" "When can I see you again?" --model runs/model
 	@echo "report: runs/report/index.html"
 
+bundled: install
+	$(BIN)/python -m pip install --quiet -e ".[distil]"
+	$(BIN)/dupq distil teach --out runs/teacher --threads 2
+	$(BIN)/dupq train $(BEST) $(DISTIL) --out runs/bundled --overwrite --no-progress
+	$(BIN)/dupq export runs/bundled runs/bundled-half --half
+	$(BIN)/dupq calibrate runs/bundled-half
+	$(BIN)/dupq evaluate runs/bundled-half
+
 test: install
 	$(BIN)/python -m pytest -q
+
+# Every figure of README.md and docs/: tables from docs/results/, console blocks by running their commands
+# (training and timing blocks take an hour or more; `python bench/update_docs.py README.md --only TEXT` runs a few).
+figures: install
+	$(BIN)/python bench/update_docs.py README.md docs/RESULTS.md
 
 bench: install
 	$(BIN)/python bench/train_speed.py
