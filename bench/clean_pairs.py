@@ -52,7 +52,8 @@ from dupq.files import DupqError
 from dupq.model import Model
 from peers import BATCH, THREADS, cosines, limited, packaged_folder
 
-PAIRS = Path(__file__).resolve().with_name("clean_pairs.tsv")
+REPO = Path(__file__).resolve().parents[1]
+PAIRS = REPO / "bench" / "clean_pairs.tsv"
 COLUMNS = ("question1", "question2", "is_duplicate", "kind")
 KINDS = {"paraphrase": 1, "near_miss": 0}  # kind -> its only allowed label
 
@@ -134,7 +135,9 @@ def minilm_result(pairs: CleanPairs, data: Path | None, limit: int | None) -> di
     except SystemExit as e:  # peers.py's own "not installed" sentence
         raise DupqError(str(e.code)) from None
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()  # its weight-loading bar would land in the JSON's output
     model = SentenceTransformer(str(folder), device="cpu")
     dev = limited(split_pairs(read_pairs(data or default_data_path())[0]), limit).dev
 
@@ -174,7 +177,7 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps({
-        "file": str(args.pairs),
+        "file": str(args.pairs.resolve().relative_to(REPO) if args.pairs.resolve().is_relative_to(REPO) else args.pairs),
         "sha256": pairs.sha256,
         "rows": len(pairs.labels),
         "kinds": {k: pairs.kinds.count(k) for k in KINDS},
