@@ -47,8 +47,8 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.evaluate import threshold_record
 from dupq.files import DupqError
+from dupq.metrics import threshold_record
 from dupq.model import Model
 from peers import BATCH, THREADS, cosines, limited, packaged_folder
 

@@ -8,17 +8,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn import metrics as skm
 
-from dupq.evaluate import (
-    best_threshold,
-    binary_metrics,
-    calibrate,
-    evaluate,
-    pair_scores,
-    precision_recall_curve,
-    roc_curve,
-    threshold_free,
-)
+from dupq.evaluate import calibrate, evaluate, pair_scores
 from dupq.files import DupqError
+from dupq.metrics import best_threshold, binary_metrics, precision_recall_curve, roc_curve, threshold_free
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -195,8 +187,8 @@ def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, s
 def test_beta_calibration_matches_scikit_learn_logistic_regression_on_its_features():
     from sklearn.linear_model import LogisticRegression
 
-    from dupq.evaluate import expected_calibration_error, fit_calibration
-    from dupq.model import beta_features, calibrated
+    from dupq.calibration import beta_features, calibrated, fit_calibration
+    from dupq.metrics import expected_calibration_error
 
     rng = np.random.default_rng(4)
     logits = rng.normal(size=2000) * 3
@@ -220,7 +212,7 @@ def test_beta_calibration_matches_scikit_learn_logistic_regression_on_its_featur
 
 
 def test_expected_calibration_error_matches_a_loop_over_bins():
-    from dupq.evaluate import expected_calibration_error, reliability
+    from dupq.metrics import expected_calibration_error, reliability
 
     rng = np.random.default_rng(5)
     p = np.r_[rng.random(300), 1.0, 0.0]

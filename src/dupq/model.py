@@ -13,7 +13,7 @@ Judging a *pair* can use more than the cosine. A model trained on labelled pairs
 :class:`PairHead` that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small
 network over ``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a
 beta calibration ``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, fitted on the
-dev pairs (:func:`dupq.evaluate.fit_calibration`), so that :meth:`Model.probability` is a
+dev pairs (:func:`dupq.calibration.fit_calibration`), so that :meth:`Model.probability` is a
 probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
@@ -37,6 +37,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
+from dupq.calibration import calibrated
 from dupq.files import DupqError, atomic_write, check_path, read_json, write_json
 from dupq.schema import check_metrics, check_model_config
 from dupq.tokenizer import Encoded, Vocabulary, check_questions
@@ -129,21 +130,6 @@ class Encoder(nn.Module):
         else:
             pooled = (out * real[..., None]).sum(1) / lengths[:, None].to(out.dtype)  # (B, H)
         return F.normalize(pooled, dim=-1)
-
-
-def beta_features(logits: np.ndarray) -> np.ndarray:
-    """``[ln s, -ln(1 - s)]`` of ``s = sigmoid(logit)``, ``(N, 2)``, computed without overflow."""
-    z = np.asarray(logits, dtype=np.float64)
-    return np.column_stack([-np.logaddexp(0, -z), np.logaddexp(0, z)])
-
-
-def calibrated(calibration: dict[str, float] | None, logits: np.ndarray) -> np.ndarray:
-    """Probabilities from logits under ``calibration`` (None: the plain sigmoid)."""
-    z = np.asarray(logits, dtype=np.float64)
-    if calibration is None:
-        return 1 / (1 + np.exp(-z))
-    f = beta_features(z)
-    return 1 / (1 + np.exp(-(calibration["a"] * f[:, 0] + calibration["b"] * f[:, 1] + calibration["c"])))
 
 
 class Model:
