@@ -1,16 +1,20 @@
-"""Beta calibration: from a model's pair logits to probabilities one can read as such.
+"""Calibration on dev pairs: the probability map and the decision threshold a model keeps.
 
-``p = sigmoid(a ln s - b ln(1 - s) + c)`` with ``s = sigmoid(logit)`` (Kull, Silva Filho & Flach
-2017). :func:`fit_calibration` fits ``a, b, c`` on dev pairs' logits and labels;
-:func:`calibrated` applies them (the model does, for every probability it reports). Pure numpy:
-no model, no files; :func:`dupq.metrics.expected_calibration_error` checks the fit on test pairs.
+Beta calibration, ``p = sigmoid(a ln s - b ln(1 - s) + c)`` with ``s = sigmoid(logit)`` (Kull,
+Silva Filho & Flach 2017): :func:`fit_calibration` fits ``a, b, c`` on dev pairs' logits and
+labels; :func:`calibrated` applies them (the model does, for every probability it reports).
+:func:`threshold_record` chooses the threshold on dev scores with :func:`dupq.metrics.best_threshold`.
+Pure numpy: no model, no files; :func:`dupq.evaluate.calibrate` gives them a model's dev pairs,
+and :func:`dupq.metrics.expected_calibration_error` checks the fit on test pairs.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from dupq.metrics import check_scores
+from dupq.metrics import best_threshold, check_scores
 
 
 def beta_features(logits: np.ndarray) -> np.ndarray:
@@ -70,3 +74,17 @@ def fit_calibration(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
         w = np.zeros(3)
         w[keep], w[2] = max(one[0], 0.0), one[1]
     return {"method": "beta", "a": float(w[0]), "b": float(w[1]), "c": float(w[2])}
+
+
+def threshold_record(scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+    """The accuracy-maximising threshold on these (dev) scores, with the F1-maximising one beside it."""
+    by_accuracy = best_threshold(scores, labels, "accuracy")
+    by_f1 = best_threshold(scores, labels, "f1")
+    return {
+        "chosen_on": "dev pairs",
+        "metric": "accuracy",
+        "threshold": by_accuracy["threshold"],
+        "dev_accuracy": by_accuracy["value"],
+        "f1_threshold": by_f1["threshold"],
+        "dev_f1_at_f1_threshold": by_f1["value"],
+    }

@@ -1,26 +1,25 @@
-"""Judging a model on a split: its pair scores, every metric of them, the dev threshold, metrics.json.
+"""Judging a model on a split: its pair scores, every metric of them, the dev threshold, the summary.
 
 :func:`evaluate` asks a :class:`~dupq.model.Model` for the scores of a split's pairs and reports
-the metrics of :mod:`dupq.metrics` at the model's threshold. :func:`calibrate` chooses that
-threshold (and fits :mod:`dupq.calibration`'s probability map) on the **dev** pairs, and
-:func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
+the metrics of :mod:`dupq.metrics` at the model's threshold. :func:`calibrate` has the model's
+threshold chosen (and :mod:`dupq.calibration`'s probability map fitted) on the **dev** pairs,
+and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
 flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does that; this
-module does not). :func:`held_out` rebuilds the split the model was trained with, and
-:func:`save_calibrated` writes the model folder (config.json, metrics.json) again.
+module does not). :func:`calibrate_and_test` keeps both records in ``model.metrics``; the split
+comes from :func:`dupq.data.held_out` and :meth:`Model.save_again <dupq.model.Model.save_again>` writes the folder.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dupq.calibration import calibrated, fit_calibration
-from dupq.data import Pairs, SplitConfig, Splits, read_pairs, split_pairs
-from dupq.files import DupqError, read_json
-from dupq.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free, threshold_record
+from dupq.calibration import calibrated, fit_calibration, threshold_record
+from dupq.data import Pairs
+from dupq.files import DupqError
+from dupq.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free
 from dupq.model import SEED_THRESHOLD, Model
 
 PRIMARY = "accuracy"  # the seeds' headline figure
@@ -147,29 +146,6 @@ def calibrate_and_test(model: Model, dev: Pairs, test: Pairs) -> dict[str, Any]:
     test_metrics["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
     model.metrics = {**model.metrics, "calibration": calibration, "test": test_metrics}
     return {"calibration": calibration, "test": test_metrics}
-
-
-def model_split(model: Model) -> SplitConfig:
-    """The split the model was trained with (recorded by ``dupq train``), else the seed split."""
-    recorded = model.metrics.get("training", {}).get("split")
-    if not isinstance(recorded, dict):
-        return SplitConfig()
-    try:
-        return SplitConfig(**recorded)
-    except TypeError:
-        raise DupqError(f"the model's metrics record an unknown split {recorded}.") from None
-
-
-def held_out(model: Model, data: str | Path) -> Splits:
-    """Read ``data`` and cut it as the model was trained: its test and dev pairs are unseen."""
-    pairs, _ = read_pairs(data)
-    return split_pairs(pairs, model_split(model))
-
-
-def save_calibrated(model: Model, folder: str | Path) -> None:
-    """Write the model folder again, keeping the weights' stored precision (float16 or float32)."""
-    config = read_json(Path(folder) / "config.json", f"the model config of {folder}")
-    model.save(folder, half=config.get("weights_dtype") == "float16")
 
 
 def summary_line(result: dict[str, Any]) -> str:

@@ -8,9 +8,9 @@ and the confusion matrix with rows = true label 0/1 and columns = predicted 0/1:
      [FN, TP]]          the seed's model: [[4872, 1510], [1309, 2549]], accuracy 0.7247
 
 Every function takes ``scores`` (N,) floats and ``labels`` (N,) 0/1 and knows nothing of a
-model: :mod:`dupq.evaluate` asks a model for the scores and :mod:`dupq.calibration` maps its
-logits to probabilities. :func:`best_threshold` chooses a threshold on whatever pairs it is
-given; :func:`dupq.evaluate.calibrate` gives it the dev pairs, never the reported ones.
+model and no file: :mod:`dupq.evaluate` asks a model for the scores and :mod:`dupq.calibration`
+maps its logits to probabilities. :func:`best_threshold` chooses a threshold on whatever pairs it
+is given; :func:`dupq.calibration.threshold_record` gives it the dev pairs, never the reported ones.
 
 ROC-AUC and average precision follow scikit-learn's definitions exactly, tied scores included:
 the curves have one point per *distinct* score, so pairs with equal scores move together.
@@ -165,20 +165,6 @@ def best_threshold(scores: np.ndarray, labels: np.ndarray, metric: str = "accura
         values = np.divide(2 * tps, denominator, out=np.zeros(len(tps)), where=denominator > 0)
     best = int(np.argmax(values))
     return {"metric": metric, "threshold": float(thresholds[best]), "value": float(values[best])}
-
-
-def threshold_record(scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """The accuracy-maximising threshold on these (dev) scores, with the F1-maximising one beside it."""
-    by_accuracy = best_threshold(scores, labels, "accuracy")
-    by_f1 = best_threshold(scores, labels, "f1")
-    return {
-        "chosen_on": "dev pairs",
-        "metric": "accuracy",
-        "threshold": by_accuracy["threshold"],
-        "dev_accuracy": by_accuracy["value"],
-        "f1_threshold": by_f1["threshold"],
-        "dev_f1_at_f1_threshold": by_f1["value"],
-    }
 
 
 def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray, bins: int = 10) -> float:
