@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo bundled test bench figures clean
+.PHONY: install demo bundled test bench figures measurements clean
 
 install: $(STAMP)
 
@@ -43,10 +43,15 @@ bundled: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Every figure of README.md and docs/: tables from docs/results/, console blocks by running their commands
-# (training and timing blocks take an hour or more; `python bench/update_docs.py README.md --only TEXT` runs a few).
+# Every figure of README.md and docs/: tables and the training/timing blocks from their inputs in docs/results/,
+# the quick console blocks (the bundled model's answers) by running their commands. A minute or two.
 figures: install
 	$(BIN)/python bench/update_docs.py README.md docs/RESULTS.md
+
+# Run the training and timing commands of the `saved` blocks again (hours; needs the Quora file), rewrite their
+# docs/results/*.json, then the figures; `python bench/update_docs.py README.md --measure --only TEXT` reruns one.
+measurements: install
+	$(BIN)/python bench/update_docs.py README.md docs/RESULTS.md --measure
 
 bench: install
 	$(BIN)/python bench/train_speed.py

@@ -17,9 +17,11 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
+from dupq.calibration import calibrated, fit_calibration
 from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.evaluate import expected_calibration_error, fit_calibration, pair_scores
-from dupq.model import Model, calibrated
+from dupq.evaluate import pair_scores
+from dupq.metrics import expected_calibration_error
+from dupq.model import Model
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:

@@ -46,8 +46,8 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from dupq.calibration import threshold_record
 from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.evaluate import threshold_record
 from dupq.files import DupqError
 from dupq.model import Model
 from peers import BATCH, THREADS, cosines, limited, packaged_folder

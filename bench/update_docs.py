@@ -1,6 +1,6 @@
 """Regenerate the figures of the docs: run each marked console block's commands and write their output.
 
-    python bench/update_docs.py README.md docs/RESULTS.md [--check]
+    python bench/update_docs.py README.md docs/RESULTS.md [--check] [--measure]
 
 A block is marked by the HTML comment line ``<!-- regenerate -->`` right before a fenced
 ``console`` block. Each ``$ command`` line in it is run (bash, in the repository root, with
@@ -8,8 +8,14 @@ A block is marked by the HTML comment line ``<!-- regenerate -->`` right before 
 what it printed (stdout, then stderr). A block marked ``<!-- regenerate: table FILE... -->`` is
 instead a Markdown table rendered by ``bench/results_table.py FILE...``, and one marked
 ``<!-- regenerate: markdown COMMAND -->`` the Markdown lines (tables, ``|``) that COMMAND prints,
-from committed inputs (e.g. ``python bench/search_table.py docs/results/search_speed.json``). Commands that train or
-time things take minutes; ``--only TEXT`` regenerates only blocks whose commands contain TEXT.
+from committed inputs (e.g. ``python bench/search_table.py docs/results/search_speed.json``).
+
+A console block whose commands train or time things (minutes to hours, and never the same twice)
+is marked ``<!-- regenerate: saved FILE -->``: FILE (in docs/results/) keeps what its commands
+printed, ``[{"command": ..., "output": [line, ...]}, ...]``, and the block is written from FILE
+like a table, exactly. ``--measure`` runs such a block's commands (the measurement named in the
+block) and rewrites FILE first. ``--only TEXT`` runs only the console blocks (live, or saved
+under ``--measure``) whose commands contain TEXT; tables and saved blocks are always rendered.
 ``--check`` writes nothing and exits 1 when a block's output would change.
 
 So a figure in the docs is never typed: it is what the command beside it printed on this machine.
@@ -18,6 +24,7 @@ So a figure in the docs is never typed: it is what the command beside it printed
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -25,7 +32,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MARK = re.compile(r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)))?\s*-->$")
+MARK = re.compile(r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)|saved\s+(?P<saved>\S+)))?\s*-->$")
 
 
 def run(command: str) -> list[str]:
@@ -34,7 +41,21 @@ def run(command: str) -> list[str]:
     return (done.stdout + done.stderr).rstrip("\n").splitlines()
 
 
-def regenerate(lines: list[str], only: str) -> list[str]:
+def measured(commands: list[str], saved: str, measure: bool, only: str) -> list[str]:
+    """The lines of a saved block: ``$ command`` and its output, from ``saved`` (run again first under ``measure``)."""
+    path = REPO / saved
+    if measure and (not only or any(only in c for c in commands)):
+        runs = []
+        for command in commands:
+            print(f"measuring: {command}", file=sys.stderr)
+            runs.append({"command": command, "output": run(command)})
+        path.write_text(json.dumps(runs, indent=1) + "\n")
+    if not path.is_file():
+        raise SystemExit(f"{saved} does not exist; run `python bench/update_docs.py FILE --measure --only TEXT` to measure it")
+    return [line for entry in json.loads(path.read_text()) for line in (f"$ {entry['command']}", *entry["output"])]
+
+
+def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -58,6 +79,9 @@ def regenerate(lines: list[str], only: str) -> list[str]:
             block.append(lines[i])
             i += 1
         commands = [b for b in block if b.startswith("$ ")]
+        if mark.group("saved"):
+            out.extend(measured([c[2:] for c in commands], mark.group("saved"), measure, only))
+            continue
         if only and not any(only in c for c in commands):
             out.extend(block)
             continue
@@ -73,11 +97,14 @@ def main() -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--only", default="", help="only blocks whose commands contain this text")
     parser.add_argument("--check", action="store_true", help="exit 1 if a file would change; write nothing")
+    parser.add_argument("--measure", action="store_true", help="run the commands of saved blocks and rewrite their files")
     args = parser.parse_args()
+    if args.check and args.measure:
+        parser.error("--measure rewrites the saved results; it cannot be a --check")
     changed = False
     for path in args.files:
         before = path.read_text().splitlines()
-        after = regenerate(before, args.only)
+        after = regenerate(before, args.only, args.measure)
         if after != before:
             changed = True
             if not args.check:

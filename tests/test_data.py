@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from dupq.data import SplitConfig, read_pairs, split_pairs
+from dupq.data import SplitConfig, held_out, read_pairs, split_pairs
 from dupq.files import DupqError
 from synthetic import EMPTY_ROWS, NA_ROW, make_rows
 
@@ -182,3 +182,19 @@ def test_questions_files_account_for_every_line(tmp_path):
     assert qs.texts == ["How are you?", "What is up?"]
     assert qs.dropped.reasons == {"blank line": 2, "no words": 2} and qs.dropped.lines == 4
     assert qs.dropped.examples == ["line 2 (blank line)", "line 3 (no words)", "line 4 (blank line)", "line 6 (no words)"]
+
+
+def test_held_out_cuts_the_file_as_the_model_recorded(pairs_path, synthetic_pairs):
+    """A model's metrics.json records its split; held_out reads the file and cuts it the same way."""
+    from dataclasses import asdict
+
+    from conftest import SMALL_SPLIT
+
+    got = held_out({"training": {"split": asdict(SMALL_SPLIT)}}, pairs_path)
+    want = split_pairs(synthetic_pairs, SMALL_SPLIT)
+    for part in ("train", "val", "test", "dev", "pool"):
+        assert getattr(got, part).rows.tolist() == getattr(want, part).rows.tolist(), part
+    with pytest.raises(DupqError, match=f"train pool {SplitConfig().train_pool} "):  # no record: the seed split, too big here
+        held_out({}, pairs_path)
+    with pytest.raises(DupqError, match="unknown split"):
+        held_out({"training": {"split": {"shards": 3}}}, pairs_path)

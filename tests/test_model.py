@@ -62,6 +62,22 @@ def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
     assert not np.array_equal(half.encode(questions), tiny_model.encode(questions))  # the rounding is real
 
 
+
+def test_save_again_keeps_the_stored_precision(tiny_model_dir, tmp_path, small_splits):
+    questions = small_splits.dev.q1[:20]
+    for half in (True, False):
+        folder = tmp_path / f"half-{half}"
+        Model.load(tiny_model_dir).save(folder, half=half)
+        model = Model.load(folder)
+        before = (folder / "model.safetensors").read_bytes()
+        model.threshold = 0.123
+        model.save_again(folder)
+        again = Model.load(folder)
+        assert again.threshold == 0.123
+        assert json.loads((folder / "config.json").read_text())["weights_dtype"] == ("float16" if half else "float32")
+        assert (folder / "model.safetensors").read_bytes() == before  # the weights are not rounded again
+        np.testing.assert_array_equal(again.encode(questions), model.encode(questions))
+
 def test_similarity_and_verdict(tiny_model):
     s = tiny_model.similarity("When will I see you?", "When will I see you?")
     assert s == pytest.approx(1.0, abs=1e-5)

@@ -74,7 +74,7 @@ def test_api_and_predict_give_the_library_probability(head_model_dir, head_model
 
 
 def test_report_has_a_reliability_diagram(head_model, small_splits, tmp_path):
-    from dupq.evaluate import expected_calibration_error
+    from dupq.metrics import expected_calibration_error
     from dupq.report import write_report
 
     metrics = write_report(head_model, small_splits.test, tmp_path / "report")

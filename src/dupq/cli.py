@@ -196,7 +196,7 @@ def info(
     m = Model.load(model)
     typer.echo(json.dumps({
         "folder": str(model) if model else "bundled",
-        "encoder": m.config.__dict__,
+        "encoder": {"type": m.encoder.type, **m.config.__dict__},
         "vocab_size": len(m.vocab),
         "lowercase": m.vocab.lowercase,
         "threshold": m.threshold,
@@ -264,13 +264,14 @@ def evaluate(
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
-    from dupq.evaluate import evaluate as run_evaluation, held_out
+    from dupq.data import held_out
+    from dupq.evaluate import evaluate as run_evaluation
     from dupq.model import Model
 
     _threads(threads)
     threshold = _threshold(threshold)
     m = Model.load(model)
-    test = held_out(m, _data(data)).test
+    test = held_out(m.metrics, _data(data)).test
     result = run_evaluation(m, test, threshold)
     result["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
     if json_out:
@@ -299,14 +300,15 @@ def calibrate(
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
-    from dupq.evaluate import calibrate_and_test, held_out, save_calibrated, summary_line
+    from dupq.data import held_out
+    from dupq.evaluate import calibrate_and_test, summary_line
     from dupq.model import Model
 
     _threads(threads)
     m = Model.load(model)
-    splits = held_out(m, _data(data))
+    splits = held_out(m.metrics, _data(data))
     typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
-    save_calibrated(m, model)
+    m.save_again(model)
     typer.echo(f"saved the threshold in {model / 'config.json'}")
 
 
@@ -377,14 +379,14 @@ def report(
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""
-    from dupq.evaluate import held_out
+    from dupq.data import held_out
     from dupq.model import Model
     from dupq.report import write_report
 
     _threads(threads)
     threshold = _threshold(threshold)
     m = Model.load(model)
-    result = write_report(m, held_out(m, _data(data)).test, out, threshold, title=str(model or "bundled model"))
+    result = write_report(m, held_out(m.metrics, _data(data)).test, out, threshold, title=str(model or "bundled model"))
     typer.echo(f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}")
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -284,6 +285,24 @@ def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:
         dev=dev,
         pool=pool,
     )
+
+
+def recorded_split(metrics: dict[str, Any]) -> SplitConfig:
+    """The split a model was trained with, as ``dupq train`` records it in its metrics.json
+    (``training.split``), else the seed split."""
+    recorded = metrics.get("training", {}).get("split")
+    if not isinstance(recorded, dict):
+        return SplitConfig()
+    try:
+        return SplitConfig(**recorded)
+    except TypeError:
+        raise DupqError(f"the model's metrics record an unknown split {recorded}.") from None
+
+
+def held_out(metrics: dict[str, Any], data: str | os.PathLike) -> Splits:
+    """Read ``data`` and cut it as the model with these ``metrics`` was trained: its test and dev pairs are unseen."""
+    pairs, _ = read_pairs(data)
+    return split_pairs(pairs, recorded_split(metrics))
 
 
 def labelled_split(pool: Pairs, val_rows: int) -> tuple[Pairs, Pairs]:

@@ -1,19 +1,15 @@
-"""The Siamese encoder and the user-facing :class:`Model` (vocabulary + encoder + threshold).
+"""The user-facing :class:`Model`: vocabulary + question encoder + pair head + threshold.
 
-One encoder with shared weights reads both questions of a pair (seed 000, 002):
-
-    ids (B, L) -> Embedding(V, d) -> LSTM(d) -> mean over the real tokens -> L2 normalise -> (B, d)
-
-Unlike the seed's ``GlobalAveragePooling1D``, the mean skips padding, so a question's vector
-does not depend on how long the other questions of its batch are (``pooling="max"`` takes the
-largest value of each feature over the real tokens instead). Two questions are compared by the
-dot product of their vectors, which is their cosine similarity: search uses nothing else.
+One encoder with shared weights reads both questions of a pair (seed 000, 002); which encoder
+(the seed's LSTM, a GRU, ...) is a registered part named in ``config.json``, see
+:mod:`dupq.encoders`. Two questions are compared by the dot product of their unit vectors, which
+is their cosine similarity: search uses nothing else.
 
 Judging a *pair* can use more than the cosine. A model trained on labelled pairs carries a
 :class:`PairHead` that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small
 network over ``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a
 beta calibration ``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, fitted on the
-dev pairs (:func:`dupq.evaluate.fit_calibration`), so that :meth:`Model.probability` is a
+dev pairs (:func:`dupq.calibration.fit_calibration`), so that :meth:`Model.probability` is a
 probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
@@ -32,11 +28,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
+from dupq.calibration import calibrated
+from dupq.encoders import ENCODERS, Encoder, EncoderConfig
 from dupq.files import DupqError, atomic_write, check_path, read_json, write_json
 from dupq.schema import check_metrics, check_model_config
 from dupq.tokenizer import Encoded, Vocabulary, check_questions
@@ -46,26 +43,6 @@ SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is c
 BUNDLED = Path(__file__).parent / "bundled" / "model"
 
 
-@dataclass
-class EncoderConfig:
-    """Architecture of the shared question encoder."""
-
-    vocab_size: int  # rows of the embedding table: the vocabulary's size
-    dim: int = 128  # embedding and LSTM width (the seed's d_feature); cost grows with dim^2
-    bidirectional: bool = False  # also read right to left; output is 2*dim wide, slower by ~2x
-    dropout: float = 0.0  # dropout on word embeddings while training; regularises, slows convergence
-    pooling: str = "mean"  # "mean" over the real tokens (the seed) or "max" (InferSent's choice)
-
-    def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim * (2 if self.bidirectional else 1)
-
-
-POOLINGS = ("mean", "max")
 HEADS = ("cosine", "mlp")
 
 
@@ -99,51 +76,6 @@ class PairHead(nn.Module):
             return self.scale * (cos - self.bias)
         features = torch.cat([(u - v).abs(), u * v, cos[:, None]], dim=-1)  # (N, 2d + 1)
         return self.mlp(features).squeeze(-1) + self.scale * (cos - self.bias)  # (N,): the mlp refines the cosine logit
-
-
-class Encoder(nn.Module):
-    """``Embedding -> LSTM -> masked mean -> L2 normalise``: ids ``(B, L)`` to unit vectors ``(B, d)``."""
-
-    def __init__(self, config: EncoderConfig):
-        super().__init__()
-        self.config = config
-        self.embedding = nn.Embedding(config.vocab_size, config.dim, padding_idx=0)
-        nn.init.uniform_(self.embedding.weight, -0.05, 0.05)  # Keras' Embedding initialiser, as in the seed
-        with torch.no_grad():
-            self.embedding.weight[0].zero_()
-        self.dropout = nn.Dropout(config.dropout)
-        self.lstm = nn.LSTM(config.dim, config.dim, batch_first=True, bidirectional=config.bidirectional)
-
-    def forward(self, ids: Tensor, lengths: Tensor) -> Tensor:
-        x = self.dropout(self.embedding(ids))  # (B, L, d)
-        if self.config.bidirectional:
-            # The backward direction must start at each question's last real token, not in its padding.
-            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, _ = self.lstm(packed)
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
-        else:
-            out, _ = self.lstm(x)  # (B, L, H): padding sits after the real tokens and cannot affect them
-        real = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]  # (B, L)
-        if self.config.pooling == "max":
-            pooled = out.masked_fill(~real[..., None], float("-inf")).max(dim=1).values  # (B, H)
-        else:
-            pooled = (out * real[..., None]).sum(1) / lengths[:, None].to(out.dtype)  # (B, H)
-        return F.normalize(pooled, dim=-1)
-
-
-def beta_features(logits: np.ndarray) -> np.ndarray:
-    """``[ln s, -ln(1 - s)]`` of ``s = sigmoid(logit)``, ``(N, 2)``, computed without overflow."""
-    z = np.asarray(logits, dtype=np.float64)
-    return np.column_stack([-np.logaddexp(0, -z), np.logaddexp(0, z)])
-
-
-def calibrated(calibration: dict[str, float] | None, logits: np.ndarray) -> np.ndarray:
-    """Probabilities from logits under ``calibration`` (None: the plain sigmoid)."""
-    z = np.asarray(logits, dtype=np.float64)
-    if calibration is None:
-        return 1 / (1 + np.exp(-z))
-    f = beta_features(z)
-    return 1 / (1 + np.exp(-(calibration["a"] * f[:, 0] + calibration["b"] * f[:, 1] + calibration["c"])))
 
 
 class Model:
@@ -181,9 +113,10 @@ class Model:
         self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
 
     @classmethod
-    def create(cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0) -> Model:
+    def create(cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0, encoder: str = "lstm") -> Model:
+        """An untrained model with a fresh encoder of the registered type ``encoder`` (see :data:`dupq.encoders.ENCODERS`)."""
         config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
-        return cls(vocab, Encoder(config))
+        return cls(vocab, ENCODERS[encoder](config))
 
     @property
     def config(self) -> EncoderConfig:
@@ -296,7 +229,7 @@ class Model:
             folder / "config.json",
             {
                 "format": FORMAT,
-                "encoder": asdict(self.config),
+                "encoder": {"type": self.encoder.type, **asdict(self.config)},
                 "head": asdict(self.head.config) if self.head is not None else None,
                 "calibration": self.calibration,
                 "threshold": self.threshold,
@@ -305,6 +238,12 @@ class Model:
                 "weights_dtype": str(dtype).removeprefix("torch."),
             },
         )
+
+    def save_again(self, folder: str | os.PathLike) -> None:
+        """Write the folder the model was loaded from again (a new threshold, say), keeping the
+        weights' stored precision (float16 or float32)."""
+        config = read_json(Path(folder) / "config.json", f"the model config of {folder}")
+        self.save(folder, half=config.get("weights_dtype") == "float16")
 
     @classmethod
     def load(cls, folder: str | os.PathLike | None = None) -> Model:
@@ -324,6 +263,9 @@ class Model:
             raise DupqError(f"{folder / 'config.json'} is not a dupq model config (format {FORMAT!r} expected).")
         check_model_config(config, folder / "config.json")
         try:
+            kind = config["encoder"].get("type", "lstm")  # folders saved before the registry hold the LSTM
+            if kind not in ENCODERS:
+                raise ValueError(f"unknown encoder type {kind!r}; this dupq knows {', '.join(map(repr, ENCODERS))}")
             known = {f.name for f in fields(EncoderConfig)}
             encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
             threshold = float(config.get("threshold", SEED_THRESHOLD))
@@ -353,7 +295,7 @@ class Model:
         bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
         if bad:
             raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
-        encoder = Encoder(encoder_config)
+        encoder = ENCODERS[kind](encoder_config)
         head = PairHead(head_config) if head_config is not None else None
         try:
             encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})

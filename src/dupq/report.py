@@ -27,17 +27,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from dupq.data import Pairs
-from dupq.evaluate import (
-    evaluate_scores,
-    expected_calibration_error,
-    pair_scores,
-    precision_recall_curve,
-    probabilities_from_logits,
-    reliability,
-    roc_curve,
-    scores_from_logits,
-)
+from dupq.evaluate import evaluate_scores, pair_scores, probabilities_from_logits, scores_from_logits
 from dupq.files import DupqError, atomic_write
+from dupq.metrics import expected_calibration_error, precision_recall_curve, reliability, roc_curve
 from dupq.model import SEED_THRESHOLD, Model
 
 DUP, NON = "#d62728", "#1f77b4"  # duplicate red, non-duplicate blue, in every picture

@@ -38,7 +38,7 @@ from torch import nn
 
 from dupq.batches import SOURCES, Batch, PairBatches, duplicate_groups, length_batches
 from dupq.data import Pairs, Splits, labelled_split
-from dupq.evaluate import best_threshold, threshold_free
+from dupq.metrics import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write, remove_stale
 from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
 from dupq.objectives import Objective

@@ -1,0 +1,94 @@
+"""The encoder registry: a GRU trains, saves, loads and searches; folders without an encoder type are the LSTM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from dupq.batches import PairBatches
+from dupq.collection import Collection
+from dupq.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool
+from dupq.files import DupqError
+from dupq.losses import triplet_loss
+from dupq.model import Model
+from dupq.tokenizer import Vocabulary
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_pool_matches_a_loop_over_each_questions_real_tokens():
+    torch.manual_seed(0)
+    states, lengths = torch.randn(4, 6, 3), torch.tensor([6, 1, 3, 4])
+    for how, reduce in (("mean", lambda s: s.mean(0)), ("max", lambda s: s.max(0).values)):
+        expected = torch.stack([reduce(states[i, : int(n)]) for i, n in enumerate(lengths)])
+        torch.testing.assert_close(pool(states, lengths, how), expected)
+
+
+def test_gru_encoder_is_embedding_gru_mean_normalise():
+    torch.manual_seed(0)
+    encoder = GRUEncoder(EncoderConfig(vocab_size=20, dim=8)).eval()
+    ids, lengths = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]]), torch.tensor([3, 2])
+    rows = []
+    for row, n in zip(ids, lengths):  # one question at a time, without padding
+        out, _ = encoder.gru(encoder.embedding(row[None, : int(n)]))  # (1, n, 8)
+        rows.append(torch.nn.functional.normalize(out[0].mean(0), dim=-1))
+    torch.testing.assert_close(encoder(ids, lengths), torch.stack(rows))
+    assert ENCODERS == {"lstm": Encoder, "gru": GRUEncoder}
+
+
+def _mean_triplet_loss(encoder, batches):
+    return float(np.mean([triplet_loss(*encoder(b.ids, b.lengths).split(b.size), reduction="mean").item() for b in batches]))
+
+
+def test_a_gru_model_trains_saves_loads_and_searches(small_splits, tmp_path):
+    duplicates = small_splits.train.take(small_splits.train.labels == 1)
+    vocab = Vocabulary.build(duplicates.q1 + duplicates.q2)
+    torch.manual_seed(0)
+    model = Model.create(vocab, dim=16, encoder="gru")
+    encoder = model.encoder.train()
+    source, rng = PairBatches(vocab, duplicates, batch_size=64), np.random.default_rng(0)
+    held = [source.batch(np.arange(i, i + 64), rng) for i in range(0, 640, 64)]  # pairs not trained on below
+    before = _mean_triplet_loss(encoder.eval(), held)
+    optimizer = torch.optim.Adam(encoder.parameters(), lr=0.01)
+    for step in range(60):
+        batch = source.batch(rng.choice(np.arange(640, len(duplicates)), 64, replace=False), rng)
+        loss = triplet_loss(*encoder.train()(batch.ids, batch.lengths).split(batch.size), reduction="mean")
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    after = _mean_triplet_loss(encoder.eval(), held)
+    assert after < before - 0.02, (before, after)
+
+    model.save(tmp_path / "gru")
+    config = json.loads((tmp_path / "gru" / "config.json").read_text())
+    assert config["encoder"]["type"] == "gru"
+    loaded = Model.load(tmp_path / "gru")
+    assert isinstance(loaded.encoder, GRUEncoder) and loaded.fingerprint() == model.fingerprint()
+    texts = list(dict.fromkeys(duplicates.q2[:300]))
+    np.testing.assert_array_equal(loaded.encode(texts), model.encode(texts))
+
+    Collection.build(tmp_path / "faq", texts, loaded).close()
+    with Collection.open(tmp_path / "faq") as collection:  # no model given: the recorded GRU folder is loaded
+        assert isinstance(collection.model.encoder, GRUEncoder)
+        hits = collection.search(texts[:20], k=3)
+    brute = np.argsort(-(model.encode(texts[:20]) @ model.encode(texts).T), axis=1)[:, :3]  # (20, 3)
+    assert [[h.text for h in row] for row in hits] == [[texts[i] for i in row] for row in brute]
+
+
+def test_a_folder_without_an_encoder_type_loads_as_the_lstm(tiny_model_dir, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(tiny_model_dir, old)
+    config = json.loads((old / "config.json").read_text())
+    config["encoder"].pop("type", None)
+    (old / "config.json").write_text(json.dumps(config))
+    model, reference = Model.load(old), Model.load(tiny_model_dir)
+    assert type(model.encoder) is Encoder and model.fingerprint() == reference.fingerprint()
+
+    config["encoder"]["type"] = "transformer"
+    (old / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DupqError, match="unknown encoder type 'transformer'"):
+        Model.load(old)
