@@ -97,22 +97,24 @@ def _train_worker(rank: int, world: int, port: int, splits, out: str, config: Tr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", list(RECIPES))
-def test_two_processes_reach_the_weights_of_one(splits, tmp_path, recipe, one_torch_thread):
-    config, kw = RECIPES[recipe]
-    config = TrainConfig(**{**config.__dict__, "epochs": 1})  # 39 / 40 steps of 64 pairs
+def test_two_processes_reach_the_weights_of_one(splits, tmp_path, one_torch_thread):
+    config, kw = RECIPES["labelled"]
+    config = TrainConfig(**{**config.__dict__, "epochs": 1})  # 40 steps of 64 pairs
     _spawn(_train_worker, splits, str(tmp_path / "two"), config, kw)
     train(splits, tmp_path / "one", config, split=SPLIT.__dict__, log=lambda _: None, progress=False, **kw)
     one, two = load_file(str(tmp_path / "one" / "model.safetensors")), load_file(str(tmp_path / "two" / "model.safetensors"))
-    assert one.keys() == two.keys()
     options = ModelOptions(**kw)
-    start = build_model(build_vocabulary(splits, config, options, SPLIT.__dict__), config, options).encoder.state_dict()
+    built = build_model(build_vocabulary(splits, config, options, SPLIT.__dict__), config, options).state_dict()
+    start = {k.removeprefix("encoder."): v for k, v in built.items()}  # the model folder names the encoder's weights bare
+    assert one.keys() == two.keys() == start.keys()
     for name in one:
-        # The runs differ by float rounding only (~1e-7 per step, see the one-step test); Adam steps of
-        # lr 0.01 over 40 steps carry that into the weights as ~1e-5 at most, while one step moves them by ~lr.
-        torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-4, msg=name)
-        if name in start:
-            assert (one[name] - start[name]).abs().max() > 1e-3  # it trained
+        travelled, apart = (one[name] - start[name]).norm(), (two[name] - one[name]).norm()
+        # Not bit-equal: each step differs by float rounding (~1e-7, the one-step test), which Adam carries
+        # on (measured: at most 3e-5 after 40 steps). The seed recipe is left to the one-step test: its
+        # triplet loss picks each row's closest negative, and a rounding-level change of the weights can
+        # flip a near tie, after which two runs part for real (seen at its 12th step of 64 pairs).
+        assert apart <= 1e-4 * travelled + 1e-6, (name, float(apart), float(travelled))
+        assert (two[name] - one[name]).abs().max() <= 1e-4, name
 
 
 def _children(pid: int) -> list[int]:
