@@ -132,6 +132,7 @@ def train(
 ) -> None:
     """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
     from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs, DATA_HELP
+    from dupq.distributed import World
     from dupq.objectives import parse_losses
     from dupq.train import ModelOptions, TrainConfig, check_output_folder
     from dupq.train import train as run_training
@@ -152,7 +153,9 @@ def train(
     if not path.exists():
         raise DupqError(f"no data file at {path}; {DATA_HELP}.")
     pairs, dropped = read_pairs(path)
-    typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
+    master = World.from_env().master  # under torchrun, rank 0 alone speaks and writes
+    echo = typer.echo if master else (lambda _: None)
+    echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
     split = SplitConfig(train_pool, test_size, dev_size, val_fraction, labelled_val)
     splits = split_pairs(pairs, split)
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
@@ -160,6 +163,8 @@ def train(
         splits, out, config, options, resume=resume, overwrite=overwrite, extra_info=info, log=typer.echo, progress=progress,
         split=split.__dict__,
     )
+    if not master:
+        return
     if len(splits.dev) and len(splits.test):  # choose the threshold on dev, report on test, store both
         from dupq.evaluate import calibrate_and_test, summary_line
 

@@ -24,6 +24,7 @@ import json
 import math
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,7 +38,8 @@ from safetensors.torch import load_file, save, safe_open
 from torch import nn
 
 from dupq.batches import SOURCES, Batch, PairBatches, duplicate_groups, length_batches
-from dupq.data import Pairs, Splits, labelled_split
+from dupq.data import Splits, labelled_split
+from dupq.distributed import World, agree, gather, join, share
 from dupq.metrics import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write, remove_stale
 from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
@@ -135,6 +137,10 @@ class Siamese(nn.Module):
         self.head = head
         self.projection = projection
 
+    def forward(self, batch: Batch, objective: Objective, chunks: int, world: World) -> torch.Tensor:
+        """The loss of one batch (:func:`batch_loss`): the call DDP wraps to average gradients over processes."""
+        return batch_loss(self, batch, objective, chunks, world)
+
 
 def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
     if config.lr_schedule == "cosine":
@@ -158,9 +164,18 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
     return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
 
 
-def batch_loss(model: Siamese, batch: Batch, objective: Objective, chunks: int) -> torch.Tensor:
-    """Encode every question of ``batch`` in one (chunked) LSTM pass and apply ``objective``."""
-    v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, chunks)  # (N, d)
+def batch_loss(model: Siamese, batch: Batch, objective: Objective, chunks: int, world: World = World()) -> torch.Tensor:
+    """Encode every question of ``batch`` in one (chunked) LSTM pass and apply ``objective``.
+
+    Among several processes (``world``), this one encodes its share of the questions and the
+    objective sees every rank's vectors (:func:`dupq.distributed.gather`): the same loss as one process.
+    """
+    if world.size == 1:
+        v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, chunks)  # (N, d)
+    else:
+        rows = share(len(batch.ids), world)
+        rows = rows if rows.stop > rows.start else slice(0, 1)  # an empty share encodes a stand-in row, dropped by gather
+        v = gather(encode_in_chunks(model.encoder, batch.ids[rows], batch.lengths[rows], chunks), len(batch.ids), world)  # (N, d)
     return objective(v, batch, model.head, model.projection)
 
 
@@ -387,15 +402,19 @@ def _check_device(name: str) -> None:
 
 
 def _begin(splits: Splits, out: Path, config: TrainConfig, options: ModelOptions, resume: bool, split: dict[str, Any] | None,
-           teacher_dim: int | None, log: Callable[[str], None]) -> _RunState:
-    """Resume the checkpoint in ``out`` (``resume``) or build the vocabulary and model afresh."""
+           teacher_dim: int | None, log: Callable[[str], None], world: World = World()) -> _RunState:
+    """Resume the checkpoint in ``out`` (``resume``) or build the vocabulary and model afresh.
+
+    Every rank builds the same vocabulary from the same data (the build is deterministic); rank 0 writes it.
+    """
     ckpt_path = out / CHECKPOINT
     if not (resume and ckpt_path.exists()):
         vocab = build_vocabulary(splits, config, options, split)
-        out.mkdir(parents=True, exist_ok=True)
-        vocab.save(out / "vocab.json")
+        if world.master:
+            out.mkdir(parents=True, exist_ok=True)
+            vocab.save(out / "vocab.json")
         model = build_model(vocab, config, options, teacher_dim)
-        if options.word_init:
+        if options.word_init:  # every rank computes the same start (the teacher's vectors are deterministic here)
             init_word_embeddings(model.encoder, vocab, options.word_init, log)
         return _RunState(vocab, model)
     meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
@@ -415,11 +434,16 @@ def _begin(splits: Splits, out: Path, config: TrainConfig, options: ModelOptions
 
 def _train_epoch(
     model: Siamese, ema: Siamese | None, optimizer: torch.optim.Optimizer, source: PairBatches, objective: Objective,
-    config: TrainConfig, epoch: int, steps_per_epoch: int, progress: bool,
+    config: TrainConfig, epoch: int, steps_per_epoch: int, progress: bool, loss_of: nn.Module | None = None, world: World = World(),
 ) -> tuple[float, int, float]:
-    """One pass over the training pairs; returns ``(summed loss, pairs, seconds)``."""
-    rng = np.random.default_rng([config.seed, epoch])
-    torch.manual_seed(config.seed * 100_003 + epoch)  # dropout masks, independent of any resume
+    """One pass over the training pairs; returns ``(summed loss, pairs, seconds)``.
+
+    ``loss_of`` computes a batch's loss: ``model`` itself, or its DDP wrapper among several processes
+    (``world``), where every rank draws the same batches and its own dropout masks.
+    """
+    loss_of = loss_of or model
+    rng = np.random.default_rng([config.seed, epoch])  # the same batches on every rank
+    torch.manual_seed(config.seed * 100_003 + epoch + 1_000_003 * world.rank)  # dropout masks, independent of any resume
     batches = source.epoch(rng)
     model.train()
     loss_sum, pairs, started = 0.0, 0, time.perf_counter()
@@ -437,7 +461,7 @@ def _train_epoch(
             for group in optimizer.param_groups:
                 group["lr"] = config.lr * _lr_factor(config, epoch * steps_per_epoch + step, steps_per_epoch * config.epochs)
             batch = source.batch(index, rng).to(config.device)
-            loss = batch_loss(model, batch, objective, config.chunks)
+            loss = loss_of(batch, objective, config.chunks, world)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -467,8 +491,8 @@ def _record_epoch(state: _RunState, kept: Siamese, val: Validation, epoch: int, 
 
 
 def _finish(state: _RunState, out: Path, config: TrainConfig, options: ModelOptions, train_pairs: int, val_pairs: int,
-            extra_info: dict[str, Any] | None) -> Model:
-    """The best epoch's weights as a model folder in ``out``."""
+            extra_info: dict[str, Any] | None, world: World = World()) -> Model:
+    """The best epoch's weights as a model folder in ``out`` (written by rank 0)."""
     model = state.model
     if state.best_state:
         model.load_state_dict(state.best_state)
@@ -489,7 +513,8 @@ def _finish(state: _RunState, out: Path, config: TrainConfig, options: ModelOpti
                    threshold_on="probability" if model.head is not None and model.head.config.kind == "mlp" else "similarity")
     if result.threshold_on == "probability":
         result.threshold, result.threshold_info = 0.5, {"chosen_on": "the default for a probability, until calibrated on dev"}
-    result.save(out)
+    if world.master:
+        result.save(out)
     return result
 
 
@@ -512,20 +537,43 @@ def train(
     records how the data was cut, so that a resume on another cut is refused. Writes
     ``out/vocab.json`` and ``out/checkpoint.safetensors`` as it goes and the model folder (the best
     epoch's weights) at the end. Returns the trained :class:`Model`.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments and
+    trains on its share of each batch (:mod:`dupq.distributed`); rank 0 alone writes and logs, and
+    every rank returns the same model once the folder is written.
     """
     out = Path(out)
     config = config or TrainConfig()
     options = ModelOptions(**{**asdict(options or ModelOptions()), **option_overrides})
+    world = World.from_env()
     check_output_folder(out, resume, overwrite)
-    remove_stale(out)  # temporary files of a writer killed mid-write (a checkpoint being saved)
     _check_device(config.device)
+    joined = join(world, config.device)
+    try:
+        return _run(splits, out, config, options, resume, split, extra_info, log if world.master else _silent, progress and world.master, world)
+    finally:
+        if joined:
+            torch.distributed.destroy_process_group()
+
+
+def _silent(_: str) -> None:
+    """The log of a rank other than 0."""
+
+
+def _run(splits: Splits, out: Path, config: TrainConfig, options: ModelOptions, resume: bool, split: dict[str, Any] | None,
+         extra_info: dict[str, Any] | None, log: Callable[[str], None], progress: bool, world: World) -> Model:
+    """:func:`train` once its arguments are checked and this process has joined its group."""
+    if world.master:
+        remove_stale(out)  # temporary files of a writer killed mid-write (a checkpoint being saved)
     teacher = load_teacher_cache(config, split)
-    state = _begin(splits, out, config, options, resume, split, teacher.dim if teacher is not None else None, log)
+    state = _begin(splits, out, config, options, resume, split, teacher.dim if teacher is not None else None, log, world)
+    agree(world, [state.start_epoch, len(state.vocab), zlib.crc32("\n".join(state.vocab.tokens).encode())],
+          "starts from another epoch or vocabulary")
     if config.threads:
         torch.set_num_threads(config.threads)
     train_source, val_source, line = batch_sources(splits, config, state.vocab, split, teacher)
     buckets = f" + {state.vocab.oov_buckets:,} unknown-word buckets" if state.vocab.oov_buckets else ""
-    log(f"vocabulary: {len(state.vocab.tokens):,} words{buckets} | {line}")
+    log(f"vocabulary: {len(state.vocab.tokens):,} words{buckets} | {line}" + (f" | {world.size} processes" if world.size > 1 else ""))
 
     model, objective = state.model.to(config.device), config.objective()
     ema = None
@@ -537,14 +585,33 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
     if state.optim_state is not None:
         optimizer.load_state_dict(state.optim_state)
+    loss_of = distributed_loss(model, config, world)
     steps_per_epoch = len(train_source.epoch(np.random.default_rng(0)))
     for epoch in range(state.start_epoch, config.epochs):
-        loss_sum, pairs, seconds = _train_epoch(model, ema, optimizer, train_source, objective, config, epoch, steps_per_epoch, progress)
+        loss_sum, pairs, seconds = _train_epoch(model, ema, optimizer, train_source, objective, config, epoch, steps_per_epoch, progress, loss_of, world)
         kept = ema if ema is not None else model  # the weights that are validated and saved
         _record_epoch(state, kept, validate(kept, val_source, config), epoch, config, loss_sum, pairs, seconds, log)
         meta = {
             "epoch": epoch + 1, "history": state.history, "train": asdict(config), "options": asdict(options), "split": split,
             "best_epoch": state.best_epoch, "best_val": asdict(state.best_val),
         }
-        save_checkpoint(out / CHECKPOINT, model, state.best_state, optimizer, meta, ema)
-    return _finish(state, out, config, options, len(train_source), len(val_source), extra_info)
+        if world.master:
+            save_checkpoint(out / CHECKPOINT, model, state.best_state, optimizer, meta, ema)
+    result = _finish(state, out, config, options, len(train_source), len(val_source), extra_info, world)
+    if world.size > 1:
+        torch.distributed.barrier()  # the folder is written when train() returns, on every rank
+    return result
+
+
+def distributed_loss(model: Siamese, config: TrainConfig, world: World) -> nn.Module:
+    """What computes a batch's loss: ``model``, or among several processes its DDP wrapper (averages the gradients).
+
+    The pair head is unused when no loss reads it, the distil projection in a batch without
+    taught questions: DDP must then look for parameters without gradients.
+    """
+    if world.size == 1:
+        return model
+    unused = (model.head is not None and not config.objective().needs_head) or model.projection is not None
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=[world.local_rank] if config.device == "cuda" else None, find_unused_parameters=unused
+    )

@@ -1,0 +1,93 @@
+"""Training speed on 1 and 2 processes (gloo, one thread each) and the share of a step spent communicating.
+
+    python bench/ddp_speed.py [--data PATH] [--steps 40]
+
+One JSON line per (recipe, processes): ``pairs_per_s`` over ``--steps`` optimizer steps of 256
+pairs after 5 warm-up steps (every rank encodes its half of each global batch, the vectors are
+gathered with gradients, DDP averages the gradients: the step `dupq train` takes under torchrun),
+and ``comm_share``: the time rank 0 spends in gloo collectives (the gather, its backward, DDP's
+all-reduce, as torch.profiler records them) over the steps' wall time. DDP's all-reduce runs in
+gloo's own thread, overlapping the backward, so the share is an upper bound on the time lost.
+Recipes as bench/train_speed.py (the seed's and the bundled model's); real Quora data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).parent))
+from train_speed import RECIPES, training_parts  # noqa: E402
+
+from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs  # noqa: E402
+from dupq.distributed import World, join  # noqa: E402
+from dupq.train import distributed_loss  # noqa: E402
+
+
+def _steps(splits, recipe: str, steps: int, world: World) -> dict:
+    config, _, model, source, objective, optimizer = training_parts(splits, *RECIPES[recipe])
+    loss_of = distributed_loss(model, config, world)
+    rng = np.random.default_rng(0)
+    batches = source.epoch(rng)[: steps + 5]
+    model.train()
+
+    def step(index):
+        loss = loss_of(source.batch(index, rng), objective, config.chunks, world)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    for index in batches[:5]:
+        step(index)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        for index in batches[5:]:
+            step(index)
+        seconds = time.perf_counter() - started
+    comm = sum(e.cpu_time_total for e in prof.key_averages() if e.key.startswith("gloo:")) / 1e6  # s
+    pairs = sum(len(b) for b in batches[5:])
+    return {"recipe": recipe, "processes": world.size, "pairs_per_s": round(pairs / seconds), "steps": steps,
+            "comm_share": round(comm / seconds, 3) if world.size > 1 else 0.0}
+
+
+def _worker(rank: int, size: int, port: int, splits, recipe: str, steps: int, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    world = World.from_env()
+    join(world, "cpu")
+    result = _steps(splits, recipe, steps, world)
+    if world.master:
+        Path(out).write_text(json.dumps(result))
+    torch.distributed.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    pairs, _ = read_pairs(args.data or default_data_path())
+    splits = split_pairs(pairs, SplitConfig())
+    torch.set_num_threads(1)
+    out = Path(f"/tmp/ddp_speed.{os.getpid()}.json")
+    for recipe in RECIPES:
+        print(json.dumps({**_steps(splits, recipe, args.steps, World()), "cpus": os.cpu_count()}), flush=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(_worker, args=(2, port, splits, recipe, args.steps, str(out)), nprocs=2, join=True)
+        print(json.dumps({**json.loads(out.read_text()), "cpus": os.cpu_count()}), flush=True)
+        out.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Training on two processes (gloo, CPU) equals training on one on the same global batches.
+
+The two-process runs start as torchrun would start them: ``torch.multiprocessing.spawn`` with
+RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment, or ``torchrun`` itself for the
+kill -9 test. Results travel back as safetensors files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file, save_file
+
+from dupq.data import SplitConfig, split_pairs
+from dupq.distributed import World, join
+from dupq.train import ModelOptions, TrainConfig, batch_sources, build_model, build_vocabulary, distributed_loss, train
+
+SPLIT = SplitConfig(train_pool=3_000, test=500, dev=500, labelled_val=500)
+# Both recipes, every in-batch feature on: masks of false negatives, hard negatives, the mlp head.
+RECIPES = {
+    "seed": (TrainConfig(batch_size=64, seed=4), {"dim": 16}),
+    "labelled": (TrainConfig(recipe="labelled", batch_size=64, seed=4, reduction="mean", symmetric=True, mask_false_negatives=True,
+                             hard_negatives=True), {"dim": 16, "head": "mlp"}),
+}
+
+
+@pytest.fixture(scope="module")
+def splits(synthetic_pairs):
+    return split_pairs(synthetic_pairs.take(synthetic_pairs.rows < 4_000), SPLIT)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, *args, world: int = 2) -> None:
+    mp.spawn(fn, args=(world, _free_port(), *args), nprocs=world, join=True)
+
+
+def _environment(rank: int, world: int, port: int) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+
+
+def _one_step(splits, recipe: str, world: World) -> dict[str, torch.Tensor]:
+    """The loss and the (DDP-averaged) gradients of the first batch of epoch 0, from ``world``'s point of view."""
+    config, kw = RECIPES[recipe]
+    options = ModelOptions(**kw)
+    vocab = build_vocabulary(splits, config, options, SPLIT.__dict__)
+    model = build_model(vocab, config, options)
+    source, _, _ = batch_sources(splits, config, vocab, SPLIT.__dict__)
+    rng = np.random.default_rng([config.seed, 0])
+    batch = source.batch(source.epoch(rng)[0], rng)
+    loss_of = distributed_loss(model, config, world)  # kept alive: DDP's gradient hooks live in it
+    loss = loss_of(batch, config.objective(), config.chunks, world)
+    loss.backward()
+    return {"loss": loss.detach(), **{f"grad.{k}": p.grad for k, p in model.named_parameters()}}
+
+
+def _step_worker(rank: int, world: int, port: int, splits, out: str) -> None:
+    _environment(rank, world, port)
+    here = World.from_env()
+    join(here, "cpu")
+    for recipe in RECIPES:
+        save_file(_one_step(splits, recipe, here), f"{out}/{recipe}.{rank}.safetensors")
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_one_step_on_two_processes_has_the_loss_and_gradients_of_one(splits, tmp_path, one_torch_thread):
+    _spawn(_step_worker, splits, str(tmp_path))
+    for recipe in RECIPES:
+        alone = _one_step(splits, recipe, World())
+        for rank in range(2):
+            shared = load_file(str(tmp_path / f"{recipe}.{rank}.safetensors"))
+            assert shared.keys() == alone.keys() and len(alone) > 3
+            for name, value in alone.items():
+                # Not bit-equal: the LSTM sees other batch sizes and the gradients are summed in another order.
+                torch.testing.assert_close(shared[name], value, rtol=1e-6, atol=1e-6, msg=f"{recipe} {name}")
+
+
+def _train_worker(rank: int, world: int, port: int, splits, out: str, config: TrainConfig, kw: dict) -> None:
+    _environment(rank, world, port)
+    train(splits, out, config, split=SPLIT.__dict__, log=lambda _: None, progress=False, **kw)
+
+
+@pytest.mark.slow
+def test_two_processes_reach_the_weights_of_one(splits, tmp_path, one_torch_thread):
+    config, kw = RECIPES["labelled"]
+    config = TrainConfig(**{**config.__dict__, "epochs": 1})  # 40 steps of 64 pairs
+    _spawn(_train_worker, splits, str(tmp_path / "two"), config, kw)
+    train(splits, tmp_path / "one", config, split=SPLIT.__dict__, log=lambda _: None, progress=False, **kw)
+    one, two = load_file(str(tmp_path / "one" / "model.safetensors")), load_file(str(tmp_path / "two" / "model.safetensors"))
+    options = ModelOptions(**kw)
+    built = build_model(build_vocabulary(splits, config, options, SPLIT.__dict__), config, options).state_dict()
+    start = {k.removeprefix("encoder."): v for k, v in built.items()}  # the model folder names the encoder's weights bare
+    assert one.keys() == two.keys() == start.keys()
+    for name in one:
+        travelled, apart = (one[name] - start[name]).norm(), (two[name] - one[name]).norm()
+        # Not bit-equal: each step differs by float rounding (~1e-7, the one-step test), which Adam carries
+        # on (measured: at most 3e-5 after 40 steps). The seed recipe is left to the one-step test: its
+        # triplet loss picks each row's closest negative, and a rounding-level change of the weights can
+        # flip a near tie, after which two runs part for real (seen at its 12th step of 64 pairs).
+        assert apart <= 1e-4 * travelled + 1e-6, (name, float(apart), float(travelled))
+        assert (two[name] - one[name]).abs().max() <= 1e-4, name
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _rank_of(pid: int) -> int | None:
+    variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next((int(v[5:]) for v in variables if v.startswith(b"RANK=")), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds torchrun's workers in /proc")
+def test_kill_9_of_one_rank_then_resume_under_torchrun(pairs_path, tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "dupq.cli", "train"]
+    args = ["--data", str(pairs_path), "--epochs", "3", "--dim", "16", "--train-pool", "12000", "--test-size", "500", "--dev-size", "500",
+            "--no-progress", "--seed", "9", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([*torchrun, *args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 120
+    while not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None:  # epoch 1 is saved ...
+        time.sleep(0.05)
+    workers = {_rank_of(pid): pid for pid in _children(proc.pid)}
+    os.kill(workers[1], signal.SIGKILL)  # ... then rank 1 dies during epoch 2
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and not (out / "model.safetensors").exists(), output
+    resumed = subprocess.run([*torchrun, *args, "--out", str(out), "--resume"], capture_output=True, text=True, env=env, timeout=180)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming" in resumed.stdout and resumed.stdout.count("resuming") == 1  # rank 0 alone speaks
+    assert "epoch 3/3" in resumed.stdout and (out / "model.safetensors").exists()
+    # The resumed run ends where one uninterrupted two-process run ends.
+    whole = subprocess.run([*torchrun, *args, "--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env, timeout=180)
+    assert whole.returncode == 0, whole.stderr
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "whole" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
