@@ -202,8 +202,11 @@ def _stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Itera
 def _vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
     """The stored embeddings of the questions ``ids``, ``(len(ids), d)``, each read alone from its block's BLOB.
 
-    Incremental BLOB reads (``blobopen``) fetch the 4 * d bytes of one vector without loading its
-    block: this is how an ivfpq collection re-ranks its short list while memory holds codes only.
+    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of one vector without holding its
+    block in memory: this is how an ivfpq collection re-ranks its short list while memory holds
+    codes only. They are not cheap: SQLite walks a BLOB's overflow pages up to the offset, so a
+    vector deep in a 65,536-vector block costs milliseconds (bench/search_speed.py: 435 ms for
+    100 candidates); smaller blocks are the fix (branch ``ivfpq`` stores 64 vectors a row).
     """
     out = np.empty((len(ids), dim), dtype=np.float32)
     for n, i in enumerate(ids.tolist()):

@@ -36,7 +36,7 @@ from dupq.calibration import calibrated
 from dupq.encoders import ENCODERS, Encoder, EncoderConfig
 from dupq.files import DupqError, atomic_write, check_path, read_json, write_json
 from dupq.schema import check_metrics, check_model_config
-from dupq.tokenizer import Encoded, Vocabulary, check_questions
+from dupq.tokenizer import Vocabulary, check_questions
 
 FORMAT = "dupq-model/1"
 SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is calibrated
