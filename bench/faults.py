@@ -129,15 +129,15 @@ AUTH = {"Authorization": "Bearer fault-token"}
 
 def adds_after_a_failing_commit(tmp: Path) -> Result:
     """Item 1: the cache write fails after the commit (a full disk); concurrent adds, then retries."""
-    import dupq.collection
+    import dupq.cache
     import dupq.vectors
     from fastapi.testclient import TestClient
 
     from dupq.service import create_app
 
     folder = build(tmp / "c")
-    saved = dupq.collection.SAVE_DURING_ADD, dupq.vectors.atomic_write
-    dupq.collection.SAVE_DURING_ADD = 1
+    saved = dupq.cache.SAVE_DURING_ADD, dupq.vectors.atomic_write
+    dupq.cache.SAVE_DURING_ADD = 1
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -152,7 +152,7 @@ def adds_after_a_failing_commit(tmp: Path) -> Result:
             with ThreadPoolExecutor(5) as pool:
                 answers = list(pool.map(add, range(5))) + list(pool.map(add, range(5)))  # then every client retries
     finally:
-        dupq.collection.SAVE_DURING_ADD, dupq.vectors.atomic_write = saved
+        dupq.cache.SAVE_DURING_ADD, dupq.vectors.atomic_write = saved
     texts = [t for _, _, t in stored(folder)]
     errors = sum(r.status_code >= 500 for r in answers)
     twice = sum(texts.count(t) - 1 for t in new)

@@ -198,7 +198,7 @@ def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
         t.join()
     assert not errors, errors
     assert len(coll) == len(coll._index) == 700
-    stored = dict(coll._reader.execute("SELECT id, text FROM questions").fetchall())
+    stored = {i: text for i, _, text in rows(coll.folder)}
     assert sorted(stored.values()) == sorted(texts[:700])  # every add landed once, whole
     coll.close()
 
@@ -234,7 +234,7 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
         found = coll.search([new[i - 500] for i in reported], k=10)
         for i, row in zip(reported, found):  # questions the tiny model encodes alike tie at the top
             assert i in {h.id for h in row if h.score > row[0].score - 1e-5}
-        stored = dict(coll._reader.execute("SELECT id, text FROM questions WHERE id >= 500").fetchall())
+        stored = {i: text for i, _, text in rows(folder)}
         assert [stored[i] for i in reported] == [new[i - 500] for i in reported]
 
 
@@ -264,11 +264,12 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
+    import dupq.cache
     import dupq.collection
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(20), bundled).close()
-    monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
     monkeypatch.setattr(dupq.vectors, "atomic_write", full_disk)  # ... on a full disk
     new = synthetic(5, offset=20)
     with Collection.open(folder, bundled) as coll:
@@ -286,14 +287,14 @@ def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bu
 
 
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.collection
+    import dupq.cache
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
     table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
     runner = CliRunner()
-    monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.cache, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(dupq.vectors, "atomic_write", full_disk)
     for _ in range(2):  # the second run is a user re-running the command after the first "failed"
         result = runner.invoke(app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"])
@@ -335,7 +336,7 @@ def test_the_whole_index_cache_is_checked(tmp_path, bundled, one_torch_thread):
     faiss.write_index(altered, str(folder / INDEX_FILE))
     with Collection.open(folder, bundled) as coll:
         assert coll.search([texts[5]], k=1)[0][0].id == 5  # rebuilt from the stored embeddings
-        assert np.array_equal(coll._index.vector(5), -vectors[5])  # the stored vector, not the altered one
+        assert np.array_equal(coll._index.vectors([5])[0], -vectors[5])  # the stored vector, not the altered one
 
 
 def corrupt(folder: Path, how: str) -> None:
@@ -474,3 +475,23 @@ def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tm
     with pytest.raises(DupqError, match="use the flat index for a collection this small"):
         Collection.build(tmp_path / "small", texts[:100], tiny_model, index=config)
     assert not (tmp_path / "small").exists()
+
+
+@pytest.mark.parametrize("blob_rows", [65_536, 64])
+def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_size(tmp_path, tiny_model, texts, blob_rows, monkeypatch):
+    """Folders written with big rows (before) and small rows (now) read back the same vectors, by id and by range."""
+    import dupq.store
+
+    monkeypatch.setattr(dupq.store, "BLOB_ROWS", blob_rows)
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:700], tiny_model).close()
+    monkeypatch.undo()  # adds to an old folder go in small rows beside its big one
+    with Collection.open(folder, tiny_model) as coll:
+        coll.add(texts[700:900])
+        reference = np.concatenate([tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])])  # (900, d): as stored
+        ids = np.random.default_rng(0).permutation(900)[:250]
+        np.testing.assert_array_equal(coll._store.vectors_by_id(ids), reference[ids])
+        np.testing.assert_array_equal(coll.stored_vectors(), reference)
+    with sqlite3.connect(folder / DATABASE) as db:
+        sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
+    assert max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64  # the build's rows, then the add's 200 in 4 rows

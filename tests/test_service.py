@@ -271,11 +271,11 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
     """Item 1: the cache write fails after every commit; 5 concurrent adds, then retries of each."""
-    import dupq.collection
+    import dupq.cache
     import dupq.vectors
     from dupq.service import create_app
 
-    monkeypatch.setattr(dupq.collection, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.cache, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(dupq.vectors, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
     new = [f"What is the tallest mountain in {country}?" for country in ("Kenya", "Chile", "Japan", "Norway", "Mexico")]
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
@@ -304,7 +304,7 @@ def test_the_server_sees_adds_of_another_process(client):
     from dupq.collection import Collection
 
     new = "Which river flows through the most countries in the world?"
-    with Collection.open(client.app.state.collection.folder) as other:
+    with Collection.open(client.app.state.collection.location) as other:
         (new_id,) = other.add([new])
     top = client.post("/search", json={"question": new, "k": 1}).json()["results"][0]
     assert (top["id"], top["text"]) == (new_id, new)

@@ -1,37 +1,43 @@
-"""A persistent, searchable question collection: SQLite for the questions, FAISS for the search.
+"""A persistent, searchable question collection: a store for the questions, a search index, the model.
 
-A collection is a folder::
+A collection joins three parts: a **store** that keeps every question, its key, metadata and
+embedding (:mod:`dupq.store`), a **search index** over the embeddings, and the model that
+encodes them. Two stores exist:
 
-    manifest.json      format, the model that built it (fingerprint + folder), dim, index config
-    questions.sqlite   the source of truth: every question and its embedding (WAL journal)
-    index.faiss        a cache of the FAISS index over the first ``ntotal`` embeddings
+* a folder (the default), with SQLite as the store and FAISS as the index::
 
-**Crash safety.** SQLite is the only thing an add must change to be durable: one ``add`` is one
-transaction that inserts the question rows *and* their embeddings (a float32 BLOB per add, in
-the ``embeddings`` table), committed with ``synchronous=FULL``; when ``add`` returns, the rows are
-on disk, and a ``kill -9`` before the commit leaves none of them. The in-memory FAISS index is
-updated after the commit; ``index.faiss`` is a cache, rewritten atomically (temporary file,
-fsync, rename) now and then; the manifest records how many vectors it holds and a CRC-32 of its
-bytes. Opening reads it and checks it whole (the checksum and count recorded when it was written,
-and its first and last vectors against the stored ones; otherwise it is thrown away and rebuilt
-from the stored embeddings) and adds the rows beyond it from the stored embeddings. So after a
-crash at any moment the index and the stored questions agree, without re-encoding anything.
+      manifest.json      format, the model that built it (fingerprint + folder), dim, index config
+      questions.sqlite   the source of truth: every question and its embedding (WAL journal)
+      index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.cache`)
+
+* Milvus (``milvus:PATH.db`` for the embedded milvus-lite, ``milvus+http://HOST:19530?collection=NAME``
+  for a server), which stores and searches (:mod:`dupq.milvus`); the manifest is a property of
+  the Milvus collection.
+
+**Crash safety.** The store is the only thing an add must change to be durable: one ``add`` is
+one transaction of the store that inserts the question rows *and* their embeddings; when
+``add`` returns, the rows are on disk, and a ``kill -9`` before the commit leaves none of them.
+The in-memory FAISS index is updated after the commit, and its file is a cache checked whole on
+open and caught up from the stored embeddings (see :mod:`dupq.cache`): after a crash at any
+moment the index and the stored questions agree, without re-encoding anything.
 
 **After the commit nothing fails an add.** Once its transaction is committed, an add answers
 its ids: if growing FAISS or rewriting ``index.faiss`` then fails (a full disk), the index catches
 up from the stored embeddings on the next read and the cache is rewritten later, so a caller
 never sees an error for questions that are stored (and never stores them again on a retry).
 A question may carry a **key** (the caller's id: a Quora qid, an ``Idempotency-Key``): adding
-a key that is stored already stores nothing and answers the stored id, so a retried add is safe. ``build`` writes into a hidden sibling folder and renames it into place
-at the end: a killed build leaves no half collection behind.
+a key that is stored already stores nothing and answers the stored id, so a retried add is
+safe. ``build`` writes into a hidden sibling folder (Milvus: a collection under a temporary name)
+and renames it into place at the end: a killed build leaves no half collection behind.
 
 Why embeddings in SQLite and not a separate ``.npy``: one transaction then covers text and
 vector, so no second file can be ahead of or behind the other; it costs ~512 bytes a question.
 
-Question ids are ``0, 1, 2, ...`` in order of addition, which is also their position in FAISS.
-Another process may add to the collection meanwhile (SQLite serialises the writes): before every
-search, SQLite's ``data_version`` says whether anything was committed since, and if so FAISS
-catches up from the stored embeddings, so reads see every committed add.
+In a folder, question ids are ``0, 1, 2, ...`` in order of addition, which is also their position
+in FAISS (Milvus gives other ids: see :mod:`dupq.milvus`). Another process may add to the
+collection meanwhile (SQLite serialises the writes): before every search, SQLite's
+``data_version`` says whether anything was committed since, and if so FAISS catches up from the
+stored embeddings, so reads see every committed add.
 
 >>> coll = Collection.build("runs/faq", ["How do I learn Python?"], Model.load("runs/model"))  # doctest: +SKIP
 >>> coll.search(["What is the best way to learn Python?"], k=1)[0][0].text                   # doctest: +SKIP
@@ -44,48 +50,37 @@ import json
 import logging
 import os
 import shutil
-import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
+from dupq import store as sqlite
+from dupq.cache import INDEX_FILE, FaissCache
 from dupq.files import DupqError, check_path, fsync_dir, read_json, remove_stale, write_json
 from dupq.model import BUNDLED, Model
 from dupq.schema import check_manifest
-from dupq.vectors import IndexConfig, VectorIndex
+from dupq.store import BLOB_ROWS, KeyConflict, SQLiteStore, Store, check_keys, check_metadata
 from dupq.tokenizer import check_questions
+from dupq.vectors import IndexConfig, VectorIndex
 
 log = logging.getLogger(__name__)
 
+__all__ = ["BLOB_ROWS", "DATABASE", "INDEX_FILE", "Collection", "Hit", "KeyConflict", "is_milvus"]
+
 FORMAT = "dupq-collection/1"
-MANIFEST, DATABASE, INDEX_FILE = "manifest.json", "questions.sqlite", "index.faiss"
+MANIFEST, DATABASE = "manifest.json", "questions.sqlite"
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
-BLOB_ROWS = 65_536  # most vectors in one embeddings row (keeps a BLOB far below SQLite's 1 GB cap)
-SAVE_ON_CLOSE = 1_000  # close() rewrites index.faiss when at least this many rows are not in it
-SAVE_DURING_ADD = 50_000  # add() rewrites it when this many are not (bounds the replay on open)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS questions (
-    id INTEGER PRIMARY KEY,   -- 0, 1, 2, ...: the FAISS position
-    key TEXT UNIQUE,          -- the caller's id (e.g. a Quora qid), or NULL
-    text TEXT NOT NULL,
-    metadata TEXT             -- a JSON object, or NULL
-);
-CREATE TABLE IF NOT EXISTS embeddings (
-    start INTEGER PRIMARY KEY,  -- id of the first question in the block
-    count INTEGER NOT NULL,
-    vectors BLOB NOT NULL       -- (count, dim) float32, row-major
-);
-"""
 
 
-class KeyConflict(DupqError):
-    """A key that is stored already, with another question or other metadata."""
+def is_milvus(location) -> bool:
+    """Whether ``location`` names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``), not a folder."""
+    return isinstance(location, str) and location.startswith(("milvus:", "milvus+"))
 
 
 @dataclass
@@ -98,6 +93,20 @@ class Hit:
     duplicate: bool  # the model's verdict on (query, this question): similarity or probability above its threshold
     metadata: dict  # what was stored with it; a build's ``ids`` appear as "id" unless it has one
     probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
+
+
+class SearchIndex(Protocol):
+    """What a collection searches with: :class:`~dupq.cache.FaissCache` over SQLite, or Milvus itself."""
+
+    exact: bool  # whether scores are exact inner products
+    cache_error: str | None  # why a cache file could not be written, if one could not
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...  # (Q, k') scores, ids (-1: none)
+    def vectors(self, ids) -> np.ndarray: ...  # the vectors of ids, for a pair head
+    def stale(self) -> bool: ...  # whether another writer committed since the last catch_up
+    def catch_up(self) -> None: ...  # index every stored vector (under the write lock)
+    def after_add(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class _SharedLock:
@@ -134,116 +143,84 @@ class _SharedLock:
                 self._cond.notify_all()
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    try:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
-    except sqlite3.DatabaseError as e:
-        raise DupqError(f"{path} cannot be read as a SQLite database ({e}).") from None
-    return db
+def _new_manifest(model: Model, config: IndexConfig) -> dict:
+    bundled = model.folder is not None and model.folder == BUNDLED.resolve()
+    return {
+        "format": FORMAT,
+        "model": {
+            "fingerprint": model.fingerprint(),
+            "path": None if bundled or model.folder is None else str(model.folder),
+            "bundled": bundled,
+        },
+        "dim": model.config.out_dim,
+        "index": asdict(config),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
-def _one_each(values, n: int, what: str) -> list:
-    """``values`` as a list of ``n`` (one per question), or ``n`` Nones when none were given."""
-    if values is None:
-        return [None] * n
-    values = list(values)
-    if len(values) != n:
-        raise DupqError(f"got {len(values)} {what} for {n} questions; give one per question.")
-    return values
-
-
-def _check_metadata(metadata, n: int) -> list[str | None]:
-    out = []
-    for i, m in enumerate(_one_each(metadata, n, "metadata entries")):
-        if m is not None and not isinstance(m, dict):
-            raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
+def _model_for(manifest: dict, model: Model | None, where) -> Model:
+    """``model``, or the one the manifest records, once its fingerprint and width match the collection's."""
+    recorded, dim = manifest["model"], manifest["dim"]
+    built_with = "the bundled model" if recorded.get("bundled") else f"the model at {recorded.get('path')}"
+    if model is None:
+        if not recorded.get("bundled") and not recorded.get("path"):
+            raise DupqError(f"{where} does not record which model folder built it; pass that model (--model).")
         try:
-            text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
-            if text is not None:
-                text.encode("utf-8")  # a lone surrogate is not text SQLite can store
-        except (TypeError, ValueError) as e:  # NaN and Infinity are not JSON either
-            raise DupqError(f"the metadata of question {i + 1} cannot be stored as JSON ({e}).") from None
-        out.append(text)
-    return out
+            model = Model.load(None if recorded.get("bundled") else recorded["path"])
+        except DupqError as e:
+            raise DupqError(f"cannot load {built_with}, which built {where}: {e}") from None
+    given = model.fingerprint()
+    if given != recorded["fingerprint"]:
+        what = f"the model at {model.folder}" if model.folder else "the model given"
+        raise DupqError(
+            f"{where} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {what} has "
+            f"fingerprint {given}; search it with the model that built it, or build a new collection."
+        )
+    if dim != model.config.out_dim:
+        raise DupqError(f"the manifest of {where} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions.")
+    return model
 
 
-def _check_keys(keys, n: int) -> list[str | None]:
-    keys = _one_each(keys, n, "keys")
-    for i, k in enumerate(keys):
-        if k is not None and (not isinstance(k, str) or not k.strip()):
-            raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
-    return keys
+def _build_inputs(texts, ids, metadata, index) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
+    """The checked texts, keys, metadata (JSON text) and index config of a build."""
+    texts = check_questions(texts)
+    meta = check_metadata(metadata, len(texts))
+    config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
+    keys: list[str | None] = [None] * len(texts)
+    if ids is not None:
+        keys = [str(k) for k in ids]
+        if len(keys) != len(texts):
+            raise DupqError(f"got {len(keys)} ids for {len(texts)} questions; give one id per question.")
+        if len(set(keys)) != len(keys):
+            raise DupqError("the ids given for the questions are not unique.")
+    return texts, keys, meta, config
 
 
-def _insert(db: sqlite3.Connection, start: int, texts, keys, metadata, vectors: np.ndarray) -> None:
-    """Insert questions ``start, start + 1, ...`` and their embeddings (inside the caller's transaction)."""
-    ids = range(start, start + len(texts))
-    db.executemany("INSERT INTO questions (id, key, text, metadata) VALUES (?, ?, ?, ?)", zip(ids, keys, texts, metadata))
-    for lo in range(0, len(vectors), BLOB_ROWS):
-        block = np.ascontiguousarray(vectors[lo : lo + BLOB_ROWS], dtype=np.float32)
-        db.execute("INSERT INTO embeddings (start, count, vectors) VALUES (?, ?, ?)", (start + lo, len(block), block.tobytes()))
-
-
-def _stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Iterator[np.ndarray]:
-    """The stored embeddings of questions ``lo .. hi - 1``, in order, a block at a time."""
-    rows = db.execute(
-        "SELECT start, count, vectors FROM embeddings WHERE start + count > ? AND start < ? ORDER BY start", (lo, hi)
-    )
-    for start, count, blob in rows:
-        if not isinstance(blob, bytes) or len(blob) != count * dim * 4:
-            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
-            raise sqlite3.DatabaseError(f"the embeddings from question {start} hold {size} bytes, not {count} x {dim} float32")
-        block = np.frombuffer(blob, dtype=np.float32).reshape(count, dim)
-        yield block[max(lo - start, 0) : hi - start]
-
-
-def _vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
-    """The stored embeddings of the questions ``ids``, ``(len(ids), d)``, each read alone from its block's BLOB.
-
-    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of one vector without holding its
-    block in memory: this is how an ivfpq collection re-ranks its short list while memory holds
-    codes only. They are not cheap: SQLite walks a BLOB's overflow pages up to the offset, so a
-    vector deep in a 65,536-vector block costs milliseconds (bench/search_speed.py: 435 ms for
-    100 candidates); smaller blocks are the fix (branch ``ivfpq`` stores 64 vectors a row).
-    """
-    out = np.empty((len(ids), dim), dtype=np.float32)
-    for n, i in enumerate(ids.tolist()):
-        start = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (i,)).fetchone()
-        if start is None:
-            raise sqlite3.DatabaseError(f"no stored embedding for question {i}")
-        with db.blobopen("embeddings", "vectors", start[0], readonly=True) as blob:
-            blob.seek((i - start[0]) * dim * 4)
-            data = blob.read(dim * 4)
-        if len(data) != dim * 4:
-            raise sqlite3.DatabaseError(f"the embedding of question {i} is cut short")
-        out[n] = np.frombuffer(data, dtype=np.float32)
-    return out
+def encoded_chunks(texts: list[str], keys: list, meta: list, model: Model) -> Iterator[tuple]:
+    """``(start, texts, keys, metadata, vectors (B, d))`` of ``BUILD_CHUNK`` questions at a time: what a build stores."""
+    for lo in range(0, len(texts), BUILD_CHUNK):
+        hi = min(lo + BUILD_CHUNK, len(texts))
+        yield lo, texts[lo:hi], keys[lo:hi], meta[lo:hi], model.encode(texts[lo:hi])
 
 
 class Collection:
-    """Stored questions, their embeddings and a FAISS index, and the model that encodes them.
+    """Stored questions, their embeddings and a search index, and the model that encodes them.
 
-    Build one with :meth:`build`, reopen it with :meth:`open`. Searches may run in several
-    threads at once; adds are serialised by a lock and block searches only while FAISS grows.
+    Build one with :meth:`build`, reopen it with :meth:`open`; ``location`` is a folder or a Milvus
+    URI. Searches may run in several threads at once; adds are serialised by a lock and block
+    searches only while FAISS grows.
     """
 
-    def __init__(self, folder: Path, model: Model, manifest: dict, index: VectorIndex, saved: int):
-        self.folder = folder
+    def __init__(self, location, model: Model, manifest: dict, store: Store, index: SearchIndex):
+        self.location = location  # what open() takes: a folder (Path) or a Milvus URI (str)
+        self.folder = None if is_milvus(location) else Path(location)
         self.model = model
         self.manifest = manifest
-        self._dim = int(manifest["dim"])
+        self._store = store
         self._index = index
-        self._saved = saved  # vectors in index.faiss on disk
-        self._db = _connect(folder / DATABASE)  # writes (and catch-up reads under the write lock)
-        self._reader = _connect(folder / DATABASE)  # row look-ups for searches
         self._write_lock = threading.Lock()
-        self._reader_lock = threading.Lock()
         self._index_lock = _SharedLock()
         self._closed = False
-        self._version = None  # SQLite's data_version when FAISS last caught up with it
-        self.cache_error: str | None = None  # why index.faiss could not be written, if it could not
 
     # Building and opening.
 
@@ -258,55 +235,37 @@ class Collection:
         metadata: list[dict] | None = None,
         index: str | IndexConfig = "flat",
     ) -> Collection:
-        """Encode ``texts`` and store them as a new collection in ``folder`` (which must not hold one).
+        """Encode ``texts`` and store them as a new collection in ``folder`` (a folder that must not hold one, or a Milvus URI).
 
         ``ids`` are the caller's unique ids for the questions (stored, and shown as ``metadata["id"]``);
         ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
         exactly; at least :func:`~dupq.vectors.training_size` questions), or an :class:`IndexConfig`.
         """
-        folder = Path(folder)
-        texts = check_questions(texts)
-        meta = _check_metadata(metadata, len(texts))
-        config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
-        keys: list[str | None] = [None] * len(texts)
-        if ids is not None:
-            keys = [str(k) for k in ids]
-            if len(keys) != len(texts):
-                raise DupqError(f"got {len(keys)} ids for {len(texts)} questions; give one id per question.")
-            if len(set(keys)) != len(keys):
-                raise DupqError("the ids given for the questions are not unique.")
+        texts, keys, meta, config = _build_inputs(texts, ids, metadata, index)
+        manifest = _new_manifest(model, config)
+        if is_milvus(folder):
+            from dupq.milvus import MilvusStore
+
+            store = MilvusStore.build(folder, manifest, encoded_chunks(texts, keys, meta, model))
+            return cls(folder, model, manifest, store, store.search_index())
+        return cls._build_folder(Path(folder), model, manifest, encoded_chunks(texts, keys, meta, model))
+
+    @classmethod
+    def _build_folder(cls, folder: Path, model: Model, manifest: dict, chunks: Iterator[tuple]) -> Collection:
+        """SQLite and FAISS written in a hidden sibling folder, renamed into place when complete."""
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
-        dim = model.config.out_dim
-        bundled = model.folder is not None and model.folder == BUNDLED.resolve()
-        manifest = {
-            "format": FORMAT,
-            "model": {
-                "fingerprint": model.fingerprint(),
-                "path": None if bundled or model.folder is None else str(model.folder),
-                "bundled": bundled,
-            },
-            "dim": dim,
-            "index": asdict(config),
-            "count": len(texts),  # vectors in index.faiss when it was last written; SQLite is the truth
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
         folder.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(folder.parent)  # builds killed before their rename
         tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            vectors_index = VectorIndex(dim, config)
-            db = sqlite3.connect(tmp / DATABASE, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=OFF")  # nothing is visible before the final rename; fsync once below
-            db.executescript(SCHEMA)
+            vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
+            db = sqlite.create(tmp / DATABASE)  # nothing is visible before the final rename; fsync once below
             db.execute("BEGIN")
-            for lo in range(0, len(texts), BUILD_CHUNK):
-                hi = min(lo + BUILD_CHUNK, len(texts))
-                vectors = model.encode(texts[lo:hi])  # (B, dim)
-                _insert(db, lo, texts[lo:hi], keys[lo:hi], meta[lo:hi], vectors)
+            for start, texts, keys, meta, vectors in chunks:
+                sqlite.insert(db, start, texts, keys, meta, vectors)
                 vectors_index.add(vectors)
             db.execute("COMMIT")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -314,6 +273,7 @@ class Collection:
             with open(tmp / DATABASE, "rb+") as f:
                 os.fsync(f.fileno())
             manifest["checksum"] = vectors_index.save(tmp / INDEX_FILE)
+            manifest["count"] = len(vectors_index)  # vectors in index.faiss when it was last written; SQLite is the truth
             write_json(tmp / MANIFEST, manifest)
             if folder.exists():
                 folder.rmdir()
@@ -322,15 +282,26 @@ class Collection:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return cls(folder, model, manifest, vectors_index, saved=len(vectors_index))
+        store = SQLiteStore(folder / DATABASE, manifest["dim"])
+        return cls(folder, model, manifest, store, FaissCache(folder, store, manifest, vectors_index, saved=len(vectors_index)))
 
     @classmethod
     def open(cls, folder, model: Model | None = None) -> Collection:
-        """Open a collection; with no ``model``, load the one it was built with.
+        """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with.
 
         A model whose fingerprint differs from the recorded one is refused: its vectors would
         not be comparable with the stored ones.
         """
+        if is_milvus(folder):
+            from dupq.milvus import MilvusStore
+
+            store = MilvusStore.open(folder, FORMAT)
+            try:
+                model = _model_for(store.manifest, model, folder)
+            except BaseException:
+                store.close()
+                raise
+            return cls(folder, model, store.manifest, store, store.search_index())
         folder = Path(folder)
         if not folder.exists():
             raise DupqError(f"no collection at {folder}: the folder does not exist; build one with `dupq index build`.")
@@ -339,58 +310,14 @@ class Collection:
             raise DupqError(f"{folder} is not a dupq collection: it lacks {MANIFEST} or {DATABASE}.")
         remove_stale(folder)  # temporary files of a writer killed mid-write
         manifest = check_manifest(read_json(folder / MANIFEST, f"the manifest of collection {folder}"), folder / MANIFEST, FORMAT)
-        recorded, config, dim = manifest["model"], IndexConfig(**manifest["index"]), manifest["dim"]
-        built_with = "the bundled model" if recorded.get("bundled") else f"the model at {recorded.get('path')}"
-        if model is None:
-            if not recorded.get("bundled") and not recorded.get("path"):
-                raise DupqError(f"{folder} does not record which model folder built it; pass that model (--model).")
-            try:
-                model = Model.load(None if recorded.get("bundled") else recorded["path"])
-            except DupqError as e:
-                raise DupqError(f"cannot load {built_with}, which built {folder}: {e}") from None
-        given = model.fingerprint()
-        if given != recorded["fingerprint"]:
-            where = f"the model at {model.folder}" if model.folder else "the model given"
-            raise DupqError(
-                f"{folder} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {where} has "
-                f"fingerprint {given}; search it with the model that built it, or build a new collection."
-            )
-        if dim != model.config.out_dim:
-            raise DupqError(f"{folder / MANIFEST} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions.")
-        db = _connect(folder / DATABASE)
+        model = _model_for(manifest, model, folder)
+        store = SQLiteStore(folder / DATABASE, manifest["dim"])
         try:
-            count, vector_count = db.execute(
-                "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings)"
-            ).fetchone()
-            if count != vector_count:
-                raise DupqError(f"{folder / DATABASE} is corrupt: it holds {count} questions but {vector_count} embeddings.")
-            index, saved = cls._cached_index(folder, db, manifest, config, count)
-            for block in _stored_vectors(db, len(index), count, dim):
-                index.add(block)
-        except sqlite3.DatabaseError as e:
-            raise DupqError(f"{folder / DATABASE} cannot be read ({e}).") from None
-        finally:
-            db.close()
-        return cls(folder, model, manifest, index, saved)
-
-    @staticmethod
-    def _cached_index(folder: Path, db, manifest: dict, config: IndexConfig, count: int) -> tuple[VectorIndex, int]:
-        """``index.faiss`` if it is the file the manifest describes and agrees with the stored embeddings, else an empty index."""
-        dim = manifest["dim"]
-        if manifest.get("checksum") is None:  # written before checksums were recorded: rebuild once
-            return VectorIndex(dim, config), 0
-        try:
-            index = VectorIndex.load(folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"))
-        except DupqError as e:
-            log.info("rebuilding the index of %s from the stored embeddings: %s", folder, e)
-            return VectorIndex(dim, config), 0
-        n = len(index)
-        if n != manifest.get("count") or n > count:  # not the file the manifest describes, or not this database's
-            return VectorIndex(dim, config), 0
-        for i in {0, n - 1} if n and index.exact else ():  # ivfpq keeps codes: the checksum alone vouches for it
-            if not np.array_equal(index.vector(i), next(_stored_vectors(db, i, i + 1, dim))[0]):
-                return VectorIndex(dim, config), 0
-        return index, n
+            index = FaissCache.open(folder, store, manifest)
+        except BaseException:
+            store.close()
+            raise
+        return cls(folder, model, manifest, store, index)
 
     # Using it.
 
@@ -398,24 +325,25 @@ class Collection:
     def threshold(self) -> float:
         return self.model.threshold
 
+    @property
+    def cache_error(self) -> str | None:
+        """Why the index cache could not be written (the questions are stored all the same), or None."""
+        return self._index.cache_error
+
     def __len__(self) -> int:
-        with self._reader_lock:
-            return self._reader.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
+        return self._store.count()
 
     def stored_vectors(self) -> np.ndarray:
-        """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the database, not the index)."""
+        """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the store, not the index)."""
         self._check_open()
-        count = len(self)
-        with self._reader_lock:
-            blocks = list(_stored_vectors(self._reader, 0, count, self._dim))
-        return np.concatenate(blocks) if blocks else np.zeros((0, self._dim), np.float32)
+        return self._store.all_vectors()
 
     def nearest(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` of the index's ``k`` nearest stored vectors to each row of ``vectors``: no text, no judging."""
         self._check_open()
         self._refresh()
         with self._index_lock.shared():
-            return self._index.search(np.asarray(vectors, dtype=np.float32), k, self._fetch)
+            return self._index.search(np.asarray(vectors, dtype=np.float32), k)
 
     def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed add included)."""
@@ -428,55 +356,34 @@ class Collection:
         vectors = self.model.encode(queries)  # (Q, d)
         self._refresh()
         with self._index_lock.shared():
-            scores, ids = self._index.search(vectors, k, self._fetch)  # (Q, k'), (Q, k')
+            scores, ids = self._index.search(vectors, k)  # (Q, k'), (Q, k')
         scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
-        wanted = sorted({int(i) for i in ids.ravel() if i >= 0})
-        rows = {}
-        try:
-            with self._reader_lock:
-                for lo in range(0, len(wanted), 900):  # SQLite's limit on bound parameters
-                    part = wanted[lo : lo + 900]
-                    marks = ",".join("?" * len(part))
-                    for row in self._reader.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
-                        rows[row[0]] = row[1:]
-        except sqlite3.DatabaseError as e:
-            raise DupqError(f"cannot read {self.folder / DATABASE} ({e}).") from None
-        threshold = self.threshold
-        out = []
-        for query, row_scores, row_ids in zip(vectors, scores, ids):
-            found = row_ids >= 0
-            probabilities, judged = self._judge(query, row_ids[found], np.clip(row_scores[found], -1.0, 1.0))
-            hits = []
-            for score, i, p, s in zip(np.clip(row_scores[found], -1.0, 1.0).tolist(), row_ids[found].tolist(), probabilities, judged):
-                if i not in rows:
-                    continue
-                key, text, metadata = rows[i]
-                metadata = json.loads(metadata) if metadata else {}
-                if key is not None:
-                    metadata.setdefault("id", key)
-                hits.append(Hit(id=i, text=text, score=score, duplicate=bool(s > threshold), metadata=metadata, probability=p))
-            out.append(hits)
-        return out
+        rows = self._store.rows([int(i) for i in ids.ravel() if i >= 0])
+        return [self._hits(query, row_scores[row_ids >= 0], row_ids[row_ids >= 0], rows)
+                for query, row_scores, row_ids in zip(vectors, scores, ids)]
 
-    def _fetch(self, ids: np.ndarray) -> np.ndarray:
-        """Stored vectors of ``ids`` ``(len(ids), d)``, read from the database (an ivfpq index's re-ranking)."""
-        try:
-            with self._reader_lock:
-                return _vectors_by_id(self._reader, ids, self._dim)
-        except sqlite3.DatabaseError as e:
-            raise DupqError(f"cannot read {self.folder / DATABASE} ({e}).") from None
+    def _hits(self, query: np.ndarray, scores: np.ndarray, ids: np.ndarray, rows: dict) -> list[Hit]:
+        """One query's hits, judged, with their stored text and metadata (a row deleted meanwhile is left out)."""
+        probabilities, judged = self._judge(query, ids, scores)
+        hits = []
+        for score, i, p, s in zip(scores.tolist(), ids.tolist(), probabilities, judged):
+            if i not in rows:
+                continue
+            key, text, metadata = rows[i]
+            metadata = json.loads(metadata) if metadata else {}
+            if key is not None:
+                metadata.setdefault("id", key)
+            hits.append(Hit(id=i, text=text, score=score, duplicate=bool(s > self.threshold), metadata=metadata, probability=p))
+        return hits
 
     def _judge(self, query: np.ndarray, ids: np.ndarray, cosines: np.ndarray) -> tuple[list[float | None], np.ndarray]:
         """Each hit's probability (None without a calibration) and the score its verdict compares."""
         model = self.model
         if model.calibration is None and model.head is None:
             return [None] * len(ids), cosines
-        if model.needs_vectors:  # a pair head reads both vectors: take the hits' from the index (ivfpq: from the store)
-            if self._index.exact:
-                with self._index_lock.shared():
-                    stored = np.stack([self._index.vector(int(i)) for i in ids]) if len(ids) else np.zeros((0, len(query)), np.float32)
-            else:
-                stored = self._fetch(np.asarray(ids, dtype=np.int64))
+        if model.needs_vectors:  # a pair head reads both vectors: the hits' come from the index (ivfpq, Milvus: the store)
+            with self._index_lock.shared():
+                stored = self._index.vectors(np.asarray(ids, dtype=np.int64))
             probabilities = model.probabilities_from_vectors(np.repeat(query[None], len(ids), 0), stored)
         else:  # the logit is a function of the cosine alone
             probabilities = model.probabilities_from_cosines(cosines)
@@ -494,118 +401,46 @@ class Collection:
         """
         self._check_open()
         texts = check_questions(texts)
-        meta = _check_metadata(metadata, len(texts))
-        keys = _check_keys(keys, len(texts))
+        meta = check_metadata(metadata, len(texts))
+        keys = check_keys(keys, len(texts))
         if not texts:
             return []
         vectors = self.model.encode(texts)  # (M, d)
         with self._write_lock:
             self._check_open()
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    ids, new = self._place(texts, meta, keys)
-                    if new:
-                        rows = [(texts[j], keys[j], meta[j]) for j in new]
-                        t, k, m = (list(c) for c in zip(*rows))
-                        _insert(self._db, ids[new[0]], t, k, m, vectors[new])
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-            except sqlite3.DatabaseError as e:
-                raise DupqError(f"cannot add to {self.folder / DATABASE} ({e}).") from None
+            ids = self._store.add(texts, keys, meta, vectors)
             try:  # committed: from here on a failure only delays the cache, never the answer
                 self._catch_up()
-                if len(self._index) - self._saved >= SAVE_DURING_ADD:
-                    self._save_index()
+                self._index.after_add()
             except Exception as e:  # noqa: BLE001 -- the rows are stored; the next search or open catches up
-                log.warning("questions %s stored, but the FAISS index lags: %s", ids, e)
+                log.warning("questions %s stored, but the search index lags: %s", ids, e)
         return ids
 
-    def _place(self, texts: list[str], meta: list[str | None], keys: list[str | None]) -> tuple[list[int], list[int]]:
-        """The id of each question, and which of them are new (inside the add's transaction).
-
-        A key stored already, or given earlier in the same call, keeps the id it has.
-        """
-        given = sorted({k for k in keys if k is not None})
-        stored = {}
-        for lo in range(0, len(given), 900):
-            part = given[lo : lo + 900]
-            query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
-            stored.update((key, row) for key, *row in self._db.execute(query, part))
-        start = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
-        ids, new = [], []
-        for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
-            if key is not None and key in stored:
-                i, stored_text, stored_meta = stored[key]
-                if (stored_text, stored_meta) != (text, m):
-                    raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
-                ids.append(i)
-                continue
-            ids.append(start + len(new))
-            new.append(j)
-            if key is not None:
-                stored[key] = (ids[-1], text, m)
-        return ids, new
-
     def _catch_up(self) -> None:
-        """Add to FAISS the stored rows it lacks: another process's adds, or ours after a failure (write lock held)."""
-        count = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
-        if count > len(self._index):
-            with self._index_lock.exclusive():
-                for block in _stored_vectors(self._db, len(self._index), count, self._dim):
-                    self._index.add(block)
+        """Index the stored rows the index lacks (write lock held; searches wait meanwhile)."""
+        with self._index_lock.exclusive():
+            self._index.catch_up()
 
     def _refresh(self) -> None:
-        """Catch FAISS up when anything was committed to SQLite since it last did (one cheap PRAGMA otherwise)."""
-        try:
-            with self._reader_lock:
-                version = self._reader.execute("PRAGMA data_version").fetchone()[0]
-            if version == self._version:
-                return
-            with self._write_lock:
-                self._check_open()
-                self._catch_up()
-        except sqlite3.DatabaseError as e:
-            raise DupqError(f"cannot read {self.folder / DATABASE} ({e}).") from None
-        self._version = version
-
-    def _save_index(self) -> None:
-        """Rewrite ``index.faiss`` and the manifest that describes it (caller holds the write lock).
-
-        A failure (a full disk) is kept in :attr:`cache_error`, not raised: the questions are in
-        SQLite, and the next open rebuilds what the cache lacks.
-        """
-        try:
-            checksum = self._index.save(self.folder / INDEX_FILE)
-            self.manifest.update(count=len(self._index), checksum=checksum)
-            write_json(self.folder / MANIFEST, self.manifest)
-        except OSError as e:
-            self.cache_error = (
-                f"could not write {self.folder / INDEX_FILE} ({e.strerror or e}); the questions are stored, "
-                "and the index is rebuilt from them when the collection is next opened"
-            )
-            log.warning(self.cache_error)
+        """Catch the index up when anything was committed to the store since it last did (one cheap check otherwise)."""
+        if not self._index.stale():
             return
-        self._saved = len(self._index)
-        self.cache_error = None
+        with self._write_lock:
+            self._check_open()
+            self._catch_up()
 
     def close(self) -> None:
-        """Write the index cache if many rows are missing from it, and release the database."""
+        """Write the index cache if many rows are missing from it, and release the store."""
         with self._write_lock:
             if self._closed:
                 return
-            if len(self._index) - self._saved >= SAVE_ON_CLOSE:
-                self._save_index()
+            self._index.close()
             self._closed = True
-            self._db.close()
-            with self._reader_lock:
-                self._reader.close()
+            self._store.close()
 
     def _check_open(self) -> None:
         if self._closed:
-            raise DupqError(f"the collection {self.folder} is closed.")
+            raise DupqError(f"the collection {self.location} is closed.")
 
     def __enter__(self) -> Collection:
         return self
