@@ -120,3 +120,11 @@ def head_model(head_model_dir):
     from dupq.model import Model
 
     return Model.load(head_model_dir)
+
+
+@pytest.fixture(params=["sqlite", "milvus"])
+def location(request, tmp_path):
+    """Where a test's new collection goes, once for each store: a folder, or a fresh milvus-lite file."""
+    from servicekit import milvus_or_skip
+
+    return tmp_path / "c" if request.param == "sqlite" else milvus_or_skip(tmp_path / "c.db")

@@ -6,10 +6,13 @@ questions written here (one with HTML in it, to check the page shows it as text)
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from dupq.data import Splits
 
@@ -31,14 +34,27 @@ def questions(splits: Splits, n: int) -> list[str]:
     return list(seen)
 
 
-def build_collection(folder: Path, model_dir: Path, texts: list[str]) -> Path:
-    """A flat collection of ``texts`` in ``folder``; each question's metadata is its position."""
+def build_collection(folder: Path | str, model_dir: Path, texts: list[str]) -> Path | str:
+    """A flat collection of ``texts`` in ``folder`` (or a Milvus location); each question's metadata is its position."""
     from dupq.collection import Collection
     from dupq.model import Model
 
     collection = Collection.build(folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))])
     collection.close()
     return folder
+
+
+def milvus_or_skip(path: Path) -> str:
+    """A milvus-lite location at ``path`` (a fresh file per test), or a skip saying why Milvus cannot run here (an error under CI)."""
+    try:
+        import milvus_lite  # noqa: F401
+        import pymilvus  # noqa: F401
+    except ImportError as e:
+        message = f"milvus store: {e}; install the milvus extra (pip install -e '.[milvus]')"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return f"milvus:{path}"
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.files import DupqError
-from dupq.collection import DATABASE, INDEX_FILE, Collection, Hit
+from dupq.collection import DATABASE, INDEX_FILE, Collection, Hit, KeyConflict
 from dupq.model import Model
 import dupq.vectors
 from dupq.vectors import search
@@ -308,17 +308,16 @@ def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, 
     ]
 
 
-def test_reads_see_adds_of_another_process(tmp_path, bundled, one_torch_thread):
-    folder = tmp_path / "c"
-    Collection.build(folder, synthetic(30), bundled).close()
-    server = Collection.open(folder, bundled)
+def test_reads_see_adds_of_another_process(location, bundled, one_torch_thread):
+    Collection.build(location, synthetic(30), bundled).close()
+    server = Collection.open(location, bundled)
     assert len(server.search(synthetic(1), k=1)[0]) == 1
     new = synthetic(3, offset=30)
-    with Collection.open(folder, bundled) as other:  # another process (its own connections, its own FAISS)
-        assert other.add(new) == [30, 31, 32]
+    with Collection.open(location, bundled) as other:  # another process (its own connections, its own FAISS)
+        ids = other.add(new)
     got = server.search(new, k=1)
-    assert [row[0].id for row in got] == [30, 31, 32] and [row[0].text for row in got] == new
-    assert len(server._index) == len(server) == 33
+    assert [row[0].id for row in got] == ids and [row[0].text for row in got] == new
+    assert len(server) == 33
     server.close()
 
 
@@ -495,3 +494,70 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
     with sqlite3.connect(folder / DATABASE) as db:
         sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
     assert max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64  # the build's rows, then the add's 200 in 4 rows
+
+
+# The same tests on every store (the `location` fixture: a folder, then a milvus-lite file).
+
+
+def stored_texts(coll: Collection) -> list[str]:
+    """Every stored question's text, read back from the store by the ids a search over all of them finds."""
+    everything = coll.nearest(np.zeros((1, coll.model.config.out_dim), np.float32), k=len(coll))[1][0]
+    return [row[1] for row in coll._store.rows([int(i) for i in everything]).values()]
+
+
+def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
+    chosen = texts[:400]
+    meta = [{"row": i} if i % 2 else {} for i in range(len(chosen))]
+    queries = ["How do I learn Python fast?", "Why is the sky blue?", chosen[7]]
+    want_scores, want_ids = search(tiny_model.encode(queries), tiny_model.encode(chosen), 10)  # the brute-force reference
+    with Collection.build(location, chosen, tiny_model, ids=[f"q{i}" for i in range(len(chosen))], metadata=meta):
+        pass
+    with Collection.open(location) as coll:  # no model: the recorded folder is loaded
+        assert len(coll) == len(chosen) and coll.model.fingerprint() == tiny_model.fingerprint()
+        got = coll.search(queries, k=10)
+        np.testing.assert_allclose([[h.score for h in row] for row in got], want_scores, atol=1e-5)
+        for row, ids in zip(got, want_ids):  # ties may swap places, so compare the texts found as sets
+            assert {h.text for h in row if h.score > row[-1].score + 1e-5} <= {chosen[i] for i in ids}
+        top = got[2][0]
+        assert top.text == chosen[7] and top.metadata == {"row": 7, "id": "q7"} and top.duplicate
+        assert sorted(stored_texts(coll)) == sorted(chosen)
+        stored, encoded = coll.stored_vectors(), tiny_model.encode(chosen)  # (400, d) each, the store's in its id order
+        np.testing.assert_array_equal(stored[np.lexsort(stored.T)], encoded[np.lexsort(encoded.T)])
+
+
+def test_each_store_keeps_an_add_and_shows_it_to_other_handles(location, texts, tiny_model):
+    coll = Collection.build(location, texts[:300], tiny_model)
+    ids = coll.add(texts[300:310], metadata=[{"answer": i} for i in range(10)])
+    assert len(set(ids)) == 10 and len(coll) == 310 and coll.add([]) == []
+    if isinstance(location, Path):
+        assert ids == list(range(300, 310))  # a folder's ids are positions
+    assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
+    other = Collection.open(location, tiny_model)  # a second handle, opened without closing the first
+    assert len(other) == 310 and other.search([texts[309]], k=1)[0][0].id == ids[9]
+    (new,) = other.add([texts[400]])
+    assert coll.search([texts[400]], k=1)[0][0].id == new and len(coll) == 311  # the first handle sees it
+    other.close()
+    coll.close()
+    with Collection.open(location, tiny_model) as again:  # reopened: everything is there
+        assert len(again) == 311 and [h[0].id for h in again.search([texts[303], texts[400]], k=1)] == [ids[3], new]
+    with pytest.raises(DupqError, match="closed"):
+        coll.search(["x"])
+
+
+def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_thread):
+    Collection.build(location, synthetic(20), bundled).close()
+    new = synthetic(5, offset=20)
+    with Collection.open(location, bundled) as coll:
+        ids = coll.add(new[:3], keys=["a", "b", None])
+        assert len(set(ids)) == 3 and len(coll) == 23
+        assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry stores nothing
+        same = coll.add([new[3], new[3]], keys=["d", "d"])
+        assert same[0] == same[1] and same[0] not in ids
+        with pytest.raises(KeyConflict, match="'a' is stored already"):
+            coll.add([new[4]], keys=["a"])
+        with pytest.raises(DupqError, match="JSON"):
+            coll.add(["ok"], metadata=[{"bad": object()}])
+        assert [h[0].id for h in coll.search(new[:4], k=1)] == [*ids, same[0]]
+    with Collection.open(location, bundled) as coll:
+        assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry after a restart too
+        assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # the naive reference: each text once

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from servicekit import build_collection, questions
+from servicekit import build_collection, milvus_or_skip, questions
 
 from dupq.files import DupqError
 
@@ -33,10 +33,12 @@ def built(tmp_path_factory, tiny_model_dir, texts):
     return build_collection(tmp_path_factory.mktemp("coll") / "coll", tiny_model_dir, texts)
 
 
-@pytest.fixture
-def coll_dir(built, tmp_path):
-    """A fresh copy of the collection for each test, so adds do not leak between tests."""
-    return shutil.copytree(built, tmp_path / "coll")
+@pytest.fixture(params=["sqlite", "milvus"])
+def coll_dir(request, built, tmp_path, tiny_model_dir, texts):
+    """A fresh collection for each test and each store (a copy of the folder, or a new milvus-lite file), so adds do not leak."""
+    if request.param == "sqlite":
+        return shutil.copytree(built, tmp_path / "coll")
+    return build_collection(milvus_or_skip(tmp_path / "coll.db"), tiny_model_dir, texts)
 
 
 @pytest.fixture

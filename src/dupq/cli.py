@@ -211,9 +211,12 @@ def info(
     }, indent=2))
 
 
+COLLECTION_HELP = "Collection: a folder (from `dupq index build`), or milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME."
+
+
 @command()
 def serve(
-    collection: Annotated[Path, typer.Argument(help="Collection folder (from `dupq index build`).")],
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
@@ -406,21 +409,26 @@ QUESTIONS_HELP = "Questions: a text file (one a line), a CSV/TSV file (see --col
 @command(group=index_app, name="build")
 def index_build(
     questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
-    out: Annotated[Path, typer.Option(help="Collection folder to create (must not exist yet).")],
+    out: Annotated[Optional[Path], typer.Option(help="Collection folder to create (must not exist yet).")] = None,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
     index: Annotated[Literal["flat", "hnsw", "ivfpq"], typer.Option(help="flat (exact search), hnsw (approximate, much faster on large collections) or ivfpq (compressed to ~41 bytes a question, re-ranked exactly; 40,000+ questions).")] = "flat",
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file (default: question); other columns become metadata.")] = None,
+    store: Annotated[Optional[str], typer.Option(help="Instead of --out, a Milvus collection: milvus:PATH.db (milvus-lite) or milvus+http(s)://HOST:PORT?collection=NAME (token from $DUPQ_MILVUS_TOKEN).")] = None,
 ) -> None:
-    """Store the questions of a file, their embeddings and a FAISS index in a new collection folder."""
+    """Store the questions of a file, their embeddings and a search index in a new collection (a folder, or Milvus)."""
     import time
 
-    from dupq.collection import Collection
+    from dupq.collection import Collection, is_milvus
     from dupq.model import Model
     from dupq.questions import read_questions
     from dupq.vectors import IndexConfig
 
     config = IndexConfig(kind=index)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if (out is None) == (store is None):
+        raise DupqError("give either --out FOLDER or --store milvus:... for the new collection.")
+    if store is not None and not is_milvus(store):
+        raise DupqError(f"--store takes milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, not {store!r}; a folder goes with --out.")
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DupqError(f"{out} already exists and is not empty; choose a new folder for the collection.")
     m = Model.load(model)
     qs = read_questions(questions, column)
@@ -428,16 +436,23 @@ def index_build(
     if not qs.texts:
         raise DupqError(f"{questions} holds no questions.")
     started = time.perf_counter()
-    Collection.build(out, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
+    Collection.build(store or out, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
     typer.echo(
-        f"stored {len(qs):,} questions from {questions} in {out} ({index} index) in "
+        f"stored {len(qs):,} questions from {questions} in {store or out} ({index} index) in "
         f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,}"
     )
 
 
+def _collection(location: str):
+    """A collection argument as Collection.open takes it: a Milvus location as written, a folder as a Path."""
+    from dupq.collection import is_milvus
+
+    return location if is_milvus(location) else Path(location)
+
+
 @command(group=index_app, name="add")
 def index_add(
-    collection: Annotated[Path, typer.Argument(help="Collection folder.")],
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
     question: Annotated[Optional[str], typer.Argument(help="The question to add.")] = None,
     file: Annotated[Optional[Path], typer.Option(help=f"Add every question of this file instead. {QUESTIONS_HELP}")] = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --file.")] = None,
@@ -469,7 +484,7 @@ def index_add(
         if not qs.texts:
             raise DupqError(f"{file} holds no questions.")
         texts, metadata, keys = qs.texts, qs.metadata, qs.keys
-    coll = Collection.open(collection, Model.load(model) if model else None)
+    coll = Collection.open(_collection(collection), Model.load(model) if model else None)
     try:
         for lo in range(0, len(texts), batch_size):
             part = slice(lo, lo + batch_size)
@@ -483,7 +498,7 @@ def index_add(
 
 @command(name="search")
 def search_command(
-    collection: Annotated[Path, typer.Argument(help="Collection folder (from `dupq index build`).")],
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
     question: Annotated[Optional[str], typer.Argument(help="The new question.")] = None,
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many old questions to show.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per query: the query and its hits.")] = False,
@@ -507,7 +522,7 @@ def search_command(
         qs = read_questions(queries)
         _dropped(queries, qs.dropped)
         texts = qs.texts
-    coll = Collection.open(collection, Model.load(model) if model else None)
+    coll = Collection.open(_collection(collection), Model.load(model) if model else None)
     try:
         for lo in range(0, len(texts), batch_size):
             batch = texts[lo : lo + batch_size]

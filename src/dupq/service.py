@@ -308,14 +308,14 @@ async def _refuse(scope, receive, send, status: int, detail) -> None:
 
 
 def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
-    """The collection in ``collection_dir``, with the model in ``model_dir`` if one is given."""
-    from dupq.collection import Collection
+    """The collection in ``collection_dir`` (a folder or a Milvus location), with the model in ``model_dir`` if one is given."""
+    from dupq.collection import Collection, is_milvus
     from dupq.model import Model
 
-    path = Path(collection_dir)
-    if not path.is_dir():
-        raise DupqError(f"collection folder {path} does not exist; build one with `dupq index build`.")
-    return Collection.open(path, Model.load(model_dir) if model_dir is not None else None)
+    location = collection_dir if is_milvus(collection_dir) else Path(collection_dir)
+    if isinstance(location, Path) and not location.is_dir():
+        raise DupqError(f"collection folder {location} does not exist; build one with `dupq index build`.")
+    return Collection.open(location, Model.load(model_dir) if model_dir is not None else None)
 
 
 def create_app(
