@@ -561,3 +561,38 @@ def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_
     with Collection.open(location, bundled) as coll:
         assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry after a restart too
         assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # the naive reference: each text once
+
+
+def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, monkeypatch):
+    from servicekit import milvus_or_skip
+
+    where = milvus_or_skip(tmp_path / "m.db")
+    runner = CliRunner()
+    qfile = tmp_path / "faq.csv"
+    qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
+    result = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--store", where])
+    assert result.exit_code == 0 and "stored 2 questions" in result.output, result.output
+    result = runner.invoke(app, ["index", "add", where, "How can I learn Python quickly?", "--key", "p1"])
+    added = re.search(r"id (\d+)", result.output)
+    assert result.exit_code == 0 and added, result.output
+    result = runner.invoke(app, ["search", where, "How can I learn Python quickly?", "-k", "1", "--json"])
+    hit = json.loads(result.output)["hits"][0]
+    assert (hit["id"], hit["metadata"]) == (int(added.group(1)), {"id": "p1"})
+    monkeypatch.setitem(sys.modules, "pymilvus", None)  # as if the extra were not installed
+    missing = runner.invoke(app, ["search", where, "How?"])
+    monkeypatch.undo()
+    cases = {
+        "missing package": missing,
+        "no such file": runner.invoke(app, ["search", f"milvus:{tmp_path / 'none.db'}", "How?"]),
+        "not a .db": runner.invoke(app, ["search", f"milvus:{tmp_path / 'm.txt'}", "How?"]),
+        "unreachable": runner.invoke(app, ["search", "milvus+http://127.0.0.1:1?collection=faq", "How?"]),
+        "malformed": runner.invoke(app, ["serve", "milvus+ftp://somewhere"]),
+        "bad name": runner.invoke(app, ["index", "add", f"{where}?collection=9x", "How?"]),
+        "exists": runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--store", where]),
+        "store is a folder": runner.invoke(app, ["index", "build", str(qfile), "--store", str(tmp_path / "f")]),
+    }
+    for name, result in cases.items():
+        assert result.exit_code == 2, (name, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, (name, result.output)
+    assert "pip install" in cases["missing package"].output and "already holds" in cases["exists"].output
