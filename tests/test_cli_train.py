@@ -47,7 +47,8 @@ def test_bad_option_values(pairs_path, tmp_path):
     line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
     for option, value, named in (("--device", "meta", "device"), ("--recipe", "nope", "--recipe"), ("--loss", "hinge", "hinge"),
-                                 ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr")):
+                                 ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr"),
+                                 ("--encoder", "transformer", "--encoder")):
         line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value]))
         assert named in line
 
@@ -182,6 +183,31 @@ def test_train_prints_epochs_and_writes_a_model_folder(pairs_path, tmp_path):
     assert len(info["metrics"]["training"]["history"]) == 2
     again = runner.invoke(app, args)  # a second run must not silently discard the checkpoint
     assert "--resume" in one_error_line(again)
+
+
+@pytest.mark.slow
+def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_torch_thread):
+    from safetensors.torch import load_file
+
+    from cli_model import SPLIT_ARGS, slice_file
+    from dupq.encoders import GRUEncoder
+    from dupq.model import Model
+
+    out, dim = tmp_path / "gru", 16
+    args = ["train", "--data", str(slice_file(pairs_path, tmp_path)), "--out", str(out), "--epochs", "1", "--dim", str(dim),
+            "--threads", "1", "--no-progress", *SPLIT_ARGS]
+    result = runner.invoke(app, [*args, "--encoder", "gru"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["encoder"]["type"] == "gru"
+    model = Model.load(out)
+    assert isinstance(model.encoder, GRUEncoder) and model.metrics["training"]["options"]["encoder"] == "gru"
+    weights = load_file(out / "model.safetensors")
+    assert weights["gru.weight_ih_l0"].shape == (3 * dim, dim)  # three gates' input weights (an LSTM has four)
+    assert not any(name.startswith("lstm.") for name in weights)
+    vectors = model.encode(["How do I learn Python?", "How can I learn Python?"])
+    assert vectors.shape == (2, dim) and abs(float((vectors**2).sum(1).max()) - 1.0) < 1e-5
+    line = one_error_line(runner.invoke(app, [*args, "--encoder", "lstm", "--resume"]))
+    assert "--encoder lstm" in line and "gru" in line  # a resume cannot swap the encoder under the checkpoint
 
 
 def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):

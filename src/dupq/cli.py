@@ -154,7 +154,7 @@ def train(
     overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
+    """Train a Siamese LSTM (or --encoder gru) on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
     from dupq.data import read_pairs, split_pairs
     from dupq.distributed import World
     from dupq.train import train as run_training

@@ -42,7 +42,7 @@ from dupq.data import Splits, labelled_split
 from dupq.distributed import World, agree, gather, join, share
 from dupq.metrics import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write, remove_stale
-from dupq.encoders import POOLINGS
+from dupq.encoders import ENCODERS, POOLINGS
 from dupq.model import HEADS, Encoder, EncoderConfig, HeadConfig, Model, PairHead
 from dupq.objectives import Objective
 from dupq.options import check_options, option
@@ -114,18 +114,20 @@ class TrainConfig:
 class ModelOptions:
     """What is built before training: the vocabulary, the encoder and the pair head. Each help text is its ``dupq train --help``."""
 
-    dim: int = option(128, "Embedding and LSTM width (the seed's d_feature); cost grows with its square.", min=1)
+    dim: int = option(128, "Embedding and recurrent layer width (the seed's d_feature); cost grows with its square.", min=1)
     lowercase: bool = option(False, "Fold case before the vocabulary lookup.")
     oov_buckets: int = option(0, "Hash unknown words into this many extra ids (0: one shared id, as the seed).", min=0)
     min_count: int = option(1, "Keep words seen at least this often in the vocabulary.", min=1)
-    bidirectional: bool = option(False, "Bidirectional LSTM: vectors twice as wide, ~2x slower.")
+    bidirectional: bool = option(False, "Bidirectional recurrent layer: vectors twice as wide, ~2x slower.")
     dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9)
-    pooling: str = option("mean", "mean (the seed) or max over the LSTM's outputs.", choices=POOLINGS)
+    pooling: str = option("mean", "mean (the seed) or max over the recurrent layer's outputs.", choices=POOLINGS)
     head: str = option("none", "Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).",
                        choices=("none", *HEADS))
     head_hidden: int = option(256, "Hidden width of the mlp head.", min=1)
     word_init: str = option("", "Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) "
                                 "or a sentence-transformers folder; '': random (the seed).")
+    encoder: str = option("lstm", "The question encoder: lstm (the seed) or gru (no cell state: 3/4 of the LSTM's recurrent work).",
+                          choices=ENCODERS)
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -351,7 +353,7 @@ def build_vocabulary(splits: Splits, config: TrainConfig, options: ModelOptions,
 
 def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None) -> Siamese:
     torch.manual_seed(config.seed)
-    encoder = Encoder(EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling))
+    encoder = ENCODERS[options.encoder](EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling))
     head = None
     if options.head != "none" or config.objective().needs_head:
         kind = "cosine" if options.head == "none" else options.head
