@@ -88,13 +88,16 @@ def cosines(vector: dict[str, np.ndarray], q1: list[str], q2: list[str]) -> np.n
     return np.einsum("nd,nd->n", u, v).astype(np.float64)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-folder", type=Path, default=None, help=f"a sentence-transformers folder (default: the one in {PACKAGE})")
     parser.add_argument("--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N test and N dev pairs (a quick run)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(THREADS)

@@ -249,7 +249,7 @@ def health(port: int) -> dict:
     return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", type=Path, help="collection to load-test (a copy is used); default: build one")
     p.add_argument("--model", type=Path, default=REPO / "runs" / "dev-model", help="model folder (for building)")
@@ -264,8 +264,11 @@ def main() -> None:
     p.add_argument("--kill-after", type=float, default=3.0, help="seconds of adds before kill -9")
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    return p.parse_args()
 
+
+def working_copy(args: argparse.Namespace) -> Path:
+    """A fresh copy of ``--collection`` (built first with `dupq index build` when none is given) in ``--work``."""
     args.work.mkdir(parents=True, exist_ok=True)
     source = args.collection
     if source is None:
@@ -279,13 +282,69 @@ def main() -> None:
     copy = args.work / "load-copy"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source, copy)
+    return copy
 
+
+def load_phases(port: int, token: str, args: argparse.Namespace, searches: list[str], rng: random.Random, tag: str) -> dict:
+    """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``."""
+    asyncio.run(run_phase(port, token, args.clients, args.warmup, args.max_requests, searches, 0.0, rng, tag))
+    search_only = asyncio.run(run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, 0.0, rng, tag))
+    mixed = asyncio.run(run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, args.add_share, rng, tag))
+    return {"search_only": search_only, "mixed": mixed}
+
+
+def kill9_phase(server, copy: Path, port: int, token: str, log, args: argparse.Namespace, searches: list[str],
+                rng: random.Random, tag: str):
+    """Adds until ``server`` is killed, a restart, and the check of every acknowledged add: ``(restarted server, result)``."""
+    before = health(port)["questions"]
+    acked, broken, failed = asyncio.run(adds_until_killed(port, token, args.clients, args.kill_after, server, searches, rng, tag))
+    server.wait(timeout=30)
+    server, restart_s = start_server(copy, None, port, token, log, args.start_timeout)
+    try:
+        after = health(port)["questions"]
+        check = asyncio.run(verify(port, token, args.clients, acked))
+    finally:  # main stops the server it knows, the killed one: this one is stopped here
+        stop(server)
+    check["not_found_by_search_but_stored"] = stored(copy, acked, check.pop("missing"))
+    check["lost"] -= len(check["not_found_by_search_but_stored"])
+    return server, {
+        "acked_adds": len(acked),
+        "unacknowledged_in_flight": broken,
+        "refused": failed,
+        "count_before": before,
+        "count_after_restart": after,
+        "count_grew_by_at_least_acked": after - before >= len(acked),
+        "restart_s": round(restart_s, 2),
+        **check,
+    }
+
+
+def stop(server) -> None:
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def target_met(result: dict) -> bool:
+    """300 searches/s with p99 under 100 ms, no errors in any phase, and no acknowledged add lost to kill -9."""
+    s = result["search_only"]["search"]
+    return (
+        s["per_s"] >= 300 and s["p99_ms"] < 100 and s["errors"] == 0 and result["mixed"]["search"]["errors"] == 0
+        and result["mixed"].get("add", {}).get("errors", 0) == 0 and result["kill9"]["lost"] == 0
+        and result["kill9"]["count_grew_by_at_least_acked"]
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    copy = working_copy(args)
     from dupq.questions import read_questions
 
     rng = random.Random(args.seed)
-    texts = read_questions(args.data).texts
-    searches = rng.sample(texts, 20_000)
-    del texts
+    searches = rng.sample(read_questions(args.data).texts, 20_000)
     tag = f"bench-{secrets.token_hex(3)}"
     token = secrets.token_urlsafe(16)
     port = free_port()
@@ -294,50 +353,13 @@ def main() -> None:
     server, result["start_s"] = start_server(copy, None, port, token, log, args.start_timeout)
     try:
         result["questions"] = health(port)["questions"]
-        asyncio.run(run_phase(port, token, args.clients, args.warmup, args.max_requests, searches, 0.0, rng, tag))
-        result["search_only"] = asyncio.run(
-            run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, 0.0, rng, tag)
-        )
-        result["mixed"] = asyncio.run(
-            run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, args.add_share, rng, tag)
-        )
-        before = health(port)["questions"]
-        acked, broken, failed = asyncio.run(
-            adds_until_killed(port, token, args.clients, args.kill_after, server, searches, rng, tag + "-kill")
-        )
-        server.wait(timeout=30)
-        server, restart_s = start_server(copy, None, port, token, log, args.start_timeout)
-        after = health(port)["questions"]
-        check = asyncio.run(verify(port, token, args.clients, acked))
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
-        check["not_found_by_search_but_stored"] = stored(copy, acked, check.pop("missing"))
-        check["lost"] -= len(check["not_found_by_search_but_stored"])
-        result["kill9"] = {
-            "acked_adds": len(acked),
-            "unacknowledged_in_flight": broken,
-            "refused": failed,
-            "count_before": before,
-            "count_after_restart": after,
-            "count_grew_by_at_least_acked": after - before >= len(acked),
-            "restart_s": round(restart_s, 2),
-            **check,
-        }
+        result.update(load_phases(port, token, args, searches, rng, tag))
+        server, result["kill9"] = kill9_phase(server, copy, port, token, log, args, searches, rng, tag + "-kill")
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
+        stop(server)
         log.close()
         shutil.rmtree(copy, ignore_errors=True)
-    s = result["search_only"]["search"]
-    result["target_met"] = (
-        s["per_s"] >= 300 and s["p99_ms"] < 100 and s["errors"] == 0 and result["mixed"]["search"]["errors"] == 0
-        and result["mixed"].get("add", {}).get("errors", 0) == 0 and result["kill9"]["lost"] == 0
-        and result["kill9"]["count_grew_by_at_least_acked"]
-    )
+    result["target_met"] = target_met(result)
     print(json.dumps(result))
 
 

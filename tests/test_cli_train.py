@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.data import SplitConfig
+from dupq.files import DupqError
+from dupq.options import flag, option_fields
+from dupq.train import ModelOptions, TrainConfig
 
 runner = CliRunner()
 
@@ -41,9 +47,113 @@ def test_bad_option_values(pairs_path, tmp_path):
     line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
     for option, value, named in (("--device", "meta", "device"), ("--recipe", "nope", "--recipe"), ("--loss", "hinge", "hinge"),
-                                 ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr")):
+                                 ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr"),
+                                 ("--encoder", "transformer", "--encoder")):
         line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value]))
         assert named in line
+
+
+CONFIGS = (TrainConfig, ModelOptions, SplitConfig)
+
+
+def _train_parameters() -> dict:
+    """The click parameters of `dupq train`, by option name."""
+    command = typer.main.get_command(app).commands["train"]
+    return {opt: p for p in command.params for opt in p.opts}
+
+
+def test_every_config_field_is_an_option_with_its_default_help_and_choices():
+    params = _train_parameters()
+    for config in CONFIGS:
+        for f in option_fields(config):
+            param = params[flag(f)]
+            assert param.help == f.metadata["help"] and param.default == f.default, f.name
+    plain = [f.name for config in CONFIGS for f in fields(config) if f not in option_fields(config)]
+    assert plain == ["losses", "chunks"]  # --loss is written by hand (a repeated NAME[:WEIGHT]); chunks is no option
+    assert all(p.help for p in set(params.values())), "every option of dupq train has a help text"
+    helped = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"}).output
+    assert all(flag(f) in helped for config in CONFIGS for f in option_fields(config))
+
+
+def _other_value(f):
+    """A value of an option field other than its default, inside its choices and range."""
+    meta = f.metadata
+    if meta["choices"]:
+        return next(c for c in meta["choices"] if c != f.default)
+    if isinstance(f.default, bool):
+        return not f.default
+    if isinstance(f.default, str):
+        return "elsewhere"
+    value = f.default + (1 if isinstance(f.default, int) else 0.25)
+    return value if meta["max"] is None else min(value, meta["max"])
+
+
+def _captured_configs(monkeypatch, pairs_path, tmp_path, args: list[str]) -> dict:
+    """Run `dupq train ARGS` up to the training call and return the configs it was given (nothing is trained)."""
+    import dupq.data
+    import dupq.train
+
+    seen = {}
+
+    def split_pairs(pairs, split):
+        seen["split"] = split
+        return None
+
+    def train(splits, out, config, options, **_):
+        seen.update(config=config, options=options)
+        raise DupqError("captured")
+
+    monkeypatch.setattr(dupq.data, "split_pairs", split_pairs)
+    monkeypatch.setattr(dupq.train, "train", train)
+    result = runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), *args])
+    assert "captured" in one_error_line(result)
+    return seen
+
+
+def test_train_alone_is_the_dataclass_defaults(monkeypatch, pairs_path, tmp_path):
+    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, [])
+    assert (seen["config"], seen["options"], seen["split"]) == (TrainConfig(), ModelOptions(), SplitConfig())
+
+
+def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
+    args, expected = ["--loss", "distil"], {config: {} for config in CONFIGS}  # --teacher needs a distil loss
+    for config in CONFIGS:
+        for f in option_fields(config):
+            value = _other_value(f)
+            expected[config][f.name] = value
+            args += [flag(f) if value else f"--no-{f.name.replace('_', '-')}"] if isinstance(value, bool) else [flag(f), str(value)]
+    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, args)
+    assert asdict(seen["config"]) == asdict(TrainConfig(**expected[TrainConfig], losses={"distil": 1.0}))
+    assert asdict(seen["options"]) == asdict(ModelOptions(**expected[ModelOptions]))
+    assert asdict(seen["split"]) == asdict(SplitConfig(**expected[SplitConfig]))
+    assert all(asdict(c())[name] != value for c in CONFIGS for name, value in expected[c].items())
+
+
+def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path, tmp_path):
+    refused = 0
+    for config in CONFIGS:
+        for f in option_fields(config):
+            meta, wrong = f.metadata, []
+            if meta["choices"]:
+                wrong.append("not-" + meta["choices"][0])
+            if meta["min"] is not None:
+                wrong.append(meta["min"] - 1)
+            if meta["max"] is not None:
+                wrong.append(meta["max"] + 1)
+            for value in wrong:
+                result = runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), flag(f), str(value)])
+                assert flag(f) in one_error_line(result), (f.name, value)
+                refused += 1
+    assert refused >= 15  # the choice fields (recipe, reduction, lr_schedule, device, pooling, head) and the ranges
+
+
+@pytest.mark.parametrize("config, field, value, named", [
+    (TrainConfig, "reduction", "max", "--reduction"), (TrainConfig, "epochs", 0, "--epochs"), (TrainConfig, "device", "meta", "--device"),
+    (ModelOptions, "pooling", "min", "--pooling"), (ModelOptions, "dropout", 0.95, "--dropout"), (ModelOptions, "head", "attention", "--head"),
+])
+def test_configs_refuse_what_the_command_line_refuses(config, field, value, named):
+    with pytest.raises(DupqError, match=f"^{named} must be"):
+        config(**{field: value})
 
 
 @pytest.mark.parametrize("setup", ["missing", "empty", "corrupt-weights", "corrupt-config"])
@@ -73,6 +183,31 @@ def test_train_prints_epochs_and_writes_a_model_folder(pairs_path, tmp_path):
     assert len(info["metrics"]["training"]["history"]) == 2
     again = runner.invoke(app, args)  # a second run must not silently discard the checkpoint
     assert "--resume" in one_error_line(again)
+
+
+@pytest.mark.slow
+def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_torch_thread):
+    from safetensors.torch import load_file
+
+    from cli_model import SPLIT_ARGS, slice_file
+    from dupq.encoders import GRUEncoder
+    from dupq.model import Model
+
+    out, dim = tmp_path / "gru", 16
+    args = ["train", "--data", str(slice_file(pairs_path, tmp_path)), "--out", str(out), "--epochs", "1", "--dim", str(dim),
+            "--threads", "1", "--no-progress", *SPLIT_ARGS]
+    result = runner.invoke(app, [*args, "--encoder", "gru"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["encoder"]["type"] == "gru"
+    model = Model.load(out)
+    assert isinstance(model.encoder, GRUEncoder) and model.metrics["training"]["options"]["encoder"] == "gru"
+    weights = load_file(out / "model.safetensors")
+    assert weights["gru.weight_ih_l0"].shape == (3 * dim, dim)  # three gates' input weights (an LSTM has four)
+    assert not any(name.startswith("lstm.") for name in weights)
+    vectors = model.encode(["How do I learn Python?", "How can I learn Python?"])
+    assert vectors.shape == (2, dim) and abs(float((vectors**2).sum(1).max()) - 1.0) < 1e-5
+    line = one_error_line(runner.invoke(app, [*args, "--encoder", "lstm", "--resume"]))
+    assert "--encoder lstm" in line and "gru" in line  # a resume cannot swap the encoder under the checkpoint
 
 
 def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):

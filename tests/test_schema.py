@@ -49,6 +49,23 @@ METRICS_FAULTS = {
 }
 
 
+def test_an_unknown_encoder_type_is_named_with_the_known_ones(model_dir):
+    from dupq.encoders import ENCODERS
+
+    for kind in ("transformer", ["lstm"], None):
+        edit(model_dir / "config.json", lambda c: c["encoder"].update(type=kind))
+        with pytest.raises(DupqError) as caught:
+            Model.load(model_dir)
+        assert f"unknown encoder type {kind!r} (encoder.type)" in str(caught.value), caught.value
+        assert all(repr(name) in str(caught.value) for name in ENCODERS)
+        result = CliRunner().invoke(app, ["info", str(model_dir)])
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and "Traceback" not in result.output
+    for known in ENCODERS:  # every registered type passes, and so does a config without one (the LSTM)
+        config = {"encoder": {"type": known, "vocab_size": 10}}
+        assert check_model_config(config, "m/config.json") is config
+    check_model_config({"encoder": {"vocab_size": 10}}, "m/config.json")
+
+
 @pytest.mark.parametrize("fault", CONFIG_FAULTS)
 def test_bad_model_configs_are_one_sentence(model_dir, fault):
     edit(model_dir / "config.json", CONFIG_FAULTS[fault])

@@ -7,15 +7,21 @@ sentence on stderr and exit status 2; a traceback means a bug in dupq.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import Field
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, get_type_hints
 
 import typer
 import typer.core
 
+from dupq.data import SplitConfig
 from dupq.files import DupqError, to_json
+from dupq.options import flag, option_fields
+from dupq.train import ModelOptions, TrainConfig, check_output_folder
 
 try:  # typer vendors click since 0.2x; before, it used the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -87,90 +93,108 @@ def command(*args, group: typer.Typer | None = None, **kwargs):
     return register
 
 
+def config_options(**configs: type) -> Callable:
+    """Give a command one option per :func:`dupq.options.option` field of each config dataclass.
+
+    ``@config_options(train_fields=TrainConfig)`` replaces the command's parameter ``train_fields``
+    by the fields' options (their default, help, choices and range), in the fields' order, and
+    calls the command with ``train_fields`` the dict of their values: one declaration, in the
+    dataclass, for the library and the command line. typer reads the command's parameters from its
+    signature, so the generated one is set as ``__signature__``.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        hints = get_type_hints(fn, include_extras=True)
+        parameters, owner = [], {}  # owner: option parameter -> the config keyword it belongs to
+        for p in inspect.signature(fn).parameters.values():
+            if p.name not in configs:
+                parameters.append(p.replace(annotation=hints[p.name]))
+                continue
+            config_hints = get_type_hints(configs[p.name])
+            for f in option_fields(configs[p.name]):
+                parameters.append(inspect.Parameter(f.name, p.kind, default=f.default,
+                                                    annotation=_option_annotation(f, config_hints[f.name])))
+                owner[f.name] = p.name
+
+        @functools.wraps(fn)
+        def run(**values):
+            grouped = {keyword: {} for keyword in configs}
+            for name, keyword in owner.items():
+                grouped[keyword][name] = values.pop(name)
+            return fn(**values, **grouped)
+
+        run.__signature__ = inspect.Signature(parameters)  # what typer reads; a name used twice raises here, at import
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        return run
+
+    return decorate
+
+
+def _option_annotation(f: Field, kind: type) -> Any:
+    """``Annotated[type, typer.Option(...)]`` for a config field: choices become a ``Literal``, min/max a range."""
+    meta = f.metadata
+    if meta["choices"] is not None:
+        kind = Literal[meta["choices"]]
+    names = [flag(f)] if meta["flag"] else []  # else typer's own: --oov-buckets, and --lowercase/--no-lowercase for a bool
+    return Annotated[kind, typer.Option(*names, help=meta["help"], min=meta["min"], max=meta["max"])]
+
+
 @command()
+@config_options(train_fields=TrainConfig, model_fields=ModelOptions, split_fields=SplitConfig)
 def train(
     data: Annotated[Optional[Path], typer.Option(help="Quora pairs file (.tsv/.csv, .gz ok); default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz")] = None,
     out: Annotated[Path, typer.Option(help="Model folder to write (checkpoint included).")] = Path("runs/model"),
-    recipe: Annotated[Literal["duplicates", "labelled"], typer.Option(help="duplicates: the seed's duplicate pairs only; labelled: every labelled pair of the pool.")] = "duplicates",
+    # The one training option that is no config field's: repeated NAME[:WEIGHT] strings make TrainConfig.losses.
     loss: Annotated[Optional[list[str]], typer.Option(help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (triplet, ranking, bce, contrastive, online_contrastive, distil, distil_matrix); default: the recipe's.")] = None,
-    teacher: Annotated[Optional[Path], typer.Option(help="Teacher vectors made by `dupq distil teach`, for the distil losses.")] = None,
-    distil_questions: Annotated[int, typer.Option(min=0, help="Per batch, this many random taught questions seen by the distil losses only.")] = 0,
-    epochs: Annotated[int, typer.Option(min=1, help="Passes over the training pairs.")] = 5,
-    batch_size: Annotated[int, typer.Option(min=2, help="Pairs per batch (in-batch negatives = batch size - 1).")] = 256,
-    lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate.")] = 0.01,
-    dim: Annotated[int, typer.Option(min=1, help="Embedding and LSTM width.")] = 128,
-    seed: Annotated[int, typer.Option(help="Random seed (initialisation, shuffling, dropout).")] = 0,
-    margin: Annotated[float, typer.Option(help="Triplet loss margin.")] = 0.25,
-    reduction: Annotated[Literal["sum", "mean"], typer.Option(help="Triplet loss over a batch: sum (seed) or mean.")] = "sum",
-    symmetric: Annotated[bool, typer.Option(help="Triplet loss in both directions of the similarity matrix.")] = False,
-    scale: Annotated[float, typer.Option(help="Ranking loss: scale of the cosines in its softmax.")] = 20.0,
-    contrastive_margin: Annotated[float, typer.Option(help="(Online) contrastive loss: distance non-duplicates are pushed beyond.")] = 0.5,
-    mask_false_negatives: Annotated[bool, typer.Option(help="Leave the anchor's own question and its known duplicates out of its negatives.")] = False,
-    hard_negatives: Annotated[bool, typer.Option(help="Per duplicate row, add a question labelled not its duplicate as a negative.")] = False,
-    lr_schedule: Annotated[Literal["constant", "cosine"], typer.Option(help="constant or cosine.")] = "constant",
-    ema: Annotated[float, typer.Option(help="Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off.")] = 0.0,
-    bucket: Annotated[int, typer.Option(min=1, help="Batches per length-sorted bucket (1: random batches, as the seed).")] = 1,
-    lowercase: Annotated[bool, typer.Option(help="Fold case before the vocabulary lookup.")] = False,
-    oov_buckets: Annotated[int, typer.Option(min=0, help="Hash unknown words into this many extra ids (0: one shared id, as the seed).")] = 0,
-    min_count: Annotated[int, typer.Option(min=1, help="Keep words seen at least this often in the vocabulary.")] = 1,
-    bidirectional: Annotated[bool, typer.Option(help="Bidirectional LSTM.")] = False,
-    dropout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Dropout on word embeddings.")] = 0.0,
-    pooling: Annotated[Literal["mean", "max"], typer.Option(help="mean (the seed) or max over the LSTM's outputs.")] = "mean",
-    head: Annotated[Literal["none", "cosine", "mlp"], typer.Option(help="Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).")] = "none",
-    head_hidden: Annotated[int, typer.Option(min=1, help="Hidden width of the mlp head.")] = 256,
-    word_init: Annotated[str, typer.Option(help="Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) or a sentence-transformers folder; '': random (the seed).")] = "",
-    train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool.")] = 300_000,
-    test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs.")] = 10_240,
-    dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs.")] = 10_240,
-    val_fraction: Annotated[float, typer.Option(help="duplicates recipe: share of the pool's duplicates held out for validation.")] = 0.2,
-    labelled_val: Annotated[int, typer.Option(min=2, help="labelled recipe: last rows of the pool held out for validation.")] = 10_240,
-    threads: Annotated[int, typer.Option(min=0, help="CPU threads for torch (0 = default).")] = 0,
-    device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to train on a GPU.")] = "cpu",
+    *,
+    train_fields: dict[str, Any],
+    model_fields: dict[str, Any],
+    split_fields: dict[str, Any],
     resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in --out (with the same options).")] = False,
     overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
-    from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs, DATA_HELP
+    """Train a Siamese LSTM (or --encoder gru) on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
+    from dupq.data import read_pairs, split_pairs
     from dupq.distributed import World
-    from dupq.objectives import parse_losses
-    from dupq.train import ModelOptions, TrainConfig, check_output_folder
     from dupq.train import train as run_training
 
-    try:
-        losses = parse_losses(loss) if loss else {}
-    except ValueError as e:
-        raise DupqError(f"--loss: {e}.") from None
-    config = TrainConfig(
-        recipe=recipe, losses=losses, epochs=epochs, batch_size=batch_size, lr=lr, margin=margin, reduction=reduction,
-        symmetric=symmetric, scale=scale, contrastive_margin=contrastive_margin, mask_false_negatives=mask_false_negatives,
-        hard_negatives=hard_negatives, lr_schedule=lr_schedule, ema=ema, bucket=bucket, seed=seed, threads=threads, device=device,
-        teacher=str(teacher) if teacher else "", distil_questions=distil_questions,
-    )
-    options = ModelOptions(dim, lowercase, oov_buckets, min_count, bidirectional, dropout, pooling, head, head_hidden, word_init)
+    config = TrainConfig(**train_fields, losses=_losses(loss))
+    options, split = ModelOptions(**model_fields), SplitConfig(**split_fields)
     check_output_folder(out, resume, overwrite)
-    path = data or default_data_path()
-    if not path.exists():
-        raise DupqError(f"no data file at {path}; {DATA_HELP}.")
+    path = _data(data)
     pairs, dropped = read_pairs(path)
     master = World.from_env().master  # under torchrun, rank 0 alone speaks and writes
-    echo = typer.echo if master else (lambda _: None)
-    echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
-    split = SplitConfig(train_pool, test_size, dev_size, val_fraction, labelled_val)
+    if master:
+        typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
     splits = split_pairs(pairs, split)
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
     model = run_training(
         splits, out, config, options, resume=resume, overwrite=overwrite, extra_info=info, log=typer.echo, progress=progress,
         split=split.__dict__,
     )
-    if not master:
-        return
-    if len(splits.dev) and len(splits.test):  # choose the threshold on dev, report on test, store both
+    if master:
+        _calibrate_new_model(model, splits, out)
+        typer.echo(f"saved model to {out}")
+
+
+def _losses(specs: Optional[list[str]]) -> dict[str, float]:
+    """``--loss`` values as TrainConfig.losses; none: empty, the recipe's losses."""
+    from dupq.objectives import parse_losses
+
+    try:
+        return parse_losses(specs) if specs else {}
+    except ValueError as e:
+        raise DupqError(f"--loss: {e}.") from None
+
+
+def _calibrate_new_model(model, splits, out: Path) -> None:
+    """Choose the threshold on dev, report on test, store both in ``out`` (when the split has dev and test pairs)."""
+    if len(splits.dev) and len(splits.test):
         from dupq.evaluate import calibrate_and_test, summary_line
 
         typer.echo(summary_line(calibrate_and_test(model, splits.dev, splits.test)))
         model.save(out)
-    typer.echo(f"saved model to {out}")
 
 
 @command()

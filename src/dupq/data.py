@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dupq.files import DupqError
+from dupq.options import option
 
 REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
 DEFAULT_DATA = Path("..") / "shared" / "data" / "quora_duplicate_questions.tsv.gz"
@@ -237,13 +238,13 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
 
 @dataclass
 class SplitConfig:
-    """Sizes of the seed split, in rows of the source file."""
+    """Sizes of the seed split, in rows of the source file; each field's help text says what it holds."""
 
-    train_pool: int = 300_000  # rows [0, train_pool): duplicates here are the training data
-    test: int = 10_240  # the next rows: test pairs, reported on, never tuned on
-    dev: int = 10_240  # the rows after: dev pairs, where the threshold is chosen
-    val_fraction: float = 0.2  # tail share of the pool's duplicates kept for the validation loss
-    labelled_val: int = 10_240  # the labelled recipe: last pool rows held out (both labels) for validation
+    train_pool: int = option(300_000, "Rows at the top of the file that form the training pool (its pairs are the training data).", min=0)
+    test: int = option(10_240, "Rows after the pool kept as test pairs (reported on, never tuned on).", min=0, flag="--test-size")
+    dev: int = option(10_240, "Rows after the test pairs kept as dev pairs (where the threshold is chosen).", min=0, flag="--dev-size")
+    val_fraction: float = option(0.2, "duplicates recipe: share of the pool's duplicates held out for validation.")
+    labelled_val: int = option(10_240, "labelled recipe: last rows of the pool (both labels) held out for validation.", min=2)
 
 
 @dataclass

@@ -248,24 +248,52 @@ class Model:
     @classmethod
     def load(cls, folder: str | os.PathLike | None = None) -> Model:
         """Load a model folder; with no folder, the model bundled with the package."""
-        if folder is None:
-            folder = BUNDLED
-            if not (folder / "config.json").is_file():
-                raise DupqError("this install has no bundled model; train one with `dupq train` and pass its folder.")
-        folder = Path(folder)
-        check_path(folder, "model folder", folder=True)
-        if not folder.is_dir():
-            raise DupqError(f"model folder {folder} does not exist.")
-        if not any(folder.iterdir()):
-            raise DupqError(f"model folder {folder} is empty; it needs config.json, vocab.json and model.safetensors.")
+        folder = _existing_model_folder(folder)
         config = read_json(folder / "config.json", f"the model config of {folder}")
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise DupqError(f"{folder / 'config.json'} is not a dupq model config (format {FORMAT!r} expected).")
-        check_model_config(config, folder / "config.json")
+        parts = _StoredConfig.read(check_model_config(config, folder / "config.json"), folder / "config.json")
+        vocab = Vocabulary.load(folder / "vocab.json")
+        if len(vocab) != parts.encoder.vocab_size:
+            raise DupqError(f"{folder}: vocab.json has {len(vocab)} words but the config says {parts.encoder.vocab_size}.")
+        encoder, head = _load_weights(folder, parts)
+        metrics_path = folder / "metrics.json"
+        metrics = check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path) if metrics_path.exists() else {}
+        model = cls(vocab, encoder, parts.threshold, config.get("threshold_info"), metrics, head, parts.calibration, parts.threshold_on)
+        model.folder = folder.resolve()
+        return model
+
+
+def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
+    """``folder`` (default: the bundled model) as a path, refused when it is missing or empty."""
+    if folder is None:
+        folder = BUNDLED
+        if not (folder / "config.json").is_file():
+            raise DupqError("this install has no bundled model; train one with `dupq train` and pass its folder.")
+    folder = Path(folder)
+    check_path(folder, "model folder", folder=True)
+    if not folder.is_dir():
+        raise DupqError(f"model folder {folder} does not exist.")
+    if not any(folder.iterdir()):
+        raise DupqError(f"model folder {folder} is empty; it needs config.json, vocab.json and model.safetensors.")
+    return folder
+
+
+@dataclass
+class _StoredConfig:
+    """What a model's ``config.json`` says beyond the schema's checks: the parts to build and the threshold."""
+
+    kind: str  # the encoder's registered type (dupq.encoders.ENCODERS)
+    encoder: EncoderConfig
+    head: HeadConfig | None
+    calibration: dict[str, Any] | None
+    threshold: float
+    threshold_on: str
+
+    @classmethod
+    def read(cls, config: dict[str, Any], path: Path) -> _StoredConfig:
         try:
             kind = config["encoder"].get("type", "lstm")  # folders saved before the registry hold the LSTM
-            if kind not in ENCODERS:
-                raise ValueError(f"unknown encoder type {kind!r}; this dupq knows {', '.join(map(repr, ENCODERS))}")
             known = {f.name for f in fields(EncoderConfig)}
             encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
             threshold = float(config.get("threshold", SEED_THRESHOLD))
@@ -281,31 +309,29 @@ class Model:
             if threshold_on not in ("similarity", "probability"):
                 raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
         except (KeyError, TypeError, ValueError) as e:
-            raise DupqError(f"{folder / 'config.json'} is corrupt ({type(e).__name__}: {e}).") from None
-        vocab = Vocabulary.load(folder / "vocab.json")
-        if len(vocab) != encoder_config.vocab_size:
-            raise DupqError(f"{folder}: vocab.json has {len(vocab)} words but the config says {encoder_config.vocab_size}.")
-        weights_path = folder / "model.safetensors"
-        if not weights_path.is_file():
-            raise DupqError(f"the weights of {folder} are missing: {weights_path} does not exist.")
-        try:
-            weights = load_file(weights_path)
-        except (SafetensorError, OSError, ValueError) as e:
-            raise DupqError(f"{weights_path} is corrupt ({e}).") from None
-        bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
-        if bad:
-            raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
-        encoder = ENCODERS[kind](encoder_config)
-        head = PairHead(head_config) if head_config is not None else None
-        try:
-            encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})
-            if head is not None:
-                head.load_state_dict({k.removeprefix("head."): v.float() for k, v in weights.items() if k.startswith("head.")})
-        except RuntimeError as e:
-            detail = " ".join(line.strip() for line in str(e).strip().splitlines()[1:3]) or str(e).strip()
-            raise DupqError(f"{weights_path} does not match {folder / 'config.json'}: {detail[:300]}") from None
-        metrics_path = folder / "metrics.json"
-        metrics = check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path) if metrics_path.exists() else {}
-        model = cls(vocab, encoder, threshold, config.get("threshold_info"), metrics, head, calibration, threshold_on)
-        model.folder = folder.resolve()
-        return model
+            raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
+        return cls(kind, encoder_config, head_config, calibration, threshold, threshold_on)
+
+
+def _load_weights(folder: Path, parts: _StoredConfig) -> tuple[Encoder, PairHead | None]:
+    """The encoder and pair head of ``parts`` with the weights of ``folder/model.safetensors``, refused when not finite or not fitting."""
+    weights_path = folder / "model.safetensors"
+    if not weights_path.is_file():
+        raise DupqError(f"the weights of {folder} are missing: {weights_path} does not exist.")
+    try:
+        weights = load_file(weights_path)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise DupqError(f"{weights_path} is corrupt ({e}).") from None
+    bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    if bad:
+        raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
+    encoder = ENCODERS[parts.kind](parts.encoder)
+    head = PairHead(parts.head) if parts.head is not None else None
+    try:
+        encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})
+        if head is not None:
+            head.load_state_dict({k.removeprefix("head."): v.float() for k, v in weights.items() if k.startswith("head.")})
+    except RuntimeError as e:
+        detail = " ".join(line.strip() for line in str(e).strip().splitlines()[1:3]) or str(e).strip()
+        raise DupqError(f"{weights_path} does not match {folder / 'config.json'}: {detail[:300]}") from None
+    return encoder, head

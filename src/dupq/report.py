@@ -223,25 +223,9 @@ def write_report(
     scores = scores_from_logits(model, logits, pairs)  # (N,) what the threshold applies to
     labels = pairs.labels.astype(np.int64)  # (N,)
     m = evaluate_scores(scores, labels, threshold)
-    calibration = ""
-    if model.calibration is not None or model.head is not None:
-        probabilities = probabilities_from_logits(model, logits)
-        m["expected_calibration_error"] = expected_calibration_error(probabilities, labels)
-        calibration = f'<h2>Calibration</h2><img src="{_png(reliability_figure(probabilities, labels), out / "reliability.png")}" alt="reliability diagram">'
-    on = model.threshold_on
-    history = model.metrics.get("training", {}).get("history") or []
-    if history:
-        training = f'<img src="{_png(training_figure(history), out / "training.png")}" alt="training curves">'
-    else:
-        training = "<p class=note>This model folder records no training history.</p>"
-    histogram = _png(histogram_figure(scores, labels, threshold, on), out / "histogram.png")
-    if m["roc_auc"] is None:
-        curves = "<p class=note>The test pairs hold only one label, so there are no ROC or precision-recall curves.</p>"
-    else:
-        roc = _png(roc_figure(scores, labels, threshold, m["roc_auc"]), out / "roc.png")
-        pr = _png(pr_figure(scores, labels, threshold, m["average_precision"], m["precision"], m["recall"]), out / "pr.png")
-        curves = f'<img src="{roc}" alt="ROC curve"><img src="{pr}" alt="precision-recall curve">'
-    confusion = _png(confusion_figure(m["confusion_matrix"]), out / "confusion.png")
+    calibration_error, calibration = _calibration_section(model, logits, labels, out)
+    if calibration_error is not None:
+        m["expected_calibration_error"] = calibration_error
     errors = worst_errors(scores, pairs, threshold, k)
     page = PAGE.format(
         title=html.escape(title),
@@ -252,18 +236,47 @@ def write_report(
         duplicates=m["duplicates"],
         rows=f", file rows {int(pairs.rows.min()):,} to {int(pairs.rows.max()):,}",
         metrics=_metrics_table(m),
-        confusion=confusion,
-        training=training,
-        histogram=histogram,
-        curves=curves,
+        confusion=_png(confusion_figure(m["confusion_matrix"]), out / "confusion.png"),
+        training=_training_section(model, out),
+        histogram=_png(histogram_figure(scores, labels, threshold, model.threshold_on), out / "histogram.png"),
+        curves=_curves_section(scores, labels, threshold, m, out),
         calibration=calibration,
-        score=html.escape("calibrated probability" if on == "probability" else "cosine similarity"),
-        errors=_error_table(
-            "False positives", "Different questions the model was surest were duplicates (highest similarity).", errors["false_positives"]
-        )
-        + _error_table(
-            "False negatives", "Duplicates the model was surest were different (lowest similarity).", errors["false_negatives"]
-        ),
+        score=html.escape("calibrated probability" if model.threshold_on == "probability" else "cosine similarity"),
+        errors=_errors_section(errors),
     )
     atomic_write(out / "index.html", page.encode("utf-8"))
     return {**m, "worst_errors": errors}
+
+
+def _calibration_section(model: Model, logits: np.ndarray, labels: np.ndarray, out: Path) -> tuple[float | None, str]:
+    """The expected calibration error and a reliability diagram, when the model gives probabilities; else ``(None, "")``."""
+    if model.calibration is None and model.head is None:
+        return None, ""
+    probabilities = probabilities_from_logits(model, logits)
+    figure = _png(reliability_figure(probabilities, labels), out / "reliability.png")
+    return expected_calibration_error(probabilities, labels), f'<h2>Calibration</h2><img src="{figure}" alt="reliability diagram">'
+
+
+def _training_section(model: Model, out: Path) -> str:
+    """The loss curves of the training history the folder records, or a note that it records none."""
+    history = model.metrics.get("training", {}).get("history") or []
+    if not history:
+        return "<p class=note>This model folder records no training history.</p>"
+    return f'<img src="{_png(training_figure(history), out / "training.png")}" alt="training curves">'
+
+
+def _curves_section(scores: np.ndarray, labels: np.ndarray, threshold: float, m: dict[str, Any], out: Path) -> str:
+    """ROC and precision-recall curves, or a note when the pairs hold one label only."""
+    if m["roc_auc"] is None:
+        return "<p class=note>The test pairs hold only one label, so there are no ROC or precision-recall curves.</p>"
+    roc = _png(roc_figure(scores, labels, threshold, m["roc_auc"]), out / "roc.png")
+    pr = _png(pr_figure(scores, labels, threshold, m["average_precision"], m["precision"], m["recall"]), out / "pr.png")
+    return f'<img src="{roc}" alt="ROC curve"><img src="{pr}" alt="precision-recall curve">'
+
+
+def _errors_section(errors: dict[str, Any]) -> str:
+    return _error_table(
+        "False positives", "Different questions the model was surest were duplicates (highest similarity).", errors["false_positives"]
+    ) + _error_table(
+        "False negatives", "Duplicates the model was surest were different (lowest similarity).", errors["false_negatives"]
+    )

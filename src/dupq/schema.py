@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from dupq.encoders import ENCODERS
 from dupq.files import DupqError
 
 FilePath = str | os.PathLike
@@ -68,9 +69,12 @@ def check_threshold(value: Any, where: str) -> float:
 
 
 def check_model_config(config: Any, path: FilePath) -> dict:
-    """A model's ``config.json``: the encoder's sizes and switches, the threshold and how it was chosen."""
+    """A model's ``config.json``: the encoder's type, sizes and switches, the threshold and how it was chosen."""
     config = _object(config, path, "the file")
     encoder = _object(config.get("encoder"), path, "encoder")
+    kind = encoder.get("type", "lstm")  # no type: a folder saved before the registry, an LSTM
+    if kind not in tuple(ENCODERS):  # a tuple: a list or an object as the type is unknown too, not a TypeError
+        raise DupqError(f"{path}: unknown encoder type {kind!r} (encoder.type); this dupq knows {' and '.join(map(repr, ENCODERS))}.")
     _int(encoder, "vocab_size", path, "encoder.", 2, 2**31 - 1)
     _int(encoder, "dim", path, "encoder.", 1, 65536, optional=True)
     _choice(encoder, "bidirectional", path, "encoder.", (False, True), optional=True)

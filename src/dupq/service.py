@@ -334,6 +334,38 @@ def create_app(
     for it). ``model_dir`` overrides the collection's model (it must encode as the collection's did).
     """
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    app = FastAPI(
+        title="dupq",
+        summary="Find the old questions a new question duplicates.",
+        version=_version(),
+        lifespan=_lifespan(collection_dir, model_dir),
+        docs_url=None,  # Swagger UI and ReDoc load their code from a CDN; /openapi.json stays
+        redoc_url=None,
+    )
+    app.add_middleware(RequestGuard, limit=max_body, timeout=body_timeout)
+    app.add_middleware(SecurityHeaders)
+    _add_error_handlers(app)
+    authorised = _bearer_check(token)
+    reads = [Depends(authorised)] if protect_reads else []
+    read_refusals = REFUSED | (UNAUTHORISED if protect_reads else {})
+    _add_judging_routes(app, reads, read_refusals)
+    _add_write_route(app, authorised)
+    _add_status_routes(app, reads, UNAUTHORISED if protect_reads else {})
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+UNAUTHORISED = {401: {"description": "Missing or wrong bearer token."}}
+REFUSED = {
+    400: {"description": "A question the model cannot read."},
+    408: {"description": "Body too slow."},
+    413: {"description": "Body too large."},
+}
+CONFLICT = {409: {"description": "The key is stored already with another question or metadata, or the header's and body's keys differ."}}
+
+
+def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
+    """Open the collection (in a worker thread) when the app starts, with its two batchers; close it when it stops."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -349,16 +381,11 @@ def create_app(
         finally:
             await anyio.to_thread.run_sync(collection.close)
 
-    app = FastAPI(
-        title="dupq",
-        summary="Find the old questions a new question duplicates.",
-        version=_version(),
-        lifespan=lifespan,
-        docs_url=None,  # Swagger UI and ReDoc load their code from a CDN; /openapi.json stays
-        redoc_url=None,
-    )
-    app.add_middleware(RequestGuard, limit=max_body, timeout=body_timeout)
-    app.add_middleware(SecurityHeaders)
+    return lifespan
+
+
+def _bearer_check(token: str | None) -> Callable:
+    """The dependency that lets a request through with ``token`` as its bearer token (none: writes are disabled)."""
     bearer = HTTPBearer(auto_error=False, description=f"The server's ${TOKEN_ENV}.")
 
     def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -369,13 +396,11 @@ def create_app(
             detail = "this request needs the bearer token" if not given else "the bearer token is wrong"
             raise HTTPException(401, detail + ".", headers={"WWW-Authenticate": "Bearer"})
 
-    reads = [Depends(authorised)] if protect_reads else []
-    unauthorised = {401: {"description": "Missing or wrong bearer token."}}
-    refused = {
-        400: {"description": "A question the model cannot read."},
-        408: {"description": "Body too slow."},
-        413: {"description": "Body too large."},
-    }
+    return authorised
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """A user's mistake is a 400 (409 for a key conflict) or a 422 with a ``detail``; a bug a JSON 500."""
 
     @app.exception_handler(DupqError)
     async def user_error(request: Request, e: DupqError) -> JSONResponse:
@@ -394,23 +419,29 @@ def create_app(
         log.exception("%s %s failed", request.method, request.url.path)
         return JSONResponse({"detail": "internal error; the server log has the details."}, status_code=500)
 
-    @app.post("/similarity", dependencies=reads, responses=refused | (unauthorised if protect_reads else {}))
+
+def _add_judging_routes(app: FastAPI, reads: list, responses: dict) -> None:
+    """``POST /similarity`` and ``POST /search``; ``reads`` holds the token check when reads are protected."""
+
+    @app.post("/similarity", dependencies=reads, responses=responses)
     async def similarity(body: SimilarityRequest, request: Request) -> SimilarityResponse:
         """How similar two questions are, and whether the model calls them duplicates."""
         model = request.app.state.collection.model
         j = (await anyio.to_thread.run_sync(judge, model, [body.q1], [body.q2]))[0]
         return SimilarityResponse(**j, threshold_on=model.threshold_on)
 
-    @app.post("/search", dependencies=reads, responses=refused | (unauthorised if protect_reads else {}))
+    @app.post("/search", dependencies=reads, responses=responses)
     async def search(body: SearchRequest, request: Request) -> SearchResponse:
         """The ``k`` stored questions most similar to ``question``, best first."""
         hits = await request.app.state.searches.submit((body.question, body.k))
         collection = request.app.state.collection
         return SearchResponse(question=body.question, threshold=collection.threshold, threshold_on=collection.model.threshold_on, results=hits)
 
-    conflict = {409: {"description": "The key is stored already with another question or metadata, or the header's and body's keys differ."}}
 
-    @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=refused | unauthorised | conflict)
+def _add_write_route(app: FastAPI, authorised: Callable) -> None:
+    """``POST /questions``, behind the bearer token."""
+
+    @app.post("/questions", status_code=201, dependencies=[Depends(authorised)], responses=REFUSED | UNAUTHORISED | CONFLICT)
     async def add_question(
         body: AddRequest,
         request: Request,
@@ -426,7 +457,11 @@ def create_app(
         new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
         return AddResponse(id=new_id, count=count)
 
-    @app.get("/health", dependencies=reads, responses=unauthorised if protect_reads else {})
+
+def _add_status_routes(app: FastAPI, reads: list, responses: dict) -> None:
+    """``GET /health`` and the web page at ``/``."""
+
+    @app.get("/health", dependencies=reads, responses=responses)
     async def health(request: Request) -> Health:
         """The server is up: how many questions it holds and the duplicate threshold."""
         collection = request.app.state.collection
@@ -435,9 +470,6 @@ def create_app(
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
 
 
 def _search(collection, items: list[tuple[str, int]]) -> list[list[HitOut]]:

@@ -42,13 +42,18 @@ from dupq.data import Splits, labelled_split
 from dupq.distributed import World, agree, gather, join, share
 from dupq.metrics import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write, remove_stale
-from dupq.model import Encoder, EncoderConfig, HeadConfig, Model, PairHead
+from dupq.encoders import ENCODERS, POOLINGS
+from dupq.model import HEADS, Encoder, EncoderConfig, HeadConfig, Model, PairHead
 from dupq.objectives import Objective
+from dupq.options import check_options, option
 from dupq.teacher import TeacherCache
 from dupq.tokenizer import Vocabulary
 
 CHECKPOINT = "checkpoint.safetensors"
 RECIPE_LOSSES = {"duplicates": {"triplet": 1.0}, "labelled": {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}}
+REDUCTIONS = ("sum", "mean")
+LR_SCHEDULES = ("constant", "cosine")
+DEVICES = ("cpu", "cuda")
 # Options that may differ when a run is resumed: they change how it runs, not what it learns.
 RESUMABLE = {"epochs", "threads", "device"}
 
@@ -57,50 +62,47 @@ __all__ = ["TrainConfig", "ModelOptions", "train", "length_batches", "encode_in_
 
 @dataclass
 class TrainConfig:
-    """How the encoder is trained; the defaults are the seed recipe."""
+    """How the encoder is trained; the defaults are the seed recipe. Each option's help text is its ``dupq train --help``."""
 
-    recipe: str = "duplicates"  # batch source: "duplicates" (the seed) or "labelled" (every labelled pool pair)
-    losses: dict[str, float] = field(default_factory=dict)  # loss -> weight; empty: the recipe's default
-    epochs: int = 5  # passes over the training pairs
-    batch_size: int = 256  # pairs per batch; each duplicate row sees the batch's other questions as negatives
-    lr: float = 0.01  # Adam learning rate
-    margin: float = 0.25  # the triplet loss' alpha
-    reduction: str = "sum"  # triplet over the batch: "sum" (seed) or "mean"; Adam makes them nearly equivalent
-    symmetric: bool = False  # triplet: also use q1 rows as anchors (both directions of the similarity matrix)
-    scale: float = 20.0  # ranking loss: inverse temperature of its softmax over cosines
-    contrastive_margin: float = 0.5  # (online) contrastive loss: distance non-duplicates are pushed beyond
-    mask_false_negatives: bool = False  # drop in-batch negatives that are the anchor's own question or a known duplicate
-    hard_negatives: bool = False  # per duplicate row, add a question labelled *not* its duplicate as a negative
-    lr_schedule: str = "constant"  # "constant" or "cosine" (decay to 0 over the run)
-    ema: float = 0.0  # >0: validate and keep an exponential moving average of the weights with this decay per step
-    seed: int = 0  # seeds initialisation, shuffling and dropout
-    bucket: int = 1  # batches per length-sorted bucket; >1 groups similar lengths (faster, but -1.3 test accuracy)
+    recipe: str = option("duplicates", "duplicates: the seed's duplicate pairs only; labelled: every labelled pair of the pool.",
+                         choices=SOURCES)
+    # loss -> weight; empty: the recipe's default. Not an option field: `--loss NAME[:WEIGHT]` is repeated (see dupq.cli.train)
+    losses: dict[str, float] = field(default_factory=dict)
+    epochs: int = option(5, "Passes over the training pairs.", min=1)
+    batch_size: int = option(256, "Pairs per batch (in-batch negatives = batch size - 1).", min=2)
+    lr: float = option(0.01, "Adam learning rate.", min=0.0)
+    margin: float = option(0.25, "Triplet loss margin (the seed's alpha).")
+    # Adam makes sum and mean nearly equivalent for the triplet loss alone; mean weighs it like the other losses
+    reduction: str = option("sum", "Triplet loss over a batch: sum (seed) or mean.", choices=REDUCTIONS)
+    symmetric: bool = option(False, "Triplet loss in both directions of the similarity matrix (q1 rows as anchors too).")
+    scale: float = option(20.0, "Ranking loss: scale of the cosines in its softmax (an inverse temperature).")
+    contrastive_margin: float = option(0.5, "(Online) contrastive loss: distance non-duplicates are pushed beyond.")
+    mask_false_negatives: bool = option(False, "Leave the anchor's own question and its known duplicates out of its negatives.")
+    hard_negatives: bool = option(False, "Per duplicate row, add a question labelled not its duplicate as a negative.")
+    lr_schedule: str = option("constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES)
+    ema: float = option(0.0, "Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off.")
+    seed: int = option(0, "Random seed (initialisation, shuffling, dropout).")
+    # >1 groups similar lengths: faster, but -1.3 test accuracy (negatives as long as the anchor are easier)
+    bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1)
     chunks: int = 4  # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random
-    teacher: str = ""  # folder of teacher vectors (`dupq distil teach`) for the distil losses; "": none
-    distil_questions: int = 0  # per batch, this many random taught questions for the distil losses alone
-    threads: int = 0  # torch CPU threads; 0 = torch's default
-    device: str = "cpu"  # "cuda" trains on a GPU (bit-exact resume is guaranteed on CPU only)
+    teacher: str = option("", "Teacher vectors made by `dupq distil teach`, for the distil losses.")
+    distil_questions: int = option(0, "Per batch, this many random taught questions seen by the distil losses only.", min=0)
+    threads: int = option(0, "CPU threads for torch (0 = default).", min=0)
+    device: str = option("cpu", "cpu, or cuda to train on a GPU (bit-exact resume is guaranteed on CPU only).", choices=DEVICES)
 
     def __post_init__(self) -> None:
-        if self.recipe not in SOURCES:
-            raise DupqError(f"--recipe must be one of {', '.join(SOURCES)}, not {self.recipe!r}.")
+        check_options(self)
         if not self.losses:
             self.losses = dict(RECIPE_LOSSES[self.recipe])
         for name in ("lr", "margin", "scale", "contrastive_margin"):
             value = getattr(self, name)
             if not math.isfinite(value):
                 raise DupqError(f"--{name.replace('_', '-')} must be a finite number, not {value}.")
-        if self.reduction not in ("sum", "mean"):
-            raise DupqError(f"--reduction must be sum or mean, not {self.reduction!r}.")
         if not 0.0 <= self.ema < 1.0:
             raise DupqError(f"--ema must be in [0, 1), not {self.ema}.")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise DupqError(f"--lr-schedule must be constant or cosine, not {self.lr_schedule!r}.")
         if self.objective().needs_teacher != bool(self.teacher):
             raise DupqError("the distil losses need --teacher (a folder made by `dupq distil teach`)" if self.teacher == ""
                             else "--teacher is read by the distil losses only; add --loss distil:5 (or distil_matrix) or leave --teacher out.")
-        if self.distil_questions < 0:
-            raise DupqError(f"--distil-questions must be >= 0, not {self.distil_questions}.")
 
     def objective(self) -> Objective:
         return Objective(
@@ -110,18 +112,25 @@ class TrainConfig:
 
 @dataclass
 class ModelOptions:
-    """What is built before training: the vocabulary, the encoder and the pair head."""
+    """What is built before training: the vocabulary, the encoder and the pair head. Each help text is its ``dupq train --help``."""
 
-    dim: int = 128  # embedding and LSTM width (the seed's d_feature); cost grows with dim^2
-    lowercase: bool = False  # fold case before the vocabulary lookup
-    oov_buckets: int = 0  # hash unknown words into this many extra ids (0: one shared id, the seed)
-    min_count: int = 1  # keep words seen at least this often
-    bidirectional: bool = False  # BiLSTM: 2x the width of the vectors and ~2x slower
-    dropout: float = 0.0  # dropout on word embeddings
-    pooling: str = "mean"  # "mean" (the seed) or "max"
-    head: str = "none"  # "none", "cosine" (scaled cosine logit) or "mlp" (a network over [|u-v|, u*v, cos])
-    head_hidden: int = 256  # the mlp head's hidden width
-    word_init: str = ""  # "": random word embeddings (the seed); "teacher": from the packaged teacher; or a sentence-transformers folder
+    dim: int = option(128, "Embedding and recurrent layer width (the seed's d_feature); cost grows with its square.", min=1)
+    lowercase: bool = option(False, "Fold case before the vocabulary lookup.")
+    oov_buckets: int = option(0, "Hash unknown words into this many extra ids (0: one shared id, as the seed).", min=0)
+    min_count: int = option(1, "Keep words seen at least this often in the vocabulary.", min=1)
+    bidirectional: bool = option(False, "Bidirectional recurrent layer: vectors twice as wide, ~2x slower.")
+    dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9)
+    pooling: str = option("mean", "mean (the seed) or max over the recurrent layer's outputs.", choices=POOLINGS)
+    head: str = option("none", "Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).",
+                       choices=("none", *HEADS))
+    head_hidden: int = option(256, "Hidden width of the mlp head.", min=1)
+    word_init: str = option("", "Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) "
+                                "or a sentence-transformers folder; '': random (the seed).")
+    encoder: str = option("lstm", "The question encoder: lstm (the seed) or gru (no cell state: 3/4 of the LSTM's recurrent work).",
+                          choices=ENCODERS)
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 class Siamese(nn.Module):
@@ -344,7 +353,7 @@ def build_vocabulary(splits: Splits, config: TrainConfig, options: ModelOptions,
 
 def build_model(vocab: Vocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None) -> Siamese:
     torch.manual_seed(config.seed)
-    encoder = Encoder(EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling))
+    encoder = ENCODERS[options.encoder](EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling))
     head = None
     if options.head != "none" or config.objective().needs_head:
         kind = "cosine" if options.head == "none" else options.head
