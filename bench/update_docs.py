@@ -16,7 +16,10 @@ printed, ``[{"command": ..., "output": [line, ...]}, ...]``, and the block is wr
 like a table, exactly. ``--measure`` runs such a block's commands (the measurement named in the
 block) and rewrites FILE first. ``--only TEXT`` runs only the console blocks (live, or saved
 under ``--measure``) whose commands contain TEXT; tables and saved blocks are always rendered.
-``--check`` writes nothing and exits 1 when a block's output would change.
+``--check`` writes nothing and exits 1 when a block's output would change beyond float noise: the
+text between numbers must be equal and each number within a relative 1e-6 of the committed one, or
+one unit of its last printed digit (another CPU sums in another order; ECEs and mean probabilities
+then differ in the tenth digit, and a figure rounded to 4 places may land on the next one).
 
 So a figure in the docs is never typed: it is what the command beside it printed on this machine.
 """
@@ -53,6 +56,20 @@ def measured(commands: list[str], saved: str, measure: bool, only: str) -> list[
     if not path.is_file():
         raise SystemExit(f"{saved} does not exist; run `python bench/update_docs.py FILE --measure --only TEXT` to measure it")
     return [line for entry in json.loads(path.read_text()) for line in (f"$ {entry['command']}", *entry["output"])]
+
+
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def same_within_noise(before: str, after: str) -> bool:
+    """``after`` is ``before`` up to float noise in its numbers (see the module's ``--check``)."""
+    if NUMBER.split(before) != NUMBER.split(after):
+        return False
+    for old, new in zip(NUMBER.findall(before), NUMBER.findall(after)):
+        digits = len(old.split(".")[1].split("e")[0].split("E")[0]) if "." in old else 0
+        if abs(float(old) - float(new)) > max(1e-6 * abs(float(old)), 1.0001 * 10.0**-digits if digits else 0.0):
+            return False
+    return True
 
 
 def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
@@ -106,7 +123,7 @@ def main() -> None:
         before = path.read_text().splitlines()
         after = regenerate(before, args.only, args.measure)
         if after != before:
-            changed = True
+            changed = changed or not (args.check and len(after) == len(before) and all(map(same_within_noise, before, after)))
             if not args.check:
                 path.write_text("\n".join(after) + "\n")
                 print(f"updated {path}", file=sys.stderr)

@@ -63,7 +63,11 @@ def test_dedup_on_questions_of_the_small_split(small_splits, tiny_model):
     threshold = 0.9
     vectors = tiny_model.encode(texts)
     full = dedup(texts, tiny_model, DedupConfig(threshold=threshold, neighbours=len(texts)))
-    assert [c.members for c in full] == naive_star(vectors, threshold)
+    # Members of equal similarity (a question and its exact repeat) may come in either order: FAISS and
+    # numpy sum the same products in different orders, so their scores can differ in the last bit.
+    assert [(c.members[0], sorted(c.members[1:])) for c in full] == [(c[0], sorted(c[1:])) for c in naive_star(vectors, threshold)]
+    for c in full:
+        assert all(a >= b - 1e-6 for a, b in zip(c.scores[1:], c.scores[2:]))  # best first, up to that noise
     for i in range(5):
         assert any({i, len(texts) - 5 + i} <= set(c.members) for c in full)
     # With the default cut-off every member is still a duplicate of its representative.
