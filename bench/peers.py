@@ -92,6 +92,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-folder", type=Path, default=None, help=f"a sentence-transformers folder (default: the one in {PACKAGE})")
     parser.add_argument("--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)")
+    parser.add_argument("--device", default="cpu", help="cpu (the published speed) or cuda")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N test and N dev pairs (a quick run)")
     return parser.parse_args()
 
@@ -104,7 +105,7 @@ def main() -> None:
     folder = args.model_folder or packaged_folder()
     if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
         sys.exit(f"{folder} is not a sentence-transformers model folder (no modules.json or config.json).")
-    model = SentenceTransformer(str(folder), device="cpu")
+    model = SentenceTransformer(str(folder), device=args.device)
     pairs, _ = read_pairs(args.data or default_data_path())
     splits = limited(split_pairs(pairs), args.limit)
 
@@ -149,6 +150,7 @@ def main() -> None:
             "seconds": round(seconds, 1),
             "batch_size": BATCH,
             "threads": THREADS,
+            "device": args.device,
         },
         "limit": args.limit,
     }))

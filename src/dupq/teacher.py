@@ -132,13 +132,10 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     return texts, vectors
 
 
-def load_teacher(name: str | None = None, device: str = "cpu", bf16: bool = True) -> tuple[Callable[[list[str]], np.ndarray], str]:
-    """``(encode, name)``: a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2).
+def load_sentence_transformer(name: str | None = None, device: str = "cpu"):
+    """``(model, name)``: a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2).
 
-    ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. Nothing is downloaded: a name that
-    is not a folder on disk is refused. With ``bf16`` the teacher runs under bfloat16 autocast:
-    on this machine's CPU (AMX) 1.8x faster, its vectors within cosine 0.99997 of float32 ones
-    (3,000 Quora questions), finer than the float16 they are stored in needs.
+    Nothing is downloaded: a name that is not a folder on disk is refused.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before sentence_transformers is imported: never reach a hub
     try:
@@ -163,6 +160,19 @@ def load_teacher(name: str | None = None, device: str = "cpu", bf16: bool = True
         model = SentenceTransformer(str(folder), device=device)
     except Exception as e:  # noqa: BLE001 - a folder that is not a model fails in many library-specific ways
         raise DupqError(f"{folder} is not a sentence-transformers model folder ({type(e).__name__}: {e}).") from None
+    if torch.device(device).type == "cpu":
+        model.float()  # a folder saved in float16 loads as such, and a CPU runs its layer norms in float32 only
+    return model, name
+
+
+def load_teacher(name: str | None = None, device: str = "cpu", bf16: bool = True) -> tuple[Callable[[list[str]], np.ndarray], str]:
+    """``(encode, name)``: the teacher of :func:`load_sentence_transformer`, as a function of texts.
+
+    ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. With ``bf16`` the teacher runs under
+    bfloat16 autocast: on this machine's CPU (AMX) 1.8x faster, its vectors within cosine 0.99997
+    of float32 ones (3,000 Quora questions), finer than the float16 they are stored in needs.
+    """
+    model, name = load_sentence_transformer(name, device)
 
     def encode(texts: list[str]) -> np.ndarray:
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
