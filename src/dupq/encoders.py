@@ -75,7 +75,11 @@ class Encoder(nn.Module):
         self.add_module(self.type, self.layer(config.dim, config.dim, batch_first=True, bidirectional=config.bidirectional))
 
     def forward(self, ids: Tensor, lengths: Tensor) -> Tensor:
-        x = self.dropout(self.embedding(ids))  # (B, L, d)
+        return self.read(self.embedding(ids), lengths)
+
+    def read(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """Unit vectors ``(B, d)`` from word vectors ``(B, L, d)`` (dropout, the recurrent layer, pooling)."""
+        x = self.dropout(x)
         recurrent = getattr(self, self.type)
         if self.config.bidirectional:
             # The backward direction must start at each question's last real token, not in its padding.
