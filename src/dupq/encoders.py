@@ -85,7 +85,7 @@ class Encoder(nn.Module):
             # The backward direction must start at each question's last real token, not in its padding.
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
             out, _ = recurrent(packed)
-            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.shape[1])
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         else:
             out, _ = recurrent(x)  # (B, L, H): padding sits after the real tokens and cannot affect them
         return F.normalize(pool(out, lengths, self.config.pooling), dim=-1)
