@@ -7,7 +7,9 @@ every question of the batch, the recipe's objective, backward, fused Adam), afte
 steps, from one full process:
 
 * ``seed``: the seed recipe (duplicates only, triplet loss), `dupq train` with no options;
-* ``labelled``: the bundled model's recipe (every labelled pool pair; the Makefile's BEST options).
+* ``labelled``: the bundled model's recipe (every labelled pool pair; the Makefile's BEST options),
+  which encodes under bfloat16 autocast (``--bf16``);
+* ``labelled_fp32``: the same in float32, as the recipe trained before ``--bf16``.
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
 labelled recipe's encoder (the bundled model's shape).
@@ -29,12 +31,11 @@ from dupq.model import Model
 from dupq.train import ModelOptions, TrainConfig, batch_loss, batch_sources, build_model, build_vocabulary
 
 # The recipes measured: (TrainConfig, ModelOptions) keyword arguments. "labelled" is the bundled model's.
+LABELLED = {"recipe": "labelled", "lr": 0.005, "reduction": "mean", "symmetric": True, "mask_false_negatives": True, "hard_negatives": True}
 RECIPES = {
     "seed": ({}, {}),
-    "labelled": (
-        {"recipe": "labelled", "lr": 0.005, "reduction": "mean", "symmetric": True, "mask_false_negatives": True, "hard_negatives": True},
-        {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"},
-    ),
+    "labelled_fp32": (LABELLED, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
+    "labelled": ({**LABELLED, "bf16": True}, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
 }
 
 
@@ -58,7 +59,7 @@ def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: in
     for step, index in enumerate(source.epoch(rng)[: steps + 10]):
         if step == 10:
             done, started = 0, time.perf_counter()
-        loss = batch_loss(model, source.batch(index, rng), objective, config.chunks)
+        loss = batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

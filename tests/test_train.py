@@ -97,7 +97,10 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_pat
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_chunked_encoding_equals_one_padded_call(small_splits):
+LABELLED = dict(recipe="labelled", reduction="mean", symmetric=True, mask_false_negatives=True, hard_negatives=True, lr=0.005)
+
+
+def test_chunked_encoding_equals_one_padded_call_in_vectors_and_gradients(small_splits):
     import torch
 
     from dupq.batches import PairBatches
@@ -112,11 +115,42 @@ def test_chunked_encoding_equals_one_padded_call(small_splits):
     batch = source.batch(np.arange(100), np.random.default_rng(0))
     ids, lengths = batch.ids, batch.lengths
     whole = encoder(ids, lengths)
+    weights = torch.randn_like(whole)  # a loss that weighs every coordinate differently
+    (whole * weights).sum().backward()
+    expected = {name: p.grad.clone() for name, p in encoder.named_parameters()}
     for chunks in (2, 3, 7):
-        torch.testing.assert_close(encode_in_chunks(encoder, ids, lengths, chunks), whole, atol=1e-6, rtol=0)
+        encoder.zero_grad()
+        chunked = encode_in_chunks(encoder, ids, lengths, chunks)
+        torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=0)
+        (chunked * weights).sum().backward()  # the batch's own word table passes every word's gradient on
+        for name, p in encoder.named_parameters():
+            torch.testing.assert_close(p.grad, expected[name], atol=1e-5, rtol=1e-4, msg=f"{name}, {chunks} chunks")
 
 
-LABELLED = dict(recipe="labelled", reduction="mean", symmetric=True, mask_false_negatives=True, hard_negatives=True, lr=0.005)
+def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_splits):
+    """bfloat16 keeps 8 bits of mantissa: vectors agree to ~1e-2, and the objective still sees float32."""
+    import torch
+
+    from dupq.batches import PairBatches
+    from dupq.tokenizer import Vocabulary
+    from dupq.train import ModelOptions, TrainConfig, batch_loss, build_model
+
+    vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
+    config = TrainConfig(**LABELLED)
+    torch.manual_seed(0)
+    model = build_model(vocab, config, ModelOptions(dim=16, head="mlp"))
+    source = PairBatches(vocab, small_splits.train, batch_size=64)
+    batch = source.batch(np.arange(64), np.random.default_rng(0))
+    seen = []
+    objective = config.objective()
+    spy = lambda v, *rest: seen.append(v) or objective(v, *rest)  # noqa: E731
+    full = batch_loss(model, batch, spy, config.chunks)
+    half = batch_loss(model, batch, spy, config.chunks, bf16=True)
+    assert seen[1].dtype == torch.float32 and half.dtype == torch.float32
+    torch.testing.assert_close(seen[1], seen[0], atol=2e-2, rtol=0)
+    assert abs(half.item() - full.item()) < 0.02 * abs(full.item())
+    half.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.encoder.parameters())
 
 
 @pytest.mark.slow
