@@ -68,6 +68,9 @@ CONFIGS: dict[str, list[str]] = {
     # distil-6 with word embeddings that start from the teacher's vector of each word (PCA to 128).
     "distil-words-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5",
                        "--word-init", "teacher"],
+    # distil-words-6 encoding under bfloat16 autocast (~2x faster steps on this CPU): does quality hold?
+    "distil-words-bf16-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5",
+                            "--word-init", "teacher", "--bf16"],
     "distil15-words-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:15",
                          "--word-init", "teacher"],
 }
