@@ -45,6 +45,9 @@ from dupq.questions import read_questions
 from dupq.vectors import IndexConfig, search
 
 
+SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
+
+
 def folder_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
 
@@ -122,8 +125,8 @@ def main() -> None:
             result[kind] = {"build_s": round(build_s, 1), "size_mb": round(folder_mb(folder), 1), "open_s": round(open_s, 1),
                             "bytes_per_question": round((folder / INDEX_FILE).stat().st_size / len(qs), 1),
                             **measure(coll, queries, args.batches)}
-            if kind == "ivfpq":
-                result[kind]["settings"] = {name: getattr(config, name) for name in ("nlist", "pq_m", "nprobe", "rerank")}
+            if kind in SETTINGS:
+                result[kind]["settings"] = {name: getattr(config, name) for name in SETTINGS[kind]}
             if exact is None:  # the reference: the pure exact search over the stored vectors
                 vectors = coll.stored_vectors()  # (N, d)
                 query_vectors = model.encode(queries)  # (Q, d)
