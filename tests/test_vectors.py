@@ -71,7 +71,7 @@ def test_hnsw_recall_against_exact(tmp_path):
     _, want = search(queries, corpus, 10)
     recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())])
     # HNSW is approximate, so a bound and not equality: measured 1.0 here; its graph depends on the build's
-    # thread timing, and random 32-d vectors are a harder case than real embeddings (bench/search_speed.py: 0.996).
+    # thread timing, and random 32-d vectors are a harder case than real embeddings (docs/results/search_speed.json).
     assert recall >= 0.99
     index.save(tmp_path / "i.faiss")
     again = VectorIndex.load(tmp_path / "i.faiss", 32, IndexConfig("hnsw", ef_search=256))
