@@ -1,10 +1,10 @@
 """Where a training step's time goes, per recipe and batching variant; prints one JSON line.
 
-    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 2,16 4,1,bf16]
+    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16]
 
 For each variant ``CHUNKS,BUCKET[,bf16]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
 ``TrainConfig.bucket``: batches per length-sorted bucket; ``bf16``: forward under
-``torch.autocast("cpu", torch.bfloat16)``, which dupq's training does not use), the milliseconds per step spent making
+``torch.autocast("cpu", torch.bfloat16)``, as `dupq train --bf16`), the milliseconds per step spent making
 the batch, encoding it (embedding + LSTM + pooling), in the objective, in backward and in Adam's
 step, the pairs per second they add up to, and the tokens the LSTM ran over: ``real`` (the
 questions' own) against ``padded`` (what the length-sorted chunks were padded to). It answers
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="labelled")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--variants", nargs="+", default=["4,1", "8,1", "16,1", "2,16", "4,1,bf16"], help="CHUNKS,BUCKET[,bf16]")
+    parser.add_argument("--variants", nargs="+", default=["4,1", "8,1", "16,1", "32,1", "2,16", "8,1,bf16", "16,1,bf16"], help="CHUNKS,BUCKET[,bf16]")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
