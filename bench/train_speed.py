@@ -1,15 +1,15 @@
 """Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
-    python bench/train_speed.py [--data PATH] [--steps 200] [--dim 128] [--encode 200000]
+    python bench/train_speed.py [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--encode 200000]
 
 train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
 every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
-steps, from one full process:
+steps, from one full process; the median of ``--repeats`` windows of ``--steps`` steps, each
+window's rate in ``train_pairs_per_s_windows``:
 
 * ``seed``: the seed recipe (duplicates only, triplet loss), `dupq train` with no options;
-* ``labelled``: the bundled model's recipe (every labelled pool pair; the Makefile's BEST options),
-  which encodes under bfloat16 autocast (``--bf16``);
-* ``labelled_fp32``: the same in float32, as the recipe trained before ``--bf16``.
+* ``labelled``: the bundled model's recipe (every labelled pool pair; the Makefile's BEST options);
+* ``labelled_bf16``: the same encoding under bfloat16 autocast (``dupq train --bf16``).
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
 labelled recipe's encoder (the bundled model's shape).
@@ -34,8 +34,8 @@ from dupq.train import ModelOptions, TrainConfig, batch_loss, batch_sources, bui
 LABELLED = {"recipe": "labelled", "lr": 0.005, "reduction": "mean", "symmetric": True, "mask_false_negatives": True, "hard_negatives": True}
 RECIPES = {
     "seed": ({}, {}),
-    "labelled_fp32": (LABELLED, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
-    "labelled": ({**LABELLED, "bf16": True}, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
+    "labelled_bf16": ({**LABELLED, "bf16": True}, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
+    "labelled": (LABELLED, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
 }
 
 
@@ -50,36 +50,43 @@ def training_parts(splits, train_kw: dict, model_kw: dict):
     return config, vocab, model, source, config.objective(), optimizer
 
 
-def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int):
-    """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps; returns (rate, built model, vocab)."""
+def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int):
+    """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps, the median of ``repeats``
+    such windows (one after another, on the next batches: a shared 2-core VM varies by ~10 % run to
+    run); returns (median rate, every window's rate, built model, vocab)."""
     config, vocab, model, source, objective, optimizer = training_parts(splits, train_kw, {**model_kw, "dim": dim})
     rng = np.random.default_rng(0)
     model.train()
-    done, started = 0, None
-    for step, index in enumerate(source.epoch(rng)[: steps + 10]):
-        if step == 10:
+    batches = source.epoch(rng)[: 10 + steps * repeats]
+    rates, done, started = [], 0, None
+    for step, index in enumerate(batches):
+        if step >= 10 and (step - 10) % steps == 0:
+            if started is not None:
+                rates.append(done / (time.perf_counter() - started))
             done, started = 0, time.perf_counter()
         loss = batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         done += len(index)
-    return done / (time.perf_counter() - started), model, vocab
+    rates.append(done / (time.perf_counter() - started))
+    return float(np.median(rates)), rates, model, vocab
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(default_data_path()))
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=200, help="optimizer steps per timed window")
+    parser.add_argument("--repeats", type=int, default=3, help="timed windows per recipe; the median is reported")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--encode", type=int, default=200_000)
     args = parser.parse_args()
 
     pairs, _ = read_pairs(args.data)
     splits = split_pairs(pairs)
-    rates = {}
+    rates, windows = {}, {}
     for name, (train_kw, model_kw) in RECIPES.items():
-        rates[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, args.steps, args.dim)
+        rates[name], windows[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, args.steps, args.dim, args.repeats)
 
     model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.encode]
@@ -93,12 +100,14 @@ def main() -> None:
 
     print(json.dumps({
         "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
+        "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
         "encode_questions_per_s": round(encode_rate),
         "tokenize_questions_per_s": round(tokenize_rate),
         "vocab_size": len(vocab),
         "dim": args.dim,
         "batch_size": TrainConfig().batch_size,
         "train_steps": args.steps,
+        "repeats": args.repeats,
         "encoded_questions": len(questions),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
