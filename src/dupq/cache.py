@@ -100,9 +100,14 @@ class FaissCache:
     def catch_up(self) -> None:
         """Add the stored vectors the index lacks: another process's adds, or ours (caller holds the write lock)."""
         version, count = self.store.version(), self.store.count()
-        for lo in range(len(self.index), count, CATCH_UP_CHUNK):
-            blocks = list(self.store.vectors(lo, min(lo + CATCH_UP_CHUNK, count)))
+        lo = len(self.index)
+        while lo < count:
+            # An untrained ivfpq index trains on its first add: the vectors its build trained on, so a
+            # rebuilt cache quantizes as the lost one did (FAISS's k-means is seeded).
+            step = self.manifest.get("trained_on") or CATCH_UP_CHUNK if lo == 0 else CATCH_UP_CHUNK
+            blocks = list(self.store.vectors(lo, min(lo + step, count)))
             self.index.add(np.concatenate(blocks) if len(blocks) > 1 else blocks[0])
+            lo = min(lo + step, count)
         self._version = version
 
     def after_add(self) -> None:

@@ -274,6 +274,8 @@ class Collection:
                 os.fsync(f.fileno())
             manifest["checksum"] = vectors_index.save(tmp / INDEX_FILE)
             manifest["count"] = len(vectors_index)  # vectors in index.faiss when it was last written; SQLite is the truth
+            if vectors_index.trained_on is not None:  # ivfpq: a rebuilt cache trains on the same first vectors
+                manifest["trained_on"] = vectors_index.trained_on
             write_json(tmp / MANIFEST, manifest)
             if folder.exists():
                 folder.rmdir()

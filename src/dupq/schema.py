@@ -128,6 +128,7 @@ def check_manifest(manifest: Any, path: FilePath, fmt: str) -> dict:
     _choice(model, "bundled", path, "model.", (False, True), optional=True)
     _int(manifest, "dim", path, "", 1, 131072)
     _int(manifest, "count", path, "", 0, 2**62, optional=True)
+    _int(manifest, "trained_on", path, "", 1, 2**62, optional=True)
     if manifest.get("checksum") is not None and not isinstance(manifest["checksum"], str):
         _fail(path, "checksum", "a string", manifest["checksum"])
     index = _object(manifest.get("index"), path, "index")

@@ -163,6 +163,7 @@ class VectorIndex:
         if config.kind == "ivfpq":
             index.nprobe = config.nprobe
         self.faiss = index
+        self.trained_on: int | None = None  # vectors an ivfpq index was trained on, when this object trained it
 
     def __len__(self) -> int:
         return self.faiss.ntotal
@@ -187,6 +188,7 @@ class VectorIndex:
                 raise DupqError(f"an ivfpq index with nlist {self.config.nlist} trains on at least {need:,} questions, "
                                 f"got {len(vectors):,}; use the flat index for a collection this small (or a smaller nlist).")
             self.faiss.train(vectors)
+            self.trained_on = len(vectors)
         self.faiss.add(vectors)
 
     def search(self, queries: np.ndarray, k: int, fetch: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
