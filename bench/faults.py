@@ -16,6 +16,8 @@ Output: ``{"cases": N, "survived": N, "data_lost": 0, "tracebacks": 0, "server_5
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import os
@@ -557,7 +559,9 @@ CASES = [
 
 
 def run(case) -> Result:
-    with tempfile.TemporaryDirectory(prefix=f"dupq-{case.__name__}-") as tmp:
+    # A case run in this process warns on stderr as dupq should (the full disk's "could not write"):
+    # kept out of the output, which is the one JSON line, with its reasons in each case's result.
+    with tempfile.TemporaryDirectory(prefix=f"dupq-{case.__name__}-") as tmp, contextlib.redirect_stderr(io.StringIO()):
         try:
             return case(Path(tmp))
         except Exception:  # noqa: BLE001 -- a case that raises did not survive; say where

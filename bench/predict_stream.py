@@ -6,6 +6,7 @@ folder outside the repository, runs `dupq predict --pairs FILE` as a child proce
 (``os.wait4`` rusage of that child alone) for both runs. Flat memory means the two peaks match:
 the stream holds one chunk at a time whatever the file's length.
 
+    python bench/predict_stream.py                     # the bundled model
     python bench/predict_stream.py --model runs/model
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import string
 import subprocess
@@ -94,6 +96,7 @@ def main() -> None:
         f"pairs_per_s_at_{args.small}": first["pairs_per_s"],
         "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),
         "cpus": os.cpu_count(),
+        "machine": platform.machine(),
     }))
 
 

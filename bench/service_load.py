@@ -20,7 +20,8 @@ server start waits at most ``--start-timeout`` s, and the server is always stopp
 The client is a minimal HTTP/1.1 client on asyncio streams rather than httpx: load generator
 and server share the machine's 2 cores, and httpx costs several times more CPU per request.
 
-    python bench/service_load.py --collection runs/bench-service/quora-hnsw --model runs/dev-model
+    python bench/service_load.py --index hnsw --seconds 20      # builds with the bundled model
+    python bench/service_load.py --collection runs/bench-service/quora-hnsw-bundled
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import random
 import secrets
 import shutil
@@ -252,7 +254,7 @@ def health(port: int) -> dict:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", type=Path, help="collection to load-test (a copy is used); default: build one")
-    p.add_argument("--model", type=Path, default=REPO / "runs" / "dev-model", help="model folder (for building)")
+    p.add_argument("--model", type=Path, help="model folder (for building; default: the bundled model)")
     p.add_argument("--data", type=Path, default=DATA, help="Quora pairs file (for building)")
     p.add_argument("--index", default="hnsw", choices=["flat", "hnsw"], help="index kind (for building)")
     p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-service", help="folder for the copy and logs")
@@ -272,13 +274,15 @@ def working_copy(args: argparse.Namespace) -> Path:
     args.work.mkdir(parents=True, exist_ok=True)
     source = args.collection
     if source is None:
-        source = args.work / f"quora-{args.index}"
-        if not source.exists():
-            subprocess.run(
+        source = args.work / f"quora-{args.index}-{args.model.name if args.model else 'bundled'}"
+        if not source.exists():  # its output stays out of the one JSON line this script prints
+            built = subprocess.run(
                 [sys.executable, "-m", "dupq.cli", "index", "build", str(args.data), "--out", str(source),
-                 "--model", str(args.model), "--index", args.index],
-                check=True,
+                 "--index", args.index, *(["--model", str(args.model)] if args.model else [])],
+                capture_output=True, text=True,
             )
+            if built.returncode != 0:
+                raise SystemExit(f"dupq index build failed: {built.stderr.strip()[-500:]}")
     copy = args.work / "load-copy"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source, copy)
@@ -349,7 +353,8 @@ def main() -> None:
     token = secrets.token_urlsafe(16)
     port = free_port()
     log = open(args.work / "server.log", "w")
-    result: dict = {"clients": args.clients, "machine": {"cpus": os.cpu_count(), "load_average_1m_at_start": round(os.getloadavg()[0], 2)}}
+    result: dict = {"clients": args.clients, "model": str(args.model or "bundled"),
+                    "machine": {"cpus": os.cpu_count(), "arch": platform.machine(), "load_average_1m_at_start": round(os.getloadavg()[0], 2)}}
     server, result["start_s"] = start_server(copy, None, port, token, log, args.start_timeout)
     try:
         result["questions"] = health(port)["questions"]
