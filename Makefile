@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The labelled recipe (docs/RESULTS.md); `dupq train` alone is the seed recipe. The bundled model adds DISTIL to it.
-# One thread: the bundled weights come from this exact command, bit for bit (more threads sum in another order).
+# One thread: on one machine this command gives the same weights run after run (more threads sum in another order);
+# another CPU (or 16 chunks instead of the 4 the bundled run used) lands near them, not on them (docs/RESULTS.md).
 BEST := --recipe labelled --lowercase --oov-buckets 4096 --min-count 2 --dropout 0.2 --lr 0.005 --reduction mean \
 	--symmetric --mask-false-negatives --hard-negatives --head mlp --epochs 6 --lr-schedule cosine --threads 1
 

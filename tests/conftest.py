@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+# milvus-lite's gRPC client logs its keep-alive warnings at exit, after pytest's summary line,
+# which must stay the run's last line (CI reads it). Set before pymilvus is imported.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 from dupq.data import Pairs, SplitConfig, Splits, read_pairs, split_pairs
 
 REPO = Path(__file__).resolve().parents[1]

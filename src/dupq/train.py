@@ -166,9 +166,9 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
 
     A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
     max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
-    and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) at
-    ~4x the speed on CPU,
-    without making the batch's questions (the in-batch negatives) share a length.
+    and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) in
+    less time (bench/train_step.py measures it), without making the batch's questions (the
+    in-batch negatives) share a length.
     """
     if chunks <= 1:
         return encoder(ids, lengths)

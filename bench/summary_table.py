@@ -1,0 +1,47 @@
+"""The README's headline table: dupq's models and MiniLM on the seed's test pairs, from saved results.
+
+    python bench/summary_table.py
+
+Reads what the sweeps and the peer benchmark printed (docs/results/*.jsonl, peers_minilm.json) and
+prints a Markdown table: accuracy at the dev-chosen threshold, ROC-AUC, expected calibration error
+and retrieval MRR (``bench/retrieval.py``), one row per model. Nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+# (sweep row, label): the bundled model first, then what it replaced.
+ROWS = [
+    ("distil-words-6", "dupq bundled (labelled recipe + distilled MiniLM)"),
+    ("labelled-mlp-6", "dupq, labelled recipe without the teacher"),
+    ("seed-best", "dupq, the duplicates-only model before them"),
+]
+
+
+def sweep_rows() -> dict[str, dict]:
+    return {row["name"]: row for path in sorted(RESULTS.glob("*.jsonl")) for line in path.read_text().splitlines()
+            if line.strip() for row in [json.loads(line)]}
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:.4f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def main() -> None:
+    rows = sweep_rows()
+    print("| model | accuracy | ROC-AUC | ECE | retrieval MRR |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, label in ROWS:
+        r = rows[name]
+        print(f"| {label} | {fmt(r['test_accuracy'])} | {fmt(r['roc_auc'])} | {fmt(r.get('test_ece'))} | {fmt(r['test_mrr'])} |")
+    peer = json.loads(json.loads((RESULTS / "peers_minilm.json").read_text())[0]["output"][-1])
+    test = peer["test"]
+    print(f"| all-MiniLM-L6-v2 zero-shot (`bench/peers.py`) | {fmt(test['accuracy'])} | {fmt(test['roc_auc'])} "
+          f"| {fmt(test['expected_calibration_error'])} (Platt) | {fmt(peer['retrieval']['test']['mrr'])} |")
+
+
+if __name__ == "__main__":
+    main()
