@@ -104,7 +104,7 @@ class FaissCache:
         while lo < count:
             # An untrained ivfpq index trains on its first add: the vectors its build trained on, so a
             # rebuilt cache quantizes as the lost one did (FAISS's k-means is seeded).
-            step = self.manifest.get("trained_on") or CATCH_UP_CHUNK if lo == 0 else CATCH_UP_CHUNK
+            step = (self.manifest.get("trained_on") or CATCH_UP_CHUNK) if lo == 0 else CATCH_UP_CHUNK
             blocks = list(self.store.vectors(lo, min(lo + step, count)))
             self.index.add(np.concatenate(blocks) if len(blocks) > 1 else blocks[0])
             lo = min(lo + step, count)

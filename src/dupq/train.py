@@ -190,8 +190,10 @@ def batch_loss(model: Siamese, batch: Batch, objective: Objective, chunks: int, 
     With ``bf16`` the encoder runs under bfloat16 autocast (the weights stay float32) and the
     objective gets float32 vectors, so the similarities and losses keep float32's precision.
     """
-    rows = slice(None) if world.size == 1 else share(len(batch.ids), world)
-    rows = rows if world.size == 1 or rows.stop > rows.start else slice(0, 1)  # an empty share encodes a stand-in row, dropped by gather
+    rows = slice(None)
+    if world.size > 1:
+        rows = share(len(batch.ids), world)
+        rows = rows if rows.stop > rows.start else slice(0, 1)  # an empty share encodes a stand-in row, dropped by gather
     with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=bf16):
         v = encode_in_chunks(model.encoder, batch.ids[rows], batch.lengths[rows], chunks)  # (n, d)
     v = v.float()
