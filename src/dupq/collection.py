@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,7 +61,7 @@ import numpy as np
 
 from dupq import store as sqlite
 from dupq.cache import INDEX_FILE, FaissCache
-from dupq.files import DupqError, check_path, fsync_dir, read_json, remove_stale, write_json
+from dupq.files import DupqError, check_path, new_folder, read_json, remove_stale, write_json
 from dupq.model import BUNDLED, Model
 from dupq.schema import check_manifest
 from dupq.store import BLOB_ROWS, KeyConflict, SQLiteStore, Store, check_keys, check_metadata
@@ -255,12 +254,7 @@ class Collection:
         """SQLite and FAISS written in a hidden sibling folder, renamed into place when complete."""
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(folder.parent)  # builds killed before their rename
-        tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
+        with new_folder(folder) as tmp:
             vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
             db = sqlite.create(tmp / DATABASE)  # nothing is visible before the final rename; fsync once below
             db.execute("BEGIN")
@@ -277,13 +271,6 @@ class Collection:
             if vectors_index.trained_on is not None:  # ivfpq: a rebuilt cache trains on the same first vectors
                 manifest["trained_on"] = vectors_index.trained_on
             write_json(tmp / MANIFEST, manifest)
-            if folder.exists():
-                folder.rmdir()
-            os.rename(tmp, folder)
-            fsync_dir(folder.parent)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         store = SQLiteStore(folder / DATABASE, manifest["dim"])
         return cls(folder, model, manifest, store, FaissCache(folder, store, manifest, vectors_index, saved=len(vectors_index)))
 

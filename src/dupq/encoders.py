@@ -6,6 +6,8 @@ key of :data:`ENCODERS`; :class:`~dupq.model.Model`, the collection and the serv
 ``encoder(ids, lengths)`` and read ``encoder.config.out_dim``, so another encoder plugs in by
 adding a class here. A config without a type (every model saved before this registry) is the
 LSTM. Every registered encoder reads the vocabulary's word ids (``vocab.json``), right-padded.
+One more type is no encoder of this registry: ``"sentence-transformers"`` names a whole
+pretrained model with its own tokenizer, kept in a subfolder (:mod:`dupq.sentence_model`).
 
 The seed's encoder (000, 002) is ``Embedding(V, d) -> LSTM(d) -> mean -> L2 normalise``.
 Unlike the seed's ``GlobalAveragePooling1D``, :func:`pool` skips padding, so a question's
@@ -101,3 +103,4 @@ class GRUEncoder(Encoder):
 
 
 ENCODERS: dict[str, type[Encoder]] = {cls.type: cls for cls in (Encoder, GRUEncoder)}
+SENTENCE_TRANSFORMERS = "sentence-transformers"  # a model folder holding a pretrained sentence encoder (dupq.sentence_model)

@@ -16,6 +16,8 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,15 @@ def _umask() -> int:
     return mask
 
 
+def readable(folder: Path) -> None:
+    """Give each file under ``folder`` the mode a new file gets here (0666 less the umask), as
+    :func:`atomic_write` does: some writers (safetensors) make theirs 0600, unreadable to a service's user."""
+    mode = 0o666 & ~_umask()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(mode)
+
+
 def fsync_dir(folder: Path) -> None:
     # Make the rename itself durable; not every platform lets a folder be opened.
     try:
@@ -64,6 +75,43 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+@contextmanager
+def new_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """A hidden sibling folder to fill, renamed into place as ``folder`` when the block ends.
+
+    If the block raises, the sibling is deleted and ``folder`` is left as it was; if the process
+    is killed, the sibling (``.NAME.building-PID``) is what :func:`remove_stale` deletes next
+    time. An existing ``folder`` is replaced: moved aside, the new one renamed in, the old one
+    deleted (a kill between the two renames leaves it as ``.NAME.old-PID``).
+
+    >>> with new_folder("runs/model") as tmp:                                  # doctest: +SKIP
+    ...     write_json(tmp / "config.json", config)
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(folder.parent)  # builds killed before their rename
+    tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+    if folder.exists():
+        folder.rename(old)
+    try:
+        tmp.rename(folder)
+    except BaseException:
+        if old.exists():
+            old.rename(folder)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(folder.parent)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

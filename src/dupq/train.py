@@ -43,8 +43,8 @@ from dupq.data import Splits, labelled_split
 from dupq.distributed import World, agree, gather, join, share
 from dupq.metrics import best_threshold, threshold_free
 from dupq.files import DupqError, atomic_write, remove_stale
-from dupq.encoders import ENCODERS, POOLINGS
-from dupq.model import HEADS, Encoder, EncoderConfig, HeadConfig, Model, PairHead
+from dupq.encoders import ENCODERS, POOLINGS, SENTENCE_TRANSFORMERS
+from dupq.model import HEADS, Encoder, EncoderConfig, HeadConfig, Model, PairHead, stored_kind
 from dupq.objectives import Objective
 from dupq.options import check_options, option
 from dupq.teacher import TeacherCache
@@ -298,6 +298,9 @@ def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
         raise DupqError("--resume continues the checkpoint and --overwrite discards it: pass one of them.")
     if (Path(out) / CHECKPOINT).exists() and not (resume or overwrite):
         raise DupqError(f"{out} already holds a training checkpoint; pass --resume to continue it or --overwrite to start again.")
+    if stored_kind(Path(out)) == SENTENCE_TRANSFORMERS:
+        raise DupqError(f"{out} holds a sentence-transformers model (dupq distil export), which dupq train can neither resume "
+                        f"nor replace; write the LSTM to another --out.")
 
 
 def _check_resume(meta: dict[str, Any], config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import torch
 
 from dupq.batches import duplicate_groups, false_negatives
 from dupq.data import Pairs
-from dupq.files import DupqError, fsync_dir
+from dupq.files import DupqError, new_folder
 from dupq.losses import multiple_negatives_ranking_loss
 from dupq.teacher import load_sentence_transformer
 
@@ -150,12 +149,5 @@ def _step_loss(model, anchors: list[str], positives: list[str], negatives: list[
 
 def _save(model, out: Path) -> None:
     """Write the model folder whole, then rename it into place (a killed save leaves the old one)."""
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save(str(tmp))
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(out.parent)
+    with new_folder(out) as tmp:
+        model.save(str(tmp))

