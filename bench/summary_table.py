@@ -2,7 +2,7 @@
 
     python bench/summary_table.py
 
-Reads what the sweeps and the peer benchmark printed (docs/results/*.jsonl, peers_minilm.json) and
+Reads what the sweeps and the peer benchmark printed (docs/results/*.jsonl, peers_*.json) and
 prints a Markdown table: accuracy at the dev-chosen threshold, ROC-AUC, expected calibration error
 and retrieval MRR (``bench/retrieval.py``), one row per model. Nothing is measured here.
 """
@@ -18,6 +18,11 @@ ROWS = [
     ("distil-words-6", "dupq bundled (labelled recipe + distilled MiniLM)"),
     ("labelled-mlp-6", "dupq, labelled recipe without the teacher"),
     ("seed-best", "dupq, the duplicates-only model before them"),
+]
+# (saved bench/peers.py output, label): pretrained sentence encoders, untouched by us.
+PEERS = [
+    ("peers_minilm.json", "all-MiniLM-L6-v2 zero-shot (`bench/peers.py`)"),
+    ("peers_mpnet.json", "all-mpnet-base-v2 zero-shot (`bench/peers.py --model-folder`)"),
 ]
 
 
@@ -37,10 +42,11 @@ def main() -> None:
     for name, label in ROWS:
         r = rows[name]
         print(f"| {label} | {fmt(r['test_accuracy'])} | {fmt(r['roc_auc'])} | {fmt(r.get('test_ece'))} | {fmt(r['test_mrr'])} |")
-    peer = json.loads(json.loads((RESULTS / "peers_minilm.json").read_text())[0]["output"][-1])
-    test = peer["test"]
-    print(f"| all-MiniLM-L6-v2 zero-shot (`bench/peers.py`) | {fmt(test['accuracy'])} | {fmt(test['roc_auc'])} "
-          f"| {fmt(test['expected_calibration_error'])} (Platt) | {fmt(peer['retrieval']['test']['mrr'])} |")
+    for file, label in PEERS:
+        peer = json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
+        test = peer["test"]
+        print(f"| {label} | {fmt(test['accuracy'])} | {fmt(test['roc_auc'])} "
+              f"| {fmt(test['expected_calibration_error'])} (Platt) | {fmt(peer['retrieval']['test']['mrr'])} |")
 
 
 if __name__ == "__main__":

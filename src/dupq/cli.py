@@ -616,7 +616,7 @@ def distil_teach(
     test_size: Annotated[int, typer.Option(min=0, help="Rows after the pool kept as test pairs (never taught).")] = 10_240,
     dev_size: Annotated[int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs (never taught).")] = 10_240,
     threads: TeacherThreads = 0,
-    bf16: Annotated[bool, typer.Option(help="Run the teacher under bfloat16 autocast (1.8x faster on a CPU with AMX; vectors within cosine 0.99997).")] = True,
+    bf16: Annotated[bool, typer.Option(help="Run the teacher under bfloat16 autocast (faster on CPUs with AMX or AVX512-BF16; bench/teacher_speed.py measures it).")] = True,
     device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")] = "cpu",
     overwrite: Annotated[bool, typer.Option(help="Replace vectors made from other questions, another teacher or split.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,

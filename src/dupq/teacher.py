@@ -170,8 +170,9 @@ def load_teacher(name: str | None = None, device: str = "cpu", bf16: bool = True
     """``(encode, name)``: the teacher of :func:`load_sentence_transformer`, as a function of texts.
 
     ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. With ``bf16`` the teacher runs under
-    bfloat16 autocast: on this machine's CPU (AMX) 1.8x faster, its vectors within cosine 0.99997
-    of float32 ones (3,000 Quora questions), finer than the float16 they are stored in needs.
+    bfloat16 autocast, faster on CPUs with bfloat16 instructions (AMX, AVX512-BF16); how much
+    faster, and how close its vectors stay to float32 ones, is what ``bench/teacher_speed.py``
+    prints (docs/RESULTS.md).
     """
     model, name = load_sentence_transformer(name, device)
 
