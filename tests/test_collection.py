@@ -563,6 +563,28 @@ def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_
         assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # the naive reference: each text once
 
 
+def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_named_after_it(tmp_path, tiny_model_dir, monkeypatch):
+    from servicekit import milvus_or_skip
+
+    where = milvus_or_skip(tmp_path / "m.db")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # a relative folder "milvus:..." would land here
+    qfile, more = tmp_path / "faq.txt", tmp_path / "more.txt"
+    qfile.write_text("How do I learn Python?\nWhy is the sky blue?\n")
+    more.write_text("How do I bake bread?\nWhere is Mongolia?\nWhat is a volcano?\n")
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
+    added = runner.invoke(app, ["index", "add", where, "--file", str(more), "--batch-size", "3"])
+    assert built.exit_code == 0 and added.exit_code == 0, built.output + added.output
+    assert list(cwd.iterdir()) == []
+    ids = [int(i) for i in re.search(r"ids (\d+), \.\.\., (\d+)", added.output).groups()]  # hashed keys: no range
+    found = json.loads(runner.invoke(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][0]
+    assert found["text"] == "What is a volcano?" and found["id"] == ids[1]
+    both = runner.invoke(app, ["index", "build", str(qfile), "--out", where, "--store", where])
+    assert both.exit_code == 2 and both.output.startswith("error: give either"), both.output
+
+
 def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, monkeypatch):
     from servicekit import milvus_or_skip
 

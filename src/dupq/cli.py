@@ -433,7 +433,7 @@ QUESTIONS_HELP = "Questions: a text file (one a line), a CSV/TSV file (see --col
 @command(group=index_app, name="build")
 def index_build(
     questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
-    out: Annotated[Optional[Path], typer.Option(help="Collection folder to create (must not exist yet).")] = None,
+    out: Annotated[Optional[str], typer.Option(help="Collection folder to create (must not exist yet), or a Milvus collection as --store takes it.")] = None,
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
     index: Annotated[Literal["flat", "hnsw", "ivfpq"], typer.Option(help="flat (exact search), hnsw (approximate, much faster on large collections) or ivfpq (compressed to ~41 bytes a question, re-ranked exactly; 40,000+ questions).")] = "flat",
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file (default: question); other columns become metadata.")] = None,
@@ -452,19 +452,30 @@ def index_build(
         raise DupqError("give either --out FOLDER or --store milvus:... for the new collection.")
     if store is not None and not is_milvus(store):
         raise DupqError(f"--store takes milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, not {store!r}; a folder goes with --out.")
-    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DupqError(f"{out} already exists and is not empty; choose a new folder for the collection.")
+    if out is not None and is_milvus(out):  # as every other command takes a collection: not a folder named "milvus:..."
+        out, store = None, out
+    folder = Path(out) if out is not None else None
+    if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
     m = Model.load(model)
     qs = read_questions(questions, column)
     _dropped(questions, qs.dropped)
     if not qs.texts:
         raise DupqError(f"{questions} holds no questions.")
     started = time.perf_counter()
-    Collection.build(store or out, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
+    Collection.build(store or folder, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
     typer.echo(
-        f"stored {len(qs):,} questions from {questions} in {store or out} ({index} index) in "
+        f"stored {len(qs):,} questions from {questions} in {store or folder} ({index} index) in "
         f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,}"
     )
+
+
+def _added(ids: list[int]) -> str:
+    """What ``index add`` says of a batch: a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
+    if len(ids) == 1:
+        return f"added 1 question: id {ids[0]}"
+    consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
+    return f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}" if consecutive else f"added {len(ids)} questions: ids {ids[0]}, ..., {ids[-1]}"
 
 
 def _collection(location: str):
@@ -513,7 +524,7 @@ def index_add(
         for lo in range(0, len(texts), batch_size):
             part = slice(lo, lo + batch_size)
             ids = coll.add(texts[part], metadata[part] if metadata else None, keys[part] if keys else None)
-            typer.echo(f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}" if len(ids) > 1 else f"added 1 question: id {ids[0]}")
+            typer.echo(_added(ids))
     finally:
         coll.close()
         if coll.cache_error:
