@@ -563,6 +563,38 @@ def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_
         assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # the naive reference: each text once
 
 
+@pytest.mark.slow
+def test_kill_9_during_a_milvus_add(tmp_path):
+    """kill -9 a `dupq index add --file` into milvus-lite mid-way; reopen; every acknowledged question is there, none twice."""
+    from servicekit import milvus_or_skip
+
+    where = milvus_or_skip(tmp_path / "k.db")
+    first, new = tmp_path / "first.txt", synthetic(1000, offset=20)
+    first.write_text("\n".join(synthetic(20)) + "\n")
+    qfile = tmp_path / "new.txt"
+    qfile.write_text("\n".join(new) + "\n")
+    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]  # one process at a time may hold a milvus-lite file
+    subprocess.run([*dupq, "index", "build", str(first), "--store", where], check=True, capture_output=True)
+    proc = subprocess.Popen(
+        [*dupq, "index", "add", where, "--file", str(qfile), "--batch-size", "25"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    acknowledged = 0
+    for line in proc.stdout:
+        acknowledged += int(re.match(r"added (\d+) questions", line).group(1))
+        if acknowledged >= 300:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    with Collection.open(where) as coll:
+        assert 20 + acknowledged <= len(coll) < 20 + len(new)  # all acknowledged, not all
+        done = new[:acknowledged]
+        for question, row in zip(done, coll.search(done, k=3)):  # questions the model encodes alike tie at the top
+            assert question in {h.text for h in row if h.score > row[0].score - 1e-5}
+            assert [h.text for h in row].count(question) == 1  # stored once: a retried batch would show twice
+
+
 def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_named_after_it(tmp_path, tiny_model_dir, monkeypatch):
     from servicekit import milvus_or_skip
 
