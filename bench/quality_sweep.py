@@ -88,8 +88,11 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     model = Model.load(folder)
-    splits = split_pairs(read_pairs(data)[0])
+    pairs = read_pairs(data)[0]
+    splits = split_pairs(pairs)
     test = evaluate(model, splits.test)
+    dev_retrieval = retrieval_metrics(model.encode, splits, "dev", labelled=pairs)
+    test_retrieval = retrieval_metrics(model.encode, splits, "test", labelled=pairs)
     training = model.metrics.get("training", {})
     history = training.get("history", [])
     best = training.get("best_epoch") or len(history)
@@ -98,7 +101,8 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "name": name,
         "command": "dupq train " + " ".join(shlex.quote(a) for a in CONFIGS[name]),
         "dev_accuracy": round(calibration.get("dev_accuracy", float("nan")), 4),
-        "dev_mrr": round(retrieval_metrics(model.encode, splits, "dev")["mrr"], 4),
+        "dev_mrr": round(dev_retrieval["mrr"], 4),
+        "dev_mrr_any": round(dev_retrieval["mrr_any"], 4),  # the first known duplicate's rank (bench/retrieval.py)
         "val_accuracy": round(history[best - 1]["val_accuracy"], 4) if history and "val_accuracy" in history[best - 1] else None,
         "best_epoch": best,
         "epochs": len(history),
@@ -108,7 +112,8 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "test_f1": round(test["f1"], 4),
         "roc_auc": round(test["roc_auc"], 4),
         "test_ece": round(test["expected_calibration_error"], 4) if "expected_calibration_error" in test else None,
-        "test_mrr": round(retrieval_metrics(model.encode, splits, "test")["mrr"], 4),
+        "test_mrr": round(test_retrieval["mrr"], 4),
+        "test_mrr_any": round(test_retrieval["mrr_any"], 4),
         **{f"clean_{k}": v for k, v in dupq_result(name, str(folder), read_clean_pairs(PAIRS)).items() if k in ("accuracy", "roc_auc")},
         "train_seconds": round(sum(h["seconds"] for h in history), 1),
     }
