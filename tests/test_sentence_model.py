@@ -244,3 +244,18 @@ def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, 
         sentence_model.export_teacher(None, old, splits.dev, splits.test, info={}, overwrite=True)
     assert {p.relative_to(old): p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
+
+
+def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, reference, tmp_path):
+    from dupq.teacher import load_teacher
+
+    texts = ["How do I learn Python?", "Why is the sky blue?"]
+    encode, _ = load_teacher(str(folder), bf16=False)  # `dupq distil teach --teacher runs/minilm`, `--word-init` too
+    np.testing.assert_allclose(encode(texts), reference(texts), atol=1e-5)
+    escaping = tmp_path / "escaping"
+    shutil.copytree(folder, escaping, ignore=shutil.ignore_patterns("sentence-transformers"))
+    config = json.loads((escaping / "config.json").read_text())
+    config["encoder"]["folder"] = "../minilm/sentence-transformers"
+    (escaping / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DupqError, match="outside"):
+        load_teacher(str(escaping))

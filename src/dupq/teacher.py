@@ -132,6 +132,24 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     return texts, vectors
 
 
+def _transformer_inside(folder: Path) -> Path:
+    """The sentence-transformers folder of a dupq model folder made by `dupq distil export`; any other folder as it is."""
+    from dupq.encoders import SENTENCE_TRANSFORMERS
+    from dupq.model import FORMAT
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return folder
+    encoder = config.get("encoder") if isinstance(config, dict) and config.get("format") == FORMAT else None
+    if not (isinstance(encoder, dict) and encoder.get("type") == SENTENCE_TRANSFORMERS and isinstance(encoder.get("folder"), str)):
+        return folder
+    inside = folder / encoder["folder"]
+    if folder.resolve() not in inside.resolve().parents:
+        raise DupqError(f"{folder / 'config.json'} names a sentence-transformers folder outside {folder}: {encoder['folder']!r}.")
+    return inside
+
+
 def load_sentence_transformer(name: str | None = None, device: str = "cpu", needed_by: str = "distillation"):
     """``(model, name)``: a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2).
 
@@ -154,6 +172,7 @@ def load_sentence_transformer(name: str | None = None, device: str = "cpu", need
         folder = Path(name)
         if not folder.is_dir():
             raise DupqError(f"the teacher {name} is not a folder; name a sentence-transformers model folder on disk (nothing is downloaded).")
+        folder = _transformer_inside(folder)
     try:
         from transformers.utils import logging as transformers_logging
 
