@@ -3,7 +3,7 @@
     python bench/retrieval_table.py
 
 Reads what ``bench/retrieval.py`` and ``bench/peers.py`` printed (docs/results/retrieval.json,
-mpnet_student_retrieval.json, peers_minilm.json, peers_mpnet.json) and prints, per model, the
+mpnet_student_retrieval.json, wide_student.json, peers_minilm.json, peers_mpnet.json) and prints, per model, the
 published MRR (question2's rank), Recall@1, the MRR with the query's other known duplicates
 filtered out, and the MRR of the first known duplicate, with the labels' oracle as the last row
 (``bench/retrieval.py``'s module docstring defines each). Nothing is measured here.
@@ -15,10 +15,12 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-RETRIEVAL = [  # (saved bench/retrieval.py output, key, label)
-    ("retrieval.json", "dupq", "dupq bundled (distilled from all-MiniLM-L6-v2)"),
-    ("mpnet_student_retrieval.json", "dupq", "dupq, the same recipe distilled from all-mpnet-base-v2"),
-    ("retrieval.json", "bm25", "BM25"),
+RETRIEVAL = [  # (saved file, its command that ran bench/retrieval.py on the test definition, key, label)
+    ("retrieval.json", "python bench/retrieval.py", "dupq", "dupq bundled (distilled from all-MiniLM-L6-v2)"),
+    ("mpnet_student_retrieval.json", "python bench/retrieval.py --model /tmp/exp/gpu/student_mp", "dupq",
+     "dupq, the same recipe distilled from all-mpnet-base-v2"),
+    ("wide_student.json", "python bench/retrieval.py --model runs/wide256-half", "dupq", "dupq, the same recipe at width 256"),
+    ("retrieval.json", "python bench/retrieval.py", "bm25", "BM25"),
 ]
 PEERS = [  # (saved bench/peers.py output, label)
     ("peers_minilm.json", "all-MiniLM-L6-v2 zero-shot"),
@@ -26,8 +28,11 @@ PEERS = [  # (saved bench/peers.py output, label)
 ]
 
 
-def last_line(file: str) -> dict:
-    return json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
+def last_line(file: str, command: str | None = None) -> dict:
+    """The last line ``command`` printed in a saved file (default: its last command), as JSON."""
+    blocks = json.loads((RESULTS / file).read_text())
+    block = next(b for b in blocks if b["command"] == command) if command else blocks[-1]
+    return json.loads(block["output"][-1])
 
 
 def fmt(value: float) -> str:
@@ -35,7 +40,7 @@ def fmt(value: float) -> str:
 
 
 def main() -> None:
-    rows = [(label, last_line(file)[key]) for file, key, label in RETRIEVAL]
+    rows = [(label, last_line(file, command)[key]) for file, command, key, label in RETRIEVAL]
     rows += [(label, last_line(file)["retrieval"]["test"]) for file, label in PEERS]
     print("| model | MRR (published) | Recall@1 | MRR, other known duplicates filtered | MRR, any known duplicate |")
     print("| --- | --- | --- | --- | --- |")
