@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy import sparse
+from scipy.sparse.csgraph import connected_components
 from sklearn.feature_extraction.text import CountVectorizer
 
 from dupq.data import Pairs, Splits, default_data_path, read_pairs, split_pairs
@@ -71,10 +72,11 @@ class RetrievalTask:
     known: sparse.csr_matrix | None = None  # (Q, N) bool: texts labelled a duplicate of query i anywhere (target in, own out)
 
 
-def retrieval_task(splits: Splits, split: str = "test", labelled: Pairs | None = None) -> RetrievalTask:
+def retrieval_task(splits: Splits, split: str = "test", labelled: Pairs | None = None, closure: bool = False) -> RetrievalTask:
     """The collection and queries of ``split``: "test" (test + dev pairs) or "dev" (dev pairs only).
 
-    With ``labelled`` (every pair of the data file), ``known`` holds each query's labelled duplicates.
+    With ``labelled`` (every pair of the data file), ``known`` holds each query's labelled duplicates
+    (and theirs, with ``closure``: :func:`known_duplicates`).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}.")
@@ -89,26 +91,48 @@ def retrieval_task(splits: Splits, split: str = "test", labelled: Pairs | None =
         target=np.array([position[b] for _, b in used], dtype=np.int64),
     )
     if labelled is not None:
-        task.known = known_duplicates(task, labelled)
+        task.known = known_duplicates(task, labelled, closure)
     return task
 
 
-def known_duplicates(task: RetrievalTask, labelled: Pairs) -> sparse.csr_matrix:
+def known_duplicates(task: RetrievalTask, labelled: Pairs, closure: bool = False) -> sparse.csr_matrix:
     """``(Q, N)`` bool: for each query, the collection's texts labelled its duplicate in ``labelled``.
 
-    Direct labels only (no transitive closure): a pair counts where a row of the file says so.
-    A query's own text is never its duplicate; its target always is.
+    Direct labels only by default: a pair counts where a row of the file says so. With ``closure``,
+    duplicates of duplicates count too, through any question of the file (A ~ B and B ~ C make
+    A ~ C), as sentence-transformers' Quora retrieval split does. A query's own text is never its
+    duplicate; its target always is.
     """
     position = {t: i for i, t in enumerate(task.texts)}
-    neighbours: dict[int, set[int]] = defaultdict(set)
-    for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels):
-        i, j = position.get(a), position.get(b)
-        if y == 1 and i is not None and j is not None and i != j:
-            neighbours[i].add(j)
-            neighbours[j].add(i)
+    neighbours: dict[int, set[int]] = defaultdict(set)  # collection index -> its duplicates' (may hold itself)
+    if closure:
+        for group in duplicate_groups(labelled):
+            members = {position[t] for t in group if t in position}
+            for i in members:
+                neighbours[i] = members
+    else:
+        for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels):
+            i, j = position.get(a), position.get(b)
+            if y == 1 and i is not None and j is not None and i != j:
+                neighbours[i].add(j)
+                neighbours[j].add(i)
     cells = [(q, j) for q, (own, target) in enumerate(zip(task.own, task.target)) for j in (neighbours[own] | {target}) - {own}]
     rows, cols = np.array(cells, dtype=np.int64).reshape(-1, 2).T
     return sparse.csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)), shape=(len(task.own), len(task.texts)))
+
+
+def duplicate_groups(labelled: Pairs) -> list[list[str]]:
+    """The connected groups of the graph whose edges are the duplicate rows of ``labelled`` (2 texts or more each)."""
+    texts = list(dict.fromkeys(t for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels) if y == 1 for t in (a, b)))
+    index = {t: i for i, t in enumerate(texts)}
+    edges = np.array([(index[a], index[b]) for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels) if y == 1],
+                     dtype=np.int64).reshape(-1, 2)
+    graph = sparse.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(texts), len(texts)))
+    _, label = connected_components(graph, directed=False)
+    groups: dict[int, list[str]] = defaultdict(list)
+    for t, g in zip(texts, label):
+        groups[g].append(t)
+    return list(groups.values())
 
 
 def oracle_mrr(known: sparse.csr_matrix) -> float:
@@ -222,7 +246,8 @@ def metrics(r: np.ndarray) -> dict[str, float]:
 
 
 def retrieval_metrics(
-    encode: Callable[[list[str]], np.ndarray], splits: Splits, split: str = "test", block: int = BLOCK, labelled: Pairs | None = None
+    encode: Callable[[list[str]], np.ndarray], splits: Splits, split: str = "test", block: int = BLOCK, labelled: Pairs | None = None,
+    closure: bool = False,
 ) -> dict:
     """Recall@1/5/10 and MRR of cosine search with ``encode`` (texts -> unit vectors ``(N, d)`` float32).
 
@@ -232,7 +257,7 @@ def retrieval_metrics(
     Every query is a member of the collection, so its vector is the collection's: each text is
     encoded once.
     """
-    task = retrieval_task(splits, split, labelled)
+    task = retrieval_task(splits, split, labelled, closure)
     corpus = np.asarray(encode(task.texts), dtype=np.float32)  # (N, d)
     queries = corpus[task.own]  # (Q, d)
     out = all_metrics(lambda s: queries[s] @ corpus.T, task, block)
@@ -249,6 +274,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)")
     parser.add_argument("--split", choices=SPLITS, default="test", help="test: test+dev collection and queries (published figures); dev: dev pairs only")
     parser.add_argument("--block", type=int, default=BLOCK, help="queries scored at once (memory: block x N floats)")
+    parser.add_argument("--closure", action="store_true",
+                        help="known duplicates include duplicates of duplicates (mrr_filtered, mrr_any, ceiling); the published MRR is unchanged")
     parser.add_argument("--hybrid", type=float, nargs="*", default=[], metavar="W",
                         help="also score cosine + W x BM25 / (the query's best BM25), for each W given")
     args = parser.parse_args()
@@ -258,11 +285,11 @@ def main() -> None:
     splits = split_pairs(pairs)
 
     started = time.perf_counter()
-    dense = retrieval_metrics(model.encode, splits, args.split, args.block, labelled=pairs)
+    dense = retrieval_metrics(model.encode, splits, args.split, args.block, labelled=pairs, closure=args.closure)
     dupq_seconds = time.perf_counter() - started
 
     started = time.perf_counter()
-    task = retrieval_task(splits, args.split, pairs)
+    task = retrieval_task(splits, args.split, pairs, args.closure)
     score = bm25_scorer(task.texts)
     lexical = all_metrics(lambda s: score(task.queries[s]), task, args.block)
     bm25_seconds = time.perf_counter() - started
@@ -277,6 +304,7 @@ def main() -> None:
         "queries": dense["queries"],
         "collection": dense["collection"],
         "split": args.split,
+        **({"closure": True} if args.closure else {}),
         "model": str(args.model or "bundled"),
         "fingerprint": model.fingerprint(),
         "seconds": {"dupq": round(dupq_seconds, 1), "bm25": round(bm25_seconds, 1)},

@@ -121,3 +121,38 @@ def test_hybrid_score_is_the_cosine_plus_the_weighted_bm25_scaled_by_each_querys
         for j in range(6):
             best = max(lexical[i]) or 1.0
             assert scores[row, j] == pytest.approx(float(corpus[i] @ corpus[j]) + 0.4 * lexical[i, j] / best, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_closure_adds_every_question_reachable_through_duplicate_labels_and_nothing_else(seed):
+    rng = np.random.default_rng(seed)
+    words = [f"q{i}?" for i in range(12)]
+    rows = [(str(rng.choice(words)), str(rng.choice(words)), int(rng.random() < 0.6)) for _ in range(14)]
+    labelled = Pairs(ids=[str(i) for i in range(len(rows))], q1=[r[0] for r in rows], q2=[r[1] for r in rows],
+                     labels=np.array([r[2] for r in rows], dtype=np.int8), rows=np.arange(len(rows)))
+    texts = words[:8]  # the collection; q8..q11 appear only in the file, and can link two of it
+    own = np.array([0, 3, 5])
+    target = np.array([1, 4, 6])
+    task = RetrievalTask(texts=texts, queries=[texts[i] for i in own], own=own, target=target)
+
+    def reachable(start: str) -> set[str]:  # breadth-first search over the duplicate rows
+        seen, frontier = {start}, [start]
+        while frontier:
+            x = frontier.pop()
+            for a, b, y in rows:
+                for u, v in ((a, b), (b, a)):
+                    if y == 1 and u == x and v not in seen:
+                        seen.add(v)
+                        frontier.append(v)
+        return seen
+
+    loop = np.zeros((len(own), len(texts)), dtype=bool)
+    for i, o in enumerate(own):
+        for t in reachable(texts[o]) & set(texts):
+            loop[i, texts.index(t)] = True
+        loop[i, target[i]] = True
+        loop[i, o] = False
+    closed = known_duplicates(task, labelled, closure=True).toarray()
+    np.testing.assert_array_equal(closed, loop)
+    direct = known_duplicates(task, labelled).toarray()
+    assert not (direct & ~closed).any()  # the closure only adds
