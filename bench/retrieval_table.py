@@ -3,9 +3,10 @@
     python bench/retrieval_table.py
 
 Reads what ``bench/retrieval.py`` and ``bench/peers.py`` printed (docs/results/retrieval.json,
-mpnet_student_retrieval.json, wide_student.json, peers_minilm.json, peers_mpnet.json) and prints, per model, the
+mpnet_student_retrieval.json, wide_student.json, bilstm_student.json, peers_minilm.json, peers_mpnet.json) and prints, per model, the
 published MRR (question2's rank), Recall@1, the MRR with the query's other known duplicates
-filtered out, and the MRR of the first known duplicate, with the labels' oracle as the last row
+filtered out, and the MRR of the first known duplicate, with the labels' oracle (direct labels,
+then with their transitive closure: retrieval_closure.json) as the last rows
 (``bench/retrieval.py``'s module docstring defines each). Nothing is measured here.
 """
 
@@ -20,6 +21,7 @@ RETRIEVAL = [  # (saved file, its command that ran bench/retrieval.py on the tes
     ("mpnet_student_retrieval.json", "python bench/retrieval.py --model /tmp/exp/gpu/student_mp", "dupq",
      "dupq, the same recipe distilled from all-mpnet-base-v2"),
     ("wide_student.json", "python bench/retrieval.py --model runs/wide256-half", "dupq", "dupq, the same recipe at width 256"),
+    ("bilstm_student.json", "python bench/retrieval.py --model runs/bilstm-half", "dupq", "dupq, the same recipe with a bidirectional LSTM"),
     ("retrieval.json", "python bench/retrieval.py", "bm25", "BM25"),
 ]
 PEERS = [  # (saved bench/peers.py output, label)
@@ -48,6 +50,8 @@ def main() -> None:
         print(f"| {label} | {fmt(r['mrr'])} | {fmt(r['recall@1'])} | {fmt(r['mrr_filtered'])} | {fmt(r['mrr_any'])} |")
     ceiling = last_line("retrieval.json")["ceiling"]
     print(f"| oracle: every known duplicate first, in random order | {fmt(ceiling)} | - | 1 | 1 |")
+    closed = last_line("retrieval_closure.json", "python bench/retrieval.py --closure")["ceiling"]
+    print(f"| the same oracle, duplicates of duplicates known too (`--closure`) | {fmt(closed)} | - | 1 | 1 |")
 
 
 if __name__ == "__main__":

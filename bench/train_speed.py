@@ -1,6 +1,6 @@
 """Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
-    python bench/train_speed.py [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--encode 200000]
+    python bench/train_speed.py [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--bidirectional] [--encode 200000]
 
 train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
 every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
@@ -12,7 +12,8 @@ window's rate in ``train_pairs_per_s_windows``:
 * ``labelled_bf16``: the same encoding under bfloat16 autocast (``dupq train --bf16``).
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
-labelled recipe's encoder (the bundled model's shape).
+labelled recipe's encoder (the bundled model's shape; ``--dim`` and ``--bidirectional`` change it
+for every recipe, as ``dupq train``'s options of those names do).
 """
 
 from __future__ import annotations
@@ -50,11 +51,11 @@ def training_parts(splits, train_kw: dict, model_kw: dict):
     return config, vocab, model, source, config.objective(), optimizer
 
 
-def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int):
+def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int, bidirectional: bool = False):
     """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps, the median of ``repeats``
     such windows (one after another, on the next batches: a shared 2-core VM varies by ~10 % run to
     run); returns (median rate, every window's rate, built model, vocab)."""
-    config, vocab, model, source, objective, optimizer = training_parts(splits, train_kw, {**model_kw, "dim": dim})
+    config, vocab, model, source, objective, optimizer = training_parts(splits, train_kw, {**model_kw, "dim": dim, "bidirectional": bidirectional})
     rng = np.random.default_rng(0)
     model.train()
     batches = source.epoch(rng)[: 10 + steps * repeats]
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="optimizer steps per timed window")
     parser.add_argument("--repeats", type=int, default=3, help="timed windows per recipe; the median is reported")
     parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--bidirectional", action="store_true", help="a bidirectional LSTM (vectors 2 x dim wide)")
     parser.add_argument("--encode", type=int, default=200_000)
     args = parser.parse_args()
 
@@ -86,7 +88,7 @@ def main() -> None:
     splits = split_pairs(pairs)
     rates, windows = {}, {}
     for name, (train_kw, model_kw) in RECIPES.items():
-        rates[name], windows[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, args.steps, args.dim, args.repeats)
+        rates[name], windows[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, args.steps, args.dim, args.repeats, args.bidirectional)
 
     model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.encode]
@@ -105,6 +107,7 @@ def main() -> None:
         "tokenize_questions_per_s": round(tokenize_rate),
         "vocab_size": len(vocab),
         "dim": args.dim,
+        **({"bidirectional": True} if args.bidirectional else {}),
         "batch_size": TrainConfig().batch_size,
         "train_steps": args.steps,
         "repeats": args.repeats,
