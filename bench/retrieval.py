@@ -51,9 +51,9 @@ from pathlib import Path
 
 import numpy as np
 from scipy import sparse
-from scipy.sparse.csgraph import connected_components
 from sklearn.feature_extraction.text import CountVectorizer
 
+from dupq.batches import duplicate_groups
 from dupq.data import Pairs, Splits, default_data_path, read_pairs, split_pairs
 from dupq.model import Model
 
@@ -106,10 +106,12 @@ def known_duplicates(task: RetrievalTask, labelled: Pairs, closure: bool = False
     position = {t: i for i, t in enumerate(task.texts)}
     neighbours: dict[int, set[int]] = defaultdict(set)  # collection index -> its duplicates' (may hold itself)
     if closure:
-        for group in duplicate_groups(labelled):
-            members = {position[t] for t in group if t in position}
-            for i in members:
-                neighbours[i] = members
+        group = duplicate_groups(task.texts, labelled.q1, labelled.q2, labelled.labels)  # text -> its group's id
+        members: dict[int, set[int]] = defaultdict(set)
+        for i, t in enumerate(task.texts):
+            members[group[t]].add(i)
+        for i, t in enumerate(task.texts):
+            neighbours[i] = members[group[t]]
     else:
         for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels):
             i, j = position.get(a), position.get(b)
@@ -119,20 +121,6 @@ def known_duplicates(task: RetrievalTask, labelled: Pairs, closure: bool = False
     cells = [(q, j) for q, (own, target) in enumerate(zip(task.own, task.target)) for j in (neighbours[own] | {target}) - {own}]
     rows, cols = np.array(cells, dtype=np.int64).reshape(-1, 2).T
     return sparse.csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)), shape=(len(task.own), len(task.texts)))
-
-
-def duplicate_groups(labelled: Pairs) -> list[list[str]]:
-    """The connected groups of the graph whose edges are the duplicate rows of ``labelled`` (2 texts or more each)."""
-    texts = list(dict.fromkeys(t for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels) if y == 1 for t in (a, b)))
-    index = {t: i for i, t in enumerate(texts)}
-    edges = np.array([(index[a], index[b]) for a, b, y in zip(labelled.q1, labelled.q2, labelled.labels) if y == 1],
-                     dtype=np.int64).reshape(-1, 2)
-    graph = sparse.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(texts), len(texts)))
-    _, label = connected_components(graph, directed=False)
-    groups: dict[int, list[str]] = defaultdict(list)
-    for t, g in zip(texts, label):
-        groups[g].append(t)
-    return list(groups.values())
 
 
 def oracle_mrr(known: sparse.csr_matrix) -> float:
