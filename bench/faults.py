@@ -69,8 +69,8 @@ def refused(run: subprocess.CompletedProcess) -> tuple[bool, int]:
 
 
 def build(folder: Path, n: int = 40, index: str = "flat") -> Path:
-    from dupq.collection import Collection
-    from dupq.model import Model
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection
 
     Collection.build(folder, synthetic(n), Model.load(), index=index).close()
     return folder
@@ -87,8 +87,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(url: str, body: bytes | None = None, headers: dict | None = None, method: str | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **(headers or {})}, method=method)
+def http(
+    url: str, body: bytes | None = None, headers: dict | None = None, method: str | None = None
+) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json", **(headers or {})}, method=method
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, r.read()
@@ -102,8 +106,12 @@ class Server:
     def __init__(self, folder: Path, *extra: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([*DUPQ, "serve", str(folder), "--port", str(self.port), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+        self.proc = subprocess.Popen(
+            [*DUPQ, "serve", str(folder), "--port", str(self.port), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+        )
 
     def __enter__(self) -> Server:
         deadline = time.monotonic() + 60
@@ -131,35 +139,42 @@ AUTH = {"Authorization": "Bearer fault-token"}
 
 def adds_after_a_failing_commit(tmp: Path) -> Result:
     """Item 1: the cache write fails after the commit (a full disk); concurrent adds, then retries."""
-    import dupq.cache
-    import dupq.vectors
     from fastapi.testclient import TestClient
 
-    from dupq.service import create_app
+    import dupq.search.cache
+    import dupq.search.vectors
+    from dupq.service.app import create_app
 
     folder = build(tmp / "c")
-    saved = dupq.cache.SAVE_DURING_ADD, dupq.vectors.atomic_write
-    dupq.cache.SAVE_DURING_ADD = 1
+    saved = dupq.search.cache.SAVE_DURING_ADD, dupq.search.vectors.atomic_write
+    dupq.search.cache.SAVE_DURING_ADD = 1
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    dupq.vectors.atomic_write = full_disk
+    dupq.search.vectors.atomic_write = full_disk
     try:
         new = synthetic(5, offset=100)
         with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
+
             def add(i):
-                return c.post("/questions", json={"text": new[i]}, headers={"Authorization": "Bearer t", "Idempotency-Key": f"k{i}"})
+                return c.post(
+                    "/questions",
+                    json={"text": new[i]},
+                    headers={"Authorization": "Bearer t", "Idempotency-Key": f"k{i}"},
+                )
 
             with ThreadPoolExecutor(5) as pool:
                 answers = list(pool.map(add, range(5))) + list(pool.map(add, range(5)))  # then every client retries
     finally:
-        dupq.cache.SAVE_DURING_ADD, dupq.vectors.atomic_write = saved
+        dupq.search.cache.SAVE_DURING_ADD, dupq.search.vectors.atomic_write = saved
     texts = [t for _, _, t in stored(folder)]
     errors = sum(r.status_code >= 500 for r in answers)
     twice = sum(texts.count(t) - 1 for t in new)
     lost = sum(t not in texts for t in new)
-    return Result(errors == 0 and twice == 0 and lost == 0, data_lost=lost, server_500s=errors, detail=f"{twice} stored twice")
+    return Result(
+        errors == 0 and twice == 0 and lost == 0, data_lost=lost, server_500s=errors, detail=f"{twice} stored twice"
+    )
 
 
 def cli_add_is_idempotent(tmp: Path) -> Result:
@@ -173,7 +188,7 @@ def cli_add_is_idempotent(tmp: Path) -> Result:
 
 def every_line_accounted_for(tmp: Path) -> Result:
     """Item 3: unclosed quotes and wrong field counts, each line with its reason (train/evaluate read this way)."""
-    from dupq.data import read_pairs
+    from dupq.data.pairs import read_pairs
 
     lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
     for i in range(30):
@@ -185,17 +200,21 @@ def every_line_accounted_for(tmp: Path) -> Result:
     want = {"unclosed quote": 2, "wrong number of fields": 1}
     ok = dropped.reasons == want and len(pairs) + dropped.lines == 30
     build_run = dupq("index", "build", str(tmp / "p.tsv"), "--out", str(tmp / "c"))
-    return Result(ok and build_run.returncode == 0 and b"2 unclosed quote" in build_run.stderr,
-                  data_lost=30 - len(pairs) - dropped.lines, tracebacks=int(b"Traceback" in build_run.stderr), detail=str(dropped))
+    return Result(
+        ok and build_run.returncode == 0 and b"2 unclosed quote" in build_run.stderr,
+        data_lost=30 - len(pairs) - dropped.lines,
+        tracebacks=int(b"Traceback" in build_run.stderr),
+        detail=str(dropped),
+    )
 
 
 def questions_without_words(tmp: Path) -> Result:
     """Item 4: "???" is refused by every entry point, never stored or called a duplicate."""
     from fastapi.testclient import TestClient
 
-    from dupq.files import DupqError
-    from dupq.model import Model
-    from dupq.service import create_app
+    from dupq.core.files import DupqError
+    from dupq.modeling.model import Model
+    from dupq.service.app import create_app
 
     folder = build(tmp / "c")
     runs = [dupq("index", "add", str(folder), "???"), dupq("search", str(folder), "?!?")]
@@ -208,12 +227,18 @@ def questions_without_words(tmp: Path) -> Result:
     (tmp / "q.txt").write_text("???\n!!!\n...\nHow do I learn Python?\n")
     dedup = dupq("dedup", str(tmp / "q.txt"), "--out", str(tmp / "d.json"))
     with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
-        codes = [c.post("/similarity", json={"q1": "\u001c", "q2": "\u001d"}).status_code,
-                 c.post("/search", json={"question": "?!?"}).status_code,
-                 c.post("/questions", json={"text": "..."}, headers={"Authorization": "Bearer t"}).status_code]
+        codes = [
+            c.post("/similarity", json={"q1": "\u001c", "q2": "\u001d"}).status_code,
+            c.post("/search", json={"question": "?!?"}).status_code,
+            c.post("/questions", json={"text": "..."}, headers={"Authorization": "Bearer t"}).status_code,
+        ]
     ok = all(r for r, _ in results) and library and json.loads((tmp / "d.json").read_text())["clusters_found"] == 0
     ok = ok and codes == [422, 422, 422] and len(stored(folder)) == 40
-    return Result(ok, tracebacks=sum(t for _, t in results) + int(b"Traceback" in dedup.stderr), server_500s=sum(c >= 500 for c in codes))
+    return Result(
+        ok,
+        tracebacks=sum(t for _, t in results) + int(b"Traceback" in dedup.stderr),
+        server_500s=sum(c >= 500 for c in codes),
+    )
 
 
 def reads_see_other_processes(tmp: Path) -> Result:
@@ -222,9 +247,16 @@ def reads_see_other_processes(tmp: Path) -> Result:
     with Server(folder) as server:
         http(server.url + "/search", json.dumps({"question": "warm up"}).encode())
         dupq("index", "add", str(folder), "Which river flows through the most countries?")
-        status, body = http(server.url + "/search", json.dumps({"question": "Which river flows through the most countries?", "k": 1}).encode())
+        status, body = http(
+            server.url + "/search",
+            json.dumps({"question": "Which river flows through the most countries?", "k": 1}).encode(),
+        )
     top = json.loads(body)["results"][0]["text"] if status == 200 else None
-    return Result(top == "Which river flows through the most countries?", data_lost=int(top is None), server_500s=int(status >= 500))
+    return Result(
+        top == "Which river flows through the most countries?",
+        data_lost=int(top is None),
+        server_500s=int(status >= 500),
+    )
 
 
 def index_cache_tampered(tmp: Path) -> Result:
@@ -246,10 +278,16 @@ def index_cache_tampered(tmp: Path) -> Result:
 def hostile_json_bodies(tmp: Path) -> Result:
     """Items 9, 16: NaN, Infinity, lone surrogates, k true / "3", control characters: JSON 4xx, never 500."""
     folder = build(tmp / "c")
-    bodies = [("/search", b'{"question": "\\ud800 hi"}'), ("/search", b'{"question": "hi", "k": NaN}'),
-              ("/similarity", b'{"q1": "a", "q2": "b", "x": Infinity}'), ("/questions", b'{"text": "New?", "metadata": {"a": NaN}}'),
-              ("/search", b'{"question": "hi", "k": true}'), ("/search", b'{"question": "hi", "k": "3"}'),
-              ("/similarity", b'{"q1": "\\u001c", "q2": "\\u001d"}'), ("/search", b'{"question": "caf\xe9"}')]
+    bodies = [
+        ("/search", b'{"question": "\\ud800 hi"}'),
+        ("/search", b'{"question": "hi", "k": NaN}'),
+        ("/similarity", b'{"q1": "a", "q2": "b", "x": Infinity}'),
+        ("/questions", b'{"text": "New?", "metadata": {"a": NaN}}'),
+        ("/search", b'{"question": "hi", "k": true}'),
+        ("/search", b'{"question": "hi", "k": "3"}'),
+        ("/similarity", b'{"q1": "\\u001c", "q2": "\\u001d"}'),
+        ("/search", b'{"question": "caf\xe9"}'),
+    ]
     with Server(folder) as server:
         answers = [http(server.url + path, body, AUTH) for path, body in bodies]
     codes = [code for code, _ in answers]
@@ -267,12 +305,16 @@ def not_utf8_on_the_command_line(tmp: Path) -> Result:
 
 def bad_model_and_metrics_files(tmp: Path) -> Result:
     """Items 7, 11: config.json with wrong types, metrics.json not an object, thresholds out of range."""
-    from dupq.model import BUNDLED
+    from dupq.modeling.model import BUNDLED
 
     runs = []
-    for name, change in [("dim", lambda c: c["encoder"].update(dim="128")), ("dropout", lambda c: c["encoder"].update(dropout=5)),
-                         ("encoder", lambda c: c.update(encoder=None)), ("threshold", lambda c: c.update(threshold=math.nan)),
-                         ("info", lambda c: c.update(threshold_info="dev"))]:
+    for name, change in [
+        ("dim", lambda c: c["encoder"].update(dim="128")),
+        ("dropout", lambda c: c["encoder"].update(dropout=5)),
+        ("encoder", lambda c: c.update(encoder=None)),
+        ("threshold", lambda c: c.update(threshold=math.nan)),
+        ("info", lambda c: c.update(threshold_info="dev")),
+    ]:
         model = shutil.copytree(BUNDLED, tmp / name)
         config = json.loads((model / "config.json").read_text())
         change(config)
@@ -303,7 +345,13 @@ def corrupt_collection_files(tmp: Path) -> Result:
             with sqlite3.connect(folder / "questions.sqlite") as db:
                 db.execute("UPDATE embeddings SET vectors = substr(vectors, 1, 100)")
         else:
-            manifest.update({"dim": {"dim": 64}, "model": {"model": "bundled"}, "hnsw_m": {"index": {"kind": "hnsw", "hnsw_m": -3}}}[how])
+            manifest.update(
+                {
+                    "dim": {"dim": 64},
+                    "model": {"model": "bundled"},
+                    "hnsw_m": {"index": {"kind": "hnsw", "hnsw_m": -3}},
+                }[how]
+            )
             (folder / "manifest.json").write_text(json.dumps(manifest))
         checks.append(refused(dupq("search", str(folder), "How do I learn Python?")))
     return Result(all(ok for ok, _ in checks), tracebacks=sum(t for _, t in checks))
@@ -312,7 +360,9 @@ def corrupt_collection_files(tmp: Path) -> Result:
 def files_of_killed_writers(tmp: Path) -> Result:
     """Item 14: temporary files and half builds of a killed process are removed; a live one's are kept."""
     folder = build(tmp / "c")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = [folder / f".index.faiss.{dead}-abcd1234.tmp", folder / f".manifest.json.{dead}-abcd1234.tmp"]
     for path in stale:
         path.write_bytes(b"x" * 1000)
@@ -328,10 +378,12 @@ def messages_name_the_real_problem(tmp: Path) -> Result:
     """Items 15, 21: a file where a folder is needed (and the reverse); a header-only file for index add."""
     folder = build(tmp / "c")
     (tmp / "h.tsv").write_text("question\tanswer\n")
-    runs = {"a file, not a folder": dupq("search", str(tmp / "h.tsv"), "How?"),
-            "a folder, not a file": dupq("index", "add", str(folder), "--file", str(tmp)),
-            "holds no questions": dupq("index", "add", str(folder), "--file", str(tmp / "h.tsv")),
-            "model folder": dupq("predict", "How?", "Why?", "--model", str(tmp / "h.tsv"))}
+    runs = {
+        "a file, not a folder": dupq("search", str(tmp / "h.tsv"), "How?"),
+        "a folder, not a file": dupq("index", "add", str(folder), "--file", str(tmp)),
+        "holds no questions": dupq("index", "add", str(folder), "--file", str(tmp / "h.tsv")),
+        "model folder": dupq("predict", "How?", "Why?", "--model", str(tmp / "h.tsv")),
+    }
     checks = [(refused(r), want.encode() in r.stderr) for want, r in runs.items()]
     return Result(all(ok and said for (ok, _), said in checks), tracebacks=sum(t for (_, t), _ in checks))
 
@@ -343,12 +395,21 @@ def service_manners(tmp: Path) -> Result:
         request = urllib.request.Request(server.url + "/")
         with urllib.request.urlopen(request) as r:
             headers, page = r.headers, r.read()
-        codes = {"head": http(server.url + "/", method="HEAD")[0], "docs": http(server.url + "/docs")[0],
-                 "health open": http(server.url + "/health")[0], "health token": http(server.url + "/health", headers=AUTH)[0],
-                 "missing": http(server.url + "/nowhere")[0]}
+        codes = {
+            "head": http(server.url + "/", method="HEAD")[0],
+            "docs": http(server.url + "/docs")[0],
+            "health open": http(server.url + "/health")[0],
+            "health token": http(server.url + "/health", headers=AUTH)[0],
+            "missing": http(server.url + "/nowhere")[0],
+        }
     ok = codes == {"head": 200, "docs": 404, "health open": 401, "health token": 200, "missing": 404}
     ok = ok and "default-src 'self'" in headers["Content-Security-Policy"] and headers["X-Frame-Options"] == "DENY"
-    ok = ok and headers["X-Content-Type-Options"] == "nosniff" and b'id="token-form"' in page and b"cdn" not in page.lower()
+    ok = (
+        ok
+        and headers["X-Content-Type-Options"] == "nosniff"
+        and b'id="token-form"' in page
+        and b"cdn" not in page.lower()
+    )
     return Result(ok, detail=str(codes))
 
 
@@ -368,7 +429,9 @@ def slow_request_bodies(tmp: Path) -> Result:
     folder = build(tmp / "c")
     with Server(folder) as server:
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            sock.sendall(
+                b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
             sock.settimeout(30)
             started = time.monotonic()
             answer = sock.recv(4096)
@@ -382,8 +445,10 @@ def nan_in_json_output(tmp: Path) -> Result:
     table = tmp / "t.csv"
     table.write_text("question,score\nWhat is the speed of light?,nan\n")
     add = dupq("index", "add", str(folder), "--file", str(table))
-    outputs = [dupq("search", str(folder), "What is the speed of light?", "--json").stdout,
-               dupq("predict", "When will I see you?", "When can I see you again?", "--json").stdout]
+    outputs = [
+        dupq("search", str(folder), "What is the speed of light?", "--json").stdout,
+        dupq("predict", "When will I see you?", "When can I see you again?", "--json").stdout,
+    ]
 
     def strict(text: bytes) -> bool:
         try:
@@ -400,8 +465,13 @@ def kill_9_during_index_add(tmp: Path) -> Result:
     folder = build(tmp / "c", index="hnsw")
     new = synthetic(3000, offset=1000)
     (tmp / "new.txt").write_text("\n".join(new) + "\n")
-    proc = subprocess.Popen([*DUPQ, "index", "add", str(folder), "--file", str(tmp / "new.txt"), "--batch-size", "50"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [*DUPQ, "index", "add", str(folder), "--file", str(tmp / "new.txt"), "--batch-size", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     acknowledged = []
     for line in proc.stdout:
         lo, hi = map(int, re.search(r"ids (\d+)-(\d+)", line).groups())
@@ -414,7 +484,9 @@ def kill_9_during_index_add(tmp: Path) -> Result:
     lost = sum(rows.get(i) != new[i - 40] for i in acknowledged)
     reopened = dupq("search", str(folder), new[0], "-k", "1", "--json")
     ok = proc.returncode == -signal.SIGKILL and lost == 0 and reopened.returncode == 0
-    return Result(ok, data_lost=lost, tracebacks=int(b"Traceback" in reopened.stderr), detail=f"{len(acknowledged)} acknowledged")
+    return Result(
+        ok, data_lost=lost, tracebacks=int(b"Traceback" in reopened.stderr), detail=f"{len(acknowledged)} acknowledged"
+    )
 
 
 def kill_9_server_under_load(tmp: Path) -> Result:
@@ -423,6 +495,7 @@ def kill_9_server_under_load(tmp: Path) -> Result:
     acknowledged, errors = {}, []
     stop = threading.Event()
     with Server(folder) as server:
+
         def client(n: int) -> None:
             i = 0
             while not stop.is_set():
@@ -450,13 +523,29 @@ def kill_9_server_under_load(tmp: Path) -> Result:
     lost = sum(rows.get(text) != i for text, i in acknowledged.items())
     with Server(folder) as again:
         health = json.loads(http(again.url + "/health")[1])
-    return Result(lost == 0 and bool(acknowledged) and health["questions"] == len(rows), data_lost=lost, server_500s=len(errors),
-                  detail=f"{len(acknowledged)} acknowledged, {len(rows) - 40} stored")
+    return Result(
+        lost == 0 and bool(acknowledged) and health["questions"] == len(rows),
+        data_lost=lost,
+        server_500s=len(errors),
+        detail=f"{len(acknowledged)} acknowledged, {len(rows) - 40} stored",
+    )
 
 
 # Training (items 2, 6, 7, 13; kill -9 of training, which already held).
 
-TRAIN = ["--train-pool", "400", "--test-size", "100", "--dev-size", "100", "--dim", "8", "--threads", "1", "--no-progress"]
+TRAIN = [
+    "--train-pool",
+    "400",
+    "--test-size",
+    "100",
+    "--dev-size",
+    "100",
+    "--dim",
+    "8",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 def pairs_file(tmp: Path, rows: int = 600) -> Path:
@@ -478,9 +567,28 @@ def resume_with_other_options(tmp: Path) -> Result:
     if first.returncode != 0:
         return Result(False, detail=first.stderr.decode()[-300:])
     before = (out / "checkpoint.safetensors").read_bytes()
-    checks = [refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN, *extra))
-              for extra in (["--train-pool", "300"], ["--lr", "0.02"], ["--lowercase"], ["--overwrite"])]
-    checks.append(refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN[:-5], "--dim", "16", *TRAIN[-3:])))
+    checks = [
+        refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN, *extra))
+        for extra in (["--train-pool", "300"], ["--lr", "0.02"], ["--lowercase"], ["--overwrite"])
+    ]
+    checks.append(
+        refused(
+            dupq(
+                "train",
+                "--data",
+                str(data),
+                "--out",
+                str(out),
+                "--epochs",
+                "2",
+                "--resume",
+                *TRAIN[:-5],
+                "--dim",
+                "16",
+                *TRAIN[-3:],
+            )
+        )
+    )
     unchanged = (out / "checkpoint.safetensors").read_bytes() == before
     return Result(all(ok for ok, _ in checks) and unchanged, tracebacks=sum(t for _, t in checks))
 
@@ -504,22 +612,32 @@ def model_with_nan_weights(tmp: Path) -> Result:
     """Item 7 (weights): a model folder whose weights hold NaN is refused before it judges anything."""
     from safetensors.torch import load_file, save_file
 
-    from dupq.model import BUNDLED
+    from dupq.modeling.model import BUNDLED
 
     model = shutil.copytree(BUNDLED, tmp / "model")
     weights = load_file(str(model / "model.safetensors"))
     name = sorted(weights)[0]
     weights[name].view(-1)[0] = float("nan")
     save_file(weights, str(model / "model.safetensors"))
-    ok, tracebacks = refused(dupq("predict", "How do I learn Python?", "How can I learn Python?", "--model", str(model)))
+    ok, tracebacks = refused(
+        dupq("predict", "How do I learn Python?", "How can I learn Python?", "--model", str(model))
+    )
     return Result(ok, tracebacks=tracebacks)
 
 
 def bad_training_options(tmp: Path) -> Result:
     """Item 13: an unusable device, recipe, loss or pooling is one sentence, not a traceback."""
     data = pairs_file(tmp)
-    checks = [refused(dupq("train", "--data", str(data), "--out", str(tmp / "x"), *extra, *TRAIN))
-              for extra in (["--device", "meta"], ["--recipe", "nope"], ["--loss", "hinge"], ["--loss", "bce:x"], ["--pooling", "min"])]
+    checks = [
+        refused(dupq("train", "--data", str(data), "--out", str(tmp / "x"), *extra, *TRAIN))
+        for extra in (
+            ["--device", "meta"],
+            ["--recipe", "nope"],
+            ["--loss", "hinge"],
+            ["--loss", "bce:x"],
+            ["--pooling", "min"],
+        )
+    ]
     return Result(all(ok for ok, _ in checks), tracebacks=sum(t for _, t in checks))
 
 
@@ -528,14 +646,37 @@ def kill_9_during_training(tmp: Path) -> Result:
     from safetensors.numpy import load_file
 
     data = pairs_file(tmp, 2000)
-    train = ["--train-pool", "1600", "--test-size", "200", "--dev-size", "200", "--dim", "8", "--threads", "1", "--no-progress",
-             "--epochs", "6", "--recipe", "labelled", "--head", "mlp", "--labelled-val", "200"]
+    train = [
+        "--train-pool",
+        "1600",
+        "--test-size",
+        "200",
+        "--dev-size",
+        "200",
+        "--dim",
+        "8",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--epochs",
+        "6",
+        "--recipe",
+        "labelled",
+        "--head",
+        "mlp",
+        "--labelled-val",
+        "200",
+    ]
     whole = dupq("train", "--data", str(data), "--out", str(tmp / "whole"), *train)
     if whole.returncode != 0:
         return Result(False, detail=whole.stderr.decode()[-300:])
     out = tmp / "killed"
-    proc = subprocess.Popen([*DUPQ, "train", "--data", str(data), "--out", str(out), *train], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*DUPQ, "train", "--data", str(data), "--out", str(out), *train],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 60
     while not (out / "checkpoint.safetensors").exists() and time.time() < deadline:
         time.sleep(0.02)
@@ -548,12 +689,28 @@ def kill_9_during_training(tmp: Path) -> Result:
 
 
 CASES = [
-    adds_after_a_failing_commit, cli_add_is_idempotent, every_line_accounted_for, questions_without_words,
-    reads_see_other_processes, index_cache_tampered, hostile_json_bodies, not_utf8_on_the_command_line,
-    bad_model_and_metrics_files, corrupt_collection_files, files_of_killed_writers, messages_name_the_real_problem,
-    service_manners, serve_on_a_port_in_use, slow_request_bodies, nan_in_json_output,
-    kill_9_during_index_add, kill_9_server_under_load,
-    resume_with_other_options, corrupt_checkpoint_and_non_finite_options, model_with_nan_weights, bad_training_options,
+    adds_after_a_failing_commit,
+    cli_add_is_idempotent,
+    every_line_accounted_for,
+    questions_without_words,
+    reads_see_other_processes,
+    index_cache_tampered,
+    hostile_json_bodies,
+    not_utf8_on_the_command_line,
+    bad_model_and_metrics_files,
+    corrupt_collection_files,
+    files_of_killed_writers,
+    messages_name_the_real_problem,
+    service_manners,
+    serve_on_a_port_in_use,
+    slow_request_bodies,
+    nan_in_json_output,
+    kill_9_during_index_add,
+    kill_9_server_under_load,
+    resume_with_other_options,
+    corrupt_checkpoint_and_non_finite_options,
+    model_with_nan_weights,
+    bad_training_options,
     kill_9_during_training,
 ]
 
@@ -580,7 +737,9 @@ def main() -> None:
         if args.only in case.__name__:
             started = time.perf_counter()
             results[case.__name__] = {**asdict(run(case)), "seconds": round(time.perf_counter() - started, 1)}
-    total = {key: sum(r[key] for r in results.values()) for key in ("survived", "data_lost", "tracebacks", "server_500s")}
+    total = {
+        key: sum(r[key] for r in results.values()) for key in ("survived", "data_lost", "tracebacks", "server_500s")
+    }
     print(json.dumps({"cases": len(results), **total, "results": results}))
 
 

@@ -13,7 +13,7 @@ import argparse
 import json
 import re
 
-from dupq.data import SplitConfig, default_data_path, read_pairs
+from dupq.data.pairs import SplitConfig, default_data_path, read_pairs
 
 
 def words(text: str) -> set[str]:
@@ -36,8 +36,18 @@ def main() -> None:
             counts[int(y)] += 1
             if len(examples) < 6:
                 examples.append({"duplicate": int(y), "question1": a, "question2": b})
-    print(json.dumps({"word": args.word, "max_diff": args.max_diff, "duplicates": counts[1], "non_duplicates": counts[0],
-                      "examples": examples}, ensure_ascii=False))
+    print(
+        json.dumps(
+            {
+                "word": args.word,
+                "max_diff": args.max_diff,
+                "duplicates": counts[1],
+                "non_duplicates": counts[0],
+                "examples": examples,
+            },
+            ensure_ascii=False,
+        )
+    )
 
 
 if __name__ == "__main__":

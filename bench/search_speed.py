@@ -13,7 +13,7 @@ For each index kind (flat = exact, hnsw = approximate, ivfpq = compressed and re
   (``encode_p50_ms``) and the FAISS search (``index_p50_ms``);
 * batches: ``coll.search(batch, k=10)`` over batches of 256: queries per second;
 * ``recall@10``: share of its top 10 whose true score reaches the exact 10th score of
-  :func:`dupq.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
+  :func:`dupq.search.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
 
     python bench/search_speed.py --model runs/model [--data PATH] [--index flat,hnsw,ivfpq] [--query-seed 0]
 
@@ -38,12 +38,11 @@ import faiss
 import numpy as np
 import torch
 
-from dupq.data import default_data_path
-from dupq.collection import INDEX_FILE, Collection
-from dupq.model import Model
-from dupq.questions import read_questions
-from dupq.vectors import IndexConfig, search
-
+from dupq.data.pairs import default_data_path
+from dupq.data.questions import read_questions
+from dupq.modeling.model import Model
+from dupq.search.collection import INDEX_FILE, Collection
+from dupq.search.vectors import IndexConfig, search
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
 
@@ -79,8 +78,10 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
         coll.search(batch, k=10)
     qps = 256 * batches / (time.perf_counter() - t0)
     return {
-        "p50_ms": p50, "p99_ms": p99,
-        "encode_p50_ms": percentiles(encode)[0], "index_p50_ms": percentiles(index)[0],
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "encode_p50_ms": percentiles(encode)[0],
+        "index_p50_ms": percentiles(index)[0],
         "batch256_qps": round(qps, 1),
     }
 
@@ -88,16 +89,22 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="model folder (default: the bundled model)")
-    parser.add_argument("--data", type=Path, default=None, help="Quora pairs file, or any questions file dupq index build reads")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="Quora pairs file, or any questions file dupq index build reads"
+    )
     parser.add_argument("--index", default="flat,hnsw,ivfpq", help="comma-separated kinds to measure")
     parser.add_argument("--query-seed", type=int, default=0, help="seed of the query sample (1 for choosing settings)")
     defaults = IndexConfig()
     for name in ("nlist", "pq_m", "nprobe", "rerank"):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name), help=f"ivfpq {name}")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name), help=f"ivfpq {name}"
+        )
     parser.add_argument("--queries", type=int, default=1000, help="single queries timed (and used for recall)")
     parser.add_argument("--batches", type=int, default=20, help="batches of 256 timed for throughput")
     parser.add_argument("--keep", type=Path, default=None, help="build the collections in this folder and keep them")
-    parser.add_argument("--threads", type=int, default=0, help="torch and FAISS threads (0: their defaults, one per core)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch and FAISS threads (0: their defaults, one per core)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -106,8 +113,12 @@ def main() -> None:
     model = Model.load(args.model)
     t0 = time.perf_counter()
     qs = read_questions(args.data or default_data_path())
-    result: dict = {"questions": len(qs), "read_s": round(time.perf_counter() - t0, 1), "model": str(args.model or "bundled"),
-                    "threads": {"torch": torch.get_num_threads(), "faiss": faiss.omp_get_max_threads()}}
+    result: dict = {
+        "questions": len(qs),
+        "read_s": round(time.perf_counter() - t0, 1),
+        "model": str(args.model or "bundled"),
+        "threads": {"torch": torch.get_num_threads(), "faiss": faiss.omp_get_max_threads()},
+    }
     rng = np.random.default_rng(args.query_seed)
     queries = [qs.texts[i] for i in rng.choice(len(qs), size=min(args.queries, len(qs)), replace=False)]
     work = args.keep or Path(tempfile.mkdtemp(prefix="dupq-speed-"))
@@ -122,9 +133,13 @@ def main() -> None:
             t0 = time.perf_counter()
             coll = Collection.open(folder, model)
             open_s = time.perf_counter() - t0
-            result[kind] = {"build_s": round(build_s, 1), "size_mb": round(folder_mb(folder), 1), "open_s": round(open_s, 1),
-                            "bytes_per_question": round((folder / INDEX_FILE).stat().st_size / len(qs), 1),
-                            **measure(coll, queries, args.batches)}
+            result[kind] = {
+                "build_s": round(build_s, 1),
+                "size_mb": round(folder_mb(folder), 1),
+                "open_s": round(open_s, 1),
+                "bytes_per_question": round((folder / INDEX_FILE).stat().st_size / len(qs), 1),
+                **measure(coll, queries, args.batches),
+            }
             if kind in SETTINGS:
                 result[kind]["settings"] = {name: getattr(config, name) for name in SETTINGS[kind]}
             if exact is None:  # the reference: the pure exact search over the stored vectors

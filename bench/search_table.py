@@ -27,7 +27,9 @@ def settings(kind: str, row: dict) -> str:
     if kind == "hnsw" and s:
         return f"{NAMES[kind]} (M {s['hnsw_m']}, efConstruction {s['ef_construction']}, efSearch {s['ef_search']})"
     if kind == "ivfpq" and s:
-        return f"{NAMES[kind]} (nlist {s['nlist']}, {s['pq_m']} bytes/code, nprobe {s['nprobe']}, re-rank {s['rerank']})"
+        return (
+            f"{NAMES[kind]} (nlist {s['nlist']}, {s['pq_m']} bytes/code, nprobe {s['nprobe']}, re-rank {s['rerank']})"
+        )
     return NAMES.get(kind, kind)
 
 
@@ -48,18 +50,24 @@ def main() -> None:
 
 
 def speed(result: dict, kinds: list[str]) -> None:
-    print("| index | build | on disk (store + index) | single query p50 / p99 (search alone p50) | batches of 256 | recall@10 vs exact |")
+    print(
+        "| index | build | on disk (store + index) | single query p50 / p99 (search alone p50) | batches of 256 | recall@10 vs exact |"
+    )
     print("|---|---|---|---|---|---|")
     for kind in kinds:
         r = result[kind]
-        print(f"| {settings(kind, r)} | {r['build_s']} s | {human(r['size_mb'] * 2**20)} | {r['p50_ms']} / {r['p99_ms']} ms "
-              f"({r['index_p50_ms']} ms) | {r['batch256_qps']:,} q/s | {r['recall@10']} |")
+        print(
+            f"| {settings(kind, r)} | {r['build_s']} s | {human(r['size_mb'] * 2**20)} | {r['p50_ms']} / {r['p99_ms']} ms "
+            f"({r['index_p50_ms']} ms) | {r['batch256_qps']:,} q/s | {r['recall@10']} |"
+        )
 
 
 def memory(result: dict, kinds: list[str]) -> None:
     n = result["questions"]
-    print(f"| index (in memory) | bytes/question | {n:,} questions | 10M questions | 100M questions "
-          f"| <= {TARGET_BYTES} B/question at recall@10 >= {TARGET_RECALL} |")
+    print(
+        f"| index (in memory) | bytes/question | {n:,} questions | 10M questions | 100M questions "
+        f"| <= {TARGET_BYTES} B/question at recall@10 >= {TARGET_RECALL} |"
+    )
     print("|---|---|---|---|---|---|")
     for kind in kinds:
         r = result[kind]

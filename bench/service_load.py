@@ -120,7 +120,12 @@ async def run_phase(port, token, clients, seconds, max_requests, searches, add_s
             kind = "add" if rng.random() < add_share else "search"
             if kind == "add":
                 n += 1
-                req = ("POST", "/questions", {"text": f"{rng.choice(searches)} ({tag} {c} {n})", "metadata": {"bench": tag}}, True)
+                req = (
+                    "POST",
+                    "/questions",
+                    {"text": f"{rng.choice(searches)} ({tag} {c} {n})", "metadata": {"bench": tag}},
+                    True,
+                )
             else:
                 req = ("POST", "/search", {"question": rng.choice(searches), "k": 10}, False)
             started = time.perf_counter()
@@ -165,7 +170,9 @@ async def adds_until_killed(port, token, clients, kill_after, server, searches, 
             n += 1
             text = f"{rng.choice(searches)} ({tag} {c} {n})"
             try:
-                status, payload = await conn.request("POST", "/questions", {"text": text, "metadata": {"bench": tag}}, auth=True)
+                status, payload = await conn.request(
+                    "POST", "/questions", {"text": text, "metadata": {"bench": tag}}, auth=True
+                )
             except (OSError, ValueError, asyncio.IncompleteReadError):
                 broken[0] += 1  # in flight when the server died: not acknowledged
                 return
@@ -226,7 +233,9 @@ def start_server(collection: Path, model: Path | None, port: int, token: str, lo
     if model:
         command += ["--model", str(model)]
     started = time.perf_counter()
-    server = subprocess.Popen(command, env={**os.environ, "DUPQ_API_TOKEN": token}, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        command, env={**os.environ, "DUPQ_API_TOKEN": token}, stdout=log, stderr=subprocess.STDOUT
+    )
     while time.perf_counter() - started < timeout:
         if server.poll() is not None:
             raise SystemExit(f"dupq serve exited with status {server.returncode}; see {log.name}")
@@ -277,9 +286,21 @@ def working_copy(args: argparse.Namespace) -> Path:
         source = args.work / f"quora-{args.index}-{args.model.name if args.model else 'bundled'}"
         if not source.exists():  # its output stays out of the one JSON line this script prints
             built = subprocess.run(
-                [sys.executable, "-m", "dupq.cli", "index", "build", str(args.data), "--out", str(source),
-                 "--index", args.index, *(["--model", str(args.model)] if args.model else [])],
-                capture_output=True, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "dupq.cli",
+                    "index",
+                    "build",
+                    str(args.data),
+                    "--out",
+                    str(source),
+                    "--index",
+                    args.index,
+                    *(["--model", str(args.model)] if args.model else []),
+                ],
+                capture_output=True,
+                text=True,
             )
             if built.returncode != 0:
                 raise SystemExit(f"dupq index build failed: {built.stderr.strip()[-500:]}")
@@ -289,19 +310,36 @@ def working_copy(args: argparse.Namespace) -> Path:
     return copy
 
 
-def load_phases(port: int, token: str, args: argparse.Namespace, searches: list[str], rng: random.Random, tag: str) -> dict:
+def load_phases(
+    port: int, token: str, args: argparse.Namespace, searches: list[str], rng: random.Random, tag: str
+) -> dict:
     """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``."""
     asyncio.run(run_phase(port, token, args.clients, args.warmup, args.max_requests, searches, 0.0, rng, tag))
-    search_only = asyncio.run(run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, 0.0, rng, tag))
-    mixed = asyncio.run(run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, args.add_share, rng, tag))
+    search_only = asyncio.run(
+        run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, 0.0, rng, tag)
+    )
+    mixed = asyncio.run(
+        run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, args.add_share, rng, tag)
+    )
     return {"search_only": search_only, "mixed": mixed}
 
 
-def kill9_phase(server, copy: Path, port: int, token: str, log, args: argparse.Namespace, searches: list[str],
-                rng: random.Random, tag: str):
+def kill9_phase(
+    server,
+    copy: Path,
+    port: int,
+    token: str,
+    log,
+    args: argparse.Namespace,
+    searches: list[str],
+    rng: random.Random,
+    tag: str,
+):
     """Adds until ``server`` is killed, a restart, and the check of every acknowledged add: ``(restarted server, result)``."""
     before = health(port)["questions"]
-    acked, broken, failed = asyncio.run(adds_until_killed(port, token, args.clients, args.kill_after, server, searches, rng, tag))
+    acked, broken, failed = asyncio.run(
+        adds_until_killed(port, token, args.clients, args.kill_after, server, searches, rng, tag)
+    )
     server.wait(timeout=30)
     server, restart_s = start_server(copy, None, port, token, log, args.start_timeout)
     try:
@@ -336,8 +374,12 @@ def target_met(result: dict) -> bool:
     """300 searches/s with p99 under 100 ms, no errors in any phase, and no acknowledged add lost to kill -9."""
     s = result["search_only"]["search"]
     return (
-        s["per_s"] >= 300 and s["p99_ms"] < 100 and s["errors"] == 0 and result["mixed"]["search"]["errors"] == 0
-        and result["mixed"].get("add", {}).get("errors", 0) == 0 and result["kill9"]["lost"] == 0
+        s["per_s"] >= 300
+        and s["p99_ms"] < 100
+        and s["errors"] == 0
+        and result["mixed"]["search"]["errors"] == 0
+        and result["mixed"].get("add", {}).get("errors", 0) == 0
+        and result["kill9"]["lost"] == 0
         and result["kill9"]["count_grew_by_at_least_acked"]
     )
 
@@ -345,7 +387,7 @@ def target_met(result: dict) -> bool:
 def main() -> None:
     args = parse_args()
     copy = working_copy(args)
-    from dupq.questions import read_questions
+    from dupq.data.questions import read_questions
 
     rng = random.Random(args.seed)
     searches = rng.sample(read_questions(args.data).texts, 20_000)
@@ -353,8 +395,15 @@ def main() -> None:
     token = secrets.token_urlsafe(16)
     port = free_port()
     log = open(args.work / "server.log", "w")
-    result: dict = {"clients": args.clients, "model": str(args.model or "bundled"),
-                    "machine": {"cpus": os.cpu_count(), "arch": platform.machine(), "load_average_1m_at_start": round(os.getloadavg()[0], 2)}}
+    result: dict = {
+        "clients": args.clients,
+        "model": str(args.model or "bundled"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "arch": platform.machine(),
+            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+        },
+    }
     server, result["start_s"] = start_server(copy, None, port, token, log, args.start_timeout)
     try:
         result["questions"] = health(port)["questions"]

@@ -27,8 +27,13 @@ PEERS = [
 
 
 def sweep_rows() -> dict[str, dict]:
-    return {row["name"]: row for path in sorted(RESULTS.glob("*.jsonl")) for line in path.read_text().splitlines()
-            if line.strip() for row in [json.loads(line)]}
+    return {
+        row["name"]: row
+        for path in sorted(RESULTS.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+        for row in [json.loads(line)]
+    }
 
 
 def fmt(value) -> str:
@@ -41,12 +46,16 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     for name, label in ROWS:
         r = rows[name]
-        print(f"| {label} | {fmt(r['test_accuracy'])} | {fmt(r['roc_auc'])} | {fmt(r.get('test_ece'))} | {fmt(r['test_mrr'])} |")
+        print(
+            f"| {label} | {fmt(r['test_accuracy'])} | {fmt(r['roc_auc'])} | {fmt(r.get('test_ece'))} | {fmt(r['test_mrr'])} |"
+        )
     for file, label in PEERS:
         peer = json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
         test = peer["test"]
-        print(f"| {label} | {fmt(test['accuracy'])} | {fmt(test['roc_auc'])} "
-              f"| {fmt(test['expected_calibration_error'])} (Platt) | {fmt(peer['retrieval']['test']['mrr'])} |")
+        print(
+            f"| {label} | {fmt(test['accuracy'])} | {fmt(test['roc_auc'])} "
+            f"| {fmt(test['expected_calibration_error'])} (Platt) | {fmt(peer['retrieval']['test']['mrr'])} |"
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python bench/teacher_speed.py [--teacher FOLDER] [--questions 3000] [--threads 2] [--data PATH]
 
-Encodes the first ``--questions`` distinct questions of the training pool with ``dupq.teacher``'s
+Encodes the first ``--questions`` distinct questions of the training pool with ``dupq.training.distil.teacher``'s
 ``load_teacher`` twice, as `dupq distil teach` does (batch 128, unit vectors), once with
 ``bf16=False`` and once with ``bf16=True``, after a warm-up batch each; reports questions per
 second of each, their ratio, and the cosine between each question's two vectors (min and mean:
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.teacher import load_teacher
+from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.training.distil.teacher import load_teacher
 
 WARMUP = 128
 
@@ -31,7 +31,9 @@ WARMUP = 128
 def cpu_flags() -> list[str]:
     """The bfloat16-related instruction sets this CPU reports (Linux), e.g. ["amx_bf16", "avx512_bf16"]."""
     try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+        flags = next(
+            line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
+        ).split()
     except (OSError, StopIteration):
         return []
     return sorted(f for f in set(flags) if "bf16" in f)
@@ -46,10 +48,14 @@ def timed(encode, texts: list[str]) -> tuple[np.ndarray, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--teacher", default=None, help="a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--teacher", default=None, help="a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2)"
+    )
     parser.add_argument("--questions", type=int, default=3000, help="distinct training-pool questions to encode")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -61,17 +67,24 @@ def main() -> None:
         vectors[precision], seconds = timed(encode, texts)
         rates[precision] = round(len(texts) / seconds, 1)
     cosines = (vectors["float32"] * vectors["bfloat16"]).sum(1)
-    print(json.dumps({
-        "teacher": name.removesuffix(" (bf16)"),
-        "questions_per_s": rates,
-        "bf16_speedup": round(rates["bfloat16"] / rates["float32"], 2),
-        "cosine_bf16_vs_float32": {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)},
-        "questions": len(texts),
-        "threads": args.threads,
-        "cpu_flags": cpu_flags(),
-        "torch": torch.__version__,
-        "machine": platform.machine(),
-    }))
+    print(
+        json.dumps(
+            {
+                "teacher": name.removesuffix(" (bf16)"),
+                "questions_per_s": rates,
+                "bf16_speedup": round(rates["bfloat16"] / rates["float32"], 2),
+                "cosine_bf16_vs_float32": {
+                    "min": round(float(cosines.min()), 6),
+                    "mean": round(float(cosines.mean()), 6),
+                },
+                "questions": len(texts),
+                "threads": args.threads,
+                "cpu_flags": cpu_flags(),
+                "torch": torch.__version__,
+                "machine": platform.machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

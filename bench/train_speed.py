@@ -27,15 +27,27 @@ import time
 import numpy as np
 import torch
 
-from dupq.data import SplitConfig, default_data_path, read_pairs, split_pairs
-from dupq.model import Model
-from dupq.train import ModelOptions, TrainConfig, batch_loss, batch_sources, build_model, build_vocabulary
+from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
+from dupq.modeling.model import Model
+from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.setup import batch_sources, build_model, build_vocabulary
+from dupq.training.step import batch_loss
 
 # The recipes measured: (TrainConfig, ModelOptions) keyword arguments. "labelled" is the bundled model's.
-LABELLED = {"recipe": "labelled", "lr": 0.005, "reduction": "mean", "symmetric": True, "mask_false_negatives": True, "hard_negatives": True}
+LABELLED = {
+    "recipe": "labelled",
+    "lr": 0.005,
+    "reduction": "mean",
+    "symmetric": True,
+    "mask_false_negatives": True,
+    "hard_negatives": True,
+}
 RECIPES = {
     "seed": ({}, {}),
-    "labelled_bf16": ({**LABELLED, "bf16": True}, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
+    "labelled_bf16": (
+        {**LABELLED, "bf16": True},
+        {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"},
+    ),
     "labelled": (LABELLED, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
 }
 
@@ -51,11 +63,15 @@ def training_parts(splits, train_kw: dict, model_kw: dict):
     return config, vocab, model, source, config.objective(), optimizer
 
 
-def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int, bidirectional: bool = False):
+def pairs_per_second(
+    splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int, bidirectional: bool = False
+):
     """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps, the median of ``repeats``
     such windows (one after another, on the next batches: a shared 2-core VM varies by ~10 % run to
     run); returns (median rate, every window's rate, built model, vocab)."""
-    config, vocab, model, source, objective, optimizer = training_parts(splits, train_kw, {**model_kw, "dim": dim, "bidirectional": bidirectional})
+    config, vocab, model, source, objective, optimizer = training_parts(
+        splits, train_kw, {**model_kw, "dim": dim, "bidirectional": bidirectional}
+    )
     rng = np.random.default_rng(0)
     model.train()
     batches = source.epoch(rng)[: 10 + steps * repeats]
@@ -88,7 +104,9 @@ def main() -> None:
     splits = split_pairs(pairs)
     rates, windows = {}, {}
     for name, (train_kw, model_kw) in RECIPES.items():
-        rates[name], windows[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, args.steps, args.dim, args.repeats, args.bidirectional)
+        rates[name], windows[name], built, vocab = pairs_per_second(
+            splits, train_kw, model_kw, args.steps, args.dim, args.repeats, args.bidirectional
+        )
 
     model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.encode]
@@ -100,23 +118,27 @@ def main() -> None:
     model.encode(questions)
     encode_rate = len(questions) / (time.perf_counter() - t0)
 
-    print(json.dumps({
-        "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
-        "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
-        "encode_questions_per_s": round(encode_rate),
-        "tokenize_questions_per_s": round(tokenize_rate),
-        "vocab_size": len(vocab),
-        "dim": args.dim,
-        **({"bidirectional": True} if args.bidirectional else {}),
-        "batch_size": TrainConfig().batch_size,
-        "train_steps": args.steps,
-        "repeats": args.repeats,
-        "encoded_questions": len(questions),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-    }))
+    print(
+        json.dumps(
+            {
+                "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
+                "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
+                "encode_questions_per_s": round(encode_rate),
+                "tokenize_questions_per_s": round(tokenize_rate),
+                "vocab_size": len(vocab),
+                "dim": args.dim,
+                **({"bidirectional": True} if args.bidirectional else {}),
+                "batch_size": TrainConfig().batch_size,
+                "train_steps": args.steps,
+                "repeats": args.repeats,
+                "encoded_questions": len(questions),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "cpus": os.cpu_count(),
+                "machine": platform.processor() or platform.machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 import torch
-from train_speed import RECIPES, training_parts
 
-from dupq.data import default_data_path, read_pairs, split_pairs
-from dupq.train import encode_in_chunks
+from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.training.step import encode_in_chunks
+from train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 
@@ -33,7 +33,9 @@ PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False) -> dict:
     """Mean milliseconds per phase over ``steps`` steps after 5 warm-up steps, and token counts."""
     train_kw, model_kw = RECIPES[recipe]
-    config, _, model, source, objective, optimizer = training_parts(splits, {**train_kw, "chunks": chunks, "bucket": bucket}, model_kw)
+    config, _, model, source, objective, optimizer = training_parts(
+        splits, {**train_kw, "chunks": chunks, "bucket": bucket}, model_kw
+    )
     rng = np.random.default_rng(0)
     model.train()
     spent = dict.fromkeys(PHASES, 0.0)
@@ -77,7 +79,12 @@ def main() -> None:
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="labelled")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--variants", nargs="+", default=["4,1", "8,1", "16,1", "32,1", "2,16", "8,1,bf16", "16,1,bf16"], help="CHUNKS,BUCKET[,bf16]")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["4,1", "8,1", "16,1", "32,1", "2,16", "8,1,bf16", "16,1,bf16"],
+        help="CHUNKS,BUCKET[,bf16]",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -87,16 +94,20 @@ def main() -> None:
     for variant in args.variants:
         chunks, bucket, *rest = variant.split(",")
         rows.append(profile(splits, args.recipe, int(chunks), int(bucket), args.steps, bf16=rest == ["bf16"]))
-    print(json.dumps({
-        "recipe": args.recipe,
-        "variants": rows,
-        "steps": args.steps,
-        "torch": torch.__version__,
-        "mkldnn": torch.backends.mkldnn.is_available(),
-        "threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-    }))
+    print(
+        json.dumps(
+            {
+                "recipe": args.recipe,
+                "variants": rows,
+                "steps": args.steps,
+                "torch": torch.__version__,
+                "mkldnn": torch.backends.mkldnn.is_available(),
+                "threads": torch.get_num_threads(),
+                "cpus": os.cpu_count(),
+                "machine": platform.processor() or platform.machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

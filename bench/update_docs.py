@@ -37,7 +37,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MARK = re.compile(r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)|saved\s+(?P<saved>\S+)))?\s*-->$")
+MARK = re.compile(
+    r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)|saved\s+(?P<saved>\S+)))?\s*-->$"
+)
 
 
 def run(command: str) -> list[str]:
@@ -59,7 +61,9 @@ def measured(commands: list[str], saved: str, measure: bool, only: str) -> list[
             runs.append({"command": command, "output": run(command)})
         path.write_text(json.dumps(runs, indent=1) + "\n")
     if not path.is_file():
-        raise SystemExit(f"{saved} does not exist; run `python bench/update_docs.py FILE --measure --only TEXT` to measure it")
+        raise SystemExit(
+            f"{saved} does not exist; run `python bench/update_docs.py FILE --measure --only TEXT` to measure it"
+        )
     return [line for entry in json.loads(path.read_text()) for line in (f"$ {entry['command']}", *entry["output"])]
 
 
@@ -119,7 +123,9 @@ def main() -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--only", default="", help="only blocks whose commands contain this text")
     parser.add_argument("--check", action="store_true", help="exit 1 if a file would change; write nothing")
-    parser.add_argument("--measure", action="store_true", help="run the commands of saved blocks and rewrite their files")
+    parser.add_argument(
+        "--measure", action="store_true", help="run the commands of saved blocks and rewrite their files"
+    )
     args = parser.parse_args()
     if args.check and args.measure:
         parser.error("--measure rewrites the saved results; it cannot be a --check")
@@ -128,7 +134,9 @@ def main() -> None:
         before = path.read_text().splitlines()
         after = regenerate(before, args.only, args.measure)
         if after != before:
-            changed = changed or not (args.check and len(after) == len(before) and all(map(same_within_noise, before, after)))
+            changed = changed or not (
+                args.check and len(after) == len(before) and all(map(same_within_noise, before, after))
+            )
             if not args.check:
                 path.write_text("\n".join(after) + "\n")
                 print(f"updated {path}", file=sys.stderr)

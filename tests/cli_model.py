@@ -39,8 +39,21 @@ def cli_model(source: Path, tmp_path_factory) -> tuple[Path, Path]:
         try:
             result = CliRunner().invoke(
                 app,
-                ["train", "--data", str(data), "--out", str(out), "--epochs", "1", "--dim", "32", "--threads", "1",
-                 "--no-progress", *SPLIT_ARGS],
+                [
+                    "train",
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(out),
+                    "--epochs",
+                    "1",
+                    "--dim",
+                    "32",
+                    "--threads",
+                    "1",
+                    "--no-progress",
+                    *SPLIT_ARGS,
+                ],
             )
         finally:
             torch.set_num_threads(before)

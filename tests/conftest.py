@@ -22,7 +22,7 @@ import pytest
 # which must stay the run's last line (CI reads it). Set before pymilvus is imported.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-from dupq.data import Pairs, SplitConfig, Splits, read_pairs, split_pairs
+from dupq.data.pairs import Pairs, SplitConfig, Splits, read_pairs, split_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))
@@ -46,10 +46,16 @@ def synthetic_pairs(pairs_path) -> Pairs:
 
 def pytest_collection_modifyitems(config, items):
     """Refuse to run a test that reads the real file (``data_path``, ``all_pairs``) without the ``real_data`` mark."""
-    unmarked = [item.nodeid for item in items
-                if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("real_data") is None]
+    unmarked = [
+        item.nodeid
+        for item in items
+        if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("real_data") is None
+    ]
     if unmarked:
-        raise pytest.UsageError(f"these tests read the real Quora file but are not marked real_data: {', '.join(unmarked)}")
+        raise pytest.UsageError(
+            f"these tests read the real Quora file but are not marked real_data: {', '.join(unmarked)}"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +84,8 @@ def small_splits(synthetic_pairs) -> Splits:
 @pytest.fixture(scope="session")
 def tiny_model_dir(small_splits, tmp_path_factory) -> Path:
     """A model folder trained for one epoch (dim 32) on the small synthetic split; a few seconds on 2 cores."""
-    from dupq.train import TrainConfig, train
+    from dupq.training.config import TrainConfig
+    from dupq.training.train import train
 
     out = tmp_path_factory.mktemp("tiny-model")
     train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=32, log=lambda _: None, progress=False)
@@ -87,7 +94,7 @@ def tiny_model_dir(small_splits, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    from dupq.model import Model
+    from dupq.modeling.model import Model
 
     return Model.load(tiny_model_dir)
 
@@ -106,9 +113,10 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def head_model_dir(small_splits, tmp_path_factory) -> Path:
     """A labelled-recipe model with an mlp pair head (dim 16, one epoch), calibrated on the small split's dev pairs."""
-    from dupq.evaluate import calibrate
-    from dupq.model import Model
-    from dupq.train import TrainConfig, train
+    from dupq.evaluation.evaluate import calibrate
+    from dupq.modeling.model import Model
+    from dupq.training.config import TrainConfig
+    from dupq.training.train import train
 
     out = tmp_path_factory.mktemp("head-model")
     config = TrainConfig(recipe="labelled", epochs=1, seed=1, lr=0.005, reduction="mean", mask_false_negatives=True)
@@ -121,7 +129,7 @@ def head_model_dir(small_splits, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def head_model(head_model_dir):
-    from dupq.model import Model
+    from dupq.modeling.model import Model
 
     return Model.load(head_model_dir)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dupq.batches import PairBatches, duplicate_groups, false_negatives
-from dupq.data import Pairs
-from dupq.tokenizer import Vocabulary
+from dupq.data.pairs import Pairs
+from dupq.data.tokenizer import Vocabulary
+from dupq.training.batches import PairBatches, duplicate_groups, false_negatives
 
 
 def _pairs(rows: list[tuple[str, str, int]]) -> Pairs:
@@ -60,9 +60,14 @@ def test_false_negatives_marks_same_group_cells_off_the_diagonal():
 
 
 def test_labelled_batches_cover_every_pair_and_add_hard_negatives_to_duplicate_rows():
-    rows = [("how do i cook rice", "how to cook rice", 1), ("how do i cook rice", "how do i cook pasta", 0),
-            ("what is python", "what is python used for", 0), ("how to learn python", "best way to learn python", 1),
-            ("how to learn python", "how to learn java", 0), ("is tea healthy", "is green tea good for you", 1)]
+    rows = [
+        ("how do i cook rice", "how to cook rice", 1),
+        ("how do i cook rice", "how do i cook pasta", 0),
+        ("what is python", "what is python used for", 0),
+        ("how to learn python", "best way to learn python", 1),
+        ("how to learn python", "how to learn java", 0),
+        ("is tea healthy", "is green tea good for you", 1),
+    ]
     pairs = _pairs(rows)
     vocab = Vocabulary.build(pairs.q1 + pairs.q2)
     texts = list(dict.fromkeys(pairs.q1 + pairs.q2))

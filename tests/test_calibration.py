@@ -1,4 +1,4 @@
-"""dupq.calibration: the beta fit against scikit-learn's logistic regression, the dev threshold against a loop."""
+"""dupq.modeling.calibration: the beta fit against scikit-learn's logistic regression, the dev threshold against a loop."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 from sklearn import metrics as skm
 from sklearn.linear_model import LogisticRegression
 
-from dupq.calibration import beta_features, calibrated, fit_calibration, threshold_record
-from dupq.metrics import expected_calibration_error
+from dupq.evaluation.calibration import fit_calibration, threshold_record
+from dupq.evaluation.metrics import expected_calibration_error
+from dupq.modeling.calibration import beta_features, calibrated
 
 
 def test_beta_calibration_matches_scikit_learn_logistic_regression_on_its_features():

@@ -72,9 +72,11 @@ def test_no_question_is_taken_from_quora(all_pairs):
 
 @pytest.mark.slow
 def test_script_accuracy_matches_a_naive_recount():
-    from dupq.model import BUNDLED, Model
+    from dupq.modeling.model import BUNDLED, Model
 
-    done = subprocess.run([sys.executable, str(SCRIPT), "--model", str(BUNDLED)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(BUNDLED)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -97,7 +99,9 @@ def test_script_accuracy_matches_a_naive_recount():
 
 
 def test_script_says_one_sentence_for_a_bad_model_folder(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--model", str(tmp_path / "absent")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(tmp_path / "absent")], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert "Traceback" not in done.stderr and done.stderr.startswith("error: ")

@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.data import SplitConfig
-from dupq.files import DupqError
-from dupq.options import flag, option_fields
-from dupq.train import ModelOptions, TrainConfig
+from dupq.core.files import DupqError
+from dupq.core.options import flag, option_fields
+from dupq.data.pairs import SplitConfig
+from dupq.training.config import ModelOptions, TrainConfig
 
 runner = CliRunner()
 
@@ -46,10 +46,18 @@ def test_bad_option_values(pairs_path, tmp_path):
     assert "--reduction" in line
     line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
-    for option, value, named in (("--device", "meta", "device"), ("--recipe", "nope", "--recipe"), ("--loss", "hinge", "hinge"),
-                                 ("--pooling", "min", "--pooling"), ("--head", "attention", "--head"), ("--lr", "inf", "--lr"),
-                                 ("--encoder", "transformer", "--encoder")):
-        line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value]))
+    for option, value, named in (
+        ("--device", "meta", "device"),
+        ("--recipe", "nope", "--recipe"),
+        ("--loss", "hinge", "hinge"),
+        ("--pooling", "min", "--pooling"),
+        ("--head", "attention", "--head"),
+        ("--lr", "inf", "--lr"),
+        ("--encoder", "transformer", "--encoder"),
+    ):
+        line = one_error_line(
+            runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value])
+        )
         assert named in line
 
 
@@ -90,8 +98,8 @@ def _other_value(f):
 
 def _captured_configs(monkeypatch, pairs_path, tmp_path, args: list[str]) -> dict:
     """Run `dupq train ARGS` up to the training call and return the configs it was given (nothing is trained)."""
-    import dupq.data
-    import dupq.train
+    import dupq.data.pairs
+    import dupq.training.train
 
     seen = {}
 
@@ -103,8 +111,8 @@ def _captured_configs(monkeypatch, pairs_path, tmp_path, args: list[str]) -> dic
         seen.update(config=config, options=options)
         raise DupqError("captured")
 
-    monkeypatch.setattr(dupq.data, "split_pairs", split_pairs)
-    monkeypatch.setattr(dupq.train, "train", train)
+    monkeypatch.setattr(dupq.data.pairs, "split_pairs", split_pairs)
+    monkeypatch.setattr(dupq.training.train, "train", train)
     result = runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), *args])
     assert "captured" in one_error_line(result)
     return seen
@@ -121,7 +129,11 @@ def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
         for f in option_fields(config):
             value = _other_value(f)
             expected[config][f.name] = value
-            args += [flag(f) if value else f"--no-{f.name.replace('_', '-')}"] if isinstance(value, bool) else [flag(f), str(value)]
+            args += (
+                [flag(f) if value else f"--no-{f.name.replace('_', '-')}"]
+                if isinstance(value, bool)
+                else [flag(f), str(value)]
+            )
     seen = _captured_configs(monkeypatch, pairs_path, tmp_path, args)
     assert asdict(seen["config"]) == asdict(TrainConfig(**expected[TrainConfig], losses={"distil": 1.0}))
     assert asdict(seen["options"]) == asdict(ModelOptions(**expected[ModelOptions]))
@@ -141,16 +153,25 @@ def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path,
             if meta["max"] is not None:
                 wrong.append(meta["max"] + 1)
             for value in wrong:
-                result = runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), flag(f), str(value)])
+                result = runner.invoke(
+                    app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), flag(f), str(value)]
+                )
                 assert flag(f) in one_error_line(result), (f.name, value)
                 refused += 1
     assert refused >= 15  # the choice fields (recipe, reduction, lr_schedule, device, pooling, head) and the ranges
 
 
-@pytest.mark.parametrize("config, field, value, named", [
-    (TrainConfig, "reduction", "max", "--reduction"), (TrainConfig, "epochs", 0, "--epochs"), (TrainConfig, "device", "meta", "--device"),
-    (ModelOptions, "pooling", "min", "--pooling"), (ModelOptions, "dropout", 0.95, "--dropout"), (ModelOptions, "head", "attention", "--head"),
-])
+@pytest.mark.parametrize(
+    "config, field, value, named",
+    [
+        (TrainConfig, "reduction", "max", "--reduction"),
+        (TrainConfig, "epochs", 0, "--epochs"),
+        (TrainConfig, "device", "meta", "--device"),
+        (ModelOptions, "pooling", "min", "--pooling"),
+        (ModelOptions, "dropout", 0.95, "--dropout"),
+        (ModelOptions, "head", "attention", "--head"),
+    ],
+)
 def test_configs_refuse_what_the_command_line_refuses(config, field, value, named):
     with pytest.raises(DupqError, match=f"^{named} must be"):
         config(**{field: value})
@@ -173,8 +194,24 @@ def test_bad_model_folders(tiny_model_dir, tmp_path, setup):
 @pytest.mark.slow
 def test_train_prints_epochs_and_writes_a_model_folder(pairs_path, tmp_path):
     out = tmp_path / "m"
-    args = ["train", "--data", str(pairs_path), "--out", str(out), "--epochs", "2", "--dim", "16",
-            "--train-pool", "12000", "--test-size", "1000", "--dev-size", "1000", "--no-progress"]
+    args = [
+        "train",
+        "--data",
+        str(pairs_path),
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--dim",
+        "16",
+        "--train-pool",
+        "12000",
+        "--test-size",
+        "1000",
+        "--dev-size",
+        "1000",
+        "--no-progress",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "vocabulary:" in result.output and "epoch 2/2" in result.output
@@ -190,12 +227,25 @@ def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_t
     from safetensors.torch import load_file
 
     from cli_model import SPLIT_ARGS, slice_file
-    from dupq.encoders import GRUEncoder
-    from dupq.model import Model
+    from dupq.modeling.encoders import GRUEncoder
+    from dupq.modeling.model import Model
 
     out, dim = tmp_path / "gru", 16
-    args = ["train", "--data", str(slice_file(pairs_path, tmp_path)), "--out", str(out), "--epochs", "1", "--dim", str(dim),
-            "--threads", "1", "--no-progress", *SPLIT_ARGS]
+    args = [
+        "train",
+        "--data",
+        str(slice_file(pairs_path, tmp_path)),
+        "--out",
+        str(out),
+        "--epochs",
+        "1",
+        "--dim",
+        str(dim),
+        "--threads",
+        "1",
+        "--no-progress",
+        *SPLIT_ARGS,
+    ]
     result = runner.invoke(app, [*args, "--encoder", "gru"])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "config.json").read_text())["encoder"]["type"] == "gru"
@@ -211,7 +261,7 @@ def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_t
 
 
 def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
-    from dupq.model import Model
+    from dupq.modeling.model import Model
 
     out = tmp_path / "exported"
     result = runner.invoke(app, ["export", str(tiny_model_dir), str(out), "--half"])

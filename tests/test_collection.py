@@ -17,11 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.files import DupqError
-from dupq.collection import DATABASE, INDEX_FILE, Collection, Hit, KeyConflict
-from dupq.model import Model
-import dupq.vectors
-from dupq.vectors import search
+from dupq.core.files import DupqError
+from dupq.modeling.model import Model
+from dupq.search.collection import DATABASE, INDEX_FILE, Collection, Hit, KeyConflict
+from dupq.search.vectors import search
 
 
 def distinct(splits, n: int, skip: int = 0) -> list[str]:
@@ -158,7 +157,9 @@ def test_cli_build_add_search(tmp_path, small_splits, tiny_model_dir):
     qfile = tmp_path / "faq.csv"
     qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
     out = tmp_path / "faq"
-    result = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", str(out), "--index", "hnsw"])
+    result = runner.invoke(
+        app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", str(out), "--index", "hnsw"]
+    )
     assert result.exit_code == 0, result.output
     assert "stored 2 questions" in result.output
     result = runner.invoke(app, ["index", "add", str(out), "How can I learn Python quickly?"])
@@ -191,7 +192,9 @@ def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=searcher) for _ in range(3)] + [threading.Thread(target=adder, args=(lo,)) for lo in (500, 600)]
+    threads = [threading.Thread(target=searcher) for _ in range(3)] + [
+        threading.Thread(target=adder, args=(lo,)) for lo in (500, 600)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -215,7 +218,10 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
     dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
     proc = subprocess.Popen(
         [*dupq, "index", "add", str(folder), "--file", str(qfile), "--batch-size", "50"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     reported: list[int] = []
     for line in proc.stdout:
@@ -246,7 +252,10 @@ ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history o
 
 def synthetic(n: int, offset: int = 0) -> list[str]:
     """``n`` distinct questions made from templates (question ``i`` is the same on every call)."""
-    return [ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)]) + f" ({i})" for i in range(offset, offset + n)]
+    return [
+        ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)]) + f" ({i})"
+        for i in range(offset, offset + n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -264,20 +273,20 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.cache
-    import dupq.collection
+    import dupq.search.cache
+    import dupq.search.collection
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(20), bundled).close()
-    monkeypatch.setattr(dupq.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
-    monkeypatch.setattr(dupq.vectors, "atomic_write", full_disk)  # ... on a full disk
+    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)  # ... on a full disk
     new = synthetic(5, offset=20)
     with Collection.open(folder, bundled) as coll:
         ids = coll.add(new[:3], keys=["a", "b", None])
         assert ids == [20, 21, 22] and "No space left" in coll.cache_error
         assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
         assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
-        with pytest.raises(dupq.collection.KeyConflict, match="'a' is stored already"):
+        with pytest.raises(dupq.search.collection.KeyConflict, match="'a' is stored already"):
             coll.add([new[4]], keys=["a"])
         assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
     assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
@@ -287,25 +296,31 @@ def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bu
 
 
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.cache
+    import dupq.search.cache
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
     table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
     runner = CliRunner()
-    monkeypatch.setattr(dupq.cache, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(dupq.vectors, "atomic_write", full_disk)
+    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)
     for _ in range(2):  # the second run is a user re-running the command after the first "failed"
-        result = runner.invoke(app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"])
+        result = runner.invoke(
+            app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"]
+        )
         assert result.exit_code == 0, result.output
-        assert "ids 10-13" in result.output and "ids 14-15" in result.output and "warning: could not write" in result.output
+        assert (
+            "ids 10-13" in result.output
+            and "ids 14-15" in result.output
+            and "warning: could not write" in result.output
+        )
     result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
     result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
     assert result.exit_code == 0 and "id 16" in result.output
-    assert [(r[1], r[2]) for r in rows(folder)][10:] == [(f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))] + [
-        ("x1", "One more question about chess?")
-    ]
+    assert [(r[1], r[2]) for r in rows(folder)][10:] == [
+        (f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))
+    ] + [("x1", "One more question about chess?")]
 
 
 def test_reads_see_adds_of_another_process(location, bundled, one_torch_thread):
@@ -350,13 +365,21 @@ def corrupt(folder: Path, how: str) -> None:
         with sqlite3.connect(folder / DATABASE) as db:
             db.execute("UPDATE embeddings SET vectors = substr(vectors, 1, 100)")
     else:
-        patch = {"dim": {"dim": 64}, "model string": {"model": "bundled"}, "hnsw_m": {"index": {"kind": "hnsw", "hnsw_m": -3}},
-                 "dim string": {"dim": "768"}, "not an object": None}[how]
+        patch = {
+            "dim": {"dim": 64},
+            "model string": {"model": "bundled"},
+            "hnsw_m": {"index": {"kind": "hnsw", "hnsw_m": -3}},
+            "dim string": {"dim": "768"},
+            "not an object": None,
+        }[how]
         manifest = [] if patch is None else {**manifest, **patch}
         manifest_path.write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("how", ["random sqlite", "truncated sqlite", "short blob", "dim", "model string", "hnsw_m", "dim string", "not an object"])
+@pytest.mark.parametrize(
+    "how",
+    ["random sqlite", "truncated sqlite", "short blob", "dim", "model string", "hnsw_m", "dim string", "not an object"],
+)
 def test_corrupt_collection_files_are_one_sentence(tmp_path, bundled, how, one_torch_thread):
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(300), bundled).close()
@@ -366,7 +389,9 @@ def test_corrupt_collection_files_are_one_sentence(tmp_path, bundled, how, one_t
         Collection.open(folder, bundled).search(["How do I learn Python?"])
     assert str(folder) in str(e.value) and "\n" not in str(e.value)
     result = CliRunner().invoke(app, ["search", str(folder), "How do I learn Python?"])
-    assert result.exit_code == 2 and result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1
+    assert (
+        result.exit_code == 2 and result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1
+    )
 
 
 def test_questions_with_no_words_are_refused_everywhere(tmp_path, bundled, one_torch_thread):
@@ -413,7 +438,9 @@ def test_cli_refuses_text_that_is_not_utf8_and_files_without_questions(tmp_path,
 
 
 def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(5), bundled).close()
     stale = [folder / f".index.faiss.{dead}-abcd1234.tmp", folder / f".manifest.json.{dead}-x1y2z3w4.tmp"]
@@ -433,7 +460,9 @@ def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_mo
     texts = [f"how do i learn language number {i}?" for i in range(30)] + ["what is the capital of france?"]
     with Collection.build(tmp_path / "c", texts, tiny_model) as coll:
         stored = coll.stored_vectors()
-        np.testing.assert_allclose(stored, tiny_model.encode(texts), atol=1e-6)  # batched encoding sums in another order
+        np.testing.assert_allclose(
+            stored, tiny_model.encode(texts), atol=1e-6
+        )  # batched encoding sums in another order
         queries = tiny_model.encode(["capital city of france?", "learning languages?"])
         scores, ids = coll.nearest(queries, 5)
         expected_scores, _ = search(queries, stored, 5)
@@ -442,7 +471,7 @@ def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_mo
 
 
 def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
-    from dupq.vectors import IndexConfig, training_size
+    from dupq.search.vectors import IndexConfig, training_size
 
     config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.config.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
     texts = distinct(small_splits, training_size(config) + 300)
@@ -462,38 +491,51 @@ def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tm
         assert recall >= 0.9  # a bound: the short list comes from codes; measured 1.0 on these questions
         query_vectors = tiny_model.encode(queries)
         for q, row in enumerate(hits):  # scores and verdicts exact: from the stored vectors, as the flat collection's
-            np.testing.assert_allclose([h.score for h in row], stored[[h.id for h in row]] @ query_vectors[q], atol=1e-5)
+            np.testing.assert_allclose(
+                [h.score for h in row], stored[[h.id for h in row]] @ query_vectors[q], atol=1e-5
+            )
         judged = {(q, h.id): (h.probability, h.duplicate) for q, row in enumerate(expected) for h in row}
         for q, row in enumerate(hits):
             for h in row:
                 if (q, h.id) in judged:
-                    assert h.probability == pytest.approx(judged[q, h.id][0], abs=1e-6) and h.duplicate == judged[q, h.id][1]
+                    assert (
+                        h.probability == pytest.approx(judged[q, h.id][0], abs=1e-6)
+                        and h.duplicate == judged[q, h.id][1]
+                    )
     (tmp_path / "pq" / INDEX_FILE).unlink()  # the cache is rebuilt from the store, trained the same way
     with Collection.open(tmp_path / "pq", tiny_model) as again:
-        assert [[h.id for h in row] for row in again.search(queries, k=10)] == [[h.id for h in row] for row in got_after]
+        assert [[h.id for h in row] for row in again.search(queries, k=10)] == [
+            [h.id for h in row] for row in got_after
+        ]
     with pytest.raises(DupqError, match="use the flat index for a collection this small"):
         Collection.build(tmp_path / "small", texts[:100], tiny_model, index=config)
     assert not (tmp_path / "small").exists()
 
 
 @pytest.mark.parametrize("blob_rows", [65_536, 64])
-def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_size(tmp_path, tiny_model, texts, blob_rows, monkeypatch):
+def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_size(
+    tmp_path, tiny_model, texts, blob_rows, monkeypatch
+):
     """Folders written with big rows (before) and small rows (now) read back the same vectors, by id and by range."""
-    import dupq.store
+    import dupq.search.store
 
-    monkeypatch.setattr(dupq.store, "BLOB_ROWS", blob_rows)
+    monkeypatch.setattr(dupq.search.store, "BLOB_ROWS", blob_rows)
     folder = tmp_path / "c"
     Collection.build(folder, texts[:700], tiny_model).close()
     monkeypatch.undo()  # adds to an old folder go in small rows beside its big one
     with Collection.open(folder, tiny_model) as coll:
         coll.add(texts[700:900])
-        reference = np.concatenate([tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])])  # (900, d): as stored
+        reference = np.concatenate(
+            [tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])]
+        )  # (900, d): as stored
         ids = np.random.default_rng(0).permutation(900)[:250]
         np.testing.assert_array_equal(coll._store.vectors_by_id(ids), reference[ids])
         np.testing.assert_array_equal(coll.stored_vectors(), reference)
     with sqlite3.connect(folder / DATABASE) as db:
         sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
-    assert max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64  # the build's rows, then the add's 200 in 4 rows
+    assert (
+        max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64
+    )  # the build's rows, then the add's 200 in 4 rows
 
 
 # The same tests on every store (the `location` fixture: a folder, then a milvus-lite file).
@@ -509,7 +551,9 @@ def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
     chosen = texts[:400]
     meta = [{"row": i} if i % 2 else {} for i in range(len(chosen))]
     queries = ["How do I learn Python fast?", "Why is the sky blue?", chosen[7]]
-    want_scores, want_ids = search(tiny_model.encode(queries), tiny_model.encode(chosen), 10)  # the brute-force reference
+    want_scores, want_ids = search(
+        tiny_model.encode(queries), tiny_model.encode(chosen), 10
+    )  # the brute-force reference
     with Collection.build(location, chosen, tiny_model, ids=[f"q{i}" for i in range(len(chosen))], metadata=meta):
         pass
     with Collection.open(location) as coll:  # no model: the recorded folder is loaded
@@ -573,11 +617,18 @@ def test_kill_9_during_a_milvus_add(tmp_path):
     first.write_text("\n".join(synthetic(20)) + "\n")
     qfile = tmp_path / "new.txt"
     qfile.write_text("\n".join(new) + "\n")
-    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]  # one process at a time may hold a milvus-lite file
+    dupq = [
+        sys.executable,
+        "-c",
+        "from dupq.cli import main; main()",
+    ]  # one process at a time may hold a milvus-lite file
     subprocess.run([*dupq, "index", "build", str(first), "--store", where], check=True, capture_output=True)
     proc = subprocess.Popen(
         [*dupq, "index", "add", where, "--file", str(qfile), "--batch-size", "25"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     acknowledged = 0
     for line in proc.stdout:
@@ -595,7 +646,9 @@ def test_kill_9_during_a_milvus_add(tmp_path):
             assert [h.text for h in row].count(question) == 1  # stored once: a retried batch would show twice
 
 
-def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_named_after_it(tmp_path, tiny_model_dir, monkeypatch):
+def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_named_after_it(
+    tmp_path, tiny_model_dir, monkeypatch
+):
     from servicekit import milvus_or_skip
 
     where = milvus_or_skip(tmp_path / "m.db")
@@ -611,7 +664,9 @@ def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_name
     assert built.exit_code == 0 and added.exit_code == 0, built.output + added.output
     assert list(cwd.iterdir()) == []
     ids = [int(i) for i in re.search(r"ids (\d+), \.\.\., (\d+)", added.output).groups()]  # hashed keys: no range
-    found = json.loads(runner.invoke(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][0]
+    found = json.loads(runner.invoke(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][
+        0
+    ]
     assert found["text"] == "What is a volcano?" and found["id"] == ids[1]
     both = runner.invoke(app, ["index", "build", str(qfile), "--out", where, "--store", where])
     assert both.exit_code == 2 and both.output.startswith("error: give either"), both.output
@@ -648,5 +703,8 @@ def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, m
     for name, result in cases.items():
         assert result.exit_code == 2, (name, result.output)
         lines = result.output.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, (name, result.output)
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, (
+            name,
+            result.output,
+        )
     assert "pip install" in cases["missing package"].output and "already holds" in cases["exists"].output

@@ -7,8 +7,8 @@ import gzip
 
 import pytest
 
-from dupq.data import SplitConfig, held_out, read_pairs, split_pairs
-from dupq.files import DupqError
+from dupq.core.files import DupqError
+from dupq.data.pairs import SplitConfig, held_out, read_pairs, split_pairs
 from synthetic import EMPTY_ROWS, NA_ROW, make_rows
 
 
@@ -78,10 +78,15 @@ def _write_slice(path, rows, delimiter, gz):
         w.writerows(rows)
 
 
-@pytest.mark.parametrize("name, delimiter, gz", [("p.csv", ",", False), ("p.csv.gz", ",", True), ("p.tsv", "\t", False)])
+@pytest.mark.parametrize(
+    "name, delimiter, gz", [("p.csv", ",", False), ("p.csv.gz", ",", True), ("p.tsv", "\t", False)]
+)
 def test_formats_give_the_same_pairs(synthetic_pairs, tmp_path, name, delimiter, gz):
     n = 2_000
-    rows = [[synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])] for i in range(n)]
+    rows = [
+        [synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])]
+        for i in range(n)
+    ]
     _write_slice(tmp_path / name, rows, delimiter, gz)
     pairs, dropped = read_pairs(tmp_path / name)
     assert dropped.count == 0
@@ -90,7 +95,10 @@ def test_formats_give_the_same_pairs(synthetic_pairs, tmp_path, name, delimiter,
 
 
 def test_unusable_rows_are_counted_and_named(synthetic_pairs, tmp_path):
-    rows = [[synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])] for i in range(50)]
+    rows = [
+        [synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])]
+        for i in range(50)
+    ]
     rows[3][5] = "maybe"
     rows[7][3] = "   "
     rows[9] = rows[9][:4]
@@ -121,7 +129,9 @@ def test_split_refuses_sizes_the_file_cannot_hold(synthetic_pairs):
     with pytest.raises(DupqError, match="needs 320480"):
         split_pairs(small)
     custom = split_pairs(small, SplitConfig(train_pool=800, test=100, dev=100, val_fraction=0.25))
-    assert len(custom.test) == 100 and len(custom.val) == len(custom.pool.take(custom.pool.labels == 1)) - len(custom.train)
+    assert len(custom.test) == 100 and len(custom.val) == len(custom.pool.take(custom.pool.labels == 1)) - len(
+        custom.train
+    )
 
 
 def _broken_pairs_file(path, n: int = 80, seed: int = 0) -> list[str]:
@@ -145,8 +155,14 @@ def _broken_pairs_file(path, n: int = 80, seed: int = 0) -> list[str]:
     return kinds
 
 
-REASONS = {"quote": "unclosed quote", "short": "wrong number of fields", "long": "wrong number of fields",
-           "blank": "blank line", "empty": "empty question", "label": "label not 0 or 1"}
+REASONS = {
+    "quote": "unclosed quote",
+    "short": "wrong number of fields",
+    "long": "wrong number of fields",
+    "blank": "blank line",
+    "empty": "empty question",
+    "label": "label not 0 or 1",
+}
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -168,20 +184,29 @@ def test_every_line_is_accounted_for_with_its_reason(tmp_path, seed):
 def test_questions_files_account_for_every_line(tmp_path):
     from collections import Counter
 
-    from dupq.questions import read_questions
+    from dupq.data.questions import read_questions
 
     kinds = _broken_pairs_file(tmp_path / "p.tsv", seed=3)
     qs = read_questions(tmp_path / "p.tsv")
     usable = [i for i, kind in enumerate(kinds) if kind in ("ok", "empty", "label")]
-    assert qs.texts == [t for i in usable for t in (f"How do I do thing {i}?", f"What is thing {i}?")
-                        if kinds[i] != "empty" or t.startswith("How")]
+    assert qs.texts == [
+        t
+        for i in usable
+        for t in (f"How do I do thing {i}?", f"What is thing {i}?")
+        if kinds[i] != "empty" or t.startswith("How")
+    ]
     assert qs.dropped.reasons == Counter(REASONS[k] for k in kinds if k not in ("ok", "label"))
     text = tmp_path / "q.txt"
     text.write_text("How are you?\n\n???\n  \nWhat is up?\n!!! ...\n", encoding="utf-8")
     qs = read_questions(text)
     assert qs.texts == ["How are you?", "What is up?"]
     assert qs.dropped.reasons == {"blank line": 2, "no words": 2} and qs.dropped.lines == 4
-    assert qs.dropped.examples == ["line 2 (blank line)", "line 3 (no words)", "line 4 (blank line)", "line 6 (no words)"]
+    assert qs.dropped.examples == [
+        "line 2 (blank line)",
+        "line 3 (no words)",
+        "line 4 (blank line)",
+        "line 6 (no words)",
+    ]
 
 
 def test_held_out_cuts_the_file_as_the_model_recorded(pairs_path, synthetic_pairs):
@@ -194,7 +219,9 @@ def test_held_out_cuts_the_file_as_the_model_recorded(pairs_path, synthetic_pair
     want = split_pairs(synthetic_pairs, SMALL_SPLIT)
     for part in ("train", "val", "test", "dev", "pool"):
         assert getattr(got, part).rows.tolist() == getattr(want, part).rows.tolist(), part
-    with pytest.raises(DupqError, match=f"train pool {SplitConfig().train_pool} "):  # no record: the seed split, too big here
+    with pytest.raises(
+        DupqError, match=f"train pool {SplitConfig().train_pool} "
+    ):  # no record: the seed split, too big here
         held_out({}, pairs_path)
     with pytest.raises(DupqError, match="unknown split"):
         held_out({"training": {"split": {"shards": 3}}}, pairs_path)

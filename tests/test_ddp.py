@@ -21,16 +21,29 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
-from dupq.data import SplitConfig, split_pairs
-from dupq.distributed import World, join
-from dupq.train import ModelOptions, TrainConfig, batch_sources, build_model, build_vocabulary, distributed_loss, train
+from dupq.data.pairs import SplitConfig, split_pairs
+from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.distributed import World, join
+from dupq.training.setup import batch_sources, build_model, build_vocabulary
+from dupq.training.step import distributed_loss
+from dupq.training.train import train
 
 SPLIT = SplitConfig(train_pool=3_000, test=500, dev=500, labelled_val=500)
 # Both recipes, every in-batch feature on: masks of false negatives, hard negatives, the mlp head.
 RECIPES = {
     "seed": (TrainConfig(batch_size=64, seed=4), {"dim": 16}),
-    "labelled": (TrainConfig(recipe="labelled", batch_size=64, seed=4, reduction="mean", symmetric=True, mask_false_negatives=True,
-                             hard_negatives=True), {"dim": 16, "head": "mlp"}),
+    "labelled": (
+        TrainConfig(
+            recipe="labelled",
+            batch_size=64,
+            seed=4,
+            reduction="mean",
+            symmetric=True,
+            mask_false_negatives=True,
+            hard_negatives=True,
+        ),
+        {"dim": 16, "head": "mlp"},
+    ),
 }
 
 
@@ -50,7 +63,9 @@ def _spawn(fn, *args, world: int = 2) -> None:
 
 
 def _environment(rank: int, world: int, port: int) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
 
 
@@ -102,10 +117,15 @@ def test_two_processes_reach_the_weights_of_one(splits, tmp_path, one_torch_thre
     config = TrainConfig(**{**config.__dict__, "epochs": 1})  # 40 steps of 64 pairs
     _spawn(_train_worker, splits, str(tmp_path / "two"), config, kw)
     train(splits, tmp_path / "one", config, split=SPLIT.__dict__, log=lambda _: None, progress=False, **kw)
-    one, two = load_file(str(tmp_path / "one" / "model.safetensors")), load_file(str(tmp_path / "two" / "model.safetensors"))
+    one, two = (
+        load_file(str(tmp_path / "one" / "model.safetensors")),
+        load_file(str(tmp_path / "two" / "model.safetensors")),
+    )
     options = ModelOptions(**kw)
     built = build_model(build_vocabulary(splits, config, options, SPLIT.__dict__), config, options).state_dict()
-    start = {k.removeprefix("encoder."): v for k, v in built.items()}  # the model folder names the encoder's weights bare
+    start = {
+        k.removeprefix("encoder."): v for k, v in built.items()
+    }  # the model folder names the encoder's weights bare
     assert one.keys() == two.keys() == start.keys()
     for name in one:
         travelled, apart = (one[name] - start[name]).norm(), (two[name] - one[name]).norm()
@@ -129,25 +149,60 @@ def _rank_of(pid: int) -> int | None:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds torchrun's workers in /proc")
 def test_kill_9_of_one_rank_then_resume_under_torchrun(pairs_path, tmp_path):
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "dupq.cli", "train"]
-    args = ["--data", str(pairs_path), "--epochs", "3", "--dim", "16", "--train-pool", "12000", "--test-size", "500", "--dev-size", "500",
-            "--no-progress", "--seed", "9", "--threads", "1"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "dupq.cli",
+        "train",
+    ]
+    args = [
+        "--data",
+        str(pairs_path),
+        "--epochs",
+        "3",
+        "--dim",
+        "16",
+        "--train-pool",
+        "12000",
+        "--test-size",
+        "500",
+        "--dev-size",
+        "500",
+        "--no-progress",
+        "--seed",
+        "9",
+        "--threads",
+        "1",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "killed"
-    proc = subprocess.Popen([*torchrun, *args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [*torchrun, *args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     deadline = time.time() + 120
-    while not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None:  # epoch 1 is saved ...
+    while (
+        not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None
+    ):  # epoch 1 is saved ...
         time.sleep(0.05)
     workers = {_rank_of(pid): pid for pid in _children(proc.pid)}
     os.kill(workers[1], signal.SIGKILL)  # ... then rank 1 dies during epoch 2
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0 and not (out / "model.safetensors").exists(), output
-    resumed = subprocess.run([*torchrun, *args, "--out", str(out), "--resume"], capture_output=True, text=True, env=env, timeout=180)
+    resumed = subprocess.run(
+        [*torchrun, *args, "--out", str(out), "--resume"], capture_output=True, text=True, env=env, timeout=180
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "resuming" in resumed.stdout and resumed.stdout.count("resuming") == 1  # rank 0 alone speaks
     assert "epoch 3/3" in resumed.stdout and (out / "model.safetensors").exists()
     # The resumed run ends where one uninterrupted two-process run ends.
-    whole = subprocess.run([*torchrun, *args, "--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env, timeout=180)
+    whole = subprocess.run(
+        [*torchrun, *args, "--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env, timeout=180
+    )
     assert whole.returncode == 0, whole.stderr
     a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "whole" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)

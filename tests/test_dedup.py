@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.dedup import DedupConfig, dedup, star_clusters
-from dupq.vectors import search
+from dupq.search.dedup import DedupConfig, dedup, star_clusters
+from dupq.search.vectors import search
 
 
 def naive_star(vectors: np.ndarray, threshold: float) -> list[list[int]]:
@@ -40,7 +40,9 @@ def knn_clusters(vectors: np.ndarray, threshold: float) -> list[list[int]]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 30), d=st.integers(1, 4), seed=st.integers(0, 2**16), threshold=st.sampled_from([0.0, 2.0, 4.5]))
+@given(
+    n=st.integers(1, 30), d=st.integers(1, 4), seed=st.integers(0, 2**16), threshold=st.sampled_from([0.0, 2.0, 4.5])
+)
 def test_star_clusters_equal_naive_reference(n, d, seed, threshold):
     vectors = np.random.default_rng(seed).integers(-2, 3, (n, d)).astype(np.float32)  # exact products, many ties
     assert knn_clusters(vectors, threshold) == naive_star(vectors, threshold)
@@ -65,7 +67,9 @@ def test_dedup_on_questions_of_the_small_split(small_splits, tiny_model):
     full = dedup(texts, tiny_model, DedupConfig(threshold=threshold, neighbours=len(texts)))
     # Members of equal similarity (a question and its exact repeat) may come in either order: FAISS and
     # numpy sum the same products in different orders, so their scores can differ in the last bit.
-    assert [(c.members[0], sorted(c.members[1:])) for c in full] == [(c[0], sorted(c[1:])) for c in naive_star(vectors, threshold)]
+    assert [(c.members[0], sorted(c.members[1:])) for c in full] == [
+        (c[0], sorted(c[1:])) for c in naive_star(vectors, threshold)
+    ]
     for c in full:
         assert all(a >= b - 1e-6 for a, b in zip(c.scores[1:], c.scores[2:]))  # best first, up to that noise
     for i in range(5):
@@ -79,12 +83,18 @@ def test_cli_dedup_writes_json_and_csv(tmp_path, tiny_model_dir):
     qfile = tmp_path / "q.txt"
     qfile.write_text("How do I learn Python?\nHow do I learn Python?\nWhy is the sky blue?\n\n")
     runner = CliRunner()
-    result = runner.invoke(app, ["dedup", str(qfile), "--model", str(tiny_model_dir), "--threshold", "0.99", "--out", str(tmp_path / "d.json")])
+    result = runner.invoke(
+        app,
+        ["dedup", str(qfile), "--model", str(tiny_model_dir), "--threshold", "0.99", "--out", str(tmp_path / "d.json")],
+    )
     assert result.exit_code == 0, result.output
     body = json.loads((tmp_path / "d.json").read_text())
     assert body["questions"] == 3 and body["threshold"] == 0.99
     assert [[m["index"] for m in c["members"]] for c in body["clusters"]] == [[0, 1]]
-    result = runner.invoke(app, ["dedup", str(qfile), "--model", str(tiny_model_dir), "--threshold", "0.99", "--out", str(tmp_path / "d.csv")])
+    result = runner.invoke(
+        app,
+        ["dedup", str(qfile), "--model", str(tiny_model_dir), "--threshold", "0.99", "--out", str(tmp_path / "d.csv")],
+    )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader((tmp_path / "d.csv").open()))
     assert [(r["cluster"], r["representative"], r["index"]) for r in rows] == [("0", "1", "0"), ("0", "0", "1")]

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from dupq.batches import PairBatches
-from dupq.collection import Collection
-from dupq.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool
-from dupq.files import DupqError
-from dupq.losses import triplet_loss
-from dupq.model import Model
-from dupq.tokenizer import Vocabulary
+from dupq.core.files import DupqError
+from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool
+from dupq.modeling.model import Model
+from dupq.search.collection import Collection
+from dupq.training.batches import PairBatches
+from dupq.training.losses import triplet_loss
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -41,7 +41,9 @@ def test_gru_encoder_is_embedding_gru_mean_normalise():
 
 
 def _mean_triplet_loss(encoder, batches):
-    return float(np.mean([triplet_loss(*encoder(b.ids, b.lengths).split(b.size), reduction="mean").item() for b in batches]))
+    return float(
+        np.mean([triplet_loss(*encoder(b.ids, b.lengths).split(b.size), reduction="mean").item() for b in batches])
+    )
 
 
 def test_a_gru_model_trains_saves_loads_and_searches(small_splits, tmp_path):
@@ -54,7 +56,7 @@ def test_a_gru_model_trains_saves_loads_and_searches(small_splits, tmp_path):
     held = [source.batch(np.arange(i, i + 64), rng) for i in range(0, 640, 64)]  # pairs not trained on below
     before = _mean_triplet_loss(encoder.eval(), held)
     optimizer = torch.optim.Adam(encoder.parameters(), lr=0.01)
-    for step in range(60):
+    for _ in range(60):
         batch = source.batch(rng.choice(np.arange(640, len(duplicates)), 64, replace=False), rng)
         loss = triplet_loss(*encoder.train()(batch.ids, batch.lengths).split(batch.size), reduction="mean")
         optimizer.zero_grad()

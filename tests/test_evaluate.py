@@ -1,13 +1,12 @@
-"""dupq.evaluate: a model's threshold chosen on dev pairs, its test pairs only reported on (checked with scikit-learn)."""
+"""dupq.evaluation.evaluate: a model's threshold chosen on dev pairs, its test pairs only reported on (checked with scikit-learn)."""
 
 from __future__ import annotations
 
 import pytest
 from sklearn import metrics as skm
 
-from dupq.evaluate import calibrate, evaluate, pair_scores
-from dupq.metrics import best_threshold
-
+from dupq.evaluation.evaluate import calibrate, evaluate, pair_scores
+from dupq.evaluation.metrics import best_threshold
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -17,7 +16,7 @@ def accuracy(scores, labels, threshold):
 
 
 def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, small_splits):
-    from dupq.model import Model
+    from dupq.modeling.model import Model
 
     model = Model.load(tiny_model_dir)
     dev, test = small_splits.dev, small_splits.test
@@ -31,8 +30,19 @@ def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, s
     assert model.threshold_info["chosen_on"] == "dev pairs"
 
     result = evaluate(model, test)
-    for key in ("threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision",
-                "confusion_matrix", "accuracy_at_0_7", "pairs", "primary_metric"):
+    for key in (
+        "threshold",
+        "accuracy",
+        "precision",
+        "recall",
+        "f1",
+        "roc_auc",
+        "average_precision",
+        "confusion_matrix",
+        "accuracy_at_0_7",
+        "pairs",
+        "primary_metric",
+    ):
         assert key in result, key
     assert result["threshold"] == model.threshold and result["pairs"] == len(test)
     assert sum(map(sum, result["confusion_matrix"])) == len(test)

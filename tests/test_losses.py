@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dupq.losses import (
+from dupq.training.losses import (
     closest_negative,
     contrastive_loss,
     cosine_similarity,
@@ -51,12 +51,22 @@ def test_cosine_similarity_matches_seed_values(a, b, expected):
 
 
 def test_similarity_matrix_matches_seed_000():
-    v2 = t([[1.27551159, 2.11854853, 3.01429143], [8.83539979, 8.44302619, 8.21303737],
-            [-1.95506567, -2.96172592, -1.76136987], [1.45513761, -8.12660221, 2.14513688]])
-    expected = t([[0.99775671, 0.91410053, -0.88792603, -0.2620184],
-                  [0.9120366, 0.99741214, -0.97166368, -0.31058779],
-                  [-0.88310492, -0.87489687, 0.95423322, 0.68461153],
-                  [-0.26267255, -0.31274986, 0.52395375, 0.99919068]])
+    v2 = t(
+        [
+            [1.27551159, 2.11854853, 3.01429143],
+            [8.83539979, 8.44302619, 8.21303737],
+            [-1.95506567, -2.96172592, -1.76136987],
+            [1.45513761, -8.12660221, 2.14513688],
+        ]
+    )
+    expected = t(
+        [
+            [0.99775671, 0.91410053, -0.88792603, -0.2620184],
+            [0.9120366, 0.99741214, -0.97166368, -0.31058779],
+            [-0.88310492, -0.87489687, 0.95423322, 0.68461153],
+            [-0.26267255, -0.31274986, 0.52395375, 0.99919068],
+        ]
+    )
     scores = similarity_matrix(SEED_V1, v2)
     assert torch.allclose(scores, expected, atol=1e-7)
     # ...and its cost, seed 000's last cell.
@@ -64,12 +74,22 @@ def test_similarity_matrix_matches_seed_000():
 
 
 def test_similarity_matrix_matches_seed_001_loop():
-    v2 = t([[-2.92852677, 1.60778267, 3.41559857], [6.15808817, 7.36827865, 5.78058324],
-            [-3.76842578, -2.95374122, -1.0572413], [-0.81672465, -6.6080942, 3.82946569]])
-    expected = t([[0.58924083, 0.15650085, -0.47197698, -0.20939565],
-                  [0.91173463, 0.99178717, -0.91879297, -0.41108239],
-                  [-0.70026323, -0.95094808, 0.78761446, 0.41055358],
-                  [-0.08853597, -0.312278, 0.55655378, 0.94073422]])
+    v2 = t(
+        [
+            [-2.92852677, 1.60778267, 3.41559857],
+            [6.15808817, 7.36827865, 5.78058324],
+            [-3.76842578, -2.95374122, -1.0572413],
+            [-0.81672465, -6.6080942, 3.82946569],
+        ]
+    )
+    expected = t(
+        [
+            [0.58924083, 0.15650085, -0.47197698, -0.20939565],
+            [0.91173463, 0.99178717, -0.91879297, -0.41108239],
+            [-0.70026323, -0.95094808, 0.78761446, 0.41055358],
+            [-0.08853597, -0.312278, 0.55655378, 0.94073422],
+        ]
+    )
     assert torch.allclose(similarity_matrix(v2, SEED_V1), expected, atol=1e-7)
 
 
@@ -102,7 +122,9 @@ def test_row_without_a_lower_negative_adds_no_closest_term():
 
 def naive_loss(v1, v2, margin, reduction, negatives=None):
     """Per-triplet Python loop over rows (anchors v2[i]) and columns (v1 then extra negatives)."""
-    columns = [list(map(float, c)) for c in v1] + ([list(map(float, c)) for c in negatives] if negatives is not None else [])
+    columns = [list(map(float, c)) for c in v1] + (
+        [list(map(float, c)) for c in negatives] if negatives is not None else []
+    )
 
     def cos(a, b):
         dot = sum(x * y for x, y in zip(a, b))
@@ -224,7 +246,9 @@ def test_contrastive_losses_match_naive_loops():
     cos = torch.rand(40, generator=g, dtype=torch.float64) * 2 - 1
     labels = (torch.rand(40, generator=g) < 0.4).long()
     m = 0.5
-    naive = sum(0.5 * ((1 - c) ** 2 if y else max(m - (1 - c), 0) ** 2) for c, y in zip(cos.tolist(), labels.tolist())) / 40
+    naive = (
+        sum(0.5 * ((1 - c) ** 2 if y else max(m - (1 - c), 0) ** 2) for c, y in zip(cos.tolist(), labels.tolist())) / 40
+    )
     assert contrastive_loss(cos, labels, m).item() == pytest.approx(naive, rel=1e-10)
     d = [1 - c for c in cos.tolist()]
     pos = [x for x, y in zip(d, labels.tolist()) if y]
@@ -236,10 +260,13 @@ def test_contrastive_losses_match_naive_loops():
 def test_pair_bce_matches_formula():
     logits = torch.tensor([-3.0, -0.2, 0.0, 1.5, 4.0], dtype=torch.float64)
     labels = torch.tensor([0, 1, 0, 1, 1])
-    naive = -sum(
-        math.log(1 / (1 + math.exp(-x))) if y else math.log(1 - 1 / (1 + math.exp(-x)))
-        for x, y in zip(logits.tolist(), labels.tolist())
-    ) / 5
+    naive = (
+        -sum(
+            math.log(1 / (1 + math.exp(-x))) if y else math.log(1 - 1 / (1 + math.exp(-x)))
+            for x, y in zip(logits.tolist(), labels.tolist())
+        )
+        / 5
+    )
     assert pair_bce_loss(logits, labels).item() == pytest.approx(naive, rel=1e-12)
 
 
@@ -263,16 +290,23 @@ def test_distillation_loss_matches_naive_loop():
     student, teacher = _random(6, 5, 21)
     expected = sum(1 - _cos(s, t) for s, t in zip(student, teacher)) / len(student)
     assert distillation_loss(student, teacher).item() == pytest.approx(expected, abs=1e-12)
-    assert distillation_loss(teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)  # a perfect student costs nothing
+    assert distillation_loss(teacher, teacher).item() == pytest.approx(
+        0.0, abs=1e-12
+    )  # a perfect student costs nothing
 
 
 def test_similarity_matching_loss_matches_naive_loop():
     (student,) = _random(5, 3, 22, count=1)
     (teacher,) = _random(5, 8, 23, count=1)  # the teacher is wider: no projection is needed
     n = len(student)
-    expected = sum((_cos(student[i], student[j]) - _cos(teacher[i], teacher[j])) ** 2 for i in range(n) for j in range(n)) / n**2
+    expected = (
+        sum((_cos(student[i], student[j]) - _cos(teacher[i], teacher[j])) ** 2 for i in range(n) for j in range(n))
+        / n**2
+    )
     assert similarity_matching_loss(student, teacher).item() == pytest.approx(expected, abs=1e-12)
-    assert similarity_matching_loss(2 * teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)  # scale does not matter
+    assert similarity_matching_loss(2 * teacher, teacher).item() == pytest.approx(
+        0.0, abs=1e-12
+    )  # scale does not matter
 
 
 def test_distillation_losses_gradients():

@@ -1,4 +1,4 @@
-"""dupq.metrics: the metrics against scikit-learn, the threshold search against a brute-force loop, ECE against a loop."""
+"""dupq.evaluation.metrics: the metrics against scikit-learn, the threshold search against a brute-force loop, ECE against a loop."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn import metrics as skm
 
-from dupq.evaluate import pair_scores
-from dupq.files import DupqError
-from dupq.metrics import (
+from dupq.core.files import DupqError
+from dupq.evaluation.evaluate import pair_scores
+from dupq.evaluation.metrics import (
     best_threshold,
     binary_metrics,
     expected_calibration_error,
@@ -19,7 +19,6 @@ from dupq.metrics import (
     roc_curve,
     threshold_free,
 )
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -109,11 +108,7 @@ def test_metrics_match_sklearn_on_generated_tied_scores(rows, cut):
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.floats(-1, 1, allow_nan=False, width=32), st.integers(0, 1)), min_size=2, max_size=80
-    )
-)
+@given(st.lists(st.tuples(st.floats(-1, 1, allow_nan=False, width=32), st.integers(0, 1)), min_size=2, max_size=80))
 def test_metrics_match_sklearn_on_generated_float_scores(rows):
     scores = np.array([s for s, _ in rows], dtype=np.float32)
     labels = np.array([y for _, y in rows])
@@ -169,7 +164,7 @@ def test_user_mistakes_are_one_sentence_errors():
 def test_expected_calibration_error_matches_a_loop_over_bins():
     rng = np.random.default_rng(5)
     p = np.r_[rng.random(300), 1.0, 0.0]
-    y = (rng.random(302) < p ** 2).astype(int)
+    y = (rng.random(302) < p**2).astype(int)
     total = 0.0
     for b in range(10):
         inside = [(pi, yi) for pi, yi in zip(p, y) if min(int(pi * 10), 9) == b]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from dupq.files import DupqError
-from dupq.model import Encoder, EncoderConfig, Model
-from dupq.tokenizer import Vocabulary
+from dupq.core.files import DupqError
+from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.model import Encoder, EncoderConfig, Model
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,9 @@ def test_vector_does_not_depend_on_batch_padding(vocab, small_splits, bidirectio
     model = Model(vocab, Encoder(EncoderConfig(len(vocab), dim=16, bidirectional=bidirectional)))
     short = small_splits.test.q1[:20]
     alone = model.encode(short)
-    padded = model.encode(short + [" ".join(small_splits.test.q2[:40])], batch_size=64)[:20]  # one long question widens the batch
+    padded = model.encode(short + [" ".join(small_splits.test.q2[:40])], batch_size=64)[
+        :20
+    ]  # one long question widens the batch
     np.testing.assert_allclose(alone, padded, atol=1e-6)
     assert np.allclose(np.linalg.norm(alone, axis=1), 1, atol=1e-6)
 
@@ -52,7 +54,9 @@ def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
     assert again.metrics["training"]["history"]
     tiny_model.save(tmp_path / "half", half=True)
     half = Model.load(tmp_path / "half")
-    assert (tmp_path / "half" / "model.safetensors").stat().st_size < 0.6 * (tmp_path / "m" / "model.safetensors").stat().st_size
+    assert (tmp_path / "half" / "model.safetensors").stat().st_size < 0.6 * (
+        tmp_path / "m" / "model.safetensors"
+    ).stat().st_size
     # float16 storage rounds each weight; loaded, the model computes in float32 with the rounded weights, exactly
     rounded = Model.load(tmp_path / "m")
     with torch.no_grad():
@@ -60,7 +64,6 @@ def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
             weight.copy_(weight.half().float())
     np.testing.assert_array_equal(half.encode(questions), rounded.encode(questions))
     assert not np.array_equal(half.encode(questions), tiny_model.encode(questions))  # the rounding is real
-
 
 
 def test_save_again_keeps_the_stored_precision(tiny_model_dir, tmp_path, small_splits):
@@ -77,6 +80,7 @@ def test_save_again_keeps_the_stored_precision(tiny_model_dir, tmp_path, small_s
         assert json.loads((folder / "config.json").read_text())["weights_dtype"] == ("float16" if half else "float32")
         assert (folder / "model.safetensors").read_bytes() == before  # the weights are not rounded again
         np.testing.assert_array_equal(again.encode(questions), model.encode(questions))
+
 
 def test_similarity_and_verdict(tiny_model):
     s = tiny_model.similarity("When will I see you?", "When will I see you?")
@@ -107,7 +111,9 @@ def test_load_errors_are_one_sentence(tiny_model_dir, tmp_path):
         "vocabulary is missing": broken("novocab", lambda f: (f / "vocab.json").unlink()),
         "words but the config says": broken(
             "mismatch",
-            lambda f: (f / "vocab.json").write_text(json.dumps({"lowercase": False, "max_tokens": 9, "tokens": ["[PAD]", "[UNK]"]})),
+            lambda f: (f / "vocab.json").write_text(
+                json.dumps({"lowercase": False, "max_tokens": 9, "tokens": ["[PAD]", "[UNK]"]})
+            ),
         ),
     }
     for pattern, folder in cases.items():
@@ -122,7 +128,7 @@ def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir
 
     from safetensors.torch import load_file, save_file
 
-    from dupq.files import DupqError
+    from dupq.core.files import DupqError
 
     nan = shutil.copytree(tiny_model_dir, tmp_path / "nan")
     weights = load_file(str(nan / "model.safetensors"))
@@ -137,7 +143,9 @@ def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir
         (head / "config.json").write_text(json.dumps({**config, "head": broken}))
         with pytest.raises(DupqError, match="config.json"):
             Model.load(head)
-    (head / "config.json").write_text(json.dumps({**config, "calibration": {"method": "beta", "a": float("nan"), "b": 1, "c": 0}}))
+    (head / "config.json").write_text(
+        json.dumps({**config, "calibration": {"method": "beta", "a": float("nan"), "b": 1, "c": 0}})
+    )
     with pytest.raises(DupqError):
         Model.load(head)
 

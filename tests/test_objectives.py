@@ -5,18 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dupq.batches import Batch
-from dupq.losses import multiple_negatives_ranking_loss, pair_bce_loss, triplet_loss
-from dupq.model import HeadConfig, PairHead
-from dupq.objectives import Objective, parse_losses
+from dupq.modeling.heads import HeadConfig, PairHead
+from dupq.training.batches import Batch
+from dupq.training.losses import multiple_negatives_ranking_loss, pair_bce_loss, triplet_loss
+from dupq.training.objectives import Objective, parse_losses
 
 
 def _batch(labels, groups, extra=0, dim=5, seed=0):
     g = torch.Generator().manual_seed(seed)
     b = len(labels)
     v = torch.nn.functional.normalize(torch.randn(2 * b + extra, dim, generator=g, dtype=torch.float64), dim=-1)
-    batch = Batch(torch.zeros(2 * b + extra, 1, dtype=torch.long), torch.ones(2 * b + extra, dtype=torch.long),
-                  torch.tensor(labels, dtype=torch.float32), torch.tensor(groups), b)
+    batch = Batch(
+        torch.zeros(2 * b + extra, 1, dtype=torch.long),
+        torch.ones(2 * b + extra, dtype=torch.long),
+        torch.tensor(labels, dtype=torch.float32),
+        torch.tensor(groups),
+        b,
+    )
     return v, batch
 
 
@@ -37,7 +42,9 @@ def test_labelled_objective_ranks_duplicate_rows_against_every_other_question_an
     dup, other = [0, 2, 4], [1, 3]
     candidates = torch.cat([v1[dup], v1[other], v2[other], extra])  # (6, d): positives first
     column_groups = [10, 12, 14, 11, 13, 21, 10, 30]
-    excluded = torch.tensor([[column_groups[j] in (groups[r], groups[5 + r]) and j != i for j in range(8)] for i, r in enumerate(dup)])
+    excluded = torch.tensor(
+        [[column_groups[j] in (groups[r], groups[5 + r]) and j != i for j in range(8)] for i, r in enumerate(dup)]
+    )
     assert excluded.any()  # the mask is exercised
     ranking = multiple_negatives_ranking_loss(v2[dup], v1[dup], candidates[3:], 20.0, excluded)
     bce = pair_bce_loss(head(v1, v2), batch.labels)

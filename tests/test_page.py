@@ -19,8 +19,14 @@ from servicekit import EXTRA, LiveServer, build_collection, questions
 CHROMIUM = Path("/usr/bin/chromium")
 QUESTION = "How can I lose weight quickly?"
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -51,7 +57,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_dir, small_splits):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     folder = build_collection(tmp_path_factory.mktemp("page") / "coll", tiny_model_dir, questions(small_splits, 3000))
     with LiveServer(create_app(folder, token="page-token")) as live:

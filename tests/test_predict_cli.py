@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from cli_model import cli_model
 from dupq.cli import app
-from dupq.files import read_json
-from dupq.model import Model
+from dupq.core.files import read_json
+from dupq.modeling.model import Model
 
 runner = CliRunner()
 
@@ -36,7 +36,7 @@ def model(trained):
 @pytest.fixture(scope="module")
 def real_pairs(trained):
     """50 test-split pairs (rows 8,000+ of the slice), as (q1, q2) tuples."""
-    from dupq.data import read_pairs
+    from dupq.data.pairs import read_pairs
 
     pairs, _ = read_pairs(trained[1])
     index = np.flatnonzero(pairs.rows >= 8_000)[:50]
@@ -76,8 +76,19 @@ def test_evaluate_json_reports_on_the_test_pairs_at_the_calibrated_threshold(tra
     result = run("evaluate", folder, "--data", data, "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    for key in ("threshold", "accuracy", "precision", "recall", "f1", "roc_auc", "average_precision",
-                "confusion_matrix", "accuracy_at_0_7", "expected_calibration_error", "reliability"):
+    for key in (
+        "threshold",
+        "accuracy",
+        "precision",
+        "recall",
+        "f1",
+        "roc_auc",
+        "average_precision",
+        "confusion_matrix",
+        "accuracy_at_0_7",
+        "expected_calibration_error",
+        "reliability",
+    ):
         assert key in out, key
     assert sum(out["reliability"]["pairs"]) == out["pairs"] and 0 <= out["expected_calibration_error"] <= 1
     stored = read_json(folder / "metrics.json", "metrics")["test"]
@@ -123,7 +134,14 @@ def test_predict_one_pair_text_and_json(trained, model):
         f"similarity {sim:.4f} {'>' if sim > model.threshold else '<='} threshold {model.threshold:.4f}: {verdict} (probability {p:.4f})"
     )
     out = json.loads(run("predict", q1, q2, "--model", folder, "--json", "--threshold", "-1").stdout)
-    assert out == {"question1": q1, "question2": q2, "similarity": round(sim, 6), "duplicate": True, "threshold": -1.0, "probability": round(p, 6)}
+    assert out == {
+        "question1": q1,
+        "question2": q2,
+        "similarity": round(sim, 6),
+        "duplicate": True,
+        "threshold": -1.0,
+        "probability": round(p, 6),
+    }
     out = json.loads(run("predict", q1, q2, "--model", folder, "--json", "--threshold", "1").stdout)
     assert out["duplicate"] is False
 
@@ -133,15 +151,21 @@ def test_predict_a_100000_character_question_gets_an_answer(trained, model):
     long = ("How do I learn to cook rice well " * 4000)[:100_000]
     result = run("predict", long, "How do I cook rice?", "--model", folder, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["similarity"] == round(model.similarity(long, "How do I cook rice?"), 6)  # the whole text, encoded
+    assert json.loads(result.stdout)["similarity"] == round(
+        model.similarity(long, "How do I cook rice?"), 6
+    )  # the whole text, encoded
     glued = "x" * 100_000  # one enormous unknown word
     assert run("predict", glued, "What is x?", "--model", folder).exit_code == 0
 
 
 @pytest.mark.parametrize(
     "q1, fragment",
-    [("", "question 1 is empty"), ("   ", "question 1 is empty"), ("?!...", "question 1 has no words"),
-     ("caf\udce9 au lait?", "question 1 is not valid UTF-8")],
+    [
+        ("", "question 1 is empty"),
+        ("   ", "question 1 is empty"),
+        ("?!...", "question 1 has no words"),
+        ("caf\udce9 au lait?", "question 1 is not valid UTF-8"),
+    ],
 )
 def test_predict_rejects_unjudgeable_questions_in_one_sentence(trained, q1, fragment):
     assert_user_error(run("predict", q1, "What is coffee?", "--model", trained[0]), fragment)
@@ -233,9 +257,9 @@ def test_corrupt_model_folder(trained, tmp_path, damage, fragment):
 
 
 def test_no_bundled_model(monkeypatch, tmp_path):
-    import dupq.model
+    import dupq.modeling.model
 
-    monkeypatch.setattr(dupq.model, "BUNDLED", tmp_path / "not-installed")
+    monkeypatch.setattr(dupq.modeling.model, "BUNDLED", tmp_path / "not-installed")
     assert_user_error(run("predict", "a b", "c d"), "no bundled model")
 
 

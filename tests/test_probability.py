@@ -28,7 +28,7 @@ def test_probability_is_calibrated_on_dev_and_symmetric(head_model, small_splits
 
 
 def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, small_splits, tmp_path):
-    from dupq.collection import Collection
+    from dupq.search.collection import Collection
 
     texts = questions(small_splits, 150)
     build_collection(tmp_path / "coll", head_model_dir, texts)
@@ -44,7 +44,7 @@ def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, smal
 
 
 def test_dedup_joins_pairs_by_probability(head_model, small_splits):
-    from dupq.dedup import DedupConfig, dedup
+    from dupq.search.dedup import DedupConfig, dedup
 
     texts = questions(small_splits, 400)
     threshold = 0.6
@@ -59,7 +59,7 @@ def test_dedup_joins_pairs_by_probability(head_model, small_splits):
 
 
 def test_api_and_predict_give_the_library_probability(head_model_dir, head_model, small_splits, tmp_path, monkeypatch):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     texts = questions(small_splits, 100)
     build_collection(tmp_path / "coll", head_model_dir, texts)
@@ -74,11 +74,13 @@ def test_api_and_predict_give_the_library_probability(head_model_dir, head_model
 
 
 def test_report_has_a_reliability_diagram(head_model, small_splits, tmp_path):
-    from dupq.metrics import expected_calibration_error
-    from dupq.report import write_report
+    from dupq.evaluation.metrics import expected_calibration_error
+    from dupq.evaluation.report import write_report
 
     metrics = write_report(head_model, small_splits.test, tmp_path / "report")
     assert (tmp_path / "report" / "reliability.png").stat().st_size > 1000
     p = head_model.probability(small_splits.test.q1, small_splits.test.q2)
-    assert metrics["expected_calibration_error"] == pytest.approx(expected_calibration_error(p, small_splits.test.labels), abs=1e-6)
+    assert metrics["expected_calibration_error"] == pytest.approx(
+        expected_calibration_error(p, small_splits.test.labels), abs=1e-6
+    )
     assert "reliability.png" in (tmp_path / "report" / "index.html").read_text()

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from cli_model import cli_model
 from dupq.cli import app
-from dupq.data import Pairs
-from dupq.evaluate import evaluate_scores, pair_scores
-from dupq.report import write_report
+from dupq.data.pairs import Pairs
+from dupq.evaluation.evaluate import evaluate_scores, pair_scores
+from dupq.evaluation.report import write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

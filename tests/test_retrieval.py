@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dupq.data import Pairs
+from dupq.data.pairs import Pairs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from retrieval import RetrievalTask, all_metrics, filtered_ranks, first_known_ranks, known_duplicates, oracle_mrr, ranks  # noqa: E402
@@ -51,8 +51,12 @@ def test_published_rank_is_the_expected_place_of_the_target_among_ties(seed):
 @pytest.mark.parametrize("seed", range(20))
 def test_filtered_rank_leaves_out_the_other_known_duplicates(seed):
     scores, own, target, known = random_case(seed)
-    expected = [expected_rank_loop(scores[i], {int(target[i])}, {int(own[i])} | (set(np.flatnonzero(known[i])) - {int(target[i])}))
-                for i in range(len(own))]
+    expected = [
+        expected_rank_loop(
+            scores[i], {int(target[i])}, {int(own[i])} | (set(np.flatnonzero(known[i])) - {int(target[i])})
+        )
+        for i in range(len(own))
+    ]
     np.testing.assert_allclose(filtered_ranks(scores, target, own, known), expected)
 
 
@@ -78,8 +82,13 @@ def test_known_duplicates_are_the_labelled_pairs_in_both_directions_without_the_
     texts = ["a?", "b?", "c?", "d?", "e?"]
     task = RetrievalTask(texts=texts, queries=["a?", "c?"], own=np.array([0, 2]), target=np.array([1, 3]))
     rows = [("a?", "b?", 1), ("e?", "a?", 1), ("a?", "c?", 0), ("d?", "c?", 1), ("c?", "c?", 1), ("x?", "a?", 1)]
-    labelled = Pairs(ids=[str(i) for i in range(len(rows))], q1=[r[0] for r in rows], q2=[r[1] for r in rows],
-                     labels=np.array([r[2] for r in rows], dtype=np.int8), rows=np.arange(len(rows)))
+    labelled = Pairs(
+        ids=[str(i) for i in range(len(rows))],
+        q1=[r[0] for r in rows],
+        q2=[r[1] for r in rows],
+        labels=np.array([r[2] for r in rows], dtype=np.int8),
+        rows=np.arange(len(rows)),
+    )
     known = known_duplicates(task, labelled).toarray()
     loop = np.zeros_like(known)
     for i, query in enumerate(task.queries):
@@ -89,7 +98,13 @@ def test_known_duplicates_are_the_labelled_pairs_in_both_directions_without_the_
                     loop[i, texts.index(other)] = True
         loop[i, task.target[i]] = True
     np.testing.assert_array_equal(known, loop)
-    assert known[0].tolist() == [False, True, False, False, True]  # b (the target) and e; not c (label 0), not x (absent)
+    assert known[0].tolist() == [
+        False,
+        True,
+        False,
+        False,
+        True,
+    ]  # b (the target) and e; not c (label 0), not x (absent)
 
 
 def test_a_perfect_search_reaches_every_figure_and_the_filtered_and_any_figures_never_fall_below_the_published():
@@ -98,13 +113,21 @@ def test_a_perfect_search_reaches_every_figure_and_the_filtered_and_any_figures_
     scores, own, target, known = random_case(1, q, n)
     from scipy import sparse
 
-    task = RetrievalTask(texts=[str(i) for i in range(n)], queries=[""] * q, own=own, target=target, known=sparse.csr_matrix(known))
+    task = RetrievalTask(
+        texts=[str(i) for i in range(n)], queries=[""] * q, own=own, target=target, known=sparse.csr_matrix(known)
+    )
     noisy = all_metrics(lambda s: scores[s] + rng.random((len(scores[s]), n)) * 0.01, task, block=5)
     assert noisy["mrr_filtered"] >= noisy["mrr"] and noisy["mrr_any"] >= noisy["mrr_filtered"]
     perfect = np.where(known, 2.0, 0.0)
     perfect[np.arange(q), target] = 3.0
     assert all_metrics(lambda s: perfect[s], task, block=5) == {
-        "recall@1": 1.0, "recall@5": 1.0, "recall@10": 1.0, "mrr": 1.0, "mrr_filtered": 1.0, "mrr_any": 1.0}
+        "recall@1": 1.0,
+        "recall@5": 1.0,
+        "recall@10": 1.0,
+        "mrr": 1.0,
+        "mrr_filtered": 1.0,
+        "mrr_any": 1.0,
+    }
 
 
 def test_hybrid_score_is_the_cosine_plus_the_weighted_bm25_scaled_by_each_querys_best():
@@ -115,7 +138,9 @@ def test_hybrid_score_is_the_cosine_plus_the_weighted_bm25_scaled_by_each_querys
     corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
     lexical = rng.random((6, 6)).astype(np.float32) * 7
     lexical[2] = 0  # a query sharing no word with any text: its BM25 adds nothing
-    task = RetrievalTask(texts=[str(i) for i in range(6)], queries=[str(i) for i in range(6)], own=np.arange(6), target=np.zeros(6, int))
+    task = RetrievalTask(
+        texts=[str(i) for i in range(6)], queries=[str(i) for i in range(6)], own=np.arange(6), target=np.zeros(6, int)
+    )
     scores = hybrid_scorer(corpus, lambda qs: lexical[[int(q) for q in qs]], task, 0.4)(slice(1, 4))
     for row, i in enumerate(range(1, 4)):
         for j in range(6):
@@ -128,8 +153,13 @@ def test_closure_adds_every_question_reachable_through_duplicate_labels_and_noth
     rng = np.random.default_rng(seed)
     words = [f"q{i}?" for i in range(12)]
     rows = [(str(rng.choice(words)), str(rng.choice(words)), int(rng.random() < 0.6)) for _ in range(14)]
-    labelled = Pairs(ids=[str(i) for i in range(len(rows))], q1=[r[0] for r in rows], q2=[r[1] for r in rows],
-                     labels=np.array([r[2] for r in rows], dtype=np.int8), rows=np.arange(len(rows)))
+    labelled = Pairs(
+        ids=[str(i) for i in range(len(rows))],
+        q1=[r[0] for r in rows],
+        q2=[r[1] for r in rows],
+        labels=np.array([r[2] for r in rows], dtype=np.int8),
+        rows=np.arange(len(rows)),
+    )
     texts = words[:8]  # the collection; q8..q11 appear only in the file, and can link two of it
     own = np.array([0, 3, 5])
     target = np.array([1, 4, 6])

@@ -1,4 +1,4 @@
-"""The files dupq reads back are checked by one schema layer (dupq.schema): a wrong type or range is one sentence."""
+"""The files dupq reads back are checked by one schema layer (dupq.modeling.schema): a wrong type or range is one sentence."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.files import DupqError, to_json
-from dupq.model import BUNDLED, Model
-from dupq.schema import check_manifest, check_metrics, check_model_config, check_threshold
+from dupq.core.files import DupqError, to_json
+from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.schema import check_metrics, check_model_config, check_threshold
+from dupq.search.manifest import check_manifest
 
 
 @pytest.fixture
@@ -45,15 +46,17 @@ METRICS_FAULTS = {
     "training a string": lambda m: m.update(training="yes"),
     "split a list": lambda m: m.setdefault("training", {}).update(split=[1]),
     "history a dict": lambda m: m.setdefault("training", {}).update(history={"epoch": 1}),
-    "loss a string": lambda m: m.setdefault("training", {}).update(history=[{"epoch": 1, "train_loss": "low", "val_loss": 1}]),
+    "loss a string": lambda m: m.setdefault("training", {}).update(
+        history=[{"epoch": 1, "train_loss": "low", "val_loss": 1}]
+    ),
 }
 
 
 def test_an_unknown_encoder_type_is_named_with_the_known_ones(model_dir):
-    from dupq.encoders import ENCODERS
+    from dupq.modeling.encoders import ENCODERS
 
     for kind in ("transformer", ["lstm"], None):
-        edit(model_dir / "config.json", lambda c: c["encoder"].update(type=kind))
+        edit(model_dir / "config.json", lambda c, kind=kind: c["encoder"].update(type=kind))
         with pytest.raises(DupqError) as caught:
             Model.load(model_dir)
         assert f"unknown encoder type {kind!r} (encoder.type)" in str(caught.value), caught.value
@@ -93,10 +96,22 @@ def test_good_files_pass_unchanged():
     assert check_model_config(config, "c") is config
     metrics = json.loads((BUNDLED / "metrics.json").read_text())
     assert check_metrics(metrics, "m") is metrics
-    manifest = {"format": "f", "model": {"fingerprint": "ab", "path": None, "bundled": True}, "dim": 128,
-                "index": {"kind": "hnsw", "hnsw_m": 16}, "count": 3, "checksum": "crc32:00000000"}
+    manifest = {
+        "format": "f",
+        "model": {"fingerprint": "ab", "path": None, "bundled": True},
+        "dim": 128,
+        "index": {"kind": "hnsw", "hnsw_m": 16},
+        "count": 3,
+        "checksum": "crc32:00000000",
+    }
     assert check_manifest(manifest, "m", "f") is manifest
-    for bad in ({"model": "bundled"}, {"dim": True}, {"index": {"kind": "ivf"}}, {"index": {"hnsw_m": 100000}}, {"count": -1}):
+    for bad in (
+        {"model": "bundled"},
+        {"dim": True},
+        {"index": {"kind": "ivf"}},
+        {"index": {"hnsw_m": 100000}},
+        {"count": -1},
+    ):
         with pytest.raises(DupqError, match="m is corrupt"):
             check_manifest({**manifest, **bad}, "m", "f")
 
@@ -111,7 +126,10 @@ def test_thresholds_are_finite_and_in_range(value, tmp_path):
         for command in (["dedup", str(questions), "--out", str(tmp_path / "d.json")], ["predict", "How?", "Why?"]):
             result = CliRunner().invoke(app, [*command, "--threshold", str(value)])
             assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-            assert "--threshold must be a number from -1 to 1" in result.output or "Invalid value for '--threshold'" in result.output
+            assert (
+                "--threshold must be a number from -1 to 1" in result.output
+                or "Invalid value for '--threshold'" in result.output
+            )
 
 
 def test_json_output_never_holds_nan():

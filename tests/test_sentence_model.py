@@ -16,17 +16,18 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from dupq.cli import app
+from dupq.core.files import DupqError
+from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
+from dupq.evaluation.calibration import fit_calibration
+from dupq.modeling.model import Model
 from synthetic import write_pairs
 from test_tuning import HAS_TEACHER
 
-from dupq.calibration import fit_calibration
-from dupq.cli import app
-from dupq.data import SplitConfig, read_pairs, split_pairs
-from dupq.files import DupqError
-from dupq.model import Model
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not HAS_TEACHER, reason="the distil extra is not installed (pip install -e '.[distil]')")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_TEACHER, reason="the distil extra is not installed (pip install -e '.[distil]')"),
+]
 
 SPLIT = ["--train-pool", "90", "--test-size", "30", "--dev-size", "30"]
 
@@ -45,7 +46,9 @@ def splits(data):
 def folder(data, tmp_path_factory) -> Path:
     """The packaged all-MiniLM-L6-v2 exported by the command line."""
     out = tmp_path_factory.mktemp("st-model") / "minilm"
-    result = CliRunner().invoke(app, ["distil", "export", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT])
+    result = CliRunner().invoke(
+        app, ["distil", "export", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -78,7 +81,7 @@ def one_error_line(result) -> str:
 
 
 def test_its_vectors_are_sentence_transformers_normalised_and_similarity_their_dot_product(folder, splits, reference):
-    from dupq.sentence_model import SentenceModel
+    from dupq.modeling.sentence_model import SentenceModel
 
     model = Model.load(folder)
     assert isinstance(model, SentenceModel) and model.vocab is None and model.head is None
@@ -87,10 +90,14 @@ def test_its_vectors_are_sentence_transformers_normalised_and_similarity_their_d
     np.testing.assert_allclose(model.encode(texts), want, atol=1e-5)
     np.testing.assert_allclose(model.encode(texts, batch_size=5), want, atol=1e-5)  # any batch size
     assert model.encode(texts).dtype == np.float32 and model.encode([]).shape == (0, 384)
-    np.testing.assert_allclose(model.similarity(texts[:12], texts[12:]), cosines(reference, texts[:12], texts[12:]), atol=1e-5)
+    np.testing.assert_allclose(
+        model.similarity(texts[:12], texts[12:]), cosines(reference, texts[:12], texts[12:]), atol=1e-5
+    )
     assert model.similarity(texts[0], texts[12]) == pytest.approx(float(want[0] @ want[12]), abs=1e-5)
     p = model.probability(texts[0], texts[12])
-    assert 0 < p < 1 and model.is_duplicate(texts[0], texts[12]) == (model.similarity(texts[0], texts[12]) > model.threshold)
+    assert 0 < p < 1 and model.is_duplicate(texts[0], texts[12]) == (
+        model.similarity(texts[0], texts[12]) > model.threshold
+    )
     with pytest.raises(DupqError, match="not one string"):
         model.encode("How do I learn chess?")
 
@@ -116,7 +123,7 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
 
 
 def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(folder, splits, reference, tmp_path):
-    from dupq.collection import Collection
+    from dupq.search.collection import Collection
 
     texts = list(dict.fromkeys(splits.pool.q1 + splits.pool.q2))[:40]
     queries = splits.test.q1[:5]
@@ -126,12 +133,16 @@ def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(f
     want = np.argsort(-scores, axis=1, kind="stable")[:, :5]
     assert [[h.id for h in row] for row in got] == want.tolist()
     np.testing.assert_allclose([[h.score for h in row] for row in got], np.take_along_axis(scores, want, 1), atol=1e-5)
-    with Collection.open(tmp_path / "c") as coll:  # no model given: the recorded folder is loaded, its fingerprint checked
+    with Collection.open(
+        tmp_path / "c"
+    ) as coll:  # no model given: the recorded folder is loaded, its fingerprint checked
         assert [[h.id for h in row] for row in coll.search(queries, k=5)] == want.tolist()
     copy = tmp_path / "copy"
     assert CliRunner().invoke(app, ["export", str(folder), str(copy)]).exit_code == 0
     assert Model.load(copy).fingerprint() == Model.load(folder).fingerprint()  # a copy searches the same collection
-    result = CliRunner().invoke(app, ["search", str(tmp_path / "c"), queries[0], "-k", "5", "--json", "--model", str(copy)])
+    result = CliRunner().invoke(
+        app, ["search", str(tmp_path / "c"), queries[0], "-k", "5", "--json", "--model", str(copy)]
+    )
     assert result.exit_code == 0 and [h["id"] for h in json.loads(result.output)["hits"]] == want[0].tolist()
 
 
@@ -147,7 +158,9 @@ def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, split
     result = runner.invoke(app, ["predict", q1, q2, "--model", str(folder), "--json"])
     assert result.exit_code == 0, result.output
     judged = json.loads(result.output)
-    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5) and judged["duplicate"] == (test[0] > model.threshold)
+    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5) and judged["duplicate"] == (
+        test[0] > model.threshold
+    )
     assert judged["probability"] == pytest.approx(model.probability(q1, q2), abs=1e-6)
     info = json.loads(runner.invoke(app, ["info", str(folder)]).output)
     assert info["encoder"]["type"] == "sentence-transformers" and info["encoder"]["dim"] == 384
@@ -162,8 +175,8 @@ def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, split
 def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
     from fastapi.testclient import TestClient
 
-    from dupq.collection import Collection
-    from dupq.service import create_app
+    from dupq.search.collection import Collection
+    from dupq.service.app import create_app
 
     texts = list(dict.fromkeys(splits.pool.q1))[:20]
     Collection.build(tmp_path / "c", texts, Model.load(folder)).close()
@@ -176,14 +189,32 @@ def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
 
 def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_path):
     runner = CliRunner()
-    line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(tmp_path / "m"),
-                                              "--teacher", str(tmp_path / "nowhere"), *SPLIT]))
+    line = one_error_line(
+        runner.invoke(
+            app,
+            [
+                "distil",
+                "export",
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "m"),
+                "--teacher",
+                str(tmp_path / "nowhere"),
+                *SPLIT,
+            ],
+        )
+    )
     assert "nowhere is not a folder" in line and not (tmp_path / "m").exists()
     line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(folder), *SPLIT]))
     assert "already exists; pass --overwrite" in line
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT]))
+    line = one_error_line(
+        runner.invoke(
+            app, ["distil", "export", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT]
+        )
+    )
     assert "not a dupq model folder" in line and (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
     line = one_error_line(runner.invoke(app, ["train", "--data", str(data), "--out", str(folder), *SPLIT]))
     assert "sentence-transformers model" in line and "another --out" in line
@@ -199,12 +230,19 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
             c = json.loads((copy / "config.json").read_text())
             c["encoder"].update(encoder)
             (copy / "config.json").write_text(json.dumps(c))
+
         return edit
 
     cases = {
-        "pickle": (lambda c: (c / "sentence-transformers" / "pytorch_model.bin").write_bytes(b"\x80\x04N."), "pytorch_model.bin is a pickle file"),
+        "pickle": (
+            lambda c: (c / "sentence-transformers" / "pytorch_model.bin").write_bytes(b"\x80\x04N."),
+            "pytorch_model.bin is a pickle file",
+        ),
         "no transformer": (lambda c: shutil.rmtree(c / "sentence-transformers"), "is missing"),
-        "no weights": (lambda c: (c / "sentence-transformers" / "model.safetensors").unlink(), "needs modules.json and safetensors"),
+        "no weights": (
+            lambda c: (c / "sentence-transformers" / "model.safetensors").unlink(),
+            "needs modules.json and safetensors",
+        ),
         "dim a string": (config(dim="384"), "corrupt: encoder.dim"),
         "dim wrong": (config(dim=128), "encoder.dim is 128, but the model"),
         "folder outside": (config(folder="../elsewhere"), "corrupt: encoder.folder"),
@@ -219,16 +257,24 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
 
 
 def test_without_sentence_transformers_the_base_install_runs_and_the_folder_is_one_sentence(folder):
-    blocked = ("import sys; sys.modules['sentence_transformers'] = None\n"  # an import of it fails, as when it is not installed
-               "from dupq.cli import main; main()")
-    done = subprocess.run([sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)],
-                          capture_output=True, text=True)
+    blocked = (
+        "import sys; sys.modules['sentence_transformers'] = None\n"  # an import of it fails, as when it is not installed
+        "from dupq.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip() == f"error: the model folder {folder} needs sentence-transformers; install it with `pip install -e \".[distil]\"`."
+    assert (
+        done.stderr.strip()
+        == f'error: the model folder {folder} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
+    )
 
 
 def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, tmp_path, monkeypatch):
-    import dupq.sentence_model as sentence_model
+    import dupq.training.distil.export as sentence_model
 
     def crash(*_):
         raise RuntimeError("simulated crash while calibrating")
@@ -247,7 +293,7 @@ def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, 
 
 
 def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, reference, tmp_path):
-    from dupq.teacher import load_teacher
+    from dupq.training.distil.teacher import load_teacher
 
     texts = ["How do I learn Python?", "Why is the sky blue?"]
     encode, _ = load_teacher(str(folder), bf16=False)  # `dupq distil teach --teacher runs/minilm`, `--word-init` too

@@ -14,9 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+from dupq.core.files import DupqError
 from servicekit import build_collection, milvus_or_skip, questions
-
-from dupq.files import DupqError
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -43,7 +42,7 @@ def coll_dir(request, built, tmp_path, tiny_model_dir, texts):
 
 @pytest.fixture
 def client(coll_dir, monkeypatch):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
@@ -107,7 +106,9 @@ def test_writes_need_the_token(client):
     assert "token" in missing.json()["detail"]
     wrong = client.post("/questions", json=body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["detail"] == "the bearer token is wrong."
-    odd = client.post("/questions", json=body, headers={"Authorization": "Bearer \u00e9\u00e9".encode("latin-1")})  # not ASCII
+    odd = client.post(
+        "/questions", json=body, headers={"Authorization": "Bearer \u00e9\u00e9".encode("latin-1")}
+    )  # not ASCII
     assert odd.status_code == 401
     assert client.get("/health").json()["questions"] == N
     ok = client.post("/questions", json=body, headers=AUTH)
@@ -115,7 +116,7 @@ def test_writes_need_the_token(client):
 
 
 def test_token_from_the_environment_and_writes_off_without_one(coll_dir, monkeypatch):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     with TestClient(create_app(coll_dir)) as c:
@@ -124,11 +125,13 @@ def test_token_from_the_environment_and_writes_off_without_one(coll_dir, monkeyp
     monkeypatch.setenv("DUPQ_API_TOKEN", "from-env")
     with TestClient(create_app(coll_dir)) as c:
         assert c.post("/questions", json={"text": "Why?"}, headers=AUTH).status_code == 401
-        assert c.post("/questions", json={"text": "Why?"}, headers={"Authorization": "Bearer from-env"}).status_code == 201
+        assert (
+            c.post("/questions", json={"text": "Why?"}, headers={"Authorization": "Bearer from-env"}).status_code == 201
+        )
 
 
 def test_reads_can_be_protected(coll_dir, texts):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     with TestClient(create_app(coll_dir, token=TOKEN, protect_reads=True)) as c:
         assert c.post("/search", json={"question": texts[0]}).status_code == 401
@@ -141,12 +144,15 @@ def test_reads_can_be_protected(coll_dir, texts):
 
 
 def test_added_questions_survive_a_restart(coll_dir, monkeypatch):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     new = ["What is the capital of Mongolia today?", "How do volcanoes form under the sea?"]
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
-        ids = [c.post("/questions", json={"text": t, "metadata": {"n": i}}, headers=AUTH).json()["id"] for i, t in enumerate(new)]
+        ids = [
+            c.post("/questions", json={"text": t, "metadata": {"n": i}}, headers=AUTH).json()["id"]
+            for i, t in enumerate(new)
+        ]
         assert len(set(ids)) == 2
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:  # a new app: the collection is read from disk
         assert c.get("/health").json()["questions"] == N + 2
@@ -216,7 +222,7 @@ def test_library_errors_become_400(client, monkeypatch):
 
 
 def test_batcher_isolates_a_failing_request():
-    from dupq.service import Batcher
+    from dupq.service.batching import Batcher
 
     calls = []
 
@@ -273,16 +279,21 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
     """Item 1: the cache write fails after every commit; 5 concurrent adds, then retries of each."""
-    import dupq.cache
-    import dupq.vectors
-    from dupq.service import create_app
+    import dupq.search.cache
+    import dupq.search.vectors
+    from dupq.service.app import create_app
 
-    monkeypatch.setattr(dupq.cache, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(dupq.vectors, "atomic_write", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(
+        dupq.search.vectors,
+        "atomic_write",
+        lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")),
+    )
     new = [f"What is the tallest mountain in {country}?" for country in ("Kenya", "Chile", "Japan", "Norway", "Mexico")]
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
         vectors = c.app.state.collection.model.encode(new)
         assert len({v.tobytes() for v in vectors}) == len(new)  # the model tells them apart, so a search finds each
+
         def add(i):
             return c.post("/questions", json={"text": new[i]}, headers={**AUTH, "Idempotency-Key": f"req-{i}"})
 
@@ -293,7 +304,9 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
         assert [r.json()["id"] for r in again] == [r.json()["id"] for r in first]
         by_body = c.post("/questions", json={"text": new[0], "key": "req-0"}, headers=AUTH)
         assert by_body.json()["id"] == first[0].json()["id"]
-        conflict = c.post("/questions", json={"text": "Another question entirely?"}, headers={**AUTH, "Idempotency-Key": "req-0"})
+        conflict = c.post(
+            "/questions", json={"text": "Another question entirely?"}, headers={**AUTH, "Idempotency-Key": "req-0"}
+        )
         assert conflict.status_code == 409 and "req-0" in conflict.json()["detail"]
         mismatch = c.post("/questions", json={"text": new[1], "key": "a"}, headers={**AUTH, "Idempotency-Key": "b"})
         assert mismatch.status_code == 409
@@ -303,7 +316,7 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
 
 
 def test_the_server_sees_adds_of_another_process(client):
-    from dupq.collection import Collection
+    from dupq.search.collection import Collection
 
     new = "Which river flows through the most countries in the world?"
     with Collection.open(client.app.state.collection.location) as other:
@@ -313,12 +326,12 @@ def test_the_server_sees_adds_of_another_process(client):
 
 
 def test_scores_are_clamped_and_refusals_are_json(client, monkeypatch):
-    import dupq.service
+    import dupq.service.app
 
     judged = {"similarity": 1.0000001, "probability": None, "duplicate": True, "threshold": 0.7}  # float32 rounding
-    monkeypatch.setattr(dupq.service, "judge", lambda model, a, b: [judged])
+    monkeypatch.setattr(dupq.service.app, "judge", lambda model, a, b: [judged])
     assert client.post("/similarity", json={"q1": "How?", "q2": "Why?"}).json()["similarity"] == 1.0
-    monkeypatch.setattr(dupq.service, "judge", lambda model, a, b: 1 / 0)  # a bug: still a JSON answer
+    monkeypatch.setattr(dupq.service.app, "judge", lambda model, a, b: 1 / 0)  # a bug: still a JSON answer
     r = TestClient(client.app, raise_server_exceptions=False).post("/similarity", json={"q1": "How?", "q2": "Why?"})
     assert r.status_code == 500 and r.json() == {"detail": "internal error; the server log has the details."}
     for r in (client.get("/nowhere"), client.put("/search"), client.get("/static/nothing.js")):
@@ -329,7 +342,10 @@ def test_scores_are_clamped_and_refusals_are_json(client, monkeypatch):
 def test_security_headers_and_no_cdn(client):
     for r in (client.get("/"), client.get("/health"), client.post("/search", json={})):
         assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
-        assert r.headers["referrer-policy"] == "no-referrer" and "default-src 'self'" in r.headers["content-security-policy"]
+        assert (
+            r.headers["referrer-policy"] == "no-referrer"
+            and "default-src 'self'" in r.headers["content-security-policy"]
+        )
     assert client.get("/docs").status_code == 404 and client.get("/redoc").status_code == 404
     assert "cdn" not in client.get("/").text.lower()
     assert client.get("/openapi.json").status_code == 200
@@ -339,13 +355,14 @@ def test_slow_bodies_are_cut_off(coll_dir):
     import socket
     import time
 
+    from dupq.service.app import create_app
     from servicekit import LiveServer
-
-    from dupq.service import create_app
 
     with LiveServer(create_app(coll_dir, token=TOKEN, body_timeout=0.5)) as server:
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            sock.sendall(
+                b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
             started = time.monotonic()
             sock.settimeout(10)
             answer = sock.recv(4096)
@@ -364,4 +381,6 @@ def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
         port = taken.getsockname()[1]
         result = CliRunner().invoke(app, ["serve", str(built), "--port", str(port)])
     assert result.exit_code == 2 and "serving" not in result.output
-    assert result.output.startswith("error: cannot listen on 127.0.0.1:") and len(result.output.strip().splitlines()) == 1
+    assert (
+        result.output.startswith("error: cannot listen on 127.0.0.1:") and len(result.output.strip().splitlines()) == 1
+    )

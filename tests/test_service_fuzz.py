@@ -26,7 +26,7 @@ TOKEN = "fuzz-token"
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory, tiny_model_dir, small_splits):
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     folder = build_collection(tmp_path_factory.mktemp("fuzz") / "coll", tiny_model_dir, questions(small_splits, 200))
     return schemathesis.openapi.from_asgi("/openapi.json", create_app(folder, token=TOKEN))
@@ -55,7 +55,9 @@ VALUES = st.recursive(
 BODIES = {
     "/search": st.fixed_dictionaries({"question": ODD_TEXT | st.just("How do I learn Python?"), "k": VALUES}),
     "/similarity": st.fixed_dictionaries({"q1": ODD_TEXT, "q2": VALUES}),
-    "/questions": st.fixed_dictionaries({"text": ODD_TEXT | st.just("A question?"), "metadata": st.dictionaries(ODD_TEXT, VALUES, max_size=3)}),
+    "/questions": st.fixed_dictionaries(
+        {"text": ODD_TEXT | st.just("A question?"), "metadata": st.dictionaries(ODD_TEXT, VALUES, max_size=3)}
+    ),
 }
 
 
@@ -63,7 +65,7 @@ BODIES = {
 def fuzz_client(tmp_path_factory, tiny_model_dir, small_splits):
     from fastapi.testclient import TestClient
 
-    from dupq.service import create_app
+    from dupq.service.app import create_app
 
     folder = build_collection(tmp_path_factory.mktemp("fuzz-odd") / "coll", tiny_model_dir, questions(small_splits, 50))
     with TestClient(create_app(folder, token=TOKEN), raise_server_exceptions=False) as client:
@@ -75,8 +77,12 @@ def test_non_finite_numbers_and_invalid_unicode_get_json_4xx(fuzz_client, path):
     @given(body=BODIES[path], extra=VALUES)
     @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     def fuzz(body, extra):
-        content = json.dumps(body if extra is None else {**body, "extra": extra}).encode()  # NaN stays NaN, "\ud800" escaped
-        r = fuzz_client.post(path, content=content, headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        content = json.dumps(
+            body if extra is None else {**body, "extra": extra}
+        ).encode()  # NaN stays NaN, "\ud800" escaped
+        r = fuzz_client.post(
+            path, content=content, headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        )
         assert r.status_code < 500 and r.headers["content-type"] == "application/json", (content, r.status_code, r.text)
         if not_json(content):
             assert r.status_code == 422, (content, r.text)

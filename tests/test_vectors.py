@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dupq.files import DupqError
-from dupq.vectors import IndexConfig, VectorIndex, rerank, search, training_size
+from dupq.core.files import DupqError
+from dupq.search.vectors import IndexConfig, VectorIndex, rerank, search, training_size
 
 
 def brute_force(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[list[list[float]], list[list[int]]]:
@@ -28,8 +28,12 @@ def unit(n: int, d: int, seed: int) -> np.ndarray:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    q=st.integers(1, 5), n=st.integers(1, 40), d=st.integers(1, 6), k=st.integers(1, 50),
-    block=st.integers(1, 17), seed=st.integers(0, 2**16),
+    q=st.integers(1, 5),
+    n=st.integers(1, 40),
+    d=st.integers(1, 6),
+    k=st.integers(1, 50),
+    block=st.integers(1, 17),
+    seed=st.integers(0, 2**16),
 )
 def test_search_equals_brute_force_with_ties(q, n, d, k, block, seed):
     # Small integers: every dot product is exact in float32, and ties are common.
@@ -95,12 +99,16 @@ def test_index_file_is_checked(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(q=st.integers(1, 4), n=st.integers(1, 30), r=st.integers(1, 12), k=st.integers(1, 15), seed=st.integers(0, 2**16))
+@given(
+    q=st.integers(1, 4), n=st.integers(1, 30), r=st.integers(1, 12), k=st.integers(1, 15), seed=st.integers(0, 2**16)
+)
 def test_rerank_equals_a_loop_over_the_candidates(q, n, r, k, seed):
     rng = np.random.default_rng(seed)
     queries = rng.integers(-2, 3, (q, 3)).astype(np.float32)  # small integers: exact scores, frequent ties
     stored = rng.integers(-2, 3, (n, 3)).astype(np.float32)
-    candidates = rng.integers(-1, n, (q, r))  # -1: a slot the index left empty; an id may repeat only as FAISS never does
+    candidates = rng.integers(
+        -1, n, (q, r)
+    )  # -1: a slot the index left empty; an id may repeat only as FAISS never does
     candidates = np.array([[c if c < 0 or c not in row[:j] else -1 for j, c in enumerate(row)] for row in candidates])
     fetched: list[np.ndarray] = []
     scores, ids = rerank(queries, candidates, lambda wanted: fetched.append(wanted) or stored[wanted], k)
@@ -128,7 +136,9 @@ def test_ivfpq_reranked_is_exact_on_what_it_returns_and_recalls_the_exact_top_10
     index.add(corpus[training_size(config) :])  # later adds are encoded with the trained quantizers
     fetch = lambda ids: corpus[ids]  # noqa: E731 - the store: exact vectors by id
     scores, ids = index.search(queries, 10, fetch)
-    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, corpus[ids]), atol=1e-6)  # exact, not the codes'
+    np.testing.assert_allclose(
+        scores, np.einsum("qd,qkd->qk", queries, corpus[ids]), atol=1e-6
+    )  # exact, not the codes'
     assert (np.diff(scores, axis=1) <= 1e-6).all()
     _, want = search(queries, corpus, 10)
     recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(ids.tolist(), want.tolist())])

@@ -1,8 +1,8 @@
 """One-shot use (seed 000): a question never seen in training, compared with known ones by similarity alone."""
 
-from dupq import Model
-
 import sys
+
+from dupq import Model
 
 model = Model.load(sys.argv[1] if len(sys.argv) > 1 else None)  # the bundled model unless a folder is given
 examples = [

@@ -1,0 +1,3 @@
+from dupq.cli import main
+
+main()

@@ -1,0 +1,188 @@
+"""What every ``dupq`` command shares: the app, one-sentence errors, options declared once.
+
+Every command turns a :class:`~dupq.core.files.DupqError` (a mistake the user can fix) into one
+sentence on stderr and exit status 2; a traceback means a bug in dupq. Options that several
+commands take (the data file, the model folder, the threads) are declared here, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import Field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, get_type_hints
+
+import typer
+import typer.core
+
+from dupq.core.files import DupqError
+from dupq.core.options import flag, option_fields
+
+try:  # typer vendors click since 0.2x; before, it used the click package
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """A mistyped command line (an unknown option, a value out of range or not among the choices) is
+    one ``error:`` sentence on stderr and exit status 2, like every other user mistake, not a usage box."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError:  # `dupq` or `dupq index` alone: the help, as typer shows it
+            return super().main(*args, standalone_mode=True, **kwargs)
+        except UsageError as e:
+            hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            typer.echo(f"error: {e.format_message().replace('Value error, ', '')}{hint}", err=True)
+            sys.exit(2)
+        except ClickException as e:
+            typer.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    help="Find duplicate questions with a Siamese LSTM: train, judge pairs, search old questions.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root() -> None:
+    """Find duplicate questions with a Siamese LSTM: train, judge pairs, search old questions."""
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def command(*args, group: typer.Typer | None = None, **kwargs):
+    """``app.command`` (or ``group.command``) whose function reports user mistakes as one sentence and exit 2."""
+
+    def register(fn):
+        @functools.wraps(fn)
+        def run(*a, **kw):
+            try:
+                return fn(*a, **kw)
+            except DupqError as e:
+                fail(str(e))
+            except OSError as e:  # disk full, permission denied, ...: the user's environment, not a bug
+                fail(f"{e.strerror or e} ({e.filename})" if getattr(e, "filename", None) else str(e))
+            except KeyboardInterrupt:
+                typer.echo("interrupted", err=True)
+                raise typer.Exit(130) from None
+
+        return (group or app).command(*args, **kwargs)(run)
+
+    return register
+
+
+def config_options(**configs: type) -> Callable:
+    """Give a command one option per :func:`dupq.core.options.option` field of each config dataclass.
+
+    ``@config_options(train_fields=TrainConfig)`` replaces the command's parameter ``train_fields``
+    by the fields' options (their default, help, choices and range), in the fields' order, and
+    calls the command with ``train_fields`` the dict of their values: one declaration, in the
+    dataclass, for the library and the command line. typer reads the command's parameters from its
+    signature, so the generated one is set as ``__signature__``.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        hints = get_type_hints(fn, include_extras=True)
+        parameters, owner = [], {}  # owner: option parameter -> the config keyword it belongs to
+        for p in inspect.signature(fn).parameters.values():
+            if p.name not in configs:
+                parameters.append(p.replace(annotation=hints[p.name]))
+                continue
+            config_hints = get_type_hints(configs[p.name])
+            for f in option_fields(configs[p.name]):
+                parameters.append(
+                    inspect.Parameter(
+                        f.name, p.kind, default=f.default, annotation=_option_annotation(f, config_hints[f.name])
+                    )
+                )
+                owner[f.name] = p.name
+
+        @functools.wraps(fn)
+        def run(**values):
+            grouped = {keyword: {} for keyword in configs}
+            for name, keyword in owner.items():
+                grouped[keyword][name] = values.pop(name)
+            return fn(**values, **grouped)
+
+        run.__signature__ = inspect.Signature(parameters)  # what typer reads; a name used twice raises here, at import
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        return run
+
+    return decorate
+
+
+def _option_annotation(f: Field, kind: type) -> Any:
+    """``Annotated[type, typer.Option(...)]`` for a config field: choices become a ``Literal``, min/max a range."""
+    meta = f.metadata
+    if meta["choices"] is not None:
+        kind = Literal[meta["choices"]]
+    names = (
+        [flag(f)] if meta["flag"] else []
+    )  # else typer's own: --oov-buckets, and --lowercase/--no-lowercase for a bool
+    return Annotated[kind, typer.Option(*names, help=meta["help"], min=meta["min"], max=meta["max"])]
+
+
+COLLECTION_HELP = (
+    "Collection: a folder (from `dupq index build`), or milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME."
+)
+
+
+DATA_OPTION = typer.Option(
+    help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz"
+)
+MODEL_ARGUMENT = typer.Argument(help="Model folder (default: the bundled model).")
+THREADS_OPTION = typer.Option(
+    min=0, help="torch CPU threads for encoding; 1 is fastest for this small LSTM (0 = torch's default)."
+)
+
+
+def _threads(threads: int) -> None:
+    # One LSTM step is too small to share: with several threads every step waits on the others.
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _threshold(value: Optional[float], option: str = "--threshold") -> Optional[float]:
+    from dupq.modeling.schema import check_threshold
+
+    return None if value is None else check_threshold(value, option)
+
+
+def _dropped(source: Path, dropped) -> None:
+    """Name on stderr the lines of a questions file that were left out, and why."""
+    if dropped.count:
+        typer.echo(f"skipped {dropped.count:,} line(s) of {source}: {dropped.why()}", err=True)
+
+
+def _data(data: Optional[Path]) -> Path:
+    from dupq.data.pairs import DATA_HELP, default_data_path
+
+    path = data or default_data_path()
+    if not path.exists():
+        raise DupqError(f"no data file at {path}; {DATA_HELP}.")
+    return path
+
+
+QUESTIONS_HELP = "Questions: a text file (one a line), a CSV/TSV file (see --column) or the Quora pairs file (.gz ok)."

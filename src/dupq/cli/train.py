@@ -1,0 +1,139 @@
+"""``dupq train``, ``export`` and ``info``: make a model and look inside one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+import typer.core
+
+from dupq.cli.common import _data, command, config_options
+from dupq.core.files import DupqError
+from dupq.data.pairs import SplitConfig
+from dupq.training.checkpoint import check_output_folder
+from dupq.training.config import ModelOptions, TrainConfig
+
+
+@command()
+@config_options(train_fields=TrainConfig, model_fields=ModelOptions, split_fields=SplitConfig)
+def train(
+    data: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Quora pairs file (.tsv/.csv, .gz ok); default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz"
+        ),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Model folder to write (checkpoint included).")] = Path("runs/model"),
+    # The one training option that is no config field's: repeated NAME[:WEIGHT] strings make TrainConfig.losses.
+    loss: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (triplet, ranking, bce, contrastive, online_contrastive, distil, distil_matrix); default: the recipe's."
+        ),
+    ] = None,
+    *,
+    train_fields: dict[str, Any],
+    model_fields: dict[str, Any],
+    split_fields: dict[str, Any],
+    resume: Annotated[
+        bool, typer.Option(help="Continue from the checkpoint in --out (with the same options).")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train a Siamese LSTM (or --encoder gru) on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
+    from dupq.data.pairs import read_pairs, split_pairs
+    from dupq.training.distributed import World
+    from dupq.training.train import train as run_training
+
+    config = TrainConfig(**train_fields, losses=_losses(loss))
+    options, split = ModelOptions(**model_fields), SplitConfig(**split_fields)
+    check_output_folder(out, resume, overwrite)
+    path = _data(data)
+    pairs, dropped = read_pairs(path)
+    master = World.from_env().master  # under torchrun, rank 0 alone speaks and writes
+    if master:
+        typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
+    splits = split_pairs(pairs, split)
+    info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
+    model = run_training(
+        splits,
+        out,
+        config,
+        options,
+        resume=resume,
+        overwrite=overwrite,
+        extra_info=info,
+        log=typer.echo,
+        progress=progress,
+        split=split.__dict__,
+    )
+    if master:
+        _calibrate_new_model(model, splits, out)
+        typer.echo(f"saved model to {out}")
+
+
+def _losses(specs: Optional[list[str]]) -> dict[str, float]:
+    """``--loss`` values as TrainConfig.losses; none: empty, the recipe's losses."""
+    from dupq.training.objectives import parse_losses
+
+    try:
+        return parse_losses(specs) if specs else {}
+    except ValueError as e:
+        raise DupqError(f"--loss: {e}.") from None
+
+
+def _calibrate_new_model(model, splits, out: Path) -> None:
+    """Choose the threshold on dev, report on test, store both in ``out`` (when the split has dev and test pairs)."""
+    if len(splits.dev) and len(splits.test):
+        from dupq.evaluation.evaluate import calibrate_and_test, summary_line
+
+        typer.echo(summary_line(calibrate_and_test(model, splits.dev, splits.test)))
+        model.save(out)
+
+
+@command()
+def export(
+    model: Annotated[Path, typer.Argument(help="Model folder to copy.")],
+    out: Annotated[Path, typer.Argument(help="Folder to write (config, vocabulary, weights, metrics; no checkpoint).")],
+    half: Annotated[bool, typer.Option(help="Store the weights as float16 (half the size).")] = False,
+) -> None:
+    """Write a compact copy of a model folder, e.g. the float16 model bundled with the package."""
+    from dupq.modeling.model import Model
+
+    if out.resolve() == model.resolve():
+        raise DupqError("export needs a different output folder than the model it copies.")
+    Model.load(model).save(out, half=half)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    typer.echo(f"wrote {out} ({size / 2**20:.1f} MiB)")
+
+
+@command()
+def info(
+    model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
+) -> None:
+    """Show a model folder's architecture, threshold and training history."""
+    import json
+
+    from dupq.modeling.model import Model
+
+    m = Model.load(model)
+    words = (
+        {"vocab_size": len(m.vocab), "lowercase": m.vocab.lowercase} if m.vocab is not None else {}
+    )  # a transformer's are its own
+    typer.echo(
+        json.dumps(
+            {
+                "folder": str(model) if model else "bundled",
+                "encoder": m.encoder_config(),
+                **words,
+                "threshold": m.threshold,
+                "threshold_info": m.threshold_info,
+                "fingerprint": m.fingerprint(),
+                "metrics": m.metrics,
+            },
+            indent=2,
+        )
+    )

@@ -1,0 +1,202 @@
+"""Small file helpers shared by every stage: the user-facing error and crash-safe writes.
+
+Anything dupq writes that a user would hate to lose (a model, a checkpoint, an index) goes
+through :func:`atomic_write`: the bytes land in a temporary file in the same folder, are
+flushed to disk, and only then renamed over the target, so a crash leaves either the old
+file or the new one, never half of one. A temporary name holds the writer's process id, so
+:func:`remove_stale` can delete what a killed writer left behind without touching a live one's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+class DupqError(Exception):
+    """A mistake the user can fix (bad path, column, file or argument).
+
+    The message is one sentence naming what is wrong and where; the CLI prints it and
+    exits with status 2 instead of showing a traceback.
+    """
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a model or report should read like any file
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def readable(folder: Path) -> None:
+    """Give each file under ``folder`` the mode a new file gets here (0666 less the umask), as
+    :func:`atomic_write` does: some writers (safetensors) make theirs 0600, unreadable to a service's user."""
+    mode = 0o666 & ~_umask()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(mode)
+
+
+def fsync_dir(folder: Path) -> None:
+    # Make the rename itself durable; not every platform lets a folder be opened.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def new_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """A hidden sibling folder to fill, renamed into place as ``folder`` when the block ends.
+
+    If the block raises, the sibling is deleted and ``folder`` is left as it was; if the process
+    is killed, the sibling (``.NAME.building-PID``) is what :func:`remove_stale` deletes next
+    time. An existing ``folder`` is replaced: moved aside, the new one renamed in, the old one
+    deleted (a kill between the two renames leaves it as ``.NAME.old-PID``).
+
+    >>> with new_folder("runs/model") as tmp:                                  # doctest: +SKIP
+    ...     write_json(tmp / "config.json", config)
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(folder.parent)  # builds killed before their rename
+    tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = folder.parent / f".{folder.name}.old-{os.getpid()}"
+    if folder.exists():
+        folder.rename(old)
+    try:
+        tmp.rename(folder)
+    except BaseException:
+        if old.exists():
+            old.rename(folder)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(folder.parent)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Atomically write ``obj`` as indented UTF-8 JSON."""
+    atomic_write(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """Read a JSON file, turning a missing or malformed file into one clear :class:`DupqError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DupqError(f"{what} is missing: {path} does not exist.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DupqError(f"{what} is corrupt: {path} is not valid JSON ({e}).") from None
+
+
+def to_json(obj: Any, **kwargs) -> str:
+    """``json.dumps`` that never writes ``NaN`` or ``Infinity`` (not JSON): a non-finite number becomes null."""
+    return json.dumps(_finite(obj), allow_nan=False, **kwargs)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def check_path(path: str | os.PathLike, what: str, *, folder: bool) -> Path:
+    """``path`` if it is an existing folder (``folder=True``) or file, else one sentence saying what it is instead."""
+    path = Path(path)
+    if not path.exists():
+        raise DupqError(f"{what} {path} does not exist.")
+    if folder and not path.is_dir():
+        raise DupqError(f"{what} {path} is a file, not a folder.")
+    if not folder and path.is_dir():
+        raise DupqError(f"{what} {path} is a folder, not a file.")
+    return path
+
+
+_TEMP = re.compile(r"^\..+\.(\d+)-[^.]+\.tmp$")  # atomic_write's temporary files: .NAME.PID-RANDOM.tmp
+_OLD_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # the same before they held a process id
+_BUILDING = re.compile(r"^\..+\.building-(\d+)$")  # a collection being built (dupq.search.collection)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def remove_stale(folder: str | os.PathLike, old: float = 3600.0) -> list[Path]:
+    """Delete the temporary files and unfinished builds in ``folder`` whose writer is dead (killed mid-write).
+
+    Those of a process still running are kept; a temporary file without a process id in its name
+    is deleted once it is ``old`` seconds old. Returns what was removed.
+    """
+    removed = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        temp, building, legacy = _TEMP.match(entry.name), _BUILDING.match(entry.name), _OLD_TEMP.match(entry.name)
+        try:
+            if temp and entry.is_file() and not _alive(int(temp.group(1))):
+                entry.unlink()
+            elif building and entry.is_dir() and not _alive(int(building.group(1))):
+                shutil.rmtree(entry)
+            elif legacy and not temp and entry.is_file() and time.time() - entry.stat().st_mtime > old:
+                entry.unlink()
+            else:
+                continue
+        except OSError:
+            continue
+        removed.append(entry)
+    return removed

@@ -1,0 +1,334 @@
+"""Reading question-pair files and cutting them into the seed's splits.
+
+The Quora Question Pairs file (``id, qid1, qid2, question1, question2, is_duplicate``) is read
+with the ``csv`` module so that every text stays exactly as written: no ``NaN`` for an empty
+cell or for the literal text ``n/a``. Rows that cannot be used (an empty question, a label that
+is not 0 or 1, a broken row) are dropped and *reported*: how many, why, and the first few ids.
+
+The split follows the seed notebook (seed 002), by row position in the file:
+
+* rows ``[0, train_pool)``: the training pool; only its duplicate pairs are trained on,
+  the first ``1 - val_fraction`` of them for training and the rest for the validation loss;
+* the next ``test`` rows: the test pairs (both labels), only ever reported on;
+* the next ``dev`` rows: the dev pairs (both labels), used to choose a threshold.
+
+On the shared file this gives 111,473 duplicates in the pool, cut into 89,178 train and 22,295
+validation pairs (the seed's copy of the data: 111,486 / 89,188).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import os
+import sys
+import zlib
+from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dupq.core.files import DupqError
+from dupq.core.options import option
+
+REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
+DEFAULT_DATA = Path("..") / "shared" / "data" / "quora_duplicate_questions.tsv.gz"
+DATA_HELP = (
+    "pass --data PATH or set DUPQ_DATA to the Quora Question Pairs file (quora_duplicate_questions.tsv, gzipped or not)"
+)
+
+
+@dataclass
+class Pairs:
+    """Question pairs, column-wise. ``rows`` are positions in the source file (0-based: row r is line r + 2)."""
+
+    ids: list[str]
+    q1: list[str]
+    q2: list[str]
+    labels: np.ndarray  # (N,) int8, 1 = duplicate
+    rows: np.ndarray  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.q1)
+
+    def take(self, index: np.ndarray) -> Pairs:
+        """The pairs at ``index`` (an integer array or a boolean mask), in that order."""
+        index = np.flatnonzero(index) if index.dtype == bool else index
+        return Pairs(
+            ids=[self.ids[i] for i in index],
+            q1=[self.q1[i] for i in index],
+            q2=[self.q2[i] for i in index],
+            labels=self.labels[index],
+            rows=self.rows[index],
+        )
+
+
+@dataclass
+class Dropped:
+    """Rows a reader could not use: the count by reason, the physical lines they took, the first few ids."""
+
+    reasons: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)  # "id (reason)", at most `keep`
+    keep: int = 5
+    lines: int = 0  # physical lines of the file in the dropped rows (a quoted field can span several)
+
+    def add(self, row_id: str, reason: str, lines: int = 1) -> None:
+        self.reasons[reason] += 1
+        self.lines += lines
+        if len(self.examples) < self.keep:
+            self.examples.append(f"{row_id} ({reason})")
+
+    @property
+    def count(self) -> int:
+        return sum(self.reasons.values())
+
+    def _reasons(self) -> str:
+        return ", ".join(f"{n} {reason}" for reason, n in self.reasons.most_common())
+
+    def why(self) -> str:
+        """The reasons and the first examples: ``"2 empty question; first: 105780 (empty question), ..."``."""
+        return f"{self._reasons()}; first: {', '.join(self.examples)}"
+
+    def __str__(self) -> str:
+        if not self.count:
+            return "no rows dropped"
+        span = f" over {self.lines} lines" if self.lines != self.count else ""
+        return f"dropped {self.count} unusable rows{span} ({self._reasons()}); first: {', '.join(self.examples)}"
+
+
+def default_data_path() -> Path:
+    """``$DUPQ_DATA`` if set, else ``../shared/data/quora_duplicate_questions.tsv.gz``."""
+    env = os.environ.get("DUPQ_DATA")
+    return Path(env) if env else DEFAULT_DATA
+
+
+def open_text(path: Path):
+    """Open a UTF-8 text file for the ``csv`` module, gunzipping a ``.gz`` on the fly."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+@contextmanager
+def reading(path: Path, kind: str = "CSV/TSV"):
+    """Turn the ways a text table can be unreadable into one :class:`DupqError` naming ``path``."""
+    csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise DupqError(f"{path} is not UTF-8 text (byte {e.start} of a chunk cannot be decoded).") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise DupqError(f"{path} is not a readable gzip file ({e}).") from None
+    except csv.Error as e:
+        raise DupqError(f"{path} is not a well-formed {kind} file ({e}).") from None
+
+
+def delimiter_of(path: Path) -> str | None:
+    """The field delimiter a file's name promises (``.tsv``, ``.csv``, gzipped or not), None for any other name."""
+    name = path.name.removesuffix(".gz").lower()
+    return "\t" if name.endswith(".tsv") else "," if name.endswith(".csv") else None
+
+
+def _delimiter(path: Path, header_line: str) -> str:
+    """A pairs file's delimiter: its name's, else a tab if its header holds one, else a comma."""
+    return delimiter_of(path) or ("\t" if "\t" in header_line else ",")
+
+
+def table_rows(
+    f, delimiter: str, width: int, dropped: Dropped, first_line: int = 2
+) -> Iterator[tuple[int, int, list[str]]]:
+    """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
+
+    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
+    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
+    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
+    line up to the next quote (or the end of the file) into one row, and two stray quotes would
+    even pair up into a row of the right width. So rows are read strictly (a closing quote must
+    end its field), and a row that breaks that, or spans several lines with the wrong number of
+    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
+    on the line after it. A quoting slip within one line is read leniently, as before.
+    """
+    source, pushed_back = iter(f), deque()
+    taken: list[str] = []  # the physical lines of the row being read
+
+    def lines() -> Iterator[str]:
+        while True:
+            line = pushed_back.popleft() if pushed_back else next(source, None)
+            if line is None:
+                return
+            taken.append(line)
+            yield line
+
+    number = first_line
+    while True:
+        try:
+            for row in csv.reader(lines(), delimiter=delimiter, strict=True):
+                span = len(taken)
+                if len(row) == width:
+                    yield number, span, row
+                elif span > 1:
+                    raise csv.Error("a quoted field ran over lines")
+                else:
+                    dropped.add(f"line {number}", "wrong number of fields" if row else "blank line")
+                number += span
+                taken.clear()
+            return
+        except csv.Error:
+            first, rest = taken[0], taken[1:]
+            taken.clear()
+            pushed_back.extendleft(reversed(rest))
+            row = (
+                [] if rest else next(csv.reader([first], delimiter=delimiter), [])
+            )  # a slip within one line: read leniently
+            if len(row) == width:
+                yield number, 1, row
+            else:
+                dropped.add(f"line {number}", "unclosed quote" if rest or '"' in first else "wrong number of fields")
+            number += 1
+
+
+def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
+    """Read a question-pairs file (``.tsv``/``.csv``, optionally ``.gz``).
+
+    The header must name ``question1``, ``question2`` and ``is_duplicate``; ``id`` is optional
+    (the row number stands in). Returns the usable pairs and a report of the dropped rows.
+
+    >>> pairs, dropped = read_pairs("quora_duplicate_questions.tsv.gz")  # doctest: +SKIP
+    >>> len(pairs), dropped.count                                          # doctest: +SKIP
+    (403999, 2)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DupqError(f"data file {path} does not exist; {DATA_HELP}.")
+    ids, q1, q2, labels, rows = [], [], [], [], []
+    dropped = Dropped()
+    with reading(path), open_text(path) as f:
+        header_line = f.readline()
+        delimiter = _delimiter(path, header_line)
+        header = next(csv.reader([header_line], delimiter=delimiter), [])
+        header = [h.strip().lstrip("\ufeff") for h in header]
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise DupqError(
+                f"{path} lacks the column(s) {', '.join(missing)}: a pairs file needs a header "
+                f"with question1, question2 and is_duplicate (found: {', '.join(header) or 'nothing'})."
+            )
+        col = {name: header.index(name) for name in header}
+        i_q1, i_q2, i_y = col["question1"], col["question2"], col["is_duplicate"]
+        i_id = col.get("id")
+        for line, lines, row in table_rows(f, delimiter, len(header), dropped):
+            position = line - 2  # the row's place in the file: line 2 (after the header) is row 0
+            row_id = row[i_id] if i_id is not None else str(position)
+            if not row[i_q1].strip() or not row[i_q2].strip():
+                dropped.add(row_id, "empty question", lines)
+            elif row[i_y].strip() not in ("0", "1"):
+                dropped.add(row_id, "label not 0 or 1", lines)
+            else:
+                ids.append(row_id)
+                q1.append(row[i_q1])
+                q2.append(row[i_q2])
+                labels.append(row[i_y].strip() == "1")
+                rows.append(position)
+    if not q1:
+        raise DupqError(f"{path} holds no usable question pairs ({dropped}).")
+    pairs = Pairs(ids, q1, q2, np.asarray(labels, dtype=np.int8), np.asarray(rows, dtype=np.int64))
+    return pairs, dropped
+
+
+@dataclass
+class SplitConfig:
+    """Sizes of the seed split, in rows of the source file; each field's help text says what it holds."""
+
+    train_pool: int = option(
+        300_000, "Rows at the top of the file that form the training pool (its pairs are the training data).", min=0
+    )
+    test: int = option(
+        10_240, "Rows after the pool kept as test pairs (reported on, never tuned on).", min=0, flag="--test-size"
+    )
+    dev: int = option(
+        10_240, "Rows after the test pairs kept as dev pairs (where the threshold is chosen).", min=0, flag="--dev-size"
+    )
+    val_fraction: float = option(0.2, "duplicates recipe: share of the pool's duplicates held out for validation.")
+    labelled_val: int = option(
+        10_240, "labelled recipe: last rows of the pool (both labels) held out for validation.", min=2
+    )
+
+
+@dataclass
+class Splits:
+    train: Pairs  # duplicates of the pool, head (1 - val_fraction)
+    val: Pairs  # duplicates of the pool, tail val_fraction
+    test: Pairs  # labelled pairs, both classes
+    dev: Pairs  # labelled pairs, both classes
+    pool: Pairs  # every usable pair of the training pool (vocabulary, explicit negatives)
+
+
+def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:
+    """Cut pairs into the seed's train / val / test / dev splits by file row position."""
+    c = config or SplitConfig()
+    if min(c.train_pool, c.test, c.dev) < 0 or not 0 < c.val_fraction < 1:
+        raise DupqError("split sizes must be non-negative and val_fraction strictly between 0 and 1.")
+    n_rows = int(pairs.rows.max()) + 1
+    need = c.train_pool + c.test + c.dev
+    if n_rows < need:
+        raise DupqError(
+            f"the data has {n_rows} rows but the split needs {need} "
+            f"(train pool {c.train_pool} + test {c.test} + dev {c.dev}); choose smaller sizes."
+        )
+    r = pairs.rows
+    pool = pairs.take(r < c.train_pool)
+    test = pairs.take((r >= c.train_pool) & (r < c.train_pool + c.test))
+    dev = pairs.take((r >= c.train_pool + c.test) & (r < need))
+    duplicates = pool.take(pool.labels == 1)
+    cut = int(len(duplicates) * (1 - c.val_fraction))
+    if cut < 2 or len(duplicates) - cut < 2:
+        raise DupqError(f"the training pool holds {len(duplicates)} duplicate pairs, too few to train and validate on.")
+    every = np.arange(len(duplicates))
+    return Splits(
+        train=duplicates.take(every[:cut]),
+        val=duplicates.take(every[cut:]),
+        test=test,
+        dev=dev,
+        pool=pool,
+    )
+
+
+def recorded_split(metrics: dict[str, Any]) -> SplitConfig:
+    """The split a model was trained with, as ``dupq train`` records it in its metrics.json
+    (``training.split``), else the seed split."""
+    recorded = metrics.get("training", {}).get("split")
+    if not isinstance(recorded, dict):
+        return SplitConfig()
+    try:
+        return SplitConfig(**recorded)
+    except TypeError:
+        raise DupqError(f"the model's metrics record an unknown split {recorded}.") from None
+
+
+def held_out(metrics: dict[str, Any], data: str | os.PathLike) -> Splits:
+    """Read ``data`` and cut it as the model with these ``metrics`` was trained: its test and dev pairs are unseen."""
+    pairs, _ = read_pairs(data)
+    return split_pairs(pairs, recorded_split(metrics))
+
+
+def labelled_split(pool: Pairs, val_rows: int) -> tuple[Pairs, Pairs]:
+    """The labelled recipe's cut of the training pool: ``(train, val)``, both labels in each.
+
+    The last ``val_rows`` rows of the pool (by file position) are held out to validate on: they
+    choose the best epoch; test and dev pairs choose nothing but the threshold.
+    """
+    if len(pool) == 0:
+        raise DupqError("the training pool is empty.")
+    cut = int(pool.rows.max()) + 1 - val_rows
+    train, val = pool.take(pool.rows < cut), pool.take(pool.rows >= cut)
+    for name, part in (("training", train), ("validation", val)):
+        if len(part) < 2 or part.labels.min() == part.labels.max():
+            raise DupqError(
+                f"the labelled {name} pairs need both labels and at least 2 pairs "
+                f"(the pool has {len(pool)} pairs, {val_rows} rows held out for validation); change the split sizes."
+            )
+    return train, val

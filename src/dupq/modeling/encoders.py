@@ -1,0 +1,110 @@
+"""Question encoders: token ids ``(B, L)`` to unit vectors ``(B, d)``, registered by name.
+
+A model folder's ``config.json`` names its encoder, as sentence-transformers' ``modules.json``
+names each module: ``"encoder": {"type": "lstm", "vocab_size": ..., "dim": ...}``. The type is a
+key of :data:`ENCODERS`; :class:`~dupq.modeling.model.Model`, the collection and the service only call
+``encoder(ids, lengths)`` and read ``encoder.config.out_dim``, so another encoder plugs in by
+adding a class here. A config without a type (every model saved before this registry) is the
+LSTM. Every registered encoder reads the vocabulary's word ids (``vocab.json``), right-padded.
+One more type is no encoder of this registry: ``"sentence-transformers"`` names a whole
+pretrained model with its own tokenizer, kept in a subfolder (:mod:`dupq.modeling.sentence_model`).
+
+The seed's encoder (000, 002) is ``Embedding(V, d) -> LSTM(d) -> mean -> L2 normalise``.
+Unlike the seed's ``GlobalAveragePooling1D``, :func:`pool` skips padding, so a question's
+vector does not depend on how long the other questions of its batch are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+POOLINGS = ("mean", "max")
+
+
+@dataclass
+class EncoderConfig:
+    """Architecture of the shared question encoder (any registered type)."""
+
+    vocab_size: int  # rows of the embedding table: the vocabulary's size
+    dim: int = 128  # embedding and recurrent width (the seed's d_feature); cost grows with dim^2
+    bidirectional: bool = False  # also read right to left; output is 2*dim wide, slower by ~2x
+    dropout: float = 0.0  # dropout on word embeddings while training; regularises, slows convergence
+    pooling: str = "mean"  # "mean" over the real tokens (the seed) or "max" (InferSent's choice)
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
+
+    @property
+    def out_dim(self) -> int:
+        return self.dim * (2 if self.bidirectional else 1)
+
+
+def pool(states: Tensor, lengths: Tensor, pooling: str) -> Tensor:
+    """One vector ``(B, H)`` per question from its token states ``(B, L, H)``, over the real tokens only.
+
+    ``"mean"`` averages them (the seed, without its padding); ``"max"`` takes each feature's
+    largest value (InferSent, Conneau et al. 2017).
+    """
+    real = torch.arange(states.shape[1], device=states.device)[None, :] < lengths[:, None]  # (B, L)
+    if pooling == "max":
+        return states.masked_fill(~real[..., None], float("-inf")).max(dim=1).values  # (B, H)
+    return (states * real[..., None]).sum(1) / lengths[:, None].to(states.dtype)  # (B, H)
+
+
+class Encoder(nn.Module):
+    """``Embedding -> LSTM -> pooling -> L2 normalise``: ids ``(B, L)`` to unit vectors ``(B, d)``.
+
+    A subclass swaps the recurrent layer by setting ``type`` (its registry name, also the name of
+    the layer's weights in ``model.safetensors``) and ``layer`` (a ``torch.nn.RNNBase``).
+    """
+
+    type = "lstm"
+    layer: type[nn.RNNBase] = nn.LSTM
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.dim, padding_idx=0)
+        nn.init.uniform_(self.embedding.weight, -0.05, 0.05)  # Keras' Embedding initialiser, as in the seed
+        with torch.no_grad():
+            self.embedding.weight[0].zero_()
+        self.dropout = nn.Dropout(config.dropout)
+        self.add_module(
+            self.type, self.layer(config.dim, config.dim, batch_first=True, bidirectional=config.bidirectional)
+        )
+
+    def forward(self, ids: Tensor, lengths: Tensor) -> Tensor:
+        return self.read(self.embedding(ids), lengths)
+
+    def read(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """Unit vectors ``(B, d)`` from word vectors ``(B, L, d)`` (dropout, the recurrent layer, pooling)."""
+        x = self.dropout(x)
+        recurrent = getattr(self, self.type)
+        if self.config.bidirectional:
+            # The backward direction must start at each question's last real token, not in its padding.
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, _ = recurrent(packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        else:
+            out, _ = recurrent(x)  # (B, L, H): padding sits after the real tokens and cannot affect them
+        return F.normalize(pool(out, lengths, self.config.pooling), dim=-1)
+
+
+class GRUEncoder(Encoder):
+    """``Embedding -> GRU -> pooling -> L2 normalise`` (Cho et al. 2014, *Learning Phrase Representations
+    using RNN Encoder-Decoder*): two gates instead of the LSTM's three and no cell state, so 3/4 of
+    its recurrent weights and of its work per token."""
+
+    type = "gru"
+    layer = nn.GRU
+
+
+ENCODERS: dict[str, type[Encoder]] = {cls.type: cls for cls in (Encoder, GRUEncoder)}
+SENTENCE_TRANSFORMERS = (
+    "sentence-transformers"  # a model folder holding a pretrained sentence encoder (dupq.modeling.sentence_model)
+)

@@ -1,0 +1,372 @@
+"""The user-facing :class:`Model`: vocabulary + question encoder + pair head + threshold.
+
+One encoder with shared weights reads both questions of a pair (seed 000, 002); which encoder
+(the seed's LSTM, a GRU, ...) is a registered part named in ``config.json``, see
+:mod:`dupq.modeling.encoders`. Two questions are compared by the dot product of their unit vectors, which
+is their cosine similarity: search uses nothing else.
+
+Judging a *pair* can use more than the cosine. A model trained on labelled pairs carries a
+:class:`PairHead` that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small
+network over ``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a
+beta calibration ``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, fitted on the
+dev pairs (:func:`dupq.modeling.calibration.fit_calibration`), so that :meth:`Model.probability` is a
+probability one can read as such.
+
+A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
+``vocab.json``, ``model.safetensors`` (weights) and ``metrics.json`` (how it was trained and what
+it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a pretrained sentence
+encoder instead of the vocabulary and weights; :meth:`Model.load` returns it as a
+:class:`dupq.modeling.sentence_model.SentenceModel`, which every entry point uses like any model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save
+
+from dupq.core.files import DupqError, atomic_write, check_path, read_json, write_json
+from dupq.data.tokenizer import Vocabulary, check_questions
+from dupq.modeling.calibration import calibrated
+from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
+from dupq.modeling.heads import HeadConfig, PairHead
+from dupq.modeling.schema import check_metrics, check_model_config
+
+FORMAT = "dupq-model/1"
+# Readers of model folders whose encoder is not one of ENCODERS: encoder type -> reader(folder, config,
+# metrics=..., **judging). dupq.modeling.sentence_model registers "sentence-transformers" (the package's
+# __init__ imports it, so every Model.load sees it).
+READERS: dict[str, Callable[..., Model]] = {}
+ENCODE_BATCH = 128  # questions per forward pass when scoring pairs in bulk
+SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is calibrated
+BUNDLED = Path(__file__).parents[1] / "bundled" / "model"
+
+
+class Model:
+    """A duplicate-question detector: vocabulary, encoder, optional pair head, calibration, threshold.
+
+    >>> model = Model.load()                                                     # doctest: +SKIP
+    >>> model.similarity("When will I see you?", "When can I see you again?")    # doctest: +SKIP
+    0.84
+    >>> model.probability("When will I see you?", "When can I see you again?")   # doctest: +SKIP
+    0.93
+
+    ``threshold`` applies to :meth:`scores`: the cosine when ``threshold_on == "similarity"`` (the
+    seed's rule ``d > threshold``), the calibrated probability when it is ``"probability"``.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary | None,
+        encoder: Encoder | None,
+        threshold: float = SEED_THRESHOLD,
+        threshold_info: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
+        head: PairHead | None = None,
+        calibration: dict[str, float] | None = None,
+        threshold_on: str = "similarity",
+    ):
+        self.vocab = vocab  # None, like encoder, in a model that brings its own (dupq.modeling.sentence_model)
+        self.encoder = encoder.eval() if encoder is not None else None
+        self.head = head.eval() if head is not None else None
+        self.calibration = calibration  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs (see calibrated())
+        self.threshold = threshold
+        self.threshold_on = threshold_on  # "similarity" or "probability": what the threshold is compared with
+        self.threshold_info = threshold_info or {"chosen_on": "the seeds' fixed value"}
+        self.metrics = metrics or {}
+        self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
+
+    @classmethod
+    def create(
+        cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0, encoder: str = "lstm"
+    ) -> Model:
+        """An untrained model with a fresh encoder of the registered type ``encoder`` (see :data:`dupq.modeling.encoders.ENCODERS`)."""
+        config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
+        return cls(vocab, ENCODERS[encoder](config))
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.encoder.config
+
+    def encoder_config(self) -> dict[str, Any]:
+        """What ``config.json`` records of the encoder: its registered type and its config."""
+        return {"type": self.encoder.type, **asdict(self.config)}
+
+    def fingerprint(self) -> str:
+        """A short hash of the weights and vocabulary: equal fingerprints encode questions alike."""
+        digest = hashlib.sha256(json.dumps([self.vocab.tokens, self.vocab.lowercase, asdict(self.config)]).encode())
+        for name, tensor in sorted(self.encoder.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    @torch.inference_mode()
+    def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
+        """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches."""
+        check_list(questions)
+        self.encoder.eval()
+        encoded = self.vocab.encode(questions)
+        order = np.argsort(encoded.lengths, kind="stable")
+        out = np.empty((len(questions), self.config.out_dim), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            index = order[start : start + batch_size]
+            ids, lengths = encoded.padded(index)
+            out[index] = self.encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
+        return out
+
+    def _pair_vectors(self, q1: str | list[str], q2: str | list[str]) -> tuple[bool, np.ndarray, np.ndarray]:
+        single = isinstance(q1, str) and isinstance(q2, str)
+        a, b = ([q1], [q2]) if single else (list(q1), list(q2))
+        if single:  # a pair from a user gets the rule of every entry point; lists are bulk scoring, as in evaluate
+            check_questions(a + b)
+        if len(a) != len(b):
+            raise DupqError(f"a pair needs lists of equal length, got {len(a)} and {len(b)}.")
+        v = self.encode(a + b)
+        return single, v[: len(a)], v[len(a) :]
+
+    def similarity(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
+        """Cosine similarity of two questions (a float), or of two equal-length lists (an array)."""
+        single, u, v = self._pair_vectors(q1, q2)
+        sims = np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0)  # (N,)
+        return float(sims[0]) if single else sims
+
+    @torch.inference_mode()
+    def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The uncalibrated pair logit ``(N,)`` of vector pairs: the head's, or the cosine without one."""
+        if self.head is None:
+            return np.einsum("nd,nd->n", u, v).astype(np.float64)
+        return (
+            self.head(torch.from_numpy(np.asarray(u, np.float32)), torch.from_numpy(np.asarray(v, np.float32)))
+            .double()
+            .numpy()
+        )
+
+    @property
+    def needs_vectors(self) -> bool:
+        """True when a pair's probability depends on more than its cosine (an mlp pair head)."""
+        return self.head is not None and self.head.config.kind == "mlp"
+
+    def probabilities_from_cosines(self, cosines: np.ndarray) -> np.ndarray:
+        """``P(duplicate)`` from cosines alone; only for a model without an mlp head (see :attr:`needs_vectors`)."""
+        if self.needs_vectors:
+            raise DupqError("this model's probability needs both question vectors, not only their cosine.")
+        cos = np.asarray(cosines, dtype=np.float64)
+        logits = cos if self.head is None else float(self.head.scale) * (cos - float(self.head.bias))
+        return self._calibrated(logits)
+
+    def probabilities_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``P(duplicate)`` ``(N,)`` of vector pairs: ``sigmoid(a * logit + b)`` with the dev calibration."""
+        return self._calibrated(self.logits_from_vectors(u, v))
+
+    def _calibrated(self, logits: np.ndarray) -> np.ndarray:
+        if self.calibration is None and self.head is None:
+            raise DupqError("this model has no probability calibration; run `dupq calibrate` on it first.")
+        return calibrated(self.calibration, logits)  # no calibration: the head's own sigmoid (it was trained with BCE)
+
+    def scores_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """What the threshold is compared with, ``(N,)``: the cosine or the probability."""
+        if self.threshold_on == "probability":
+            return self.probabilities_from_vectors(u, v)
+        return np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0).astype(np.float64)
+
+    def probability(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
+        """Calibrated probability in [0, 1] that two questions are duplicates (a float, or an array for lists)."""
+        single, u, v = self._pair_vectors(q1, q2)
+        p = self.probabilities_from_vectors(u, v)
+        return float(p[0]) if single else p
+
+    def scores(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
+        """The judged score of pairs (see the class docstring): ``score > threshold`` means duplicate."""
+        single, u, v = self._pair_vectors(q1, q2)
+        s = self.scores_from_vectors(u, v)
+        return float(s[0]) if single else s
+
+    def is_duplicate(self, q1: str, q2: str, threshold: float | None = None) -> bool:
+        """True when the score is above the threshold (the model's own unless one is given)."""
+        return self.scores(q1, q2) > (self.threshold if threshold is None else threshold)
+
+    # Persistence: a folder of JSON and safetensors, each file written atomically.
+
+    def save(self, folder: str | os.PathLike, half: bool = False) -> None:
+        """Write the model folder; ``half`` stores the weights as float16 (half the size)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        dtype = torch.float16 if half else torch.float32
+        weights = {k: v.detach().to(dtype).contiguous() for k, v in self.encoder.state_dict().items()}
+        if self.head is not None:
+            weights.update({f"head.{k}": v.detach().to(dtype).contiguous() for k, v in self.head.state_dict().items()})
+        atomic_write(folder / "model.safetensors", save(weights, metadata={"format": FORMAT}))
+        self.vocab.save(folder / "vocab.json")
+        write_json(folder / "metrics.json", self.metrics)
+        self._write_config(folder, str(dtype).removeprefix("torch."))
+
+    def _write_config(self, folder: Path, weights_dtype: str) -> None:
+        """``config.json``: the encoder, the pair head, and how pairs are judged (calibration, threshold)."""
+        write_json(
+            folder / "config.json",
+            {
+                "format": FORMAT,
+                "encoder": self.encoder_config(),
+                "head": asdict(self.head.config) if self.head is not None else None,
+                "calibration": self.calibration,
+                "threshold": self.threshold,
+                "threshold_on": self.threshold_on,
+                "threshold_info": self.threshold_info,
+                "weights_dtype": weights_dtype,
+            },
+        )
+
+    def save_again(self, folder: str | os.PathLike) -> None:
+        """Write the folder the model was loaded from again (a new threshold, say), keeping the
+        weights' stored precision (float16 or float32)."""
+        config = read_json(Path(folder) / "config.json", f"the model config of {folder}")
+        self.save(folder, half=config.get("weights_dtype") == "float16")
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike | None = None) -> Model:
+        """Load a model folder; with no folder, the model bundled with the package.
+
+        A sentence-transformers model folder (``dupq distil export``) loads as a
+        :class:`~dupq.modeling.sentence_model.SentenceModel`.
+        """
+        folder = _existing_model_folder(folder)
+        config = read_json(folder / "config.json", f"the model config of {folder}")
+        if not isinstance(config, dict) or config.get("format") != FORMAT:
+            raise DupqError(f"{folder / 'config.json'} is not a dupq model config (format {FORMAT!r} expected).")
+        check_model_config(config, folder / "config.json")
+        judging = _judging(config, folder / "config.json")
+        metrics_path = folder / "metrics.json"
+        metrics = (
+            check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path)
+            if metrics_path.exists()
+            else {}
+        )
+        reader = READERS.get(config["encoder"].get("type"))
+        if reader is not None:  # a model that brings its own encoder (dupq.modeling.sentence_model)
+            model = reader(folder, config, metrics=metrics, **judging)
+        else:
+            parts = _StoredConfig.read(config, folder / "config.json")
+            vocab = Vocabulary.load(folder / "vocab.json")
+            if len(vocab) != parts.encoder.vocab_size:
+                raise DupqError(
+                    f"{folder}: vocab.json has {len(vocab)} words but the config says {parts.encoder.vocab_size}."
+                )
+            encoder, head = _load_weights(folder, parts)
+            model = cls(vocab, encoder, metrics=metrics, head=head, **judging)
+        model.folder = folder.resolve()
+        return model
+
+
+def check_list(questions: list[str]) -> None:
+    """Refuse one string where a list of questions belongs (``encode("How?")`` would encode each letter)."""
+    if isinstance(questions, str):
+        raise DupqError("encode takes a list of questions, not one string: pass [question].")
+
+
+def stored_kind(folder: Path) -> str | None:
+    """The encoder type that ``folder/config.json`` names ("lstm" when it names none) if it is a dupq
+    model config, else None; nothing else of the folder is read or checked."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return config["encoder"].get("type", "lstm") if config.get("format") == FORMAT else None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+
+
+def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
+    """``folder`` (default: the bundled model) as a path, refused when it is missing or empty."""
+    if folder is None:
+        folder = BUNDLED
+        if not (folder / "config.json").is_file():
+            raise DupqError("this install has no bundled model; train one with `dupq train` and pass its folder.")
+    folder = Path(folder)
+    check_path(folder, "model folder", folder=True)
+    if not folder.is_dir():
+        raise DupqError(f"model folder {folder} does not exist.")
+    if not any(folder.iterdir()):
+        raise DupqError(f"model folder {folder} is empty; it needs config.json, vocab.json and model.safetensors.")
+    return folder
+
+
+def _judging(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """How a model's ``config.json`` says pairs are judged, as :class:`Model`'s keyword arguments:
+    ``threshold``, ``threshold_info``, ``calibration`` and ``threshold_on`` (any kind of model)."""
+    try:
+        threshold = float(config.get("threshold", SEED_THRESHOLD))
+        calibration = config.get("calibration")
+        if calibration is not None:
+            calibration = {"method": "beta", **{k: float(calibration[k]) for k in ("a", "b", "c")}}
+            if not all(np.isfinite(v) for k, v in calibration.items() if k != "method"):
+                raise ValueError(f"calibration numbers must be finite, not {calibration}")
+        threshold_on = config.get("threshold_on", "similarity")
+        if threshold_on not in ("similarity", "probability"):
+            raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
+    except (KeyError, TypeError, ValueError) as e:
+        raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
+    return {
+        "threshold": threshold,
+        "threshold_info": config.get("threshold_info"),
+        "calibration": calibration,
+        "threshold_on": threshold_on,
+    }
+
+
+@dataclass
+class _StoredConfig:
+    """What an LSTM (or GRU) model's ``config.json`` says beyond the schema's checks: the parts to build."""
+
+    kind: str  # the encoder's registered type (dupq.modeling.encoders.ENCODERS)
+    encoder: EncoderConfig
+    head: HeadConfig | None
+
+    @classmethod
+    def read(cls, config: dict[str, Any], path: Path) -> _StoredConfig:
+        try:
+            kind = config["encoder"].get("type", "lstm")  # folders saved before the registry hold the LSTM
+            known = {f.name for f in fields(EncoderConfig)}
+            encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
+            head_config = HeadConfig(**config["head"]) if config.get("head") else None
+            if head_config is not None and not all(
+                type(v) is int and 0 < v <= 65_536 for v in (head_config.dim, head_config.hidden)
+            ):
+                raise ValueError(
+                    f"head dim and hidden must be positive integers, not {head_config.dim!r} and {head_config.hidden!r}"
+                )
+        except (KeyError, TypeError, ValueError) as e:
+            raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
+        return cls(kind, encoder_config, head_config)
+
+
+def _load_weights(folder: Path, parts: _StoredConfig) -> tuple[Encoder, PairHead | None]:
+    """The encoder and pair head of ``parts`` with the weights of ``folder/model.safetensors``, refused when not finite or not fitting."""
+    weights_path = folder / "model.safetensors"
+    if not weights_path.is_file():
+        raise DupqError(f"the weights of {folder} are missing: {weights_path} does not exist.")
+    try:
+        weights = load_file(weights_path)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise DupqError(f"{weights_path} is corrupt ({e}).") from None
+    bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
+    if bad:
+        raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
+    encoder = ENCODERS[parts.kind](parts.encoder)
+    head = PairHead(parts.head) if parts.head is not None else None
+    try:
+        encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})
+        if head is not None:
+            head.load_state_dict(
+                {k.removeprefix("head."): v.float() for k, v in weights.items() if k.startswith("head.")}
+            )
+    except RuntimeError as e:
+        detail = " ".join(line.strip() for line in str(e).strip().splitlines()[1:3]) or str(e).strip()
+        raise DupqError(f"{weights_path} does not match {folder / 'config.json'}: {detail[:300]}") from None
+    return encoder, head

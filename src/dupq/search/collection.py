@@ -1,0 +1,456 @@
+"""A persistent, searchable question collection: a store for the questions, a search index, the model.
+
+A collection joins three parts: a **store** that keeps every question, its key, metadata and
+embedding (:mod:`dupq.search.store`), a **search index** over the embeddings, and the model that
+encodes them. Two stores exist:
+
+* a folder (the default), with SQLite as the store and FAISS as the index::
+
+      manifest.json      format, the model that built it (fingerprint + folder), dim, index config
+      questions.sqlite   the source of truth: every question and its embedding (WAL journal)
+      index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.search.cache`)
+
+* Milvus (``milvus:PATH.db`` for the embedded milvus-lite, ``milvus+http://HOST:19530?collection=NAME``
+  for a server), which stores and searches (:mod:`dupq.search.milvus`); the manifest is a property of
+  the Milvus collection.
+
+**Crash safety.** The store is the only thing an add must change to be durable: one ``add`` is
+one transaction of the store that inserts the question rows *and* their embeddings; when
+``add`` returns, the rows are on disk, and a ``kill -9`` before the commit leaves none of them.
+The in-memory FAISS index is updated after the commit, and its file is a cache checked whole on
+open and caught up from the stored embeddings (see :mod:`dupq.search.cache`): after a crash at any
+moment the index and the stored questions agree, without re-encoding anything.
+
+**After the commit nothing fails an add.** Once its transaction is committed, an add answers
+its ids: if growing FAISS or rewriting ``index.faiss`` then fails (a full disk), the index catches
+up from the stored embeddings on the next read and the cache is rewritten later, so a caller
+never sees an error for questions that are stored (and never stores them again on a retry).
+A question may carry a **key** (the caller's id: a Quora qid, an ``Idempotency-Key``): adding
+a key that is stored already stores nothing and answers the stored id, so a retried add is
+safe. ``build`` writes into a hidden sibling folder (Milvus: a collection under a temporary name)
+and renames it into place at the end: a killed build leaves no half collection behind.
+
+Why embeddings in SQLite and not a separate ``.npy``: one transaction then covers text and
+vector, so no second file can be ahead of or behind the other; it costs ~512 bytes a question.
+
+In a folder, question ids are ``0, 1, 2, ...`` in order of addition, which is also their position
+in FAISS (Milvus gives other ids: see :mod:`dupq.search.milvus`). Another process may add to the
+collection meanwhile (SQLite serialises the writes): before every search, SQLite's
+``data_version`` says whether anything was committed since, and if so FAISS catches up from the
+stored embeddings, so reads see every committed add.
+
+>>> coll = Collection.build("runs/faq", ["How do I learn Python?"], Model.load("runs/model"))  # doctest: +SKIP
+>>> coll.search(["What is the best way to learn Python?"], k=1)[0][0].text                   # doctest: +SKIP
+'How do I learn Python?'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from dupq.core.files import DupqError, check_path, new_folder, read_json, remove_stale, write_json
+from dupq.data.tokenizer import check_questions
+from dupq.modeling.model import BUNDLED, Model
+from dupq.search import store as sqlite
+from dupq.search.cache import INDEX_FILE, FaissCache
+from dupq.search.manifest import check_manifest
+from dupq.search.store import BLOB_ROWS, KeyConflict, SQLiteStore, Store, check_keys, check_metadata
+from dupq.search.vectors import IndexConfig, VectorIndex
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BLOB_ROWS", "DATABASE", "INDEX_FILE", "Collection", "Hit", "KeyConflict", "is_milvus"]
+
+FORMAT = "dupq-collection/1"
+MANIFEST, DATABASE = "manifest.json", "questions.sqlite"
+BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
+
+
+def is_milvus(location) -> bool:
+    """Whether ``location`` names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``), not a folder."""
+    return isinstance(location, str) and location.startswith(("milvus:", "milvus+"))
+
+
+@dataclass
+class Hit:
+    """One stored question found by a search."""
+
+    id: int  # the question's id in the collection
+    text: str
+    score: float  # cosine similarity to the query
+    duplicate: bool  # the model's verdict on (query, this question): similarity or probability above its threshold
+    metadata: dict  # what was stored with it; a build's ``ids`` appear as "id" unless it has one
+    probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
+
+
+class SearchIndex(Protocol):
+    """What a collection searches with: :class:`~dupq.search.cache.FaissCache` over SQLite, or Milvus itself."""
+
+    exact: bool  # whether scores are exact inner products
+    cache_error: str | None  # why a cache file could not be written, if one could not
+
+    def search(
+        self, vectors: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]: ...  # (Q, k') scores, ids (-1: none)
+    def vectors(self, ids) -> np.ndarray: ...  # the vectors of ids, for a pair head
+    def stale(self) -> bool: ...  # whether another writer committed since the last catch_up
+    def catch_up(self) -> None: ...  # index every stored vector (under the write lock)
+    def after_add(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class _SharedLock:
+    """Many holders of ``shared()`` at once, or one of ``exclusive()`` (which waiting readers yield to)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer)
+            self._writer = True
+            self._cond.wait_for(lambda: not self._readers)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+def _new_manifest(model: Model, config: IndexConfig) -> dict:
+    bundled = model.folder is not None and model.folder == BUNDLED.resolve()
+    return {
+        "format": FORMAT,
+        "model": {
+            "fingerprint": model.fingerprint(),
+            "path": None if bundled or model.folder is None else str(model.folder),
+            "bundled": bundled,
+        },
+        "dim": model.config.out_dim,
+        "index": asdict(config),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _model_for(manifest: dict, model: Model | None, where) -> Model:
+    """``model``, or the one the manifest records, once its fingerprint and width match the collection's."""
+    recorded, dim = manifest["model"], manifest["dim"]
+    built_with = "the bundled model" if recorded.get("bundled") else f"the model at {recorded.get('path')}"
+    if model is None:
+        if not recorded.get("bundled") and not recorded.get("path"):
+            raise DupqError(f"{where} does not record which model folder built it; pass that model (--model).")
+        try:
+            model = Model.load(None if recorded.get("bundled") else recorded["path"])
+        except DupqError as e:
+            raise DupqError(f"cannot load {built_with}, which built {where}: {e}") from None
+    given = model.fingerprint()
+    if given != recorded["fingerprint"]:
+        what = f"the model at {model.folder}" if model.folder else "the model given"
+        raise DupqError(
+            f"{where} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {what} has "
+            f"fingerprint {given}; search it with the model that built it, or build a new collection."
+        )
+    if dim != model.config.out_dim:
+        raise DupqError(
+            f"the manifest of {where} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions."
+        )
+    return model
+
+
+def _build_inputs(texts, ids, metadata, index) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
+    """The checked texts, keys, metadata (JSON text) and index config of a build."""
+    texts = check_questions(texts)
+    meta = check_metadata(metadata, len(texts))
+    config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
+    keys: list[str | None] = [None] * len(texts)
+    if ids is not None:
+        keys = [str(k) for k in ids]
+        if len(keys) != len(texts):
+            raise DupqError(f"got {len(keys)} ids for {len(texts)} questions; give one id per question.")
+        if len(set(keys)) != len(keys):
+            raise DupqError("the ids given for the questions are not unique.")
+    return texts, keys, meta, config
+
+
+def encoded_chunks(texts: list[str], keys: list, meta: list, model: Model) -> Iterator[tuple]:
+    """``(start, texts, keys, metadata, vectors (B, d))`` of ``BUILD_CHUNK`` questions at a time: what a build stores."""
+    for lo in range(0, len(texts), BUILD_CHUNK):
+        hi = min(lo + BUILD_CHUNK, len(texts))
+        yield lo, texts[lo:hi], keys[lo:hi], meta[lo:hi], model.encode(texts[lo:hi])
+
+
+class Collection:
+    """Stored questions, their embeddings and a search index, and the model that encodes them.
+
+    Build one with :meth:`build`, reopen it with :meth:`open`; ``location`` is a folder or a Milvus
+    URI. Searches may run in several threads at once; adds are serialised by a lock and block
+    searches only while FAISS grows.
+    """
+
+    def __init__(self, location, model: Model, manifest: dict, store: Store, index: SearchIndex):
+        self.location = location  # what open() takes: a folder (Path) or a Milvus URI (str)
+        self.folder = None if is_milvus(location) else Path(location)
+        self.model = model
+        self.manifest = manifest
+        self._store = store
+        self._index = index
+        self._write_lock = threading.Lock()
+        self._index_lock = _SharedLock()
+        self._closed = False
+
+    # Building and opening.
+
+    @classmethod
+    def build(
+        cls,
+        folder,
+        texts: list[str],
+        model: Model,
+        *,
+        ids: list[str] | None = None,
+        metadata: list[dict] | None = None,
+        index: str | IndexConfig = "flat",
+    ) -> Collection:
+        """Encode ``texts`` and store them as a new collection in ``folder`` (a folder that must not hold one, or a Milvus URI).
+
+        ``ids`` are the caller's unique ids for the questions (stored, and shown as ``metadata["id"]``);
+        ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
+        exactly; at least :func:`~dupq.search.vectors.training_size` questions), or an :class:`IndexConfig`.
+        """
+        texts, keys, meta, config = _build_inputs(texts, ids, metadata, index)
+        manifest = _new_manifest(model, config)
+        if is_milvus(folder):
+            from dupq.search.milvus import MilvusStore
+
+            store = MilvusStore.build(folder, manifest, encoded_chunks(texts, keys, meta, model))
+            return cls(folder, model, manifest, store, store.search_index())
+        return cls._build_folder(Path(folder), model, manifest, encoded_chunks(texts, keys, meta, model))
+
+    @classmethod
+    def _build_folder(cls, folder: Path, model: Model, manifest: dict, chunks: Iterator[tuple]) -> Collection:
+        """SQLite and FAISS written in a hidden sibling folder, renamed into place when complete."""
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
+        with new_folder(folder) as tmp:
+            vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
+            db = sqlite.create(tmp / DATABASE)  # nothing is visible before the final rename; fsync once below
+            db.execute("BEGIN")
+            for start, texts, keys, meta, vectors in chunks:
+                sqlite.insert(db, start, texts, keys, meta, vectors)
+                vectors_index.add(vectors)
+            db.execute("COMMIT")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.close()
+            with open(tmp / DATABASE, "rb+") as f:
+                os.fsync(f.fileno())
+            manifest["checksum"] = vectors_index.save(tmp / INDEX_FILE)
+            manifest["count"] = len(
+                vectors_index
+            )  # vectors in index.faiss when it was last written; SQLite is the truth
+            if vectors_index.trained_on is not None:  # ivfpq: a rebuilt cache trains on the same first vectors
+                manifest["trained_on"] = vectors_index.trained_on
+            write_json(tmp / MANIFEST, manifest)
+        store = SQLiteStore(folder / DATABASE, manifest["dim"])
+        return cls(
+            folder, model, manifest, store, FaissCache(folder, store, manifest, vectors_index, saved=len(vectors_index))
+        )
+
+    @classmethod
+    def open(cls, folder, model: Model | None = None) -> Collection:
+        """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with.
+
+        A model whose fingerprint differs from the recorded one is refused: its vectors would
+        not be comparable with the stored ones.
+        """
+        if is_milvus(folder):
+            from dupq.search.milvus import MilvusStore
+
+            store = MilvusStore.open(folder, FORMAT)
+            try:
+                model = _model_for(store.manifest, model, folder)
+            except BaseException:
+                store.close()
+                raise
+            return cls(folder, model, store.manifest, store, store.search_index())
+        folder = Path(folder)
+        if not folder.exists():
+            raise DupqError(f"no collection at {folder}: the folder does not exist; build one with `dupq index build`.")
+        check_path(folder, "the collection", folder=True)
+        if not (folder / MANIFEST).is_file() or not (folder / DATABASE).is_file():
+            raise DupqError(f"{folder} is not a dupq collection: it lacks {MANIFEST} or {DATABASE}.")
+        remove_stale(folder)  # temporary files of a writer killed mid-write
+        manifest = check_manifest(
+            read_json(folder / MANIFEST, f"the manifest of collection {folder}"), folder / MANIFEST, FORMAT
+        )
+        model = _model_for(manifest, model, folder)
+        store = SQLiteStore(folder / DATABASE, manifest["dim"])
+        try:
+            index = FaissCache.open(folder, store, manifest)
+        except BaseException:
+            store.close()
+            raise
+        return cls(folder, model, manifest, store, index)
+
+    # Using it.
+
+    @property
+    def threshold(self) -> float:
+        return self.model.threshold
+
+    @property
+    def cache_error(self) -> str | None:
+        """Why the index cache could not be written (the questions are stored all the same), or None."""
+        return self._index.cache_error
+
+    def __len__(self) -> int:
+        return self._store.count()
+
+    def stored_vectors(self) -> np.ndarray:
+        """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the store, not the index)."""
+        self._check_open()
+        return self._store.all_vectors()
+
+    def nearest(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` of the index's ``k`` nearest stored vectors to each row of ``vectors``: no text, no judging."""
+        self._check_open()
+        self._refresh()
+        with self._index_lock.shared():
+            return self._index.search(np.asarray(vectors, dtype=np.float32), k)
+
+    def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
+        """The ``k`` stored questions most similar to each query, best first (every committed add included)."""
+        self._check_open()
+        queries = check_questions(queries, "query")
+        if k < 1:
+            raise DupqError(f"k must be at least 1, got {k}.")
+        if not queries:
+            return []
+        vectors = self.model.encode(queries)  # (Q, d)
+        self._refresh()
+        with self._index_lock.shared():
+            scores, ids = self._index.search(vectors, k)  # (Q, k'), (Q, k')
+        scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
+        rows = self._store.rows([int(i) for i in ids.ravel() if i >= 0])
+        return [
+            self._hits(query, row_scores[row_ids >= 0], row_ids[row_ids >= 0], rows)
+            for query, row_scores, row_ids in zip(vectors, scores, ids)
+        ]
+
+    def _hits(self, query: np.ndarray, scores: np.ndarray, ids: np.ndarray, rows: dict) -> list[Hit]:
+        """One query's hits, judged, with their stored text and metadata (a row deleted meanwhile is left out)."""
+        probabilities, judged = self._judge(query, ids, scores)
+        hits = []
+        for score, i, p, s in zip(scores.tolist(), ids.tolist(), probabilities, judged):
+            if i not in rows:
+                continue
+            key, text, metadata = rows[i]
+            metadata = json.loads(metadata) if metadata else {}
+            if key is not None:
+                metadata.setdefault("id", key)
+            hits.append(
+                Hit(id=i, text=text, score=score, duplicate=bool(s > self.threshold), metadata=metadata, probability=p)
+            )
+        return hits
+
+    def _judge(self, query: np.ndarray, ids: np.ndarray, cosines: np.ndarray) -> tuple[list[float | None], np.ndarray]:
+        """Each hit's probability (None without a calibration) and the score its verdict compares."""
+        model = self.model
+        if model.calibration is None and model.head is None:
+            return [None] * len(ids), cosines
+        if (
+            model.needs_vectors
+        ):  # a pair head reads both vectors: the hits' come from the index (ivfpq, Milvus: the store)
+            with self._index_lock.shared():
+                stored = self._index.vectors(np.asarray(ids, dtype=np.int64))
+            probabilities = model.probabilities_from_vectors(np.repeat(query[None], len(ids), 0), stored)
+        else:  # the logit is a function of the cosine alone
+            probabilities = model.probabilities_from_cosines(cosines)
+        judged = probabilities if model.threshold_on == "probability" else cosines
+        return probabilities.tolist(), judged
+
+    def add(
+        self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None
+    ) -> list[int]:
+        """Store ``texts`` (and their metadata) in one transaction; returns their ids.
+
+        When this returns, the questions are on disk and searchable; if the process dies
+        before, none of them is stored. A question whose ``key`` is stored already is not stored
+        again: its stored id is returned (the same key with another text or metadata raises
+        :class:`KeyConflict`). Once the transaction is committed, this returns the ids whatever
+        happens to the FAISS cache (see the module docstring).
+        """
+        self._check_open()
+        texts = check_questions(texts)
+        meta = check_metadata(metadata, len(texts))
+        keys = check_keys(keys, len(texts))
+        if not texts:
+            return []
+        vectors = self.model.encode(texts)  # (M, d)
+        with self._write_lock:
+            self._check_open()
+            ids = self._store.add(texts, keys, meta, vectors)
+            try:  # committed: from here on a failure only delays the cache, never the answer
+                self._catch_up()
+                self._index.after_add()
+            except Exception as e:  # noqa: BLE001 -- the rows are stored; the next search or open catches up
+                log.warning("questions %s stored, but the search index lags: %s", ids, e)
+        return ids
+
+    def _catch_up(self) -> None:
+        """Index the stored rows the index lacks (write lock held; searches wait meanwhile)."""
+        with self._index_lock.exclusive():
+            self._index.catch_up()
+
+    def _refresh(self) -> None:
+        """Catch the index up when anything was committed to the store since it last did (one cheap check otherwise)."""
+        if not self._index.stale():
+            return
+        with self._write_lock:
+            self._check_open()
+            self._catch_up()
+
+    def close(self) -> None:
+        """Write the index cache if many rows are missing from it, and release the store."""
+        with self._write_lock:
+            if self._closed:
+                return
+            self._index.close()
+            self._closed = True
+            self._store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DupqError(f"the collection {self.location} is closed.")
+
+    def __enter__(self) -> Collection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

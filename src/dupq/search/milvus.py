@@ -1,0 +1,428 @@
+"""A collection stored in Milvus: milvus-lite in a local file, or a Milvus server or cluster.
+
+Locations::
+
+    milvus:PATH.db                                  the embedded milvus-lite (one process at a time)
+    milvus+http://HOST:19530?collection=NAME        a server (https: milvus+https://...); the token,
+                                                    if it needs one, from $DUPQ_MILVUS_TOKEN
+
+The Milvus collection (``NAME``, default ``dupq``) has one row per question: ``id`` (INT64 primary
+key), ``key``, ``text``, ``metadata`` (JSON text) and ``vector`` (FLOAT_VECTOR); the manifest
+(model fingerprint, width, index settings) is a property of the collection.
+
+**Milvus does the search.** Keeping FAISS beside it (Milvus as a store only) would copy every
+vector into each server process's memory and make each process catch up with the others'
+writes, which is what SQLite's ``data_version`` check does on one machine but cannot do across
+machines. Milvus is the engine people run for exactly this: it indexes what is inserted, answers
+with every acknowledged write (consistency level ``Strong``), and several ``dupq serve``
+processes on several machines can share one collection. The index kind maps to Milvus's
+(``flat`` -> FLAT, ``hnsw`` -> HNSW with ``hnsw_m``/``ef_construction``/``ef_search``, ``ivfpq``
+-> IVF_PQ with ``nlist``/``pq_m``/``nprobe``; Milvus re-ranks nothing, so ivfpq scores are the
+codes' approximations), all with the inner-product metric.
+
+What holds, as for SQLite: an add is one upsert request, acknowledged once Milvus has written it
+to its log, and then durable and searchable by every client. What differs:
+
+* **Ids** are not ``0, 1, 2, ...``: Milvus has no transaction to read ``MAX(id)`` and insert in,
+  so several writers could take the same id. A keyed question's id is a 53-bit hash of its key
+  (a retry from any process writes the same row again: an upsert, never a duplicate); an
+  unkeyed one's is a random 53-bit number not stored yet. 53 bits: JSON readers in JavaScript
+  keep them exact.
+* **Keys across processes**: the check that a key is not stored with another text runs before
+  the upsert, in this process's lock; two processes adding one key with *different* texts at
+  the same moment leave the later text (SQLite refuses the second with 409).
+* milvus-lite's file is opened by one process at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from dupq.core.files import DupqError, _alive
+from dupq.search.manifest import check_manifest
+from dupq.search.store import PARAMETERS, Row, Store, place
+from dupq.search.vectors import IndexConfig
+
+TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
+DEFAULT_NAME = "dupq"
+PROPERTY = "dupq.manifest"  # the collection property that holds the manifest (JSON)
+MAX_TEXT = 65_535  # bytes of a VARCHAR: a question's text or its metadata's JSON
+MAX_KEY = 1_024  # bytes of a key
+MAX_TOP_K = 16_384  # Milvus's cap on one search's limit
+INSERT_ROWS = 5_000  # rows per request while building (a request stays far below gRPC's 64 MB)
+TIMEOUT = 30.0  # seconds to wait for the server on connecting
+ID_BITS = 53
+
+
+@dataclass
+class Location:
+    """Where a Milvus collection is: the client's URI, the collection's name, and the file of milvus-lite (else None)."""
+
+    uri: str
+    name: str
+    file: Path | None
+    text: str  # as the user wrote it, for messages
+
+
+def parse(location: str) -> Location:
+    """A ``milvus:PATH.db`` or ``milvus+http(s)://HOST:PORT?collection=NAME`` location, or a DupqError saying what is wrong."""
+    lite = not location.startswith("milvus+")
+    rest = location.removeprefix("milvus:") if lite else location.removeprefix("milvus+")
+    parts = urlsplit(rest)
+    path, _, settings = rest.partition("?") if lite else (parts.path, None, parts.query)
+    query = parse_qs(settings)
+    name = query.pop("collection", [DEFAULT_NAME])[-1]
+    if query:
+        raise DupqError(
+            f"the Milvus location {location} has unknown settings ({', '.join(query)}); only ?collection=NAME is read."
+        )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", name):
+        raise DupqError(
+            f"the Milvus collection name {name!r} in {location} must be letters, digits and _, not starting with a digit."
+        )
+    if lite:
+        if not path.endswith(".db"):
+            raise DupqError(f"the milvus-lite location {location} must name a file ending in .db (milvus:PATH.db).")
+        file = Path(path).absolute()
+        return Location(str(file), name, file, location)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DupqError(
+            f"the Milvus location {location} is not milvus+http://HOST:PORT?collection=NAME (or milvus+https://...)."
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise DupqError(f"the port in the Milvus location {location} is not a number from 1 to 65535.") from None
+    return Location(f"{parts.scheme}://{parts.hostname}:{port or 19530}", name, None, location)
+
+
+def _client(where: Location, create: bool = False):
+    """A connected ``MilvusClient``, or a DupqError: pymilvus missing, no file, server unreachable or refusing."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError:
+        raise DupqError(
+            "the Milvus store needs pymilvus (and milvus-lite for milvus:PATH.db): pip install 'dupq[milvus]'."
+        ) from None
+    # pymilvus configures its loggers on import and logs every failed call at ERROR through its own
+    # handler; each failure reaches the user as one DupqError sentence instead.
+    for name in ("pymilvus", "pymilvus.milvus_client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    if where.file is not None:
+        if create:
+            where.file.parent.mkdir(parents=True, exist_ok=True)
+        elif not where.file.exists():
+            raise DupqError(
+                f"no milvus-lite database at {where.file}; build one with `dupq index build --store {where.text}`."
+            )
+    try:
+        return MilvusClient(
+            uri=where.uri, token=os.environ.get(TOKEN_ENV, "") if where.file is None else "", timeout=TIMEOUT
+        )
+    except Exception as e:  # noqa: BLE001 -- MilvusException, grpc errors, milvus-lite failing to start: all reach the user as one sentence
+        raise DupqError(f"cannot connect to Milvus at {where.text} ({_reason(e)}).") from None
+
+
+def _reason(e: Exception) -> str:
+    message = getattr(e, "message", None) or str(e) or type(e).__name__
+    return " ".join(str(message).split())[:300]
+
+
+def key_id(key: str) -> int:
+    """The id of a keyed question: the first 53 bits of its key's BLAKE2b hash (the same in every process)."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big") >> (64 - ID_BITS)
+
+
+def _schema(client, dim: int):
+    from pymilvus import DataType
+
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("key", DataType.VARCHAR, max_length=MAX_KEY, nullable=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+    schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_TEXT, nullable=True)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    return schema
+
+
+def _index_params(client, config: IndexConfig):
+    params = client.prepare_index_params()
+    kind, settings = {
+        "flat": ("FLAT", {}),
+        "hnsw": ("HNSW", {"M": config.hnsw_m, "efConstruction": config.ef_construction}),
+        "ivfpq": ("IVF_PQ", {"nlist": config.nlist, "m": config.pq_m, "nbits": 8}),
+    }[config.kind]
+    params.add_index("vector", index_type=kind, metric_type="IP", params=settings)
+    return params
+
+
+def _search_params(config: IndexConfig, k: int) -> dict:
+    params = {"hnsw": {"ef": max(config.ef_search, k)}, "ivfpq": {"nprobe": config.nprobe}}.get(config.kind, {})
+    return {"metric_type": "IP", "params": params}
+
+
+def _check_sizes(texts, keys, metadata) -> None:
+    for i, (text, key, meta) in enumerate(zip(texts, keys, metadata)):
+        for what, value, most in (("text", text, MAX_TEXT), ("key", key, MAX_KEY), ("metadata", meta, MAX_TEXT)):
+            if value is not None and len(value.encode("utf-8")) > most:
+                raise DupqError(
+                    f"the {what} of question {i + 1} is over {most:,} bytes, more than a Milvus collection holds."
+                )
+
+
+def _rows(ids, texts, keys, metadata, vectors) -> list[dict]:
+    return [
+        {"id": i, "key": k, "text": t, "metadata": m, "vector": v}
+        for i, t, k, m, v in zip(ids, texts, keys, metadata, vectors.tolist())
+    ]
+
+
+class MilvusStore(Store):
+    """Questions and vectors in a Milvus collection, which also searches them (:meth:`search_index`)."""
+
+    def __init__(self, where: Location, client, manifest: dict):
+        self.location, self.client, self.manifest = where, client, manifest
+        self.where, self.dim = where.text, int(manifest["dim"])
+        self.config = IndexConfig(**manifest["index"])
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        """A client call, any failure as one DupqError sentence naming the location."""
+        try:
+            return fn(*args, **kwargs)
+        except DupqError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- MilvusException and grpc's errors alike
+            raise DupqError(f"cannot {what} {self.where} ({_reason(e)}).") from None
+
+    @classmethod
+    def open(cls, location: str, fmt: str) -> MilvusStore:
+        where = parse(location)
+        client = _client(where)
+        try:
+            if not client.has_collection(where.name):
+                raise DupqError(
+                    f"no collection {where.name!r} in Milvus at {location}; build one with `dupq index build --store {location}`."
+                )
+            properties = client.describe_collection(where.name).get("properties", {})
+            try:
+                manifest = json.loads(properties[PROPERTY])
+            except (KeyError, ValueError):
+                raise DupqError(
+                    f"the Milvus collection {where.name!r} at {location} is not a dupq collection (no readable {PROPERTY})."
+                ) from None
+            manifest = check_manifest(manifest, location, fmt)
+            client.load_collection(where.name)  # after a restart Milvus holds it released
+            return cls(where, client, manifest)
+        except DupqError:
+            client.close()
+            raise
+        except Exception as e:  # noqa: BLE001
+            client.close()
+            raise DupqError(f"cannot open the Milvus collection at {location} ({_reason(e)}).") from None
+
+    @classmethod
+    def build(cls, location: str, manifest: dict, chunks) -> MilvusStore:
+        """A new Milvus collection of ``chunks`` ``(start, texts, keys, metadata, vectors)``, written under a temporary name and renamed when complete."""
+        where = parse(location)
+        client = _client(where, create=True)
+        store = cls(where, client, manifest)
+        temporary = f"{where.name}__building_{_host()}_{os.getpid()}"
+        try:
+            if store._call("read", client.has_collection, where.name):
+                raise DupqError(
+                    f"{location} already holds a collection {where.name!r}; choose another name (?collection=NAME)."
+                )
+            store._drop_stale_builds()
+            store._call(
+                "create a collection in",
+                client.create_collection,
+                temporary,
+                schema=_schema(client, store.dim),
+                index_params=_index_params(client, store.config),
+                consistency_level="Strong",
+                properties={PROPERTY: json.dumps(manifest)},
+            )
+            taken: set[int] = set()
+            for _, texts, keys, metadata, vectors in chunks:
+                _check_sizes(texts, keys, metadata)
+                ids = [store._build_id(key, taken) for key in keys]
+                for lo in range(0, len(ids), INSERT_ROWS):
+                    part = slice(lo, lo + INSERT_ROWS)
+                    rows = _rows(ids[part], texts[part], keys[part], metadata[part], vectors[part])
+                    store._call("store questions in", client.insert, temporary, rows)
+            store._call("name the collection in", client.rename_collection, temporary, where.name)
+            store._call("load the collection of", client.load_collection, where.name)
+        except BaseException:
+            try:
+                client.drop_collection(temporary)
+            except Exception:  # noqa: BLE001 -- best effort: a later build drops it as stale
+                pass
+            client.close()
+            raise
+        return store
+
+    @staticmethod
+    def _build_id(key: str | None, taken: set[int]) -> int:
+        i = key_id(key) if key is not None else secrets.randbits(ID_BITS)
+        while i in taken:
+            if key is not None:
+                raise DupqError(f"the key {key!r} hashes to the id of another key; change one of them.")
+            i = secrets.randbits(ID_BITS)
+        taken.add(i)
+        return i
+
+    def _drop_stale_builds(self) -> None:
+        """Drop the temporary collections of builds killed on this machine (their process is gone)."""
+        pattern = re.compile(rf"{re.escape(self.location.name)}__building_{_host()}_(\d+)")
+        for name in self._call("read", self.client.list_collections):
+            found = pattern.fullmatch(name)
+            if found and not _alive(int(found.group(1))):
+                self._call("drop a stale build in", self.client.drop_collection, name)
+
+    def count(self) -> int:
+        rows = self._call(
+            "count the questions of", self.client.query, self.location.name, filter="", output_fields=["count(*)"]
+        )
+        return int(rows[0]["count(*)"])
+
+    def _query_ids(self, ids: list[int], fields: list[str]) -> list[dict]:
+        found = []
+        for lo in range(0, len(ids), PARAMETERS):
+            found += self._call(
+                "read", self.client.query, self.location.name, ids=ids[lo : lo + PARAMETERS], output_fields=fields
+            )
+        return found
+
+    def add(self, texts, keys, metadata, vectors) -> list[int]:
+        _check_sizes(texts, keys, metadata)
+        keyed = {k for k in keys if k is not None}
+        stored = {}
+        for row in self._query_ids([key_id(k) for k in keyed], ["id", "key", "text", "metadata"]):
+            if row["key"] not in keyed:  # a 53-bit hash shared with another stored question: never seen, but not silent
+                raise DupqError(
+                    f"a key of this add hashes to the id of another question stored in {self.where} (id {row['id']}); change the key."
+                )
+            stored[row["key"]] = (row["id"], row["text"], row["metadata"])
+        fresh = iter(self._fresh_ids(sum(k is None for k in keys)))
+        ids, new = place(texts, metadata, keys, stored, lambda n, key: key_id(key) if key is not None else next(fresh))
+        if new:
+            rows = _rows(
+                [ids[j] for j in new],
+                [texts[j] for j in new],
+                [keys[j] for j in new],
+                [metadata[j] for j in new],
+                vectors[new],
+            )
+            self._call("add to", self.client.upsert, self.location.name, rows)
+        return ids
+
+    def _fresh_ids(self, n: int) -> list[int]:
+        """``n`` random ids that no stored question has (drawn again in the rare case one is taken)."""
+        ids: set[int] = set()
+        while len(ids) < n:
+            draw = {secrets.randbits(ID_BITS) for _ in range(n - len(ids))} - ids
+            taken = {row["id"] for row in self._query_ids(sorted(draw), ["id"])}
+            ids |= draw - taken
+        return list(ids)
+
+    def rows(self, ids) -> dict[int, Row]:
+        found = self._query_ids(sorted(set(ids)), ["id", "key", "text", "metadata"])
+        return {row["id"]: (row["key"], row["text"], row["metadata"]) for row in found}
+
+    def vectors_by_id(self, ids) -> np.ndarray:
+        ids = [int(i) for i in np.asarray(ids).ravel()]
+        found = {row["id"]: row["vector"] for row in self._query_ids(sorted(set(ids)), ["id", "vector"])}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise DupqError(f"{self.where} holds no question with id {missing[0]}.")
+        return np.array([found[i] for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
+
+    def all_vectors(self) -> np.ndarray:
+        rows = self._call("read", self._iterate, ["id", "vector"])
+        rows.sort(key=lambda row: row["id"])
+        return np.array([row["vector"] for row in rows], dtype=np.float32).reshape(len(rows), self.dim)
+
+    def _iterate(self, fields: list[str]) -> list[dict]:
+        iterator = self.client.query_iterator(self.location.name, batch_size=1000, filter="", output_fields=fields)
+        rows = []
+        try:
+            while batch := iterator.next():
+                rows += batch
+        finally:
+            iterator.close()
+        return rows
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        k = min(k, MAX_TOP_K)
+        found = self._call(
+            "search",
+            self.client.search,
+            self.location.name,
+            data=vectors.tolist(),
+            anns_field="vector",
+            limit=k,
+            search_params=_search_params(self.config, k),
+            output_fields=[],
+        )
+        width = max((len(hits) for hits in found), default=0)
+        scores = np.zeros((len(vectors), width), np.float32)
+        ids = np.full((len(vectors), width), -1, np.int64)
+        for q, hits in enumerate(found):
+            for j, hit in enumerate(hits):
+                ids[q, j], scores[q, j] = hit["id"], hit["distance"]
+        return scores, ids
+
+    def search_index(self) -> MilvusSearch:
+        return MilvusSearch(self)
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 -- closing twice, or a server gone: nothing left to release
+            pass
+
+
+class MilvusSearch:
+    """The collection's search index when Milvus stores it: Milvus searches, so nothing is cached or caught up."""
+
+    cache_error = None
+
+    def __init__(self, store: MilvusStore):
+        self.store = store
+        self.exact = store.config.kind == "flat"
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.store.search(vectors, k)
+
+    def vectors(self, ids) -> np.ndarray:
+        return self.store.vectors_by_id(ids)
+
+    def stale(self) -> bool:
+        return False  # every search reads every acknowledged write (consistency level Strong)
+
+    def catch_up(self) -> None:
+        pass
+
+    def after_add(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _host() -> str:
+    """A short name of this machine, part of a temporary build's name so only its own machine drops it as stale."""
+    return hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()

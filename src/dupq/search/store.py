@@ -1,0 +1,343 @@
+"""Where a collection's questions and their embeddings live: the :class:`Store` interface and SQLite's.
+
+A store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
+of models or search; :class:`~dupq.search.collection.Collection` joins a store, a search index and the
+model. Two implementations: :class:`SQLiteStore` (here, the default: a file in the collection
+folder) and :class:`~dupq.search.milvus.MilvusStore` (Milvus, which also does the search).
+
+What every store guarantees (the collection's promises rest on these):
+
+* :meth:`Store.add` is **one transaction**: when it returns, every row is durable and readable by
+  any reader; if it raises or the process dies first, none of them is stored.
+* **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
+  id; the same key with another text or metadata raises :class:`KeyConflict`
+  (:func:`place` is the rule, shared by both stores).
+* Ids are what :meth:`Store.add` answered, for as long as the row is stored.
+
+SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
+
+    questions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, text, metadata JSON)
+    embeddings (start INTEGER PRIMARY KEY, count, vectors BLOB)   -- (count, d) float32 of ids start..
+
+Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
+(:mod:`dupq.search.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
+vector (IVF-PQ re-ranking reads 100 per query) then touches a few pages, where a 65,536-vector
+row (as collections written before held) made SQLite walk its overflow pages up to the offset.
+Rows of any size are read correctly, so old collections open unchanged.
+
+>>> store = SQLiteStore(Path("runs/faq/questions.sqlite"), dim=128)      # doctest: +SKIP
+>>> store.add(["How do I learn Python?"], [None], [None], vectors)        # doctest: +SKIP
+[0]
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from dupq.core.files import DupqError
+
+BLOB_ROWS = (
+    64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
+)
+PARAMETERS = 900  # ids bound in one SQL statement (SQLite's limit is 999 in old builds)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS questions (
+    id INTEGER PRIMARY KEY,   -- 0, 1, 2, ...: the FAISS position
+    key TEXT UNIQUE,          -- the caller's id (e.g. a Quora qid), or NULL
+    text TEXT NOT NULL,
+    metadata TEXT             -- a JSON object, or NULL
+);
+CREATE TABLE IF NOT EXISTS embeddings (
+    start INTEGER PRIMARY KEY,  -- id of the first question in the block
+    count INTEGER NOT NULL,
+    vectors BLOB NOT NULL       -- (count, dim) float32, row-major
+);
+"""
+
+Row = tuple  # (key or None, text, metadata as JSON text or None)
+
+
+class KeyConflict(DupqError):
+    """A key that is stored already, with another question or other metadata."""
+
+
+def one_each(values, n: int, what: str) -> list:
+    """``values`` as a list of ``n`` (one per question), or ``n`` Nones when none were given."""
+    if values is None:
+        return [None] * n
+    values = list(values)
+    if len(values) != n:
+        raise DupqError(f"got {len(values)} {what} for {n} questions; give one per question.")
+    return values
+
+
+def check_metadata(metadata, n: int) -> list[str | None]:
+    """Each question's metadata as JSON text (None for none), or a :class:`DupqError` naming the bad one."""
+    out = []
+    for i, m in enumerate(one_each(metadata, n, "metadata entries")):
+        if m is not None and not isinstance(m, dict):
+            raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
+        try:
+            text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
+            if text is not None:
+                text.encode("utf-8")  # a lone surrogate is not text a store can keep
+        except (TypeError, ValueError) as e:  # NaN and Infinity are not JSON either
+            raise DupqError(f"the metadata of question {i + 1} cannot be stored as JSON ({e}).") from None
+        out.append(text)
+    return out
+
+
+def check_keys(keys, n: int) -> list[str | None]:
+    keys = one_each(keys, n, "keys")
+    for i, k in enumerate(keys):
+        if k is not None and (not isinstance(k, str) or not k.strip()):
+            raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
+    return keys
+
+
+def place(
+    texts: list[str],
+    meta: list[str | None],
+    keys: list[str | None],
+    stored: dict[str, tuple[int, str, str | None]],
+    new_id: Callable[[int, str | None], int],
+) -> tuple[list[int], list[int]]:
+    """The id of each question, and the positions of those to store (the key rule of every store).
+
+    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen
+    there, or earlier in the same call, keeps its id (:class:`KeyConflict` if its text or metadata
+    differ); ``new_id(n, key)`` is the id of the ``n``-th new question.
+    """
+    stored = dict(stored)
+    ids, new = [], []
+    for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
+        if key is not None and key in stored:
+            i, stored_text, stored_meta = stored[key]
+            if (stored_text, stored_meta) != (text, m):
+                raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
+            ids.append(i)
+            continue
+        ids.append(new_id(len(new), key))
+        new.append(j)
+        if key is not None:
+            stored[key] = (ids[-1], text, m)
+    return ids, new
+
+
+class Store(ABC):
+    """Rows and their vectors, by id. Thread-safe; :meth:`add` calls must not overlap (the collection serialises them)."""
+
+    where: str  # the store's location, for messages
+    dim: int  # width of the vectors
+
+    @abstractmethod
+    def count(self) -> int:
+        """How many questions are stored (every committed add, this process's or another's)."""
+
+    @abstractmethod
+    def add(
+        self, texts: list[str], keys: list[str | None], metadata: list[str | None], vectors: np.ndarray
+    ) -> list[int]:
+        """Store the questions (metadata as JSON text) and their ``vectors (M, d)`` in one transaction; their ids."""
+
+    @abstractmethod
+    def rows(self, ids: list[int]) -> dict[int, Row]:
+        """``{id: (key, text, metadata JSON)}`` of the stored ``ids`` (missing ones left out)."""
+
+    @abstractmethod
+    def vectors_by_id(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of ``ids``, ``(len(ids), d)`` float32."""
+
+    @abstractmethod
+    def all_vectors(self) -> np.ndarray:
+        """Every stored vector, ``(N, d)`` float32, in id order."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections; closing twice is harmless."""
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    try:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
+    except sqlite3.DatabaseError as e:
+        raise DupqError(f"{path} cannot be read as a SQLite database ({e}).") from None
+    return db
+
+
+def insert(db: sqlite3.Connection, start: int, texts, keys, metadata, vectors: np.ndarray) -> None:
+    """Insert questions ``start, start + 1, ...`` and their embeddings, ``BLOB_ROWS`` a row (inside the caller's transaction)."""
+    ids = range(start, start + len(texts))
+    db.executemany(
+        "INSERT INTO questions (id, key, text, metadata) VALUES (?, ?, ?, ?)", zip(ids, keys, texts, metadata)
+    )
+    for lo in range(0, len(vectors), BLOB_ROWS):
+        block = np.ascontiguousarray(vectors[lo : lo + BLOB_ROWS], dtype=np.float32)
+        db.execute(
+            "INSERT INTO embeddings (start, count, vectors) VALUES (?, ?, ?)", (start + lo, len(block), block.tobytes())
+        )
+
+
+def stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Iterator[np.ndarray]:
+    """The stored embeddings of questions ``lo .. hi - 1``, in order, a row at a time."""
+    rows = db.execute(
+        "SELECT start, count, vectors FROM embeddings WHERE start + count > ? AND start < ? ORDER BY start", (lo, hi)
+    )
+    for start, count, blob in rows:
+        if not isinstance(blob, bytes) or len(blob) != count * dim * 4:
+            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
+            raise sqlite3.DatabaseError(
+                f"the embeddings from question {start} hold {size} bytes, not {count} x {dim} float32"
+            )
+        block = np.frombuffer(blob, dtype=np.float32).reshape(count, dim)
+        yield block[max(lo - start, 0) : hi - start]
+
+
+def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
+    """The stored embeddings of ``ids``, ``(len(ids), d)``, each read alone from its row's BLOB.
+
+    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of one vector without reading its
+    whole row: this is how an ivfpq collection re-ranks its short list while memory holds codes
+    only. SQLite walks a BLOB's overflow pages up to the offset, so the cost grows with the row:
+    a vector deep in a 65,536-vector row (older collections) costs milliseconds, one in a row of
+    :data:`BLOB_ROWS` a few page reads.
+    """
+    out = np.empty((len(ids), dim), dtype=np.float32)
+    for n, i in enumerate(np.asarray(ids).tolist()):
+        start = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (i,)).fetchone()
+        if start is None:
+            raise sqlite3.DatabaseError(f"no stored embedding for question {i}")
+        with db.blobopen("embeddings", "vectors", start[0], readonly=True) as blob:
+            blob.seek((i - start[0]) * dim * 4)
+            data = blob.read(dim * 4)
+        if len(data) != dim * 4:
+            raise sqlite3.DatabaseError(f"the embedding of question {i} is cut short")
+        out[n] = np.frombuffer(data, dtype=np.float32)
+    return out
+
+
+def create(path: Path) -> sqlite3.Connection:
+    """A new database at ``path`` for a build, unsynced (the build fsyncs it once, before its folder appears)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=OFF")
+    db.executescript(SCHEMA)
+    return db
+
+
+class SQLiteStore(Store):
+    """The questions and embeddings in one SQLite file: ids ``0, 1, 2, ...`` in order of addition.
+
+    Two connections: one for writes (and the range reads of a catch-up, which the collection
+    makes under its write lock), one for the look-ups of searches.
+    """
+
+    def __init__(self, path: Path, dim: int):
+        self.path, self.dim, self.where = Path(path), dim, str(path)
+        self._db = connect(self.path)
+        self._reader = connect(self.path)
+        self._reader_lock = threading.Lock()
+
+    def _read(self, fn):
+        """``fn(reader connection)`` under the reader's lock, a database error as one sentence."""
+        try:
+            with self._reader_lock:
+                return fn(self._reader)
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"cannot read {self.path} ({e}).") from None
+
+    def count(self) -> int:
+        return self._read(lambda db: db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0])
+
+    def check(self) -> int:
+        """The number of questions, after checking that each has its embedding (as an open does)."""
+        try:
+            count, vector_count = self._db.execute(
+                "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings)"
+            ).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"{self.path} cannot be read ({e}).") from None
+        if count != vector_count:
+            raise DupqError(f"{self.path} is corrupt: it holds {count} questions but {vector_count} embeddings.")
+        return count
+
+    def version(self) -> int:
+        """SQLite's ``data_version``: it changes whenever another connection (this process's writer or another process) commits."""
+        return self._read(lambda db: db.execute("PRAGMA data_version").fetchone()[0])
+
+    def add(self, texts, keys, metadata, vectors) -> list[int]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                ids, new = self._place(texts, metadata, keys)
+                if new:
+                    insert(
+                        self._db,
+                        ids[new[0]],
+                        [texts[j] for j in new],
+                        [keys[j] for j in new],
+                        [metadata[j] for j in new],
+                        vectors[new],
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"cannot add to {self.path} ({e}).") from None
+        return ids
+
+    def _place(self, texts, meta, keys) -> tuple[list[int], list[int]]:
+        """:func:`place` with the stored keys and the next id read inside the add's transaction."""
+        given = sorted({k for k in keys if k is not None})
+        stored = {}
+        for lo in range(0, len(given), PARAMETERS):
+            part = given[lo : lo + PARAMETERS]
+            query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
+            stored.update((key, tuple(row)) for key, *row in self._db.execute(query, part))
+        start = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
+        return place(texts, meta, keys, stored, lambda n, key: start + n)
+
+    def rows(self, ids) -> dict[int, Row]:
+        wanted = sorted(set(ids))
+
+        def read(db):
+            found = {}
+            for lo in range(0, len(wanted), PARAMETERS):
+                part = wanted[lo : lo + PARAMETERS]
+                marks = ",".join("?" * len(part))
+                for i, *row in db.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
+                    found[i] = tuple(row)
+            return found
+
+        return self._read(read)
+
+    def vectors_by_id(self, ids) -> np.ndarray:
+        return self._read(lambda db: vectors_by_id(db, np.asarray(ids, dtype=np.int64), self.dim))
+
+    def vectors(self, lo: int, hi: int) -> Iterator[np.ndarray]:
+        """The vectors of ids ``lo .. hi - 1`` a row at a time, read on the writer's connection (adds must not overlap)."""
+        try:
+            yield from stored_vectors(self._db, lo, hi, self.dim)
+        except sqlite3.DatabaseError as e:
+            raise DupqError(f"{self.path} cannot be read ({e}).") from None
+
+    def all_vectors(self) -> np.ndarray:
+        count = self.count()
+        blocks = self._read(lambda db: list(stored_vectors(db, 0, count, self.dim)))
+        return np.concatenate(blocks) if blocks else np.zeros((0, self.dim), np.float32)
+
+    def close(self) -> None:
+        self._db.close()
+        with self._reader_lock:
+            self._reader.close()

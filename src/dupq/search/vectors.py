@@ -1,0 +1,257 @@
+"""Top-k search by inner product: a pure function, and the FAISS index the collection keeps.
+
+Questions are unit vectors (see :mod:`dupq.modeling.model`), so the inner product is the cosine
+similarity and "most similar" is "largest inner product" (maximum inner product search).
+
+* :func:`search` is the exact answer for arrays already in memory: ``queries (Q, d)`` against
+  ``corpus (N, d)``, blocked so that a large corpus never needs a ``(Q, N)`` matrix at once.
+  It is what everything else is checked against (and it is checked against brute force).
+* :class:`VectorIndex` is the structure a collection keeps and grows: FAISS ``IndexFlatIP``
+  (exact, the default: a scan of every vector, memory-bound, ~N*d*4 bytes per query) or
+  ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` (approximate: a navigable small-world graph,
+  Malkov & Yashunin 2016, arXiv:1603.09320; sub-millisecond queries, recall measured against
+  :func:`search`). Vectors get consecutive ids ``0, 1, 2, ...`` in the order they are added,
+  which is the collection's question id, so no ``IndexIDMap`` is needed.
+* ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011, "Product
+  quantization for nearest neighbor search") keeps each vector as ``pq_m`` one-byte codes of its
+  residual to one of ``nlist`` coarse centroids, ~40 bytes a question instead of 512, and scans
+  only the ``nprobe`` nearest lists. Its scores are approximate, so :meth:`VectorIndex.search`
+  takes a short list of ``rerank`` candidates and re-ranks it by the exact inner product of the
+  stored vectors, which the caller reads from disk (``fetch``): memory holds the codes only.
+
+>>> scores, ids = search(np.eye(3, dtype=np.float32), np.eye(3, dtype=np.float32), k=1)
+>>> ids.ravel().tolist()
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from dupq.core.files import DupqError, atomic_write
+
+KINDS = ("flat", "hnsw", "ivfpq")
+NBITS = 8  # bits per product-quantizer code: 256 centroids per sub-vector, one byte each
+
+
+def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise DupqError(f"{name} must be a 2-d array of vectors, got shape {x.shape}.")
+    return x
+
+
+def search(queries: np.ndarray, corpus: np.ndarray, k: int, block: int = 65_536) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of ``corpus`` rows by inner product with each query row.
+
+    Returns ``scores (Q, k')`` float32 and ``ids (Q, k')`` int64, best first, with
+    ``k' = min(k, N)``; equal scores are ordered by the smaller id first.
+
+    >>> c = np.array([[1, 0], [0.6, 0.8], [0, 1]], dtype=np.float32)
+    >>> search(c[:1], c, k=2)[1].tolist()
+    [[0, 1]]
+    """
+    queries, corpus = _as_matrix(queries, "queries"), _as_matrix(corpus, "corpus")
+    if queries.shape[1] != corpus.shape[1]:
+        raise DupqError(f"queries have {queries.shape[1]} dimensions but the corpus has {corpus.shape[1]}.")
+    if k < 1:
+        raise DupqError(f"k must be at least 1, got {k}.")
+    k = min(k, len(corpus))
+    best_s = np.full((len(queries), 0), -np.inf, dtype=np.float32)  # (Q, <=k) running top-k
+    best_i = np.zeros((len(queries), 0), dtype=np.int64)
+    for start in range(0, len(corpus), block):
+        scores = queries @ corpus[start : start + block].T  # (Q, B)
+        ids = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)  # (Q, B)
+        if scores.shape[1] > k:  # keep each row's k best of this block (ties: smaller id) before merging
+            part = np.argpartition(_rank_key(scores), k - 1, axis=1)[:, :k]  # (Q, k)
+            scores, ids = np.take_along_axis(scores, part, 1), np.take_along_axis(ids, part, 1)
+        best_s, best_i = np.concatenate([best_s, scores], 1), np.concatenate([best_i, ids], 1)
+        order = np.lexsort((best_i, -best_s), axis=1)[:, :k]  # by score desc, then id asc
+        best_s, best_i = np.take_along_axis(best_s, order, 1), np.take_along_axis(best_i, order, 1)
+    return best_s, best_i
+
+
+def _rank_key(scores: np.ndarray) -> np.ndarray:
+    """``uint64`` keys, one per score of a ``(Q, B)`` block, ascending in (score desc, column asc).
+
+    ``argpartition`` on the scores alone keeps an arbitrary member of a tie that straddles the
+    k-th place; this key makes the cut exact: the float's bits made order-preserving, then the
+    column in the low 32 bits.
+    """
+    bits = (scores + np.float32(0)).view(np.uint32)  # + 0 turns -0.0 into 0.0
+    ascending = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000))  # uint32 order == float order
+    columns = np.arange(scores.shape[1], dtype=np.uint64)
+    return (~ascending).astype(np.uint64) << np.uint64(32) | columns
+
+
+def rerank(
+    queries: np.ndarray, candidates: np.ndarray, fetch: Callable[[np.ndarray], np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of each query's ``candidates (Q, R)`` (-1: none) by exact inner product with ``fetch(ids)``'s vectors.
+
+    Ties keep the candidates' order (a stable sort), as :func:`search` keeps the lower id first.
+    """
+    wanted = np.unique(candidates[candidates >= 0])  # (U,) sorted
+    vectors = fetch(wanted) if len(wanted) else np.zeros((0, queries.shape[1]), np.float32)  # (U, d)
+    scores = np.full(candidates.shape, -np.inf, dtype=np.float32)  # (Q, R)
+    found = candidates >= 0
+    rows = np.searchsorted(wanted, candidates[found])
+    scores[found] = np.einsum("nd,nd->n", np.repeat(queries, found.sum(1), axis=0), vectors[rows])
+    order = np.lexsort((candidates, -scores), axis=1)[:, :k]  # (Q, k): best score first, then lower id
+    best_ids = np.take_along_axis(candidates, order, 1)
+    best = np.take_along_axis(scores, order, 1)
+    best_ids[~np.isfinite(best)] = -1
+    return best, best_ids
+
+
+def checksum_of(data: np.ndarray) -> str:
+    """CRC-32 of a byte array: ~2 GB/s, so a 575 MB index is checked in a fraction of its load time."""
+    return f"crc32:{zlib.crc32(memoryview(data)):08x}"
+
+
+@dataclass
+class IndexConfig:
+    """Which FAISS index a collection keeps; saved in its manifest."""
+
+    kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
+    # HNSW: on Quora's 537k questions M=32 stalled near 0.95 recall@10 (many near-identical vectors);
+    # M=64 costs more build time and reaches the recall in docs/results/search_speed.json (README "Speed").
+    hnsw_m: int = 64  # graph links per vector: more = better recall, more memory and build time
+    ef_construction: int = 64  # candidates while linking: more = better graph, slower build
+    ef_search: int = 256  # candidates while searching: more = better recall, slower queries
+    # IVF-PQ (see bench/search_speed.py for the figures on Quora's 537k questions):
+    nlist: int = 1024  # coarse lists: more = fewer vectors scanned per probe, more to train and keep (d floats each)
+    pq_m: int = 32  # one-byte codes per vector (must divide the width): more = finer scores, more memory
+    nprobe: int = 128  # lists scanned per query: more = better recall, slower queries (Quora, 500 held-out queries: 64 -> 0.93, 128 -> 0.96 recall@10)
+    rerank: int = 100  # candidates re-ranked by exact cosine from the stored vectors: more = better recall, more reads
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise DupqError(f"the index kind must be one of {', '.join(KINDS)}, not {self.kind!r}.")
+        for name, lo, hi in (
+            ("hnsw_m", 2, 512),
+            ("ef_construction", 1, 4096),
+            ("ef_search", 1, 65536),
+            ("nlist", 1, 1 << 20),
+            ("pq_m", 1, 1024),
+            ("nprobe", 1, 1 << 20),
+            ("rerank", 1, 100_000),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise DupqError(f"{name} must be an integer from {lo} to {hi}, not {value!r}.")
+
+
+def training_size(config: IndexConfig) -> int:
+    """Vectors an IVF-PQ index needs to train: 39 per centroid of the coarse and the PQ k-means (FAISS's own floor)."""
+    return 39 * max(config.nlist, 1 << NBITS)
+
+
+class VectorIndex:
+    """A FAISS inner-product index whose ids are the order of addition (thin, not thread-safe)."""
+
+    def __init__(self, dim: int, config: IndexConfig, index: faiss.Index | None = None):
+        self.dim, self.config = dim, config
+        if index is None:
+            if config.kind == "flat":
+                index = faiss.IndexFlatIP(dim)
+            elif config.kind == "hnsw":
+                index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+                index.hnsw.efConstruction = config.ef_construction
+            else:
+                if dim % config.pq_m:
+                    raise DupqError(f"pq_m must divide the vectors' width {dim}; {config.pq_m} does not.")
+                index = faiss.IndexIVFPQ(
+                    faiss.IndexFlatIP(dim), dim, config.nlist, config.pq_m, NBITS, faiss.METRIC_INNER_PRODUCT
+                )
+        if config.kind == "hnsw":
+            index.hnsw.efSearch = config.ef_search
+        if config.kind == "ivfpq":
+            index.nprobe = config.nprobe
+        self.faiss = index
+        self.trained_on: int | None = None  # vectors an ivfpq index was trained on, when this object trained it
+
+    def __len__(self) -> int:
+        return self.faiss.ntotal
+
+    @property
+    def exact(self) -> bool:
+        """Whether the index holds the vectors themselves (flat, hnsw), not codes of them (ivfpq)."""
+        return self.config.kind != "ivfpq"
+
+    def add(self, vectors: np.ndarray) -> None:
+        """Append ``vectors (M, d)``; they get ids ``len(self) .. len(self) + M - 1``.
+
+        An untrained IVF-PQ index is trained on the first vectors it is given (a collection's first
+        build chunk, up to 50,000), which must be at least :func:`training_size`.
+        """
+        if not len(vectors):
+            return
+        vectors = _as_matrix(vectors, "vectors")
+        if not self.faiss.is_trained:
+            need = training_size(self.config)
+            if len(vectors) < need:
+                raise DupqError(
+                    f"an ivfpq index with nlist {self.config.nlist} trains on at least {need:,} questions, "
+                    f"got {len(vectors):,}; use the flat index for a collection this small (or a smaller nlist)."
+                )
+            self.faiss.train(vectors)
+            self.trained_on = len(vectors)
+        self.faiss.add(vectors)
+
+    def search(
+        self, queries: np.ndarray, k: int, fetch: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')`` and ``ids (Q, k')``, best first, ``k' = min(k, len(self))``.
+
+        HNSW and IVF-PQ may return fewer than ``k'`` results for a query; missing slots have id -1.
+        For IVF-PQ, ``fetch(ids) -> (len(ids), d)`` reads stored vectors: the best ``rerank``
+        candidates by code are re-ranked by exact inner product, so the scores are exact. Without
+        ``fetch`` the scores are the codes' approximations.
+        """
+        k = min(k, len(self))
+        if k < 1:
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        queries = _as_matrix(queries, "queries")
+        if self.exact or fetch is None:
+            return self.faiss.search(queries, k)
+        _, candidates = self.faiss.search(queries, max(k, self.config.rerank))  # (Q, R), by approximate score
+        return rerank(queries, candidates, fetch, k)
+
+    def vector(self, i: int) -> np.ndarray:
+        """The stored vector ``i`` (used to check a cached index against the stored embeddings); flat and hnsw only."""
+        if not self.exact:
+            raise DupqError("an ivfpq index keeps codes, not vectors; read the vector from the collection's store.")
+        return self.faiss.reconstruct(int(i))
+
+    def save(self, path) -> str:
+        """Write the index atomically (temporary file, fsync, rename): a crash keeps the old one.
+
+        Returns the checksum of what was written, for :meth:`load` to check the whole file against.
+        """
+        data = faiss.serialize_index(self.faiss)  # (bytes,) uint8
+        atomic_write(path, data.tobytes())
+        return checksum_of(data)
+
+    @classmethod
+    def load(cls, path, dim: int, config: IndexConfig, checksum: str | None = None) -> VectorIndex:
+        """Read an index file; a missing, unreadable, altered (``checksum`` given) or mismatched file raises :class:`DupqError`."""
+        try:
+            data = np.fromfile(path, dtype=np.uint8)
+        except OSError as e:
+            raise DupqError(f"the index file {path} cannot be read ({e.strerror or e}).") from None
+        if checksum is not None and checksum_of(data) != checksum:
+            raise DupqError(f"the index file {path} is not the one its manifest describes (checksum differs).")
+        try:
+            index = faiss.deserialize_index(data)
+        except RuntimeError as e:
+            raise DupqError(f"the index file {path} cannot be read ({str(e).strip().splitlines()[0]}).") from None
+        expected = {"flat": faiss.IndexFlatIP, "hnsw": faiss.IndexHNSWFlat, "ivfpq": faiss.IndexIVFPQ}[config.kind]
+        if not isinstance(index, expected) or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise DupqError(f"the index file {path} is not a {config.kind} inner-product index of {dim} dimensions.")
+        return cls(dim, config, index)

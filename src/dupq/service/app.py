@@ -1,0 +1,334 @@
+"""The HTTP API and the moderators' web page over a question collection (FastAPI, run by uvicorn).
+
+``create_app(collection_dir)`` is the factory (as fastapi-cli expects); ``dupq serve COLL`` runs it::
+
+    POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
+    POST /search      {question, k}     -> {results: [{id, text, score, probability, duplicate, metadata}], ...}
+    POST /questions   {text, metadata, key}  -> 201 {id, count}   (bearer token; durable when answered;
+                                        a key, or an Idempotency-Key header, makes a retry store nothing)
+    GET  /health                        -> {status, questions, threshold, threshold_on}
+    GET  /                              -> the web page (static/index.html, app.css, app.js)
+    GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
+
+Every request is validated (questions of 1 to 1,000 characters with at least one word, ``k`` an
+integer in 1..100, strict types, bodies of at most ``max_body`` bytes that arrive within
+``body_timeout`` seconds, JSON without NaN, Infinity or lone surrogates) and a refusal is JSON
+with a ``detail``: 401 without the token, 408 for a body too slow, 409 for a key stored with
+another question, 413 for an oversized body, 422 for a bad field or body, 400 for a question the
+collection refuses; an unexpected failure is a JSON 500 too. Every answer carries security
+headers (a Content-Security-Policy allowing only the server's own scripts and styles, no framing,
+no sniffing, no referrer).
+
+The model and the collection are opened once, when the app starts (its lifespan). Encoding and
+FAISS run in worker threads, never on the event loop. Requests that arrive while a search is
+running wait for the next one and are answered together by *one* ``Collection.search`` call
+(one LSTM pass and one FAISS call for the whole group), and concurrent adds share one commit;
+on 2 cores this is what lets a few hundred searches a second through with a short tail.
+
+>>> app = create_app("runs/quora-coll", token="s3cret")                  # doctest: +SKIP
+>>> uvicorn.run(app, host="127.0.0.1", port=8000)                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated
+
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import HTTPException, RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+
+from dupq.core.files import DupqError
+from dupq.modeling.predict import judge
+from dupq.service.batching import Batcher
+from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
+from dupq.service.schemas import (
+    AddRequest,
+    AddResponse,
+    Health,
+    HitOut,
+    Key,
+    SearchRequest,
+    SearchResponse,
+    SimilarityRequest,
+    SimilarityResponse,
+)
+
+STATIC = Path(__file__).parents[1] / "static"
+TOKEN_ENV = "DUPQ_API_TOKEN"
+log = logging.getLogger(__name__)
+
+
+def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
+    """The collection in ``collection_dir`` (a folder or a Milvus location), with the model in ``model_dir`` if one is given."""
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection, is_milvus
+
+    location = collection_dir if is_milvus(collection_dir) else Path(collection_dir)
+    if isinstance(location, Path) and not location.is_dir():
+        raise DupqError(f"collection folder {location} does not exist; build one with `dupq index build`.")
+    return Collection.open(location, Model.load(model_dir) if model_dir is not None else None)
+
+
+def create_app(
+    collection_dir,
+    model_dir: str | os.PathLike | None = None,
+    token: str | None = None,
+    *,
+    protect_reads: bool = False,
+    max_body: int = MAX_BODY,
+    body_timeout: float = BODY_TIMEOUT,
+) -> FastAPI:
+    """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
+
+    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused);
+    ``protect_reads`` makes searches, similarities and ``/health`` need it too (the page then asks
+    for it). ``model_dir`` overrides the collection's model (it must encode as the collection's did).
+    """
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    app = FastAPI(
+        title="dupq",
+        summary="Find the old questions a new question duplicates.",
+        version=_version(),
+        lifespan=_lifespan(collection_dir, model_dir),
+        docs_url=None,  # Swagger UI and ReDoc load their code from a CDN; /openapi.json stays
+        redoc_url=None,
+    )
+    app.add_middleware(RequestGuard, limit=max_body, timeout=body_timeout)
+    app.add_middleware(SecurityHeaders)
+    _add_error_handlers(app)
+    authorised = _bearer_check(token)
+    reads = [Depends(authorised)] if protect_reads else []
+    read_refusals = REFUSED | (UNAUTHORISED if protect_reads else {})
+    _add_judging_routes(app, reads, read_refusals)
+    _add_write_route(app, authorised)
+    _add_status_routes(app, reads, UNAUTHORISED if protect_reads else {})
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+UNAUTHORISED = {401: {"description": "Missing or wrong bearer token."}}
+REFUSED = {
+    400: {"description": "A question the model cannot read."},
+    408: {"description": "Body too slow."},
+    413: {"description": "Body too large."},
+}
+CONFLICT = {
+    409: {
+        "description": "The key is stored already with another question or metadata, or the header's and body's keys differ."
+    }
+}
+
+
+def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
+    """Open the collection (in a worker thread) when the app starts, with its two batchers; close it when it stops."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if isinstance(collection_dir, (str, os.PathLike)):
+            collection = await anyio.to_thread.run_sync(open_collection, collection_dir, model_dir)
+        else:
+            collection = collection_dir
+        app.state.collection = collection
+        app.state.searches = Batcher(lambda items: _search(collection, items))
+        app.state.adds = Batcher(lambda items: _add(collection, items))
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(collection.close)
+
+    return lifespan
+
+
+def _bearer_check(token: str | None) -> Callable:
+    """The dependency that lets a request through with ``token`` as its bearer token (none: writes are disabled)."""
+    bearer = HTTPBearer(auto_error=False, description=f"The server's ${TOKEN_ENV}.")
+
+    def authorised(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            raise HTTPException(403, f"writes are disabled: the server was started without ${TOKEN_ENV}.")
+        given = credentials.credentials if credentials else ""
+        if not secrets.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
+            detail = "this request needs the bearer token" if not given else "the bearer token is wrong"
+            raise HTTPException(401, detail + ".", headers={"WWW-Authenticate": "Bearer"})
+
+    return authorised
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """A user's mistake is a 400 (409 for a key conflict) or a 422 with a ``detail``; a bug a JSON 500."""
+
+    @app.exception_handler(DupqError)
+    async def user_error(request: Request, e: DupqError) -> JSONResponse:
+        from dupq.search.collection import KeyConflict
+
+        return JSONResponse({"detail": str(e)}, status_code=409 if isinstance(e, KeyConflict) else 400)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes the input, which may not even be encodable (NaN, "\ud800").
+        errors = [{"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]} for err in e.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, e: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error; the server log has the details."}, status_code=500)
+
+
+def _add_judging_routes(app: FastAPI, reads: list, responses: dict) -> None:
+    """``POST /similarity`` and ``POST /search``; ``reads`` holds the token check when reads are protected."""
+
+    @app.post("/similarity", dependencies=reads, responses=responses)
+    async def similarity(body: SimilarityRequest, request: Request) -> SimilarityResponse:
+        """How similar two questions are, and whether the model calls them duplicates."""
+        model = request.app.state.collection.model
+        j = (await anyio.to_thread.run_sync(judge, model, [body.q1], [body.q2]))[0]
+        return SimilarityResponse(**j, threshold_on=model.threshold_on)
+
+    @app.post("/search", dependencies=reads, responses=responses)
+    async def search(body: SearchRequest, request: Request) -> SearchResponse:
+        """The ``k`` stored questions most similar to ``question``, best first."""
+        hits = await request.app.state.searches.submit((body.question, body.k))
+        collection = request.app.state.collection
+        return SearchResponse(
+            question=body.question,
+            threshold=collection.threshold,
+            threshold_on=collection.model.threshold_on,
+            results=hits,
+        )
+
+
+def _add_write_route(app: FastAPI, authorised: Callable) -> None:
+    """``POST /questions``, behind the bearer token."""
+
+    @app.post(
+        "/questions", status_code=201, dependencies=[Depends(authorised)], responses=REFUSED | UNAUTHORISED | CONFLICT
+    )
+    async def add_question(
+        body: AddRequest,
+        request: Request,
+        idempotency_key: Annotated[Key | None, Header(description="Same as the body's key.")] = None,
+    ) -> AddResponse:
+        """Store a question (and its metadata); it is on disk when this answers.
+
+        With a ``key`` (or an ``Idempotency-Key`` header), sending the same request again stores
+        nothing and answers the stored id: a client may retry after a timeout or an error.
+        """
+        if body.key and idempotency_key and body.key != idempotency_key:
+            raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
+        new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
+        return AddResponse(id=new_id, count=count)
+
+
+def _add_status_routes(app: FastAPI, reads: list, responses: dict) -> None:
+    """``GET /health`` and the web page at ``/``."""
+
+    @app.get("/health", dependencies=reads, responses=responses)
+    async def health(request: Request) -> Health:
+        """The server is up: how many questions it holds and the duplicate threshold."""
+        collection = request.app.state.collection
+        return Health(
+            status="ok",
+            questions=len(collection),
+            threshold=collection.threshold,
+            threshold_on=collection.model.threshold_on,
+        )
+
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+
+def _search(collection, items: list[tuple[str, int]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` for many ``(question, k)``: the largest ``k``, then each cut to its own."""
+    hits = collection.search([q for q, _ in items], k=max(k for _, k in items))
+    return [
+        [
+            HitOut(
+                id=h.id,
+                text=h.text,
+                score=h.score,
+                probability=h.probability,
+                duplicate=h.duplicate,
+                metadata=h.metadata,
+            )
+            for h in row[:k]
+        ]
+        for row, (_, k) in zip(hits, items)
+    ]
+
+
+def _add(collection, items: list[tuple[str, dict, str | None]]) -> list[tuple[int, int]]:
+    """One ``Collection.add`` (one commit) for many ``(text, metadata, key)``.
+
+    ``add`` raises only before its commit (nothing stored), so the batcher's retry of each
+    request alone never stores a question twice.
+    """
+    ids = collection.add([t for t, _, _ in items], [m for _, m, _ in items], [k for _, _, k in items])
+    count = len(collection)
+    return [(i, count) for i in ids]
+
+
+def _version() -> str:
+    from dupq import __version__
+
+    return __version__
+
+
+def serve(
+    collection_dir: str | os.PathLike,
+    model_dir: str | os.PathLike | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    protect_reads: bool = False,
+    threads: int = 1,
+    log: Callable[[str], None] = print,
+) -> None:
+    """Open the collection (a bad folder fails here, as one sentence) and serve it until stopped.
+
+    ``threads`` is torch's thread count for encoding: with searches batched there is one
+    encoding call at a time, and on a small machine the event loop needs the other core.
+    """
+    import torch
+    import uvicorn
+
+    if threads:
+        torch.set_num_threads(threads)
+    listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
+    try:
+        collection = open_collection(collection_dir, model_dir)
+    except BaseException:
+        listener.close()
+        raise
+    token = os.environ.get(TOKEN_ENV) or None
+    log(
+        f"serving {len(collection):,} questions from {collection_dir} on http://{host}:{port}/ "
+        f"(writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
+    )
+    app = create_app(collection, token=token, protect_reads=protect_reads)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5)).run(sockets=[listener])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` and listening, or a :class:`DupqError` saying why it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise DupqError(
+            f"cannot listen on {host}:{port} ({e.strerror or e}); is another server using that port?"
+        ) from None
+    return sock

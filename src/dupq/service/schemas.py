@@ -1,0 +1,116 @@
+"""The service's requests and answers: pydantic models with strict types and the limits they check."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from dupq.core.files import DupqError
+from dupq.data.tokenizer import check_question
+
+MAX_QUESTION = 1000  # characters in one question
+
+
+MAX_K = 100  # results of one search
+
+
+MAX_KEY = 200  # characters in an idempotency key
+
+
+def _question(text: str) -> str:
+    try:
+        return check_question(text)  # the rule of every entry point: valid Unicode, at least one word
+    except DupqError as e:
+        raise ValueError(str(e).removeprefix("the question ")) from None
+
+
+# The schema's words for check_question's rule (one character neither blank nor ASCII punctuation),
+# so that schema-driven clients and fuzzers know it; _question enforces it, with a readable message.
+# The class lists every character that str.split() or the punctuation strip removes.
+WORD = r"[^\u0009-\u000d\u001c-\u002f\u003a-\u0040\u005b-\u0060\u007b-\u007e\u0085\u00a0\u1680\u2000-\u200a\u2028-\u2029\u202f\u205f\u3000]"
+
+
+STRICT = ConfigDict(extra="forbid", strict=True)  # "3" is not 3, true is not 1
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON Schema's integer: 3 or 3.0, never true or "3" (an integral float is then made an int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
+Question = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_QUESTION,
+        description="A question: 1 to 1,000 characters, with at least one word.",
+        json_schema_extra={"pattern": WORD},
+    ),
+    AfterValidator(_question),
+]
+Score = Annotated[float, AfterValidator(lambda x: min(1.0, max(-1.0, x)))]  # float32 rounding can reach 1.0000001
+Key = Annotated[
+    str, Field(min_length=1, max_length=MAX_KEY, pattern=r"^[!-~]+$", description="Printable ASCII, no spaces.")
+]
+
+
+class SimilarityRequest(BaseModel):
+    model_config = STRICT
+    q1: Question
+    q2: Question
+
+
+class SimilarityResponse(BaseModel):
+    similarity: Score  # cosine similarity of the two questions' vectors, in [-1, 1]
+    probability: float | None  # calibrated P(duplicate); null for a model without a calibration
+    duplicate: bool  # the similarity (or probability, see threshold_on) above the model's threshold
+    threshold: float
+    threshold_on: str  # "similarity" or "probability": what the threshold is compared with
+
+
+class SearchRequest(BaseModel):
+    model_config = STRICT
+    question: Question
+    k: Annotated[int, Field(strict=False), BeforeValidator(_json_integer)] = Field(
+        10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100)."
+    )
+
+
+class HitOut(BaseModel):
+    id: int
+    text: str
+    score: Score  # cosine similarity to the question
+    probability: float | None  # calibrated P(duplicate); null without a calibration
+    duplicate: bool
+    metadata: dict[str, Any]
+
+
+class SearchResponse(BaseModel):
+    question: str
+    threshold: float
+    threshold_on: str
+    results: list[HitOut]
+
+
+class AddRequest(BaseModel):
+    model_config = STRICT
+    text: Question
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Any JSON object stored with the question.")
+    key: Key | None = Field(
+        None, description="Your id for the question: a key stored already stores nothing and answers its id."
+    )
+
+
+class AddResponse(BaseModel):
+    id: int
+    count: int  # questions in the collection after this one
+
+
+class Health(BaseModel):
+    status: str
+    questions: int
+    threshold: float
+    threshold_on: str

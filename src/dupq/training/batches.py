@@ -1,0 +1,251 @@
+"""Batch sources: which pairs a training step sees, with which labels, and which columns are negatives.
+
+A training run is a batch source + an objective (:mod:`dupq.training.objectives`) + the loop
+(:mod:`dupq.training.train`). A source turns labelled pairs into :class:`Batch` objects; it knows nothing
+of losses. Two sources:
+
+* ``"duplicates"`` (the seed, 002 part 3): only duplicate pairs, in random batches; every other
+  question of the batch is taken as a negative of a row.
+* ``"labelled"``: every labelled pair of the training pool, both labels, in random batches, so
+  that a pair loss learns from the 60 % of pairs that are *not* duplicates, while the ranking
+  losses still use the duplicate rows and take every other question of the batch as a candidate.
+
+Either can add **hard negatives**: for a duplicate row (a, b), one question labelled *not* a
+duplicate of a or b elsewhere in the pool, appended as an extra column (sentence-transformers'
+(anchor, positive, negative) triples).
+
+**False negatives.** Quora repeats questions: 318 of the 349 batches of a default seed epoch hold
+the same question twice, so the seed pushes a question away from itself. Every question of a
+batch carries a *group*: questions with the same text, or joined by known duplicate pairs of the
+training data (transitively), share one. :func:`false_negatives` marks the cells whose column is
+in the anchor's group, and the losses leave them out (pytorch-metric-learning's miners decide this
+once, outside the loss).
+
+**Teacher vectors.** Given a :class:`~dupq.training.distil.teacher.TeacherCache`, a batch also carries the
+teacher's vector of each of its questions that was taught (``Batch.teacher``, ``Batch.taught``),
+for the distillation losses; ``distil_questions`` appends that many taught questions drawn at
+random from the whole cache (the user's unlabelled ones included) as rows that only the
+distillation losses see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dupq.data.pairs import Pairs
+from dupq.data.tokenizer import Encoded, Vocabulary
+
+SOURCES = ("duplicates", "labelled")
+
+if TYPE_CHECKING:  # only named in a type hint: the teacher's cache is made in training.distil
+    from dupq.training.distil.teacher import TeacherCache
+
+
+def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int) -> list[np.ndarray]:
+    """Shuffled batches of indices, every index once.
+
+    Shuffle, cut into buckets of ``bucket * batch_size``, sort each bucket by length, cut it into
+    batches, and shuffle the batch order. With ``bucket`` 1 (the default) a bucket is one batch, so
+    batches are random samples (only ordered by length inside); with ``bucket`` > 1 a batch's
+    members have similar lengths (less padding, but easier in-batch negatives). Batches smaller
+    than 2 are dropped (no negatives).
+    """
+    order = rng.permutation(len(lengths))
+    batches = []
+    span = max(1, bucket) * batch_size
+    for start in range(0, len(order), span):
+        chunk = order[start : start + span]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    batches = [b for b in batches if len(b) >= 2]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def duplicate_groups(texts: list[str], q1: list[str], q2: list[str], labels: np.ndarray) -> dict[str, int]:
+    """Group id of every text: equal for equal texts and for texts joined by duplicate pairs (transitively).
+
+    Union-find over the duplicate pairs; ``texts`` lists every question that needs a group.
+    """
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(x, x) != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    for a, b, y in zip(q1, q2, labels):
+        if y == 1:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[ra] = rb
+    ids: dict[str, int] = {}
+    return {t: ids.setdefault(find(t), len(ids)) for t in texts}
+
+
+def false_negatives(anchor_groups: Tensor, column_groups: Tensor) -> Tensor:
+    """``(B, C)`` bool: column j is the anchor's own question or a known duplicate, but not its positive.
+
+    Column i is row i's positive (the diagonal), so it is never marked.
+    """
+    same = anchor_groups[:, None] == column_groups[None, :]  # (B, C)
+    diagonal = (
+        torch.arange(same.shape[1], device=same.device)[None, :]
+        == torch.arange(same.shape[0], device=same.device)[:, None]
+    )
+    return same & ~diagonal
+
+
+@dataclass
+class Batch:
+    """The questions of one step, encoded together: q1 rows, q2 rows, M extra negatives, then U questions to distil only.
+
+    ``N = 2B + M + U`` rows in all.
+    """
+
+    ids: Tensor  # (N, L) token ids, right-padded
+    lengths: Tensor  # (N,)
+    labels: Tensor  # (B,) 1 = the pair is a duplicate
+    groups: Tensor  # (N,) group of each question (same group: same question or a known duplicate)
+    size: int  # B, the number of pairs
+    teacher: Tensor | None = None  # (N, T) the teacher's vector of each row; zeros where not taught
+    taught: Tensor | None = None  # (N,) bool: the row has a teacher vector
+    distil_only: int = 0  # U: trailing rows that are no pair's question nor anyone's negative
+
+    def to(self, device: str | torch.device) -> Batch:
+        moved = [None if t is None else t.to(device) for t in (self.teacher, self.taught)]
+        return Batch(
+            self.ids.to(device),
+            self.lengths.to(device),
+            self.labels.to(device),
+            self.groups.to(device),
+            self.size,
+            moved[0],
+            moved[1],
+            self.distil_only,
+        )
+
+
+class PairBatches:
+    """Random batches over labelled pairs (the ``"duplicates"`` source passes duplicates only).
+
+    ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it,
+    where the pool has one (drawn from ``rng``); rows without one get none. ``teacher`` attaches
+    each question's teacher vector; ``distil_questions`` appends that many random taught questions.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        pairs: Pairs,
+        batch_size: int,
+        bucket: int = 1,
+        groups: dict[str, int] | None = None,
+        hard_negatives: Pairs | None = None,
+        teacher: TeacherCache | None = None,
+        distil_questions: int = 0,
+    ):
+        self.pairs = pairs
+        self.q1: Encoded = vocab.encode(pairs.q1)
+        self.q2: Encoded = vocab.encode(pairs.q2)
+        self.lengths = np.maximum(self.q1.lengths, self.q2.lengths)
+        self.labels = torch.as_tensor(pairs.labels, dtype=torch.float32)
+        self.batch_size, self.bucket = batch_size, bucket
+        self.groups = groups
+        if groups is not None:
+            self.g1 = np.array([groups.get(t, -1 - i) for i, t in enumerate(pairs.q1)], dtype=np.int64)
+            self.g2 = np.array([groups.get(t, -1 - len(pairs) - i) for i, t in enumerate(pairs.q2)], dtype=np.int64)
+        else:  # no grouping: each question is its own group (nothing is masked)
+            self.g1 = -1 - np.arange(len(pairs), dtype=np.int64)
+            self.g2 = -1 - len(pairs) - np.arange(len(pairs), dtype=np.int64)
+        self.partners = None if hard_negatives is None else _Partners(vocab, hard_negatives, pairs, groups)
+        self.teacher = teacher
+        self.distil_questions = distil_questions if teacher is not None else 0
+        if teacher is not None:
+            self.t1, self.t2 = teacher.rows(pairs.q1), teacher.rows(pairs.q2)
+            if self.partners is not None:
+                self.partners.teacher_rows = teacher.rows(self.partners.texts)
+        if self.distil_questions:
+            self.taught_encoded: Encoded = vocab.encode(teacher.texts)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def epoch(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """This epoch's batches: rows of ``pairs``, every row once."""
+        return length_batches(self.lengths, self.batch_size, rng, self.bucket)
+
+    def batch(self, index: np.ndarray, rng: np.random.Generator) -> Batch:
+        """The encoded questions, labels and groups of the rows ``index``."""
+        blocks = [self.q1.padded(index), self.q2.padded(index)]
+        groups = [self.g1[index], self.g2[index]]
+        rows = [self.t1[index], self.t2[index]] if self.teacher is not None else []  # teacher rows, -1: not taught
+        if self.partners is not None:
+            dup = index[self.pairs.labels[index] == 1]
+            chosen = self.partners.pick(dup, rng)
+            if len(chosen):
+                blocks.append(self.partners.encoded.padded(chosen))
+                groups.append(self.partners.groups[chosen])
+                if self.teacher is not None:
+                    rows.append(self.partners.teacher_rows[chosen])
+        if self.distil_questions:
+            drawn = rng.integers(len(self.teacher), size=self.distil_questions)
+            blocks.append(self.taught_encoded.padded(drawn))
+            groups.append(np.full(len(drawn), np.iinfo(np.int64).min, dtype=np.int64))  # never compared: not ranked
+            rows.append(drawn)
+        width = max(ids.shape[1] for ids, _ in blocks)
+        ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))) for ids, _ in blocks])  # (N, L)
+        lengths = np.concatenate([lengths for _, lengths in blocks])  # (N,)
+        teacher = taught = None
+        if self.teacher is not None:
+            found = torch.from_numpy(np.concatenate(rows))  # (N,)
+            taught = found >= 0
+            teacher = self.teacher.vectors[found.clamp(min=0)].float() * taught[:, None]  # (N, T)
+        return Batch(
+            torch.from_numpy(ids),
+            torch.from_numpy(lengths),
+            self.labels[torch.from_numpy(np.asarray(index))],
+            torch.from_numpy(np.concatenate(groups)),
+            len(index),
+            teacher,
+            taught,
+            self.distil_questions,
+        )
+
+
+class _Partners:
+    """For each duplicate row of ``pairs``, the questions labelled *not* a duplicate of either of its questions."""
+
+    def __init__(self, vocab: Vocabulary, non_duplicates: Pairs, pairs: Pairs, groups: dict[str, int] | None):
+        self.texts = texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
+        self.teacher_rows = np.full(len(texts), -1, dtype=np.int64)  # set by PairBatches when it has a teacher
+        position = {t: i for i, t in enumerate(texts)}
+        options: dict[str, list[int]] = {}
+        for a, b, y in zip(non_duplicates.q1, non_duplicates.q2, non_duplicates.labels):
+            if y == 0:
+                options.setdefault(a, []).append(position[b])
+                options.setdefault(b, []).append(position[a])
+        self.encoded = vocab.encode(texts)
+        base = -10 * (len(pairs) + 1)  # below every ungrouped id a PairBatches hands out
+        self.groups = np.array([(groups or {}).get(t, base - i) for i, t in enumerate(texts)], dtype=np.int64)
+        self.options = [
+            options.get(a, []) + options.get(b, []) if y == 1 else []
+            for a, b, y in zip(pairs.q1, pairs.q2, pairs.labels)
+        ]
+
+    def covered(self) -> int:
+        """How many duplicate rows have at least one labelled non-duplicate."""
+        return sum(1 for o in self.options if o)
+
+    def pick(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One partner (an index into ``encoded``) per row of ``rows`` that has any, drawn at random."""
+        have = [i for i in rows if self.options[i]]
+        draws = rng.random(len(have))
+        return np.array([self.options[i][int(d * len(self.options[i]))] for i, d in zip(have, draws)], dtype=np.int64)

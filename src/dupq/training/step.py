@@ -1,0 +1,151 @@
+"""One step's loss, for training and validation alike: encode the batch, apply the objective, reduce."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dupq.evaluation.metrics import best_threshold, threshold_free
+from dupq.modeling.heads import PairHead
+from dupq.modeling.model import Encoder
+from dupq.training.batches import Batch, PairBatches
+from dupq.training.config import TrainConfig
+from dupq.training.distributed import World, gather, share
+from dupq.training.objectives import Objective
+
+
+def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
+    if config.lr_schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * step / max(1, total)))
+    return 1.0
+
+
+def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``encoder(ids, lengths)`` computed as ``chunks`` calls on length-sorted slices of the batch.
+
+    A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
+    max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
+    and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) in
+    less time (bench/train_step.py measures it), without making the batch's questions (the
+    in-batch negatives) share a length.
+    """
+    if chunks <= 1:
+        return encoder(ids, lengths)
+    order = torch.argsort(lengths)
+    # The batch's own words as a small table: each slice looks up rows of it, so the big embedding
+    # table gets one gradient per batch rather than one dense (V, d) gradient per slice.
+    words, local = torch.unique(ids, return_inverse=True)
+    table = encoder.embedding.weight[words]  # (U, d)
+    parts = [
+        encoder.read(F.embedding(local[c, : int(lengths[c].max())], table), lengths[c])
+        for c in torch.tensor_split(order, chunks)
+        if len(c)
+    ]
+    return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
+
+
+def batch_loss(
+    model: Siamese, batch: Batch, objective: Objective, chunks: int, world: World = World(), bf16: bool = False
+) -> torch.Tensor:
+    """Encode every question of ``batch`` in one (chunked) LSTM pass and apply ``objective``.
+
+    Among several processes (``world``), this one encodes its share of the questions and the
+    objective sees every rank's vectors (:func:`dupq.training.distributed.gather`): the same loss as one process.
+    With ``bf16`` the encoder runs under bfloat16 autocast (the weights stay float32) and the
+    objective gets float32 vectors, so the similarities and losses keep float32's precision.
+    """
+    rows = slice(None)
+    if world.size > 1:
+        rows = share(len(batch.ids), world)
+        rows = (
+            rows if rows.stop > rows.start else slice(0, 1)
+        )  # an empty share encodes a stand-in row, dropped by gather
+    with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+        v = encode_in_chunks(model.encoder, batch.ids[rows], batch.lengths[rows], chunks)  # (n, d)
+    v = v.float()
+    if world.size > 1:
+        v = gather(v, len(batch.ids), world)  # (N, d)
+    return objective(v, batch, model.head, model.projection)
+
+
+@dataclass
+class Validation:
+    """What one epoch scored on the held-out pairs; ``better`` compares two epochs."""
+
+    loss: float
+    accuracy: float | None = None  # at the best threshold on the validation pairs (labelled only)
+    roc_auc: float | None = None
+
+    def key(self) -> float:
+        return self.accuracy if self.accuracy is not None else -self.loss
+
+    def better(self, other: Validation | None) -> bool:
+        return other is None or self.key() > other.key()
+
+
+def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Validation:
+    """Mean loss per pair on fixed, seed-independent batches; with both labels, accuracy and ROC-AUC too."""
+    model.eval()
+    objective = config.objective()
+    total, count, logits, labels = 0.0, 0, [], []
+    rng = np.random.default_rng(12345)
+    with torch.no_grad():
+        for index in source.epoch(rng):
+            batch = source.batch(index, rng).to(config.device)
+            v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, config.chunks)
+            loss = objective(v, batch, model.head, model.projection)
+            total += loss.item() * (
+                1
+                if "triplet" in config.losses and config.reduction == "sum" and len(config.losses) == 1
+                else len(index)
+            )
+            count += len(index)
+            u, w = v[: batch.size], v[batch.size : 2 * batch.size]
+            logits.append((model.head(u, w) if model.head is not None else (u * w).sum(-1)).cpu().numpy())
+            labels.append(batch.labels.cpu().numpy())
+    result = Validation(total / max(count, 1))
+    y = np.concatenate(labels) if labels else np.zeros(0)
+    if len(y) and 0 < y.sum() < len(y):
+        scores = np.concatenate(logits)
+        result.accuracy = best_threshold(scores, y)["value"]
+        result.roc_auc = threshold_free(scores, y)["roc_auc"]
+    return result
+
+
+def distributed_loss(model: Siamese, config: TrainConfig, world: World) -> nn.Module:
+    """What computes a batch's loss: ``model``, or among several processes its DDP wrapper (averages the gradients).
+
+    The pair head is unused when no loss reads it, the distil projection in a batch without
+    taught questions: DDP must then look for parameters without gradients.
+    """
+    if world.size == 1:
+        return model
+    unused = (model.head is not None and not config.objective().needs_head) or model.projection is not None
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=[world.local_rank] if config.device == "cuda" else None, find_unused_parameters=unused
+    )
+
+
+class Siamese(nn.Module):
+    """The trained parts, one state dict: ``encoder.*`` and, when there are, ``head.*`` and ``projection.*``.
+
+    The projection maps the encoder's vectors to the teacher's width for the distil loss; it is
+    part of the checkpoint (a resume goes on with it) but not of the model folder.
+    """
+
+    def __init__(self, encoder: Encoder, head: PairHead | None, projection: nn.Linear | None = None):
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+        self.projection = projection
+
+    def forward(
+        self, batch: Batch, objective: Objective, chunks: int, world: World, bf16: bool = False
+    ) -> torch.Tensor:
+        """The loss of one batch (:func:`batch_loss`): the call DDP wraps to average gradients over processes."""
+        return batch_loss(self, batch, objective, chunks, world, bf16)
