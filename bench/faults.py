@@ -1,4 +1,4 @@
-"""The fault suite (issue 10): every class of fault found by the hostile test, run against the
+"""The fault suite: every class of fault found by the hostile test, run against the
 installed package in temporary folders, and one JSON line of figures.
 
     python bench/faults.py            # ~1-2 minutes on 2 cores; the bundled model, synthetic questions

@@ -1,4 +1,4 @@
-"""Train and judge several recipes; one JSON line per recipe (the tables of docs/RESULTS.md).
+"""Train and judge several recipes; one JSON line per recipe (the tables of docs/experiments/).
 
     python bench/quality_sweep.py --out runs/sweep --only labelled,labelled-cos [--jobs 2 --threads 1]
     python bench/quality_sweep.py --list

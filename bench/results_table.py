@@ -1,4 +1,4 @@
-"""Render quality_sweep.py's JSON lines as a Markdown table of docs/RESULTS.md.
+"""Render quality_sweep.py's JSON lines as a Markdown table of docs/experiments/.
 
     python bench/results_table.py runs/sweep/results.jsonl [more.jsonl ...]
 

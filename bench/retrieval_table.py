@@ -20,7 +20,7 @@ RETRIEVAL = [  # (saved file, its command that ran bench/retrieval.py on the tes
     ("retrieval.json", "python bench/retrieval.py", "dupq", "dupq bundled (distilled from all-MiniLM-L6-v2)"),
     (
         "mpnet_student_retrieval.json",
-        "python bench/retrieval.py --model /tmp/exp/gpu/student_mp",
+        "python bench/retrieval.py --model runs/student-mpnet-half",
         "dupq",
         "dupq, the same recipe distilled from all-mpnet-base-v2",
     ),

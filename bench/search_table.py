@@ -1,4 +1,4 @@
-"""Render bench/search_speed.py's JSON line as the README's tables: speed per index, and memory at scale.
+"""Render bench/search_speed.py's JSON line as the tables of docs/collections.md: speed per index, and memory at scale.
 
     python bench/search_table.py docs/results/search_speed.json speed|memory
 

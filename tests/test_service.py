@@ -250,7 +250,7 @@ def test_serve_command_reports_a_missing_collection(tmp_path):
     assert "does not exist" in result.output and "Traceback" not in result.output
 
 
-# Faults (issue 10).
+# Faults: one test per class of fault that a hostile tester found in the service.
 
 FAILING_BODIES = [
     ("/search", b'{"question": "\\ud800 hello"}'),

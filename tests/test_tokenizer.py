@@ -48,16 +48,16 @@ def test_vocabulary_order_matches_a_naive_count(small_splits):
 
 @pytest.mark.real_data
 def test_vocabulary_of_the_seed_recipe(all_pairs):
-    """The seed recipe's vocabulary on the real file: its size and the ids of the seed's worked example."""
+    """The seed recipe's vocabulary on the real file: its size and the ids of one test question."""
     from dupq.data.pairs import split_pairs
 
     pool = split_pairs(all_pairs).pool
     dups = pool.take(pool.labels == 1)
     vocab = Vocabulary.build(dups.q1 + dups.q2)
-    # The seed's copy of the data (13 more duplicate pairs) gave 36,224 words; this file gives 36,236.
+    # Another copy of the data (13 more duplicate pairs) gives 36,224 words; this file gives 36,236.
     assert len(vocab) == 36_236
-    # The seed's encoding of its first test question is [4 8 6 160 17 2079 17 11775]: the same ids but
-    # that of the rarest word, "cse", whose rank among the rare words shifts with the 13 extra pairs.
+    # That copy encodes the first test question as [4 8 6 160 17 2079 17 11775]: the same ids but that
+    # of the rarest word, "cse", whose rank among the rare words shifts with the 13 extra pairs.
     ids = vocab.encode(["How do I prepare for interviews for cse?"])[0].tolist()
     assert ids == [4, 8, 6, 160, 17, 2079, 17, 11_774]
     # Ordering: by count, descending.

@@ -1,4 +1,4 @@
-"""One-shot use (seed 000): a question never seen in training, compared with known ones by similarity alone."""
+"""One-shot use: a question never seen in training, compared with known ones by similarity alone (no retraining)."""
 
 import sys
 

@@ -5,7 +5,7 @@ with the ``csv`` module so that every text stays exactly as written: no ``NaN`` 
 cell or for the literal text ``n/a``. Rows that cannot be used (an empty question, a label that
 is not 0 or 1, a broken row) are dropped and *reported*: how many, why, and the first few ids.
 
-The split follows the seed notebook (seed 002), by row position in the file:
+The split is the seed recipe's, by row position in the file, so it is the same everywhere:
 
 * rows ``[0, train_pool)``: the training pool; only its duplicate pairs are trained on,
   the first ``1 - val_fraction`` of them for training and the rest for the validation loss;
@@ -13,7 +13,7 @@ The split follows the seed notebook (seed 002), by row position in the file:
 * the next ``dev`` rows: the dev pairs (both labels), used to choose a threshold.
 
 On the shared file this gives 111,473 duplicates in the pool, cut into 89,178 train and 22,295
-validation pairs (the seed's copy of the data: 111,486 / 89,188).
+validation pairs (another copy of the data, with 13 more duplicates, gives 111,486 / 89,188).
 """
 
 from __future__ import annotations

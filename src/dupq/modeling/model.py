@@ -1,7 +1,7 @@
 """The user-facing :class:`Model`: vocabulary + question encoder + pair head + threshold.
 
-One encoder with shared weights reads both questions of a pair (seed 000, 002); which encoder
-(the seed's LSTM, a GRU, ...) is a registered part named in ``config.json``, see
+One encoder with shared weights reads both questions of a pair (a Siamese network); which encoder
+(the LSTM, a GRU, ...) is a registered part named in ``config.json``, see
 :mod:`dupq.modeling.encoders`. Two questions are compared by the dot product of their unit vectors, which
 is their cosine similarity: search uses nothing else.
 

@@ -1,7 +1,7 @@
 """A pretrained sentence encoder as a dupq model: all-MiniLM-L6-v2, or any sentence-transformers folder.
 
-A distilled LSTM encodes fast but does not reach its teacher's retrieval quality (README,
-"Distillation"). For users who prefer accuracy to speed, :class:`SentenceModel` makes the teacher
+A distilled LSTM encodes fast but does not reach its teacher's retrieval quality
+(docs/distil.md). For users who prefer accuracy to speed, :class:`SentenceModel` makes the teacher
 itself a dupq model: one folder that every entry point takes (``dupq evaluate``, ``predict``,
 ``index``, ``search``, ``serve``, ``Model.load``). It judges pairs as an LSTM model without a pair
 head does: by the cosine of the two unit vectors, against a threshold chosen on the dev pairs,

@@ -120,7 +120,7 @@ class IndexConfig:
 
     kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
     # HNSW: on Quora's 537k questions M=32 stalled near 0.95 recall@10 (many near-identical vectors);
-    # M=64 costs more build time and reaches the recall in docs/results/search_speed.json (README "Speed").
+    # M=64 costs more build time and reaches the recall in docs/results/search_speed.json (docs/collections.md).
     hnsw_m: int = 64  # graph links per vector: more = better recall, more memory and build time
     ef_construction: int = 64  # candidates while linking: more = better graph, slower build
     ef_search: int = 256  # candidates while searching: more = better recall, slower queries

@@ -74,7 +74,8 @@ class TrainConfig:
     # >1 groups similar lengths: faster, but -1.3 test accuracy (negatives as long as the anchor are easier)
     bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1)
     # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 16 was the fastest
-    # of 4/8/16/32 for the labelled recipe on this CPU in float32 (8 under --bf16, 16 within 2 %): RESULTS "What a step costs"
+    # of 4/8/16/32 for the labelled recipe on a 2-core CPU in float32 (8 under --bf16, 16 within 2 %):
+    # docs/experiments/5-labelled-pairs.md, "What a labelled training step costs"
     chunks: int = 16
     bf16: bool = option(
         False,

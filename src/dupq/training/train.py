@@ -1,6 +1,6 @@
 """The training loop: a batch source + an objective + Adam, with checkpoints and exact resume.
 
-A run is three parts that do not know each other (STYLE 16):
+A run is three parts that do not know each other:
 
 * the **batch source** (:mod:`dupq.training.batches`): which pairs, which labels, how batched. The seed
   recipe trains on the duplicates only (``recipe="duplicates"``); the labelled recipe on every

@@ -151,7 +151,7 @@ def load_teacher(
     ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. With ``bf16`` the teacher runs under
     bfloat16 autocast, faster on CPUs with bfloat16 instructions (AMX, AVX512-BF16); how much
     faster, and how close its vectors stay to float32 ones, is what ``bench/teacher_speed.py``
-    prints (docs/RESULTS.md).
+    prints (docs/experiments/8-retrieval-ceiling.md keeps its output).
     """
     model, name = load_sentence_transformer(name, device)
 
