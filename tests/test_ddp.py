@@ -22,6 +22,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
 from dupq.data.pairs import SplitConfig, split_pairs
+from dupq.modeling.formats import read_metrics
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distributed import World, join
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
@@ -127,6 +128,8 @@ def test_two_processes_reach_the_weights_of_one(splits, tmp_path, one_torch_thre
         k.removeprefix("encoder."): v for k, v in built.items()
     }  # the model folder names the encoder's weights bare
     assert one.keys() == two.keys() == start.keys()
+    for folder, processes in (("one", 1), ("two", 2)):  # metrics.json records how many processes trained it
+        assert read_metrics(tmp_path / folder)["training"]["processes"] == processes
     for name in one:
         travelled, apart = (one[name] - start[name]).norm(), (two[name] - one[name]).norm()
         # Not bit-equal: each step differs by float rounding (~1e-7, the one-step test), which Adam carries

@@ -7,6 +7,7 @@ the data is 150 synthetic rows, so MiniLM encodes a few hundred questions in all
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -305,3 +306,86 @@ def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, refer
     (escaping / "config.json").write_text(json.dumps(config))
     with pytest.raises(DupqError, match="outside"):
         load_teacher(str(escaping))
+
+
+def _dense_outside(outside: Path) -> Path:
+    """A sentence-transformers Dense module (an identity, 384 wide) whose weights are a pickle file."""
+    import torch
+
+    outside.mkdir()
+    (outside / "config.json").write_text(
+        json.dumps(
+            {
+                "in_features": 384,
+                "out_features": 384,
+                "bias": True,
+                "activation_function": "torch.nn.modules.linear.Identity",
+            }
+        )
+    )
+    torch.save({"linear.weight": torch.eye(384), "linear.bias": torch.zeros(384)}, outside / "pytorch_model.bin")
+    return outside
+
+
+def _linked_dense(copy: Path, folder: Path, tmp_path: Path) -> None:
+    """A 2_Dense module listed in modules.json, a link to a folder outside whose weights are a pickle."""
+    files = copy / "sentence-transformers"
+    modules = json.loads((files / "modules.json").read_text())
+    modules.append(
+        {
+            "idx": len(modules),
+            "name": str(len(modules)),
+            "path": "2_Dense",
+            "type": "sentence_transformers.models.Dense",
+        }
+    )
+    (files / "modules.json").write_text(json.dumps(modules))
+    (files / "2_Dense").symlink_to(_dense_outside(tmp_path / "outside-dense"), target_is_directory=True)
+
+
+def _linked_transformer(copy: Path, folder: Path, tmp_path: Path) -> None:
+    """The whole subfolder a link to another model folder's."""
+    shutil.rmtree(copy / "sentence-transformers")
+    (copy / "sentence-transformers").symlink_to(folder / "sentence-transformers", target_is_directory=True)
+
+
+def _linked_file(copy: Path, folder: Path, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (copy / "sentence-transformers" / "extra.json").symlink_to(tmp_path / "elsewhere.json")
+
+
+def _pickle_behind_a_link(copy: Path, folder: Path, tmp_path: Path) -> None:
+    """Inside the folder, but a pickle file under a harmless name."""
+    (copy / "notes.bin").write_bytes(b"\x80\x04N.")
+    (copy / "sentence-transformers" / "extra.safetensors").symlink_to(copy / "notes.bin")
+
+
+LINKS = {
+    "dense": (_linked_dense, "2_Dense leads outside the model folder"),
+    "transformer": (_linked_transformer, "sentence-transformers leads outside the model folder"),
+    "file": (_linked_file, "extra.json leads outside the model folder"),
+    "pickle": (_pickle_behind_a_link, "notes.bin) is a pickle file"),
+}
+
+
+@pytest.mark.parametrize("case", LINKS)
+def test_links_leading_outside_the_folder_or_to_a_pickle_are_refused(folder, tmp_path, case):
+    from dupq.training.distil.teacher import load_teacher
+
+    make, message = LINKS[case]
+    copy = shutil.copytree(folder, tmp_path / "copy", symlinks=True)
+    make(copy, folder, tmp_path)
+    with pytest.raises(DupqError, match=re.escape(message)):
+        Model.load(copy)
+    assert message in one_error_line(CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(copy)]))
+    with pytest.raises(DupqError, match=re.escape(message)):
+        load_teacher(str(copy), bf16=False)  # the teacher of distillation reads the folder the same way
+
+
+def test_links_inside_the_folder_load(folder, tmp_path, reference):
+    copy = shutil.copytree(folder, tmp_path / "inside", symlinks=True)
+    (copy / "notes.json").write_text("{}")
+    (copy / "sentence-transformers" / "notes.json").symlink_to(copy / "notes.json")
+    (copy / "sentence-transformers" / "loop").symlink_to(copy, target_is_directory=True)  # walked once, not forever
+    texts = ["How do I learn Python?", "Why is the sky blue?"]
+    np.testing.assert_allclose(Model.load(copy).encode(texts), reference(texts), atol=1e-5)

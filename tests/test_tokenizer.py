@@ -106,3 +106,56 @@ def test_oov_buckets_separate_unknown_words_stably(tmp_path, small_splits):
     # Without buckets every unknown word is id 1, as in the seed.
     plain = Vocabulary(vocab.tokens)
     assert plain.encode(["Worldpay Mijireh"]).flat.tolist() == [1, 1]
+
+
+VOCAB_FAULTS = {  # each used to load (or fail with a traceback) and change every question's ids
+    "a number among the tokens": (lambda v: v["tokens"].insert(3, 7), "tokens[3] must be a non-empty string, not 7"),
+    "an empty token": (lambda v: v["tokens"].append(""), "must be a non-empty string, not ''"),
+    "null as a token": (lambda v: v["tokens"].append(None), "must be a non-empty string, not None"),
+    "a word twice": (lambda v: v["tokens"].append(v["tokens"][2]), "tokens lists the word"),
+    "no [PAD] first": (lambda v: v["tokens"].reverse(), "tokens must start with '[PAD]' and '[UNK]'"),
+    "tokens an object": (lambda v: v.update(tokens={"a": 1}), "tokens must be a list, not {'a': 1}"),
+    "max_tokens -1": (lambda v: v.update(max_tokens=-1), "max_tokens must be an integer from 1 to 4096, not -1"),
+    "max_tokens 0": (lambda v: v.update(max_tokens=0), "max_tokens must be an integer from 1 to 4096, not 0"),
+    "max_tokens a string": (lambda v: v.update(max_tokens="256"), "max_tokens must be an integer"),
+    "max_tokens 2.5": (lambda v: v.update(max_tokens=2.5), "max_tokens must be an integer"),
+    "oov_buckets -3": (lambda v: v.update(oov_buckets=-3), "oov_buckets must be an integer from 0 to 4194304, not -3"),
+    "oov_buckets 10**11": (lambda v: v.update(oov_buckets=10**11), "oov_buckets must be an integer from 0 to 4194304"),
+    "ids beyond the maximum": (lambda v: v.update(oov_buckets=2**22), "tokens and oov_buckets must make at most"),
+    "lowercase a string": (lambda v: v.update(lowercase="no"), "lowercase must be true or false, not 'no'"),
+    "lowercase missing": (lambda v: v.pop("lowercase"), "lowercase is missing."),
+}
+
+
+@pytest.mark.parametrize("fault", VOCAB_FAULTS)
+def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
+    import json
+
+    from dupq.core.files import DupqError
+
+    path = tmp_path / "vocab.json"
+    Vocabulary.build(["How do I cook rice?", "Why is the sky blue?"], oov_buckets=8).save(path)
+    vocab = json.loads(path.read_text())
+    change, message = VOCAB_FAULTS[fault]
+    change(vocab)
+    path.write_text(json.dumps(vocab))
+    with pytest.raises(DupqError) as caught:
+        Vocabulary.load(path)
+    assert str(caught.value).startswith(f"{path} is corrupt: ") and message in str(caught.value), caught.value
+    assert "\n" not in str(caught.value)
+
+
+def test_a_bad_vocab_file_stops_the_model_in_one_line(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from dupq.cli import app
+
+    folder = shutil.copytree(tiny_model_dir, tmp_path / "m")
+    vocab = json.loads((folder / "vocab.json").read_text())
+    (folder / "vocab.json").write_text(json.dumps({**vocab, "max_tokens": -1}))
+    result = CliRunner().invoke(app, ["predict", "How do I cook rice?", "How to cook rice?", "--model", str(folder)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "vocab.json is corrupt: max_tokens must be an integer from 1 to 4096, not -1." in result.output

@@ -165,7 +165,7 @@ def _threads(threads: int) -> None:
 
 
 def _threshold(value: Optional[float], option: str = "--threshold") -> Optional[float]:
-    from dupq.modeling.schema import check_threshold
+    from dupq.modeling.formats import check_threshold
 
     return None if value is None else check_threshold(value, option)
 

@@ -20,7 +20,8 @@ a dict lookup, which are C code already; so the lighter path wins and dupq does 
 it (the teacher's sentence-transformers, an optional extra, brings its own).
 
 Encoded questions are *ragged*: one flat id array plus offsets, padded per batch on demand.
-The vocabulary is saved as ``vocab.json`` (the words in id order) beside the model.
+The vocabulary is saved as ``vocab.json`` (the words in id order) beside the model; its format
+is :class:`VocabFile`.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import BaseModel, StrictBool, field_validator, model_validator
 
-from dupq.core.files import DupqError, read_json, write_json
+from dupq.core.files import DupqError, write_json
+from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, checked, corrupt, integer, read_format
 
 PAD, UNK = "[PAD]", "[UNK]"
 _STRIP = str.maketrans("", "", string.punctuation)  # Keras' strip_punctuation set, exactly
@@ -114,7 +117,7 @@ class Vocabulary:
 
     >>> vocab = Vocabulary.build(["How do I cook?", "How do I bake?"])
     >>> vocab.encode(["How do I fly?"])[0].tolist()
-    [2, 3, 4, 1]
+    [4, 2, 3, 1]
     """
 
     def __init__(self, tokens: Sequence[str], lowercase: bool = False, max_tokens: int = 256, oov_buckets: int = 0):
@@ -189,13 +192,44 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocabulary:
-        obj = read_json(path, "the vocabulary")
-        try:
-            return cls(
-                obj["tokens"],
-                lowercase=bool(obj["lowercase"]),
-                max_tokens=int(obj["max_tokens"]),
-                oov_buckets=int(obj.get("oov_buckets", 0)),
+        """The vocabulary saved in ``path`` (``vocab.json``), or one sentence naming what is wrong with it."""
+        stored = read_format(VocabFile, path, "the vocabulary")
+        return cls(stored.tokens, stored.lowercase, stored.max_tokens, stored.oov_buckets)
+
+
+def _word(token: object) -> bool:
+    return isinstance(token, str) and bool(token)
+
+
+class VocabFile(BaseModel):
+    """``vocab.json``: the words in id order and how questions are cut into them.
+
+    Every field changes every question's ids, so none is taken on trust: the words are distinct
+    non-empty strings after ``[PAD]`` and ``[UNK]``, and the sizes are positive and bounded.
+    """
+
+    lowercase: StrictBool  # fold case before the lookup
+    max_tokens: integer(1, MAX_TOKENS)  # words kept per question
+    oov_buckets: integer(0, MAX_VOCAB) = 0  # ids that unknown words hash into, after the words
+    tokens: list[checked(str, _word, "a non-empty string")]  # the words in id order, [PAD] and [UNK] first
+
+    @field_validator("tokens")
+    @classmethod
+    def _distinct(cls, tokens: list[str]) -> list[str]:
+        if tokens[:2] != [PAD, UNK]:
+            raise corrupt(f"tokens must start with {PAD!r} and {UNK!r}, not {tokens[:2]!r}")
+        seen: set[str] = set()
+        for token in tokens:
+            if token in seen:
+                raise corrupt(f"tokens lists the word {token!r} twice")
+            seen.add(token)
+        return tokens
+
+    @model_validator(mode="after")
+    def _ids_fit(self) -> VocabFile:
+        if len(self.tokens) + self.oov_buckets > MAX_VOCAB:
+            raise corrupt(
+                f"tokens and oov_buckets must make at most {MAX_VOCAB:,} ids, "
+                f"not {len(self.tokens):,} + {self.oov_buckets:,}"
             )
-        except (KeyError, TypeError, ValueError) as e:
-            raise DupqError(f"the vocabulary {path} is corrupt ({type(e).__name__}: {e}).") from None
+        return self

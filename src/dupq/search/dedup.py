@@ -32,8 +32,8 @@ import numpy as np
 
 from dupq.core.files import DupqError, atomic_write
 from dupq.data.tokenizer import check_questions
+from dupq.modeling.formats import check_threshold
 from dupq.modeling.model import Model
-from dupq.modeling.schema import check_threshold
 from dupq.search.vectors import search
 
 

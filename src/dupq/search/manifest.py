@@ -1,39 +1,57 @@
-"""What a collection's ``manifest.json`` must hold: one check, one sentence per mistake."""
+"""A collection's ``manifest.json``: its pydantic format, read through :func:`dupq.core.formats.check_format`.
+
+The manifest records the collection's format, the model that built it (fingerprint and folder),
+the vectors' width, the FAISS index settings and the cache file it describes (count, checksum).
+A folder collection keeps it as ``manifest.json``, a Milvus collection as a property; both are
+checked here when opened, so a mistake is one sentence naming the place and the field.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, StrictBool, StrictStr, field_validator
 
 from dupq.core.files import DupqError
-from dupq.modeling.schema import FilePath, _choice, _fail, _int, _object
-from dupq.search.vectors import IndexConfig  # its ranges are checked where an IndexConfig is made
+from dupq.core.formats import MAX_COUNT, MAX_OUT_DIM, FilePath, check_format, corrupt, integer, wanted
+from dupq.search.vectors import IndexConfig  # its own checks give the index settings' ranges
 
 
-def check_manifest(manifest: Any, path: FilePath, fmt: str) -> dict:
-    """A collection's ``manifest.json``: its format, the model that built it, dimension, index settings, cache."""
-    manifest = _object(manifest, path, "the file")
-    if manifest.get("format") != fmt:
+class _ModelRecord(BaseModel):
+    fingerprint: StrictStr  # Model.fingerprint() of the model that encoded the stored questions
+    path: Annotated[StrictStr | None, wanted("a folder name or null")] = None  # its folder (None: the bundled model)
+    bundled: StrictBool = False  # built with the model bundled with the package
+
+
+class Manifest(BaseModel):
+    """A collection's ``manifest.json`` (keys it does not know are left alone)."""
+
+    format: StrictStr  # the collection format (dupq.search.collection.FORMAT)
+    model: _ModelRecord
+    dim: integer(1, MAX_OUT_DIM)  # the stored vectors' width, the model's
+    index: dict  # IndexConfig's fields
+    count: integer(0, MAX_COUNT) | None = None  # vectors in the cached index file
+    trained_on: integer(1, MAX_COUNT) | None = None  # vectors an IVF-PQ index was trained on
+    checksum: StrictStr | None = None  # of the cached index file (None: written before checksums)
+
+    @field_validator("index")
+    @classmethod
+    def _index_config(cls, index: dict) -> dict:
+        try:
+            IndexConfig(**index)
+        except TypeError as e:
+            raise corrupt(f"index holds an unknown setting ({e})") from None
+        except DupqError as e:
+            raise corrupt(str(e)) from None
+        return index
+
+
+def check_manifest(manifest: Any, where: FilePath, fmt: str) -> dict:
+    """``manifest`` (parsed JSON, kept as it is: the collection updates and writes it back) once it is
+    a manifest of the collection format ``fmt``; else one sentence naming ``where`` it came from."""
+    if isinstance(manifest, dict) and manifest.get("format") != fmt:
         raise DupqError(
-            f"{path} is not a dupq collection manifest (format {fmt!r} expected, found {manifest.get('format')!r})."
+            f"{where} is not a dupq collection manifest (format {fmt!r} expected, found {manifest.get('format')!r})."
         )
-    model = _object(manifest.get("model"), path, "model")
-    if not isinstance(model.get("fingerprint"), str):
-        _fail(path, "model.fingerprint", "a string", model.get("fingerprint"))
-    if model.get("path") is not None and not isinstance(model["path"], str):
-        _fail(path, "model.path", "a folder name or null", model["path"])
-    _choice(model, "bundled", path, "model.", (False, True), optional=True)
-    _int(manifest, "dim", path, "", 1, 131072)
-    _int(manifest, "count", path, "", 0, 2**62, optional=True)
-    _int(manifest, "trained_on", path, "", 1, 2**62, optional=True)
-    if manifest.get("checksum") is not None and not isinstance(manifest["checksum"], str):
-        _fail(path, "checksum", "a string", manifest["checksum"])
-    index = _object(manifest.get("index"), path, "index")
-    for key in ("hnsw_m", "ef_construction", "ef_search"):
-        _int(index, key, path, "index.", -(2**31), 2**31, optional=True)  # types here, ranges in IndexConfig
-    try:
-        IndexConfig(**index)
-    except TypeError as e:
-        raise DupqError(f"{path} is corrupt: index holds an unknown setting ({e}).") from None
-    except DupqError as e:
-        raise DupqError(f"{path} is corrupt: {e}") from None
+    check_format(Manifest, manifest, where)
     return manifest

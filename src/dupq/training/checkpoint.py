@@ -17,7 +17,7 @@ from safetensors.torch import load_file, safe_open, save
 
 from dupq.core.files import DupqError, atomic_write
 from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
-from dupq.modeling.model import stored_kind
+from dupq.modeling.formats import stored_kind
 from dupq.training.config import CHECKPOINT, RESUMABLE, ModelOptions, TrainConfig
 from dupq.training.step import Siamese
 

@@ -234,6 +234,7 @@ def _finish(
         "val_pairs": val_pairs,
         "history": state.history,
         "best_epoch": state.best_epoch,
+        "processes": world.size,  # torchrun processes that trained it (1: one process)
         **(extra_info or {}),
     }
     model.cpu()

@@ -9,15 +9,10 @@ from typing import Any
 from dupq.core.files import DupqError, new_folder, readable
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import calibrate_and_test
+from dupq.modeling.encoders import SentenceConfig
+from dupq.modeling.formats import check_files
 from dupq.modeling.pretrained import load_sentence_transformer
-from dupq.modeling.sentence_model import (
-    SUBFOLDER,
-    SentenceConfig,
-    SentenceModel,
-    check_files,
-    check_new_model_folder,
-    width,
-)
+from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, check_new_model_folder, width
 
 
 def export_teacher(

@@ -1,0 +1,261 @@
+"""A model folder's format, and its one reader: ``config.json``, ``metrics.json``, the transformer's files.
+
+A trained model is a folder (:mod:`dupq.modeling.model`)::
+
+    config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on
+    metrics.json       how it was trained (split, loss per epoch, processes) and what it scored
+    vocab.json         the words (:class:`dupq.data.tokenizer.VocabFile`), or instead of it and the weights:
+    model.safetensors  the encoder's and the head's weights
+    sentence-transformers/   a pretrained sentence encoder, JSON and safetensors only
+
+Everything that reads a model folder (:meth:`Model.load <dupq.modeling.model.Model.load>`, the
+sentence-transformers reader, the teacher of distillation, the check before a folder is replaced)
+reads it here, through the pydantic formats below and :func:`dupq.core.formats.check_format`, so a
+mistake in any file is one sentence naming the file and the field. The encoder and head entries
+are read straight into :class:`~dupq.modeling.encoders.EncoderConfig`,
+:class:`~dupq.modeling.encoders.SentenceConfig` and :class:`~dupq.modeling.heads.HeadConfig`, whose
+annotations bound every size. Keys a format does not know are ignored (a newer dupq may add some).
+
+>>> check_format(ModelConfig, {"format": FORMAT, "encoder": {"vocab_size": 10, "dim": "128"}}, "m/config.json")
+Traceback (most recent call last):
+dupq.core.files.DupqError: m/config.json is corrupt: encoder.dim must be an integer from 1 to 4096, not '128'.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictStr,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from dupq.core.files import DupqError, read_json
+from dupq.core.formats import MAX_COUNT, MAX_EMBEDDING, check_format, corrupt, inside, integer, number, sentence
+from dupq.modeling.encoders import ENCODERS, SENTENCE_TRANSFORMERS, EncoderConfig, SentenceConfig
+from dupq.modeling.heads import HeadConfig
+
+FORMAT = "dupq-model/1"
+SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is calibrated
+ROUNDING = 1e-6  # float32 cosines can exceed 1 by an ulp or two, and a threshold chosen among them too
+KNOWN = (*ENCODERS, SENTENCE_TRANSFORMERS)  # every encoder type a config.json may name
+# Calibration numbers beyond this are no fit to dev pairs (the bundled model's are below 2) and would
+# overflow the probability; a beta map this steep is a step function anyway.
+MAX_CALIBRATION = 1e6
+PICKLES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")  # formats that can run code when loaded
+
+Threshold = number(-1.0 - ROUNDING, 1.0 + ROUNDING, "a number from -1 to 1")
+_THRESHOLD = TypeAdapter(Threshold)
+
+
+def check_threshold(value: Any, where: str) -> float:
+    """A decision threshold: a finite number in [-1, 1] (a cosine similarity, or a probability)."""
+    try:
+        return _THRESHOLD.validate_python(value)
+    except ValidationError:
+        raise DupqError(f"{where} must be a number from -1 to 1, not {value!r}.") from None
+
+
+class Calibration(BaseModel):
+    """The beta map of :func:`dupq.modeling.calibration.calibrated`, fitted on dev pairs."""
+
+    method: Literal["beta"] = "beta"
+    a: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of ln s
+    b: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of -ln(1 - s)
+    c: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # offset
+
+
+def _encoder_tag(encoder: Any) -> str:
+    """Which format reads an ``encoder`` entry: its type ("lstm" when it names none, or is no object)."""
+    return encoder.get("type", "lstm") if isinstance(encoder, dict) else "lstm"
+
+
+Encoders = Annotated[
+    Union[  # noqa: UP007 - a Union built from the registry cannot be written with |
+        tuple(Annotated[EncoderConfig, Tag(kind)] for kind in ENCODERS)
+        + (Annotated[SentenceConfig, Tag(SENTENCE_TRANSFORMERS)],)
+    ],
+    Discriminator(_encoder_tag),
+]
+
+
+class ModelConfig(BaseModel):
+    """A model's ``config.json``: the encoder, the pair head, and how pairs are judged."""
+
+    model_config = ConfigDict(frozen=True)
+
+    format: Literal[FORMAT]
+    kind: str = "lstm"  # the encoder's type (encoder.type; none: a folder saved before the registry, an LSTM)
+    encoder: Encoders  # its config: an EncoderConfig for a registered type, else a SentenceConfig
+    head: HeadConfig | None = None  # the pair head (None: the cosine judges pairs)
+    calibration: Calibration | None = None  # the beta map to a probability (None: the head's own sigmoid)
+    threshold: Threshold = SEED_THRESHOLD  # what score > threshold calls a duplicate
+    threshold_on: Literal["similarity", "probability"] = "similarity"  # which score the threshold applies to
+    threshold_info: dict | None = None  # how the threshold was chosen
+    weights_dtype: Literal["float32", "float16"] = "float32"  # how model.safetensors stores the weights
+
+    @model_validator(mode="before")
+    @classmethod
+    def _encoder_type(cls, config: Any) -> Any:
+        """Name an unknown encoder type with the known ones; record the type as ``kind``."""
+        encoder = config.get("encoder") if isinstance(config, dict) else None
+        if not isinstance(encoder, dict):
+            return config  # the encoder's own format refuses it
+        kind = encoder.get("type", "lstm")
+        if not isinstance(kind, str) or kind not in KNOWN:  # a list or an object as the type is unknown too
+            raise sentence(
+                f"unknown encoder type {kind!r} (encoder.type); this dupq knows "
+                f"{', '.join(map(repr, KNOWN[:-1]))} and {KNOWN[-1]!r}."
+            )
+        return {**config, "kind": kind}
+
+    @model_validator(mode="after")
+    def _sizes_fit(self) -> ModelConfig:
+        """The embedding table fits in memory, and the head reads vectors as wide as the encoder's."""
+        if isinstance(self.encoder, EncoderConfig):
+            rows, dim = self.encoder.vocab_size, self.encoder.dim
+            if rows * dim > MAX_EMBEDDING:
+                raise corrupt(
+                    f"encoder.vocab_size x encoder.dim must be at most {MAX_EMBEDDING:,} (2 GiB of float32), "
+                    f"not {rows:,} x {dim:,}"
+                )
+            if self.head is not None and self.head.dim != self.encoder.out_dim:
+                raise corrupt(f"head.dim must be the encoder's width {self.encoder.out_dim}, not {self.head.dim}")
+        return self
+
+    def judging(self) -> dict[str, Any]:
+        """How pairs are judged, as :class:`~dupq.modeling.model.Model`'s keyword arguments."""
+        return {
+            "threshold": self.threshold,
+            "threshold_info": self.threshold_info,
+            "calibration": self.calibration.model_dump() if self.calibration is not None else None,
+            "threshold_on": self.threshold_on,
+        }
+
+
+class _Split(BaseModel):
+    train_pool: integer(0, MAX_COUNT) | None = None
+    test: integer(0, MAX_COUNT) | None = None
+    dev: integer(0, MAX_COUNT) | None = None
+    val_fraction: number(1e-9, 1 - 1e-9) | None = None
+
+
+class _Epoch(BaseModel):
+    epoch: integer(0, 2**31)
+    train_loss: Annotated[float, Field(strict=True)]  # NaN can be recorded: a diverged epoch is history too
+    val_loss: Annotated[float, Field(strict=True)]
+
+
+class _Training(BaseModel):
+    split: _Split | None = None
+    history: list[_Epoch] | None = None
+    processes: integer(1, 65536) | None = None  # how many processes trained it (torchrun); absent: one
+
+
+class Metrics(BaseModel):
+    """A model's ``metrics.json``: how it was trained and what it scored (the rest is free-form)."""
+
+    training: _Training | None = None
+    calibration: dict | None = None
+    test: dict | None = None
+
+
+class _Kind(BaseModel):
+    type: StrictStr = "lstm"
+
+
+class _Header(BaseModel):
+    """The least of a ``config.json`` that says it is a dupq model's, and of what kind."""
+
+    format: Literal[FORMAT]
+    encoder: _Kind
+
+
+def read_config(folder: Path) -> ModelConfig:
+    """``folder/config.json`` as a :class:`ModelConfig`, or one sentence."""
+    path = folder / "config.json"
+    config = read_json(path, f"the model config of {folder}")
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise DupqError(f"{path} is not a dupq model config (format {FORMAT!r} expected).")
+    return check_format(ModelConfig, config, path)
+
+
+def read_metrics(folder: Path) -> dict[str, Any]:
+    """``folder/metrics.json`` as it is stored (empty when there is none), once :class:`Metrics` holds."""
+    path = folder / "metrics.json"
+    if not path.exists():
+        return {}
+    metrics = read_json(path, f"the metrics of {folder}")
+    check_format(Metrics, metrics, path)
+    return metrics
+
+
+def stored_kind(folder: Path) -> str | None:
+    """The encoder type that ``folder/config.json`` names ("lstm" when it names none) if it is a dupq
+    model config, else None; nothing else of the folder is read or checked."""
+    try:
+        return check_format(_Header, read_json(folder / "config.json", "config.json"), folder).encoder.type
+    except DupqError:
+        return None
+
+
+def transformer_files(folder: Path) -> Path | None:
+    """The checked sentence-transformers subfolder of the dupq model folder ``folder``; None when
+    ``folder`` is no dupq model folder, or one of another kind."""
+    if stored_kind(folder) != SENTENCE_TRANSFORMERS:
+        return None
+    return check_files(folder / read_config(folder).encoder.folder, folder)
+
+
+def check_files(files: Path, root: Path | None = None) -> Path:
+    """``files`` if it is a saved sentence-transformers model of JSON and safetensors inside the model
+    folder ``root`` (default: its parent), else one sentence.
+
+    Links are followed: a file or folder that resolves outside ``root`` is refused, and so is any
+    pickle format (``.bin``, ``.pt``, ...), by its own name or by the name it resolves to, since
+    loading one can run code.
+    """
+    root = files.parent if root is None else root
+    if not files.is_dir():
+        raise DupqError(f"the sentence-transformers model of {root} is missing: {files} is not a folder.")
+    for path in _everything(files, root):
+        if not inside(path, root):
+            raise DupqError(
+                f"{path} leads outside the model folder {root} (to {path.resolve()}); a model folder holds its own files."
+            )
+        if path.suffix.lower() in PICKLES or path.resolve().suffix.lower() in PICKLES:
+            link = f" (a link to {path.resolve()})" if path.is_symlink() else ""
+            raise DupqError(
+                f"{path}{link} is a pickle file, which can run code when loaded; a dupq model folder holds "
+                f"JSON and safetensors only (delete the file, or export the model again)."
+            )
+    if not (files / "modules.json").is_file() or not any(files.rglob("*.safetensors")):
+        raise DupqError(
+            f"{files} is not a saved sentence-transformers model: it needs modules.json and safetensors weights."
+        )
+    return files
+
+
+def _everything(files: Path, root: Path) -> list[Path]:
+    """``files`` and every path under it, in order, following links to folders inside ``root`` once each."""
+    found, seen, todo = [files], set(), [files]
+    while todo:
+        folder = todo.pop()
+        if not inside(folder, root) or folder.resolve() in seen:
+            continue  # refused by the caller, or walked already (a link back up would loop)
+        seen.add(folder.resolve())
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            path = Path(entry.path)
+            found.append(path)
+            if path.is_dir():
+                todo.append(path)
+    return found
