@@ -209,3 +209,103 @@ def test_kill_9_of_one_rank_then_resume_under_torchrun(pairs_path, tmp_path):
     assert whole.returncode == 0, whole.stderr
     a, b = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "whole" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# Ranks given other options or data: each must stop at the start, every rank with the same sentence naming
+# what differs, instead of training diverging replicas (--seed, --lr), failing in a collective (--batch-size,
+# --dim) or waiting for a collective the other never reaches (--epochs: 30 minutes, gloo's default).
+MISMATCHES = [
+    ("--seed", {"seed": 5}, {}),
+    ("--lr", {"lr": 0.02}, {}),
+    ("--batch-size", {"batch_size": 128}, {}),
+    ("--epochs", {"epochs": 2}, {}),
+    ("--dim", {}, {"dim": 8}),
+    ("--data file", {}, {}),
+]
+
+
+def _other_data(splits):
+    """The splits with one test label flipped: the same vocabulary and batches, other data."""
+    import dataclasses
+
+    labels = splits.test.labels.copy()
+    labels[0] = 1 - labels[0]
+    return dataclasses.replace(splits, test=dataclasses.replace(splits.test, labels=labels))
+
+
+def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: list[int]) -> None:
+    import json
+
+    from dupq.core.files import DupqError
+
+    _environment(rank, world, port)
+    results = {}
+    for (name, config_change, model_change), port in zip(MISMATCHES, ports):
+        os.environ["MASTER_PORT"] = str(port)
+        mine = rank == 1
+        config = TrainConfig(**{"batch_size": 256, "seed": 4, "epochs": 1, **(config_change if mine else {})})
+        data = _other_data(splits) if mine and name == "--data file" else splits
+        try:
+            train(
+                data,
+                f"{out}/{name}",
+                config,
+                split=SPLIT.__dict__,
+                log=lambda _: None,
+                progress=False,
+                **{"dim": 16, **(model_change if mine else {})},
+            )
+            results[name] = "trained"
+        except DupqError as e:
+            results[name] = str(e)
+        Path(f"{out}/rank{rank}.json").write_text(json.dumps(results))
+
+
+@pytest.mark.slow
+def test_ranks_given_other_options_or_data_stop_at_the_start(splits, tmp_path):
+    import json
+
+    ports = [_free_port() for _ in MISMATCHES]
+    started = time.monotonic()
+    context = mp.spawn(_mismatch_worker, args=(2, ports[0], splits, str(tmp_path), ports), nprocs=2, join=False)
+    try:
+        while not context.join(timeout=1) and time.monotonic() - started < 120:
+            pass
+    finally:
+        for (
+            process
+        ) in context.processes:  # a rank that waits forever for the other (ranks that disagree on --epochs, unchecked)
+            if process.is_alive():
+                process.kill()
+    seconds = time.monotonic() - started
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert results[0] == results[1] and list(results[0]) == [name for name, _, _ in MISMATCHES], results
+    for name, _, _ in MISMATCHES:
+        assert results[0][name].startswith(f"rank 1 has another {name} than rank 0"), results[0][name]
+    assert seconds < 60
+
+
+def test_the_start_fingerprints_differ_in_the_option_changed_and_only_there(splits):
+    """Every option of the two configs (and the split) is compared, each under its flag; --threads is not."""
+    from dataclasses import fields, replace
+
+    from dupq.core.options import flag, is_option
+    from dupq.training.distributed import start_fingerprints
+
+    config, options = TrainConfig(batch_size=64, seed=4), ModelOptions(dim=16)
+    base = start_fingerprints([config, options], SPLIT.__dict__, splits)
+    assert start_fingerprints([replace(config, threads=3), options], SPLIT.__dict__, splits) == base
+    changes = {"seed": 5, "lr": 0.02, "epochs": 7, "recipe": "labelled", "device": "cuda", "chunks": 3, "dim": 8}
+    for name, value in changes.items():
+        changed = [replace(c, **{name: value}) if name in {f.name for f in fields(c)} else c for c in (config, options)]
+        field = next(f for c in changed for f in fields(c) if f.name == name)
+        differ = {k for k, v in start_fingerprints(changed, SPLIT.__dict__, splits).items() if base[k] != v}
+        assert differ == {flag(field) if is_option(field) else name}, (name, differ)
+    other_split = {**SPLIT.__dict__, "dev": 400}
+    assert {k for k, v in start_fingerprints([config, options], other_split, splits).items() if base[k] != v} == {
+        "--dev-size"
+    }
+    differ = {
+        k for k, v in start_fingerprints([config, options], SPLIT.__dict__, _other_data(splits)).items() if base[k] != v
+    }
+    assert differ == {"--data file"}

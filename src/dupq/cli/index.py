@@ -9,7 +9,7 @@ import typer
 import typer.core
 
 from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, _dropped, _threshold, app, command
-from dupq.core.files import DupqError, to_json
+from dupq.core.files import DupqError, check_target, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -219,6 +219,7 @@ def dedup_command(
 
     if out.suffix.lower() not in (".json", ".csv"):
         raise DupqError(f"--out must end in .json or .csv, not {out.name!r}.")
+    check_target(out, folder=False)  # before the work, not after it
     threshold = _threshold(threshold)
     m = Model.load(model)
     qs = read_questions(questions, column)

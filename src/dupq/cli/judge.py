@@ -112,6 +112,7 @@ def predict(
     threads: Annotated[int, THREADS_OPTION] = 1,
 ) -> None:
     """Say whether two questions are duplicates: their similarity, probability and the verdict."""
+    from dupq.data.text import open_lines
     from dupq.modeling.model import Model
     from dupq.modeling.predict import check_question, judge, judge_stream, verdict_text
 
@@ -141,7 +142,7 @@ def predict(
         else:
             typer.echo(verdict_text(j, "probability" if m.threshold_on == "probability" else "similarity"))
         return
-    stream = typer.get_binary_stream("stdin") if pairs == "-" else open(pairs, "rb")
+    stream = open_lines(pairs)
     bad = judged = 0
     with stream:
         for items in judge_stream(m, stream, t, chunk):

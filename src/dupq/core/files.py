@@ -31,21 +31,52 @@ class DupqError(Exception):
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename.
+
+    ``path``'s folder must exist (a mistyped folder is refused, not created), and ``path`` must
+    not be a folder. An error of the file system (no space, no permission) names ``path``, never
+    the temporary file.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a model or report should read like any file
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    check_target(path, folder=False)
+    with _naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a model or report should read like any file
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     fsync_dir(path.parent)
+
+
+def check_target(path: Path, *, folder: bool) -> None:
+    """Refuse to write ``path`` when its parent folder is missing (or a file), or when a file is to
+    replace a folder or a folder a file: one sentence naming the path the user gave."""
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is a file" if parent.exists() else "does not exist"
+        raise DupqError(f"cannot write {path}: the folder {parent} {what}; create it first, or choose another place.")
+    if not folder and path.is_dir():
+        raise DupqError(f"cannot write {path}: it is a folder; name a file.")
+    if folder and path.exists() and not path.is_dir():
+        raise DupqError(f"cannot write the folder {path}: it is a file; name a folder.")
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An ``OSError`` of the block names ``path`` (what the user asked to write), not a temporary file or folder,
+    nor nothing (a write that finds the disk full names no file)."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None and str(e.filename) == str(path):
+            raise
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None  # the errno keeps its subclass
 
 
 def _umask() -> int:
@@ -91,27 +122,43 @@ def new_folder(folder: str | os.PathLike) -> Iterator[Path]:
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    check_target(folder, folder=True)
     remove_stale(folder.parent)  # builds killed before their rename
     tmp = folder.parent / f".{folder.name}.building-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    with _naming(folder):
+        tmp.mkdir()
     try:
-        yield tmp
+        with _inside(tmp, folder):
+            yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = folder.parent / f".{folder.name}.old-{os.getpid()}"
-    if folder.exists():
-        folder.rename(old)
-    try:
-        tmp.rename(folder)
-    except BaseException:
-        if old.exists():
-            old.rename(folder)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _naming(folder):
+        if folder.exists():
+            folder.rename(old)
+        try:
+            tmp.rename(folder)
+        except BaseException:
+            if old.exists():
+                old.rename(folder)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     shutil.rmtree(old, ignore_errors=True)
     fsync_dir(folder.parent)
+
+
+@contextmanager
+def _inside(tmp: Path, folder: Path) -> Iterator[None]:
+    """An ``OSError`` about a file in the hidden folder ``tmp`` names the same file in ``folder``, where the user will look."""
+    try:
+        yield
+    except OSError as e:
+        name = str(e.filename) if e.filename is not None else str(tmp)  # a write that names no file: the folder's
+        if not name.startswith(str(tmp)):
+            raise
+        raise OSError(e.errno, e.strerror or str(e), str(folder) + name[len(str(tmp)) :]) from None
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -19,13 +19,9 @@ validation pairs (another copy of the data, with 13 more duplicates, gives 111,4
 from __future__ import annotations
 
 import csv
-import gzip
 import os
-import sys
-import zlib
 from collections import Counter, deque
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +30,7 @@ import numpy as np
 
 from dupq.core.files import DupqError
 from dupq.core.options import option
+from dupq.data.text import header_names, open_text, reading
 
 REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
 DEFAULT_DATA = Path("..") / "shared" / "data" / "quora_duplicate_questions.tsv.gz"
@@ -104,27 +101,6 @@ def default_data_path() -> Path:
     """``$DUPQ_DATA`` if set, else ``../shared/data/quora_duplicate_questions.tsv.gz``."""
     env = os.environ.get("DUPQ_DATA")
     return Path(env) if env else DEFAULT_DATA
-
-
-def open_text(path: Path):
-    """Open a UTF-8 text file for the ``csv`` module, gunzipping a ``.gz`` on the fly."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
-
-
-@contextmanager
-def reading(path: Path, kind: str = "CSV/TSV"):
-    """Turn the ways a text table can be unreadable into one :class:`DupqError` naming ``path``."""
-    csv.field_size_limit(sys.maxsize)
-    try:
-        yield
-    except UnicodeDecodeError as e:
-        raise DupqError(f"{path} is not UTF-8 text (byte {e.start} of a chunk cannot be decoded).") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise DupqError(f"{path} is not a readable gzip file ({e}).") from None
-    except csv.Error as e:
-        raise DupqError(f"{path} is not a well-formed {kind} file ({e}).") from None
 
 
 def delimiter_of(path: Path) -> str | None:
@@ -209,8 +185,7 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     with reading(path), open_text(path) as f:
         header_line = f.readline()
         delimiter = _delimiter(path, header_line)
-        header = next(csv.reader([header_line], delimiter=delimiter), [])
-        header = [h.strip().lstrip("\ufeff") for h in header]
+        header = header_names(header_line, delimiter, path)
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
             raise DupqError(

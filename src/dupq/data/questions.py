@@ -11,18 +11,20 @@ Three kinds of file, told apart by their name and header (``.gz`` is read transp
 
 Every line is accounted for: a question, or a reason it was left out (a blank line, an empty
 question, one with no words (see :func:`dupq.data.tokenizer.check_question`), a row with the wrong
-number of fields or an unclosed quote), counted in ``Questions.dropped``; none is stored.
+number of fields or an unclosed quote), counted in ``Questions.dropped``; none is stored. A file
+that cannot be read as a whole is refused in one sentence: not UTF-8, a line over the cap, a header
+naming a column twice (:mod:`dupq.data.text`), or a key given to two lines.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dupq.core.files import DupqError, check_path
-from dupq.data.pairs import Dropped, delimiter_of, open_text, reading, table_rows
+from dupq.data.pairs import Dropped, delimiter_of, table_rows
+from dupq.data.text import header_names, open_text, reading
 from dupq.data.tokenizer import check_question
 
 
@@ -71,7 +73,7 @@ def read_questions(path: str | os.PathLike, column: str | None = None, key_colum
     with reading(path), open_text(path) as f:
         if delimiter is None:
             return _read_lines(f)
-        header = [h.strip().lstrip("\ufeff") for h in next(csv.reader([f.readline()], delimiter=delimiter), [])]
+        header = header_names(f.readline(), delimiter, path)
         rows = table_rows(f, delimiter, len(header), dropped := Dropped())
         if column is None and {"qid1", "qid2", "question1", "question2"} <= set(header):
             return _read_pairs(rows, header, dropped)
@@ -117,10 +119,18 @@ def _read_table(
     i = header.index(column)
     k = header.index(key_column) if key_column is not None else None
     texts, metadata, keys = [], [], []
+    first: dict[str, int] = {}  # each key's line
     for number, lines, row in rows:
         if k is not None and not row[k].strip():
             dropped.add(f"line {number}", "empty key", lines)
+        elif k is not None and row[k] in first:
+            raise DupqError(
+                f"{path} gives the key {row[k]!r} to lines {first[row[k]]} and {number}; a key names one question, "
+                "so give each its own (nothing was stored)."
+            )
         elif _usable(row[i], f"line {number}", dropped, lines):
+            if k is not None:
+                first[row[k]] = number
             texts.append(row[i])
             metadata.append({name: value for j, (name, value) in enumerate(zip(header, row)) if j not in (i, k)})
             keys.append(row[k] if k is not None else None)

@@ -4,7 +4,9 @@ A pairs stream holds one pair a line, ``question1<TAB>question2``, UTF-8. It is 
 and judged ``chunk`` pairs at a time, so memory stays flat however long the stream is: at any
 moment only one chunk of texts and its ``(2 * chunk, d)`` vectors are held. A line that cannot
 be judged (not UTF-8, not exactly two fields, an empty question or one with no words) is
-reported with its line number and skipped; the rest go on. Blank lines are skipped silently.
+reported with its line number and skipped; the rest go on. Blank lines are skipped silently. A
+line longer than :data:`dupq.data.text.MAX_LINE_BYTES` ends the stream (after the lines before it
+are judged): see :mod:`dupq.data.text`, which also drops a leading byte-order mark.
 
 This is the seed's ``predict`` (002, part 5): ``d = v1 . v2`` of the two unit vectors, and
 the verdict ``d > threshold``, or, for a model with a pair head, ``P(duplicate) > threshold``.
@@ -135,19 +137,24 @@ def judge_stream(
         items.clear(), pending.clear(), q1.clear(), q2.clear()
         return out
 
-    for number, raw in enumerate(lines, 1):
-        try:
-            pair = parse_line(model, raw, number)
-        except DupqError as e:
-            items.append(e)
-        else:
-            if pair is None:
-                continue
-            pending.append((len(items), number))
-            items.append(None)  # filled in by flush
-            q1.append(pair[0])
-            q2.append(pair[1])
-        if len(items) >= chunk:
+    try:
+        for number, raw in enumerate(lines, 1):
+            try:
+                pair = parse_line(model, raw, number)
+            except DupqError as e:
+                items.append(e)
+            else:
+                if pair is None:
+                    continue
+                pending.append((len(items), number))
+                items.append(None)  # filled in by flush
+                q1.append(pair[0])
+                q2.append(pair[1])
+            if len(items) >= chunk:
+                yield flush()
+    except DupqError:  # the stream itself cannot be read on (a line over the cap): judge the lines before it first
+        if items:
             yield flush()
+        raise
     if items:
         yield flush()

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -260,16 +259,10 @@ class Collection:
             raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
         with new_folder(folder) as tmp:
             vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
-            db = sqlite.create(tmp / DATABASE)  # nothing is visible before the final rename; fsync once below
-            db.execute("BEGIN")
-            for start, texts, keys, meta, vectors in chunks:
-                sqlite.insert(db, start, texts, keys, meta, vectors)
-                vectors_index.add(vectors)
-            db.execute("COMMIT")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            db.close()
-            with open(tmp / DATABASE, "rb+") as f:
-                os.fsync(f.fileno())
+            with sqlite.building(tmp / DATABASE, str(folder)) as db:  # nothing is visible before the final rename
+                for start, texts, keys, meta, vectors in chunks:
+                    sqlite.insert(db, start, texts, keys, meta, vectors)
+                    vectors_index.add(vectors)
             manifest["checksum"] = vectors_index.save(tmp / INDEX_FILE)
             manifest["count"] = len(
                 vectors_index

@@ -147,7 +147,19 @@ def write_clusters(
     writer.writerow(["cluster", "representative", "index", *(["id"] if keys is not None else []), "score", "text"])
     for number, c in enumerate(clusters):
         for i, s in zip(c.members, c.scores):
-            writer.writerow(
-                [number, int(i == c.representative), i, *([keys[i]] if keys is not None else []), round(s, 4), texts[i]]
-            )
+            key = [inert(keys[i])] if keys is not None else []
+            writer.writerow([number, int(i == c.representative), i, *key, round(s, 4), inert(texts[i])])
     atomic_write(path, out.getvalue().encode("utf-8"))
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
+
+
+def inert(cell: str) -> str:
+    """A user's text as a CSV cell that a spreadsheet shows and never runs: one starting with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice against CSV injection).
+
+    >>> inert("=HYPERLINK(A1)"), inert("How do I -x?")
+    ("'=HYPERLINK(A1)", 'How do I -x?')
+    """
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell

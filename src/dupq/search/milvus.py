@@ -79,7 +79,10 @@ def parse(location: str) -> Location:
     """A ``milvus:PATH.db`` or ``milvus+http(s)://HOST:PORT?collection=NAME`` location, or a DupqError saying what is wrong."""
     lite = not location.startswith("milvus+")
     rest = location.removeprefix("milvus:") if lite else location.removeprefix("milvus+")
-    parts = urlsplit(rest)
+    try:
+        parts = urlsplit(rest)
+    except ValueError as e:  # an unclosed "[" of an IPv6 address, say
+        raise DupqError(f"the Milvus location {location} is not a valid address ({e}).") from None
     path, _, settings = rest.partition("?") if lite else (parts.path, None, parts.query)
     query = parse_qs(settings)
     name = query.pop("collection", [DEFAULT_NAME])[-1]
@@ -104,7 +107,8 @@ def parse(location: str) -> Location:
         port = parts.port
     except ValueError:
         raise DupqError(f"the port in the Milvus location {location} is not a number from 1 to 65535.") from None
-    return Location(f"{parts.scheme}://{parts.hostname}:{port or 19530}", name, None, location)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address keeps its brackets
+    return Location(f"{parts.scheme}://{host}:{port or 19530}", name, None, location)
 
 
 def _client(where: Location, create: bool = False):

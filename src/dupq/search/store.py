@@ -33,10 +33,12 @@ Rows of any size are read correctly, so old collections open unchanged.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -118,9 +120,15 @@ def place(
     """
     stored = dict(stored)
     ids, new = [], []
+    given: dict[str, int] = {}  # the keys new in this call: the question that brought each
     for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
         if key is not None and key in stored:
             i, stored_text, stored_meta = stored[key]
+            if (stored_text, stored_meta) != (text, m) and key in given:  # no id is taken: nothing is stored
+                raise KeyConflict(
+                    f"the key {key!r} is given to questions {given[key] + 1} and {j + 1} of one add, "
+                    "with another question or metadata; nothing was stored."
+                )
             if (stored_text, stored_meta) != (text, m):
                 raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
             ids.append(i)
@@ -128,7 +136,7 @@ def place(
         ids.append(new_id(len(new), key))
         new.append(j)
         if key is not None:
-            stored[key] = (ids[-1], text, m)
+            stored[key], given[key] = (ids[-1], text, m), j
     return ids, new
 
 
@@ -226,13 +234,28 @@ def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarr
     return out
 
 
-def create(path: Path) -> sqlite3.Connection:
-    """A new database at ``path`` for a build, unsynced (the build fsyncs it once, before its folder appears)."""
+@contextmanager
+def building(path: Path, where: str) -> Iterator[sqlite3.Connection]:
+    """A new database at ``path`` for a build, filled in one transaction, committed and synced when the block ends.
+
+    It is written unsynced and fsynced once at the end (the build's folder appears only after).
+    A database error (a full disk) is one :class:`DupqError` naming ``where``, the collection being built.
+    """
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=OFF")
-    db.executescript(SCHEMA)
-    return db
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        db.executescript(SCHEMA)
+        db.execute("BEGIN")
+        yield db
+        db.execute("COMMIT")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.DatabaseError as e:
+        raise DupqError(f"cannot build the collection {where} ({e}).") from None
+    finally:
+        db.close()
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
 
 
 class SQLiteStore(Store):

@@ -17,9 +17,12 @@ The head's gradient is ``dL/dtheta_head`` on every rank and is left as it is by 
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,6 +31,8 @@ from torch import Tensor
 from torch.distributed.nn.functional import all_gather
 
 from dupq.core.files import DupqError
+from dupq.core.options import flag, is_option
+from dupq.data.pairs import SplitConfig, Splits
 
 
 @dataclass(frozen=True)
@@ -94,16 +99,46 @@ def gather(local: Tensor, n: int, world: World) -> Tensor:
     return torch.cat([part[: s.stop - s.start] for part, s in zip(parts, sizes)])  # (n, d)
 
 
-def agree(world: World, values: list[int], what: str) -> None:
-    """Refuse to go on when the ranks hold different ``values`` (a start epoch, a vocabulary's fingerprint)."""
+def agree(world: World, values: dict[str, int], why: str) -> None:
+    """Refuse to go on when the ranks hold different ``values`` (each named: an option, the data, a start epoch).
+
+    Every rank gathers every rank's values and raises the same :class:`DupqError`, naming the first
+    value that differs, so no rank goes on to a collective the others never reach (a hang) or to
+    one of another shape (a gloo error). Every rank must pass the same names in the same order.
+    """
     if world.size == 1:
         return
-    mine = torch.tensor(values, dtype=torch.int64)
+    names = list(values)
+    mine = torch.tensor([values[name] for name in names], dtype=torch.int64)
     everyone = [torch.empty_like(mine) for _ in range(world.size)]
     dist.all_gather(everyone, mine)
     for rank, theirs in enumerate(everyone):
-        if not torch.equal(theirs, everyone[0]):
-            raise DupqError(
-                f"rank {rank} {what} than rank 0; every process must read the same data, "
-                "and with --resume the same --out folder (a folder shared by the machines)."
-            )
+        differ = torch.nonzero(theirs != everyone[0]).flatten().tolist()
+        if differ:
+            raise DupqError(f"rank {rank} has another {names[differ[0]]} than rank 0: {why}")
+
+
+def start_fingerprints(configs: list[Any], split: dict[str, Any] | None, splits: Splits) -> dict[str, int]:
+    """What every rank of a run must share, as numbers :func:`agree` compares: each option by its
+    flag (``--seed``, ``--batch-size``, ...; not ``--threads``, a process's own), the split, the data.
+
+    Ranks that differ in one would train diverging replicas (another seed or rate), fail in a
+    collective (another batch size or width) or wait forever for the others (another epoch count).
+    """
+    values = {}
+    for config in configs:
+        for f in fields(config):
+            if f.name != "threads":
+                values[flag(f) if is_option(f) else f.name] = _crc(getattr(config, f.name))
+    for f in fields(SplitConfig):
+        values[flag(f)] = _crc(None if split is None else split.get(f.name))
+    crc = 0
+    for part in (splits.pool, splits.train, splits.val, splits.test, splits.dev):
+        crc = zlib.crc32("\0".join([*part.ids, *part.q1, *part.q2]).encode("utf-8", "surrogatepass"), crc)
+        crc = zlib.crc32(part.labels.tobytes() + part.rows.tobytes(), crc)
+    values["--data file"] = crc
+    return values
+
+
+def _crc(value: Any) -> int:
+    return zlib.crc32(json.dumps(value, sort_keys=True, default=str).encode())

@@ -40,7 +40,7 @@ from dupq.modeling.model import Model
 from dupq.training.batches import PairBatches
 from dupq.training.checkpoint import _check_resume, check_output_folder, load_checkpoint, save_checkpoint
 from dupq.training.config import CHECKPOINT, ModelOptions, TrainConfig
-from dupq.training.distributed import World, agree, join
+from dupq.training.distributed import World, agree, join, start_fingerprints
 from dupq.training.objectives import Objective
 from dupq.training.setup import (
     _check_device,
@@ -321,6 +321,12 @@ def _run(
     world: World,
 ) -> Model:
     """:func:`train` once its arguments are checked and this process has joined its group."""
+    if world.size > 1:  # before any other collective: ranks that differ would diverge, fail or wait forever
+        agree(
+            world,
+            start_fingerprints([config, options], split, splits),
+            "every process of a run must be given the same options and the same data.",
+        )
     if world.master:
         remove_stale(out)  # temporary files of a writer killed mid-write (a checkpoint being saved)
     teacher = load_teacher_cache(config, split)
@@ -329,8 +335,11 @@ def _run(
     )
     agree(
         world,
-        [state.start_epoch, len(state.vocab), zlib.crc32("\n".join(state.vocab.tokens).encode())],
-        "starts from another epoch or vocabulary",
+        {
+            "start epoch": state.start_epoch,
+            "vocabulary": zlib.crc32("\n".join(state.vocab.tokens).encode()),
+        },
+        "every process must read the same data, and with --resume the same --out folder (a folder shared by the machines).",
     )
     if config.threads:
         torch.set_num_threads(config.threads)
