@@ -24,6 +24,10 @@ from torch import Tensor, nn
 
 POOLINGS = ("mean", "max")
 
+# The widest encoder or pair head dupq builds: at 4,096 the LSTM and the embedding table of a
+# Quora vocabulary take ~1.5 GB with Adam's moments; far wider is no model a CPU can train.
+MAX_WIDTH = 4096
+
 
 @dataclass
 class EncoderConfig:
