@@ -18,16 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-# The labelled recipe (docs/RESULTS.md); `dupq train` alone is the seed recipe. The bundled model adds DISTIL to it.
-# One thread: on one machine this command gives the same weights run after run (more threads sum in another order);
-# another CPU (or 16 chunks instead of the 4 the bundled run used) lands near them, not on them (docs/RESULTS.md).
-BEST := --recipe labelled --lowercase --oov-buckets 4096 --min-count 2 --dropout 0.2 --lr 0.005 --reduction mean \
-	--symmetric --mask-false-negatives --hard-negatives --head mlp --epochs 6 --lr-schedule cosine --threads 1
-
-DISTIL := --teacher runs/teacher --loss bce --loss ranking --loss triplet --loss distil:5 --word-init teacher
-
+# The recipes are presets shipped in the package (src/dupq/training/presets/*.toml; `dupq train --preset NAME --show`
+# prints one): `labelled` is make demo's, `bundled` the bundled model's (labelled + the teacher), `seed` is `dupq train`.
 demo: install
-	$(BIN)/dupq train $(BEST) --out runs/model --overwrite --no-progress
+	$(BIN)/dupq train --preset labelled --out runs/model --overwrite --no-progress
 	$(BIN)/dupq evaluate runs/model
 	$(BIN)/dupq report runs/model --out runs/report
 	$(BIN)/dupq predict "When will I see you?" "When can I see you again?" --model runs/model
@@ -35,8 +29,8 @@ demo: install
 
 bundled: install
 	$(BIN)/python -m pip install --quiet -e ".[distil]"
-	$(BIN)/dupq distil teach --out runs/teacher --threads 2
-	$(BIN)/dupq train $(BEST) $(DISTIL) --out runs/bundled --overwrite --no-progress
+	$(BIN)/dupq distil teach --out runs/teacher --threads 0
+	$(BIN)/dupq train --preset bundled --out runs/bundled --overwrite --no-progress
 	$(BIN)/dupq export runs/bundled runs/bundled-half --half
 	$(BIN)/dupq calibrate runs/bundled-half
 	$(BIN)/dupq evaluate runs/bundled-half

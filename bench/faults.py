@@ -561,7 +561,7 @@ def pairs_file(tmp: Path, rows: int = 600) -> Path:
 
 
 def resume_with_other_options(tmp: Path) -> Result:
-    """Item 2: --resume with another split, width, rate or case folding, or with --overwrite, is refused."""
+    """Item 2: --resume with another split, width, rate or recipe, or with --overwrite, is refused."""
     data, out = pairs_file(tmp), tmp / "run"
     first = dupq("train", "--data", str(data), "--out", str(out), "--epochs", "1", *TRAIN)
     if first.returncode != 0:
@@ -569,7 +569,7 @@ def resume_with_other_options(tmp: Path) -> Result:
     before = (out / "checkpoint.safetensors").read_bytes()
     checks = [
         refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN, *extra))
-        for extra in (["--train-pool", "300"], ["--lr", "0.02"], ["--lowercase"], ["--overwrite"])
+        for extra in (["--train-pool", "300"], ["--lr", "0.02"], ["--preset", "labelled"], ["--overwrite"])
     ]
     checks.append(
         refused(
@@ -603,8 +603,13 @@ def corrupt_checkpoint_and_non_finite_options(tmp: Path) -> Result:
     good = weights.read_bytes()
     checks = [refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN))]
     kept = checkpoint.read_bytes() == corrupt and weights.read_bytes() == good
-    for option, value in (("--lr", "inf"), ("--margin", "nan"), ("--scale", "-inf")):
-        checks.append(refused(dupq("train", "--data", str(data), "--out", str(tmp / "x"), option, value, *TRAIN)))
+    checks.append(refused(dupq("train", "--data", str(data), "--out", str(tmp / "x"), "--lr", "inf", *TRAIN)))
+    for key, value in (("margin", "nan"), ("scale", "-inf")):  # options without a flag: from a preset file
+        preset = tmp / f"{key}.toml"
+        preset.write_text(f"{key} = {value}\n")
+        checks.append(
+            refused(dupq("train", "--data", str(data), "--out", str(tmp / "x"), "--preset", str(preset), *TRAIN))
+        )
     return Result(all(ok for ok, _ in checks) and kept, tracebacks=sum(t for _, t in checks))
 
 
@@ -626,16 +631,17 @@ def model_with_nan_weights(tmp: Path) -> Result:
 
 
 def bad_training_options(tmp: Path) -> Result:
-    """Item 13: an unusable device, recipe, loss or pooling is one sentence, not a traceback."""
+    """Item 13: an unusable device, pair head, loss, seed or preset is one sentence, not a traceback."""
     data = pairs_file(tmp)
     checks = [
         refused(dupq("train", "--data", str(data), "--out", str(tmp / "x"), *extra, *TRAIN))
         for extra in (
             ["--device", "meta"],
-            ["--recipe", "nope"],
+            ["--head", "attention"],
             ["--loss", "hinge"],
             ["--loss", "bce:x"],
-            ["--pooling", "min"],
+            ["--seed", "-1"],
+            ["--preset", "nope"],
         )
     ]
     return Result(all(ok for ok, _ in checks), tracebacks=sum(t for _, t in checks))
@@ -660,10 +666,8 @@ def kill_9_during_training(tmp: Path) -> Result:
         "--no-progress",
         "--epochs",
         "6",
-        "--recipe",
+        "--preset",
         "labelled",
-        "--head",
-        "mlp",
         "--labelled-val",
         "200",
     ]

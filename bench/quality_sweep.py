@@ -3,8 +3,10 @@
     python bench/quality_sweep.py --out runs/sweep --only labelled,labelled-cos [--jobs 2 --threads 1]
     python bench/quality_sweep.py --list
 
-Each configuration is a list of `dupq train` options, run as that command (so the line's
-``command`` reproduces it). Every choice is made on data that is not the test pairs:
+Each configuration is a preset of the package (``seed``, ``labelled``, ``bundled``) and the options
+it changes, written as a preset file beside the run (``runs/sweep/NAME.toml``, ``extends`` the
+package's) and trained with ``dupq train --preset`` that file. Every choice is made on data that
+is not the test pairs:
 
 * ``dev_accuracy``: accuracy on the dev pairs at the threshold chosen there (what `dupq train`
   stores in the model);
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -32,146 +33,70 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-# The options every labelled recipe below shares: the bundled model's tokenizer and regularisation.
-WORDS = ["--lowercase", "--oov-buckets", "4096", "--min-count", "2", "--dropout", "0.2"]
-LABELLED = [
-    *WORDS,
-    "--recipe",
-    "labelled",
-    "--lr",
-    "0.005",
-    "--reduction",
-    "mean",
-    "--symmetric",
-    "--mask-false-negatives",
-    "--hard-negatives",
-]
-
-SHORT = ["--epochs", "2", "--lr-schedule", "cosine"]  # ablations: two epochs each, the same budget
+# What the seed recipe's best run (the bundled model before stage 5) added to it: its tokenizer and regularisation.
+WORDS = {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2}
+SHORT = {"epochs": 2}  # ablations: two epochs each, the same budget
 # The labelled recipe's own losses spelled out, to add a distillation loss to them.
-DISTIL = ["--teacher", "runs/teacher", "--loss", "bce", "--loss", "ranking", "--loss", "triplet"]
+LABELLED_LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}
+TEACHER = {"teacher_vectors": "runs/teacher"}  # `dupq distil teach --out runs/teacher` first
 
-# name -> `dupq train` options
-CONFIGS: dict[str, list[str]] = {
-    "seed": [],
-    "seed-best": [*WORDS, "--symmetric"],  # the previous bundled model
+# name -> (the package's preset it starts from, the options it changes): `dupq train --preset NAME.toml`
+CONFIGS: dict[str, tuple[str, dict]] = {
+    "seed": ("seed", {}),
+    "seed-best": ("seed", {**WORDS, "symmetric": True}),  # the previous bundled model
     # Six epochs: the pair head against a scaled cosine.
-    "labelled-cos-6": [*LABELLED, "--head", "cosine", "--epochs", "6", "--lr-schedule", "cosine"],
-    "labelled-mlp-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine"],
+    "labelled-cos-6": ("labelled", {"head": "cosine"}),
+    "labelled-mlp-6": ("labelled", {}),
     # Two epochs: one change at a time against mlp-2.
-    "mlp-2": [*LABELLED, "--head", "mlp", *SHORT],
-    "mlp-nomask-2": [
-        *WORDS,
-        "--recipe",
+    "mlp-2": ("labelled", SHORT),
+    "mlp-nomask-2": ("labelled", {**SHORT, "mask_false_negatives": False, "hard_negatives": False}),
+    "mlp-bce-only-2": ("labelled", {**SHORT, "losses": {"bce": 1.0}}),
+    "online-contrastive-2": (
         "labelled",
-        "--lr",
-        "0.005",
-        "--reduction",
-        "mean",
-        "--symmetric",
-        "--head",
-        "mlp",
-        *SHORT,
-    ],
-    "mlp-bce-only-2": [*LABELLED, "--head", "mlp", "--loss", "bce", *SHORT],
-    "online-contrastive-2": [
-        *LABELLED,
-        "--loss",
-        "online_contrastive",
-        "--loss",
-        "ranking",
-        "--loss",
-        "triplet",
-        *SHORT,
-    ],
-    "contrastive-2": [*LABELLED, "--loss", "contrastive", "--loss", "ranking", "--loss", "triplet", *SHORT],
-    "mlp-maxpool-2": [*LABELLED, "--head", "mlp", "--pooling", "max", *SHORT],
-    "mlp-bilstm-2": [*LABELLED, "--head", "mlp", "--bidirectional", *SHORT],
-    "mlp-ema-2": [*LABELLED, "--head", "mlp", "--ema", "0.999", *SHORT],
+        {**SHORT, "head": "none", "losses": {"online_contrastive": 1.0, "ranking": 1.0, "triplet": 1.0}},
+    ),
+    "contrastive-2": (
+        "labelled",
+        {**SHORT, "head": "none", "losses": {"contrastive": 1.0, "ranking": 1.0, "triplet": 1.0}},
+    ),
+    "mlp-maxpool-2": ("labelled", {**SHORT, "pooling": "max"}),
+    "mlp-bilstm-2": ("labelled", {**SHORT, "bidirectional": True}),
+    "mlp-ema-2": ("labelled", {**SHORT, "ema": 0.999}),
     # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
-    "mlp-softbce-2": [
-        *WORDS,
-        "--recipe",
-        "labelled",
-        "--lr",
-        "0.005",
-        "--reduction",
-        "mean",
-        "--symmetric",
-        "--mask-false-negatives",
-        "--head",
-        "mlp",
-        "--loss",
-        "bce:0.3",
-        "--loss",
-        "ranking",
-        "--loss",
-        "triplet",
-        *SHORT,
-    ],
-    # Distillation (`dupq distil teach --out runs/teacher` first): mlp-2 plus one teacher loss.
-    "distil-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil:5"],
-    "distil-matrix-2": [*LABELLED, "--head", "mlp", *SHORT, *DISTIL, "--loss", "distil_matrix:30"],
+    "mlp-softbce-2": ("labelled", {**SHORT, "hard_negatives": False, "losses": {**LABELLED_LOSSES, "bce": 0.3}}),
+    # Distillation: mlp-2 plus one teacher loss.
+    "distil-2": ("labelled", {**SHORT, **TEACHER, "losses": {**LABELLED_LOSSES, "distil": 5.0}}),
+    "distil-matrix-2": ("labelled", {**SHORT, **TEACHER, "losses": {**LABELLED_LOSSES, "distil_matrix": 30.0}}),
     # Six epochs, as labelled-mlp-6 (the bundled model before distillation), two teacher weights.
-    "distil-6": [*LABELLED, "--head", "mlp", "--epochs", "6", "--lr-schedule", "cosine", *DISTIL, "--loss", "distil:5"],
-    "distil15-6": [
-        *LABELLED,
-        "--head",
-        "mlp",
-        "--epochs",
-        "6",
-        "--lr-schedule",
-        "cosine",
-        *DISTIL,
-        "--loss",
-        "distil:15",
-    ],
-    # distil-6 with word embeddings that start from the teacher's vector of each word (PCA to 128).
-    "distil-words-6": [
-        *LABELLED,
-        "--head",
-        "mlp",
-        "--epochs",
-        "6",
-        "--lr-schedule",
-        "cosine",
-        *DISTIL,
-        "--loss",
-        "distil:5",
-        "--word-init",
-        "teacher",
-    ],
+    "distil-6": ("labelled", {**TEACHER, "losses": {**LABELLED_LOSSES, "distil": 5.0}}),
+    "distil15-6": ("labelled", {**TEACHER, "losses": {**LABELLED_LOSSES, "distil": 15.0}}),
+    # distil-6 with word embeddings that start from the teacher's vector of each word: the bundled model's run.
+    "distil-words-6": ("bundled", {}),
     # distil-words-6 encoding under bfloat16 autocast (~2x faster steps on this CPU): does quality hold?
-    "distil-words-bf16-6": [
-        *LABELLED,
-        "--head",
-        "mlp",
-        "--epochs",
-        "6",
-        "--lr-schedule",
-        "cosine",
-        *DISTIL,
-        "--loss",
-        "distil:5",
-        "--word-init",
-        "teacher",
-        "--bf16",
-    ],
-    "distil15-words-6": [
-        *LABELLED,
-        "--head",
-        "mlp",
-        "--epochs",
-        "6",
-        "--lr-schedule",
-        "cosine",
-        *DISTIL,
-        "--loss",
-        "distil:15",
-        "--word-init",
-        "teacher",
-    ],
+    "distil-words-bf16-6": ("bundled", {"bf16": True}),
+    "distil15-words-6": ("bundled", {"losses": {**LABELLED_LOSSES, "distil": 15.0}}),
 }
+
+
+def command(name: str) -> str:
+    """How a configuration reads as a command: its preset, then its changes (flags where `dupq train` has them)."""
+    from dupq.core.options import flag_fields
+    from dupq.training.presets import CONFIGS as DATACLASSES
+    from dupq.training.presets import to_toml
+
+    preset, changes = CONFIGS[name]
+    flagged = {f.name for config in DATACLASSES for f in flag_fields(config)}
+    words = [f"dupq train --preset {preset}"]
+    for key, value in changes.items():
+        option = "--" + key.replace("_", "-")
+        if key == "losses":
+            words += [f"--loss {loss}:{weight:g}" for loss, weight in value.items()]
+        elif key in flagged:
+            words.append(option if value is True else f"--no-{option[2:]}" if value is False else f"{option} {value}")
+    others = {k: v for k, v in changes.items() if k not in flagged and k != "losses"}
+    if others:  # options without a flag: what the run's preset file adds
+        words.append("+ " + "; ".join(to_toml(others).splitlines()))
+    return " ".join(words)
 
 
 def judge(name: str, folder: Path, data: str, threads: int) -> dict:
@@ -197,7 +122,7 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     calibration = model.metrics.get("calibration", {})
     return {
         "name": name,
-        "command": "dupq train " + " ".join(shlex.quote(a) for a in CONFIGS[name]),
+        "command": command(name),
         "dev_accuracy": round(calibration.get("dev_accuracy", float("nan")), 4),
         "dev_mrr": round(dev_retrieval["mrr"], 4),
         "dev_mrr_any": round(dev_retrieval["mrr_any"], 4),  # the first known duplicate's rank (bench/retrieval.py)
@@ -224,13 +149,19 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
 
 
 def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = False) -> dict:
+    from dupq.training.presets import to_toml
+
     folder = out / name
     if not (folder / "model.safetensors").exists() or not (folder / "metrics.json").exists():
+        preset, changes = CONFIGS[name]
+        recipe = out / f"{name}.toml"
+        recipe.write_text(to_toml({"extends": preset, **changes}), encoding="utf-8")
         dupq = Path(sys.executable).with_name("dupq")
-        command = [
+        train = [
             str(dupq),
             "train",
-            *CONFIGS[name],
+            "--preset",
+            str(recipe),
             "--data",
             data,
             "--out",
@@ -239,10 +170,10 @@ def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = Fa
             str(threads),
             "--no-progress",
         ]
-        command += ["--resume"] if (folder / "checkpoint.safetensors").exists() else []
+        train += ["--resume"] if (folder / "checkpoint.safetensors").exists() else []
         started = time.perf_counter()
         with open(out / f"{name}.log", "a") as log:
-            subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
+            subprocess.run(train, check=True, stdout=log, stderr=subprocess.STDOUT)
         print(f"# {name}: trained in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return {"name": name, "trained": str(folder)} if train_only else judge(name, folder, data, threads)
 
@@ -260,8 +191,8 @@ def main() -> None:
     parser.add_argument("--train-only", action="store_true", help="train the configurations, judge nothing")
     args = parser.parse_args()
     if args.list:
-        for name, options in CONFIGS.items():
-            print(f"{name}: dupq train {' '.join(options)}")
+        for name in CONFIGS:
+            print(f"{name}: {command(name)}")
         return
     names = [n for n in args.only.split(",") if n] or list(CONFIGS)
     unknown = set(names) - set(CONFIGS)

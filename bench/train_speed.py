@@ -8,7 +8,7 @@ steps, from one full process; the median of ``--repeats`` windows of ``--steps``
 window's rate in ``train_pairs_per_s_windows``:
 
 * ``seed``: the seed recipe (duplicates only, triplet loss), `dupq train` with no options;
-* ``labelled``: the bundled model's recipe (every labelled pool pair; the Makefile's BEST options);
+* ``labelled``: the labelled recipe (every labelled pool pair; ``dupq train --preset labelled``);
 * ``labelled_bf16``: the same encoding under bfloat16 autocast (``dupq train --bf16``).
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
@@ -30,26 +30,20 @@ import torch
 from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
 from dupq.modeling.model import Model
 from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
 from dupq.training.step import batch_loss
 
-# The recipes measured: (TrainConfig, ModelOptions) keyword arguments. "labelled" is the bundled model's.
-LABELLED = {
-    "recipe": "labelled",
-    "lr": 0.005,
-    "reduction": "mean",
-    "symmetric": True,
-    "mask_false_negatives": True,
-    "hard_negatives": True,
-}
-RECIPES = {
-    "seed": ({}, {}),
-    "labelled_bf16": (
-        {**LABELLED, "bf16": True},
-        {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"},
-    ),
-    "labelled": (LABELLED, {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2, "head": "mlp"}),
-}
+
+def _preset(name: str, **changes) -> tuple[dict, dict]:
+    """A packaged preset (with ``changes``) as (TrainConfig, ModelOptions) keyword arguments."""
+    values = {**read_preset(name), **changes}
+    return tuple({k: v for k, v in values.items() if KEYS[k] is config} for config in (TrainConfig, ModelOptions))
+
+
+# The recipes measured, from the package's presets: "seed" is `dupq train`'s, "labelled" the bundled model's
+# without its teacher.
+RECIPES = {"seed": _preset("seed"), "labelled_bf16": _preset("labelled", bf16=True), "labelled": _preset("labelled")}
 
 
 def training_parts(splits, train_kw: dict, model_kw: dict):
@@ -81,7 +75,7 @@ def pairs_per_second(
             if started is not None:
                 rates.append(done / (time.perf_counter() - started))
             done, started = 0, time.perf_counter()
-        loss = batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)
+        loss, _ = batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

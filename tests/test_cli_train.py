@@ -10,8 +10,9 @@ import typer
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.cli.common import THREADS
 from dupq.core.files import DupqError
-from dupq.core.options import flag, option_fields
+from dupq.core.options import flag, flag_fields, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
 
@@ -42,18 +43,23 @@ def test_wrong_columns(tmp_path):
 
 
 def test_bad_option_values(pairs_path, tmp_path):
-    line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--reduction", "max"]))
-    assert "--reduction" in line
     line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
     for option, value, named in (
         ("--device", "meta", "device"),
-        ("--recipe", "nope", "--recipe"),
         ("--loss", "hinge", "hinge"),
-        ("--pooling", "min", "--pooling"),
         ("--head", "attention", "--head"),
         ("--lr", "inf", "--lr"),
-        ("--encoder", "transformer", "--encoder"),
+        # Sizes beyond what the machine can hold (or torch's seed can take) are refused before anything is built.
+        ("--seed", "-1", "--seed"),
+        ("--seed", "1" * 24, "--seed"),
+        ("--dim", "1000000", "--dim"),
+        ("--threads", "100000", "--threads"),
+        ("--batch-size", "10000000", "--batch-size"),
+        # Ablations that left the command line: a preset sets them (test_presets.py checks their ranges there).
+        ("--head-hidden", "1e9", "--head-hidden"),
+        ("--oov-buckets", "1e11", "--oov-buckets"),
+        ("--recipe", "labelled", "--recipe"),
     ):
         line = one_error_line(
             runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value])
@@ -70,17 +76,28 @@ def _train_parameters() -> dict:
     return {opt: p for p in command.params for opt in p.opts}
 
 
-def test_every_config_field_is_an_option_with_its_default_help_and_choices():
+def test_every_flagged_field_is_an_option_with_its_default_help_and_choices():
     params = _train_parameters()
     for config in CONFIGS:
-        for f in option_fields(config):
+        for f in flag_fields(config):
             param = params[flag(f)]
             assert param.help == f.metadata["help"] and param.default == f.default, f.name
     plain = [f.name for config in CONFIGS for f in fields(config) if f not in option_fields(config)]
-    assert plain == ["losses", "chunks"]  # --loss is written by hand (a repeated NAME[:WEIGHT]); chunks is no option
+    # --loss is written by hand (a repeated NAME[:WEIGHT]); --threads is every command's (cli/common.py); chunks: a preset's
+    assert plain == ["losses", "chunks", "threads"]
     assert all(p.help for p in set(params.values())), "every option of dupq train has a help text"
     helped = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"}).output
-    assert all(flag(f) in helped for config in CONFIGS for f in option_fields(config))
+    assert all(flag(f) in helped for config in CONFIGS for f in flag_fields(config))
+    preset_only = [f for config in CONFIGS for f in option_fields(config) if not f.metadata["cli"]]
+    assert len(preset_only) >= 15 and not any(flag(f) in params for f in preset_only)
+
+
+def test_train_help_lists_at_most_25_options():
+    helped = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"}).output
+    listed = {word for line in helped.splitlines() for word in line.split() if word.startswith("--")}
+    listed -= {f"--no-{name[2:]}" for name in listed}  # --progress/--no-progress is one option
+    options = {opt for p in typer.main.get_command(app).commands["train"].params for opt in p.opts}
+    assert listed == options | {"--help"} and len(listed) <= 25, sorted(listed)
 
 
 def _other_value(f):
@@ -120,13 +137,14 @@ def _captured_configs(monkeypatch, pairs_path, tmp_path, args: list[str]) -> dic
 
 def test_train_alone_is_the_dataclass_defaults(monkeypatch, pairs_path, tmp_path):
     seen = _captured_configs(monkeypatch, pairs_path, tmp_path, [])
-    assert (seen["config"], seen["options"], seen["split"]) == (TrainConfig(), ModelOptions(), SplitConfig())
+    expected = (TrainConfig(threads=THREADS), ModelOptions(), SplitConfig())  # the commands' one --threads default
+    assert (seen["config"], seen["options"], seen["split"]) == expected
 
 
 def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
-    args, expected = ["--loss", "distil"], {config: {} for config in CONFIGS}  # --teacher needs a distil loss
+    args, expected = ["--loss", "distil"], {config: {} for config in CONFIGS}  # --teacher-vectors needs a distil loss
     for config in CONFIGS:
-        for f in option_fields(config):
+        for f in flag_fields(config):
             value = _other_value(f)
             expected[config][f.name] = value
             args += (
@@ -135,7 +153,9 @@ def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
                 else [flag(f), str(value)]
             )
     seen = _captured_configs(monkeypatch, pairs_path, tmp_path, args)
-    assert asdict(seen["config"]) == asdict(TrainConfig(**expected[TrainConfig], losses={"distil": 1.0}))
+    assert asdict(seen["config"]) == asdict(
+        TrainConfig(**expected[TrainConfig], losses={"distil": 1.0}, threads=THREADS)
+    )
     assert asdict(seen["options"]) == asdict(ModelOptions(**expected[ModelOptions]))
     assert asdict(seen["split"]) == asdict(SplitConfig(**expected[SplitConfig]))
     assert all(asdict(c())[name] != value for c in CONFIGS for name, value in expected[c].items())
@@ -144,7 +164,7 @@ def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
 def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path, tmp_path):
     refused = 0
     for config in CONFIGS:
-        for f in option_fields(config):
+        for f in flag_fields(config):
             meta, wrong = f.metadata, []
             if meta["choices"]:
                 wrong.append("not-" + meta["choices"][0])
@@ -158,18 +178,23 @@ def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path,
                 )
                 assert flag(f) in one_error_line(result), (f.name, value)
                 refused += 1
-    assert refused >= 15  # the choice fields (recipe, reduction, lr_schedule, device, pooling, head) and the ranges
+    assert refused >= 12  # the choice fields (device, head) and the ranges (sizes, seed, epochs)
 
 
 @pytest.mark.parametrize(
     "config, field, value, named",
     [
-        (TrainConfig, "reduction", "max", "--reduction"),
+        (TrainConfig, "reduction", "max", "reduction"),  # no flag: named as a preset names it
         (TrainConfig, "epochs", 0, "--epochs"),
         (TrainConfig, "device", "meta", "--device"),
-        (ModelOptions, "pooling", "min", "--pooling"),
-        (ModelOptions, "dropout", 0.95, "--dropout"),
+        (TrainConfig, "seed", 10**24, "--seed"),
+        (ModelOptions, "pooling", "min", "pooling"),
+        (ModelOptions, "dropout", 0.95, "dropout"),
         (ModelOptions, "head", "attention", "--head"),
+        (ModelOptions, "dim", 10**6, "--dim"),
+        (ModelOptions, "head_hidden", 10**9, "head_hidden"),
+        (ModelOptions, "oov_buckets", 10**11, "oov_buckets"),
+        (ModelOptions, "lowercase", "yes", "lowercase"),
     ],
 )
 def test_configs_refuse_what_the_command_line_refuses(config, field, value, named):
@@ -223,7 +248,7 @@ def test_train_prints_epochs_and_writes_a_model_folder(pairs_path, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_torch_thread):
+def test_train_preset_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_torch_thread):
     from safetensors.torch import load_file
 
     from cli_model import SPLIT_ARGS, slice_file
@@ -246,7 +271,10 @@ def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_t
         "--no-progress",
         *SPLIT_ARGS,
     ]
-    result = runner.invoke(app, [*args, "--encoder", "gru"])
+    gru, lstm = tmp_path / "gru.toml", tmp_path / "lstm.toml"  # the encoder is an option without a flag
+    gru.write_text('encoder = "gru"\n')
+    lstm.write_text('encoder = "lstm"\n')
+    result = runner.invoke(app, [*args, "--preset", str(gru)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / "config.json").read_text())["encoder"]["type"] == "gru"
     model = Model.load(out)
@@ -256,8 +284,8 @@ def test_train_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_t
     assert not any(name.startswith("lstm.") for name in weights)
     vectors = model.encode(["How do I learn Python?", "How can I learn Python?"])
     assert vectors.shape == (2, dim) and abs(float((vectors**2).sum(1).max()) - 1.0) < 1e-5
-    line = one_error_line(runner.invoke(app, [*args, "--encoder", "lstm", "--resume"]))
-    assert "--encoder lstm" in line and "gru" in line  # a resume cannot swap the encoder under the checkpoint
+    line = one_error_line(runner.invoke(app, [*args, "--preset", str(lstm), "--resume"]))
+    assert "encoder lstm" in line and "gru" in line  # a resume cannot swap the encoder under the checkpoint
 
 
 def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
@@ -272,3 +300,51 @@ def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_p
     q = ["How do I learn Python?", "What is the capital of France?"]
     assert abs(copy.similarity(*q) - tiny_model.similarity(*q)) < 0.02
     assert "different output folder" in one_error_line(runner.invoke(app, ["export", str(out), str(out)]))
+
+
+ENCODING_COMMANDS = [
+    ("train",),
+    ("evaluate",),
+    ("calibrate",),
+    ("predict",),
+    ("report",),
+    ("index", "build"),
+    ("index", "add"),
+    ("search",),
+    ("dedup",),
+    ("serve",),
+    ("distil", "teach"),
+    ("distil", "tune"),
+    ("distil", "export"),
+]
+
+
+def _command(path: tuple[str, ...]):
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return command
+
+
+@pytest.mark.parametrize("path", ENCODING_COMMANDS, ids=" ".join)
+def test_every_command_that_encodes_takes_threads_with_the_one_default(path):
+    threads = next(p for p in _command(path).params if p.name == "threads")
+    assert threads.default == THREADS and threads.opts == ["--threads"]
+    assert threads.help == next(p for p in _command(("evaluate",)).params if p.name == "threads").help
+    line = one_error_line(runner.invoke(app, [*path, "--threads", "100000"]))
+    assert "--threads" in line
+
+
+@pytest.mark.parametrize(
+    "path", [("train",), ("distil", "teach"), ("distil", "tune"), ("distil", "export")], ids=" ".join
+)
+def test_split_options_of_every_command_are_split_configs_fields(path):
+    params = {p.name: p for p in _command(path).params}
+    split = [f for f in flag_fields(SplitConfig) if f.name in params]
+    assert len(split) >= 2 and {"train_pool"} <= {f.name for f in split}
+    for f in split:
+        assert (params[f.name].opts, params[f.name].default, params[f.name].help) == (
+            [flag(f)],
+            f.default,
+            f.metadata["help"],
+        )

@@ -7,6 +7,7 @@ kill -9 test. Results travel back as safetensors files.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -35,7 +36,7 @@ RECIPES = {
     "seed": (TrainConfig(batch_size=64, seed=4), {"dim": 16}),
     "labelled": (
         TrainConfig(
-            recipe="labelled",
+            train_on="labelled",
             batch_size=64,
             seed=4,
             reduction="mean",
@@ -80,7 +81,7 @@ def _one_step(splits, recipe: str, world: World) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng([config.seed, 0])
     batch = source.batch(source.epoch(rng)[0], rng)
     loss_of = distributed_loss(model, config, world)  # kept alive: DDP's gradient hooks live in it
-    loss = loss_of(batch, config.objective(), config.chunks, world)
+    loss, _ = loss_of(batch, config.objective(), config.chunks, world)
     loss.backward()
     return {"loss": loss.detach(), **{f"grad.{k}": p.grad for k, p in model.named_parameters()}}
 
@@ -128,8 +129,8 @@ def test_two_processes_reach_the_weights_of_one(splits, tmp_path, one_torch_thre
         k.removeprefix("encoder."): v for k, v in built.items()
     }  # the model folder names the encoder's weights bare
     assert one.keys() == two.keys() == start.keys()
-    for folder, processes in (("one", 1), ("two", 2)):  # metrics.json records how many processes trained it
-        assert read_metrics(tmp_path / folder)["training"]["processes"] == processes
+    processes = [read_metrics(tmp_path / run)["training"]["world_size"] for run in ("one", "two")]
+    assert processes == [1, 2]  # metrics.json says how many processes trained the model
     for name in one:
         travelled, apart = (one[name] - start[name]).norm(), (two[name] - one[name]).norm()
         # Not bit-equal: each step differs by float rounding (~1e-7, the one-step test), which Adam carries
@@ -234,7 +235,6 @@ def _other_data(splits):
 
 
 def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: list[int]) -> None:
-    import json
 
     from dupq.core.files import DupqError
 
@@ -263,7 +263,6 @@ def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: 
 
 @pytest.mark.slow
 def test_ranks_given_other_options_or_data_stop_at_the_start(splits, tmp_path):
-    import json
 
     ports = [_free_port() for _ in MISMATCHES]
     started = time.monotonic()

@@ -56,3 +56,53 @@ def test_parse_losses_reads_weights_and_refuses_bad_ones():
     for bad in (["hinge"], ["bce:x"], ["bce:-1"], ["bce:inf"], []):
         with pytest.raises(ValueError):
             parse_losses(bad)
+
+
+# The loss a run logs: training and validation report one figure for the same batch.
+
+
+def _one_batch_run(small_splits, config, options):
+    """A model and a batch source of exactly one batch (its pairs in one batch, no dropout)."""
+    from dupq.data.tokenizer import Vocabulary
+    from dupq.training.batches import PairBatches
+    from dupq.training.setup import build_model
+
+    pairs = small_splits.pool.take(torch.arange(96).numpy())  # both labels: every loss has rows to read
+    vocab = Vocabulary.build(pairs.q1 + pairs.q2)
+    torch.manual_seed(0)
+    return build_model(vocab, config, options), PairBatches(vocab, pairs, batch_size=len(pairs))
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+@pytest.mark.parametrize(
+    "losses, head",
+    [({"triplet": 2.0}, "none"), ({"bce": 0.5, "ranking": 3.0, "triplet": 2.0}, "mlp"), ({"ranking": 0.25}, "none")],
+)
+def test_training_and_validation_log_the_same_loss_for_the_same_batch(small_splits, losses, head, reduction):
+    """One batch through the training loop's step and through validation: the same per-pair loss.
+
+    The figure is checked against the losses called by hand too: each weighted loss, a triplet
+    loss summed over the batch's rows counted per pair. The loop's code before this test logged
+    ``triplet:2`` summed as the batch's sum times its pairs in training (e.g. 240) and per pair in
+    validation (e.g. 0.95).
+    """
+    from dupq.training.config import ModelOptions, TrainConfig
+    from dupq.training.step import encode_batch, validate
+    from dupq.training.train import _train_epoch
+
+    config = TrainConfig(train_on="labelled", losses=losses, reduction=reduction, lr=0.0, epochs=1)
+    model, source = _one_batch_run(small_splits, config, ModelOptions(dim=16, head=head))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
+    loss_sum, pairs, _ = _train_epoch(model, None, optimizer, source, config.objective(), config, 0, 1, False)
+    validated = validate(model, source, config)  # the same pairs, in another order: the same batch
+    assert pairs == 96 and loss_sum / pairs == pytest.approx(validated.loss, rel=1e-5)
+
+    batch = source.batch(torch.arange(96).numpy(), None)
+    v = encode_batch(model, batch, config.chunks)
+    by_hand = {
+        name: weight * Objective({name: 1.0}, reduction=reduction)(v, batch, model.head).item()
+        for name, weight in losses.items()
+    }
+    if reduction == "sum" and "triplet" in by_hand:
+        by_hand["triplet"] /= 96
+    assert validated.loss == pytest.approx(sum(by_hand.values()), rel=1e-5)

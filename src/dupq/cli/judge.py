@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 import typer.core
 
-from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS_OPTION, _data, _threads, _threshold, command
+from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS, Threads, _data, _threads, _threshold, command
 from dupq.core.files import DupqError, to_json
 
 
@@ -27,7 +27,7 @@ def evaluate(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
-    threads: Annotated[int, THREADS_OPTION] = 1,
+    threads: Threads = THREADS,
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
     from dupq.data.pairs import held_out
@@ -75,7 +75,7 @@ def evaluate(
 def calibrate(
     model: Annotated[Path, typer.Argument(help="Model folder to re-calibrate (rewritten in place, atomically).")],
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    threads: Annotated[int, THREADS_OPTION] = 1,
+    threads: Threads = THREADS,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
     from dupq.data.pairs import held_out
@@ -109,7 +109,7 @@ def predict(
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (one object per pair).")] = False,
     chunk: Annotated[int, typer.Option(min=1, help="Pairs encoded together when streaming.")] = 4096,
-    threads: Annotated[int, THREADS_OPTION] = 1,
+    threads: Threads = THREADS,
 ) -> None:
     """Say whether two questions are duplicates: their similarity, probability and the verdict."""
     from dupq.data.text import open_lines
@@ -178,7 +178,7 @@ def report(
             help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
         ),
     ] = None,
-    threads: Annotated[int, THREADS_OPTION] = 1,
+    threads: Threads = THREADS,
 ) -> None:
     """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""
     from dupq.data.pairs import held_out

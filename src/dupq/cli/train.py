@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 import typer.core
 
-from dupq.cli.common import _data, command, config_options
+from dupq.cli.common import THREADS, Threads, UsageError, _data, command, config_options
 from dupq.core.files import DupqError
 from dupq.data.pairs import SplitConfig
 from dupq.training.checkpoint import check_output_folder
 from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.presets import KEYS, PRESETS, configs, read_preset, to_toml
 
 
 @command()
 @config_options(train_fields=TrainConfig, model_fields=ModelOptions, split_fields=SplitConfig)
 def train(
+    ctx: typer.Context,
+    preset: Annotated[
+        Optional[str],
+        typer.Option(
+            help=f"A recipe: {', '.join(PRESETS)} (the bundled model's), or a .toml file of options; flags override it."
+        ),
+    ] = None,
+    show: Annotated[
+        bool, typer.Option(help="Print the options the preset and the flags set, as a preset file; train nothing.")
+    ] = False,
     data: Annotated[
         Optional[Path],
         typer.Option(
@@ -37,19 +49,33 @@ def train(
     train_fields: dict[str, Any],
     model_fields: dict[str, Any],
     split_fields: dict[str, Any],
+    threads: Threads = THREADS,
     resume: Annotated[
         bool, typer.Option(help="Continue from the checkpoint in --out (with the same options).")
     ] = False,
     overwrite: Annotated[bool, typer.Option(help="Start again even if --out holds a checkpoint.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Train a Siamese LSTM (or --encoder gru) on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
+    """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
     from dupq.data.pairs import read_pairs, split_pairs
     from dupq.training.distributed import World
     from dupq.training.train import train as run_training
 
-    config = TrainConfig(**train_fields, losses=_losses(loss))
-    options, split = ModelOptions(**model_fields), SplitConfig(**split_fields)
+    chosen = {**train_fields, **model_fields, **split_fields, "threads": threads}
+    if loss:
+        chosen["losses"] = _losses(loss)
+    typed = {name for name in chosen if _typed(ctx, "loss" if name == "losses" else name)}
+    preset_values = _preset(ctx, preset, typed) if preset else {}
+    chosen.update(preset_values)
+    config, options, split = configs(chosen)
+    if show:
+        shown = {name: chosen[name] for name in KEYS if name in preset_values or name in typed}
+        defaults = {f: v for f, v in {**asdict(config), **asdict(options), **asdict(split)}.items() if f not in shown}
+        typer.echo(
+            f"# dupq train{' --preset ' + preset if preset else ''}: the options it sets; the others at their defaults"
+        )
+        typer.echo(to_toml(shown, defaults), nl=False)
+        return
     check_output_folder(out, resume, overwrite)
     path = _data(data)
     pairs, dropped = read_pairs(path)
@@ -73,6 +99,28 @@ def train(
     if master:
         _calibrate_new_model(model, splits, out)
         typer.echo(f"saved model to {out}")
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave option ``name`` (on the line or through its environment variable), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _preset(ctx: typer.Context, preset: str, typed: set[str]) -> dict[str, Any]:
+    """The preset's values that no typed flag overrides; a value for a flag is checked as that flag checks it."""
+    parameters = {p.name: p for p in ctx.command.params}
+    values = {}
+    for name, value in read_preset(preset).items():
+        if name in typed:
+            continue
+        if name in parameters:
+            try:
+                value = parameters[name].process_value(ctx, value)
+            except UsageError as e:
+                raise DupqError(f"the preset {preset} sets {name} = {value!r}: {e.format_message()}") from None
+        values[name] = value
+    return values
 
 
 def _losses(specs: Optional[list[str]]) -> dict[str, float]:

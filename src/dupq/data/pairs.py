@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dupq.core.files import DupqError
-from dupq.core.options import option
+from dupq.core.options import check_options, option
 from dupq.data.text import header_names, open_text, reading
 
 REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
@@ -214,23 +214,48 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     return pairs, dropped
 
 
+# The seed's 10,240 rows: its test pairs, its dev pairs, and the labelled recipe's validation rows.
+HELD_OUT_ROWS = 10_240
+
+
 @dataclass
 class SplitConfig:
-    """Sizes of the seed split, in rows of the source file; each field's help text says what it holds."""
+    """Sizes of the seed split, in rows of the source file; each field's help text says what it holds.
+
+    Every command that cuts the data (``dupq train``, ``dupq distil teach/tune/export``) takes its
+    split options from these fields.
+    """
 
     train_pool: int = option(
         300_000, "Rows at the top of the file that form the training pool (its pairs are the training data).", min=0
     )
     test: int = option(
-        10_240, "Rows after the pool kept as test pairs (reported on, never tuned on).", min=0, flag="--test-size"
+        HELD_OUT_ROWS,
+        "Rows after the pool kept as test pairs (reported on, never tuned on, never taught).",
+        min=0,
+        flag="--test-size",
     )
     dev: int = option(
-        10_240, "Rows after the test pairs kept as dev pairs (where the threshold is chosen).", min=0, flag="--dev-size"
+        HELD_OUT_ROWS,
+        "Rows after the test pairs kept as dev pairs (where the threshold is chosen; never taught).",
+        min=0,
+        flag="--dev-size",
     )
-    val_fraction: float = option(0.2, "duplicates recipe: share of the pool's duplicates held out for validation.")
+    val_fraction: float = option(
+        0.2,
+        "Training on duplicates: share of the pool's duplicates held out for validation.",
+        min=0.0,
+        max=1.0,
+        cli=False,
+    )
     labelled_val: int = option(
-        10_240, "labelled recipe: last rows of the pool (both labels) held out for validation.", min=2
+        HELD_OUT_ROWS,
+        "Training on labelled pairs: last rows of the pool (both labels) held out for validation, never trained on.",
+        min=2,
     )
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 A trained model is a folder (:mod:`dupq.modeling.model`)::
 
     config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on
-    metrics.json       how it was trained (split, loss per epoch, processes) and what it scored
+    metrics.json       how it was trained (split, loss per epoch, world size) and what it scored
     vocab.json         the words (:class:`dupq.data.tokenizer.VocabFile`), or instead of it and the weights:
     model.safetensors  the encoder's and the head's weights
     sentence-transformers/   a pretrained sentence encoder, JSON and safetensors only
@@ -158,7 +158,7 @@ class _Epoch(BaseModel):
 class _Training(BaseModel):
     split: _Split | None = None
     history: list[_Epoch] | None = None
-    processes: integer(1, 65536) | None = None  # how many processes trained it (torchrun); absent: one
+    world_size: integer(1, 65536) | None = None  # how many processes trained it (torchrun); absent: one
 
 
 class Metrics(BaseModel):

@@ -16,9 +16,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save
 
 from dupq.core.files import DupqError, atomic_write
+from dupq.core.options import label, option_fields
+from dupq.data.pairs import SplitConfig
 from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
 from dupq.modeling.formats import stored_kind
-from dupq.training.config import CHECKPOINT, RESUMABLE, ModelOptions, TrainConfig
+from dupq.training.config import CHECKPOINT, RESUMABLE, ModelOptions, TrainConfig, renamed
 from dupq.training.step import Siamese
 
 
@@ -101,7 +103,7 @@ def _check_resume(
 ) -> None:
     """Refuse to resume with options that differ from the checkpoint's, naming the first one."""
     asked = {**asdict(config), **{f"model.{k}": v for k, v in asdict(options).items()}}
-    stored = {**meta.get("train", {}), **{f"model.{k}": v for k, v in meta.get("options", {}).items()}}
+    stored = {**renamed(meta.get("train", {})), **{f"model.{k}": v for k, v in meta.get("options", {}).items()}}
     if split is not None and meta.get("split") is not None:
         asked.update({f"split.{k}": v for k, v in split.items()})
         stored.update({f"split.{k}": v for k, v in meta["split"].items()})
@@ -109,8 +111,11 @@ def _check_resume(
         if name in RESUMABLE or name not in stored:
             continue
         if stored[name] != value:
-            option = name.split(".")[-1].replace("_", "-")
+            key = name.split(".")[-1]
+            named = {
+                f.name: label(f) for config in (TrainConfig, ModelOptions, SplitConfig) for f in option_fields(config)
+            }
             raise DupqError(
-                f"--resume with --{option} {value} but the checkpoint was trained with {stored[name]}; "
+                f"--resume with {named.get(key, key)} {value} but the checkpoint was trained with {stored[name]}; "
                 f"resume with the same options (only --epochs, --threads and --device may change) or start again with --overwrite."
             )

@@ -1,17 +1,19 @@
 """How a training run is set up: :class:`TrainConfig` (the loop) and :class:`ModelOptions` (the model it builds).
 
-Each field that ``dupq train`` exposes is declared once, with :func:`dupq.core.options.option`: its
-default, its help and its range; the command line is built from these fields.
+Each option is declared once, with :func:`dupq.core.options.option`: its default, its help and its
+range; ``dupq train``'s flags are built from these fields and a preset file
+(:mod:`dupq.training.presets`) sets any of them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from dupq.core.files import DupqError
-from dupq.core.options import check_options, option
-from dupq.modeling.encoders import ENCODERS, POOLINGS
+from dupq.core.options import check_options, label, option
+from dupq.modeling.encoders import ENCODERS, MAX_WIDTH, POOLINGS
 from dupq.modeling.heads import HEADS
 from dupq.training.batches import SOURCES
 from dupq.training.objectives import Objective
@@ -19,7 +21,8 @@ from dupq.training.objectives import Objective
 CHECKPOINT = "checkpoint.safetensors"
 
 
-RECIPE_LOSSES = {"duplicates": {"triplet": 1.0}, "labelled": {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}}
+# The losses of each batch source when a run names none (``--loss``).
+DEFAULT_LOSSES = {"duplicates": {"triplet": 1.0}, "labelled": {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}}
 
 
 REDUCTIONS = ("sum", "mean")
@@ -40,39 +43,63 @@ RESUMABLE = {
 }  # chunks: the same sums to float rounding (a checkpoint from chunks 4)
 
 
+# Fields renamed since runs recorded them: old name -> new (a model's metrics.json, a checkpoint).
+RENAMED = {"recipe": "train_on", "teacher": "teacher_vectors"}
+
+
+def renamed(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config (metrics.json's ``training.train``, a checkpoint's) under today's field names."""
+    return {RENAMED.get(name, name): value for name, value in recorded.items()}
+
+
 @dataclass
 class TrainConfig:
-    """How the encoder is trained; the defaults are the seed recipe. Each option's help text is its ``dupq train --help``."""
+    """How the encoder is trained; the defaults are the seed recipe. Each option's help text is its ``dupq train --help``.
 
-    recipe: str = option(
+    Options with ``cli=False`` are ablations that did not make the bundled recipe (docs/RESULTS.md
+    has their rows) or settings that the recipe's preset fixes: a preset file sets them.
+    """
+
+    train_on: str = option(
         "duplicates",
-        "duplicates: the seed's duplicate pairs only; labelled: every labelled pair of the pool.",
+        "duplicates: the pool's duplicate pairs only (the seed); labelled: every labelled pair of the pool.",
         choices=SOURCES,
+        cli=False,
     )
-    # loss -> weight; empty: the recipe's default. Not an option field: `--loss NAME[:WEIGHT]` is repeated (see dupq.cli.train.train)
+    # loss -> weight; empty: the source's DEFAULT_LOSSES. Not an option field: `--loss NAME[:WEIGHT]` is repeated
     losses: dict[str, float] = field(default_factory=dict)
     epochs: int = option(5, "Passes over the training pairs.", min=1)
-    batch_size: int = option(256, "Pairs per batch (in-batch negatives = batch size - 1).", min=2)
+    batch_size: int = option(256, "Pairs per batch (in-batch negatives = batch size - 1).", min=2, max=65_536)
     lr: float = option(0.01, "Adam learning rate.", min=0.0)
-    margin: float = option(0.25, "Triplet loss margin (the seed's alpha).")
+    margin: float = option(0.25, "Triplet loss margin (the seed's alpha).", cli=False)
     # Adam makes sum and mean nearly equivalent for the triplet loss alone; mean weighs it like the other losses
-    reduction: str = option("sum", "Triplet loss over a batch: sum (seed) or mean.", choices=REDUCTIONS)
+    reduction: str = option("sum", "Triplet loss over a batch: sum (seed) or mean.", choices=REDUCTIONS, cli=False)
     symmetric: bool = option(
-        False, "Triplet loss in both directions of the similarity matrix (q1 rows as anchors too)."
+        False, "Triplet loss in both directions of the similarity matrix (q1 rows as anchors too).", cli=False
     )
-    scale: float = option(20.0, "Ranking loss: scale of the cosines in its softmax (an inverse temperature).")
-    contrastive_margin: float = option(0.5, "(Online) contrastive loss: distance non-duplicates are pushed beyond.")
+    scale: float = option(
+        20.0, "Ranking loss: scale of the cosines in its softmax (an inverse temperature).", cli=False
+    )
+    contrastive_margin: float = option(
+        0.5, "(Online) contrastive loss: distance non-duplicates are pushed beyond.", cli=False
+    )
     mask_false_negatives: bool = option(
-        False, "Leave the anchor's own question and its known duplicates out of its negatives."
+        False, "Leave the anchor's own question and its known duplicates out of its negatives.", cli=False
     )
-    hard_negatives: bool = option(False, "Per duplicate row, add a question labelled not its duplicate as a negative.")
-    lr_schedule: str = option("constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES)
+    hard_negatives: bool = option(
+        False, "Per duplicate row, add a question labelled not its duplicate as a negative.", cli=False
+    )
+    lr_schedule: str = option(
+        "constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES, cli=False
+    )
     ema: float = option(
-        0.0, "Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off."
+        0.0,
+        "Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off.",
+        cli=False,
     )
-    seed: int = option(0, "Random seed (initialisation, shuffling, dropout).")
+    seed: int = option(0, "Random seed (initialisation, shuffling, dropout).", min=0, max=2**32 - 1)
     # >1 groups similar lengths: faster, but -1.3 test accuracy (negatives as long as the anchor are easier)
-    bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1)
+    bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1, cli=False)
     # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 16 was the fastest
     # of 4/8/16/32 for the labelled recipe on a 2-core CPU in float32 (8 under --bf16, 16 within 2 %):
     # docs/experiments/5-labelled-pairs.md, "What a labelled training step costs"
@@ -81,11 +108,12 @@ class TrainConfig:
         False,
         "Encode under bfloat16 autocast while training: ~2x faster on a CPU with bf16 units; weights and losses stay float32.",
     )
-    teacher: str = option("", "Teacher vectors made by `dupq distil teach`, for the distil losses.")
+    teacher_vectors: str = option("", "Teacher vectors made by `dupq distil teach`, for the distil losses.")
     distil_questions: int = option(
-        0, "Per batch, this many random taught questions seen by the distil losses only.", min=0
+        0, "Per batch, this many random taught questions seen by the distil losses only.", min=0, max=65_536, cli=False
     )
-    threads: int = option(0, "CPU threads for torch (0 = default).", min=0)
+    # torch CPU threads; 0 leaves torch's setting alone. `dupq train --threads` (one default for every command) sets it
+    threads: int = 0
     device: str = option(
         "cpu", "cpu, or cuda to train on a GPU (bit-exact resume is guaranteed on CPU only).", choices=DEVICES
     )
@@ -93,18 +121,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_options(self)
         if not self.losses:
-            self.losses = dict(RECIPE_LOSSES[self.recipe])
-        for name in ("lr", "margin", "scale", "contrastive_margin"):
-            value = getattr(self, name)
-            if not math.isfinite(value):
-                raise DupqError(f"--{name.replace('_', '-')} must be a finite number, not {value}.")
+            self.losses = dict(DEFAULT_LOSSES[self.train_on])
+        for f in fields(self):
+            if f.name in ("lr", "margin", "scale", "contrastive_margin") and not math.isfinite(getattr(self, f.name)):
+                raise DupqError(f"{label(f)} must be a finite number, not {getattr(self, f.name)}.")
         if not 0.0 <= self.ema < 1.0:
-            raise DupqError(f"--ema must be in [0, 1), not {self.ema}.")
-        if self.objective().needs_teacher != bool(self.teacher):
+            raise DupqError(f"ema must be in [0, 1), not {self.ema}.")
+        if self.objective().needs_teacher != bool(self.teacher_vectors):
             raise DupqError(
-                "the distil losses need --teacher (a folder made by `dupq distil teach`)"
-                if self.teacher == ""
-                else "--teacher is read by the distil losses only; add --loss distil:5 (or distil_matrix) or leave --teacher out."
+                "the distil losses need --teacher-vectors (a folder made by `dupq distil teach`)"
+                if self.teacher_vectors == ""
+                else "--teacher-vectors is read by the distil losses only; add --loss distil:5 (or distil_matrix) or leave --teacher-vectors out."
             )
 
     def objective(self) -> Objective:
@@ -124,20 +151,31 @@ class ModelOptions:
     """What is built before training: the vocabulary, the encoder and the pair head. Each help text is its ``dupq train --help``."""
 
     dim: int = option(
-        128, "Embedding and recurrent layer width (the seed's d_feature); cost grows with its square.", min=1
+        128,
+        "Embedding and recurrent layer width (the seed's d_feature); cost grows with its square.",
+        min=1,
+        max=MAX_WIDTH,
     )
-    lowercase: bool = option(False, "Fold case before the vocabulary lookup.")
-    oov_buckets: int = option(0, "Hash unknown words into this many extra ids (0: one shared id, as the seed).", min=0)
-    min_count: int = option(1, "Keep words seen at least this often in the vocabulary.", min=1)
-    bidirectional: bool = option(False, "Bidirectional recurrent layer: vectors twice as wide, ~2x slower.")
-    dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9)
-    pooling: str = option("mean", "mean (the seed) or max over the recurrent layer's outputs.", choices=POOLINGS)
+    lowercase: bool = option(False, "Fold case before the vocabulary lookup.", cli=False)
+    oov_buckets: int = option(
+        0,
+        "Hash unknown words into this many extra ids (0: one shared id, as the seed).",
+        min=0,
+        max=2**20,  # rows of the embedding table beside the vocabulary's: 2**20 x 128 floats is 0.5 GB
+        cli=False,
+    )
+    min_count: int = option(1, "Keep words seen at least this often in the vocabulary.", min=1, cli=False)
+    bidirectional: bool = option(False, "Bidirectional recurrent layer: vectors twice as wide, ~2x slower.", cli=False)
+    dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9, cli=False)
+    pooling: str = option(
+        "mean", "mean (the seed) or max over the recurrent layer's outputs.", choices=POOLINGS, cli=False
+    )
     head: str = option(
         "none",
         "Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).",
         choices=("none", *HEADS),
     )
-    head_hidden: int = option(256, "Hidden width of the mlp head.", min=1)
+    head_hidden: int = option(256, "Hidden width of the mlp head.", min=1, max=MAX_WIDTH, cli=False)
     word_init: str = option(
         "",
         "Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) "
@@ -147,6 +185,7 @@ class ModelOptions:
         "lstm",
         "The question encoder: lstm (the seed) or gru (no cell state: 3/4 of the LSTM's recurrent work).",
         choices=ENCODERS,
+        cli=False,
     )
 
     def __post_init__(self) -> None:

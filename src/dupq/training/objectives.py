@@ -98,10 +98,37 @@ class Objective:
         projection: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
         """The weighted loss of one batch whose questions encode to ``v`` (``(N, d)``, :class:`Batch`'s rows)."""
+        return self.total(self.terms(v, batch, head, projection), v)
+
+    @staticmethod
+    def total(terms: dict[str, Tensor], v: Tensor) -> Tensor:
+        """The loss to optimise: the sum of the weighted ``terms``, in their order (a scalar like ``v``'s)."""
+        return sum(terms.values(), v.new_zeros(()))
+
+    def per_pair(self, terms: dict[str, Tensor], pairs: int) -> Tensor:
+        """The batch's loss per pair, the figure the logs show for training and validation alike.
+
+        Every loss is a mean over the batch's rows already, except the triplet loss summed over them
+        (``reduction="sum"``, the seed's), which counts here divided by the batch's ``pairs``; a
+        loss's weight counts as it does in the loss optimised. An epoch's loss is the mean of this
+        over its pairs.
+        """
+        summed = self.reduction == "sum"
+        zero = next(iter(terms.values())).new_zeros(()) if terms else torch.zeros(())
+        return sum((t / pairs if name == "triplet" and summed else t for name, t in terms.items()), zero).detach()
+
+    def terms(
+        self,
+        v: Tensor,
+        batch: Batch,
+        head: PairHead | None = None,
+        projection: Callable[[Tensor], Tensor] | None = None,
+    ) -> dict[str, Tensor]:
+        """Each loss of the objective on one batch, weighted: loss name -> ``weight * loss`` (a scalar)."""
         b = batch.size
-        total = v.new_zeros(())
+        terms: dict[str, Tensor] = {}
         if self.needs_teacher:
-            total = total + self._distillation(v, batch, projection)
+            terms.update(self._distillation(v, batch, projection))
         if batch.distil_only:  # the trailing distil-only rows are no pair's question and nobody's negative
             keep = len(v) - batch.distil_only
             v, batch = v[:keep], replace(batch, groups=batch.groups[:keep], distil_only=0)
@@ -120,43 +147,45 @@ class Objective:
                         others if len(others) else None,
                         excluded,
                     )
-                    total = total + self.losses["triplet"] * loss
+                    terms["triplet"] = self.losses["triplet"] * loss
                 if "ranking" in self.losses:
                     loss = multiple_negatives_ranking_loss(
                         positives, anchors, others if len(others) else None, self.scale, excluded
                     )
-                    total = total + self.losses["ranking"] * loss
+                    terms["ranking"] = self.losses["ranking"] * loss
         cosines = None
         if {"contrastive", "online_contrastive"} & set(self.losses):
             cosines = (v1 * v2).sum(-1)  # (B,) the vectors are unit length
         if "contrastive" in self.losses:
-            total = total + self.losses["contrastive"] * contrastive_loss(
+            terms["contrastive"] = self.losses["contrastive"] * contrastive_loss(
                 cosines, batch.labels, self.contrastive_margin
             )
         if "online_contrastive" in self.losses:
-            total = total + self.losses["online_contrastive"] * online_contrastive_loss(
+            terms["online_contrastive"] = self.losses["online_contrastive"] * online_contrastive_loss(
                 cosines, batch.labels, self.contrastive_margin
             )
         if "bce" in self.losses:
             if head is None:
                 raise ValueError("the bce loss needs a pair head")
-            total = total + self.losses["bce"] * pair_bce_loss(head(v1, v2), batch.labels)
-        return total
+            terms["bce"] = self.losses["bce"] * pair_bce_loss(head(v1, v2), batch.labels)
+        return terms
 
-    def _distillation(self, v: Tensor, batch: Batch, projection: Callable[[Tensor], Tensor] | None) -> Tensor:
+    def _distillation(
+        self, v: Tensor, batch: Batch, projection: Callable[[Tensor], Tensor] | None
+    ) -> dict[str, Tensor]:
         if batch.teacher is None or batch.taught is None:
             raise ValueError("the distillation losses need teacher vectors (train with a teacher cache)")
         student, teacher = v[batch.taught], batch.teacher[batch.taught]  # (n, d), (n, T)
-        total = v.new_zeros(())
+        terms: dict[str, Tensor] = {}
         if len(student) == 0:
-            return total
+            return terms
         if "distil" in self.losses:
             if projection is None:
                 raise ValueError("the distil loss needs a projection to the teacher's width")
-            total = total + self.losses["distil"] * distillation_loss(projection(student), teacher)
+            terms["distil"] = self.losses["distil"] * distillation_loss(projection(student), teacher)
         if "distil_matrix" in self.losses and len(student) >= 2:
-            total = total + self.losses["distil_matrix"] * similarity_matching_loss(student, teacher)
-        return total
+            terms["distil_matrix"] = self.losses["distil_matrix"] * similarity_matching_loss(student, teacher)
+        return terms
 
     def _ranking_rows(self, v1: Tensor, v2: Tensor, extra: Tensor, batch: Batch):
         """Anchors (q1 of duplicate rows), positives (their q2), other candidates, and the false-negative mask.

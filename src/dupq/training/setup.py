@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from dupq.core.files import DupqError
-from dupq.data.pairs import Splits, labelled_split
+from dupq.data.pairs import SplitConfig, Splits, labelled_split
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import ENCODERS
 from dupq.modeling.heads import HeadConfig, PairHead
@@ -24,17 +24,22 @@ from dupq.training.step import Siamese
 
 def load_teacher_cache(config: TrainConfig, split: dict[str, Any] | None) -> TeacherCache | None:
     """The run's teacher vectors, refused when they were taught on another cut of the data."""
-    if not config.teacher:
+    if not config.teacher_vectors:
         return None
-    cache = TeacherCache.load(config.teacher)
+    cache = TeacherCache.load(config.teacher_vectors)
     taught_on, trained_on = cache.info.get("split") or {}, split or {}
     for key, flag_name in (("train_pool", "--train-pool"), ("test", "--test-size"), ("dev", "--dev-size")):
         if key in taught_on and key in trained_on and taught_on[key] != trained_on[key]:
             raise DupqError(
-                f"the teacher vectors in {config.teacher} were taught with {flag_name} {taught_on[key]}, "
+                f"the teacher vectors in {config.teacher_vectors} were taught with {flag_name} {taught_on[key]}, "
                 f"this run uses {trained_on[key]}; teach again with the run's split (its test and dev questions must stay untaught)."
             )
     return cache
+
+
+def _labelled_val(split: dict[str, Any] | None) -> int:
+    """The pool rows the labelled pairs validate on: the run's split, else :class:`SplitConfig`'s default."""
+    return (split or {}).get("labelled_val", SplitConfig().labelled_val)
 
 
 def batch_sources(
@@ -45,8 +50,8 @@ def batch_sources(
     teacher: TeacherCache | None = None,
 ) -> tuple[PairBatches, PairBatches, str]:
     """The training and validation batch sources of the recipe, and a line saying what they hold."""
-    if config.recipe == "labelled":
-        train_pairs, val_pairs = labelled_split(splits.pool, (split or {}).get("labelled_val", 10_240))
+    if config.train_on == "labelled":
+        train_pairs, val_pairs = labelled_split(splits.pool, _labelled_val(split))
     else:
         train_pairs, val_pairs = splits.train, splits.val
     groups = None
@@ -54,7 +59,7 @@ def batch_sources(
         texts = list(dict.fromkeys(train_pairs.q1 + train_pairs.q2 + val_pairs.q1 + val_pairs.q2))
         groups = duplicate_groups(texts, train_pairs.q1, train_pairs.q2, train_pairs.labels)
     hard = splits.pool.take(splits.pool.labels == 0) if config.hard_negatives else None
-    if hard is not None and config.recipe == "labelled":
+    if hard is not None and config.train_on == "labelled":
         hard = hard.take(np.isin(hard.rows, train_pairs.rows))  # never a validation pair's question
     train_source = PairBatches(
         vocab, train_pairs, config.batch_size, config.bucket, groups, hard, teacher, config.distil_questions
@@ -72,8 +77,8 @@ def batch_sources(
 def build_vocabulary(
     splits: Splits, config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None
 ) -> Vocabulary:
-    if config.recipe == "labelled":
-        pairs, _ = labelled_split(splits.pool, (split or {}).get("labelled_val", 10_240))
+    if config.train_on == "labelled":
+        pairs, _ = labelled_split(splits.pool, _labelled_val(split))
     else:
         pairs = splits.pool.take(splits.pool.labels == 1)
     return Vocabulary.build(

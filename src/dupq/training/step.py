@@ -49,15 +49,14 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
     return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
 
 
-def batch_loss(
-    model: Siamese, batch: Batch, objective: Objective, chunks: int, world: World = World(), bf16: bool = False
-) -> torch.Tensor:
-    """Encode every question of ``batch`` in one (chunked) LSTM pass and apply ``objective``.
+def encode_batch(model: Siamese, batch: Batch, chunks: int, world: World = World(), bf16: bool = False) -> torch.Tensor:
+    """Every question of ``batch`` encoded in one (chunked) LSTM pass: ``(N, d)`` float32.
 
-    Among several processes (``world``), this one encodes its share of the questions and the
-    objective sees every rank's vectors (:func:`dupq.training.distributed.gather`): the same loss as one process.
-    With ``bf16`` the encoder runs under bfloat16 autocast (the weights stay float32) and the
-    objective gets float32 vectors, so the similarities and losses keep float32's precision.
+    Among several processes (``world``), this one encodes its share of the questions and gets
+    every rank's vectors back (:func:`dupq.training.distributed.gather`), so the objective sees the
+    whole batch: the same loss as one process. With ``bf16`` the encoder runs under bfloat16
+    autocast (the weights stay float32) and the vectors come back as float32, so the
+    similarities and losses keep float32's precision.
     """
     rows = slice(None)
     if world.size > 1:
@@ -70,7 +69,27 @@ def batch_loss(
     v = v.float()
     if world.size > 1:
         v = gather(v, len(batch.ids), world)  # (N, d)
-    return objective(v, batch, model.head, model.projection)
+    return v
+
+
+def loss_of_vectors(
+    model: Siamese, v: torch.Tensor, batch: Batch, objective: Objective
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch's ``(loss, loss per pair)`` from its questions' vectors ``v`` (``(N, d)``).
+
+    The one place a batch's loss is computed: training optimises the first and logs the second,
+    validation logs the second, so both report the same figure for the same batch
+    (:meth:`~dupq.training.objectives.Objective.per_pair`).
+    """
+    terms = objective.terms(v, batch, model.head, model.projection)
+    return objective.total(terms, v), objective.per_pair(terms, batch.size)
+
+
+def batch_loss(
+    model: Siamese, batch: Batch, objective: Objective, chunks: int, world: World = World(), bf16: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch's ``(loss, loss per pair)``: :func:`encode_batch`, then :func:`loss_of_vectors`."""
+    return loss_of_vectors(model, encode_batch(model, batch, chunks, world, bf16), batch, objective)
 
 
 @dataclass
@@ -97,13 +116,9 @@ def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Valida
     with torch.no_grad():
         for index in source.epoch(rng):
             batch = source.batch(index, rng).to(config.device)
-            v = encode_in_chunks(model.encoder, batch.ids, batch.lengths, config.chunks)
-            loss = objective(v, batch, model.head, model.projection)
-            total += loss.item() * (
-                1
-                if "triplet" in config.losses and config.reduction == "sum" and len(config.losses) == 1
-                else len(index)
-            )
+            v = encode_batch(model, batch, config.chunks)
+            _, per_pair = loss_of_vectors(model, v, batch, objective)
+            total += per_pair.item() * len(index)
             count += len(index)
             u, w = v[: batch.size], v[batch.size : 2 * batch.size]
             logits.append((model.head(u, w) if model.head is not None else (u * w).sum(-1)).cpu().numpy())
@@ -146,6 +161,6 @@ class Siamese(nn.Module):
 
     def forward(
         self, batch: Batch, objective: Objective, chunks: int, world: World, bf16: bool = False
-    ) -> torch.Tensor:
-        """The loss of one batch (:func:`batch_loss`): the call DDP wraps to average gradients over processes."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, loss per pair)`` of one batch (:func:`batch_loss`): the call DDP wraps to average gradients."""
         return batch_loss(self, batch, objective, chunks, world, bf16)

@@ -3,8 +3,8 @@
 A run is three parts that do not know each other:
 
 * the **batch source** (:mod:`dupq.training.batches`): which pairs, which labels, how batched. The seed
-  recipe trains on the duplicates only (``recipe="duplicates"``); the labelled recipe on every
-  labelled pair of the training pool (``recipe="labelled"``);
+  recipe trains on the duplicates only (``train_on="duplicates"``); the labelled recipe on every
+  labelled pair of the training pool (``train_on="labelled"``);
 * the **objective** (:mod:`dupq.training.objectives`): a weighted list of losses (:mod:`dupq.training.losses`);
 * this **loop**: build (or resume) -> per epoch: batches, loss, Adam step -> validation ->
   checkpoint -> at the end, the best epoch's weights as the model folder.
@@ -145,7 +145,6 @@ def _train_epoch(
     batches = source.epoch(rng)
     model.train()
     loss_sum, pairs, started = 0.0, 0, time.perf_counter()
-    per_pair = config.reduction == "sum" and config.losses == {"triplet": 1.0}  # the seed's summed loss, shown per pair
     with Progress(
         TextColumn(f"epoch {epoch + 1}/{config.epochs}"),
         BarColumn(),
@@ -163,7 +162,7 @@ def _train_epoch(
                     config, epoch * steps_per_epoch + step, steps_per_epoch * config.epochs
                 )
             batch = source.batch(index, rng).to(config.device)
-            loss = loss_of(batch, objective, config.chunks, world, config.bf16)
+            loss, per_pair = loss_of(batch, objective, config.chunks, world, config.bf16)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -171,7 +170,7 @@ def _train_epoch(
                 with torch.no_grad():
                     for average, weight in zip(ema.parameters(), model.parameters()):
                         average.lerp_(weight, 1.0 - config.ema)
-            loss_sum += loss.item() * (1 if per_pair else len(index))
+            loss_sum += per_pair.item() * len(index)
             pairs += len(index)
             bar.update(task, advance=1, loss=loss_sum / pairs, speed=pairs / (time.perf_counter() - started))
     return loss_sum, pairs, time.perf_counter() - started
@@ -234,7 +233,7 @@ def _finish(
         "val_pairs": val_pairs,
         "history": state.history,
         "best_epoch": state.best_epoch,
-        "processes": world.size,  # torchrun processes that trained it (1: one process)
+        "world_size": world.size,  # processes that trained it (torchrun's WORLD_SIZE; 1: one process)
         **(extra_info or {}),
     }
     model.cpu()

@@ -1,0 +1,109 @@
+"""HNSW's cost against its recall on every distinct Quora question: which ``M``, ``efConstruction``, ``efSearch``.
+
+For each graph (``--m`` x ``--ef-construction``) built over the bundled model's vectors of the
+~537,000 questions, and each ``efSearch`` of ``--ef-search``, one JSON row:
+
+* ``recall@10``: share of the top 10 whose true score reaches the exact 10th score of
+  :func:`dupq.search.vectors.search` (ties broken either way count, as bench/search_speed.py counts);
+* ``p50_us`` / ``p99_us``: one query at a time, one thread, ``index.search`` alone (the graph walk:
+  what efSearch and M change; encoding and building hits are measured by bench/search_speed.py);
+* ``build_s`` and ``bytes_per_question`` of the graph.
+
+The queries are ``--queries`` stored questions drawn with ``--query-seed``: choose the settings
+with ``--query-seed 1`` and report them with the default 0 (the last line, ``chosen``, names the
+cheapest setting whose recall@10 reaches ``--recall``).
+
+    python bench/hnsw_sweep.py [--m 16,32,64] [--ef-construction 64,200] [--ef-search 16,32,64,128,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import faiss
+import numpy as np
+import torch
+
+from dupq.data.pairs import default_data_path
+from dupq.data.questions import read_questions
+from dupq.modeling.model import Model
+from dupq.search.vectors import search
+
+
+def integers(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.ndarray:
+    """Microseconds per query, one query at a time (after 50 warm-up queries)."""
+    for q in queries[:50]:
+        index.search(q[None], k)
+    seconds = np.empty(len(queries))
+    for i, q in enumerate(queries):
+        t0 = time.perf_counter()
+        index.search(q[None], k)
+        seconds[i] = time.perf_counter() - t0
+    return seconds * 1e6
+
+
+def recall_at_k(index: faiss.Index, queries: np.ndarray, vectors: np.ndarray, exact: np.ndarray, k: int) -> float:
+    found = index.search(queries, k)[1]  # (Q, k)
+    true = np.einsum("qd,qkd->qk", queries, vectors[found])  # (Q, k) the true scores of what was found
+    return float(np.mean(true >= exact[:, -1:] - 1e-6))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="model folder (default: the bundled model)")
+    parser.add_argument("--data", default=None, help="Quora pairs file (default: the shared one)")
+    parser.add_argument("--m", type=integers, default=[16, 32, 64])
+    parser.add_argument("--ef-construction", type=integers, default=[64, 200])
+    parser.add_argument("--ef-search", type=integers, default=[16, 24, 32, 48, 64, 96, 128, 192, 256])
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--query-seed", type=int, default=0)
+    parser.add_argument("--recall", type=float, default=0.99, help="the recall@10 a chosen setting must reach")
+    parser.add_argument("--build-threads", type=int, default=0, help="FAISS threads while building (0: all)")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    model = Model.load(args.model)
+    texts = read_questions(args.data or default_data_path()).texts
+    vectors = model.encode(texts)  # (N, d)
+    rng = np.random.default_rng(args.query_seed)
+    queries = vectors[rng.choice(len(vectors), size=args.queries, replace=False)]  # (Q, d)
+    exact = search(queries, vectors, 10)[0]  # (Q, 10) exact scores
+    rows = []
+    for m in args.m:
+        for ef_construction in args.ef_construction:
+            faiss.omp_set_num_threads(args.build_threads or faiss.omp_get_max_threads())
+            index = faiss.IndexHNSWFlat(vectors.shape[1], m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = ef_construction
+            t0 = time.perf_counter()
+            index.add(vectors)
+            build_s = time.perf_counter() - t0
+            size = faiss.serialize_index(index).nbytes
+            faiss.omp_set_num_threads(1)
+            for ef_search in args.ef_search:
+                index.hnsw.efSearch = ef_search
+                us = timed_single_queries(index, queries, 10)
+                row = {
+                    "m": m,
+                    "ef_construction": ef_construction,
+                    "ef_search": ef_search,
+                    "recall@10": round(recall_at_k(index, queries, vectors, exact, 10), 4),
+                    "p50_us": round(float(np.percentile(us, 50)), 1),
+                    "p99_us": round(float(np.percentile(us, 99)), 1),
+                    "build_s": round(build_s, 1),
+                    "bytes_per_question": round(size / len(vectors), 1),
+                }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    good = [r for r in rows if r["recall@10"] >= args.recall]
+    chosen = min(good, key=lambda r: r["p50_us"]) if good else None
+    print(json.dumps({"questions": len(vectors), "query_seed": args.query_seed, "chosen": chosen}))
+
+
+if __name__ == "__main__":
+    main()
