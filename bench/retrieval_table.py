@@ -20,7 +20,13 @@ SYSTEMS = [  # (key in the printed JSON, label)
     ("minilm", "all-MiniLM-L6-v2 zero-shot"),
     ("bm25", "BM25 (bm25s)"),
 ]
-MEASURES = [("mrr@10", "MRR@10"), ("ndcg@10", "nDCG@10"), ("recall@1", "Recall@1"), ("recall@10", "Recall@10")]
+MEASURES = [
+    ("mrr@10", "MRR@10"),
+    ("ndcg@10", "nDCG@10"),
+    ("recall@1", "Recall@1"),
+    ("recall@10", "Recall@10"),
+    ("p@1", "P@1"),
+]
 
 
 def last_line(file: str) -> dict:
