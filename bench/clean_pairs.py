@@ -50,7 +50,7 @@ from dupq.core.files import DupqError
 from dupq.data.pairs import default_data_path, read_pairs, split_pairs
 from dupq.evaluation.calibration import threshold_record
 from dupq.modeling.model import Model
-from peers import BATCH, THREADS, cosines, limited, packaged_folder
+from peers import THREADS, cosines, limited, sentence_encoder
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "bench" / "clean_pairs.tsv"
@@ -132,24 +132,12 @@ def dupq_result(name: str, folder: str | None, pairs: CleanPairs) -> dict[str, A
 
 def minilm_result(pairs: CleanPairs, data: Path | None, limit: int | None) -> dict[str, Any]:
     """all-MiniLM-L6-v2 zero-shot at the cosine threshold ``bench/peers.py`` chooses on the Quora dev pairs."""
-    try:
-        folder = packaged_folder()
-    except SystemExit as e:  # peers.py's own "not installed" sentence
-        raise DupqError(str(e.code)) from None
-    from sentence_transformers import SentenceTransformer
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # its weight-loading bar would land in the JSON's output
-    model = SentenceTransformer(str(folder), device="cpu")
+    encode, _ = sentence_encoder()
     dev = limited(split_pairs(read_pairs(data or default_data_path())[0]), limit).dev
 
     def vectors(texts: list[str]) -> dict[str, np.ndarray]:
         texts = list(dict.fromkeys(texts))
-        with torch.inference_mode():
-            v = model.encode(
-                texts, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-            )
-        return dict(zip(texts, np.asarray(v, dtype=np.float32)))  # text -> (d,) unit vector
+        return dict(zip(texts, encode(texts)))  # text -> (d,) unit vector
 
     chosen = threshold_record(cosines(vectors(dev.q1 + dev.q2), dev.q1, dev.q2), dev.labels)
     scores = cosines(vectors(pairs.q1 + pairs.q2), pairs.q1, pairs.q2)  # (N,)

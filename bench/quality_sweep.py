@@ -10,20 +10,23 @@ is not the test pairs:
 
 * ``dev_accuracy``: accuracy on the dev pairs at the threshold chosen there (what `dupq train`
   stores in the model);
-* ``dev_mrr``: retrieval on the dev split alone (`bench/retrieval.py --split dev`);
+* ``dev_mrr@10``, ``dev_ndcg@10``: retrieval on the dev rows alone (`bench/retrieval.py --split dev`);
 * ``val_accuracy``: the best epoch's accuracy on the pool pairs held out for validation.
 
 ``clean_accuracy`` and ``clean_roc_auc`` are the hand-written pairs of ``bench/clean_pairs.py``
 (at the model's own threshold), never used to choose.
 
 The test figures (accuracy at the dev threshold, ROC-AUC, expected calibration error, retrieval
-MRR as `bench/retrieval.py` reports it) are printed too, for the record, never for choosing.
+MRR@10 and nDCG@10 on the test and dev rows, as `dupq evaluate --retrieval` reports them) are
+printed too, for the record, never for choosing. Lines of earlier sweeps hold ``dev_mrr`` and
+``test_mrr`` instead: question2's rank alone, every rank counted.
 A configuration whose model folder is already complete is judged again without retraining.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -106,16 +109,17 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     from clean_pairs import PAIRS, dupq_result, read_clean_pairs
     from dupq.data.pairs import read_pairs, split_pairs
     from dupq.evaluation.evaluate import evaluate
-    from dupq.modeling.model import Model
-    from retrieval import retrieval_metrics
+    from dupq.evaluation.retrieval import held_out_task, retrieval_measures
+    from dupq.modeling.model import ENCODE_BATCH, Model
 
     torch.set_num_threads(threads)
     model = Model.load(folder)
     pairs = read_pairs(data)[0]
     splits = split_pairs(pairs)
     test = evaluate(model, splits.test)
-    dev_retrieval = retrieval_metrics(model.encode, splits, "dev", labelled=pairs)
-    test_retrieval = retrieval_metrics(model.encode, splits, "test", labelled=pairs)
+    encode = functools.partial(model.encode, batch_size=ENCODE_BATCH)
+    dev_retrieval = retrieval_measures(encode, held_out_task(splits, pairs, parts=("dev",)))
+    test_retrieval = retrieval_measures(encode, held_out_task(splits, pairs))
     training = model.metrics.get("training", {})
     history = training.get("history", [])
     best = training.get("best_epoch") or len(history)
@@ -124,8 +128,8 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "name": name,
         "command": command(name),
         "dev_accuracy": round(calibration.get("dev_accuracy", float("nan")), 4),
-        "dev_mrr": round(dev_retrieval["mrr"], 4),
-        "dev_mrr_any": round(dev_retrieval["mrr_any"], 4),  # the first known duplicate's rank (bench/retrieval.py)
+        "dev_mrr@10": round(dev_retrieval["mrr@10"], 4),
+        "dev_ndcg@10": round(dev_retrieval["ndcg@10"], 4),
         "val_accuracy": round(history[best - 1]["val_accuracy"], 4)
         if history and "val_accuracy" in history[best - 1]
         else None,
@@ -137,8 +141,8 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "test_f1": round(test["f1"], 4),
         "roc_auc": round(test["roc_auc"], 4),
         "test_ece": round(test["expected_calibration_error"], 4) if "expected_calibration_error" in test else None,
-        "test_mrr": round(test_retrieval["mrr"], 4),
-        "test_mrr_any": round(test_retrieval["mrr_any"], 4),
+        "test_mrr@10": round(test_retrieval["mrr@10"], 4),
+        "test_ndcg@10": round(test_retrieval["ndcg@10"], 4),
         **{
             f"clean_{k}": v
             for k, v in dupq_result(name, str(folder), read_clean_pairs(PAIRS)).items()

@@ -3,7 +3,9 @@
     python bench/results_table.py runs/sweep/results.jsonl [more.jsonl ...]
 
 Rows are sorted by what chose among them (dev accuracy); test columns are for the record.
-Lines written by the earlier sweep (no dev retrieval) print "-" where a column is missing.
+Lines written by the earlier sweeps print "-" where a column is missing: the first had no dev
+retrieval; the next ones have ``dev_mrr`` / ``test_mrr`` (question2's rank alone) where later ones
+have MRR@10 over every known duplicate (``dupq evaluate --retrieval``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ COLUMNS = [
     ("val acc.", "val_accuracy"),
     ("dev acc.", "dev_accuracy"),
     ("dev MRR", "dev_mrr"),
+    ("dev MRR@10", "dev_mrr@10"),
     ("test acc.", "test_accuracy"),
     ("ROC-AUC", "roc_auc"),
     ("ECE", "test_ece"),
     ("test MRR", "test_mrr"),
+    ("test MRR@10", "test_mrr@10"),
     ("clean acc.", "clean_accuracy"),
     ("clean AUC", "clean_roc_auc"),
     ("best epoch", "best_epoch"),

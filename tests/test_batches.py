@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import Pairs
 from dupq.data.tokenizer import Vocabulary
-from dupq.training.batches import PairBatches, duplicate_groups, false_negatives
+from dupq.training.batches import PairBatches, false_negatives
 
 
 def _pairs(rows: list[tuple[str, str, int]]) -> Pairs:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 import typer.core
 
 from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS, Threads, _data, _threads, _threshold, command
 from dupq.core.files import DupqError, to_json
+
+if TYPE_CHECKING:  # only named in a type hint: commands import the model when they run
+    from dupq.modeling.model import Model
 
 
 @command()
@@ -27,6 +30,14 @@ def evaluate(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
+    retrieval: Annotated[
+        bool,
+        typer.Option(
+            "--retrieval",
+            help="Instead: each held-out question searches the test and dev questions; MRR@10, nDCG@10, Recall@1/10 "
+            "and P@1 over every known duplicate, for the model and for BM25.",
+        ),
+    ] = False,
     threads: Threads = THREADS,
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
@@ -37,6 +48,9 @@ def evaluate(
     _threads(threads)
     threshold = _threshold(threshold)
     m = Model.load(model)
+    if retrieval:
+        _evaluate_retrieval(m, _data(data), json_out, str(model or "bundled model"))
+        return
     test = held_out(m.metrics, _data(data)).test
     result = run_evaluation(m, test, threshold)
     result["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
@@ -68,6 +82,30 @@ def evaluate(
     table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")
     table.add_row("threshold on", str(result.get("threshold_on", "similarity")))
     table.add_row("threshold chosen on", str(result["threshold_chosen_on"]))
+    Console().print(table)
+
+
+def _evaluate_retrieval(m: Model, data: Path, json_out: bool, name: str) -> None:
+    """``dupq evaluate --retrieval``: the held-out retrieval task's measures, the model's and BM25's."""
+    from dupq.data.pairs import read_pairs
+    from dupq.evaluation.retrieval import evaluate_retrieval
+
+    result = evaluate_retrieval(m, read_pairs(data)[0])
+    if json_out:
+        typer.echo(to_json(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{name}: {result['queries']:,} held-out questions search {result['corpus']:,} "
+        f"({result['relevant']:,} known duplicates)"
+    )
+    table.add_column("measure")
+    table.add_column("model", justify="right")
+    table.add_column("BM25", justify="right")
+    for key, value in result["model"].items():
+        table.add_row(key, f"{value:.4f}", f"{result['bm25'][key]:.4f}")
     Console().print(table)
 
 

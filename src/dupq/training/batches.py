@@ -17,7 +17,7 @@ duplicate of a or b elsewhere in the pool, appended as an extra column (sentence
 **False negatives.** Quora repeats questions: 318 of the 349 batches of a default seed epoch hold
 the same question twice, so the seed pushes a question away from itself. Every question of a
 batch carries a *group*: questions with the same text, or joined by known duplicate pairs of the
-training data (transitively), share one. :func:`false_negatives` marks the cells whose column is
+training data (transitively), share one (:func:`dupq.data.duplicates.duplicate_groups`). :func:`false_negatives` marks the cells whose column is
 in the anchor's group, and the losses leave them out (pytorch-metric-learning's miners decide this
 once, outside the loss).
 
@@ -64,30 +64,6 @@ def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generato
         batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     batches = [b for b in batches if len(b) >= 2]
     return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def duplicate_groups(texts: list[str], q1: list[str], q2: list[str], labels: np.ndarray) -> dict[str, int]:
-    """Group id of every text: equal for equal texts and for texts joined by duplicate pairs (transitively).
-
-    Union-find over the duplicate pairs; ``texts`` lists every question that needs a group.
-    """
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        root = x
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(x, x) != root:  # path compression
-            parent[x], x = root, parent[x]
-        return root
-
-    for a, b, y in zip(q1, q2, labels):
-        if y == 1:
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[ra] = rb
-    ids: dict[str, int] = {}
-    return {t: ids.setdefault(find(t), len(ids)) for t in texts}
 
 
 def false_negatives(anchor_groups: Tensor, column_groups: Tensor) -> Tensor:

@@ -11,12 +11,13 @@ import torch
 from torch import nn
 
 from dupq.core.files import DupqError
+from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import SplitConfig, Splits, labelled_split
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import ENCODERS
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Encoder, EncoderConfig
-from dupq.training.batches import PairBatches, duplicate_groups
+from dupq.training.batches import PairBatches
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distil.teacher import TeacherCache
 from dupq.training.step import Siamese

@@ -33,9 +33,10 @@ import numpy as np
 import torch
 
 from dupq.core.files import DupqError, new_folder
+from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import Pairs
 from dupq.modeling.pretrained import load_sentence_transformer
-from dupq.training.batches import duplicate_groups, false_negatives
+from dupq.training.batches import false_negatives
 from dupq.training.losses import multiple_negatives_ranking_loss
 
 

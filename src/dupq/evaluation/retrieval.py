@@ -1,0 +1,229 @@
+"""Retrieval quality: a question searches a collection; is a known duplicate at the top?
+
+The task is BEIR's Quora task and sentence-transformers' Quora split, on dupq's held-out rows
+(:func:`held_out_task`):
+
+* **collection**: every distinct question of the held-out rows (the test *and* the dev rows of the
+  split the model was trained with: 38,614 questions on the seed split);
+* **queries**: every distinct question1 of a held-out duplicate pair whose two texts differ
+  (7,025); a query searches the collection with its own entry left out;
+* **relevant**: every known duplicate of the query in the collection: the transitive closure of
+  the duplicate labels of the whole file (A ~ B and B ~ C make A ~ C;
+  :func:`dupq.data.duplicates.duplicate_groups`). Training labels only say which questions are
+  duplicates; no text of a held-out row is trained on.
+
+``parts=("dev",)`` builds the same task from the dev rows alone, for choosing among models;
+the default (test and dev rows) is the reported one.
+
+A system ranks the collection for each query (:func:`dense_ranking` for unit vectors, by
+:func:`dupq.search.vectors.search`, exact; :func:`bm25_ranking` with the ``bm25s`` package), and
+:func:`ranking_measures` scores its top ``k`` with trec_eval's measures through ``pytrec_eval``:
+MRR@10 (``recip_rank`` of a top-10 run), nDCG@10 (``ndcg_cut_10``), Recall@1 and Recall@10 (the
+share of a query's relevant questions in its top 1 / 10) and P@1. The run given to trec_eval
+scores each query's list by its position, so trec_eval keeps the system's order (its own tie rule
+would sort equal scores by document id, backwards). ``mrr@10_question2`` is the seeds' older
+figure: the reciprocal rank of each held-out pair's own question2 only (0 past 10), per pair.
+
+>>> result = evaluate_retrieval(Model.load(), read_pairs(default_data_path())[0])   # doctest: +SKIP
+>>> result["model"]["mrr@10"], result["bm25"]["mrr@10"]                              # doctest: +SKIP
+(0.92, 0.84)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dupq.core.files import DupqError
+from dupq.data.duplicates import duplicate_groups
+from dupq.data.pairs import Pairs, Splits, recorded_split, split_pairs
+from dupq.modeling.model import ENCODE_BATCH, Model
+from dupq.search.vectors import search
+
+K = 10  # the cut-off of MRR@10 and nDCG@10, and how many each query retrieves
+QUERY_BLOCK = 1024  # queries searched at once (memory: QUERY_BLOCK x corpus scores and sort keys)
+HELD_OUT = ("test", "dev")  # the rows whose questions make the reported task
+# Our name -> trec_eval's, as pytrec_eval reports it (the measures it is asked for: TREC_MEASURES).
+MEASURES = {
+    "mrr@10": "recip_rank",
+    "ndcg@10": "ndcg_cut_10",
+    "recall@1": "recall_1",
+    "recall@10": "recall_10",
+    "p@1": "P_1",
+}
+TREC_MEASURES = {"recip_rank", "ndcg_cut.10", "recall.1,10", "P.1"}
+
+Encode = Callable[[list[str]], np.ndarray]  # texts -> (N, d) float32 unit vectors
+
+
+@dataclass
+class RetrievalTask:
+    """Queries, the collection they search and which of its questions each query should find."""
+
+    corpus: list[str]  # (N,) the questions searched, distinct
+    queries: list[str]  # (Q,) the questions that search
+    relevant: list[np.ndarray]  # (Q,) each query's relevant corpus indices (int64, at least one)
+    own: np.ndarray  # (Q,) int64: a query's own index in the corpus, left out of its ranking; -1 if absent
+    pairs: np.ndarray | None = None  # (P, 2) int64 (query, corpus index of its question2): the seeds' figure
+
+    def __post_init__(self) -> None:
+        if not self.queries or not self.corpus:
+            raise DupqError("a retrieval task needs at least one query and one question to search.")
+        if len(self.relevant) != len(self.queries) or len(self.own) != len(self.queries):
+            raise DupqError("a retrieval task needs one relevance list and one own index per query.")
+        if any(len(r) == 0 for r in self.relevant):
+            raise DupqError("every query of a retrieval task needs at least one relevant question.")
+
+
+def held_out_task(splits: Splits, labelled: Pairs, parts: Sequence[str] = HELD_OUT) -> RetrievalTask:
+    """The Quora retrieval task of the held-out rows ``parts`` of ``splits`` (see the module docstring).
+
+    ``labelled``: every pair of the data file; its duplicate labels, closed transitively, are the
+    relevance judgements.
+    """
+    unknown = set(parts) - set(HELD_OUT)
+    if unknown or not parts:
+        raise DupqError(f"the retrieval task is built from the test and/or dev rows, not {sorted(unknown)}.")
+    rows = [getattr(splits, part) for part in parts]
+    corpus = list(dict.fromkeys(q for p in rows for q in p.q1 + p.q2))
+    position = {t: i for i, t in enumerate(corpus)}
+    duplicates = [(a, b) for p in rows for a, b, y in zip(p.q1, p.q2, p.labels) if y == 1 and a != b]
+    if not duplicates:
+        raise DupqError(f"the {' and '.join(parts)} rows hold no duplicate pair to search for.")
+    queries = list(dict.fromkeys(a for a, _ in duplicates))
+    query_index = {q: i for i, q in enumerate(queries)}
+    # The held-out duplicates join the file's labels, so that a query's own pair counts whatever ``labelled`` holds.
+    q1, q2 = [*labelled.q1, *(a for a, _ in duplicates)], [*labelled.q2, *(b for _, b in duplicates)]
+    group = duplicate_groups(corpus, q1, q2, np.concatenate([labelled.labels, np.ones(len(duplicates), np.int8)]))
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(corpus):
+        members[group[t]].append(i)
+    own = np.array([position[q] for q in queries], dtype=np.int64)
+    relevant = [np.array([j for j in members[group[q]] if j != o], dtype=np.int64) for q, o in zip(queries, own)]
+    pairs = np.array([(query_index[a], position[b]) for a, b in duplicates], dtype=np.int64)
+    return RetrievalTask(corpus=corpus, queries=queries, relevant=relevant, own=own, pairs=pairs)
+
+
+def _without_own(ids: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
+    """``(Q, k)``: the first ``k`` of each row of ``ids (Q, k or k + 1)`` that is not the query's own index."""
+    keep = ids != own[:, None]  # (Q, k + 1)
+    keep &= np.cumsum(keep, axis=1) <= k
+    return ids[keep].reshape(len(ids), k)
+
+
+def _cut_off(task: RetrievalTask, k: int) -> int:
+    """``k``, or fewer when the collection (less a query's own entry) is smaller."""
+    if k < 1:
+        raise DupqError(f"k must be at least 1, got {k}.")
+    return min(k, len(task.corpus) - int((task.own >= 0).any()))
+
+
+def dense_ranking(encode: Encode, task: RetrievalTask, k: int = K) -> np.ndarray:
+    """``(Q, k)`` corpus indices, best first, by the inner product of ``encode``'s unit vectors.
+
+    Exact search (:func:`dupq.search.vectors.search`: ties go to the lower index). A query that is
+    in the collection uses the collection's vector of it: each text is encoded once.
+    """
+    k = _cut_off(task, k)
+    corpus = np.asarray(encode(task.corpus), dtype=np.float32)  # (N, d)
+    queries = np.empty((len(task.queries), corpus.shape[1]), dtype=np.float32)  # (Q, d)
+    inside = task.own >= 0
+    queries[inside] = corpus[task.own[inside]]
+    if not inside.all():
+        queries[~inside] = encode([q for q, o in zip(task.queries, task.own) if o < 0])
+    ids = np.concatenate(  # (Q, k + 1): one more, for the query's own entry (search cuts it to the corpus)
+        [search(queries[i : i + QUERY_BLOCK], corpus, k + 1)[1] for i in range(0, len(queries), QUERY_BLOCK)]
+    )
+    return _without_own(ids, task.own, k)
+
+
+def bm25_ranking(task: RetrievalTask, k: int = K) -> np.ndarray:
+    """``(Q, k)`` corpus indices, best first, by BM25 (the ``bm25s`` package, its defaults).
+
+    bm25s's defaults: Lucene's BM25 (k1 = 1.5, b = 0.75), lowercased words of two or more letters,
+    English stopwords left out. A query with no word of the collection gets bm25s's order of
+    zero scores.
+    """
+    import bm25s
+
+    k = _cut_off(task, k)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(task.corpus, show_progress=False), show_progress=False)
+    words = bm25s.tokenize(task.queries, return_ids=False, show_progress=False)  # (Q,) lists of words
+    ids, _ = retriever.retrieve(words, k=min(k + 1, len(task.corpus)), show_progress=False)  # (Q, k + 1) at most
+    return _without_own(np.asarray(ids, dtype=np.int64), task.own, k)
+
+
+def _trec(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    import pytrec_eval
+
+    return pytrec_eval.RelevanceEvaluator(qrels, TREC_MEASURES).evaluate(run)
+
+
+def _run(ranked: np.ndarray) -> dict[str, dict[str, float]]:
+    """trec_eval's run of ``ranked (Q, k)``: each list scored by its position, so its order is kept."""
+    k = ranked.shape[1]
+    return {str(q): {str(int(d)): float(k - r) for r, d in enumerate(row)} for q, row in enumerate(ranked)}
+
+
+def ranking_measures(task: RetrievalTask, ranked: np.ndarray) -> dict[str, float]:
+    """MRR@10, nDCG@10, Recall@1, Recall@10 and P@1 of ``ranked (Q, k)`` (best first), by trec_eval.
+
+    Each is the mean over every query of the task; with a task's ``pairs``, ``mrr@10_question2``
+    too. ``k`` is the run's depth: MRR@10 is the reciprocal rank within it (0 when no relevant
+    question is in it).
+    """
+    if ranked.shape[0] != len(task.queries):
+        raise DupqError(f"the ranking has {ranked.shape[0]} rows for {len(task.queries)} queries.")
+    run = _run(ranked)
+    qrels = {str(q): {str(int(d)): 1 for d in rel} for q, rel in enumerate(task.relevant)}
+    per_query = _trec(qrels, run)
+    # trec_eval leaves a query with an empty run out of its results: it counts 0 here.
+    out = {
+        name: float(sum(per_query.get(q, {}).get(trec, 0.0) for q in qrels) / len(qrels))
+        for name, trec in MEASURES.items()
+    }
+    if task.pairs is not None and len(task.pairs):
+        pair_qrels = {str(p): {str(int(target)): 1} for p, (_, target) in enumerate(task.pairs)}
+        pair_run = {str(p): run[str(int(query))] for p, (query, _) in enumerate(task.pairs)}
+        per_pair = _trec(pair_qrels, pair_run)
+        out["mrr@10_question2"] = float(sum(r["recip_rank"] for r in per_pair.values()) / len(pair_qrels))
+    return out
+
+
+def task_summary(task: RetrievalTask) -> dict[str, Any]:
+    """How many queries, collection questions and relevance judgements the task has."""
+    per_query = np.array([len(r) for r in task.relevant])
+    return {
+        "queries": len(task.queries),
+        "corpus": len(task.corpus),
+        "relevant": int(per_query.sum()),
+        "queries_with_more_than_one_relevant": int((per_query > 1).sum()),
+    }
+
+
+def retrieval_measures(encode: Encode | None, task: RetrievalTask, k: int = K) -> dict[str, float]:
+    """:func:`ranking_measures` of a dense encoder's ranking, or of BM25's when ``encode`` is None."""
+    ranked = bm25_ranking(task, k) if encode is None else dense_ranking(encode, task, k)
+    return ranking_measures(task, ranked)
+
+
+def evaluate_retrieval(
+    model: Model, pairs: Pairs, k: int = K, parts: Sequence[str] = HELD_OUT, bm25: bool = True
+) -> dict[str, Any]:
+    """The held-out retrieval task of ``model``'s split (from every pair of the file): its measures and BM25's.
+
+    Returns ``{"model": {measure: value}, "bm25": {...}, "queries", "corpus", "relevant",
+    "queries_with_more_than_one_relevant", "parts", "k"}`` (see the module docstring).
+    """
+    task = held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, parts)
+    result: dict[str, Any] = {
+        "model": retrieval_measures(lambda texts: model.encode(texts, batch_size=ENCODE_BATCH), task, k)
+    }
+    if bm25:
+        result["bm25"] = retrieval_measures(None, task, k)
+    return {**result, **task_summary(task), "parts": list(parts), "k": k}
