@@ -29,10 +29,6 @@ from dupq.core.formats import MAX_DIM, MAX_OUT_DIM, MAX_VOCAB, checked, integer,
 POOLINGS = ("mean", "max")
 SENTENCE_TRANSFORMERS = "sentence-transformers"  # a model folder holding a pretrained sentence encoder
 
-# The widest encoder or pair head dupq builds: at 4,096 the LSTM and the embedding table of a
-# Quora vocabulary take ~1.5 GB with Adam's moments; far wider is no model a CPU can train.
-MAX_WIDTH = 4096
-
 
 @dataclass
 class EncoderConfig:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dupq.core.files import DupqError
+from dupq.core.formats import MAX_DIM, MAX_HIDDEN
 from dupq.core.options import check_options, label, option
-from dupq.modeling.encoders import ENCODERS, MAX_WIDTH, POOLINGS
+from dupq.modeling.encoders import ENCODERS, POOLINGS
 from dupq.modeling.heads import HEADS
 from dupq.training.batches import SOURCES
 from dupq.training.objectives import Objective
@@ -154,7 +155,7 @@ class ModelOptions:
         128,
         "Embedding and recurrent layer width (the seed's d_feature); cost grows with its square.",
         min=1,
-        max=MAX_WIDTH,
+        max=MAX_DIM,
     )
     lowercase: bool = option(False, "Fold case before the vocabulary lookup.", cli=False)
     oov_buckets: int = option(
@@ -175,7 +176,7 @@ class ModelOptions:
         "Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).",
         choices=("none", *HEADS),
     )
-    head_hidden: int = option(256, "Hidden width of the mlp head.", min=1, max=MAX_WIDTH, cli=False)
+    head_hidden: int = option(256, "Hidden width of the mlp head.", min=1, max=MAX_HIDDEN, cli=False)
     word_init: str = option(
         "",
         "Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) "
