@@ -139,7 +139,7 @@ def predict(
                 obj["probability"] = round(j["probability"], 6)
             typer.echo(to_json(obj))
         else:
-            typer.echo(verdict_text(j, "probability" if m.threshold_on == "probability" else "similarity"))
+            typer.echo(verdict_text(j, m.threshold_on))
         return
     stream = typer.get_binary_stream("stdin") if pairs == "-" else open(pairs, "rb")
     bad = judged = 0
