@@ -178,7 +178,7 @@ def predict(
                 obj["probability"] = round(j["probability"], 6)
             typer.echo(to_json(obj))
         else:
-            typer.echo(verdict_text(j, "probability" if m.threshold_on == "probability" else "similarity"))
+            typer.echo(verdict_text(j, m.threshold_on))
         return
     stream = open_lines(pairs)
     bad = judged = 0

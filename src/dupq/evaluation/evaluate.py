@@ -20,8 +20,8 @@ from dupq.core.files import DupqError
 from dupq.data.pairs import Pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free
-from dupq.modeling.calibration import calibrated
-from dupq.modeling.model import ENCODE_BATCH, SEED_THRESHOLD, Model
+from dupq.modeling.model import ENCODE_BATCH, Model
+from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, Verdicts, from_logits
 
 PRIMARY = "accuracy"  # the seeds' headline figure
 
@@ -31,22 +31,34 @@ PRIMARY = "accuracy"  # the seeds' headline figure
 # a batch of long questions pads to (batch, 256 tokens, 4 * dim) gate activations.
 
 
-def pair_scores(model: Model, pairs: Pairs, chunk: int = 8192, kind: str = "score") -> np.ndarray:
-    """Every pair's ``(N,)`` score, encoded chunk by chunk: what the model's threshold applies to
-    (``kind="score"``), its uncalibrated logit (``"logit"``) or its cosine (``"similarity"``)."""
-    out = np.empty(len(pairs), dtype=np.float64)
+def pair_logits(model: Model, pairs: Pairs, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair's uncalibrated logit and cosine, ``(N,)`` float64 each, from one encoding, chunk by chunk."""
+    logits = np.empty(len(pairs), dtype=np.float64)
+    cosines = np.empty(len(pairs), dtype=np.float64)
     for start in range(0, len(pairs), chunk):
         stop = start + chunk
         q1, q2 = pairs.q1[start:stop], pairs.q2[start:stop]
         v = model.encode([*q1, *q2], batch_size=ENCODE_BATCH)  # (2n, d)
         u, w = v[: len(q1)], v[len(q1) :]
-        if kind == "similarity":
-            out[start:stop] = np.einsum("nd,nd->n", u, w)
-        elif kind == "logit":
-            out[start:stop] = model.logits_from_vectors(u, w)
-        else:
-            out[start:stop] = model.scores_from_vectors(u, w)
-    return out
+        logits[start:stop] = model.logits_from_vectors(u, w)
+        cosines[start:stop] = np.einsum("nd,nd->n", u, w)
+    return logits, cosines
+
+
+def pair_verdicts(model: Model, pairs: Pairs, threshold: float | None = None) -> Verdicts:
+    """The model's judgement of every pair (:mod:`dupq.modeling.verdict`), at ``threshold`` (default: the model's)."""
+    logits, cosines = pair_logits(model, pairs)
+    return from_logits(model, logits, cosines, threshold)
+
+
+def pair_scores(model: Model, pairs: Pairs, chunk: int = 8192, kind: str = "score") -> np.ndarray:
+    """Every pair's ``(N,)`` score: what the model's threshold applies to (``kind="score"``), its
+    uncalibrated logit (``"logit"``) or its cosine (``"similarity"``)."""
+    logits, cosines = pair_logits(model, pairs, chunk)
+    if kind == "logit":
+        return logits
+    judged = from_logits(model, logits, cosines)
+    return judged.similarity if kind == "similarity" else judged.score
 
 
 def _finite(value: float | None) -> float | None:
@@ -80,32 +92,14 @@ def evaluate(model: Model, pairs: Pairs, threshold: float | None = None) -> dict
     if not len(pairs):
         raise DupqError("there are no pairs to evaluate on.")
     given = threshold is not None
-    threshold = float(threshold) if given else model.threshold
-    logits = pair_scores(model, pairs, kind="logit")
-    scores = scores_from_logits(model, logits, pairs)
-    result = evaluate_scores(scores, pairs.labels, threshold)
-    result["threshold_on"] = model.threshold_on
+    judged = pair_verdicts(model, pairs, threshold)
+    result = evaluate_scores(judged.score, pairs.labels, judged.threshold)
+    result["threshold_on"] = judged.on
     result["threshold_chosen_on"] = "given" if given else model.threshold_info.get("chosen_on", "unknown")
-    if model.calibration is not None or model.head is not None:
-        probabilities = probabilities_from_logits(model, logits)
-        result["expected_calibration_error"] = expected_calibration_error(probabilities, pairs.labels)
-        result["reliability"] = reliability(probabilities, pairs.labels)
+    if judged.probability is not None:
+        result["expected_calibration_error"] = expected_calibration_error(judged.probability, pairs.labels)
+        result["reliability"] = reliability(judged.probability, pairs.labels)
     return result
-
-
-def probabilities_from_logits(model: Model, logits: np.ndarray) -> np.ndarray:
-    return calibrated(model.calibration, logits)
-
-
-def scores_from_logits(model: Model, logits: np.ndarray, pairs: Pairs) -> np.ndarray:
-    """The judged scores (see :meth:`Model.scores_from_vectors`) from already computed logits."""
-    if model.threshold_on == "probability":
-        return probabilities_from_logits(model, logits)
-    if model.head is None:
-        return np.clip(logits, -1.0, 1.0)  # without a head the logit is the cosine
-    if not model.needs_vectors:  # a cosine head's logit is scale * (cos - bias): invert it, no second encoding
-        return np.clip(logits / model.head.scale.item() + model.head.bias.item(), -1.0, 1.0)
-    return pair_scores(model, pairs, kind="similarity")
 
 
 def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
@@ -118,10 +112,10 @@ def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
     """
     if not len(dev_pairs):
         raise DupqError("there are no dev pairs to calibrate the threshold on; give the split a dev part.")
-    logits = pair_scores(model, dev_pairs, kind="logit")
+    logits, cosines = pair_logits(model, dev_pairs)
     if 0 < dev_pairs.labels.sum() < len(dev_pairs):
         model.calibration = fit_calibration(logits, dev_pairs.labels)
-    scores = scores_from_logits(model, logits, dev_pairs)
+    scores = from_logits(model, logits, cosines).score  # with the calibration just fitted
     record = {
         **threshold_record(scores, dev_pairs.labels),
         "dev_accuracy_at_0_7": binary_metrics(scores, dev_pairs.labels, SEED_THRESHOLD)["accuracy"],
@@ -152,7 +146,7 @@ def summary_line(result: dict[str, Any]) -> str:
     """One line for a terminal: the dev threshold and the test figures."""
     c, t = result["calibration"], result["test"]
     auc = "n/a" if t["roc_auc"] is None else f"{t['roc_auc']:.4f}"
-    on = "probability " if c.get("threshold_on") == "probability" else ""
+    on = "probability " if c.get("threshold_on") == PROBABILITY else ""
     ece = f", ECE {t['expected_calibration_error']:.4f}" if "expected_calibration_error" in t else ""
     at_07 = "" if on else f", accuracy at 0.7 {t['accuracy_at_0_7']:.4f}"
     return (

@@ -28,9 +28,10 @@ from matplotlib.figure import Figure
 
 from dupq.core.files import DupqError, atomic_write
 from dupq.data.pairs import Pairs
-from dupq.evaluation.evaluate import evaluate_scores, pair_scores, probabilities_from_logits, scores_from_logits
+from dupq.evaluation.evaluate import evaluate_scores, pair_verdicts
 from dupq.evaluation.metrics import expected_calibration_error, precision_recall_curve, reliability, roc_curve
-from dupq.modeling.model import SEED_THRESHOLD, Model
+from dupq.modeling.model import Model
+from dupq.modeling.verdict import PROBABILITY, SCORE_NAMES, SEED_THRESHOLD, SIMILARITY
 
 DUP, NON = "#d62728", "#1f77b4"  # duplicate red, non-duplicate blue, in every picture
 
@@ -56,18 +57,18 @@ def training_figure(history: list[dict[str, Any]]) -> Figure:
     return fig
 
 
-def histogram_figure(scores: np.ndarray, labels: np.ndarray, threshold: float, on: str = "similarity") -> Figure:
+def histogram_figure(scores: np.ndarray, labels: np.ndarray, threshold: float, on: str = SIMILARITY) -> Figure:
     """Score histograms of duplicate and non-duplicate pairs, with the threshold(s)."""
     fig = Figure(figsize=(6, 3.6))
     ax = fig.subplots()
-    low = 0.0 if on == "probability" else min(-0.2, float(scores.min()))
+    low = 0.0 if on == PROBABILITY else min(-0.2, float(scores.min()))
     bins = np.linspace(low, 1.0, 61)  # (61,)
     ax.hist(scores[labels == 0], bins=bins, alpha=0.55, color=NON, label=f"non-duplicates ({np.sum(labels == 0):,})")
     ax.hist(scores[labels == 1], bins=bins, alpha=0.55, color=DUP, label=f"duplicates ({np.sum(labels == 1):,})")
     ax.axvline(threshold, color="black", lw=1.5, label=f"threshold {threshold:.3f}")
-    if on == "similarity" and abs(threshold - SEED_THRESHOLD) > 1e-9:
+    if on == SIMILARITY and abs(threshold - SEED_THRESHOLD) > 1e-9:
         ax.axvline(SEED_THRESHOLD, color="gray", lw=1, ls="--", label="the seeds' 0.7")
-    name = "probability of a duplicate" if on == "probability" else "cosine similarity"
+    name = "probability of a duplicate" if on == PROBABILITY else "cosine similarity"
     ax.set(xlabel=name, ylabel="test pairs", title=f"{name.capitalize()} of test pairs")
     ax.legend(fontsize=8, loc="upper left")
     return fig
@@ -255,12 +256,12 @@ def write_report(
         raise DupqError("there are no test pairs to report on.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threshold = model.threshold if threshold is None else float(threshold)
-    logits = pair_scores(model, pairs, kind="logit")  # (N,)
-    scores = scores_from_logits(model, logits, pairs)  # (N,) what the threshold applies to
+    judged = pair_verdicts(model, pairs, threshold)
+    threshold = judged.threshold
+    scores = judged.score  # (N,) what the threshold applies to
     labels = pairs.labels.astype(np.int64)  # (N,)
     m = evaluate_scores(scores, labels, threshold)
-    calibration_error, calibration = _calibration_section(model, logits, labels, out)
+    calibration_error, calibration = _calibration_section(judged.probability, labels, out)
     if calibration_error is not None:
         m["expected_calibration_error"] = calibration_error
     errors = worst_errors(scores, pairs, threshold, k)
@@ -277,21 +278,20 @@ def write_report(
         metrics=_metrics_table(m),
         confusion=_png(confusion_figure(m["confusion_matrix"]), out / "confusion.png"),
         training=_training_section(model, out),
-        histogram=_png(histogram_figure(scores, labels, threshold, model.threshold_on), out / "histogram.png"),
+        histogram=_png(histogram_figure(scores, labels, threshold, judged.on), out / "histogram.png"),
         curves=_curves_section(scores, labels, threshold, m, out),
         calibration=calibration,
-        score=html.escape("calibrated probability" if model.threshold_on == "probability" else "cosine similarity"),
+        score=html.escape(SCORE_NAMES[judged.on]),
         errors=_errors_section(errors),
     )
     atomic_write(out / "index.html", page.encode("utf-8"))
     return {**m, "worst_errors": errors}
 
 
-def _calibration_section(model: Model, logits: np.ndarray, labels: np.ndarray, out: Path) -> tuple[float | None, str]:
+def _calibration_section(probabilities: np.ndarray | None, labels: np.ndarray, out: Path) -> tuple[float | None, str]:
     """The expected calibration error and a reliability diagram, when the model gives probabilities; else ``(None, "")``."""
-    if model.calibration is None and model.head is None:
+    if probabilities is None:
         return None, ""
-    probabilities = probabilities_from_logits(model, logits)
     figure = _png(reliability_figure(probabilities, labels), out / "reliability.png")
     return expected_calibration_error(
         probabilities, labels

@@ -43,9 +43,9 @@ from dupq.core.files import DupqError, read_json
 from dupq.core.formats import MAX_COUNT, MAX_EMBEDDING, check_format, corrupt, inside, integer, number, sentence
 from dupq.modeling.encoders import ENCODERS, SENTENCE_TRANSFORMERS, EncoderConfig, SentenceConfig
 from dupq.modeling.heads import HeadConfig
+from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 
 FORMAT = "dupq-model/1"
-SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold, used until one is calibrated
 ROUNDING = 1e-6  # float32 cosines can exceed 1 by an ulp or two, and a threshold chosen among them too
 KNOWN = (*ENCODERS, SENTENCE_TRANSFORMERS)  # every encoder type a config.json may name
 # Calibration numbers beyond this are no fit to dev pairs (the bundled model's are below 2) and would
@@ -99,7 +99,9 @@ class ModelConfig(BaseModel):
     head: HeadConfig | None = None  # the pair head (None: the cosine judges pairs)
     calibration: Calibration | None = None  # the beta map to a probability (None: the head's own sigmoid)
     threshold: Threshold = SEED_THRESHOLD  # what score > threshold calls a duplicate
-    threshold_on: Literal["similarity", "probability"] = "similarity"  # which score the threshold applies to
+    threshold_on: Literal[SIMILARITY, PROBABILITY] = (
+        SIMILARITY  # which score the threshold applies to (dupq.modeling.verdict)
+    )
     threshold_info: dict | None = None  # how the threshold was chosen
     weights_dtype: Literal["float32", "float16"] = "float32"  # how model.safetensors stores the weights
 

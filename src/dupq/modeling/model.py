@@ -36,10 +36,10 @@ from safetensors.torch import load_file, save
 
 from dupq.core.files import DupqError, atomic_write, check_path, write_json
 from dupq.data.tokenizer import Vocabulary, check_questions
-from dupq.modeling.calibration import calibrated
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
-from dupq.modeling.formats import FORMAT, SEED_THRESHOLD, ModelConfig, read_config, read_metrics
+from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics
 from dupq.modeling.heads import PairHead
+from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, from_vectors
 
 # Readers of model folders whose encoder is not one of ENCODERS: encoder type -> reader(folder, config,
 # metrics=..., **judging), config a dupq.modeling.formats.ModelConfig. dupq.modeling.sentence_model
@@ -58,8 +58,9 @@ class Model:
     >>> model.probability("When will I see you?", "When can I see you again?")   # doctest: +SKIP
     0.93
 
-    ``threshold`` applies to :meth:`scores`: the cosine when ``threshold_on == "similarity"`` (the
-    seed's rule ``d > threshold``), the calibrated probability when it is ``"probability"``.
+    ``threshold`` applies to :meth:`scores`: the cosine when ``threshold_on`` is ``"similarity"`` (the
+    seed's rule ``d > threshold``), the calibrated probability when it is ``"probability"``; the rule,
+    for every entry point, is :mod:`dupq.modeling.verdict`'s.
     """
 
     def __init__(
@@ -71,7 +72,7 @@ class Model:
         metrics: dict[str, Any] | None = None,
         head: PairHead | None = None,
         calibration: dict[str, float] | None = None,
-        threshold_on: str = "similarity",
+        threshold_on: str = SIMILARITY,
     ):
         self.vocab = vocab  # None, like encoder, in a model that brings its own (dupq.modeling.sentence_model)
         self.encoder = encoder.eval() if encoder is not None else None
@@ -148,49 +149,30 @@ class Model:
             .numpy()
         )
 
-    @property
-    def needs_vectors(self) -> bool:
-        """True when a pair's probability depends on more than its cosine (an mlp pair head)."""
-        return self.head is not None and self.head.config.kind == "mlp"
-
-    def probabilities_from_cosines(self, cosines: np.ndarray) -> np.ndarray:
-        """``P(duplicate)`` from cosines alone; only for a model without an mlp head (see :attr:`needs_vectors`)."""
-        if self.needs_vectors:
-            raise DupqError("this model's probability needs both question vectors, not only their cosine.")
-        cos = np.asarray(cosines, dtype=np.float64)
-        logits = cos if self.head is None else float(self.head.scale) * (cos - float(self.head.bias))
-        return self._calibrated(logits)
-
-    def probabilities_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """``P(duplicate)`` ``(N,)`` of vector pairs: ``sigmoid(a * logit + b)`` with the dev calibration."""
-        return self._calibrated(self.logits_from_vectors(u, v))
-
-    def _calibrated(self, logits: np.ndarray) -> np.ndarray:
-        if self.calibration is None and self.head is None:
-            raise DupqError("this model has no probability calibration; run `dupq calibrate` on it first.")
-        return calibrated(self.calibration, logits)  # no calibration: the head's own sigmoid (it was trained with BCE)
-
-    def scores_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """What the threshold is compared with, ``(N,)``: the cosine or the probability."""
-        if self.threshold_on == "probability":
-            return self.probabilities_from_vectors(u, v)
-        return np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0).astype(np.float64)
+    def verdicts(self, q1: str | list[str], q2: str | list[str], threshold: float | None = None) -> Verdicts:
+        """The judgement of two questions, or of two equal-length lists (see :mod:`dupq.modeling.verdict`)."""
+        _, u, v = self._pair_vectors(q1, q2)
+        return from_vectors(self, u, v, threshold)
 
     def probability(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
         """Calibrated probability in [0, 1] that two questions are duplicates (a float, or an array for lists)."""
         single, u, v = self._pair_vectors(q1, q2)
-        p = self.probabilities_from_vectors(u, v)
+        p = from_vectors(self, u, v).required_probability()
         return float(p[0]) if single else p
 
     def scores(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
         """The judged score of pairs (see the class docstring): ``score > threshold`` means duplicate."""
         single, u, v = self._pair_vectors(q1, q2)
-        s = self.scores_from_vectors(u, v)
+        s = from_vectors(self, u, v, probability=False).score
         return float(s[0]) if single else s
 
-    def is_duplicate(self, q1: str, q2: str, threshold: float | None = None) -> bool:
-        """True when the score is above the threshold (the model's own unless one is given)."""
-        return self.scores(q1, q2) > (self.threshold if threshold is None else threshold)
+    def is_duplicate(
+        self, q1: str | list[str], q2: str | list[str], threshold: float | None = None
+    ) -> bool | np.ndarray:
+        """True when the score is above the threshold (the model's own unless one is given); an array for lists."""
+        single, u, v = self._pair_vectors(q1, q2)
+        d = from_vectors(self, u, v, threshold, probability=False).duplicate
+        return bool(d[0]) if single else d
 
     # Persistence: a folder of JSON and safetensors, each file written atomically.
 

@@ -8,9 +8,9 @@ reported with its line number and skipped; the rest go on. Blank lines are skipp
 line longer than :data:`dupq.data.text.MAX_LINE_BYTES` ends the stream (after the lines before it
 are judged): see :mod:`dupq.data.text`, which also drops a leading byte-order mark.
 
-This is the seed's ``predict`` (002, part 5): ``d = v1 . v2`` of the two unit vectors, and
-the verdict ``d > threshold``, or, for a model with a pair head, ``P(duplicate) > threshold``.
-Every verdict carries the calibrated probability where the model has one.
+This is the seed's ``predict``: ``d = v1 . v2`` of the two unit vectors, and the verdict
+``d > threshold``, or ``P(duplicate) > threshold`` for a model judged on its probability (the
+rule of :mod:`dupq.modeling.verdict`). Every verdict carries the probability where the model has one.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from dupq.core.files import DupqError
 from dupq.data.tokenizer import check_question as check_text
 from dupq.modeling.model import ENCODE_BATCH, Model
+from dupq.modeling.verdict import PROBABILITY, from_vectors
 
 
 def check_question(model: Model, text: str, where: str) -> str:
@@ -33,22 +32,14 @@ def check_question(model: Model, text: str, where: str) -> str:
 
 
 def judge(model: Model, q1: list[str], q2: list[str], threshold: float | None = None) -> list[dict]:
-    """Each pair's ``similarity``, ``probability`` (None when the model has no calibration) and
-    ``duplicate`` (the model's score above ``threshold``, by default the model's own)."""
-    threshold = model.threshold if threshold is None else float(threshold)
-    v = model.encode([*q1, *q2], batch_size=ENCODE_BATCH)  # (2N, d)
-    u, w = v[: len(q1)], v[len(q1) :]
-    sims = np.clip(np.einsum("nd,nd->n", u, w), -1.0, 1.0)  # (N,)
-    probs = model.probabilities_from_vectors(u, w) if model.calibration is not None or model.head is not None else None
-    scores = probs if model.threshold_on == "probability" else sims
+    """Each pair's ``similarity``, ``probability`` (None when the model gives none) and
+    ``duplicate`` (the verdict of :mod:`dupq.modeling.verdict`, at ``threshold``, by default the model's own)."""
+    vectors = model.encode([*q1, *q2], batch_size=ENCODE_BATCH)  # (2N, d)
+    judged = from_vectors(model, vectors[: len(q1)], vectors[len(q1) :], threshold)
+    probability = [None] * len(judged) if judged.probability is None else judged.probability.tolist()
     return [
-        {
-            "similarity": float(s),
-            "probability": None if probs is None else float(probs[i]),
-            "duplicate": bool(scores[i] > threshold),
-            "threshold": threshold,
-        }
-        for i, s in enumerate(sims)
+        {"similarity": s, "probability": p, "duplicate": d, "threshold": judged.threshold}
+        for s, p, d in zip(judged.similarity.tolist(), probability, judged.duplicate.tolist())
     ]
 
 
@@ -56,7 +47,7 @@ def verdict_text(judged: dict, on: str) -> str:
     """``similarity 0.8043 > threshold 0.7128: duplicate (probability 0.9312)``: the compared score first."""
     p, sim = judged["probability"], judged["similarity"]
     first, other = (
-        (("probability", p), ("similarity", sim)) if on == "probability" else (("similarity", sim), ("probability", p))
+        (("probability", p), ("similarity", sim)) if on == PROBABILITY else (("similarity", sim), ("probability", p))
     )
     sign = ">" if judged["duplicate"] else "<="
     tail = "" if other[1] is None else f" ({other[0]} {other[1]:.4f})"

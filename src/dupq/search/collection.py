@@ -61,6 +61,7 @@ import numpy as np
 from dupq.core.files import DupqError, check_path, new_folder, read_json, remove_stale, write_json
 from dupq.data.tokenizer import check_questions
 from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.verdict import from_cosines
 from dupq.search import store as sqlite
 from dupq.search.cache import INDEX_FILE, FaissCache
 from dupq.search.manifest import check_manifest
@@ -358,35 +359,24 @@ class Collection:
 
     def _hits(self, query: np.ndarray, scores: np.ndarray, ids: np.ndarray, rows: dict) -> list[Hit]:
         """One query's hits, judged, with their stored text and metadata (a row deleted meanwhile is left out)."""
-        probabilities, judged = self._judge(query, ids, scores)
+        judged = from_cosines(self.model, scores, vectors=lambda: self._pair_vectors(query, ids))
+        probabilities = [None] * len(ids) if judged.probability is None else judged.probability.tolist()
         hits = []
-        for score, i, p, s in zip(scores.tolist(), ids.tolist(), probabilities, judged):
+        for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, judged.duplicate.tolist()):
             if i not in rows:
                 continue
             key, text, metadata = rows[i]
             metadata = json.loads(metadata) if metadata else {}
             if key is not None:
                 metadata.setdefault("id", key)
-            hits.append(
-                Hit(id=i, text=text, score=score, duplicate=bool(s > self.threshold), metadata=metadata, probability=p)
-            )
+            hits.append(Hit(id=i, text=text, score=score, duplicate=d, metadata=metadata, probability=p))
         return hits
 
-    def _judge(self, query: np.ndarray, ids: np.ndarray, cosines: np.ndarray) -> tuple[list[float | None], np.ndarray]:
-        """Each hit's probability (None without a calibration) and the score its verdict compares."""
-        model = self.model
-        if model.calibration is None and model.head is None:
-            return [None] * len(ids), cosines
-        if (
-            model.needs_vectors
-        ):  # a pair head reads both vectors: the hits' come from the index (ivfpq, Milvus: the store)
-            with self._index_lock.shared():
-                stored = self._index.vectors(np.asarray(ids, dtype=np.int64))
-            probabilities = model.probabilities_from_vectors(np.repeat(query[None], len(ids), 0), stored)
-        else:  # the logit is a function of the cosine alone
-            probabilities = model.probabilities_from_cosines(cosines)
-        judged = probabilities if model.threshold_on == "probability" else cosines
-        return probabilities.tolist(), judged
+    def _pair_vectors(self, query: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(query, hit)`` vectors of one query's hits, for a pair head (ivfpq, Milvus: the hits' come from the store)."""
+        with self._index_lock.shared():
+            stored = self._index.vectors(np.asarray(ids, dtype=np.int64))
+        return np.repeat(query[None], len(ids), 0), stored
 
     def add(
         self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None

@@ -1,6 +1,7 @@
 """Grouping a corpus into clusters of duplicate questions (cleaning a forum's archive).
 
-Two questions are a duplicate pair when their cosine similarity is above the threshold.
+Two questions are a duplicate pair when the model calls them so (their cosine, or their
+probability for a model judged on it, above the threshold: :mod:`dupq.modeling.verdict`).
 Joining pairs transitively (connected components) chains: A~B, B~C, C~D puts A and D in one
 cluster although they may ask different things, and on a large archive a few such chains glue
 thousands of questions together. So the clusters here are **stars** (greedy star clustering,
@@ -34,6 +35,7 @@ from dupq.core.files import DupqError, atomic_write
 from dupq.data.tokenizer import check_questions
 from dupq.modeling.formats import check_threshold
 from dupq.modeling.model import Model
+from dupq.modeling.verdict import from_cosines
 from dupq.search.vectors import search
 
 
@@ -103,13 +105,18 @@ def dedup(texts: list[str], model: Model, config: DedupConfig | None = None) -> 
     threshold = model.threshold if config.threshold is None else check_threshold(config.threshold, "the threshold")
     vectors = model.encode(check_questions(texts))  # (N, d)
     scores, ids = search(vectors, vectors, config.neighbours + 1)  # +1: each question finds itself
-    if model.threshold_on == "probability":  # judge each candidate pair as the model judges pairs
-        found = ids >= 0
-        rows = np.repeat(np.arange(len(texts)), ids.shape[1]).reshape(ids.shape)
-        judged = np.full(scores.shape, -np.inf)
-        judged[found] = model.probabilities_from_vectors(vectors[rows[found]], vectors[ids[found]])
-        judged[ids == rows] = 1.0
-        scores = judged
+    rows = np.broadcast_to(np.arange(len(texts))[:, None], ids.shape)
+    found = ids >= 0
+    judged = from_cosines(  # each candidate pair judged as the model judges pairs (the score only)
+        model,
+        scores[found],
+        vectors=lambda: (vectors[rows[found]], vectors[ids[found]]),
+        threshold=threshold,
+        probability=False,
+    )
+    scores = np.full(scores.shape, -np.inf)
+    scores[found] = judged.score
+    scores[ids == rows] = 1.0  # each question found itself: not an edge (star_clusters skips it)
     return star_clusters(scores, ids, threshold)
 
 

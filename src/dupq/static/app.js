@@ -67,8 +67,7 @@ async function health() {
     const response = await fetch("/health", { headers: authorised() });
     if (response.status === 401) { askForToken(); status.textContent = "this server needs its token to answer"; return; }
     const h = await response.json();
-    const on = h.threshold_on === "probability" ? "probability" : "similarity";
-    status.textContent = `${h.questions.toLocaleString()} questions stored · duplicate above ${on} ${h.threshold.toFixed(2)}`;
+    status.textContent = `${h.questions.toLocaleString()} questions stored · duplicate above ${h.threshold_on} ${h.threshold.toFixed(2)}`;
     status.classList.remove("down");
   } catch {
     status.textContent = "the server does not answer";
@@ -130,7 +129,7 @@ const compare = latest(async (signal) => {
       el("span", "big", r.similarity.toFixed(2)),
       el("span", "word", r.duplicate ? "likely duplicates" : "probably different questions"),
       ...(r.probability === null || r.probability === undefined ? [] : [el("span", "prob", `probability ${Math.round(r.probability * 100)}%`)]),
-      el("span", "meta", `(${r.threshold_on === "probability" ? "probability" : "similarity"} threshold ${r.threshold.toFixed(2)})`),
+      el("span", "meta", `(${r.threshold_on} threshold ${r.threshold.toFixed(2)})`),
     );
     box.classList.add(r.duplicate ? "dup" : "notdup");
   } catch (e) {

@@ -37,6 +37,7 @@ from dupq.core.files import DupqError, remove_stale
 from dupq.data.pairs import Splits
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.model import Model
+from dupq.modeling.verdict import judging_before_calibration
 from dupq.training.batches import PairBatches
 from dupq.training.checkpoint import _check_resume, check_output_folder, load_checkpoint, save_checkpoint
 from dupq.training.config import CHECKPOINT, ModelOptions, TrainConfig
@@ -242,13 +243,8 @@ def _finish(
         model.encoder,
         metrics={"training": info},
         head=model.head,
-        threshold_on="probability" if model.head is not None and model.head.config.kind == "mlp" else "similarity",
+        **judging_before_calibration(model.head),
     )
-    if result.threshold_on == "probability":
-        result.threshold, result.threshold_info = (
-            0.5,
-            {"chosen_on": "the default for a probability, until calibrated on dev"},
-        )
     if world.master:
         result.save(out)
     return result

@@ -1,0 +1,174 @@
+"""The verdict rule: how a pair's cosine (and its pair logit) become its probability and the verdict.
+
+Every entry point that says whether two questions are duplicates calls this module, so that
+they all agree: :class:`~dupq.modeling.model.Model` (``probability``, ``scores``,
+``is_duplicate``), ``dupq predict`` and ``POST /similarity``, the hits of a search, ``dupq
+dedup``, ``dupq evaluate`` and ``report``, and the threshold a freshly trained model gets. The
+rule reads a model's stored judging settings (``config.json``): ``threshold``, ``threshold_on``,
+``calibration`` and the pair head.
+
+- **Is there a probability?** A model gives ``P(duplicate)`` when it has a beta calibration
+  fitted on dev pairs, or a pair head (trained with a logistic loss, so the sigmoid of its
+  logit is a probability already). Without either it has only the cosine: the probability is None.
+- **Which score does the threshold apply to?** ``threshold_on``: ``"similarity"`` compares the
+  cosine (the seed's rule ``d > threshold``), ``"probability"`` the calibrated probability.
+  A pair is a duplicate when that score is strictly above the threshold.
+- **What the probability needs.** An mlp head reads both question vectors; without one the
+  logit is a function of the cosine alone (the cosine itself, or ``scale * (cos - bias)``), so
+  the hits of a search are judged from their cosines without fetching the stored vectors.
+
+Three front doors, one for each thing a caller holds, all ending in one decision
+(:func:`_decide`): :func:`from_vectors` (the two vectors of each pair), :func:`from_logits`
+(logits and cosines computed already, as evaluation does in bulk) and :func:`from_cosines`
+(the cosines of a search, the vectors fetched only when an mlp head needs them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from dupq.core.files import DupqError
+from dupq.modeling.calibration import calibrated
+from dupq.modeling.heads import PairHead
+
+SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
+THRESHOLD_ON = (SIMILARITY, PROBABILITY)
+SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold on the cosine, used until one is chosen on dev pairs
+PROBABILITY_THRESHOLD = 0.5  # a probability's threshold until one is chosen on dev pairs
+SCORE_NAMES = {SIMILARITY: "cosine similarity", PROBABILITY: "calibrated probability"}  # for reports
+NO_PROBABILITY = "this model has no probability calibration; run `dupq calibrate` on it first."
+
+Vectors = tuple[np.ndarray, np.ndarray]  # (u, v): the two unit vectors of each pair, (N, d) each
+
+
+class Judging(Protocol):
+    """What the rule reads of a model: its stored judging settings and its pair logit."""
+
+    threshold: float  # the model's own threshold
+    threshold_on: str  # SIMILARITY or PROBABILITY
+    calibration: dict[str, float] | None  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs
+    head: PairHead | None
+
+    def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray: ...  # (N,) uncalibrated
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The judgement of ``N`` pairs."""
+
+    similarity: np.ndarray  # (N,) float64 cosine of the two question vectors, in [-1, 1]
+    probability: np.ndarray | None  # (N,) float64 P(duplicate); None: the model gives none, or it was not asked for
+    score: np.ndarray  # (N,) float64 what the threshold was compared with: the similarity or the probability
+    duplicate: np.ndarray  # (N,) bool: score > threshold
+    threshold: float  # the threshold used (the model's unless the caller gave one)
+    on: str  # which score ``score`` is: SIMILARITY or PROBABILITY (the model's threshold_on)
+
+    def __len__(self) -> int:
+        return len(self.similarity)
+
+    def required_probability(self) -> np.ndarray:
+        """The probabilities, refused in one sentence when the model gives none."""
+        if self.probability is None:
+            raise DupqError(NO_PROBABILITY)
+        return self.probability
+
+
+def has_probability(model: Judging) -> bool:
+    """Whether the model gives ``P(duplicate)``: it has a calibration or a pair head."""
+    return model.calibration is not None or model.head is not None
+
+
+def needs_vectors(model: Judging) -> bool:
+    """Whether a pair's probability depends on more than its cosine: an mlp pair head reads both vectors."""
+    return _reads_vectors(model.head)
+
+
+def judging_before_calibration(head: PairHead | None) -> dict[str, Any]:
+    """How a freshly trained model judges pairs until its threshold is chosen on dev pairs, as
+    :class:`~dupq.modeling.model.Model`'s keyword arguments ``threshold_on``, ``threshold`` and
+    ``threshold_info``: on the probability (at 0.5) when an mlp head reads more than the cosine,
+    else on the cosine at the seeds' 0.7 (a cosine head's probability is monotone in the cosine)."""
+    if _reads_vectors(head):
+        on, threshold, chosen_on = (
+            PROBABILITY,
+            PROBABILITY_THRESHOLD,
+            "the default for a probability, until calibrated on dev",
+        )
+    else:
+        on, threshold, chosen_on = SIMILARITY, SEED_THRESHOLD, "the seeds' fixed value"
+    return {"threshold_on": on, "threshold": threshold, "threshold_info": {"chosen_on": chosen_on}}
+
+
+def from_vectors(
+    model: Judging, u: np.ndarray, v: np.ndarray, threshold: float | None = None, probability: bool = True
+) -> Verdicts:
+    """Pairs whose two unit vectors ``u``, ``v`` ``(N, d)`` are in hand (the model's methods, ``dupq
+    predict``, ``POST /similarity``): the cosine is their dot product, the logit the pair head's.
+
+    ``probability=False`` computes the probability only when the verdict compares it."""
+    similarity = np.einsum("nd,nd->n", u, v)  # (N,)
+    logits = model.logits_from_vectors(u, v) if _wants_probability(model, probability) else None
+    return _decide(model, similarity, logits, threshold)
+
+
+def from_logits(model: Judging, logits: np.ndarray, similarity: np.ndarray, threshold: float | None = None) -> Verdicts:
+    """Pairs scored already (``dupq evaluate``, ``report``, the dev threshold): each pair's uncalibrated
+    logit (:meth:`~dupq.modeling.model.Model.logits_from_vectors`) and cosine, ``(N,)`` each."""
+    return _decide(model, similarity, logits if has_probability(model) else None, threshold)
+
+
+def from_cosines(
+    model: Judging,
+    cosines: np.ndarray,
+    vectors: Callable[[], Vectors] | None = None,
+    threshold: float | None = None,
+    probability: bool = True,
+) -> Verdicts:
+    """Pairs found by a search (the hits of ``POST /search``, ``dupq dedup``): their cosines ``(N,)``.
+
+    ``vectors`` fetches the pairs' vectors; it is called only when the model has an mlp head and
+    the probability is wanted (``probability=False``: only when the verdict compares it)."""
+    logits = None
+    if _wants_probability(model, probability):
+        if needs_vectors(model):
+            if vectors is None:
+                raise DupqError("this model's probability needs both question vectors, not only their cosine.")
+            logits = model.logits_from_vectors(*vectors())
+        else:
+            logits = _cosine_logits(model, cosines)
+    return _decide(model, cosines, logits, threshold)
+
+
+def _decide(model: Judging, similarity: np.ndarray, logits: np.ndarray | None, threshold: float | None) -> Verdicts:
+    """The rule itself: the calibrated probability of ``logits`` (None without them), the score that
+    ``threshold_on`` names, and ``score > threshold`` (the model's threshold unless one is given)."""
+    threshold = model.threshold if threshold is None else float(threshold)
+    similarity = np.clip(np.asarray(similarity, dtype=np.float64), -1.0, 1.0)  # float32 rounding can give 1.0000001
+    probability = None if logits is None else calibrated(model.calibration, logits)
+    if model.threshold_on == PROBABILITY:
+        if probability is None:
+            raise DupqError(NO_PROBABILITY)
+        score = probability
+    else:
+        score = similarity
+    return Verdicts(similarity, probability, score, score > threshold, threshold, model.threshold_on)
+
+
+def _wants_probability(model: Judging, asked: bool) -> bool:
+    """Whether to compute the probability: the model gives one, and it is asked for or compared by
+    the verdict (a model that compares a probability it cannot give is refused in :func:`_decide`)."""
+    return has_probability(model) and (asked or model.threshold_on == PROBABILITY)
+
+
+def _reads_vectors(head: PairHead | None) -> bool:
+    return head is not None and head.config.kind == "mlp"
+
+
+def _cosine_logits(model: Judging, cosines: np.ndarray) -> np.ndarray:
+    """The logit of a model without an mlp head from the cosine alone: the cosine, or a cosine head's ``scale * (cos - bias)``."""
+    cos = np.asarray(cosines, dtype=np.float64)
+    return cos if model.head is None else model.head.scale.item() * (cos - model.head.bias.item())
