@@ -1,20 +1,21 @@
 """Helpers for the service tests: a small collection of the small split's questions, and a live server.
 
 The collection holds the first distinct questions of the small split's pool, plus a few
-questions written here (one with HTML in it, to check the page shows it as text).
+questions written here (one with HTML in it, to check the page shows it as text). The live
+server is :mod:`dupq.service.testing`'s, the harness the fault suite (bench/faults.py) uses too.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from dupq.data.pairs import Splits
+from dupq.service.testing import LiveServer, free_port
+
+__all__ = ["EXTRA", "LiveServer", "build_collection", "free_port", "milvus_or_skip", "questions"]
 
 EXTRA = [
     "How can I lose weight fast?",
@@ -57,34 +58,3 @@ def milvus_or_skip(path: Path) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return f"milvus:{path}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    """uvicorn serving ``app`` on a free loopback port in a thread, for as long as the ``with`` lasts."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> LiveServer:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import Field
 from pathlib import Path
@@ -65,6 +67,22 @@ app = typer.Typer(
 @app.callback()
 def root() -> None:
     """Find duplicate questions with a Siamese LSTM: train, judge pairs, search old questions."""
+    logger = logging.getLogger("dupq")
+    if not any(isinstance(h, _Warnings) for h in logger.handlers):
+        logger.addHandler(_Warnings(logging.WARNING))
+
+
+class _Warnings(logging.Handler):
+    """The library's warnings (an index cache not written, a damaged row left out) as ``warning: ...`` lines on stderr.
+
+    Written to whatever ``sys.stderr`` is at the time (a test's runner swaps it per command).
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"{record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        typer.echo(text, err=True)
 
 
 def fail(message: str) -> None:

@@ -46,7 +46,6 @@ stored embeddings, so reads see every committed add.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -65,7 +64,8 @@ from dupq.modeling.verdict import from_cosines
 from dupq.search import store as sqlite
 from dupq.search.cache import INDEX_FILE, FaissCache
 from dupq.search.manifest import check_manifest
-from dupq.search.store import BLOB_ROWS, KeyConflict, SQLiteStore, Store, check_keys, check_metadata
+from dupq.search.rows import KeyConflict, StoreFailure, check_keys, check_metadata, read_metadata
+from dupq.search.store import BLOB_ROWS, SQLiteStore, Store
 from dupq.search.vectors import IndexConfig, VectorIndex
 
 log = logging.getLogger(__name__)
@@ -224,6 +224,7 @@ class Collection:
         self._write_lock = threading.Lock()
         self._index_lock = _SharedLock()
         self._closed = False
+        self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
 
     # Building and opening.
 
@@ -365,12 +366,25 @@ class Collection:
         for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, judged.duplicate.tolist()):
             if i not in rows:
                 continue
-            key, text, metadata = rows[i]
-            metadata = json.loads(metadata) if metadata else {}
+            key, text, stored = rows[i]
+            if not isinstance(text, str):  # not UTF-8, or not text at all: written by something else
+                self._damage(
+                    i, f"the text of question {i} is damaged ({type(text).__name__}, not text); it is left out"
+                )
+                continue
+            metadata, damage = read_metadata(stored)
+            if damage:
+                self._damage(i, f"the metadata of question {i} is damaged and left out: {damage}")
             if key is not None:
-                metadata.setdefault("id", key)
+                metadata.setdefault("id", key if isinstance(key, (str, int)) else repr(key))
             hits.append(Hit(id=i, text=text, score=score, duplicate=d, metadata=metadata, probability=p))
         return hits
+
+    def _damage(self, i: int, what: str) -> None:
+        """Warn of a damaged row once, not on every search that finds it (the search goes on without it)."""
+        if i not in self._damaged:
+            self._damaged.add(i)
+            log.warning("%s (%s).", what, self.location)
 
     def _pair_vectors(self, query: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(query, hit)`` vectors of one query's hits, for a pair head (ivfpq, Milvus: the hits' come from the store)."""
@@ -430,7 +444,7 @@ class Collection:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise DupqError(f"the collection {self.location} is closed.")
+            raise StoreFailure(f"the collection {self.location} is closed.", "unreachable")
 
     def __enter__(self) -> Collection:
         return self

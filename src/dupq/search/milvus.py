@@ -50,15 +50,15 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from dupq.core.files import DupqError, _alive
+from dupq.search import milvus_schema as milvus
 from dupq.search.manifest import check_manifest
+from dupq.search.rows import StoreFailure
 from dupq.search.store import PARAMETERS, Row, Store, place
 from dupq.search.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
 DEFAULT_NAME = "dupq"
 PROPERTY = "dupq.manifest"  # the collection property that holds the manifest (JSON)
-MAX_TEXT = 65_535  # bytes of a VARCHAR: a question's text or its metadata's JSON
-MAX_KEY = 1_024  # bytes of a key
 MAX_TOP_K = 16_384  # Milvus's cap on one search's limit
 INSERT_ROWS = 5_000  # rows per request while building (a request stays far below gRPC's 64 MB)
 TIMEOUT = 30.0  # seconds to wait for the server on connecting
@@ -121,7 +121,8 @@ def _client(where: Location, create: bool = False):
         ) from None
     # pymilvus configures its loggers on import and logs every failed call at ERROR through its own
     # handler; each failure reaches the user as one DupqError sentence instead.
-    for name in ("pymilvus", "pymilvus.milvus_client"):
+    # milvus-lite logs a failure to start its server (a file in use) with a traceback, at ERROR.
+    for name in ("pymilvus", "pymilvus.milvus_client", "milvus_lite"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     if where.file is not None:
         if create:
@@ -135,7 +136,38 @@ def _client(where: Location, create: bool = False):
             uri=where.uri, token=os.environ.get(TOKEN_ENV, "") if where.file is None else "", timeout=TIMEOUT
         )
     except Exception as e:  # noqa: BLE001 -- MilvusException, grpc errors, milvus-lite failing to start: all reach the user as one sentence
-        raise DupqError(f"cannot connect to Milvus at {where.text} ({_reason(e)}).") from None
+        if where.file is not None and _held_by_another_process(where.file):
+            raise StoreFailure(
+                f"the milvus-lite database {where.file} is in use by another process (a `dupq serve`?), and milvus-lite "
+                "opens a file in one process at a time; stop that process, or add through its API (POST /questions).",
+                "busy",
+            ) from None
+        raise StoreFailure(f"cannot connect to Milvus at {where.text} ({_reason(e)}).", "unreachable") from None
+
+
+def _held_by_another_process(file: Path) -> bool:
+    """Whether milvus-lite's lock on ``file`` is held (asked after a failure to open it: then not by this process).
+
+    milvus-lite lets one process at a time open a file: it holds an exclusive ``flock`` on the
+    ``LOCK`` file in the database folder for as long as it has it open (and within one process,
+    every client shares one server, so a client of this process never fails on it).
+    """
+    import fcntl
+
+    try:
+        fd = os.open(file / "LOCK", os.O_RDWR)
+    except OSError:  # no lock file: another milvus-lite layout, or no database
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _reason(e: Exception) -> str:
@@ -146,50 +178,6 @@ def _reason(e: Exception) -> str:
 def key_id(key: str) -> int:
     """The id of a keyed question: the first 53 bits of its key's BLAKE2b hash (the same in every process)."""
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big") >> (64 - ID_BITS)
-
-
-def _schema(client, dim: int):
-    from pymilvus import DataType
-
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("id", DataType.INT64, is_primary=True)
-    schema.add_field("key", DataType.VARCHAR, max_length=MAX_KEY, nullable=True)
-    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
-    schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_TEXT, nullable=True)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-    return schema
-
-
-def _index_params(client, config: IndexConfig):
-    params = client.prepare_index_params()
-    kind, settings = {
-        "flat": ("FLAT", {}),
-        "hnsw": ("HNSW", {"M": config.hnsw_m, "efConstruction": config.ef_construction}),
-        "ivfpq": ("IVF_PQ", {"nlist": config.nlist, "m": config.pq_m, "nbits": 8}),
-    }[config.kind]
-    params.add_index("vector", index_type=kind, metric_type="IP", params=settings)
-    return params
-
-
-def _search_params(config: IndexConfig, k: int) -> dict:
-    params = {"hnsw": {"ef": max(config.ef_search, k)}, "ivfpq": {"nprobe": config.nprobe}}.get(config.kind, {})
-    return {"metric_type": "IP", "params": params}
-
-
-def _check_sizes(texts, keys, metadata) -> None:
-    for i, (text, key, meta) in enumerate(zip(texts, keys, metadata)):
-        for what, value, most in (("text", text, MAX_TEXT), ("key", key, MAX_KEY), ("metadata", meta, MAX_TEXT)):
-            if value is not None and len(value.encode("utf-8")) > most:
-                raise DupqError(
-                    f"the {what} of question {i + 1} is over {most:,} bytes, more than a Milvus collection holds."
-                )
-
-
-def _rows(ids, texts, keys, metadata, vectors) -> list[dict]:
-    return [
-        {"id": i, "key": k, "text": t, "metadata": m, "vector": v}
-        for i, t, k, m, v in zip(ids, texts, keys, metadata, vectors.tolist())
-    ]
 
 
 class MilvusStore(Store):
@@ -207,7 +195,7 @@ class MilvusStore(Store):
         except DupqError:
             raise
         except Exception as e:  # noqa: BLE001 -- MilvusException and grpc's errors alike
-            raise DupqError(f"cannot {what} {self.where} ({_reason(e)}).") from None
+            raise StoreFailure(f"cannot {what} {self.where} ({_reason(e)}).", "unreachable") from None
 
     @classmethod
     def open(cls, location: str, fmt: str) -> MilvusStore:
@@ -252,18 +240,18 @@ class MilvusStore(Store):
                 "create a collection in",
                 client.create_collection,
                 temporary,
-                schema=_schema(client, store.dim),
-                index_params=_index_params(client, store.config),
+                schema=milvus.schema(client, store.dim),
+                index_params=milvus.index_params(client, store.config),
                 consistency_level="Strong",
                 properties={PROPERTY: json.dumps(manifest)},
             )
             taken: set[int] = set()
             for _, texts, keys, metadata, vectors in chunks:
-                _check_sizes(texts, keys, metadata)
+                milvus.check_sizes(texts, keys, metadata)
                 ids = [store._build_id(key, taken) for key in keys]
                 for lo in range(0, len(ids), INSERT_ROWS):
                     part = slice(lo, lo + INSERT_ROWS)
-                    rows = _rows(ids[part], texts[part], keys[part], metadata[part], vectors[part])
+                    rows = milvus.rows(ids[part], texts[part], keys[part], metadata[part], vectors[part])
                     store._call("store questions in", client.insert, temporary, rows)
             store._call("name the collection in", client.rename_collection, temporary, where.name)
             store._call("load the collection of", client.load_collection, where.name)
@@ -309,7 +297,7 @@ class MilvusStore(Store):
         return found
 
     def add(self, texts, keys, metadata, vectors) -> list[int]:
-        _check_sizes(texts, keys, metadata)
+        milvus.check_sizes(texts, keys, metadata)
         keyed = {k for k in keys if k is not None}
         stored = {}
         for row in self._query_ids([key_id(k) for k in keyed], ["id", "key", "text", "metadata"]):
@@ -321,7 +309,7 @@ class MilvusStore(Store):
         fresh = iter(self._fresh_ids(sum(k is None for k in keys)))
         ids, new = place(texts, metadata, keys, stored, lambda n, key: key_id(key) if key is not None else next(fresh))
         if new:
-            rows = _rows(
+            rows = milvus.rows(
                 [ids[j] for j in new],
                 [texts[j] for j in new],
                 [keys[j] for j in new],
@@ -378,7 +366,7 @@ class MilvusStore(Store):
             data=vectors.tolist(),
             anns_field="vector",
             limit=k,
-            search_params=_search_params(self.config, k),
+            search_params=milvus.search_params(self.config, k),
             output_fields=[],
         )
         width = max((len(hits) for hits in found), default=0)

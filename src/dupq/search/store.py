@@ -32,7 +32,7 @@ Rows of any size are read correctly, so old collections open unchanged.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import sqlite3
 import threading
@@ -44,11 +44,15 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.files import DupqError
+from dupq.search.rows import KeyConflict, failure
+
+log = logging.getLogger(__name__)
 
 BLOB_ROWS = (
     64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
 )
 PARAMETERS = 900  # ids bound in one SQL statement (SQLite's limit is 999 in old builds)
+BUSY_TIMEOUT = 30.0  # seconds a write waits while another process holds the write lock, then fails as "busy"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS questions (
@@ -65,44 +69,6 @@ CREATE TABLE IF NOT EXISTS embeddings (
 """
 
 Row = tuple  # (key or None, text, metadata as JSON text or None)
-
-
-class KeyConflict(DupqError):
-    """A key that is stored already, with another question or other metadata."""
-
-
-def one_each(values, n: int, what: str) -> list:
-    """``values`` as a list of ``n`` (one per question), or ``n`` Nones when none were given."""
-    if values is None:
-        return [None] * n
-    values = list(values)
-    if len(values) != n:
-        raise DupqError(f"got {len(values)} {what} for {n} questions; give one per question.")
-    return values
-
-
-def check_metadata(metadata, n: int) -> list[str | None]:
-    """Each question's metadata as JSON text (None for none), or a :class:`DupqError` naming the bad one."""
-    out = []
-    for i, m in enumerate(one_each(metadata, n, "metadata entries")):
-        if m is not None and not isinstance(m, dict):
-            raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
-        try:
-            text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
-            if text is not None:
-                text.encode("utf-8")  # a lone surrogate is not text a store can keep
-        except (TypeError, ValueError) as e:  # NaN and Infinity are not JSON either
-            raise DupqError(f"the metadata of question {i + 1} cannot be stored as JSON ({e}).") from None
-        out.append(text)
-    return out
-
-
-def check_keys(keys, n: int) -> list[str | None]:
-    keys = one_each(keys, n, "keys")
-    for i, k in enumerate(keys):
-        if k is not None and (not isinstance(k, str) or not k.strip()):
-            raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
-    return keys
 
 
 def place(
@@ -173,9 +139,45 @@ class Store(ABC):
         """Release connections; closing twice is harmless."""
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def read_only_mount(path: Path) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only (nothing can change the file there)."""
     try:
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection to the database at ``path``: read-write, or read-only where it cannot be written.
+
+    On a read-only mount SQLite cannot create the WAL's ``-shm`` file, so a plain open fails; the
+    file is then opened ``immutable`` (nothing can change it there, so no locks are needed). A file
+    this process may not write elsewhere is opened ``mode=ro``. Either way searches work, and an
+    add fails as a :class:`StoreFailure` with reason ``"read-only"``.
+    """
+    db = _connect(path)
+    db.text_factory = _text
+    return db
+
+
+def _text(data: bytes) -> str | bytes:
+    """A TEXT value as ``str``; bytes that are not UTF-8 stay bytes, for the reader to call the row damaged."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = None
+    if read_only_mount(path):
+        uri = f"{path.absolute().as_uri()}?immutable=1"
+    elif not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        uri = f"{path.absolute().as_uri()}?mode=ro"
+    try:
+        if uri is not None:
+            return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
     except sqlite3.DatabaseError as e:
@@ -185,6 +187,8 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def insert(db: sqlite3.Connection, start: int, texts, keys, metadata, vectors: np.ndarray) -> None:
     """Insert questions ``start, start + 1, ...`` and their embeddings, ``BLOB_ROWS`` a row (inside the caller's transaction)."""
+    if not np.isfinite(vectors).all():  # a NaN vector is never found again: store none
+        raise DupqError("the model encoded a question to NaN or infinity; nothing was stored.")
     ids = range(start, start + len(texts))
     db.executemany(
         "INSERT INTO questions (id, key, text, metadata) VALUES (?, ?, ?, ?)", zip(ids, keys, texts, metadata)
@@ -208,7 +212,16 @@ def stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Iterat
                 f"the embeddings from question {start} hold {size} bytes, not {count} x {dim} float32"
             )
         block = np.frombuffer(blob, dtype=np.float32).reshape(count, dim)
+        _check_finite(block, start)
         yield block[max(lo - start, 0) : hi - start]
+
+
+def _check_finite(vectors: np.ndarray, first_id, ids=None) -> None:
+    """A stored embedding holding NaN or infinity matches no query: refuse it as damage, never index it."""
+    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+    if len(bad):
+        i = int(ids[bad[0]]) if ids is not None else first_id + int(bad[0])
+        raise sqlite3.DatabaseError(f"the stored embedding of question {i} holds NaN or infinity")
 
 
 def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
@@ -231,6 +244,7 @@ def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarr
         if len(data) != dim * 4:
             raise sqlite3.DatabaseError(f"the embedding of question {i} is cut short")
         out[n] = np.frombuffer(data, dtype=np.float32)
+    _check_finite(out, None, ids)
     return out
 
 
@@ -277,7 +291,7 @@ class SQLiteStore(Store):
             with self._reader_lock:
                 return fn(self._reader)
         except sqlite3.DatabaseError as e:
-            raise DupqError(f"cannot read {self.path} ({e}).") from None
+            raise failure("read", self.path, e) from None
 
     def count(self) -> int:
         return self._read(lambda db: db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0])
@@ -289,7 +303,7 @@ class SQLiteStore(Store):
                 "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings)"
             ).fetchone()
         except sqlite3.DatabaseError as e:
-            raise DupqError(f"{self.path} cannot be read ({e}).") from None
+            raise failure("read", self.path, e) from None
         if count != vector_count:
             raise DupqError(f"{self.path} is corrupt: it holds {count} questions but {vector_count} embeddings.")
         return count
@@ -314,11 +328,21 @@ class SQLiteStore(Store):
                     )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
         except sqlite3.DatabaseError as e:
-            raise DupqError(f"cannot add to {self.path} ({e}).") from None
+            raise failure("add to", self.path, e) from None
         return ids
+
+    def _rollback(self) -> None:
+        """Roll back the add's transaction, if SQLite has not already (it has after a full disk):
+        the error that made the add fail is the one to report, not the rollback's."""
+        if not self._db.in_transaction:
+            return
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            log.warning("rolling back an add to %s failed: %s", self.path, e)
 
     def _place(self, texts, meta, keys) -> tuple[list[int], list[int]]:
         """:func:`place` with the stored keys and the next id read inside the add's transaction."""
@@ -353,7 +377,7 @@ class SQLiteStore(Store):
         try:
             yield from stored_vectors(self._db, lo, hi, self.dim)
         except sqlite3.DatabaseError as e:
-            raise DupqError(f"{self.path} cannot be read ({e}).") from None
+            raise failure("read", self.path, e) from None
 
     def all_vectors(self) -> np.ndarray:
         count = self.count()

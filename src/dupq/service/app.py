@@ -12,12 +12,14 @@
 
 Every request is validated (questions of 1 to 1,000 characters with at least one word, ``k`` an
 integer in 1..100, strict types, bodies of at most ``max_body`` bytes that arrive within
-``body_timeout`` seconds, JSON without NaN, Infinity or lone surrogates) and a refusal is JSON
-with a ``detail``: 401 without the token, 408 for a body too slow, 409 for a key stored with
-another question, 413 for an oversized body, 422 for a bad field or body, 400 for a question the
-collection refuses; an unexpected failure is a JSON 500 too. Every answer carries security
-headers (a Content-Security-Policy allowing only the server's own scripts and styles, no framing,
-no sniffing, no referrer).
+``body_timeout`` seconds, JSON nested at most 33 levels (metadata 32), without NaN, Infinity or
+lone surrogates) and a refusal is JSON with a ``detail``: 401 without the token, 408 for a body
+too slow, 409 for a key stored with another question, 413 for an oversized body, 422 for a bad
+field or body, 400 for a question the collection refuses. A failure of the server's own is a 5xx
+with a sentence: 507 when its disk is full, 503 with ``Retry-After`` when its store is busy
+(another process holding the write lock) or unreachable, 503 for a write to a read-only
+collection; a bug is a JSON 500. Every answer carries security headers (a Content-Security-Policy
+allowing only the server's own scripts and styles, no framing, no sniffing, no referrer).
 
 The model and the collection are opened once, when the app starts (its lifespan). Encoding and
 FAISS run in worker threads, never on the event loop. Requests that arrive while a search is
@@ -31,6 +33,7 @@ on 2 cores this is what lets a few hundred searches a second through with a shor
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -49,7 +52,9 @@ from fastapi.staticfiles import StaticFiles
 
 from dupq.core.files import DupqError
 from dupq.modeling.predict import judge
+from dupq.search.rows import KeyConflict, StoreFailure
 from dupq.service.batching import Batcher
+from dupq.service.connections import allow_many_connections, server_config
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
 from dupq.service.schemas import (
     AddRequest,
@@ -121,7 +126,18 @@ REFUSED = {
     400: {"description": "A question the model cannot read."},
     408: {"description": "Body too slow."},
     413: {"description": "Body too large."},
+    503: {"description": "The store is busy or unreachable (see Retry-After), or read-only."},
+    507: {"description": "The server's disk is full; nothing was stored."},
 }
+RETRY_AFTER = 5  # seconds a client is asked to wait before retrying when the store is busy or unreachable
+# A store's failure as the client sees it (the server's log has the full sentence, paths included).
+STORE_ANSWERS = {
+    "full": (507, "the server's disk is full; nothing was stored."),
+    "busy": (503, "the collection is busy (another process holds its write lock); nothing was stored, try again."),
+    "unreachable": (503, "the collection's store cannot be reached now; try again."),
+    "read-only": (503, "the collection is read-only on this server; nothing was stored."),
+}
+BROKEN_STORE = (500, "the server cannot use its collection (it may be damaged); the server log has the details.")
 CONFLICT = {
     409: {
         "description": "The key is stored already with another question or metadata, or the header's and body's keys differ."
@@ -139,8 +155,12 @@ def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
         else:
             collection = collection_dir
         app.state.collection = collection
-        app.state.searches = Batcher(lambda items: _search(collection, items))
-        app.state.adds = Batcher(lambda items: _add(collection, items))
+
+        def shared(e: Exception) -> bool:  # the store's failure, not one request's: retrying each alone is no use
+            return isinstance(e, StoreFailure)
+
+        app.state.searches = Batcher(lambda items: _search(collection, items), shared=shared)
+        app.state.adds = Batcher(lambda items: _add(collection, items), shared=shared)
         try:
             yield
         finally:
@@ -164,25 +184,47 @@ def _bearer_check(token: str | None) -> Callable:
     return authorised
 
 
+def answer_to(e: DupqError) -> tuple[int, str, dict[str, str]]:
+    """The HTTP status, detail and headers of a library error: the one place where store errors become statuses.
+
+    The caller's mistake is a 4xx with the library's sentence (409 for a key stored with another
+    question, 400 otherwise); a :class:`~dupq.search.rows.StoreFailure` is the server's own: 507
+    for a full disk, 503 for a busy, unreachable or read-only store (with ``Retry-After`` where
+    waiting helps), else 500, each with a sentence of :data:`STORE_ANSWERS`.
+    """
+    if isinstance(e, StoreFailure):
+        status, detail = STORE_ANSWERS.get(e.reason, BROKEN_STORE)
+        retry = {"Retry-After": str(RETRY_AFTER)} if e.reason in ("busy", "unreachable") else {}
+        return status, detail, retry
+    return 409 if isinstance(e, KeyConflict) else 400, str(e), {}
+
+
 def _add_error_handlers(app: FastAPI) -> None:
-    """A user's mistake is a 400 (409 for a key conflict) or a 422 with a ``detail``; a bug a JSON 500."""
+    """A library error by :func:`answer_to`, a full disk 507, a bad body 422, each with a ``detail``.
+
+    A bug's JSON 500 is made by :class:`~dupq.service.middleware.SecurityHeaders`, so that it
+    carries the security headers too.
+    """
 
     @app.exception_handler(DupqError)
-    async def user_error(request: Request, e: DupqError) -> JSONResponse:
-        from dupq.search.collection import KeyConflict
+    async def library_error(request: Request, e: DupqError) -> JSONResponse:
+        status, detail, headers = answer_to(e)
+        if status >= 500:
+            log.warning("%s %s: %s", request.method, request.url.path, e)
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
-        return JSONResponse({"detail": str(e)}, status_code=409 if isinstance(e, KeyConflict) else 400)
+    @app.exception_handler(OSError)
+    async def environment(request: Request, e: OSError) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, e)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return JSONResponse({"detail": "the server's disk is full; nothing was stored."}, status_code=507)
+        return JSONResponse({"detail": f"the server cannot use its files ({e.strerror or e})."}, status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
         # FastAPI's own handler echoes the input, which may not even be encodable (NaN, "\ud800").
         errors = [{"type": err["type"], "loc": list(err["loc"]), "msg": err["msg"]} for err in e.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def bug(request: Request, e: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error; the server log has the details."}, status_code=500)
 
 
 def _add_judging_routes(app: FastAPI, reads: list, responses: dict) -> None:
@@ -316,7 +358,8 @@ def serve(
         f"(writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
     )
     app = create_app(collection, token=token, protect_reads=protect_reads)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5)).run(sockets=[listener])
+    allow_many_connections()
+    uvicorn.Server(server_config(app)).run(sockets=[listener])
 
 
 def listen(host: str, port: int) -> socket.socket:

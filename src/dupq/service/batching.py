@@ -18,11 +18,14 @@ class Batcher:
     goes into the next call. Under load the calls grow, so the fixed cost of a call (a torch
     forward pass, a FAISS search, a commit) is shared; with a single request it is one call as
     before. If a call raises, each of its requests is retried alone, so one bad request fails
-    only itself.
+    only itself; unless ``shared(error)`` says the error is everyone's (a full disk, a busy
+    store), which then answers every request of the call at once instead of once per request.
     """
 
-    def __init__(self, fn: Callable[[list], list], limit: int = MAX_BATCH):
-        self.fn, self.limit = fn, limit
+    def __init__(
+        self, fn: Callable[[list], list], limit: int = MAX_BATCH, shared: Callable[[Exception], bool] = lambda e: False
+    ):
+        self.fn, self.limit, self.shared = fn, limit, shared
         self.pending: list[tuple[Any, asyncio.Future]] = []
         self.running = False
 
@@ -54,6 +57,6 @@ class Batcher:
         try:
             return [(r, None) for r in await anyio.to_thread.run_sync(self.fn, items)]
         except Exception as e:
-            if len(items) == 1:
-                return [(None, e)]
+            if len(items) == 1 or self.shared(e):
+                return [(None, e)] * len(items)
         return [(await self._run([item]))[0] for item in items]

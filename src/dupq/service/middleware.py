@@ -1,16 +1,24 @@
-"""ASGI middleware of the service: body size and arrival time, JSON without NaN, security headers."""
+"""ASGI middleware of the service: body size, arrival time and nesting, JSON without NaN, security headers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 from fastapi.responses import JSONResponse
+
+from dupq.core.nesting import MAX_DEPTH, json_depth
+
+log = logging.getLogger("dupq.service")
 
 MAX_BODY = 64 * 1024  # bytes of one request body: a 1,000-character question plus metadata fits easily
 
 
 BODY_TIMEOUT = 10.0  # seconds a request body may take to arrive: a slow client cannot hold a connection open
+
+
+MAX_BODY_DEPTH = MAX_DEPTH + 1  # levels a JSON body may nest: the body object, then metadata's own MAX_DEPTH
 
 
 SECURITY_HEADERS = [
@@ -30,9 +38,11 @@ class RequestGuard:
 
     A body is at most ``limit`` bytes (the declared ``Content-Length`` is checked first, then
     what actually arrives, so a chunked body cannot slip past; 413), arrives within ``timeout``
-    seconds (408: a slow client cannot hold a connection), and, when it is JSON, holds neither
-    ``NaN``/``Infinity`` (which Python's parser accepts but JSON does not) nor lone surrogates
-    (``"\\ud800"``, not Unicode): both are refused with 422 here, once for every route.
+    seconds (408: a slow client cannot hold a connection), and, when it is JSON, nests at most
+    :data:`MAX_BODY_DEPTH` levels (checked before parsing: ``[`` repeated 30,000 times would
+    make the parser recurse past Python's limit) and holds neither ``NaN``/``Infinity`` (which
+    Python's parser accepts but JSON does not) nor lone surrogates (``"\\ud800"``, not
+    Unicode): all are refused with 422 here, once for every route.
     """
 
     def __init__(self, app, limit: int, timeout: float = BODY_TIMEOUT):
@@ -89,6 +99,11 @@ def _not_finite(constant: str):
 
 def _json_problem(body: bytes) -> str | None:
     """Why a JSON body must be refused although Python's parser takes it; None if it is fine (or not JSON)."""
+    if json_depth(body, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:
+        return (
+            f"the body nests objects and arrays more than {MAX_BODY_DEPTH} levels deep "
+            f"(metadata may nest at most {MAX_DEPTH})."
+        )
     try:
         value = json.loads(body, parse_constant=_not_finite)
     except _NotFinite as e:
@@ -105,7 +120,12 @@ def _json_problem(body: bytes) -> str | None:
 
 
 class SecurityHeaders:
-    """ASGI middleware: every answer (the page, the API, the refusals) carries :data:`SECURITY_HEADERS`."""
+    """ASGI middleware, the outermost of the app's: every answer carries :data:`SECURITY_HEADERS`.
+
+    Every answer: the page, the API, the refusals, and the JSON 500 of a bug, which is made here
+    because Starlette's own last-resort handler sits outside every middleware (its 500 would
+    carry no headers).
+    """
 
     def __init__(self, app):
         self.app = app
@@ -113,13 +133,23 @@ class SecurityHeaders:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        started = False
 
         async def with_headers(message):
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
             await send(message)
 
-        await self.app(scope, receive, with_headers)
+        try:
+            await self.app(scope, receive, with_headers)
+        except Exception:
+            if started:  # half an answer is out: nothing to do but drop the connection
+                raise
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"))
+            answer = JSONResponse({"detail": "internal error; the server log has the details."}, status_code=500)
+            await answer(scope, receive, with_headers)
 
 
 async def _refuse(scope, receive, send, status: int, detail) -> None:

@@ -1,0 +1,57 @@
+"""The shape of a dupq collection in Milvus: its schema, index and search settings, and its rows.
+
+One row per question: ``id`` (INT64 primary key), ``key``, ``text``, ``metadata`` (JSON text) and
+``vector`` (FLOAT_VECTOR); :mod:`dupq.search.milvus` stores and searches through these.
+"""
+
+from __future__ import annotations
+
+from dupq.core.files import DupqError
+from dupq.search.vectors import IndexConfig
+
+MAX_TEXT = 65_535  # bytes of a VARCHAR: a question's text or its metadata's JSON
+MAX_KEY = 1_024  # bytes of a key
+
+
+def schema(client, dim: int):
+    from pymilvus import DataType
+
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("key", DataType.VARCHAR, max_length=MAX_KEY, nullable=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+    schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_TEXT, nullable=True)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    return schema
+
+
+def index_params(client, config: IndexConfig):
+    params = client.prepare_index_params()
+    kind, settings = {
+        "flat": ("FLAT", {}),
+        "hnsw": ("HNSW", {"M": config.hnsw_m, "efConstruction": config.ef_construction}),
+        "ivfpq": ("IVF_PQ", {"nlist": config.nlist, "m": config.pq_m, "nbits": 8}),
+    }[config.kind]
+    params.add_index("vector", index_type=kind, metric_type="IP", params=settings)
+    return params
+
+
+def search_params(config: IndexConfig, k: int) -> dict:
+    params = {"hnsw": {"ef": max(config.ef_search, k)}, "ivfpq": {"nprobe": config.nprobe}}.get(config.kind, {})
+    return {"metric_type": "IP", "params": params}
+
+
+def check_sizes(texts, keys, metadata) -> None:
+    for i, (text, key, meta) in enumerate(zip(texts, keys, metadata)):
+        for what, value, most in (("text", text, MAX_TEXT), ("key", key, MAX_KEY), ("metadata", meta, MAX_TEXT)):
+            if value is not None and len(value.encode("utf-8")) > most:
+                raise DupqError(
+                    f"the {what} of question {i + 1} is over {most:,} bytes, more than a Milvus collection holds."
+                )
+
+
+def rows(ids, texts, keys, metadata, vectors) -> list[dict]:
+    return [
+        {"id": i, "key": k, "text": t, "metadata": m, "vector": v}
+        for i, t, k, m, v in zip(ids, texts, keys, metadata, vectors.tolist())
+    ]

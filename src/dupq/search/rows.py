@@ -1,0 +1,124 @@
+"""What a stored row may hold, checked on the way in and on the way out, and how a store fails.
+
+Every store (:mod:`dupq.search.store`'s SQLite, :mod:`dupq.search.milvus`) takes its rows through
+:func:`check_metadata` and :func:`check_keys` before it stores them, reads metadata back through
+:func:`read_metadata`, and reports its own failures (a full disk, a lock held too long, a damaged
+file) as :class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from dupq.core.files import DupqError
+from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
+
+
+class KeyConflict(DupqError):
+    """A key that is stored already, with another question or other metadata."""
+
+
+class StoreFailure(DupqError):
+    """The store failed for a reason of its own, not the caller's: a full disk, a lock held too long, damage.
+
+    ``reason`` says which, so that the service can answer with the right status (507 for
+    ``"full"``, 503 for ``"busy"``, ``"read-only"`` or ``"unreachable"``, 500 otherwise).
+    """
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason  # "full", "busy", "read-only", "unreachable", "damaged" or "failed"
+
+
+# SQLite's primary result codes (the low byte of sqlite_errorcode) that name a reason.
+_SQLITE_REASONS = {13: "full", 5: "busy", 6: "busy", 8: "read-only", 11: "damaged", 26: "damaged"}
+_EXPLAINED = {
+    "full": "the disk is full",
+    "busy": "another process holds its write lock; try again",
+    "read-only": "it is read-only here",
+    "damaged": "the file is damaged; build the collection again from its questions",
+}
+
+
+def failure(doing: str, where, e: sqlite3.Error) -> StoreFailure:
+    """A SQLite error as one sentence naming what failed, where and why, with its reason."""
+    code = getattr(e, "sqlite_errorcode", None)
+    reason = "damaged" if code is None else _SQLITE_REASONS.get(code & 0xFF, "failed")  # no code: our own checks
+    explained = f": {_EXPLAINED[reason]}" if reason in _EXPLAINED else ""
+    return StoreFailure(f"cannot {doing} {where}{explained} ({e}).", reason)
+
+
+def one_each(values, n: int, what: str) -> list:
+    """``values`` as a list of ``n`` (one per question), or ``n`` Nones when none were given."""
+    if values is None:
+        return [None] * n
+    values = list(values)
+    if len(values) != n:
+        raise DupqError(f"got {len(values)} {what} for {n} questions; give one per question.")
+    return values
+
+
+def check_metadata(metadata, n: int) -> list[str | None]:
+    """Each question's metadata as JSON text (None for none), or a :class:`DupqError` naming the bad one.
+
+    Metadata is a dict of JSON values, finite numbers only, nested at most
+    :data:`~dupq.core.nesting.MAX_DEPTH` levels (deeper, it could be stored but not served again).
+    """
+    out = []
+    for i, m in enumerate(one_each(metadata, n, "metadata entries")):
+        if m is not None and not isinstance(m, dict):
+            raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
+        if m is not None and nesting(m, MAX_DEPTH) > MAX_DEPTH:
+            raise DupqError(f"the metadata of question {i + 1} nests more than {MAX_DEPTH} levels deep.")
+        try:
+            text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
+            if text is not None:
+                text.encode("utf-8")  # a lone surrogate is not text a store can keep
+        except (TypeError, ValueError) as e:  # NaN and Infinity are not JSON either
+            raise DupqError(f"the metadata of question {i + 1} cannot be stored as JSON ({e}).") from None
+        out.append(text)
+    return out
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _refuse_constant(name: str):
+    raise _NotJSON(f"{name} is not a JSON number")
+
+
+def read_metadata(text: str | None) -> tuple[dict, str | None]:
+    """A stored row's metadata as a dict, and why it is damaged (None when it is not).
+
+    What ``add`` stores always reads back; a row written by anything else may hold text that is
+    not JSON, JSON that is not an object, ``NaN`` (which no JSON reader takes) or nesting that
+    could not be served. Such metadata reads as ``{}`` with the reason, so one damaged row
+    neither fails every search that finds it nor slips invalid JSON into an answer.
+    """
+    if not text:
+        return {}, None
+    if not isinstance(text, str):
+        return {}, f"it is {type(text).__name__}, not JSON text"
+    if json_depth(text, MAX_DEPTH) > MAX_DEPTH:
+        return {}, f"it nests more than {MAX_DEPTH} levels deep"
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as e:
+        return {}, f"it is not valid JSON ({e})"
+    if not isinstance(value, dict):
+        return {}, f"it is a JSON {type(value).__name__}, not an object"
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return {}, "it holds a lone surrogate escape, which is not Unicode text"
+    return value, None
+
+
+def check_keys(keys, n: int) -> list[str | None]:
+    keys = one_each(keys, n, "keys")
+    for i, k in enumerate(keys):
+        if k is not None and (not isinstance(k, str) or not k.strip()):
+            raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
+    return keys
