@@ -189,6 +189,38 @@ def model_sizes(tmp: Path) -> Result:
     )
 
 
+def links_out_of_a_model_folder(tmp: Path) -> Result:
+    """A sentence-transformers model folder whose subfolder links to a pickle outside it is refused before loading."""
+    outside = tmp / "elsewhere"
+    outside.mkdir()
+    (outside / "pytorch_model.bin").write_bytes(b"not loaded: a pickle can run code")
+    model = tmp / "m"
+    files = model / "sentence-transformers"
+    files.mkdir(parents=True)
+    (files / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": "x"}]')
+    (files / "model.safetensors").write_bytes(b"{}")
+    (files / "2_Dense").symlink_to(outside, target_is_directory=True)
+    encoder = {"type": "sentence-transformers", "dim": 384, "folder": "sentence-transformers"}
+    config = {"format": "dupq-model/1", "encoder": encoder, "threshold": 0.5}
+    (model / "config.json").write_text(json.dumps(config))
+    ok, tracebacks = refused(dupq("predict", "How?", "Why?", "--model", str(model)), saying="outside")
+    return Result(ok, tracebacks=tracebacks)
+
+
+def sizes_on_the_command_line(tmp: Path) -> Result:
+    """A seed, width, batch or thread count the machine cannot hold is one sentence, before any data is read."""
+    from fault_cases_training import pairs_file
+
+    train = ["train", "--data", str(pairs_file(tmp)), "--out", str(tmp / "x"), "--epochs", "1"]
+    runs = [
+        dupq(*train, *extra)
+        for extra in (["--seed", "-1"], ["--seed", "1" * 24], ["--dim", "1000000"], ["--threads", "100000"])
+    ]
+    runs += [dupq(*train, "--batch-size", str(10**9))]
+    checks = [refused(run) for run in runs]
+    return Result(all(ok for ok, _ in checks), tracebacks=sum(t for _, t in checks))
+
+
 CASES = [
     cli_add_is_idempotent,
     every_line_accounted_for,
@@ -198,4 +230,6 @@ CASES = [
     messages_name_the_real_problem,
     model_vocab_and_head,
     model_sizes,
+    links_out_of_a_model_folder,
+    sizes_on_the_command_line,
 ]

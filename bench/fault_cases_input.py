@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from faults import DUPQ, ENV, TRAIN, Result, build, dupq, pairs_file, refused, stored, synthetic
+from fault_cases_training import TRAIN, pairs_file
+from faultkit import DUPQ, ENV, Result, build, dupq, refused, stored, synthetic
 
 BOM = b"\xef\xbb\xbf"
 LINE_CAP = "longer than 1,048,576 bytes"
