@@ -1,6 +1,5 @@
-"""Fault cases for what users hand dupq and where they ask it to write (issue 24, items 1, 2, 6, 7, 9, 12, 15,
-17, 18, 21, 22): a byte-order mark, a header naming a column twice, an endless line, a full disk during a
-build, a broken Milvus address, spreadsheet formulas, keys given twice, output paths that are folders or lie
+"""Fault cases for what users hand dupq and where they ask it to write: a byte-order mark, a header
+naming a column twice, an endless line, a full disk during a build, a broken Milvus address, spreadsheet formulas, keys given twice, output paths that are folders or lie
 in missing folders, and torchrun ranks given other options.
 
 Collected by ``bench/faults.py`` (``CASES``); each case runs the CLI end to end in a subprocess. A command
@@ -54,7 +53,7 @@ def checks(runs: list[tuple[subprocess.CompletedProcess, bytes]]) -> Result:
 
 
 def byte_order_mark(tmp: Path) -> Result:
-    """Item 1: a file starting with a UTF-8 byte-order mark reads as the same file without one."""
+    """a file starting with a UTF-8 byte-order mark reads as the same file without one."""
     pairs = b"How do I learn Python?\tWhat is the best way to learn Python?\nHow old are you?\tWhat is your age?\n"
     questions = ("\n".join([*synthetic(3), synthetic(1)[0]]) + "\n").encode()
     outputs = {}
@@ -74,7 +73,7 @@ def byte_order_mark(tmp: Path) -> Result:
 
 
 def repeated_header_names(tmp: Path) -> Result:
-    """Item 2: `question,tag,tag` is refused (one tag would be dropped), by every command that reads a table."""
+    """`question,tag,tag` is refused (one tag would be dropped), by every command that reads a table."""
     (tmp / "t.csv").write_text("question,tag,tag\nHow do I cook rice?,a,b\nHow do I boil eggs?,c,d\n")
     folder = build(tmp / "c")
     said = b"names the column 'tag' twice (columns 2 and 3)"
@@ -88,7 +87,7 @@ def repeated_header_names(tmp: Path) -> Result:
 
 
 def endless_line(tmp: Path) -> Result:
-    """Item 7: /dev/zero (no line end, ever) for every reader: refused at 1 MiB, memory capped at 1 GiB."""
+    """/dev/zero (no line end, ever) for every reader: refused at 1 MiB, memory capped at 1 GiB."""
     folder = build(tmp / "c")
     zero = "/dev/zero"
     return checks(
@@ -107,7 +106,7 @@ def endless_line(tmp: Path) -> Result:
 
 
 def index_build_on_a_full_disk(tmp: Path) -> Result:
-    """Item 9: the database outgrows the space (a 256 KiB file size cap): one sentence, no folder left behind."""
+    """the database outgrows the space (a 256 KiB file size cap): one sentence, no folder left behind."""
     (tmp / "q.txt").write_text("\n".join(synthetic(3000)) + "\n")
     run = limited("index", "build", str(tmp / "q.txt"), "--out", str(tmp / "c"), file_size=256 << 10)
     (ok, tracebacks), left = refused(run), sorted(p.name for p in tmp.iterdir() if p.name != "q.txt")
@@ -116,7 +115,7 @@ def index_build_on_a_full_disk(tmp: Path) -> Result:
 
 
 def unparsable_milvus_address(tmp: Path) -> Result:
-    """Item 12: `milvus+http://[::1?collection=x` (an unclosed IPv6 bracket) wherever a collection is named."""
+    """`milvus+http://[::1?collection=x` (an unclosed IPv6 bracket) wherever a collection is named."""
     (tmp / "q.txt").write_text("How do I learn Python?\n")
     said = b"the Milvus location " + MILVUS.encode()
     return checks(
@@ -133,7 +132,7 @@ FORMULAS += ["@SUM(A1) how do I sum?", "\tHow do I indent?", "\rWhy do I return?
 
 
 def formulas_in_dedup_csv(tmp: Path) -> Result:
-    """Item 17: `dedup --out x.csv` never writes a cell a spreadsheet would run (=, +, -, @, tab, CR first)."""
+    """`dedup --out x.csv` never writes a cell a spreadsheet would run (=, +, -, @, tab, CR first)."""
     with open(tmp / "q.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["id", "question"])
@@ -151,7 +150,7 @@ def formulas_in_dedup_csv(tmp: Path) -> Result:
 
 
 def duplicate_keys_in_one_file(tmp: Path) -> Result:
-    """Item 18: `1,cook rice` / `1,cook pasta` in one `index add --file`: refused naming both lines; no id taken."""
+    """`1,cook rice` / `1,cook pasta` in one `index add --file`: refused naming both lines; no id taken."""
     folder = build(tmp / "c")
     (tmp / "k.csv").write_text("key,question\n1,How do I cook rice?\n1,How do I cook pasta?\n")
     add = dupq("index", "add", str(folder), "--file", str(tmp / "k.csv"), "--key-column", "key")
@@ -185,7 +184,7 @@ def read_only(folder: Path) -> Iterator[bool]:
 
 
 def errors_name_the_users_path(tmp: Path) -> Result:
-    """Item 21: `dedup --out x.json` where x.json is a folder, and `calibrate` of a read-only model folder:
+    """`dedup --out x.json` where x.json is a folder, and `calibrate` of a read-only model folder:
     the sentence names the user's path, never a temporary file."""
     from dupq.modeling.model import BUNDLED
 
@@ -207,7 +206,7 @@ def errors_name_the_users_path(tmp: Path) -> Result:
 
 
 def missing_output_folder(tmp: Path) -> Result:
-    """Item 22: `dedup --out /nonexistent/dir/x.json` is refused; no folder is created."""
+    """`dedup --out /nonexistent/dir/x.json` is refused; no folder is created."""
     (tmp / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
     runs = [
         (dupq("dedup", str(tmp / "q.txt"), "--out", str(tmp / "none" / "dir" / f"x.{kind}")), b"does not exist")

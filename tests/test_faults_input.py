@@ -49,7 +49,7 @@ def refused(result, *said: str) -> str:
     return errors[0]
 
 
-# Item 1: a UTF-8 byte-order mark is not part of the first line.
+# a UTF-8 byte-order mark is not part of the first line.
 
 
 @pytest.mark.parametrize("name", ["q.txt", "q.csv", "q.txt.gz"])
@@ -77,7 +77,7 @@ def test_predict_judges_the_first_line_of_a_marked_file_as_any_other(tmp_path, v
     assert got.output == want.output and len(got.output.splitlines()) == 2
 
 
-# Item 2: a header that names a column twice.
+# a header that names a column twice.
 
 
 def test_a_header_naming_a_column_twice_is_refused(tmp_path):
@@ -89,7 +89,7 @@ def test_a_header_naming_a_column_twice_is_refused(tmp_path):
         read_pairs(tmp_path / "p.tsv")
 
 
-# Item 7: a line longer than the cap ends the read with one sentence naming the line.
+# a line longer than the cap ends the read with one sentence naming the line.
 
 
 @pytest.mark.parametrize("name", ["q.txt", "q.csv", "p.tsv"])
@@ -151,7 +151,7 @@ def test_the_cap_and_the_mark_against_a_naive_reference(seed):
         assert reader.read() == body
 
 
-# Item 9: a full disk during `index build` (here: a file size limit the database outgrows).
+# a full disk during `index build` (here: a file size limit the database outgrows).
 
 
 @pytest.mark.slow
@@ -175,7 +175,7 @@ def test_a_build_on_a_full_disk_is_one_sentence_and_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # no collection, no hidden half-built one
 
 
-# Item 12: a Milvus address that cannot be parsed.
+# a Milvus address that cannot be parsed.
 
 
 @pytest.mark.parametrize("where", ["milvus+http://[::1?collection=x", "milvus+https://[fe80::1/?collection=x"])
@@ -183,7 +183,7 @@ def test_an_unparsable_milvus_address_is_one_sentence(where):
     refused(invoke("search", where, "How do I learn Python?"), "Milvus location", where)
 
 
-# Item 17: no spreadsheet formula in `dedup --out x.csv`.
+# no spreadsheet formula in `dedup --out x.csv`.
 
 FORMULAS = ['=HYPERLINK("http://x.example","How?")', "+1+1 how?", "-2+3 why?", "@SUM(A1) how?", "\tHow?", "\rWhy?"]
 
@@ -203,7 +203,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(tmp_path):
     assert [r["id"] for r in rows] == [reference(k) for k in keys]
 
 
-# Item 18: keys given twice in one file, or one add.
+# keys given twice in one file, or one add.
 
 
 def test_a_key_given_twice_in_one_file_is_refused_and_takes_no_id(tmp_path):

@@ -278,7 +278,7 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
 
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
-    """Item 1: the cache write fails after every commit; 5 concurrent adds, then retries of each."""
+    """the cache write fails after every commit; 5 concurrent adds, then retries of each."""
     import dupq.search.cache
     import dupq.search.vectors
     from dupq.service.app import create_app

@@ -49,9 +49,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -59,11 +57,12 @@ import numpy as np
 
 from dupq.core.files import DupqError, check_path, new_folder, read_json, remove_stale, write_json
 from dupq.data.tokenizer import check_questions
-from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.model import Model
 from dupq.modeling.verdict import from_cosines
 from dupq.search import store as sqlite
 from dupq.search.cache import INDEX_FILE, FaissCache
-from dupq.search.manifest import check_manifest
+from dupq.search.locks import SharedLock
+from dupq.search.manifest import FORMAT, check_manifest, model_for, new_manifest
 from dupq.search.rows import KeyConflict, StoreFailure, check_keys, check_metadata, read_metadata
 from dupq.search.store import BLOB_ROWS, SQLiteStore, Store
 from dupq.search.vectors import IndexConfig, VectorIndex
@@ -72,7 +71,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BLOB_ROWS", "DATABASE", "INDEX_FILE", "Collection", "Hit", "KeyConflict", "is_milvus"]
 
-FORMAT = "dupq-collection/1"
 MANIFEST, DATABASE = "manifest.json", "questions.sqlite"
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
 
@@ -108,80 +106,6 @@ class SearchIndex(Protocol):
     def catch_up(self) -> None: ...  # index every stored vector (under the write lock)
     def after_add(self) -> None: ...
     def close(self) -> None: ...
-
-
-class _SharedLock:
-    """Many holders of ``shared()`` at once, or one of ``exclusive()`` (which waiting readers yield to)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._writer = True
-            self._cond.wait_for(lambda: not self._readers)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
-def _new_manifest(model: Model, config: IndexConfig) -> dict:
-    bundled = model.folder is not None and model.folder == BUNDLED.resolve()
-    return {
-        "format": FORMAT,
-        "model": {
-            "fingerprint": model.fingerprint(),
-            "path": None if bundled or model.folder is None else str(model.folder),
-            "bundled": bundled,
-        },
-        "dim": model.config.out_dim,
-        "index": asdict(config),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-
-
-def _model_for(manifest: dict, model: Model | None, where) -> Model:
-    """``model``, or the one the manifest records, once its fingerprint and width match the collection's."""
-    recorded, dim = manifest["model"], manifest["dim"]
-    built_with = "the bundled model" if recorded.get("bundled") else f"the model at {recorded.get('path')}"
-    if model is None:
-        if not recorded.get("bundled") and not recorded.get("path"):
-            raise DupqError(f"{where} does not record which model folder built it; pass that model (--model).")
-        try:
-            model = Model.load(None if recorded.get("bundled") else recorded["path"])
-        except DupqError as e:
-            raise DupqError(f"cannot load {built_with}, which built {where}: {e}") from None
-    given = model.fingerprint()
-    if given != recorded["fingerprint"]:
-        what = f"the model at {model.folder}" if model.folder else "the model given"
-        raise DupqError(
-            f"{where} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {what} has "
-            f"fingerprint {given}; search it with the model that built it, or build a new collection."
-        )
-    if dim != model.config.out_dim:
-        raise DupqError(
-            f"the manifest of {where} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions."
-        )
-    return model
 
 
 def _build_inputs(texts, ids, metadata, index) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
@@ -222,7 +146,7 @@ class Collection:
         self._store = store
         self._index = index
         self._write_lock = threading.Lock()
-        self._index_lock = _SharedLock()
+        self._index_lock = SharedLock()
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
 
@@ -246,7 +170,7 @@ class Collection:
         exactly; at least :func:`~dupq.search.vectors.training_size` questions), or an :class:`IndexConfig`.
         """
         texts, keys, meta, config = _build_inputs(texts, ids, metadata, index)
-        manifest = _new_manifest(model, config)
+        manifest = new_manifest(model, config)
         if is_milvus(folder):
             from dupq.search.milvus import MilvusStore
 
@@ -289,7 +213,7 @@ class Collection:
 
             store = MilvusStore.open(folder, FORMAT)
             try:
-                model = _model_for(store.manifest, model, folder)
+                model = model_for(store.manifest, model, folder)
             except BaseException:
                 store.close()
                 raise
@@ -304,7 +228,7 @@ class Collection:
         manifest = check_manifest(
             read_json(folder / MANIFEST, f"the manifest of collection {folder}"), folder / MANIFEST, FORMAT
         )
-        model = _model_for(manifest, model, folder)
+        model = model_for(manifest, model, folder)
         store = SQLiteStore(folder / DATABASE, manifest["dim"])
         try:
             index = FaissCache.open(folder, store, manifest)

@@ -4,16 +4,20 @@ The manifest records the collection's format, the model that built it (fingerpri
 the vectors' width, the FAISS index settings and the cache file it describes (count, checksum).
 A folder collection keeps it as ``manifest.json``, a Milvus collection as a property; both are
 checked here when opened, so a mistake is one sentence naming the place and the field.
+:func:`new_manifest` writes a new collection's; :func:`model_for` picks the model that reads one.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, StrictBool, StrictStr, field_validator
 
 from dupq.core.files import DupqError
 from dupq.core.formats import MAX_COUNT, MAX_OUT_DIM, FilePath, check_format, corrupt, integer, wanted
+from dupq.modeling.model import BUNDLED, Model
 from dupq.search.vectors import IndexConfig  # its own checks give the index settings' ranges
 
 
@@ -55,3 +59,46 @@ def check_manifest(manifest: Any, where: FilePath, fmt: str) -> dict:
         )
     check_format(Manifest, manifest, where)
     return manifest
+
+
+FORMAT = "dupq-collection/1"
+
+
+def new_manifest(model: Model, config: IndexConfig) -> dict:
+    bundled = model.folder is not None and model.folder == BUNDLED.resolve()
+    return {
+        "format": FORMAT,
+        "model": {
+            "fingerprint": model.fingerprint(),
+            "path": None if bundled or model.folder is None else str(model.folder),
+            "bundled": bundled,
+        },
+        "dim": model.config.out_dim,
+        "index": asdict(config),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def model_for(manifest: dict, model: Model | None, where) -> Model:
+    """``model``, or the one the manifest records, once its fingerprint and width match the collection's."""
+    recorded, dim = manifest["model"], manifest["dim"]
+    built_with = "the bundled model" if recorded.get("bundled") else f"the model at {recorded.get('path')}"
+    if model is None:
+        if not recorded.get("bundled") and not recorded.get("path"):
+            raise DupqError(f"{where} does not record which model folder built it; pass that model (--model).")
+        try:
+            model = Model.load(None if recorded.get("bundled") else recorded["path"])
+        except DupqError as e:
+            raise DupqError(f"cannot load {built_with}, which built {where}: {e}") from None
+    given = model.fingerprint()
+    if given != recorded["fingerprint"]:
+        what = f"the model at {model.folder}" if model.folder else "the model given"
+        raise DupqError(
+            f"{where} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {what} has "
+            f"fingerprint {given}; search it with the model that built it, or build a new collection."
+        )
+    if dim != model.config.out_dim:
+        raise DupqError(
+            f"the manifest of {where} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions."
+        )
+    return model

@@ -43,72 +43,24 @@ import os
 import re
 import secrets
 import socket
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
 from dupq.core.files import DupqError, _alive
 from dupq.search import milvus_schema as milvus
 from dupq.search.manifest import check_manifest
+from dupq.search.milvus_location import Location, parse
 from dupq.search.rows import StoreFailure
 from dupq.search.store import PARAMETERS, Row, Store, place
 from dupq.search.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
-DEFAULT_NAME = "dupq"
 PROPERTY = "dupq.manifest"  # the collection property that holds the manifest (JSON)
 MAX_TOP_K = 16_384  # Milvus's cap on one search's limit
 INSERT_ROWS = 5_000  # rows per request while building (a request stays far below gRPC's 64 MB)
 TIMEOUT = 30.0  # seconds to wait for the server on connecting
 ID_BITS = 53
-
-
-@dataclass
-class Location:
-    """Where a Milvus collection is: the client's URI, the collection's name, and the file of milvus-lite (else None)."""
-
-    uri: str
-    name: str
-    file: Path | None
-    text: str  # as the user wrote it, for messages
-
-
-def parse(location: str) -> Location:
-    """A ``milvus:PATH.db`` or ``milvus+http(s)://HOST:PORT?collection=NAME`` location, or a DupqError saying what is wrong."""
-    lite = not location.startswith("milvus+")
-    rest = location.removeprefix("milvus:") if lite else location.removeprefix("milvus+")
-    try:
-        parts = urlsplit(rest)
-    except ValueError as e:  # an unclosed "[" of an IPv6 address, say
-        raise DupqError(f"the Milvus location {location} is not a valid address ({e}).") from None
-    path, _, settings = rest.partition("?") if lite else (parts.path, None, parts.query)
-    query = parse_qs(settings)
-    name = query.pop("collection", [DEFAULT_NAME])[-1]
-    if query:
-        raise DupqError(
-            f"the Milvus location {location} has unknown settings ({', '.join(query)}); only ?collection=NAME is read."
-        )
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", name):
-        raise DupqError(
-            f"the Milvus collection name {name!r} in {location} must be letters, digits and _, not starting with a digit."
-        )
-    if lite:
-        if not path.endswith(".db"):
-            raise DupqError(f"the milvus-lite location {location} must name a file ending in .db (milvus:PATH.db).")
-        file = Path(path).absolute()
-        return Location(str(file), name, file, location)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise DupqError(
-            f"the Milvus location {location} is not milvus+http://HOST:PORT?collection=NAME (or milvus+https://...)."
-        )
-    try:
-        port = parts.port
-    except ValueError:
-        raise DupqError(f"the port in the Milvus location {location} is not a number from 1 to 65535.") from None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address keeps its brackets
-    return Location(f"{parts.scheme}://{host}:{port or 19530}", name, None, location)
 
 
 def _client(where: Location, create: bool = False):

@@ -1,0 +1,58 @@
+"""Where a Milvus collection is: ``milvus:PATH.db`` (milvus-lite) or ``milvus+http(s)://HOST:PORT?collection=NAME``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from dupq.core.files import DupqError
+
+DEFAULT_NAME = "dupq"
+
+
+@dataclass
+class Location:
+    """Where a Milvus collection is: the client's URI, the collection's name, and the file of milvus-lite (else None)."""
+
+    uri: str
+    name: str
+    file: Path | None
+    text: str  # as the user wrote it, for messages
+
+
+def parse(location: str) -> Location:
+    """A ``milvus:PATH.db`` or ``milvus+http(s)://HOST:PORT?collection=NAME`` location, or a DupqError saying what is wrong."""
+    lite = not location.startswith("milvus+")
+    rest = location.removeprefix("milvus:") if lite else location.removeprefix("milvus+")
+    try:
+        parts = urlsplit(rest)
+    except ValueError as e:  # an unclosed "[" of an IPv6 address, say
+        raise DupqError(f"the Milvus location {location} is not a valid address ({e}).") from None
+    path, _, settings = rest.partition("?") if lite else (parts.path, None, parts.query)
+    query = parse_qs(settings)
+    name = query.pop("collection", [DEFAULT_NAME])[-1]
+    if query:
+        raise DupqError(
+            f"the Milvus location {location} has unknown settings ({', '.join(query)}); only ?collection=NAME is read."
+        )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,199}", name):
+        raise DupqError(
+            f"the Milvus collection name {name!r} in {location} must be letters, digits and _, not starting with a digit."
+        )
+    if lite:
+        if not path.endswith(".db"):
+            raise DupqError(f"the milvus-lite location {location} must name a file ending in .db (milvus:PATH.db).")
+        file = Path(path).absolute()
+        return Location(str(file), name, file, location)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DupqError(
+            f"the Milvus location {location} is not milvus+http://HOST:PORT?collection=NAME (or milvus+https://...)."
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise DupqError(f"the port in the Milvus location {location} is not a number from 1 to 65535.") from None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address keeps its brackets
+    return Location(f"{parts.scheme}://{host}:{port or 19530}", name, None, location)
