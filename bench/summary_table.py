@@ -42,7 +42,7 @@ def fmt(value) -> str:
 
 def main() -> None:
     rows = sweep_rows()
-    print("| model | accuracy | ROC-AUC | ECE | retrieval MRR |")
+    print("| model | accuracy | ROC-AUC | ECE | MRR, question2 only |")
     print("| --- | --- | --- | --- | --- |")
     for name, label in ROWS:
         r = rows[name]

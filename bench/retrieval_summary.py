@@ -1,0 +1,51 @@
+"""The README's retrieval table: search quality on Quora's held-out rows and on help-desk questions, from saved results.
+
+    python bench/retrieval_summary.py
+
+Reads what ``python bench/retrieval.py`` (Quora's held-out rows: every known duplicate relevant)
+and ``python bench/out_of_domain.py --split test --minilm`` (the hand-written help-desk pairs of
+``bench/data/out_of_domain.tsv`` against 20,000 Quora distractors) printed into docs/results/, and
+prints one Markdown table. Nothing is measured here; a system a file did not measure is "-".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+SYSTEMS = [  # (key in the printed JSON, label)
+    ("dupq", "dupq bundled"),
+    ("adapted", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
+    ("minilm", "all-MiniLM-L6-v2 zero-shot"),
+    ("bm25", "BM25 (bm25s)"),
+]
+
+
+def printed(name: str) -> dict:
+    """The JSON line a saved command printed (the last one, if it printed several)."""
+    path = RESULTS / name
+    if not path.is_file():
+        return {}
+    return json.loads(json.loads(path.read_text())[-1]["output"][-1])
+
+
+def fmt(measures: dict | None, key: str) -> str:
+    return "-" if not measures or key not in measures else f"{measures[key]:.3f}"
+
+
+def main() -> None:
+    quora, helpdesk = printed("retrieval_heldout.json"), printed("out_of_domain_test.json")
+    helpdesk.update(printed("out_of_domain_adapted_test.json"))
+    print("| system | Quora MRR@10 | Quora nDCG@10 | Quora Recall@10 | help desk Recall@1 | help desk MRR@10 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for key, label in SYSTEMS:
+        q, h = quora.get(key), helpdesk.get(key)
+        if q is None and h is None:
+            continue
+        cells = [fmt(q, "mrr@10"), fmt(q, "ndcg@10"), fmt(q, "recall@10"), fmt(h, "recall@1"), fmt(h, "mrr@10")]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
