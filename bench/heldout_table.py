@@ -1,0 +1,63 @@
+"""Retrieval on Quora's held-out rows and on the help-desk yardstick, from saved results; prints Markdown tables.
+
+    python bench/heldout_table.py
+
+Reads what ``bench/retrieval.py --minilm`` printed (docs/results/retrieval_heldout.json: the bundled
+model, BM25 and all-MiniLM-L6-v2 on the test and dev rows, every known duplicate relevant) and
+what ``bench/out_of_domain.py --minilm`` printed (out_of_domain_dev.json, out_of_domain_test.json)
+and prints one row per system: MRR@10, nDCG@10, Recall@1, Recall@10, P@1
+(:mod:`dupq.evaluation.retrieval` defines each). Nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+SYSTEMS = [  # (key in the printed JSON, label)
+    ("dupq", "dupq bundled"),
+    ("minilm", "all-MiniLM-L6-v2 zero-shot"),
+    ("bm25", "BM25 (bm25s)"),
+]
+MEASURES = [
+    ("mrr@10", "MRR@10"),
+    ("ndcg@10", "nDCG@10"),
+    ("recall@1", "Recall@1"),
+    ("recall@10", "Recall@10"),
+    ("p@1", "P@1"),
+]
+
+
+def last_line(file: str) -> dict:
+    """The last line the last command of a saved file printed, as JSON."""
+    return json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
+
+
+def table(title: str, result: dict) -> None:
+    print(f"\n{title}\n")
+    print("| system | " + " | ".join(label for _, label in MEASURES) + " |")
+    print("| --- |" + " --- |" * len(MEASURES))
+    for key, label in SYSTEMS:
+        if key in result:
+            print(f"| {label} | " + " | ".join(f"{result[key][m]:.4f}" for m, _ in MEASURES) + " |")
+
+
+def main() -> None:
+    quora = last_line("retrieval_heldout.json")
+    table(
+        f"Quora, test and dev rows: {quora['queries']:,} questions search {quora['corpus']:,} "
+        f"({quora['relevant']:,} known duplicates)",
+        quora,
+    )
+    for split in ("dev", "test"):
+        ood = last_line(f"out_of_domain_{split}.json")
+        table(
+            f"Help desks, {split} half: {ood['queries']} new questions search {ood['old_questions']} old ones "
+            f"and {ood['distractors']:,} Quora dev questions",
+            ood,
+        )
+
+
+if __name__ == "__main__":
+    main()
