@@ -68,9 +68,11 @@ def run(case) -> Result:
     # kept out of the output, which is the one JSON line, with its reasons in each case's result.
     with tempfile.TemporaryDirectory(prefix=f"dupq-{case.__name__}-") as tmp, contextlib.redirect_stderr(io.StringIO()):
         try:
-            return case(Path(tmp))
+            result = case(Path(tmp))
         except Exception:  # noqa: BLE001 -- a case that raises did not survive; say where
-            return Result(False, detail=traceback.format_exc(limit=-2).strip().splitlines()[-1])
+            result = Result(False, detail=traceback.format_exc(limit=-2).strip().splitlines()[-1])
+    result.detail = result.detail.replace(tmp, "TMP")  # the output names no folder of this machine
+    return result
 
 
 def main() -> None:

@@ -34,29 +34,21 @@ def last_line(file: str) -> dict:
     return json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
 
 
-def table(title: str, result: dict) -> None:
-    print(f"\n{title}\n")
-    print("| system | " + " | ".join(label for _, label in MEASURES) + " |")
-    print("| --- |" + " --- |" * len(MEASURES))
+def rows(task: str, result: dict) -> None:
     for key, label in SYSTEMS:
         if key in result:
-            print(f"| {label} | " + " | ".join(f"{result[key][m]:.4f}" for m, _ in MEASURES) + " |")
+            print(f"| {task} | {label} | " + " | ".join(f"{result[key][m]:.4f}" for m, _ in MEASURES) + " |")
 
 
 def main() -> None:
+    print("| task | system | " + " | ".join(label for _, label in MEASURES) + " |")
+    print("| --- | --- |" + " --- |" * len(MEASURES))
     quora = last_line("retrieval_heldout.json")
-    table(
-        f"Quora, test and dev rows: {quora['queries']:,} questions search {quora['corpus']:,} "
-        f"({quora['relevant']:,} known duplicates)",
-        quora,
-    )
+    rows(f"Quora test+dev rows: {quora['queries']:,} queries, {quora['corpus']:,} questions", quora)
     for split in ("dev", "test"):
         ood = last_line(f"out_of_domain_{split}.json")
-        table(
-            f"Help desks, {split} half: {ood['queries']} new questions search {ood['old_questions']} old ones "
-            f"and {ood['distractors']:,} Quora dev questions",
-            ood,
-        )
+        task = f"help desks, {split} half: {ood['queries']} queries, {ood['old_questions'] + ood['distractors']:,} questions"
+        rows(task, ood)
 
 
 if __name__ == "__main__":
