@@ -225,9 +225,14 @@ class VectorIndex:
 
     def vector(self, i: int) -> np.ndarray:
         """The stored vector ``i`` (used to check a cached index against the stored embeddings); flat and hnsw only."""
+        return self.vectors(np.array([i]))[0]
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of ``ids`` ``(len(ids), d)`` in one FAISS call (a pair head reads a search's hits); flat and hnsw only."""
         if not self.exact:
             raise DupqError("an ivfpq index keeps codes, not vectors; read the vector from the collection's store.")
-        return self.faiss.reconstruct(int(i))
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        return self.faiss.reconstruct_batch(ids) if len(ids) else np.zeros((0, self.dim), np.float32)
 
     def save(self, path) -> str:
         """Write the index atomically (temporary file, fsync, rename): a crash keeps the old one.
