@@ -87,3 +87,28 @@ def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, mon
         coll.add(texts(3, offset=100))
         coll._index.save()
         assert len(writes) == 1
+
+
+def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_model):
+    """A collection built with other HNSW settings (the defaults before) searches and rebuilds with its own."""
+    import faiss
+
+    old = IndexConfig("hnsw", hnsw_m=64, ef_construction=64, ef_search=256)
+    assert (
+        (old.hnsw_m, old.ef_construction, old.ef_search)
+        != (16, 200, 40)
+        == (
+            IndexConfig().hnsw_m,
+            IndexConfig().ef_construction,
+            IndexConfig().ef_search,
+        )
+    )
+    folder = tmp_path / "c"
+    Collection.build(folder, texts(300), tiny_model, index=old).close()
+    for rebuilt in (False, True):
+        if rebuilt:
+            (folder / INDEX_FILE).unlink()  # rebuilt from the stored vectors on open
+        with Collection.open(folder, tiny_model) as coll:
+            graph = faiss.downcast_index(coll._index.index.faiss).hnsw
+            assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
+            assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)
