@@ -130,3 +130,16 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_milvus_lite_file_is_served_by_one_process(tmp_path):
+    from typer.testing import CliRunner
+
+    from dupq.cli import app
+    from dupq.service.workers import default_workers
+
+    assert default_workers(f"milvus:{tmp_path / 'c.db'}") == 1
+    assert default_workers(str(tmp_path)) == default_workers(tmp_path) == os.cpu_count()
+    result = CliRunner().invoke(app, ["serve", f"milvus:{tmp_path / 'c.db'}", "--workers", "2"])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and "--workers 1" in result.output
+    assert len(result.output.strip().splitlines()) == 1

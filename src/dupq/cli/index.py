@@ -258,7 +258,10 @@ def serve(
     ] = 1,
     workers: Annotated[
         Optional[int],
-        typer.Option(min=1, help="Worker processes, each with its own copy of the index (default: one per core)."),
+        typer.Option(
+            min=1,
+            help="Worker processes, each with its own copy of the index (default: one per core; one for milvus-lite).",
+        ),
     ] = None,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
@@ -273,5 +276,5 @@ def serve(
         protect_reads=protect_reads,
         threads=threads,
         log=typer.echo,
-        workers=workers or default_workers(),
+        workers=workers or default_workers(collection),
     )

@@ -63,7 +63,7 @@ from dupq.service.schemas import (
     SimilarityRequest,
     SimilarityResponse,
 )
-from dupq.service.workers import run_workers
+from dupq.service.workers import milvus_lite, run_workers
 
 STATIC = Path(__file__).parents[1] / "static"
 TOKEN_ENV = "DUPQ_API_TOKEN"
@@ -309,6 +309,11 @@ def serve(
 
     if workers < 1:
         raise DupqError(f"workers must be at least 1, not {workers}.")
+    if workers > 1 and milvus_lite(collection_dir):
+        raise DupqError(
+            f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
+            "--workers 1, or keep the collection on a Milvus server."
+        )
     listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
     try:
         collection = open_collection(collection_dir, model_dir)

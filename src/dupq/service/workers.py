@@ -33,9 +33,15 @@ HEALTH_CHECK_S = 60  # a worker that does not answer the supervisor's ping for t
 # busy worker answers late on a loaded machine, and opening a large collection takes seconds)
 
 
-def default_workers() -> int:
-    """One worker per core: each runs its searches on one core."""
-    return os.cpu_count() or 1
+def default_workers(location) -> int:
+    """One worker per core (each runs its searches on one core); one for a milvus-lite file, which
+    one process opens at a time."""
+    return 1 if milvus_lite(location) else os.cpu_count() or 1
+
+
+def milvus_lite(location) -> bool:
+    """Whether ``location`` is a milvus-lite file (``milvus:PATH.db``), not a folder or a Milvus server."""
+    return isinstance(location, str) and location.startswith("milvus:")
 
 
 def worker_app(factory: Callable[[], object], threads: int, parent: int):
