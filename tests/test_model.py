@@ -45,6 +45,21 @@ def test_encode_matches_a_manual_forward(vocab, small_splits):
         np.testing.assert_allclose(got[i], (v / v.norm()).numpy(), atol=1e-6)
 
 
+def test_a_few_questions_encode_as_the_bulk_path_does(tiny_model, small_splits, monkeypatch):
+    """A search's few queries skip the length sort; their vectors are the bulk path's, bit for bit."""
+    import dupq.modeling.model
+
+    pool = small_splits.test.q1[:200]
+    rng = np.random.default_rng(0)
+    batches = [[pool[i] for i in rng.choice(len(pool), n, replace=False)] for n in (1, 2, 3, 7, 30, 64)]
+    batches.append(["How?", "", "Why is the sky blue and not green at noon?"])  # an empty question, lengths apart
+    fast = [tiny_model.encode(b) for b in batches]
+    monkeypatch.setattr(dupq.modeling.model, "FEW", 0)  # every call takes the sorted, batched path
+    for b, got in zip(batches, fast):
+        np.testing.assert_array_equal(got, tiny_model.encode(b))
+    assert tiny_model.encode([]).shape == (0, tiny_model.config.out_dim)
+
+
 def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
     questions = small_splits.dev.q1[:50]
     tiny_model.save(tmp_path / "m")

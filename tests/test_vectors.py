@@ -69,13 +69,14 @@ def test_flat_index_equals_search():
 
 def test_hnsw_recall_against_exact(tmp_path):
     corpus, queries = unit(5000, 32, 2), unit(200, 32, 3)
-    index = VectorIndex(32, IndexConfig("hnsw"))
+    # Random 32-d vectors have no structure for the graph to follow, a far harder case than real
+    # embeddings, for which the default efSearch (40) was chosen: here it finds 0.96, 256 finds 1.0.
+    index = VectorIndex(32, IndexConfig("hnsw", ef_search=256))
     index.add(corpus)
     _, got = index.search(queries, 10)
     _, want = search(queries, corpus, 10)
     recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(got.tolist(), want.tolist())])
-    # HNSW is approximate, so a bound and not equality: measured 1.0 here; its graph depends on the build's
-    # thread timing, and random 32-d vectors are a harder case than real embeddings (docs/results/search_speed.json).
+    # HNSW is approximate, so a bound and not equality: its graph depends on the build's thread timing.
     assert recall >= 0.99
     index.save(tmp_path / "i.faiss")
     again = VectorIndex.load(tmp_path / "i.faiss", 32, IndexConfig("hnsw", ef_search=256))

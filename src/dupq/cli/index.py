@@ -272,8 +272,25 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
     protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
     threads: Threads = THREADS,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="Worker processes, each with its own copy of the index (default: one per core; one for milvus-lite).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
     from dupq.service.app import serve as run_server
+    from dupq.service.workers import default_workers
 
-    run_server(collection, model, host=host, port=port, protect_reads=protect_reads, threads=threads, log=typer.echo)
+    run_server(
+        collection,
+        model,
+        host=host,
+        port=port,
+        protect_reads=protect_reads,
+        threads=threads,
+        log=typer.echo,
+        workers=workers or default_workers(collection),
+    )

@@ -46,6 +46,7 @@ from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, from_vec
 # registers "sentence-transformers" (the package's __init__ imports it, so every Model.load sees it).
 READERS: dict[str, Callable[..., Model]] = {}
 ENCODE_BATCH = 128  # questions per forward pass when scoring pairs in bulk
+FEW = 64  # up to this many questions are encoded as one batch, unsorted (a row's vector does not depend on the others)
 BUNDLED = Path(__file__).parents[1] / "bundled" / "model"
 
 
@@ -110,10 +111,18 @@ class Model:
 
     @torch.inference_mode()
     def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
-        """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches."""
+        """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches.
+
+        Up to :data:`FEW` questions (a search's queries) are one batch in their own order: the
+        same padded batch the sorted path would make, without sorting and scattering it back.
+        """
         check_list(questions)
-        self.encoder.eval()
+        if self.encoder.training:
+            self.encoder.eval()
         encoded = self.vocab.encode(questions)
+        if 0 < len(questions) <= min(FEW, batch_size):
+            ids, lengths = encoded.padded(np.arange(len(questions)))  # (B, L), (B,)
+            return self.encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
         order = np.argsort(encoded.lengths, kind="stable")
         out = np.empty((len(questions), self.config.out_dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):

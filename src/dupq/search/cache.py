@@ -19,7 +19,11 @@ Not thread-safe: the collection holds its lock around :meth:`search` (shared) an
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +35,7 @@ from dupq.search.vectors import IndexConfig, VectorIndex
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.faiss"
+LOCK_FILE = "index.lock"  # held while index.faiss and the manifest are rewritten
 SAVE_ON_CLOSE = 1_000  # close() rewrites index.faiss when at least this many rows are not in it
 SAVE_DURING_ADD = 50_000  # an add rewrites it when this many are not (bounds the replay on open)
 # Vectors added to FAISS at a time when catching up: a rebuilt ivfpq index trains on the first
@@ -91,11 +96,7 @@ class FaissCache:
         """The vectors of ``ids`` ``(len(ids), d)``: from memory (flat, hnsw) or from the store (ivfpq keeps codes)."""
         if not self.exact:
             return self.store.vectors_by_id(ids)
-        return (
-            np.stack([self.index.vector(int(i)) for i in ids])
-            if len(ids)
-            else np.zeros((0, self.index.dim), np.float32)
-        )
+        return self.index.vectors(ids)
 
     def stale(self) -> bool:
         """Whether anything was committed to the store since the index last caught up (one cheap PRAGMA)."""
@@ -120,11 +121,19 @@ class FaissCache:
             self.save()
 
     def save(self) -> None:
-        """Rewrite ``index.faiss`` and the manifest that describes it; a failure lands in :attr:`cache_error`."""
+        """Rewrite ``index.faiss`` and the manifest that describes it; a failure lands in :attr:`cache_error`.
+
+        Several processes may hold the collection open (``dupq serve --workers``, an ``index add``
+        beside a server): the file and the manifest are written under an exclusive lock on
+        ``index.lock``, so the manifest always describes the file beside it, and a process whose
+        index holds no more vectors than the file already does writes nothing.
+        """
         try:
-            checksum = self.index.save(self.folder / INDEX_FILE)
-            self.manifest.update(count=len(self.index), checksum=checksum)
-            write_json(self.folder / "manifest.json", self.manifest)
+            with _locked(self.folder / LOCK_FILE):
+                if _saved_count(self.folder) < len(self.index):
+                    checksum = self.index.save(self.folder / INDEX_FILE)
+                    self.manifest.update(count=len(self.index), checksum=checksum)
+                    write_json(self.folder / "manifest.json", self.manifest)
         except OSError as e:
             self.cache_error = (
                 f"could not write {self.folder / INDEX_FILE} ({e.strerror or e}); the questions are stored, "
@@ -139,3 +148,21 @@ class FaissCache:
         """Write the cache if many rows are missing from it."""
         if len(self.index) - self._saved >= SAVE_ON_CLOSE:
             self.save()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing) for as long as the ``with`` lasts, across processes."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed, or when the process dies
+        yield
+
+
+def _saved_count(folder: Path) -> int:
+    """How many vectors the ``index.faiss`` on disk holds, by the manifest beside it (0 if it says nothing)."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    count = manifest.get("count") if isinstance(manifest, dict) and manifest.get("checksum") else None
+    return count if isinstance(count, int) else 0

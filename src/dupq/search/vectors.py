@@ -119,11 +119,18 @@ class IndexConfig:
     """Which FAISS index a collection keeps; saved in its manifest."""
 
     kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
-    # HNSW: on Quora's 537k questions M=32 stalled near 0.95 recall@10 (many near-identical vectors);
-    # M=64 costs more build time and reaches the recall in docs/results/search_speed.json (docs/collections.md).
-    hnsw_m: int = 64  # graph links per vector: more = better recall, more memory and build time
-    ef_construction: int = 64  # candidates while linking: more = better graph, slower build
-    ef_search: int = 256  # candidates while searching: more = better recall, slower queries
+    # HNSW, chosen by bench/hnsw_sweep.py on Quora's 537,617 questions (the bundled model): the cheapest
+    # setting whose recall@10 on the query sample of seed 1 stays at least 0.99 two standard errors
+    # down (0.9939 +- 0.0010); on seed 0 it has 0.9936, one query's walk ~0.1 ms. A well-built graph,
+    # not a wide search, is what Quora's many near-identical questions need: efConstruction 64 left
+    # M=16 at 0.973 with efSearch 64, efConstruction 200 gets 0.994 with 40; M=32 reaches it with
+    # efSearch 24 but each step reads twice the links. A collection keeps the settings it was built
+    # with (its manifest records them): one built with the earlier 64 / 64 / 256 searches as before.
+    hnsw_m: int = (
+        16  # graph links per vector (2M on the bottom layer): more = better recall, more memory and build time
+    )
+    ef_construction: int = 200  # candidates while linking: more = better graph, slower build
+    ef_search: int = 40  # candidates while searching (at least k are kept): more = better recall, slower queries
     # IVF-PQ (see bench/search_speed.py for the figures on Quora's 537k questions):
     nlist: int = 1024  # coarse lists: more = fewer vectors scanned per probe, more to train and keep (d floats each)
     pq_m: int = 32  # one-byte codes per vector (must divide the width): more = finer scores, more memory
@@ -225,9 +232,14 @@ class VectorIndex:
 
     def vector(self, i: int) -> np.ndarray:
         """The stored vector ``i`` (used to check a cached index against the stored embeddings); flat and hnsw only."""
+        return self.vectors(np.array([i]))[0]
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors of ``ids`` ``(len(ids), d)`` in one FAISS call (a pair head reads a search's hits); flat and hnsw only."""
         if not self.exact:
             raise DupqError("an ivfpq index keeps codes, not vectors; read the vector from the collection's store.")
-        return self.faiss.reconstruct(int(i))
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        return self.faiss.reconstruct_batch(ids) if len(ids) else np.zeros((0, self.dim), np.float32)
 
     def save(self, path) -> str:
         """Write the index atomically (temporary file, fsync, rename): a crash keeps the old one.

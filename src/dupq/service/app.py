@@ -34,6 +34,7 @@ on 2 cores this is what lets a few hundred searches a second through with a shor
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import secrets
@@ -67,6 +68,7 @@ from dupq.service.schemas import (
     SimilarityRequest,
     SimilarityResponse,
 )
+from dupq.service.workers import milvus_lite, run_workers
 
 STATIC = Path(__file__).parents[1] / "static"
 TOKEN_ENV = "DUPQ_API_TOKEN"
@@ -335,17 +337,25 @@ def serve(
     protect_reads: bool = False,
     threads: int = 1,
     log: Callable[[str], None] = print,
+    workers: int = 1,
 ) -> None:
     """Open the collection (a bad folder fails here, as one sentence) and serve it until stopped.
 
-    ``threads`` is torch's thread count for encoding: with searches batched there is one
+    ``workers`` processes serve it, each with its own copy of the model and the index (see
+    :mod:`dupq.service.workers`); one is served in this process. ``threads`` is torch's thread
+    count for encoding (and FAISS's too with several workers): with searches batched there is one
     encoding call at a time, and on a small machine the event loop needs the other core.
     """
     import torch
     import uvicorn
 
-    if threads:
-        torch.set_num_threads(threads)
+    if workers < 1:
+        raise DupqError(f"workers must be at least 1, not {workers}.")
+    if workers > 1 and milvus_lite(collection_dir):
+        raise DupqError(
+            f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
+            "--workers 1, or keep the collection on a Milvus server."
+        )
     listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
     try:
         collection = open_collection(collection_dir, model_dir)
@@ -355,8 +365,19 @@ def serve(
     token = os.environ.get(TOKEN_ENV) or None
     log(
         f"serving {len(collection):,} questions from {collection_dir} on http://{host}:{port}/ "
-        f"(writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
+        f"({workers} worker{'s' if workers > 1 else ''}; "
+        f"writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
     )
+    if workers > 1:
+        collection.close()  # each worker opens its own
+        factory = functools.partial(create_app, collection_dir, model_dir, token, protect_reads=protect_reads)
+        try:
+            run_workers(factory, listener, workers, threads)
+        finally:
+            listener.close()
+        return
+    if threads:
+        torch.set_num_threads(threads)
     app = create_app(collection, token=token, protect_reads=protect_reads)
     allow_many_connections()
     uvicorn.Server(server_config(app)).run(sockets=[listener])

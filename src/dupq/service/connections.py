@@ -90,3 +90,9 @@ def allow_many_connections() -> int:
         except (ValueError, OSError):  # a container may refuse; the deadlines still free sockets
             pass
     return soft
+
+
+# The protocol at the default deadline, by name: spawned workers get it as "module:name", a class a
+# process can import, where a class made at run time could not be sent to them.
+DeadlineHTTP = protocol()
+DeadlineHTTP.__name__ = DeadlineHTTP.__qualname__ = "DeadlineHTTP"

@@ -1,0 +1,91 @@
+"""Several worker processes serving one collection over one listening socket (``dupq serve --workers N``).
+
+One process answers at the speed of one core: tokenising, FastAPI's validation and JSON, and
+building the hits hold the GIL, so a second core would idle. With ``N`` workers the parent binds
+the socket (a port in use fails before anything starts) and uvicorn's supervisor
+(``uvicorn.supervisors.Multiprocess``) starts ``N`` children that accept on it; it restarts a
+worker that dies or stops answering its health check, and stops them all on SIGINT or SIGTERM.
+The children are *spawned*, not forked: torch's and OpenMP's thread pools and SQLite connections
+must not cross a fork.
+
+Each worker opens the collection itself (its own model, FAISS index and SQLite connections). The
+store is the one truth they share: an add is one SQLite transaction, ids come from the store, a
+key already stored stores nothing (across processes too, as SQLite serialises the writers), and
+before every search a worker compares SQLite's ``data_version`` and catches its index up from the
+stored embeddings, so every worker sees the others' committed adds at its next search. Writes of
+``index.faiss`` are serialised by :mod:`dupq.search.cache`.
+
+A worker whose parent disappears (a ``kill -9`` of the supervisor) shuts itself down, so no
+orphan keeps serving the port.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from dupq.service.connections import KEEP_ALIVE, allow_many_connections
+
+PARENT_CHECK_S = 0.5  # how often a worker checks that its supervisor is still there
+HEALTH_CHECK_S = 60  # a worker that does not answer the supervisor's ping for this long is restarted (a
+# busy worker answers late on a loaded machine, and opening a large collection takes seconds)
+
+
+def default_workers(location) -> int:
+    """One worker per core (each runs its searches on one core); one for a milvus-lite file, which
+    one process opens at a time."""
+    return 1 if milvus_lite(location) else os.cpu_count() or 1
+
+
+def milvus_lite(location) -> bool:
+    """Whether ``location`` is a milvus-lite file (``milvus:PATH.db``), not a folder or a Milvus server."""
+    return isinstance(location, str) and location.startswith("milvus:")
+
+
+def worker_app(factory: Callable[[], object], threads: int, parent: int):
+    """In a worker: one thread each for torch and FAISS (the workers are the parallelism), a watch on
+    the ``parent`` process, then the app ``factory()`` makes."""
+    set_threads(threads)
+    threading.Thread(target=_stop_without, args=(parent,), name="dupq-parent-watch", daemon=True).start()
+    return factory()
+
+
+def set_threads(threads: int) -> None:
+    """torch's and FAISS's thread counts (0: leave their defaults)."""
+    if threads:
+        import faiss
+        import torch
+
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+
+
+def _stop_without(parent: int) -> None:
+    """SIGTERM this worker (uvicorn's graceful shutdown: the collection is closed) once ``parent`` has gone."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_workers(factory: Callable[[], object], listener, workers: int, threads: int = 1) -> None:
+    """Serve the app of ``factory`` (picklable: it is sent to each spawned worker) from ``workers``
+    processes accepting on ``listener``, until SIGINT or SIGTERM."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        functools.partial(worker_app, factory, threads, os.getpid()),
+        factory=True,
+        workers=workers,
+        log_level="info",  # each worker says when it has started ("Application startup complete") and stopped
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE,
+        http="dupq.service.connections:DeadlineHTTP",  # every request's headers in time, as in one process
+        timeout_worker_healthcheck=HEALTH_CHECK_S,
+    )
+    allow_many_connections()  # the workers inherit the raised limit of open files
+    Multiprocess(config, sockets=[listener]).run()

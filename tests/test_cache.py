@@ -1,0 +1,114 @@
+"""The FAISS index of a folder collection: its hits' vectors in one read, and ``index.faiss`` written by several processes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from dupq.search.cache import INDEX_FILE, FaissCache
+from dupq.search.collection import Collection
+from dupq.search.vectors import IndexConfig, VectorIndex, checksum_of
+
+
+def texts(n: int, offset: int = 0) -> list[str]:
+    return [f"How do I learn topic number {i} well?" for i in range(offset, offset + n)]
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_the_vectors_of_ids_are_the_added_ones(kind):
+    vectors = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)
+    index = VectorIndex(16, IndexConfig(kind))
+    index.add(vectors)
+    ids = np.array([299, 0, 17, 17, 150])
+    np.testing.assert_array_equal(index.vectors(ids), vectors[ids])
+    np.testing.assert_array_equal(index.vector(42), vectors[42])
+    assert index.vectors(np.array([], dtype=np.int64)).shape == (0, 16)
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_a_collection_reads_its_hits_vectors_from_the_index(tmp_path, tiny_model, kind):
+    with Collection.build(tmp_path / "c", texts(200), tiny_model, index=kind) as coll:
+        ids = np.array([5, 199, 0, 5])
+        np.testing.assert_array_equal(coll._index.vectors(ids), coll.stored_vectors()[ids])
+
+
+def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, tiny_model, monkeypatch):
+    """Two holders of one collection (two workers) write ``index.faiss`` at once: the one whose index is
+    smaller writes its file, the other writes file and manifest before the first writes its manifest.
+    Under the lock the second waits, so the manifest describes the file beside it."""
+    folder = tmp_path / "c"
+    Collection.build(folder, texts(100), tiny_model, index="hnsw").close()
+    a, b = Collection.open(folder, tiny_model), Collection.open(folder, tiny_model)
+    a.add(texts(5, offset=100))
+    b.add(texts(5, offset=105))  # b catches up with a's adds: b's index holds 110, a's 105
+    a_wrote, b_done = threading.Event(), threading.Event()
+    save = VectorIndex.save
+
+    def interleaved(index, path):
+        checksum = save(index, path)
+        if index is a._index.index:
+            a_wrote.set()
+            b_done.wait(timeout=2)  # b writes now, unless it must wait for a
+        return checksum
+
+    monkeypatch.setattr(VectorIndex, "save", interleaved)
+
+    def save_b():
+        a_wrote.wait(timeout=10)
+        b._index.save()
+        b_done.set()
+
+    other = threading.Thread(target=save_b)
+    other.start()
+    a._index.save()
+    other.join()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    on_disk = np.fromfile(folder / INDEX_FILE, dtype=np.uint8)
+    assert manifest["checksum"] == checksum_of(on_disk)
+    assert manifest["count"] == 110
+    a.close()
+    b.close()
+    with Collection.open(folder, tiny_model) as again:  # the cache is used, not rebuilt
+        assert FaissCache._cached(folder, again._store, again.manifest, len(again))[1] == 110
+
+
+def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, monkeypatch):
+    folder = tmp_path / "c"
+    Collection.build(folder, texts(100), tiny_model, index="flat").close()
+    with Collection.open(folder, tiny_model) as coll:
+        writes = []
+        save = VectorIndex.save
+        monkeypatch.setattr(VectorIndex, "save", lambda index, path: writes.append(path) or save(index, path))
+        coll._index.save()  # the file holds every vector already
+        assert writes == []
+        coll.add(texts(3, offset=100))
+        coll._index.save()
+        assert len(writes) == 1
+
+
+def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_model):
+    """A collection built with other HNSW settings (the defaults before) searches and rebuilds with its own."""
+    import faiss
+
+    old = IndexConfig("hnsw", hnsw_m=64, ef_construction=64, ef_search=256)
+    assert (
+        (old.hnsw_m, old.ef_construction, old.ef_search)
+        != (16, 200, 40)
+        == (
+            IndexConfig().hnsw_m,
+            IndexConfig().ef_construction,
+            IndexConfig().ef_search,
+        )
+    )
+    folder = tmp_path / "c"
+    Collection.build(folder, texts(300), tiny_model, index=old).close()
+    for rebuilt in (False, True):
+        if rebuilt:
+            (folder / INDEX_FILE).unlink()  # rebuilt from the stored vectors on open
+        with Collection.open(folder, tiny_model) as coll:
+            graph = faiss.downcast_index(coll._index.index.faiss).hnsw
+            assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
+            assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)

@@ -1,0 +1,145 @@
+"""``dupq serve --workers 2``: two processes on one port, each answering, each seeing the other's adds.
+
+Which worker accepts a connection is the kernel's choice, so the test chooses for it: a worker
+stopped with SIGSTOP accepts nothing, and every request then goes to the other one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servicekit import build_collection, free_port, questions
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers through /proc")
+
+TOKEN = "workers-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+N = 200  # questions in the collection
+
+
+def workers_of(parent: int) -> list[int]:
+    """The worker processes uvicorn's supervisor spawned (not multiprocessing's resource tracker)."""
+    children = []
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        children += [int(pid) for pid in (task / "children").read_text().split()]
+    return sorted(pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+@contextmanager
+def only(worker: int, others: list[int]):
+    """Every other worker stopped (SIGSTOP) while the ``with`` lasts: ``worker`` alone accepts connections."""
+    for pid in others:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in others:
+            os.kill(pid, signal.SIGCONT)
+
+
+def post(url: str, path: str, body: dict, **kw) -> httpx.Response:
+    return httpx.post(url + path, json=body, timeout=20, **kw)  # a new connection each time
+
+
+@pytest.fixture
+def served(tmp_path, tiny_model_dir, small_splits):
+    """``dupq serve --workers 2`` on a free port: ``(url, supervisor, [worker pids])``; all stopped at the end."""
+    folder = build_collection(tmp_path / "coll", tiny_model_dir, questions(small_splits, N))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dupq.cli", "serve", str(folder), "--workers", "2", "--port", str(port)],
+        env={**os.environ, "DUPQ_API_TOKEN": TOKEN},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the workers are stopped with it
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := workers_of(proc.pid)) < 2 or not _healthy(url):
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "dupq serve --workers 2 did not start"
+            time.sleep(0.2)
+        yield url, proc, workers
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_two_workers_answer_and_see_each_others_adds(served):
+    url, proc, (a, b) = served
+    for worker, other in ((a, b), (b, a)):  # each answers alone
+        with only(worker, [other]):
+            assert post(url, "/search", {"question": "How can I lose weight fast?", "k": 1}).status_code == 200
+    new = "Which river flows through the most countries in the world?"
+    with only(a, [b]):
+        added = post(url, "/questions", {"text": new, "key": "river"}, headers=AUTH)
+    assert added.status_code == 201
+    with only(b, [a]):
+        deadline = time.monotonic() + 1.0
+        while True:
+            top = post(url, "/search", {"question": new, "k": 1}).json()["results"][0]
+            if (top["id"], top["text"]) == (added.json()["id"], new) or time.monotonic() > deadline:
+                break
+        assert (top["id"], top["text"]) == (added.json()["id"], new)  # the other worker found it within a second
+        again = post(
+            url, "/questions", {"text": new, "key": "river"}, headers=AUTH
+        )  # a retry reaching the other worker
+        assert again.status_code == 201 and again.json() == added.json()  # stored once
+    counts = set()
+    for worker, other in ((a, b), (b, a)):
+        with only(worker, [other]):
+            counts.add(httpx.get(url + "/health", timeout=20).json()["questions"])
+    assert counts == {N + 1}
+
+
+def test_a_worker_stops_when_its_supervisor_is_killed(served):
+    url, proc, workers = served
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in workers):
+        assert time.monotonic() < deadline, "a worker outlived its supervisor"
+        time.sleep(0.1)
+    assert not _healthy(url)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_milvus_lite_file_is_served_by_one_process(tmp_path):
+    from typer.testing import CliRunner
+
+    from dupq.cli import app
+    from dupq.service.workers import default_workers
+
+    assert default_workers(f"milvus:{tmp_path / 'c.db'}") == 1
+    assert default_workers(str(tmp_path)) == default_workers(tmp_path) == os.cpu_count()
+    result = CliRunner().invoke(app, ["serve", f"milvus:{tmp_path / 'c.db'}", "--workers", "2"])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and "--workers 1" in result.output
+    assert len(result.output.strip().splitlines()) == 1
