@@ -22,10 +22,8 @@ from dupq.core.files import DupqError
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.training import adapt as adapt_module
-from dupq.training.adapt import AdaptConfig, adapt
+from dupq.training.adapt import AdaptConfig, adapt, user_questions
 from dupq.training.distil import teacher as teacher_module
-from dupq.training.distil import transfer
-from dupq.training.distil.transfer import user_questions
 
 WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection
 runner = CliRunner()
@@ -134,7 +132,7 @@ def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_mo
 def test_unknown_words_are_counted_against_a_loop(head_model_dir, texts):
     base = Model.load(head_model_dir)
     extra = ["how do i zorblax a quuxifier?", "Why is the zorblax broken?"]
-    counted = transfer.unknown_words(base.vocab, texts + extra)
+    counted = adapt_module.unknown_words(base.vocab, texts + extra)
     words = [w for t in texts + extra for w in base.vocab.words(t)]
     assert counted["unknown_distinct"] == len({w for w in words if w not in base.vocab.index}) >= 3
     assert counted["unknown_occurrences"] == sum(w not in base.vocab.index for w in words)
@@ -182,10 +180,6 @@ def test_the_library_refuses_what_it_cannot_adapt(head_model_dir, texts, tmp_pat
         AdaptConfig(distil=0.0)
     with pytest.raises(DupqError, match="finite"):
         AdaptConfig(lr=float("nan"))
-    with pytest.raises(DupqError, match="Quora pairs file"):
-        adapt(
-            base, texts, tmp_path / "a", word_teacher, "words", AdaptConfig(quora_pairs=8), log=silent, progress=False
-        )
 
 
 def one_error_line(result) -> str:
@@ -281,37 +275,12 @@ def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
     assert json.loads(json.dumps(texts)) == texts
 
 
-def test_neighbours_are_the_nearest_other_rows_as_brute_force_finds_them():
-    rng = np.random.default_rng(3)
-    vectors = rng.standard_normal((300, 8))
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    near = transfer.neighbours(vectors, 4)
-    for i in range(len(vectors)):
-        scores = [(float(vectors[i] @ vectors[j]), j) for j in range(len(vectors)) if j != i]
-        assert near[i].tolist() == [j for _, j in sorted(scores, reverse=True)[:4]]
-
-
-def test_each_rewording_changes_one_word_of_its_question(head_model_dir, texts):
-    vocab = Model.load(head_model_dir).vocab
-    words = transfer.question_words(vocab, texts)
-    assert len(words) == len(set(words)) == len({w for t in texts for w in vocab.words(t)})
-    near = transfer.neighbours(word_teacher(words), 3)
-    made = transfer.rewordings(vocab, texts, words, near, 2, np.random.default_rng(0))
-    assert len(set(made)) == len(made) > len(texts) and not set(made) & set(texts)
-    sources = [vocab.words(t) for t in texts]
-    swaps = 0
-    for text in made:
-        tokens = text.split()
-        dropped = any(
-            len(s) == len(tokens) + 1 and any(s[:j] + s[j + 1 :] == tokens for j in range(len(s))) for s in sources
-        )
-        swapped = [
-            (s[j], tokens[j])
-            for s in sources
-            if len(s) == len(tokens)
-            for j in range(len(s))
-            if s[:j] + s[j + 1 :] == tokens[:j] + tokens[j + 1 :] and s[j] != tokens[j]
-        ]
-        assert dropped or any(new in [words[k] for k in near[words.index(old)]] for old, new in swapped), text
-        swaps += bool(swapped)
-    assert 0.5 * len(made) < swaps < len(made)  # mostly swaps (SWAP_SHARE), some words left out
+def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts, tmp_path):
+    config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9, distil=0.0, distil_matrix=1.0)
+    lines: list[str] = []
+    model = adapt(Model.load(head_model_dir), texts, tmp_path / "a", word_teacher, "w", config, log=lines.append)
+    record = model.metrics["adaptation"]
+    assert record["epochs_run"] == 1 and len(record["history"]) == 1  # the first epoch always runs
+    assert record["after"]["cosine_to_teacher"] is None  # no projection without the distil loss
+    assert any("stopping after 1 epochs" in line for line in lines)
+    json.loads((tmp_path / "a" / "metrics.json").read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN

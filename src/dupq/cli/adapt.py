@@ -10,7 +10,7 @@ import typer
 import typer.core
 
 from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, _threads, command, config_options
-from dupq.cli.distil import Teacher
+from dupq.cli.distil import Teacher, TeacherThreads
 from dupq.cli.index import index_app
 from dupq.core.files import DupqError
 from dupq.training.adapt import AdaptConfig
@@ -31,12 +31,6 @@ def adapt_command(
     ] = None,
     teacher: Teacher = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
-    data: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Quora pairs file, read only with --quora-pairs (default: $DUPQ_DATA or ../shared/data/...)."
-        ),
-    ] = None,
     *,
     adapt_fields: dict[str, Any],
     cache: Annotated[
@@ -45,7 +39,10 @@ def adapt_command(
             help="Folder for the teacher's vectors, kept for another run (default: OUT.teacher beside --out)."
         ),
     ] = None,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 0,
+    threads: Annotated[
+        int, typer.Option(min=1, help="torch CPU threads while fine-tuning (1 is fastest for this small LSTM).")
+    ] = 1,
+    teacher_threads: TeacherThreads = 0,
     teacher_device: Annotated[
         Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")
     ] = "cpu",
@@ -53,33 +50,37 @@ def adapt_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
-    from dupq.cli.common import _data
     from dupq.modeling.model import BUNDLED, Model
-    from dupq.training.adapt import adapt
+    from dupq.training.adapt import adapt, distinct_questions, user_questions
     from dupq.training.distil.teacher import load_teacher
-    from dupq.training.distil.transfer import user_questions
 
     config = AdaptConfig(**adapt_fields)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise DupqError(f"{out} already exists; pass --overwrite to replace it or choose another --out.")
     texts, collection_model, skipped = user_questions(source, column)
+    texts = distinct_questions(texts)
     if skipped:
         typer.echo(f"skipped {skipped:,} line(s) of {source} that hold no question", err=True)
     base = Model.load(model) if model is not None or collection_model is None else collection_model
-    quora = None
-    if config.quora_pairs:
-        from dupq.data.pairs import SplitConfig, labelled_split, read_pairs, recorded_split, split_pairs
-
-        split = recorded_split(base.metrics) if base.metrics.get("training") else SplitConfig()
-        pool = split_pairs(read_pairs(_data(data))[0], split).pool
-        quora = labelled_split(pool, split.labelled_val)[0]  # never the pool rows the base model validated on
-    _threads(threads)
+    _threads(teacher_threads)
     encode, name = load_teacher(teacher, device=teacher_device)
     typer.echo(
-        f"adapting {'the bundled model' if base.folder == BUNDLED.resolve() else base.folder} to {len(set(texts)):,} questions of {source}"
+        f"adapting {'the bundled model' if base.folder == BUNDLED.resolve() else base.folder} to {len(texts):,} questions of {source}"
     )
     info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}
-    adapted = adapt(base, texts, out, encode, name, config, quora, cache, info=info, log=typer.echo, progress=progress)
+    adapted = adapt(
+        base,
+        texts,
+        out,
+        encode,
+        name,
+        config,
+        cache,
+        info=info,
+        log=typer.echo,
+        progress=progress,
+        threads=threads,
+    )
     record = adapted.metrics["adaptation"]
     words = record["words"]
     typer.echo(
