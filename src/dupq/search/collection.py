@@ -114,11 +114,12 @@ def _build_inputs(texts, ids, metadata, index) -> tuple[list[str], list[str | No
     meta = check_metadata(metadata, len(texts))
     config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
     keys: list[str | None] = [None] * len(texts)
-    if ids is not None:
-        keys = [str(k) for k in ids]
+    if ids is not None:  # None for a question without one (a re-encoded collection's questions added without a key)
+        keys = [None if k is None else str(k) for k in ids]
         if len(keys) != len(texts):
             raise DupqError(f"got {len(keys)} ids for {len(texts)} questions; give one id per question.")
-        if len(set(keys)) != len(keys):
+        given = [k for k in keys if k is not None]
+        if len(set(given)) != len(given):
             raise DupqError("the ids given for the questions are not unique.")
     return texts, keys, meta, config
 
@@ -159,7 +160,7 @@ class Collection:
         texts: list[str],
         model: Model,
         *,
-        ids: list[str] | None = None,
+        ids: list[str | None] | None = None,
         metadata: list[dict] | None = None,
         index: str | IndexConfig = "flat",
     ) -> Collection:
@@ -255,6 +256,11 @@ class Collection:
         """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the store, not the index)."""
         self._check_open()
         return self._store.all_vectors()
+
+    def stored_rows(self) -> list[tuple[int, str | None, str, dict | None]]:
+        """Every stored question as ``(id, key, text, metadata)``, in id order: what a build with another model takes."""
+        self._check_open()
+        return [(i, key, text, json.loads(meta) if meta else None) for i, (key, text, meta) in self._store.all_rows()]
 
     def nearest(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` of the index's ``k`` nearest stored vectors to each row of ``vectors``: no text, no judging."""

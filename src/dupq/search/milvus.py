@@ -297,6 +297,10 @@ class MilvusStore(Store):
         rows.sort(key=lambda row: row["id"])
         return np.array([row["vector"] for row in rows], dtype=np.float32).reshape(len(rows), self.dim)
 
+    def all_rows(self) -> list[tuple[int, Row]]:
+        rows = sorted(self._call("read", self._iterate, ["id", "key", "text", "metadata"]), key=lambda row: row["id"])
+        return [(row["id"], (row["key"], row["text"], row["metadata"])) for row in rows]
+
     def _iterate(self, fields: list[str]) -> list[dict]:
         iterator = self.client.query_iterator(self.location.name, batch_size=1000, filter="", output_fields=fields)
         rows = []

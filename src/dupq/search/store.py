@@ -135,6 +135,10 @@ class Store(ABC):
         """Every stored vector, ``(N, d)`` float32, in id order."""
 
     @abstractmethod
+    def all_rows(self) -> list[tuple[int, Row]]:
+        """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections; closing twice is harmless."""
 
@@ -383,6 +387,10 @@ class SQLiteStore(Store):
         count = self.count()
         blocks = self._read(lambda db: list(stored_vectors(db, 0, count, self.dim)))
         return np.concatenate(blocks) if blocks else np.zeros((0, self.dim), np.float32)
+
+    def all_rows(self) -> list[tuple[int, Row]]:
+        query = "SELECT id, key, text, metadata FROM questions ORDER BY id"
+        return self._read(lambda db: [(i, tuple(row)) for i, *row in db.execute(query)])
 
     def close(self) -> None:
         self._db.close()

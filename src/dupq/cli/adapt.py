@@ -1,0 +1,123 @@
+"""``dupq adapt`` and ``dupq index reencode``: fit the model to your own questions, then encode your collection again."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import typer
+import typer.core
+
+from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, _threads, command, config_options
+from dupq.cli.distil import Teacher, TeacherThreads
+from dupq.cli.index import index_app
+from dupq.core.files import DupqError
+from dupq.training.adapt import AdaptConfig
+
+
+@command(name="adapt")
+@config_options(adapt_fields=AdaptConfig)
+def adapt_command(
+    source: Annotated[
+        str,
+        typer.Argument(help=f"Your questions (no labels needed). {QUESTIONS_HELP} Or a collection: {COLLECTION_HELP}"),
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
+    ] = Path("runs/adapted"),
+    model: Annotated[
+        Optional[Path], typer.Option(help="The model to adapt (default: the collection's model, else the bundled one).")
+    ] = None,
+    teacher: Teacher = None,
+    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
+    *,
+    adapt_fields: dict[str, Any],
+    cache: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Folder for the teacher's vectors, kept for another run (default: OUT.teacher beside --out)."
+        ),
+    ] = None,
+    threads: Annotated[
+        int, typer.Option(min=1, help="torch CPU threads while fine-tuning (1 is fastest for this small LSTM).")
+    ] = 1,
+    teacher_threads: TeacherThreads = 0,
+    teacher_device: Annotated[
+        Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")
+    ] = "cpu",
+    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
+    from dupq.modeling.model import BUNDLED, Model
+    from dupq.training.adapt import adapt, distinct_questions, user_questions
+    from dupq.training.distil.teacher import load_teacher
+
+    config = AdaptConfig(**adapt_fields)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise DupqError(f"{out} already exists; pass --overwrite to replace it or choose another --out.")
+    texts, collection_model, skipped = user_questions(source, column)
+    texts = distinct_questions(texts)
+    if skipped:
+        typer.echo(f"skipped {skipped:,} line(s) of {source} that hold no question", err=True)
+    base = Model.load(model) if model is not None or collection_model is None else collection_model
+    _threads(teacher_threads)
+    encode, name = load_teacher(teacher, device=teacher_device)
+    typer.echo(
+        f"adapting {'the bundled model' if base.folder == BUNDLED.resolve() else base.folder} to {len(texts):,} questions of {source}"
+    )
+    info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}
+    adapted = adapt(
+        base,
+        texts,
+        out,
+        encode,
+        name,
+        config,
+        cache,
+        info=info,
+        log=typer.echo,
+        progress=progress,
+        threads=threads,
+    )
+    record = adapted.metrics["adaptation"]
+    words = record["words"]
+    typer.echo(
+        f"{words['unknown_distinct']:,} of {words['distinct_words']:,} distinct words are outside the model's vocabulary "
+        f"(hashed into its unknown-word buckets, trained with the rest)"
+    )
+    typer.echo(
+        f"saved model to {out} (teacher {record['seconds']['teacher']:.0f}s, fine-tuning {record['seconds']['fine_tuning']:.0f}s); "
+        f"encode a collection again with `dupq index reencode COLLECTION --model {out} --out NEW`"
+    )
+
+
+@command(group=index_app, name="reencode")
+def index_reencode(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    model: Annotated[Path, typer.Option(help="The model folder to encode with (e.g. from dupq adapt).")],
+    out: Annotated[
+        str, typer.Option(help="The new collection: a folder that does not exist yet, or a Milvus location.")
+    ],
+    index: Annotated[
+        Optional[Literal["flat", "hnsw", "ivfpq"]],
+        typer.Option(help="Index kind of the new collection (default: the old one's)."),
+    ] = None,
+    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 0,
+) -> None:
+    """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
+    import time
+
+    from dupq.modeling.model import Model
+    from dupq.search.collection import is_milvus
+    from dupq.search.reencode import reencode
+
+    _threads(threads)
+    started = time.perf_counter()
+    source = collection if is_milvus(collection) else Path(collection)
+    target = out if is_milvus(out) else Path(out)
+    with reencode(source, Model.load(model), target, index) as new:
+        typer.echo(
+            f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
+        )

@@ -1,0 +1,367 @@
+"""Adapting a trained student to a help desk's own questions, without labels: the teacher shows the way.
+
+A model trained on Quora knows Quora's words as Quora's labels used them; a help desk's questions
+("my tap drips", "end my gym subscription") use words in senses Quora rarely paired. The help desk
+has its old questions but no labels. :func:`adapt` lets the teacher (a pretrained sentence
+encoder, all-MiniLM-L6-v2 by default) encode those questions once, into a resumable cache
+(:func:`dupq.training.distil.teacher.teach`), and fine-tunes the student on them with the
+distillation losses of :mod:`dupq.training.objectives`:
+
+* ``distil``: the cosine distance between each question's vector, through a linear projection to
+  the teacher's width, and the teacher's vector. The projection starts as the least-squares map
+  from the starting student's vectors to the teacher's, so the first steps move the encoder, not
+  a random projection;
+* ``distil_matrix``: the squared difference between the student's and the teacher's cosine
+  matrices over a batch (what retrieval ranks by; no projection).
+
+What keeps Quora's skills is how far the weights move: the learning rate and the epochs, and
+optionally a penalty holding them near the starting model's (``anchor * sum (w - w0)^2``, the
+L2-SP penalty of Li, Grandvalet & Davoine 2018, *Explicit Inductive Bias for Transfer Learning
+with Convolutional Networks*). The defaults are the point chosen on the out-of-domain yardstick's
+dev half (``bench/adapt_ood.py``); the penalty, Quora duplicate pairs mixed in under the triplet
+loss, rewordings of the questions as more teacher targets and batches of teacher neighbours were
+measured there too and did no better than fewer steps, so they are not in. The pair head, its
+calibration and threshold are the starting model's, unchanged: no labelled pair of the help desk
+exists to fit them again on, and Quora's dev pairs would fit them to Quora, not to the help desk.
+
+The student's vocabulary is the starting model's: a word it lacks is hashed into one of its
+unknown-word buckets (:class:`dupq.data.tokenizer.Vocabulary`), whose vectors are trained here like
+any word's; ``metrics.json`` counts how many of the questions' words that is.
+
+The loop is :func:`dupq.training.train._train_epoch` (the progress bar, Adam, the learning-rate
+schedule) over :class:`QuestionBatches`, the same steps ``dupq train`` takes; the result is written through
+:func:`~dupq.core.files.new_folder`, so a killed or failed run leaves no half folder.
+
+>>> model = adapt(Model.load(), texts, "runs/adapted", encode, "all-MiniLM-L6-v2")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dupq.core.files import DupqError, new_folder
+from dupq.core.options import check_options, option
+from dupq.data.tokenizer import Vocabulary, check_questions
+from dupq.modeling.model import Model
+from dupq.training.batches import Batch, length_batches
+from dupq.training.config import TrainConfig
+from dupq.training.distil.teacher import TeacherCache, teach
+from dupq.training.step import Siamese, encode_in_chunks
+from dupq.training.train import _train_epoch
+
+
+@dataclass
+class AdaptConfig:
+    """How the student is fine-tuned on the user's questions; each help text is its ``dupq adapt --help``."""
+
+    epochs: int = option(8, "Passes over your questions.", min=1)
+    minutes: float = option(
+        0.0, "Stop before an epoch that would end after this many minutes of fine-tuning (0: no limit).", min=0.0
+    )
+    batch_size: int = option(128, "Your questions per step.", min=2)
+    lr: float = option(0.003, "Adam learning rate (decayed to 0 over the epochs, a cosine).", min=0.0)
+    distil: float = option(
+        1.0, "Weight of the cosine distance to the teacher's vectors (through a projection).", min=0.0
+    )
+    distil_matrix: float = option(0.0, "Weight of matching the teacher's in-batch cosine matrix.", min=0.0)
+    anchor: float = option(0.0, "Weight of the penalty holding the weights near the starting model's (L2-SP).", min=0.0)
+    seed: int = option(0, "Random seed (batches, dropout).")
+    bf16: bool = option(False, "Encode under bfloat16 autocast while training (faster on CPUs with bf16 units).")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if not all(math.isfinite(v) for v in (self.lr, self.distil, self.distil_matrix, self.anchor, self.minutes)):
+            raise DupqError("the adaptation's learning rate, weights and minutes must be finite numbers.")
+        if self.distil == 0 and self.distil_matrix == 0:
+            raise DupqError("adaptation needs a distillation loss: give --distil or --distil-matrix a positive weight.")
+
+    def losses(self) -> dict[str, float]:
+        """The objective's losses (:mod:`dupq.training.objectives`)."""
+        named = {"distil": self.distil, "distil_matrix": self.distil_matrix}
+        return {k: v for k, v in named.items() if v > 0}
+
+
+class QuestionBatches:
+    """Random batches of the taught questions, each once an epoch, as rows only the distillation losses see.
+
+    A batch source for :func:`dupq.training.train._train_epoch` (``epoch``, ``batch``), as
+    :class:`~dupq.training.batches.PairBatches` is for labelled pairs.
+    """
+
+    def __init__(self, vocab: Vocabulary, cache: TeacherCache, batch_size: int):
+        self.cache = cache
+        self.encoded = vocab.encode(cache.texts)
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def epoch(self, rng: np.random.Generator) -> list[np.ndarray]:
+        return length_batches(self.encoded.lengths, self.batch_size, rng, 1)
+
+    def batch(self, index: np.ndarray, rng: np.random.Generator) -> Batch:
+        ids, lengths = self.encoded.padded(index)  # (U, L), (U,)
+        return Batch(
+            torch.from_numpy(ids),
+            torch.from_numpy(lengths),
+            torch.zeros(0),  # no pair: B = 0
+            torch.full((len(index),), torch.iinfo(torch.int64).min),  # never ranked
+            0,
+            self.cache.vectors[torch.from_numpy(np.asarray(index))].float(),  # (U, T)
+            torch.ones(len(index), dtype=torch.bool),
+            len(index),
+        )
+
+
+class Anchored(nn.Module):
+    """The model's batch loss plus ``weight * sum (w - w0)^2`` over the encoder's weights (L2-SP).
+
+    Called as :class:`~dupq.training.step.Siamese` is (the ``loss_of`` of the training loop).
+    """
+
+    def __init__(self, model: Siamese, weight: float):
+        super().__init__()
+        self.model, self.weight = model, weight
+        self.start = [p.detach().clone() for p in model.encoder.parameters()]
+
+    def drift(self) -> torch.Tensor:
+        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start."""
+        return sum((p - p0).pow(2).sum() for p, p0 in zip(self.model.encoder.parameters(), self.start))
+
+    def forward(self, batch: Batch, objective, chunks: int, world, bf16: bool = False) -> torch.Tensor:
+        loss = self.model(batch, objective, chunks, world, bf16)
+        return loss + self.weight * self.drift() if self.weight else loss
+
+
+def user_questions(source: str, column: str | None = None) -> tuple[list[str], Model | None, int]:
+    """``(texts, model, skipped)``: the questions to adapt on, from a questions file or a collection.
+
+    A collection (a folder from ``dupq index build``, or a Milvus location) gives its stored texts
+    and the model it was built with (the natural base); a file is read as
+    :func:`dupq.data.questions.read_questions` reads it (``column`` of a CSV/TSV file), with no model.
+    """
+    from dupq.data.questions import read_questions
+    from dupq.search.collection import MANIFEST, Collection, is_milvus
+
+    if is_milvus(source) or (Path(source) / MANIFEST).is_file():
+        if column is not None:
+            raise DupqError("--column names a column of a CSV/TSV file, not of a collection.")
+        location = source if is_milvus(source) else Path(source)
+        with Collection.open(location) as collection:
+            return [text for _, _, text, _ in collection.stored_rows()], collection.model, 0
+    if Path(source).is_dir():
+        raise DupqError(
+            f"{source} is a folder but not a dupq collection (it has no {MANIFEST}); give a questions file or a collection."
+        )
+    questions = read_questions(source, column)
+    return questions.texts, None, questions.skipped
+
+
+def distinct_questions(texts: list[str]) -> list[str]:
+    """Each question once, in order; fewer than 2 (no batch to learn from) is a :class:`DupqError`."""
+    texts = list(dict.fromkeys(check_questions(texts)))
+    if len(texts) < 2:
+        raise DupqError(f"adaptation needs at least 2 distinct questions, got {len(texts)}.")
+    return texts
+
+
+def unknown_words(vocab: Vocabulary, texts: list[str]) -> dict[str, int]:
+    """How many distinct words of ``texts`` (and word occurrences) the vocabulary lacks."""
+    seen: dict[str, int] = {}
+    for text in texts:
+        for word in vocab.words(text):
+            seen[word] = seen.get(word, 0) + 1
+    missing = {w: n for w, n in seen.items() if w not in vocab.index}
+    return {
+        "distinct_words": len(seen),
+        "unknown_distinct": len(missing),
+        "occurrences": sum(seen.values()),
+        "unknown_occurrences": sum(missing.values()),
+    }
+
+
+@torch.no_grad()
+def fit_projection(encoder: nn.Module, vocab: Vocabulary, cache: TeacherCache) -> nn.Linear:
+    """The least-squares linear map from the encoder's vectors of the taught questions to the teacher's."""
+    encoder.eval()
+    encoded = vocab.encode(cache.texts)
+    student = torch.cat(
+        [
+            encoder(*map(torch.from_numpy, encoded.padded(np.arange(lo, min(lo + 1024, len(cache))))))
+            for lo in range(0, len(cache), 1024)
+        ]
+    )  # (n, d)
+    solution = torch.linalg.lstsq(student.double(), cache.vectors.double()).solution  # (d, T)
+    projection = nn.Linear(student.shape[1], cache.dim, bias=False)
+    projection.weight.copy_(solution.T.float())
+    return projection
+
+
+@torch.no_grad()
+def teacher_agreement(
+    model: Siamese, vocab: Vocabulary, cache: TeacherCache, batch_size: int = 512
+) -> dict[str, float]:
+    """On the taught questions, in fixed batches: the mean cosine of the projected vectors to the teacher's,
+    and the mean squared difference of the in-batch cosine matrices (the two losses, without weights)."""
+    model.eval()
+    encoded = vocab.encode(cache.texts)
+    cosines, matrix = [], []
+    for lo in range(0, len(cache), batch_size):
+        index = np.arange(lo, min(lo + batch_size, len(cache)))
+        ids, lengths = encoded.padded(index)
+        v = encode_in_chunks(model.encoder, torch.from_numpy(ids), torch.from_numpy(lengths), 1)  # (b, d)
+        t = cache.vectors[lo : lo + len(index)].float()  # (b, T)
+        t = t / t.norm(dim=1, keepdim=True)
+        if model.projection is not None:
+            cosines.append(nn.functional.cosine_similarity(model.projection(v), t).numpy())
+        matrix.append(float((v @ v.T - t @ t.T).pow(2).mean()) * len(index))
+    return {
+        "cosine_to_teacher": float(np.concatenate(cosines).mean()) if cosines else None,  # None: no projection
+        "matrix_error": sum(matrix) / len(cache),
+    }
+
+
+def adapt(
+    base: Model,
+    texts: list[str],
+    out: str | os.PathLike,
+    encode: Callable[[list[str]], np.ndarray],
+    teacher_name: str,
+    config: AdaptConfig | None = None,
+    cache: str | os.PathLike | None = None,
+    info: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    threads: int | None = None,
+) -> Model:
+    """Fine-tune ``base`` on ``texts`` towards the teacher ``encode`` (texts -> unit vectors); write the model folder ``out``.
+
+    ``cache`` is the folder of the teacher's vectors (default: ``OUT.teacher`` beside ``out``),
+    kept so that running again with other settings does not encode the questions again.
+    ``info`` is recorded in ``metrics.json`` with the adaptation; ``threads``: torch's CPU threads
+    while fine-tuning (the teacher runs with the caller's). Returns the adapted model.
+    """
+    config = config or AdaptConfig()
+    if base.encoder is None or base.vocab is None:
+        raise DupqError(
+            "adaptation fine-tunes a dupq LSTM or GRU model; a sentence-transformers model folder cannot be adapted."
+        )
+    texts = distinct_questions(texts)
+    out = Path(out)
+    cache = Path(cache) if cache is not None else out.with_name(out.name + ".teacher")
+    started = time.perf_counter()
+    taught = _teach(texts, cache, encode, teacher_name, progress)
+    teacher_seconds = time.perf_counter() - started
+    log(f"teacher {teacher_name}: {len(taught):,} questions in {teacher_seconds:.0f}s (kept in {cache})")
+    before_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or before_threads)
+    try:
+        started = time.perf_counter()
+        encoder, record = _fine_tune(base, taught, config, log, progress)
+    finally:
+        torch.set_num_threads(before_threads)
+    record = {
+        "base": {"fingerprint": base.fingerprint(), "folder": str(base.folder) if base.folder else None},
+        "teacher": teacher_name,
+        "questions": len(texts),
+        "words": unknown_words(base.vocab, texts),
+        "config": asdict(config),
+        **record,
+        "seconds": {"teacher": teacher_seconds, "fine_tuning": time.perf_counter() - started},
+        **(info or {}),
+    }
+    adapted = _adapted_model(base, encoder, record)
+    with new_folder(out) as tmp:
+        adapted.save(tmp)
+    adapted.folder = out.resolve()
+    return adapted
+
+
+def _fine_tune(
+    base: Model, taught: TeacherCache, config: AdaptConfig, log: Callable[[str], None], progress: bool
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The base encoder fine-tuned on ``taught`` (the loop of ``dupq train``), and what to record of it."""
+    vocab = base.vocab
+    projection = fit_projection(base.encoder, vocab, taught) if config.distil else None
+    model = Siamese(copy.deepcopy(base.encoder), None, projection)
+    before = teacher_agreement(model, vocab, taught)
+    source = QuestionBatches(vocab, taught, config.batch_size)
+    train_config = TrainConfig(
+        losses=config.losses(), epochs=config.epochs, lr=config.lr, reduction="mean", symmetric=True,
+        lr_schedule="cosine", seed=config.seed, teacher=taught.info["teacher"], bf16=config.bf16, chunks=4,
+    )  # fmt: skip
+    objective, loss_of = train_config.objective(), Anchored(model, config.anchor)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
+    steps_per_epoch = len(source.epoch(np.random.default_rng(0)))
+    history, started = [], time.perf_counter()
+    for epoch in range(config.epochs):
+        if config.minutes and history and time.perf_counter() - started + history[-1]["seconds"] > 60 * config.minutes:
+            log(f"stopping after {epoch} epochs: another would pass --minutes {config.minutes:g}")
+            break
+        loss_sum, count, seconds = _train_epoch(
+            model, None, optimizer, source, objective, train_config, epoch, steps_per_epoch, progress, loss_of
+        )
+        if not math.isfinite(loss_sum):
+            raise DupqError(f"the adaptation diverged in epoch {epoch + 1} (loss {loss_sum}); try a lower --lr.")
+        with torch.no_grad():
+            drift = float(loss_of.drift())
+        history.append({"epoch": epoch + 1, "train_loss": loss_sum / count, "drift": drift, "seconds": seconds})
+        log(f"epoch {epoch + 1}/{config.epochs}  loss {loss_sum / count:.4f}  drift {drift:.4f}  {seconds:.0f}s")
+    after = teacher_agreement(model, vocab, taught)
+    key = "cosine_to_teacher" if model.projection is not None else "matrix_error"
+    log(f"{key.replace('_', ' ')} {before[key]:.4f} -> {after[key]:.4f}")
+    record = {"steps": steps_per_epoch * len(history), "epochs_run": len(history), "history": history}
+    return model.encoder.cpu(), {**record, "before": before, "after": after}
+
+
+def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress: bool) -> TeacherCache:
+    """The teacher's vectors of ``texts`` in ``cache`` (resumed, or made again when it holds others), with a bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("teacher"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("questions"),
+        TimeRemainingColumn(),
+        disable=not (progress and sys.stdout.isatty()),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("teach", total=len(texts))
+
+        def encode_with_bar(part: list[str]) -> np.ndarray:
+            blocks = []
+            for lo in range(0, len(part), 256):
+                blocks.append(np.asarray(encode(part[lo : lo + 256]), dtype=np.float32))
+                bar.advance(task, len(blocks[-1]))
+            return np.concatenate(blocks)
+
+        return teach(texts, cache, encode_with_bar, name, overwrite=True)
+
+
+def _adapted_model(base: Model, encoder: nn.Module, record: dict[str, Any]) -> Model:
+    """The adapted encoder with the base model's vocabulary, pair head, calibration and threshold."""
+    metrics = {k: v for k, v in base.metrics.items() if k != "test"}  # the base's test figures are not this model's
+    metrics["adaptation"] = record
+    return Model(
+        base.vocab,
+        encoder.eval(),
+        threshold=base.threshold,
+        threshold_info=base.threshold_info,
+        metrics=metrics,
+        head=base.head,
+        calibration=base.calibration,
+        threshold_on=base.threshold_on,
+    )

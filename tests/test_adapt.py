@@ -1,0 +1,286 @@
+"""`dupq adapt` and `dupq index reencode`: a model fitted to a user's own questions by a teacher, and a collection encoded again.
+
+The teacher here is a fake, deterministic one (a fixed random vector per word, summed and
+normalised), so no test needs sentence-transformers; the student is the tiny mlp-head model of
+the conftest, and the user's questions are synthetic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import string
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.core.files import DupqError
+from dupq.modeling.model import Model
+from dupq.search.collection import Collection
+from dupq.training import adapt as adapt_module
+from dupq.training.adapt import AdaptConfig, adapt, user_questions
+from dupq.training.distil import teacher as teacher_module
+
+WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection
+runner = CliRunner()
+
+
+def word_teacher(texts: list[str]) -> np.ndarray:
+    """Unit vectors: the sum of a fixed random vector per lowercased word of the text."""
+    out = np.zeros((len(texts), WIDTH), dtype=np.float32)
+    for i, text in enumerate(texts):
+        for word in text.lower().translate(str.maketrans("", "", string.punctuation)).split():
+            seed = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+            out[i] += np.random.default_rng(seed).standard_normal(WIDTH)
+        out[i] /= max(np.linalg.norm(out[i]), 1e-9)
+    return out
+
+
+def silent(_: str) -> None:
+    pass
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """The user's questions: 290 distinct synthetic questions (batches of 32: 9 full ones and one of 2)."""
+    from synthetic import make_rows
+
+    rows = make_rows(600, seed=5)
+    found = [q for r in rows for q in (r.question1, r.question2) if r.concepts[0] and r.concepts[1]]
+    return list(dict.fromkeys(found))[:290]
+
+
+@pytest.fixture(scope="module")
+def head_model_dir(texts, tmp_path_factory):
+    """An untrained LSTM model laid out like the bundled one: lowercase vocabulary with unknown-word buckets,
+    an mlp pair head, a beta calibration and a probability threshold. Its vocabulary lacks a few words of ``texts``."""
+    from dupq.data.tokenizer import Vocabulary
+    from dupq.modeling.encoders import Encoder, EncoderConfig
+    from dupq.modeling.heads import HeadConfig, PairHead
+
+    torch.manual_seed(0)
+    vocab = Vocabulary.build(texts[:-20], lowercase=True, oov_buckets=8)
+    model = Model(
+        vocab,
+        Encoder(EncoderConfig(len(vocab), 16, dropout=0.1)),
+        threshold=0.45,
+        threshold_on="probability",
+        metrics={"training": {"split": {"train_pool": 100, "test": 10, "dev": 10}}, "test": {"accuracy": 0.5}},
+        head=PairHead(HeadConfig("mlp", 16, 8)),
+        calibration={"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5},
+    )
+    out = tmp_path_factory.mktemp("base") / "model"
+    model.save(out)
+    return out
+
+
+CONFIG = AdaptConfig(epochs=8, batch_size=32, lr=0.001, distil=1.0, distil_matrix=1.0, anchor=0.001)
+
+
+@pytest.fixture(scope="module")
+def adapted_dir(head_model_dir, texts, tmp_path_factory):
+    out = tmp_path_factory.mktemp("adapted") / "model"
+    adapt(Model.load(head_model_dir), texts, out, word_teacher, "words", CONFIG, log=silent, progress=False)
+    return out
+
+
+def naive_cosine(model: Model, texts: list[str]) -> float:
+    """Mean cosine between the teacher's vectors and the least-squares projection of the model's, one question at a time."""
+    v = model.encode(texts).astype(np.float64)
+    t = word_teacher(texts).astype(np.float64)
+    projected = v @ np.linalg.lstsq(v, t, rcond=None)[0]
+    cosines = [projected[i] @ t[i] / (np.linalg.norm(projected[i]) * np.linalg.norm(t[i])) for i in range(len(t))]
+    return float(np.mean(cosines))
+
+
+def test_the_adapted_students_vectors_are_closer_to_the_teachers(head_model_dir, adapted_dir, texts):
+    before, after = naive_cosine(Model.load(head_model_dir), texts), naive_cosine(Model.load(adapted_dir), texts)
+    assert after > before + 0.05
+    record = Model.load(adapted_dir).metrics["adaptation"]
+    # what metrics.json says of the start is the naive figure (the teacher's vectors are cached as float16)
+    assert record["before"]["cosine_to_teacher"] == pytest.approx(before, abs=2e-3)
+    assert record["after"]["cosine_to_teacher"] > record["before"]["cosine_to_teacher"] + 0.05
+
+
+def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_model_dir, adapted_dir, texts):
+    base, adapted = Model.load(head_model_dir), Model.load(adapted_dir)
+    assert adapted.vocab.tokens == base.vocab.tokens and adapted.vocab.oov_buckets == base.vocab.oov_buckets
+    for name, weight in base.head.state_dict().items():
+        torch.testing.assert_close(adapted.head.state_dict()[name], weight)
+    assert (adapted.calibration, adapted.threshold, adapted.threshold_on) == (
+        base.calibration,
+        base.threshold,
+        base.threshold_on,
+    )
+    assert adapted.fingerprint() != base.fingerprint()
+    record = adapted.metrics["adaptation"]
+    assert record["base"]["fingerprint"] == base.fingerprint()
+    assert record["teacher"] == "words" and record["questions"] == len(texts)
+    assert record["steps"] == CONFIG.epochs * math.ceil(len(texts) / CONFIG.batch_size)
+    assert all(math.isfinite(epoch["train_loss"]) for epoch in record["history"])
+    assert "test" not in adapted.metrics  # the base model's test figures are not the adapted model's
+    assert adapted.metrics["training"] == base.metrics["training"]  # its split: dupq evaluate still knows its test rows
+
+
+def test_unknown_words_are_counted_against_a_loop(head_model_dir, texts):
+    base = Model.load(head_model_dir)
+    extra = ["how do i zorblax a quuxifier?", "Why is the zorblax broken?"]
+    counted = adapt_module.unknown_words(base.vocab, texts + extra)
+    words = [w for t in texts + extra for w in base.vocab.words(t)]
+    assert counted["unknown_distinct"] == len({w for w in words if w not in base.vocab.index}) >= 3
+    assert counted["unknown_occurrences"] == sum(w not in base.vocab.index for w in words)
+
+
+@pytest.mark.parametrize("fails_in", ["teacher", "training", "saving"])
+def test_a_failed_run_leaves_no_half_folder_and_the_old_one_intact(
+    head_model_dir, texts, tmp_path, monkeypatch, fails_in
+):
+    out = tmp_path / "adapted"
+    out.mkdir()
+    (out / "marker.txt").write_text("the previous model")
+    encode = word_teacher
+    if fails_in == "teacher":
+        calls = []
+
+        def encode(part):  # noqa: F811 - the teacher dies on its second call
+            calls.append(1)
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+            return word_teacher(part)
+
+    elif fails_in == "training":
+        monkeypatch.setattr(adapt_module, "_train_epoch", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    else:
+        real_save = Model.save
+
+        def save(self, folder, half=False):  # writes part of the folder, then the disk is full
+            real_save(self, folder, half)
+            (folder / "config.json").unlink()
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(Model, "save", save)
+    with pytest.raises((KeyboardInterrupt, OSError)):
+        adapt(Model.load(head_model_dir), texts, out, encode, "words", CONFIG, log=silent, progress=False)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("adapted.teacher")] == ["adapted"]
+    assert [p.name for p in out.iterdir()] == ["marker.txt"]
+
+
+def test_the_library_refuses_what_it_cannot_adapt(head_model_dir, texts, tmp_path):
+    base = Model.load(head_model_dir)
+    with pytest.raises(DupqError, match="at least 2 distinct questions"):
+        adapt(base, [texts[0], texts[0]], tmp_path / "a", word_teacher, "words", log=silent, progress=False)
+    with pytest.raises(DupqError, match="needs a distillation loss"):
+        AdaptConfig(distil=0.0)
+    with pytest.raises(DupqError, match="finite"):
+        AdaptConfig(lr=float("nan"))
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+@pytest.fixture
+def fake_teacher(monkeypatch):
+    monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None, device="cpu": (word_teacher, "words"))
+
+
+def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher):
+    one = tmp_path / "one.txt"
+    one.write_text("How do I learn Python?\nHow do I learn Python?\n")
+    plain_folder = tmp_path / "folder"
+    plain_folder.mkdir()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "x").write_text("x")
+    good = tmp_path / "good.txt"
+    good.write_text("\n".join(texts[:20]))
+    model = ["--model", str(head_model_dir)]
+    cases = {
+        "does not exist": ["adapt", str(tmp_path / "none.txt"), "--out", str(tmp_path / "o"), *model],
+        "not a dupq collection": ["adapt", str(plain_folder), "--out", str(tmp_path / "o"), *model],
+        "at least 2 distinct questions": ["adapt", str(one), "--out", str(tmp_path / "o"), *model],
+        "already exists": ["adapt", str(good), "--out", str(taken), *model],
+        "needs a distillation loss": [
+            "adapt",
+            str(good),
+            "--out",
+            str(tmp_path / "o"),
+            "--distil",
+            "0",
+            "--distil-matrix",
+            "0",
+        ],
+        "must be finite": ["adapt", str(good), "--out", str(tmp_path / "o"), "--lr", "inf"],
+        "need a .csv or .tsv file": ["adapt", str(good), "--column", "title", "--out", str(tmp_path / "o"), *model],
+    }
+    for expected, args in cases.items():
+        assert expected in one_error_line(runner.invoke(app, args)), expected
+    assert not (tmp_path / "o").exists()
+
+
+def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path, location, fake_teacher):
+    base = Model.load(head_model_dir)
+    keys = [f"k{i}" if i % 3 else None for i in range(len(texts))]  # some questions were added without a key
+    metadata = [{"n": i} if i % 2 else None for i in range(len(texts))]
+    Collection.build(location, texts, base, ids=keys, metadata=metadata).close()
+    where = str(location)
+    read, model, skipped = user_questions(where)
+    assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped == 0
+
+    out = tmp_path / "adapted"
+    result = runner.invoke(app, ["adapt", where, "--out", str(out), "--epochs", "1", "--batch-size", "32"])
+    assert result.exit_code == 0, result.output
+    assert "saved model to" in result.output and "index reencode" in result.output
+    adapted = Model.load(out)
+    assert adapted.metrics["adaptation"]["base"]["fingerprint"] == base.fingerprint()  # the collection's model
+
+    with pytest.raises(DupqError, match="fingerprint"):
+        Collection.open(location, adapted)
+    new = f"{location}?collection=adapted" if isinstance(location, str) else tmp_path / "new"  # Milvus: same file
+    result = runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", str(new)])
+    assert result.exit_code == 0, result.output
+    with Collection.open(new) as coll:
+        assert coll.model.fingerprint() == adapted.fingerprint()
+        rows = coll.stored_rows()  # in id order: a folder's ids follow the build, Milvus's are hashed keys or random
+        by_text = lambda row: row[1]  # noqa: E731
+        assert sorted([(key, text, meta) for _, key, text, meta in rows], key=by_text) == sorted(
+            zip(keys, texts, metadata), key=by_text
+        )
+        stored = dict(zip([text for _, _, text, _ in rows], coll.stored_vectors()))
+        np.testing.assert_allclose(np.stack([stored[t] for t in texts]), adapted.encode(texts), atol=1e-6)
+        hit = coll.search([texts[5]], k=1)[0][0]
+        assert hit.text == texts[5]
+    assert "new location" in one_error_line(
+        runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", where])
+    )
+
+
+def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
+    path = tmp_path / "q.csv"
+    path.write_text("title,answer\nHow do I cook rice?,boil it\n,empty\nWhy is the sky blue?,light\n")
+    texts, model, skipped = user_questions(str(path), "title")
+    assert texts == ["How do I cook rice?", "Why is the sky blue?"] and model is None and skipped == 1
+    with pytest.raises(DupqError, match="no column"):
+        user_questions(str(path), "question")
+    assert json.loads(json.dumps(texts)) == texts
+
+
+def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts, tmp_path):
+    config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9, distil=0.0, distil_matrix=1.0)
+    lines: list[str] = []
+    model = adapt(Model.load(head_model_dir), texts, tmp_path / "a", word_teacher, "w", config, log=lines.append)
+    record = model.metrics["adaptation"]
+    assert record["epochs_run"] == 1 and len(record["history"]) == 1  # the first epoch always runs
+    assert record["after"]["cosine_to_teacher"] is None  # no projection without the distil loss
+    assert any("stopping after 1 epochs" in line for line in lines)
+    json.loads((tmp_path / "a" / "metrics.json").read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
