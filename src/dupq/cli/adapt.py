@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal, Optional
 import typer
 import typer.core
 
-from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, _threads, command, config_options
-from dupq.cli.distil import Teacher, TeacherThreads
+from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, THREADS, Threads, _threads, command, config_options
+from dupq.cli.distil import Teacher
 from dupq.cli.index import index_app
 from dupq.core.files import DupqError
 from dupq.training.adapt import AdaptConfig
@@ -39,10 +39,10 @@ def adapt_command(
             help="Folder for the teacher's vectors, kept for another run (default: OUT.teacher beside --out)."
         ),
     ] = None,
-    threads: Annotated[
-        int, typer.Option(min=1, help="torch CPU threads while fine-tuning (1 is fastest for this small LSTM).")
-    ] = 1,
-    teacher_threads: TeacherThreads = 0,
+    threads: Threads = THREADS,
+    teacher_threads: Annotated[
+        int, typer.Option(min=0, help="torch CPU threads for the teacher (0 = torch's default: every core).")
+    ] = 0,
     teacher_device: Annotated[
         Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")
     ] = "cpu",

@@ -260,7 +260,9 @@ class Collection:
     def stored_rows(self) -> list[tuple[int, str | None, str, dict | None]]:
         """Every stored question as ``(id, key, text, metadata)``, in id order: what a build with another model takes."""
         self._check_open()
-        return [(i, key, text, json.loads(meta) if meta else None) for i, (key, text, meta) in self._store.all_rows()]
+        return [
+            (i, key, text, read_metadata(meta)[0] if meta else None) for i, (key, text, meta) in self._store.all_rows()
+        ]
 
     def nearest(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` of the index's ``k`` nearest stored vectors to each row of ``vectors``: no text, no judging."""
