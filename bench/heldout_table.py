@@ -17,6 +17,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 SYSTEMS = [  # (key in the printed JSON, label)
     ("dupq", "dupq bundled"),
+    ("adapted", "dupq bundled, adapted (`dupq adapt`)"),
     ("minilm", "all-MiniLM-L6-v2 zero-shot"),
     ("bm25", "BM25 (bm25s)"),
 ]
@@ -48,6 +49,9 @@ def main() -> None:
     for split in ("dev", "test"):
         ood = last_line(f"out_of_domain_{split}.json")
         task = f"help desks, {split} half: {ood['queries']} queries, {ood['old_questions'] + ood['distractors']:,} questions"
+        adapted = RESULTS / f"out_of_domain_adapted_{split}.json"
+        if adapted.is_file():  # the bundled model after `dupq adapt` on the old questions and distractors
+            ood["adapted"] = last_line(adapted.name)["dupq"]
         rows(task, ood)
 
 

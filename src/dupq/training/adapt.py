@@ -300,7 +300,7 @@ def _fine_tune(
     source = QuestionBatches(vocab, taught, config.batch_size)
     train_config = TrainConfig(
         losses=config.losses(), epochs=config.epochs, lr=config.lr, reduction="mean", symmetric=True,
-        lr_schedule="cosine", seed=config.seed, teacher=taught.info["teacher"], bf16=config.bf16, chunks=4,
+        lr_schedule="cosine", seed=config.seed, teacher_vectors=taught.info["teacher"], bf16=config.bf16, chunks=4,
     )  # fmt: skip
     objective, loss_of = train_config.objective(), Anchored(model, config.anchor)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)

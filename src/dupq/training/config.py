@@ -57,7 +57,7 @@ def renamed(recorded: dict[str, Any]) -> dict[str, Any]:
 class TrainConfig:
     """How the encoder is trained; the defaults are the seed recipe. Each option's help text is its ``dupq train --help``.
 
-    Options with ``cli=False`` are ablations that did not make the bundled recipe (docs/RESULTS.md
+    Options with ``cli=False`` are ablations that did not make the bundled recipe (docs/experiments/
     has their rows) or settings that the recipe's preset fixes: a preset file sets them.
     """
 
