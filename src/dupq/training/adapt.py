@@ -140,9 +140,11 @@ class Anchored(nn.Module):
         """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start."""
         return sum((p - p0).pow(2).sum() for p, p0 in zip(self.model.encoder.parameters(), self.start))
 
-    def forward(self, batch: Batch, objective, chunks: int, world, bf16: bool = False) -> torch.Tensor:
-        loss = self.model(batch, objective, chunks, world, bf16)
-        return loss + self.weight * self.drift() if self.weight else loss
+    def forward(
+        self, batch: Batch, objective, chunks: int, world, bf16: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, per_pair = self.model(batch, objective, chunks, world, bf16)  # the optimised loss, the logged one
+        return (loss + self.weight * self.drift() if self.weight else loss), per_pair
 
 
 def user_questions(source: str, column: str | None = None) -> tuple[list[str], Model | None, int]:
