@@ -294,7 +294,7 @@ def test_the_start_fingerprints_differ_in_the_option_changed_and_only_there(spli
     config, options = TrainConfig(batch_size=64, seed=4), ModelOptions(dim=16)
     base = start_fingerprints([config, options], SPLIT.__dict__, splits)
     assert start_fingerprints([replace(config, threads=3), options], SPLIT.__dict__, splits) == base
-    changes = {"seed": 5, "lr": 0.02, "epochs": 7, "recipe": "labelled", "device": "cuda", "chunks": 3, "dim": 8}
+    changes = {"seed": 5, "lr": 0.02, "epochs": 7, "train_on": "labelled", "device": "cuda", "chunks": 3, "dim": 8}
     for name, value in changes.items():
         changed = [replace(c, **{name: value}) if name in {f.name for f in fields(c)} else c for c in (config, options)]
         field = next(f for c in changed for f in fields(c) if f.name == name)

@@ -32,6 +32,8 @@ def broken(monkeypatch, tmp_path: Path, mutation: str) -> None:
     """Apply ``mutation`` here and in every ``dupq`` command the cases run."""
     exec(mutation, {"patch": monkeypatch.setattr})
     (tmp_path / "fault_mutation.py").write_text("patch = setattr\n" + mutation)
+    # Every Python process on the path imports sitecustomize at start: the workers `dupq serve` spawns too.
+    (tmp_path / "sitecustomize.py").write_text("import fault_mutation  # noqa: F401\n")
     command = [sys.executable, "-c", "import fault_mutation\nfrom dupq.cli import main\nmain()"]
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
     monkeypatch.setattr(faultkit, "DUPQ", command)
