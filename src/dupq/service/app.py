@@ -314,6 +314,8 @@ def serve(
             f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
             "--workers 1, or keep the collection on a Milvus server."
         )
+    if threads:
+        torch.set_num_threads(threads)
     listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
     try:
         collection = open_collection(collection_dir, model_dir)
@@ -334,8 +336,6 @@ def serve(
         finally:
             listener.close()
         return
-    if threads:
-        torch.set_num_threads(threads)
     app = create_app(collection, token=token, protect_reads=protect_reads)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5)).run(sockets=[listener])
 
