@@ -75,7 +75,8 @@ def start_server(collection: Path, port: int, token: str, log, args: argparse.Na
     """``dupq serve`` in its own session, once ``/health`` answers and every worker has started: ``(process, seconds)``."""
     command = [sys.executable, "-m", "dupq.cli", "serve", str(collection), "--host", HOST, "--port", str(port)]
     if args.workers:
-        command += ["--workers", str(args.workers)]
+        command += ["--workers", str(args.workers)]  # not given: code without the option runs too
+    several = args.workers if args.workers and args.workers > 1 else 0  # startup lines to wait for
     started = time.perf_counter()
     log.flush()
     logged = log.tell()  # this start's lines follow
@@ -89,7 +90,7 @@ def start_server(collection: Path, port: int, token: str, log, args: argparse.Na
     while time.perf_counter() - started < args.start_timeout:
         if server.poll() is not None:
             raise SystemExit(f"dupq serve exited with status {server.returncode}; see {log.name}")
-        if answers(port) and workers_started(Path(log.name), logged) >= (args.workers or 0):
+        if answers(port) and workers_started(Path(log.name), logged) >= several:
             return server, time.perf_counter() - started
         time.sleep(0.2)
     os.killpg(server.pid, signal.SIGKILL)
@@ -106,7 +107,7 @@ def answers(port: int) -> bool:
 
 
 def workers_started(log: Path, offset: int) -> int:
-    """Workers that logged uvicorn's startup line since ``offset`` of the server log (with several workers only)."""
+    """Workers that logged uvicorn's startup line since ``offset`` of the server log (several workers log it; one does not)."""
     with open(log, "rb") as f:
         f.seek(offset)
         return f.read().count(b"Application startup complete")
@@ -203,17 +204,39 @@ def working_copy(args: argparse.Namespace) -> Path:
 
 
 def load_phases(
-    port: int, token: str, args: argparse.Namespace, searches: list[str], rng: random.Random, tag: str
+    server, port: int, token: str, args: argparse.Namespace, searches: list[str], rng: random.Random, tag: str
 ) -> dict:
-    """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``."""
+    """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``, each with
+    the CPU seconds the server's processes and this load generator spent per request (less load-bound than rates)."""
     asyncio.run(run_phase(port, token, args.clients, args.warmup, args.max_requests, searches, 0.0, rng, tag))
-    search_only = asyncio.run(
-        run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, 0.0, rng, tag)
-    )
-    mixed = asyncio.run(
-        run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, args.add_share, rng, tag)
-    )
-    return {"search_only": search_only, "mixed": mixed}
+    phases = {}
+    for name, add_share in (("search_only", 0.0), ("mixed", args.add_share)):
+        server_cpu, client_cpu = group_cpu_s(server.pid), time.process_time()
+        phase = asyncio.run(
+            run_phase(port, token, args.clients, args.seconds, args.max_requests, searches, add_share, rng, tag)
+        )
+        requests = phase["search"]["requests"] + phase.get("add", {}).get("requests", 0)
+        if server_cpu is not None and requests:
+            phase["server_cpu_ms_per_request"] = round(1000 * (group_cpu_s(server.pid) - server_cpu) / requests, 3)
+            phase["client_cpu_ms_per_request"] = round(1000 * (time.process_time() - client_cpu) / requests, 3)
+        phases[name] = phase
+    return phases
+
+
+def group_cpu_s(pgid: int) -> float | None:
+    """User + system CPU seconds of every live process in process group ``pgid`` (Linux's /proc; None elsewhere)."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        except OSError:  # the process has exited
+            continue
+        if int(fields[2]) == pgid:  # fields: state, ppid, pgrp, ..., utime (11), stime (12)
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def kill9_phase(
@@ -303,10 +326,11 @@ def main() -> None:
         },
     }
     result["in_process"] = in_process(copy, searches, args.single_seconds)
-    server, result["start_s"] = start_server(copy, port, token, log, args)
+    server, start_s = start_server(copy, port, token, log, args)
+    result["start_s"] = round(start_s, 2)
     try:
         result["questions"] = health(port)["questions"]
-        result.update(load_phases(port, token, args, searches, rng, tag))
+        result.update(load_phases(server, port, token, args, searches, rng, tag))
         for phase in ("search_only", "mixed"):
             result[phase]["ratio_to_in_process"] = round(
                 result[phase]["search"]["per_s"] / result["in_process"]["per_s"], 2

@@ -356,6 +356,8 @@ def serve(
             f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
             "--workers 1, or keep the collection on a Milvus server."
         )
+    if threads:
+        torch.set_num_threads(threads)
     listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
     try:
         collection = open_collection(collection_dir, model_dir)
@@ -376,8 +378,6 @@ def serve(
         finally:
             listener.close()
         return
-    if threads:
-        torch.set_num_threads(threads)
     app = create_app(collection, token=token, protect_reads=protect_reads)
     allow_many_connections()
     uvicorn.Server(server_config(app)).run(sockets=[listener])
