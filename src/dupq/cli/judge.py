@@ -42,6 +42,7 @@ def evaluate(
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
     from dupq.data.pairs import held_out
+    from dupq.evaluation.evaluate import SUMMARY
     from dupq.evaluation.evaluate import evaluate as run_evaluation
     from dupq.modeling.model import Model
 
@@ -65,18 +66,7 @@ def evaluate(
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
-    keys = (
-        "threshold",
-        "accuracy",
-        "precision",
-        "recall",
-        "f1",
-        "roc_auc",
-        "average_precision",
-        "accuracy_at_0_7",
-        "expected_calibration_error",
-    )
-    for key in (k for k in keys if k in result):
+    for key in (k for k in SUMMARY if k in result):
         table.add_row(key, "n/a" if result[key] is None else f"{result[key]:.4f}")
     (tn, fp), (fn, tp) = result["confusion_matrix"]
     table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")

@@ -24,6 +24,18 @@ from dupq.modeling.model import ENCODE_BATCH, Model
 from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, Verdicts, from_logits
 
 PRIMARY = "accuracy"  # the seeds' headline figure
+# The figures a summary of a model's test pairs shows, in order (`dupq evaluate`'s table, the report's).
+SUMMARY = (
+    "threshold",
+    "accuracy",
+    "precision",
+    "recall",
+    "f1",
+    "roc_auc",
+    "average_precision",
+    "accuracy_at_0_7",
+    "expected_calibration_error",
+)
 
 
 # Questions per LSTM batch when judging. On this project's 2-core CPU, encoding 32,768 questions

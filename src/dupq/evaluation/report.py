@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 
 from dupq.core.files import DupqError, atomic_write
 from dupq.data.pairs import Pairs
-from dupq.evaluation.evaluate import evaluate_scores, pair_verdicts
+from dupq.evaluation.evaluate import SUMMARY, evaluate_scores, pair_verdicts
 from dupq.evaluation.metrics import expected_calibration_error, precision_recall_curve, reliability, roc_curve
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import PROBABILITY, SCORE_NAMES, SEED_THRESHOLD, SIMILARITY
@@ -190,19 +190,7 @@ def _metrics_table(m: dict[str, Any]) -> str:
     def fmt(v: Any) -> str:
         return "n/a" if v is None else f"{v:.4f}" if isinstance(v, float) else f"{v:,}"
 
-    keys = [
-        "threshold",
-        "accuracy",
-        "precision",
-        "recall",
-        "f1",
-        "roc_auc",
-        "average_precision",
-        "accuracy_at_0_7",
-        "expected_calibration_error",
-        "pairs",
-        "duplicates",
-    ]
+    keys = [*SUMMARY, "pairs", "duplicates"]
     return (
         "<table class=metrics>"
         + "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys if k in m)
