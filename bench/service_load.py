@@ -82,7 +82,7 @@ def start_server(collection: Path, port: int, token: str, log, args: argparse.Na
     logged = log.tell()  # this start's lines follow
     server = subprocess.Popen(
         command,
-        env={**os.environ, "DUPQ_API_TOKEN": token},
+        env={**code_env(args), "DUPQ_API_TOKEN": token},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # pgid == pid: kill -9 reaches every worker
@@ -113,13 +113,38 @@ def workers_started(log: Path, offset: int) -> int:
         return f.read().count(b"Application startup complete")
 
 
+def code_env(args: argparse.Namespace) -> dict:
+    """The environment of every child process: ``--code`` first on the module path, when given."""
+    if args.code is None:
+        return dict(os.environ)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.code), os.environ.get("PYTHONPATH")]))}
+
+
+def in_process_child(copy: Path, searches: list[str], seconds: float, args: argparse.Namespace) -> dict:
+    """:func:`in_process` in a child process that imports the code under test (``--code``)."""
+    queries = args.work / "in-process-queries.json"
+    queries.write_text(json.dumps(searches))
+    child = subprocess.run(
+        [sys.executable, __file__, "--in-process", str(copy), str(queries), "--single-seconds", str(seconds)],
+        env=code_env(args),
+        capture_output=True,
+        text=True,
+    )
+    if child.returncode != 0:
+        raise SystemExit(f"the in-process search run failed: {child.stderr.strip()[-500:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
     """``Collection.search([q], k=10)`` one query at a time on one thread, here, on ``copy``: searches/s and latency."""
     import faiss
     import numpy as np
     import torch
 
-    from dupq.search.collection import Collection
+    try:
+        from dupq.search.collection import Collection
+    except ImportError:  # a tree from before the package had subpackages (a baseline run)
+        from dupq.collection import Collection
 
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
@@ -168,6 +193,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kill-after", type=float, default=3.0, help="seconds of adds before kill -9")
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--code", type=Path, help="source folder of the dupq to measure (put first on the module path)")
+    p.add_argument("--in-process", nargs=2, type=Path, metavar=("COPY", "QUERIES"), help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -194,6 +221,7 @@ def working_copy(args: argparse.Namespace) -> Path:
                 ],
                 capture_output=True,
                 text=True,
+                env=code_env(args),
             )
             if built.returncode != 0:
                 raise SystemExit(f"dupq index build failed: {built.stderr.strip()[-500:]}")
@@ -305,6 +333,10 @@ def target_met(result: dict) -> bool:
 
 def main() -> None:
     args = parse_args()
+    if args.in_process:  # the child of in_process_child
+        copy, queries = args.in_process
+        print(json.dumps(in_process(copy, json.loads(queries.read_text()), args.single_seconds)))
+        return
     copy = working_copy(args)
     from dupq.data.questions import read_questions
 
@@ -315,7 +347,7 @@ def main() -> None:
     port = free_port()
     log = open(args.work / "server.log", "w")
     result: dict = {
-        "code": str(Path(__import__("dupq").__file__).parents[1]),
+        "code": str(args.code or Path(__import__("dupq").__file__).parents[1]),
         "workers": args.workers,
         "clients": args.clients,
         "model": str(args.model or "bundled"),
@@ -325,7 +357,7 @@ def main() -> None:
             "load_average_1m_at_start": round(os.getloadavg()[0], 2),
         },
     }
-    result["in_process"] = in_process(copy, searches, args.single_seconds)
+    result["in_process"] = in_process_child(copy, searches, args.single_seconds, args)
     server, start_s = start_server(copy, port, token, log, args)
     result["start_s"] = round(start_s, 2)
     try:

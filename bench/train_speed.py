@@ -1,6 +1,6 @@
 """Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
-    python bench/train_speed.py [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--bidirectional] [--encode 200000]
+    python bench/train_speed.py [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--bidirectional] [--encode 200000] [--keras]
 
 train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
 every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
@@ -10,6 +10,10 @@ window's rate in ``train_pairs_per_s_windows``:
 * ``seed``: the seed recipe (duplicates only, triplet loss), `dupq train` with no options;
 * ``labelled``: the labelled recipe (every labelled pool pair; ``dupq train --preset labelled``);
 * ``labelled_bf16``: the same encoding under bfloat16 autocast (``dupq train --bf16``).
+
+keras_seed_pairs_per_s (with ``--keras``; the ``keras`` extra): the seeds' Keras model trained on the
+seed recipe's own pairs (bench/keras_seed.py, in a child process with as many threads, timed the
+same way) right after the seed recipe, and ``seed_vs_keras``, the ratio of the two rates.
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
 labelled recipe's encoder (the bundled model's shape; ``--dim`` and ``--bidirectional`` change it
@@ -22,7 +26,11 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -68,7 +76,10 @@ def pairs_per_second(
     )
     rng = np.random.default_rng(0)
     model.train()
-    batches = source.epoch(rng)[: 10 + steps * repeats]
+    batches = []
+    while len(batches) < 10 + steps * repeats:  # the seed recipe's epoch is ~340 batches: take the next epoch's
+        batches += list(source.epoch(rng))
+    batches = batches[: 10 + steps * repeats]
     rates, done, started = [], 0, None
     for step, index in enumerate(batches):
         if step >= 10 and (step - 10) % steps == 0:
@@ -84,6 +95,24 @@ def pairs_per_second(
     return float(np.median(rates)), rates, model, vocab
 
 
+def keras_rate(train, steps: int, repeats: int) -> dict:
+    """bench/keras_seed.py on ``train``'s pairs (the seed recipe's duplicates), in a child process: its JSON line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pairs = Path(tmp) / "pairs.tsv"
+        # whitespace runs become one space: a tab or newline inside a question would split its line
+        lines = (f"{' '.join(a.split())}\t{' '.join(b.split())}\n" for a, b in zip(train.q1, train.q2))
+        pairs.write_text("".join(lines), encoding="utf-8")
+        child = subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("keras_seed.py")), str(pairs)]
+            + ["--steps", str(steps), "--repeats", str(repeats), "--threads", str(torch.get_num_threads())],
+            capture_output=True,
+            text=True,
+        )
+    if child.returncode != 0:
+        raise SystemExit(f"bench/keras_seed.py failed: {child.stderr.strip()[-800:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(default_data_path()))
@@ -92,15 +121,19 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--bidirectional", action="store_true", help="a bidirectional LSTM (vectors 2 x dim wide)")
     parser.add_argument("--encode", type=int, default=200_000)
+    parser.add_argument("--keras", action="store_true", help="also time the seeds' Keras model (the keras extra)")
     args = parser.parse_args()
 
     pairs, _ = read_pairs(args.data)
     splits = split_pairs(pairs)
-    rates, windows = {}, {}
+    rates, windows, keras = {}, {}, {}
     for name, (train_kw, model_kw) in RECIPES.items():
         rates[name], windows[name], built, vocab = pairs_per_second(
             splits, train_kw, model_kw, args.steps, args.dim, args.repeats, args.bidirectional
         )
+        if name == "seed" and args.keras:  # next to the seed recipe's windows, so a change in load hits both
+            keras = keras_rate(splits.train, args.steps, args.repeats)
+            keras["seed_vs_keras"] = round(rates["seed"] / keras["keras_seed_pairs_per_s"], 2)
 
     model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.encode]
@@ -117,6 +150,7 @@ def main() -> None:
             {
                 "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
                 "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
+                **keras,
                 "encode_questions_per_s": round(encode_rate),
                 "tokenize_questions_per_s": round(tokenize_rate),
                 "vocab_size": len(vocab),

@@ -39,9 +39,10 @@ def test_bundled_preset_is_the_recipe_that_trained_the_bundled_model():
 
 def test_labelled_is_the_bundled_recipe_without_its_teacher_and_seed_is_dupq_train_alone():
     labelled, bundled = read_preset("labelled"), read_preset("bundled")
-    assert all(bundled[key] == value for key, value in labelled.items())
+    # the bundled run sliced its batches into 4 LSTM calls, the labelled preset into 16: the same sums in another order
+    assert {key for key, value in labelled.items() if bundled[key] != value} == {"chunks"}
     added = {key: value for key, value in bundled.items() if key not in labelled}
-    assert added.keys() == {"teacher_vectors", "word_init", "chunks", "losses"}
+    assert added.keys() == {"teacher_vectors", "word_init", "losses"}
     assert added["losses"] == {**configs(labelled)[0].losses, "distil": 5.0}
     assert configs(read_preset("seed")) == (TrainConfig(), ModelOptions(), SplitConfig())
     assert {p.stem for p in BUNDLED.parents[1].joinpath("training", "presets").glob("*.toml")} == set(PRESETS)

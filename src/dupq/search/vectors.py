@@ -119,13 +119,13 @@ class IndexConfig:
     """Which FAISS index a collection keeps; saved in its manifest."""
 
     kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
-    # HNSW, chosen by bench/hnsw_sweep.py on Quora's 537,617 questions (the bundled model): the cheapest
-    # setting whose recall@10 on the query sample of seed 1 stays at least 0.99 two standard errors
-    # down (0.9939 +- 0.0010); on seed 0 it has 0.9936, one query's walk ~0.1 ms. A well-built graph,
-    # not a wide search, is what Quora's many near-identical questions need: efConstruction 64 left
-    # M=16 at 0.973 with efSearch 64, efConstruction 200 gets 0.994 with 40; M=32 reaches it with
-    # efSearch 24 but each step reads twice the links. A collection keeps the settings it was built
-    # with (its manifest records them): one built with the earlier 64 / 64 / 256 searches as before.
+    # HNSW, chosen by bench/hnsw_sweep.py on Quora's 537,617 questions (the bundled model) with the query
+    # sample of seed 1: recall@10 at least 0.99 two standard errors down (0.9939 +- 0.0010), then the fewest
+    # bytes a question, then the fastest walk (~0.08 ms); seed 0's queries, only reported, give 0.9936.
+    # A well-built graph, not a wide search, is what Quora's many near-identical questions need:
+    # efConstruction 64 left M=16 at 0.973 with efSearch 64. M=32 passes with efSearch 24, in about the
+    # same time, with 20 % more memory a question. A collection keeps the settings it was built with
+    # (its manifest records them): one built with the earlier 64 / 64 / 256 searches as before.
     hnsw_m: int = (
         16  # graph links per vector (2M on the bottom layer): more = better recall, more memory and build time
     )

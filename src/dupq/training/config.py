@@ -101,10 +101,11 @@ class TrainConfig:
     seed: int = option(0, "Random seed (initialisation, shuffling, dropout).", min=0, max=2**32 - 1)
     # >1 groups similar lengths: faster, but -1.3 test accuracy (negatives as long as the anchor are easier)
     bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1, cli=False)
-    # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 16 was the fastest
-    # of 4/8/16/32 for the labelled recipe on a 2-core CPU in float32 (8 under --bf16, 16 within 2 %):
+    # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 8 is the fastest of
+    # 4/8/16/32 for the seed recipe on a 2-core CPU (`python bench/train_step.py --recipe seed`: 8,930 pairs/s
+    # against 8,091 at 16); for the labelled recipe 8 and 16 are within noise, and its preset keeps 16:
     # docs/experiments/5-labelled-pairs.md, "What a labelled training step costs"
-    chunks: int = 16
+    chunks: int = 8
     bf16: bool = option(
         False,
         "Encode under bfloat16 autocast while training: ~2x faster on a CPU with bf16 units; weights and losses stay float32.",
