@@ -247,3 +247,18 @@ def remove_stale(folder: str | os.PathLike, old: float = 3600.0) -> list[Path]:
             continue
         removed.append(entry)
     return removed
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing) across processes, for as long as the ``with`` lasts.
+
+    A waiter sleeps in the kernel and wakes when the lock is released (or its holder dies), where
+    SQLite's own busy handler polls with growing sleeps. Raises :class:`OSError` when ``path``
+    cannot be opened (a read-only folder).
+    """
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed, or when the process dies
+        yield
