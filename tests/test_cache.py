@@ -1,4 +1,5 @@
-"""The FAISS index of a folder collection: its hits' vectors in one read, and ``index.faiss`` written by several processes."""
+"""A folder collection held by several processes (``dupq serve --workers``): its hits' vectors in one read,
+``index.faiss`` written under a lock, adds handed from writer to writer by a lock, recorded HNSW settings."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import threading
 import numpy as np
 import pytest
 
+from dupq.core.files import file_lock
 from dupq.search.cache import INDEX_FILE, FaissCache
 from dupq.search.collection import Collection
+from dupq.search.store import WRITER_LOCK
 from dupq.search.vectors import IndexConfig, VectorIndex, checksum_of
 
 
@@ -112,3 +115,48 @@ def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_m
             graph = faiss.downcast_index(coll._index.index.faiss).hnsw
             assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
             assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)
+
+
+def test_an_add_waits_for_the_writer_lock(tmp_path, tiny_model):
+    """Another process's writer holds the lock (here: another file description of it): the add waits, then stores."""
+    import time
+
+    folder = tmp_path / "c"
+    Collection.build(folder, texts(50), tiny_model).close()
+    with Collection.open(folder, tiny_model) as coll:
+        holding, release = threading.Event(), threading.Event()
+
+        def writer_elsewhere():
+            with file_lock(folder / WRITER_LOCK):
+                holding.set()
+                release.wait(timeout=10)
+
+        other = threading.Thread(target=writer_elsewhere)
+        other.start()
+        holding.wait(timeout=10)
+        added = []
+        adder = threading.Thread(target=lambda: added.extend(coll.add(texts(1, offset=50))))
+        adder.start()
+        time.sleep(0.5)
+        assert added == [] and len(coll) == 50  # waiting, nothing committed
+        release.set()
+        adder.join(timeout=10)
+        other.join()
+        assert added == [50] and len(coll) == 51
+
+
+def test_an_add_that_waits_too_long_for_the_writer_lock_fails_as_busy_and_stores_nothing(
+    tmp_path, tiny_model, monkeypatch
+):
+    """The lock's wait ends as SQLite's did: after BUSY_TIMEOUT, a "busy" failure (the service's 503), nothing stored."""
+    import dupq.search.store as store
+    from dupq.search.rows import StoreFailure
+
+    monkeypatch.setattr(store, "BUSY_TIMEOUT", 0.3)
+    folder = tmp_path / "c"
+    Collection.build(folder, texts(20), tiny_model).close()
+    with Collection.open(folder, tiny_model) as coll, file_lock(folder / WRITER_LOCK):
+        with pytest.raises(StoreFailure) as failed:
+            coll.add(texts(1, offset=20))
+        assert failed.value.reason == "busy" and "nothing was stored" in str(failed.value)
+        assert len(coll) == 20

@@ -247,3 +247,32 @@ def remove_stale(folder: str | os.PathLike, old: float = 3600.0) -> list[Path]:
             continue
         removed.append(entry)
     return removed
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike, timeout: float | None = None) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing) across processes, for as long as the ``with`` lasts.
+
+    Without ``timeout`` a waiter sleeps in the kernel until the lock is released (or its holder dies);
+    with one it tries every millisecond and raises :class:`TimeoutError` after ``timeout`` seconds.
+    Either way it takes the lock within a millisecond of its release, where SQLite's own busy handler
+    sleeps up to 100 ms between tries. Raises :class:`OSError` when ``path`` cannot be opened (a
+    read-only folder).
+    """
+    import fcntl
+    import time
+
+    with open(path, "a") as f:
+        if timeout is None:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed, or when the process dies
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"{path} stayed locked for {timeout:g} s") from None
+                    time.sleep(0.001)
+        yield

@@ -19,16 +19,13 @@ Not thread-safe: the collection holds its lock around :meth:`search` (shared) an
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, write_json
+from dupq.core.files import DupqError, file_lock, write_json
 from dupq.search.store import SQLiteStore
 from dupq.search.vectors import IndexConfig, VectorIndex
 
@@ -129,7 +126,7 @@ class FaissCache:
         index holds no more vectors than the file already does writes nothing.
         """
         try:
-            with _locked(self.folder / LOCK_FILE):
+            with file_lock(self.folder / LOCK_FILE):
                 if _saved_count(self.folder) < len(self.index):
                     checksum = self.index.save(self.folder / INDEX_FILE)
                     self.manifest.update(count=len(self.index), checksum=checksum)
@@ -148,14 +145,6 @@ class FaissCache:
         """Write the cache if many rows are missing from it."""
         if len(self.index) - self._saved >= SAVE_ON_CLOSE:
             self.save()
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (created if missing) for as long as the ``with`` lasts, across processes."""
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed, or when the process dies
-        yield
 
 
 def _saved_count(folder: Path) -> int:

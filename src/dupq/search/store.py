@@ -38,19 +38,20 @@ import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError
-from dupq.search.rows import KeyConflict, failure
+from dupq.core.files import DupqError, file_lock
+from dupq.search.rows import KeyConflict, StoreFailure, failure
 
 log = logging.getLogger(__name__)
 
 BLOB_ROWS = (
     64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
 )
+WRITER_LOCK = "writer.lock"  # beside the database: held by the process adding to it
 PARAMETERS = 900  # ids bound in one SQL statement (SQLite's limit is 999 in old builds)
 BUSY_TIMEOUT = 30.0  # seconds a write waits while another process holds the write lock, then fails as "busy"
 
@@ -317,6 +318,24 @@ class SQLiteStore(Store):
         return self._read(lambda db: db.execute("PRAGMA data_version").fetchone()[0])
 
     def add(self, texts, keys, metadata, vectors) -> list[int]:
+        """One transaction; writers of other processes (``dupq serve`` workers, ``index add``) wait on
+        :data:`WRITER_LOCK` beside the database, which hands over at once, where SQLite's busy
+        handler would sleep up to 100 ms between tries. After :data:`BUSY_TIMEOUT` seconds of waiting
+        the add fails as ``"busy"`` (the service's 503), as SQLite's own wait does."""
+        with ExitStack() as held:
+            try:
+                held.enter_context(file_lock(self.path.with_name(WRITER_LOCK), timeout=BUSY_TIMEOUT))
+            except TimeoutError:
+                raise StoreFailure(
+                    f"cannot add to {self.path}: another process has held its write lock for {BUSY_TIMEOUT:g} s; "
+                    "nothing was stored, try again.",
+                    "busy",
+                ) from None
+            except OSError:  # a folder one cannot write to: SQLite says why the add fails
+                pass
+            return self._add(texts, keys, metadata, vectors)
+
+    def _add(self, texts, keys, metadata, vectors) -> list[int]:
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
