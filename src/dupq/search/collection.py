@@ -284,18 +284,26 @@ class Collection:
         with self._index_lock.shared():
             scores, ids = self._index.search(vectors, k)  # (Q, k'), (Q, k')
         scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
-        rows = self._store.rows([int(i) for i in ids.ravel() if i >= 0])
+        found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
+        owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
+        hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
+        rows = self._store.rows(hit_ids.tolist())
+        # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
+        judged = from_cosines(self.model, hit_scores, vectors=lambda: self._pair_vectors(vectors[owner], hit_ids))
+        probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
+        duplicates = judged.duplicate.tolist()
+        bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         return [
-            self._hits(query, row_scores[row_ids >= 0], row_ids[row_ids >= 0], rows)
-            for query, row_scores, row_ids in zip(vectors, scores, ids)
+            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
+            for a, b in zip(bounds, bounds[1:])
         ]
 
-    def _hits(self, query: np.ndarray, scores: np.ndarray, ids: np.ndarray, rows: dict) -> list[Hit]:
-        """One query's hits, judged, with their stored text and metadata (a row deleted meanwhile is left out)."""
-        judged = from_cosines(self.model, scores, vectors=lambda: self._pair_vectors(query, ids))
-        probabilities = [None] * len(ids) if judged.probability is None else judged.probability.tolist()
+    def _hits(
+        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
+    ) -> list[Hit]:
+        """One query's judged hits with their stored text and metadata (a row deleted meanwhile is left out)."""
         hits = []
-        for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, judged.duplicate.tolist()):
+        for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
             if i not in rows:
                 continue
             key, text, stored = rows[i]
@@ -318,11 +326,12 @@ class Collection:
             self._damaged.add(i)
             log.warning("%s (%s).", what, self.location)
 
-    def _pair_vectors(self, query: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(query, hit)`` vectors of one query's hits, for a pair head (ivfpq, Milvus: the hits' come from the store)."""
+    def _pair_vectors(self, queries: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(query, hit)`` vectors of hits, ``queries`` holding each hit's query ``(H, d)``, for a pair head
+        (ivfpq, Milvus: the hits' vectors come from the store)."""
         with self._index_lock.shared():
             stored = self._index.vectors(np.asarray(ids, dtype=np.int64))
-        return np.repeat(query[None], len(ids), 0), stored
+        return queries, stored
 
     def add(
         self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None
