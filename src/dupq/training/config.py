@@ -90,6 +90,13 @@ class TrainConfig:
     hard_negatives: bool = option(
         False, "Per duplicate row, add a question labelled not its duplicate as a negative.", cli=False
     )
+    word_lr: float = option(
+        1.0,
+        "Learning rate of the word embeddings, as a share of lr: below 1 keeps a teacher start (word_init) closer.",
+        min=0.0,
+        max=1.0,
+        cli=False,
+    )
     lr_schedule: str = option(
         "constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES, cli=False
     )
