@@ -94,7 +94,6 @@ class TrainConfig:
         1.0,
         "Learning rate of the word embeddings, as a share of lr: below 1 keeps a teacher start (word_init) closer.",
         min=0.0,
-        max=1.0,
         cli=False,
     )
     lr_schedule: str = option(
@@ -131,7 +130,9 @@ class TrainConfig:
         if not self.losses:
             self.losses = dict(DEFAULT_LOSSES[self.train_on])
         for f in fields(self):
-            if f.name in ("lr", "margin", "scale", "contrastive_margin") and not math.isfinite(getattr(self, f.name)):
+            if f.name in ("lr", "word_lr", "margin", "scale", "contrastive_margin") and not math.isfinite(
+                getattr(self, f.name)
+            ):
                 raise DupqError(f"{label(f)} must be a finite number, not {getattr(self, f.name)}.")
         if not 0.0 <= self.ema < 1.0:
             raise DupqError(f"ema must be in [0, 1), not {self.ema}.")
