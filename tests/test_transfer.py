@@ -193,3 +193,19 @@ def test_word_lr_zero_leaves_the_word_embeddings_where_they_started(small_splits
 
 def torch_equal(a, b) -> bool:
     return bool((a == b).all())
+
+
+def test_the_pools_most_frequent_words_are_never_replaced():
+    questions = ("put it in the box", "in the car", "in a hat", "open the case", "one inch")
+    pool = [q for q in questions for _ in range(2)]  # "the" and "in" are the most frequent words
+    synsets = [Synset(["in", "inch"], "a unit of length", []), Synset(["box", "case"], "a container", [])]
+    config = TransferConfig(wordnet=0, augmented=10, p_mask=0.0, p_synonym=1.0, p_ngram=0.0, keep_common=2)
+    assert set(transfer_set(synsets, pool, config)) == {"put it in the case", "open the box"}
+    every = TransferConfig(**{**config.__dict__, "keep_common": 0})
+    assert set(transfer_set(synsets, pool, every)) == {
+        "put it inch the case",
+        "inch the car",
+        "inch a hat",
+        "open the box",
+        "one in",
+    }

@@ -13,7 +13,7 @@ set; this builds one from two sources, for ``dupq distil teach --questions FILE`
 * **reworded questions of the training pool**, Tang et al.'s augmentation: each word, with
   probability ``p_mask`` left out (the student has no mask token: ``"[MASK]"`` would become the
   word ``mask``), else with probability ``p_synonym`` replaced by a WordNet synonym of it that
-  the pool's vocabulary holds; then,
+  the pool's vocabulary holds (neither among its ``keep_common`` most frequent words); then,
   with probability ``p_ngram``, only a random n-gram of 1 to ``max_ngram`` words is kept.
 
 A WordNet sentence is kept only where at least ``min_known`` of its words are in the pool's
@@ -60,6 +60,7 @@ class TransferConfig:
     p_synonym: float = 0.3  # chance a word that has a WordNet synonym is replaced by one (Tang: 0.1, any same-POS word)
     p_ngram: float = 0.25  # chance only a random n-gram of the reworded question is kept
     max_ngram: int = 5  # n is drawn from 1..max_ngram
+    keep_common: int = 300  # the pool's most frequent words are never replaced: WordNet reads "in" as inch, "a" as amp
     min_known: float = 0.8  # share of a WordNet sentence's words the pool's vocabulary must hold
     seed: int = 0
 
@@ -67,8 +68,8 @@ class TransferConfig:
         for name in ("p_mask", "p_synonym", "p_ngram", "min_known"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise DupqError(f"{name} must be in [0, 1], not {getattr(self, name)}.")
-        if self.wordnet < 0 or self.augmented < 0 or self.max_ngram < 1:
-            raise DupqError("wordnet and augmented must be 0 or more, max_ngram 1 or more.")
+        if min(self.wordnet, self.augmented, self.keep_common) < 0 or self.max_ngram < 1:
+            raise DupqError("wordnet, augmented and keep_common must be 0 or more, max_ngram 1 or more.")
 
 
 def parse_synset(line: str) -> Synset | None:
@@ -164,7 +165,12 @@ def transfer_set(synsets: Sequence[Synset], pool: Sequence[str], config: Transfe
     known = [t for t in wordnet_sentences(synsets) if known_share(t, vocab) >= config.min_known]
     picked = [known[i] for i in np.sort(rng.permutation(len(known))[: config.wordnet])]
     seen = set(pool) | set(picked)
-    table = {w: known for w, others in synonyms(synsets).items() if (known := [o for o in others if o in vocab.index])}
+    common = set(vocab.tokens[: 2 + config.keep_common])  # [PAD], [UNK], then the words by falling count
+    table = {
+        w: known
+        for w, others in synonyms(synsets).items()
+        if w not in common and (known := [o for o in others if o in vocab.index and o not in common])
+    }
     reworded: list[str] = []
     tries = 0
     while len(reworded) < config.augmented and pool and tries < 4 * config.augmented:
