@@ -191,3 +191,36 @@ def distil_export(
     _, record = export_teacher(teacher, out, splits.dev, splits.test, info, device=device, overwrite=overwrite)
     typer.echo(summary_line(record))
     typer.echo(f"saved model to {out}")
+
+
+@command(group=distil_app, name="transfer")
+@config_options(split_fields=(SplitConfig, ("train_pool", "labelled_val")))
+def distil_transfer(
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
+    out: Annotated[Path, typer.Option(help="Text file to write, one sentence a line.")] = Path("runs/transfer.txt"),
+    wordnet: Annotated[
+        Path, typer.Option(help="Folder of WordNet's data.noun/verb/adj/adv (Debian: apt-get install wordnet-base).")
+    ] = Path("/usr/share/wordnet"),
+    wordnet_sentences: Annotated[
+        int, typer.Option(min=0, help="WordNet glosses, examples and synonym phrases to keep (drawn at random).")
+    ] = 60_000,
+    augmented: Annotated[
+        int, typer.Option(min=0, help="Reworded training questions (masked words, WordNet synonyms, n-grams).")
+    ] = 60_000,
+    *,
+    split_fields: dict[str, Any],
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed (draws and rewordings).")] = 0,
+) -> None:
+    """Write a transfer set for the distil losses (WordNet's sentences and reworded training questions), for dupq distil teach --questions."""
+    from dupq.core.files import atomic_write
+    from dupq.data.pairs import labelled_split, read_pairs, split_pairs
+    from dupq.training.distil.transfer import TransferConfig, read_wordnet, transfer_set
+
+    config = TransferConfig(wordnet=wordnet_sentences, augmented=augmented, seed=seed)
+    synsets = read_wordnet(wordnet)
+    pairs, _ = read_pairs(_data(data))
+    split = SplitConfig(**split_fields, test=0, dev=0)  # test and dev lie beyond the pool: unread
+    train, _ = labelled_split(split_pairs(pairs, split).pool, split.labelled_val)
+    texts = transfer_set(synsets, list(dict.fromkeys(train.q1 + train.q2)), config)
+    atomic_write(out, "".join(f"{t}\n" for t in texts).encode("utf-8"))
+    typer.echo(f"{len(texts):,} transfer sentences ({len(synsets):,} WordNet synsets read) in {out}")

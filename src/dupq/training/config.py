@@ -90,6 +90,12 @@ class TrainConfig:
     hard_negatives: bool = option(
         False, "Per duplicate row, add a question labelled not its duplicate as a negative.", cli=False
     )
+    word_lr: float = option(
+        1.0,
+        "Learning rate of the word embeddings, as a share of lr: below 1 keeps a teacher start (word_init) closer.",
+        min=0.0,
+        cli=False,
+    )
     lr_schedule: str = option(
         "constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES, cli=False
     )
@@ -125,7 +131,9 @@ class TrainConfig:
         if not self.losses:
             self.losses = dict(DEFAULT_LOSSES[self.train_on])
         for f in fields(self):
-            if f.name in ("lr", "margin", "scale", "contrastive_margin") and not math.isfinite(getattr(self, f.name)):
+            if f.name in ("lr", "word_lr", "margin", "scale", "contrastive_margin") and not math.isfinite(
+                getattr(self, f.name)
+            ):
                 raise DupqError(f"{label(f)} must be a finite number, not {getattr(self, f.name)}.")
         if not 0.0 <= self.ema < 1.0:
             raise DupqError(f"ema must be in [0, 1), not {self.ema}.")

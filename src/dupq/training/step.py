@@ -25,6 +25,21 @@ def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
     return 1.0
 
 
+def param_groups(model: nn.Module, word_lr: float) -> list[dict]:
+    """Adam's parameter groups: the word embeddings at ``word_lr`` times the learning rate (``share``), the rest at it.
+
+    One group when ``word_lr`` is 1, as before the option (a checkpoint's optimizer state then loads).
+    Below 1 the embeddings move less from their start: with ``word_init`` the teacher's view of
+    each word, which the labelled losses otherwise reshape towards Quora's pairings alone.
+    """
+    if word_lr == 1.0:
+        return [{"params": list(model.parameters())}]
+    named = list(model.named_parameters())
+    words = [p for name, p in named if name.endswith("embedding.weight")]
+    rest = [p for name, p in named if not name.endswith("embedding.weight")]
+    return [{"params": words, "share": word_lr}, {"params": rest, "share": 1.0}]
+
+
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
     """``encoder(ids, lengths)`` computed as ``chunks`` calls on length-sorted slices of the batch.
 

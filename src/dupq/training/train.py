@@ -51,7 +51,7 @@ from dupq.training.setup import (
     init_word_embeddings,
     load_teacher_cache,
 )
-from dupq.training.step import Siamese, Validation, _lr_factor, distributed_loss, validate
+from dupq.training.step import Siamese, Validation, _lr_factor, distributed_loss, param_groups, validate
 
 # Checkpoints: one safetensors file, tensors for state, JSON metadata for the rest.
 
@@ -159,8 +159,10 @@ def _train_epoch(
         task = bar.add_task("train", total=len(batches), loss=float("nan"), speed=0.0)
         for step, index in enumerate(batches):
             for group in optimizer.param_groups:
-                group["lr"] = config.lr * _lr_factor(
-                    config, epoch * steps_per_epoch + step, steps_per_epoch * config.epochs
+                group["lr"] = (
+                    config.lr
+                    * group.get("share", 1.0)
+                    * _lr_factor(config, epoch * steps_per_epoch + step, steps_per_epoch * config.epochs)
                 )
             batch = source.batch(index, rng).to(config.device)
             loss, per_pair = loss_of(batch, objective, config.chunks, world, config.bf16)
@@ -352,7 +354,7 @@ def _run(
         if state.ema_state:
             ema.load_state_dict(state.ema_state)
         ema.requires_grad_(False)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
+    optimizer = torch.optim.Adam(param_groups(model, config.word_lr), lr=config.lr, fused=True)
     if state.optim_state is not None:
         optimizer.load_state_dict(state.optim_state)
     loss_of = distributed_loss(model, config, world)

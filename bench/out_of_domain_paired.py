@@ -1,0 +1,51 @@
+"""Two models on the help-desk yardstick's dev half, query by query: who finds the old question first where the other does not.
+
+    python bench/out_of_domain_paired.py MODEL [MODEL ...]
+
+Each MODEL (a model folder) is compared with the bundled model on the task of
+``bench/out_of_domain.py --split dev`` (same collection, exact cosine search): the queries whose
+old question it ranks first and the bundled model does not, the reverse, and the two-sided exact
+sign test on them (McNemar's exact test), so that a difference in Recall@1 over 210 queries can be
+told from noise. Prints one line per model.
+"""
+
+from __future__ import annotations
+
+import sys
+from math import comb
+
+from dupq.data.pairs import default_data_path, read_pairs
+from dupq.evaluation.retrieval import dense_ranking
+from dupq.modeling.model import ENCODE_BATCH, Model
+from out_of_domain import DISTRACTORS, PAIRS, help_desk_task, quora_distractors, read_help_desk_pairs
+
+
+def first_hits(model: Model, task) -> list[bool]:
+    """Per query: is its relevant question ranked first?"""
+    ranked = dense_ranking(lambda texts: model.encode(texts, ENCODE_BATCH), task)
+    return [int(r[0]) == int(rel[0]) for r, rel in zip(ranked, task.relevant)]
+
+
+def sign_test(won: int, lost: int) -> float:
+    """Two-sided exact binomial p-value of ``won`` against ``lost`` discordant queries."""
+    n = won + lost
+    return min(1.0, 2 * sum(comb(n, k) for k in range(min(won, lost) + 1)) / 2**n) if n else 1.0
+
+
+def main() -> int:
+    pairs, _ = read_pairs(default_data_path())
+    task = help_desk_task(read_help_desk_pairs(PAIRS), "dev", quora_distractors(pairs, DISTRACTORS))
+    base = first_hits(Model.load(None), task)
+    for folder in sys.argv[1:]:
+        hits = first_hits(Model.load(folder), task)
+        won = sum(a and not b for a, b in zip(hits, base))
+        lost = sum(b and not a for a, b in zip(hits, base))
+        print(
+            f"{folder}: recall@1 {sum(hits) / len(hits):.4f} against the bundled model's {sum(base) / len(base):.4f}; "
+            f"first for {won} queries it misses, misses {lost} it finds (two-sided sign test p = {sign_test(won, lost):.4f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The routes to a student that knows what words mean, on dev, from saved results; prints a Markdown table.
+
+    python bench/routes_table.py
+
+Reads docs/results/route_*_dev.json, each the commands of one route and what they printed: its
+training (``dupq train``, whose epoch lines give the training time), then on its float16 export
+``bench/quora_dev.py`` (Quora's dev pairs), ``bench/out_of_domain.py --split dev`` (the help-desk
+yardstick's dev half) and ``bench/retrieval.py --split dev`` (Quora's dev rows as a search task).
+route_bundled_dev.json holds the bundled model's, by the same three commands. Nothing is
+measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+ROUTES = [  # (file, label)
+    ("route_bundled_dev.json", "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
+    ("route_a_dev.json", "A: + transfer set (128 taught questions a batch)"),
+    ("route_b_dev.json", "B: + word embeddings at 0.1 x lr"),
+    ("route_c_dev.json", "C: A and B"),
+]
+EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
+
+
+def printed(entries: list[dict], command: str) -> dict:
+    """The JSON line the saved command starting with ``command`` printed last."""
+    entry = next(e for e in entries if e["command"].startswith(command))
+    return json.loads(entry["output"][-1])
+
+
+def training_minutes(entries: list[dict]) -> str:
+    """The training's epochs' seconds, summed, in minutes; '' where the file holds no training."""
+    seconds = [
+        float(m.group(1))
+        for e in entries
+        if e["command"].startswith("dupq train")
+        for line in e["output"]
+        if (m := EPOCH_SECONDS.match(line))
+    ]
+    return f"{sum(seconds) / 60:.1f}" if seconds else "(shipped)"
+
+
+def main() -> None:
+    print(
+        "| route | help desks dev: Recall@1 | MRR@10 | Quora dev pairs: accuracy | ROC-AUC "
+        "| Quora dev rows: retrieval MRR@10 | training minutes (2 threads) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for file, label in ROUTES:
+        if not (RESULTS / file).is_file():
+            continue
+        entries = json.loads((RESULTS / file).read_text())
+        ood = printed(entries, "python bench/out_of_domain.py")["dupq"]
+        pairs = printed(entries, "python bench/quora_dev.py")
+        search = printed(entries, "python bench/retrieval.py")["dupq"]
+        print(
+            f"| {label} | {ood['recall@1']:.4f} | {ood['mrr@10']:.4f} | {pairs['accuracy']:.4f} | "
+            f"{pairs['roc_auc']:.4f} | {search['mrr@10']:.4f} | {training_minutes(entries)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
