@@ -19,6 +19,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 ROUTES = [  # (file, label)
     ("route_bundled_dev.json", "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
+    ("route_0_dev.json", "0: the bundled recipe trained again as the routes were (same teacher cache, threads)"),
     ("route_a_dev.json", "A: + transfer set (128 taught questions a batch)"),
     ("route_b_dev.json", "B: + word embeddings at 0.1 x lr"),
     ("route_c_dev.json", "C: A and B"),
