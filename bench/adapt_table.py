@@ -10,19 +10,13 @@ out_of_domain_adapted_dev.json, from ``bench/out_of_domain.py --split dev [--mod
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-
-
-def saved_output(name: str) -> list[str]:
-    return json.loads((RESULTS / name).read_text())[-1]["output"]
+from saved import last_json, saved_output
 
 
 def recall_at_1(name: str) -> float:
-    return json.loads(saved_output(name)[-1])["dupq"]["recall@1"]
+    return last_json(name)["dupq"]["recall@1"]
 
 
 def main() -> None:

@@ -11,10 +11,8 @@ and prints one row per system: MRR@10, nDCG@10, Recall@1, Recall@10, P@1
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from saved import RESULTS, last_json
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 SYSTEMS = [  # (key in the printed JSON, label)
     ("dupq", "dupq bundled"),
     ("adapted", "dupq bundled, adapted (`dupq adapt`)"),
@@ -30,11 +28,6 @@ MEASURES = [
 ]
 
 
-def last_line(file: str) -> dict:
-    """The last line the last command of a saved file printed, as JSON."""
-    return json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
-
-
 def rows(task: str, result: dict) -> None:
     for key, label in SYSTEMS:
         if key in result:
@@ -44,14 +37,14 @@ def rows(task: str, result: dict) -> None:
 def main() -> None:
     print("| task | system | " + " | ".join(label for _, label in MEASURES) + " |")
     print("| --- | --- |" + " --- |" * len(MEASURES))
-    quora = last_line("retrieval_heldout.json")
+    quora = last_json("retrieval_heldout.json")
     rows(f"Quora test+dev rows: {quora['queries']:,} queries, {quora['corpus']:,} questions", quora)
     for split in ("dev", "test"):
-        ood = last_line(f"out_of_domain_{split}.json")
+        ood = last_json(f"out_of_domain_{split}.json")
         task = f"help desks, {split} half: {ood['queries']} queries, {ood['old_questions'] + ood['distractors']:,} questions"
         adapted = RESULTS / f"out_of_domain_adapted_{split}.json"
         if adapted.is_file():  # the bundled model after `dupq adapt` on the old questions and distractors
-            ood["adapted"] = last_line(adapted.name)["dupq"]
+            ood["adapted"] = last_json(adapted.name)["dupq"]
         rows(task, ood)
 
 

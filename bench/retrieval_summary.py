@@ -11,10 +11,8 @@ prints one Markdown table. Nothing is measured here; a system a file did not mea
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from saved import RESULTS, last_json
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 SYSTEMS = [  # (key in the printed JSON, label)
     ("dupq", "dupq bundled"),
     ("adapted", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
@@ -25,10 +23,7 @@ SYSTEMS = [  # (key in the printed JSON, label)
 
 def printed(name: str) -> dict:
     """The JSON line a saved command printed (the last one, if it printed several)."""
-    path = RESULTS / name
-    if not path.is_file():
-        return {}
-    return json.loads(json.loads(path.read_text())[-1]["output"][-1])
+    return last_json(name) if (RESULTS / name).is_file() else {}
 
 
 def fmt(measures: dict | None, key: str) -> str:

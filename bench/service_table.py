@@ -10,16 +10,16 @@ p99 (searches and adds), the in-process single search (one query at a time, one 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-SAVED = Path(__file__).resolve().parents[1] / "docs" / "results" / "service_side_by_side.json"
+from saved import last_json
+
+SAVED = "service_side_by_side.json"
 
 
 def main() -> None:
-    entry = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else SAVED).read_text())[-1]
-    result = json.loads(entry["output"][-1])
+    result = last_json(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else SAVED)
     print(
         "| code | searches/s | p50 / p99 | with adds: searches/s, p99 | in-process single search | kill -9: lost / acked |"
     )

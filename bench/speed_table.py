@@ -11,18 +11,11 @@ rates drift between sessions of a shared VM.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-
-
-def last_line(name: str) -> dict:
-    return json.loads(json.loads((RESULTS / name).read_text())[-1]["output"][-1])
+from saved import last_json
 
 
 def main() -> None:
-    service, train = last_line("service_side_by_side.json"), last_line("train_speed.json")
+    service, train = last_json("service_side_by_side.json"), last_json("train_speed.json")
     base, now = service["baseline"], service["current"]
     rows = [
         (
