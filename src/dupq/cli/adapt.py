@@ -85,7 +85,7 @@ def adapt_command(
     words = record["words"]
     typer.echo(
         f"{words['unknown_distinct']:,} of {words['distinct_words']:,} distinct words are outside the model's vocabulary "
-        f"(hashed into its unknown-word buckets, trained with the rest)"
+        f"({adapted.vocab.unknown_words_are}, trained with the rest)"
     )
     typer.echo(
         f"saved model to {out} (teacher {record['seconds']['teacher']:.0f}s, fine-tuning {record['seconds']['fine_tuning']:.0f}s); "

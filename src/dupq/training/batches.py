@@ -38,7 +38,8 @@ import torch
 from torch import Tensor
 
 from dupq.data.pairs import Pairs
-from dupq.data.tokenizer import Encoded, Vocabulary
+from dupq.data.tokenizer import Encoded
+from dupq.data.wordpiece import AnyVocabulary
 
 SOURCES = ("duplicates", "labelled")
 
@@ -119,7 +120,7 @@ class PairBatches:
 
     def __init__(
         self,
-        vocab: Vocabulary,
+        vocab: AnyVocabulary,
         pairs: Pairs,
         batch_size: int,
         bucket: int = 1,
@@ -199,7 +200,7 @@ class PairBatches:
 class _Partners:
     """For each duplicate row of ``pairs``, the questions labelled *not* a duplicate of either of its questions."""
 
-    def __init__(self, vocab: Vocabulary, non_duplicates: Pairs, pairs: Pairs, groups: dict[str, int] | None):
+    def __init__(self, vocab: AnyVocabulary, non_duplicates: Pairs, pairs: Pairs, groups: dict[str, int] | None):
         self.texts = texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
         self.teacher_rows = np.full(len(texts), -1, dtype=np.int64)  # set by PairBatches when it has a teacher
         position = {t: i for i, t in enumerate(texts)}

@@ -14,6 +14,7 @@ from typing import Any
 from dupq.core.files import DupqError
 from dupq.core.formats import MAX_DIM, MAX_HIDDEN
 from dupq.core.options import check_options, label, option
+from dupq.data.wordpiece import TOKENIZERS
 from dupq.modeling.encoders import ENCODERS, POOLINGS
 from dupq.modeling.heads import HEADS
 from dupq.training.batches import SOURCES
@@ -166,15 +167,24 @@ class ModelOptions:
         min=1,
         max=MAX_DIM,
     )
-    lowercase: bool = option(False, "Fold case before the vocabulary lookup.", cli=False)
+    # wordpiece: a word Quora never used still reaches pieces with a meaning (docs/distil.md); it brings its own
+    # case folding and has no unknown-word buckets, so lowercase, oov_buckets and min_count do not apply to it
+    tokenizer: str = option(
+        "words",
+        "words: the training questions' words (the seed); wordpiece: the teacher's 30,522 WordPiece tokens "
+        "(all-MiniLM-L6-v2's tokenizer, from the distil extra).",
+        choices=TOKENIZERS,
+        cli=False,
+    )
+    lowercase: bool = option(False, "Fold case before the vocabulary lookup (words only).", cli=False)
     oov_buckets: int = option(
         0,
-        "Hash unknown words into this many extra ids (0: one shared id, as the seed).",
+        "Hash unknown words into this many extra ids (0: one shared id, as the seed; words only).",
         min=0,
         max=2**20,  # rows of the embedding table beside the vocabulary's: 2**20 x 128 floats is 0.5 GB
         cli=False,
     )
-    min_count: int = option(1, "Keep words seen at least this often in the vocabulary.", min=1, cli=False)
+    min_count: int = option(1, "Keep words seen at least this often in the vocabulary (words only).", min=1, cli=False)
     bidirectional: bool = option(False, "Bidirectional recurrent layer: vectors twice as wide, ~2x slower.", cli=False)
     dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9, cli=False)
     pooling: str = option(
@@ -188,8 +198,8 @@ class ModelOptions:
     head_hidden: int = option(256, "Hidden width of the mlp head.", min=1, max=MAX_HIDDEN, cli=False)
     word_init: str = option(
         "",
-        "Start word embeddings from a teacher's vectors of each word: 'teacher' (the packaged MiniLM) "
-        "or a sentence-transformers folder; '': random (the seed).",
+        "Start word embeddings from a teacher's vectors of each word (or WordPiece token): 'teacher' "
+        "(the packaged MiniLM) or a sentence-transformers folder; '': random (the seed).",
     )
     encoder: str = option(
         "lstm",

@@ -14,9 +14,11 @@ from dupq.core.files import DupqError
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import SplitConfig, Splits, labelled_split
 from dupq.data.tokenizer import Vocabulary
+from dupq.data.wordpiece import TOKENIZER, AnyVocabulary, WordPieceVocabulary
 from dupq.modeling.encoders import ENCODERS
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Encoder, EncoderConfig
+from dupq.modeling.pretrained import packaged_teacher
 from dupq.training.batches import PairBatches
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distil.teacher import TeacherCache
@@ -46,7 +48,7 @@ def _labelled_val(split: dict[str, Any] | None) -> int:
 def batch_sources(
     splits: Splits,
     config: TrainConfig,
-    vocab: Vocabulary,
+    vocab: AnyVocabulary,
     split: dict[str, Any] | None,
     teacher: TeacherCache | None = None,
 ) -> tuple[PairBatches, PairBatches, str]:
@@ -77,7 +79,12 @@ def batch_sources(
 
 def build_vocabulary(
     splits: Splits, config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None
-) -> Vocabulary:
+) -> AnyVocabulary:
+    """The run's vocabulary: the words of its training questions, or the teacher's WordPiece tokens
+    (``options.tokenizer``), which no question changes."""
+    if options.tokenizer == "wordpiece":
+        teacher = packaged_teacher("the wordpiece tokenizer (all-MiniLM-L6-v2's)", otherwise="")
+        return WordPieceVocabulary.from_file(teacher / TOKENIZER)
     if config.train_on == "labelled":
         pairs, _ = labelled_split(splits.pool, _labelled_val(split))
     else:
@@ -88,7 +95,7 @@ def build_vocabulary(
 
 
 def build_model(
-    vocab: Vocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None
+    vocab: AnyVocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None
 ) -> Siamese:
     torch.manual_seed(config.seed)
     encoder = ENCODERS[options.encoder](
@@ -106,23 +113,28 @@ def build_model(
     return Siamese(encoder, head, projection)
 
 
-def init_word_embeddings(encoder: Encoder, vocab: Vocabulary, teacher: str, log: Callable[[str], None]) -> None:
-    """Start the vocabulary's words (not padding, unknown ids or buckets) from the teacher's word vectors.
+def init_word_embeddings(encoder: Encoder, vocab: AnyVocabulary, teacher: str, log: Callable[[str], None]) -> None:
+    """Start the vocabulary's words or tokens from the teacher's vectors of each (``vocab.teachable()``:
+    not padding, the unknown id, the buckets or a tokenizer's special tokens, which keep the random start).
 
     ``teacher`` is "teacher" (the packaged all-MiniLM-L6-v2) or a sentence-transformers folder;
-    see :func:`dupq.training.distil.teacher.word_vectors`. The scale matches the random start it replaces.
+    see :func:`dupq.training.distil.teacher.word_vectors`. The scale matches the random start it
+    replaces: the root mean square of every row but padding's and the unknown id's.
     """
     from dupq.training.distil.teacher import load_teacher, word_vectors
 
     encode, name = load_teacher(None if teacher == "teacher" else teacher)
-    first = 2  # ids 0 (padding) and 1 (unknown) are not words
-    words = vocab.tokens[first:]
+    ids, texts = vocab.teachable()
     weight = encoder.embedding.weight  # (V + buckets, d)
+    random = torch.ones(len(weight), dtype=torch.bool)
+    random[[0, vocab.unknown_id]] = False
     start = time.perf_counter()
-    vectors = word_vectors(words, encode, weight.shape[1], float(weight[first:].detach().pow(2).mean().sqrt()))
+    vectors = word_vectors(texts, encode, weight.shape[1], float(weight[random].detach().pow(2).mean().sqrt()))
     with torch.no_grad():
-        weight[first : first + len(words)] = torch.from_numpy(vectors)
-    log(f"word embeddings of {len(words):,} words start from {name}'s vectors ({time.perf_counter() - start:.0f} s)")
+        weight[torch.from_numpy(ids)] = torch.from_numpy(vectors)
+    log(
+        f"word embeddings of {len(ids):,} {vocab.UNIT} start from {name}'s vectors ({time.perf_counter() - start:.0f} s)"
+    )
 
 
 def _check_device(name: str) -> None:

@@ -35,7 +35,7 @@ from torch import nn
 
 from dupq.core.files import DupqError, remove_stale
 from dupq.data.pairs import Splits
-from dupq.data.tokenizer import Vocabulary
+from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import judging_before_calibration
 from dupq.training.batches import PairBatches
@@ -60,7 +60,7 @@ from dupq.training.step import Siamese, Validation, _lr_factor, distributed_loss
 class _RunState:
     """Where a run stands: built fresh, or read back from its checkpoint."""
 
-    vocab: Vocabulary
+    vocab: AnyVocabulary
     model: Siamese
     history: list[dict[str, Any]] = field(default_factory=list)
     start_epoch: int = 0
@@ -98,7 +98,7 @@ def _begin(
         return _RunState(vocab, model)
     meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
     _check_resume(meta, config, options, split)
-    vocab = Vocabulary.load(out / "vocab.json")
+    vocab = load_vocabulary(out / "vocab.json")
     model = build_model(vocab, config, options, teacher_dim)
     try:
         model.load_state_dict(model_state)
@@ -341,11 +341,7 @@ def _run(
     if config.threads:
         torch.set_num_threads(config.threads)
     train_source, val_source, line = batch_sources(splits, config, state.vocab, split, teacher)
-    buckets = f" + {state.vocab.oov_buckets:,} unknown-word buckets" if state.vocab.oov_buckets else ""
-    log(
-        f"vocabulary: {len(state.vocab.tokens):,} words{buckets} | {line}"
-        + (f" | {world.size} processes" if world.size > 1 else "")
-    )
+    log(f"vocabulary: {state.vocab.summary()} | {line}" + (f" | {world.size} processes" if world.size > 1 else ""))
 
     model, objective = state.model.to(config.device), config.objective()
     ema = None

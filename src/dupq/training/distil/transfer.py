@@ -151,7 +151,7 @@ def augment(question: str, synonyms: dict[str, list[str]], rng: np.random.Genera
 def known_share(text: str, vocab: Vocabulary) -> float:
     """The share of ``text``'s words (as ``vocab`` standardises them) that ``vocab`` holds; 0 for no words."""
     words = vocab.words(text)
-    return sum(w in vocab.index for w in words) / len(words) if words else 0.0
+    return sum(vocab.known(w) for w in words) / len(words) if words else 0.0
 
 
 def transfer_set(synsets: Sequence[Synset], pool: Sequence[str], config: TransferConfig) -> list[str]:
@@ -169,7 +169,7 @@ def transfer_set(synsets: Sequence[Synset], pool: Sequence[str], config: Transfe
     table = {
         w: known
         for w, others in synonyms(synsets).items()
-        if w not in common and (known := [o for o in others if o in vocab.index and o not in common])
+        if w not in common and (known := [o for o in others if vocab.known(o) and o not in common])
     }
     reworded: list[str] = []
     tries = 0
