@@ -355,30 +355,27 @@ def test_word_init_starts_each_token_from_the_teacher_and_leaves_the_special_one
     assert any(f"{len(ids):,} WordPiece tokens start from trigrams" in line for line in lines)
 
 
-def test_adapt_a_wordpiece_model_counts_the_words_it_reads_as_unknown(small_file, tmp_path, monkeypatch):
-    from dupq.training.adapt import AdaptConfig, adapt
-
-    base_dir = tmp_path / "base"
-    small_model(small_file).save(base_dir)
-    texts = [f"how do i {v} {n} {i}?" for i, (v, n) in enumerate(zip(["cook", "bake", "learn"] * 20, ["rice"] * 60))]
-    texts += ["unaffable cooks 😀", "best way to bake bread"]
-    config = AdaptConfig(epochs=1, batch_size=16, lr=0.001)
-    adapted = adapt(
-        Model.load(base_dir), texts, tmp_path / "a", word_teacher, "words", config, log=lambda _: None, progress=False
-    )
-    again = Model.load(tmp_path / "a")
-    assert isinstance(again.vocab, WordPieceVocabulary) and again.vocab.tokens == adapted.vocab.tokens
-    np.testing.assert_allclose(again.encode(texts), adapted.encode(texts), atol=1e-6)
+def test_dupq_adapt_a_wordpiece_model_counts_the_words_it_reads_as_unknown(small_file, tmp_path, monkeypatch):
     from tokenizers import Tokenizer
 
+    monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None, device="cpu": (word_teacher, "words"))
+    base = tmp_path / "base"
+    small_model(small_file).save(base)
+    texts = [f"how do i {v} rice {i}?" for i, v in enumerate(["cook", "bake", "learn"] * 20)]
+    texts += ["unaffable cooks 😀", "best way to bake bread"]
+    (tmp_path / "questions.txt").write_text("\n".join(texts) + "\n")
+    args = ["adapt", str(tmp_path / "questions.txt"), "--model", str(base), "--out", str(tmp_path / "a")]
+    result = runner.invoke(app, [*args, "--epochs", "1", "--batch-size", "16", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    adapted = Model.load(tmp_path / "a")
+    assert isinstance(adapted.vocab, WordPieceVocabulary) and adapted.vocab.tokens == Model.load(base).vocab.tokens
     tokenizer = Tokenizer.from_file(str(small_file))
     seen: dict[str, int] = {}
     for text in texts:
         for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(text)):
             seen[word] = seen.get(word, 0) + 1
-    unknown = {
-        w: n for w, n in seen.items() if SPECIALS.index("[UNK]") in tokenizer.encode(w, add_special_tokens=False).ids
-    }
+    unk = SPECIALS.index("[UNK]")
+    unknown = {w: n for w, n in seen.items() if unk in tokenizer.encode(w, add_special_tokens=False).ids}
     assert adapted.metrics["adaptation"]["words"] == {
         "distinct_words": len(seen),
         "unknown_distinct": len(unknown),
@@ -386,6 +383,8 @@ def test_adapt_a_wordpiece_model_counts_the_words_it_reads_as_unknown(small_file
         "unknown_occurrences": sum(unknown.values()),
     }
     assert len(unknown) > 10  # the numbers and the emoji
+    assert f"{len(unknown):,} of {len(seen):,} distinct words are outside" in result.output
+    assert "none of its pieces spell them: each is read as [UNK]" in result.output
 
 
 def test_a_collection_and_the_service_search_with_a_wordpiece_model(small_file, tmp_path):
@@ -438,3 +437,25 @@ def test_route_d_is_the_bundled_recipe_with_the_teachers_tokens():
     shown = runner.invoke(app, ["train", "--preset", path, "--teacher-vectors", "runs/teacher-transfer", "--show"])
     assert shown.exit_code == 0, shown.output
     assert 'tokenizer = "wordpiece"' in shown.output and 'teacher_vectors = "runs/teacher-transfer"' in shown.output
+
+
+def test_a_checkpoint_from_before_the_option_resumes_only_with_its_own_vocabulary(small_teacher, tmp_path):
+    """A checkpoint written before ``tokenizer`` existed records none; its vocab.json still says which it is."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from dupq.training.config import TrainConfig
+    from dupq.training.train import train
+
+    splits, split = synthetic_splits(400)
+    kw = {"dim": 4, "split": split, "log": lambda _: None, "progress": False}
+    train(splits, tmp_path / "m", TrainConfig(epochs=1, batch_size=32), **kw)
+    checkpoint = tmp_path / "m" / "checkpoint.safetensors"
+    with safe_open(checkpoint, "pt") as f:
+        meta = json.loads(f.metadata()["dupq"])
+    del meta["options"]["tokenizer"]
+    save_file(load_file(checkpoint), checkpoint, metadata={"dupq": json.dumps(meta)})
+    with pytest.raises(DupqError, match="--resume with tokenizer wordpiece but .*vocab.json holds words"):
+        train(splits, tmp_path / "m", TrainConfig(epochs=2, batch_size=32), resume=True, tokenizer="wordpiece", **kw)
+    resumed = train(splits, tmp_path / "m", TrainConfig(epochs=2, batch_size=32), resume=True, **kw)
+    assert type(resumed.vocab) is Vocabulary and len(resumed.metrics["training"]["history"]) == 2

@@ -123,6 +123,7 @@ class Vocabulary:
     [4, 2, 3, 1]
     """
 
+    kind = "words"  # ModelOptions.tokenizer's name for it
     UNIT = "words"  # what its ids stand for, in messages
     unknown_id = 1  # an unknown word's id when there are no buckets
 

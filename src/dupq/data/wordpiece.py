@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 TOKENIZER = "tokenizer.json"  # the WordPiece tokenizer's file in a model folder, beside vocab.json
-TOKENIZERS = ("words", "wordpiece")  # what vocab.json's "tokenizer" names (none: words)
+TOKENIZERS = ("words", "wordpiece")  # the vocabularies' kinds: what vocab.json's "tokenizer" names (none: words)
 CHUNK = 8192  # questions per encode_batch call: its Encoding objects hold much more than the ids
 _UNUSED = re.compile(r"\[unused\d+\]")  # BERT's placeholder tokens, which no text ever becomes
 
@@ -69,6 +69,7 @@ class WordPieceVocabulary:
     ``where`` names the tokenizer's file in messages.
     """
 
+    kind = "wordpiece"  # ModelOptions.tokenizer's name for it, and vocab.json's "tokenizer"
     UNIT = "WordPiece tokens"  # what its ids stand for, in messages
 
     def __init__(self, tokenizer: Tokenizer, max_tokens: int = 256, where: str = "the tokenizer"):
@@ -171,7 +172,7 @@ class WordPieceVocabulary:
         ``vocab.json`` naming WordPiece never stands without its tokenizer."""
         path = Path(path)
         atomic_write(path.with_name(TOKENIZER), self._tokenizer.to_str().encode("utf-8"))
-        write_json(path, {"tokenizer": "wordpiece", "max_tokens": self.max_tokens})
+        write_json(path, {"tokenizer": self.kind, "max_tokens": self.max_tokens})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> WordPieceVocabulary:

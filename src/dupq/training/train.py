@@ -99,6 +99,11 @@ def _begin(
     meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
     _check_resume(meta, config, options, split)
     vocab = load_vocabulary(out / "vocab.json")
+    if vocab.kind != options.tokenizer:  # a checkpoint from before the option records none
+        raise DupqError(
+            f"--resume with tokenizer {options.tokenizer} but {out / 'vocab.json'} holds {vocab.kind}; "
+            f"resume with the same options or start again with --overwrite."
+        )
     model = build_model(vocab, config, options, teacher_dim)
     try:
         model.load_state_dict(model_state)
