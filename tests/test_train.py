@@ -260,3 +260,38 @@ def test_resume_refuses_options_that_differ_and_a_corrupt_checkpoint(small_split
 def test_non_finite_options_are_refused(field, value, named):
     with pytest.raises(DupqError, match=f"^{named} must be a finite number"):
         TrainConfig(**{field: value})
+
+
+@pytest.mark.parametrize("keep", ["best", "loss", "last"])
+def test_the_kept_epoch_is_what_a_loop_over_the_epochs_picks(keep):
+    from dupq.training.step import Validation
+
+    rng = np.random.default_rng(len(keep))
+    for labelled in (True, False):
+        epochs = [
+            Validation(float(rng.uniform(1, 2)), float(rng.choice([0.7, 0.8, 0.9])) if labelled else None)
+            for _ in range(8)
+        ]
+        kept = None
+        for i, val in enumerate(epochs):
+            if val.better(None if kept is None else epochs[kept], keep):
+                kept = i
+        if keep == "last":
+            expected = len(epochs) - 1
+        elif keep == "best" and labelled:  # the first epoch of the highest accuracy
+            expected = max(range(len(epochs)), key=lambda i: (epochs[i].accuracy, -i))
+        else:  # the lowest loss
+            expected = min(range(len(epochs)), key=lambda i: epochs[i].loss)
+        assert kept == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep", ["loss", "last"])
+def test_a_run_keeps_the_epoch_its_keep_option_names(small_splits, tmp_path, keep):
+    config = TrainConfig(epochs=3, seed=1, keep=keep, **LABELLED)
+    model = train(small_splits, tmp_path / keep, config, dim=16, head="mlp", **_quiet())
+    history = model.metrics["training"]["history"]
+    if keep == "last":
+        assert model.metrics["training"]["best_epoch"] == 3
+    else:
+        assert model.metrics["training"]["best_epoch"] == 1 + min(range(3), key=lambda i: history[i]["val_loss"])

@@ -31,6 +31,7 @@ REDUCTIONS = ("sum", "mean")
 
 
 LR_SCHEDULES = ("constant", "cosine")
+KEEPS = ("best", "loss", "last")  # which epoch's weights the model folder keeps (Validation.better)
 
 
 DEVICES = ("cpu", "cuda")
@@ -106,6 +107,13 @@ class TrainConfig:
         cli=False,
     )
     seed: int = option(0, "Random seed (initialisation, shuffling, dropout).", min=0, max=2**32 - 1)
+    keep: str = option(
+        "best",
+        "Which epoch the model folder keeps: best (highest validation accuracy; without labelled "
+        "validation pairs, lowest loss), loss (lowest validation loss) or last.",
+        choices=KEEPS,
+        cli=False,
+    )
     # >1 groups similar lengths: faster, but -1.3 test accuracy (negatives as long as the anchor are easier)
     bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1, cli=False)
     # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 8 is the fastest of

@@ -115,11 +115,17 @@ class Validation:
     accuracy: float | None = None  # at the best threshold on the validation pairs (labelled only)
     roc_auc: float | None = None
 
-    def key(self) -> float:
-        return self.accuracy if self.accuracy is not None else -self.loss
+    def key(self, keep: str = "best") -> float:
+        """What ``keep`` (:attr:`TrainConfig.keep <dupq.training.config.TrainConfig.keep>`) maximises."""
+        return self.accuracy if self.accuracy is not None and keep == "best" else -self.loss
 
-    def better(self, other: Validation | None) -> bool:
-        return other is None or self.key() > other.key()
+    def better(self, other: Validation | None, keep: str = "best") -> bool:
+        """Whether this epoch replaces ``other``, the kept one so far: by ``keep``'s measure, or always ("last").
+
+        "loss" is for a recipe whose accuracy measures something it does not train, as a student
+        taught by the distil loss alone, judged by an untrained pair head or by its cosine.
+        """
+        return other is None or keep == "last" or self.key(keep) > other.key(keep)
 
 
 def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Validation:

@@ -208,7 +208,7 @@ def _record_epoch(
         record.update(val_accuracy=val.accuracy, val_roc_auc=val.roc_auc)
         shown += f"  val accuracy {val.accuracy:.4f}  val ROC-AUC {val.roc_auc:.4f}"
     state.history.append(record)
-    if val.better(state.best_val):
+    if val.better(state.best_val, config.keep):
         state.best_val, state.best_epoch = val, epoch + 1
         state.best_state = {k: v.detach().clone() for k, v in kept.state_dict().items()}
     log(
