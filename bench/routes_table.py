@@ -6,8 +6,9 @@ Reads docs/results/route_*_dev.json, each the commands of one route and what the
 training (``dupq train``, whose epoch lines give the training time), then on its float16 export
 ``bench/quora_dev.py`` (Quora's dev pairs), ``bench/out_of_domain.py --split dev`` (the help-desk
 yardstick's dev half) and ``bench/retrieval.py --split dev`` (Quora's dev rows as a search task).
-route_bundled_dev.json holds the bundled model's, by the same three commands. Nothing is
-measured here.
+route_bundled_dev.json holds the bundled model's, by the same three commands. A route trained
+with several seeds (``--seed``) has a file per seed, and each cell lists the seeds' figures in
+order, separated by " / ". Nothing is measured here.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-ROUTES = [  # (file, label)
-    ("route_bundled_dev.json", "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
-    ("route_0_dev.json", "0: the bundled recipe trained again as the routes were (same teacher cache, threads)"),
-    ("route_a_dev.json", "A: + transfer set (128 taught questions a batch)"),
-    ("route_b_dev.json", "B: + word embeddings at 0.1 x lr"),
-    ("route_c_dev.json", "C: A and B"),
+ROUTES = [  # (files: one per training seed, label); the presets are in bench/presets/
+    (["route_bundled_dev.json"], "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
+    (
+        ["route_0_dev.json", "route_0_s1_dev.json", "route_0_s2_dev.json"],
+        "0: the bundled recipe trained again as the routes were",
+    ),
+    (
+        ["route_a_dev.json", "route_a_s1_dev.json", "route_a_s2_dev.json"],
+        "A: + transfer set (128 taught questions a batch)",
+    ),
+    (["route_b_dev.json"], "B: + word embeddings at 0.1 x lr"),
+    (["route_c_dev.json"], "C: A and B"),
+    (["route_d_dev.json"], "D: + the teacher's WordPiece vocabulary, its token vectors as the start"),
+    (["route_e_dev.json"], "E (a ceiling): A's teacher and data, the distil loss alone"),
 ]
 EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
 
@@ -51,17 +60,22 @@ def main() -> None:
         "| Quora dev rows: retrieval MRR@10 | training minutes (2 threads) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for file, label in ROUTES:
-        if not (RESULTS / file).is_file():
+    for files, label in ROUTES:
+        runs = [json.loads((RESULTS / f).read_text()) for f in files if (RESULTS / f).is_file()]
+        if not runs:
             continue
-        entries = json.loads((RESULTS / file).read_text())
-        ood = printed(entries, "python bench/out_of_domain.py")["dupq"]
-        pairs = printed(entries, "python bench/quora_dev.py")
-        search = printed(entries, "python bench/retrieval.py")["dupq"]
-        print(
-            f"| {label} | {ood['recall@1']:.4f} | {ood['mrr@10']:.4f} | {pairs['accuracy']:.4f} | "
-            f"{pairs['roc_auc']:.4f} | {search['mrr@10']:.4f} | {training_minutes(entries)} |"
-        )
+        cells = [
+            " / ".join(fmt(entries) for entries in runs)
+            for fmt in (
+                lambda e: f"{printed(e, 'python bench/out_of_domain.py')['dupq']['recall@1']:.4f}",
+                lambda e: f"{printed(e, 'python bench/out_of_domain.py')['dupq']['mrr@10']:.4f}",
+                lambda e: f"{printed(e, 'python bench/quora_dev.py')['accuracy']:.4f}",
+                lambda e: f"{printed(e, 'python bench/quora_dev.py')['roc_auc']:.4f}",
+                lambda e: f"{printed(e, 'python bench/retrieval.py')['dupq']['mrr@10']:.4f}",
+                training_minutes,
+            )
+        ]
+        print(f"| {label} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

@@ -432,9 +432,10 @@ def test_route_d_is_the_bundled_recipe_with_the_teachers_tokens():
 
     path = str(Path(__file__).resolve().parents[1] / "bench" / "presets" / "route-d.toml")
     route = read_preset(path)
-    assert route == {**read_preset("bundled"), "tokenizer": "wordpiece"}
+    # the routes' teacher cache (the pool and the transfer set), as every route preset of stage 9 names it
+    assert route == {**read_preset("bundled"), "tokenizer": "wordpiece", "teacher_vectors": "runs/teacher-transfer"}
     assert configs(route)[1].tokenizer == "wordpiece" and configs(route)[1].word_init == "teacher"
-    shown = runner.invoke(app, ["train", "--preset", path, "--teacher-vectors", "runs/teacher-transfer", "--show"])
+    shown = runner.invoke(app, ["train", "--preset", path, "--show"])
     assert shown.exit_code == 0, shown.output
     assert 'tokenizer = "wordpiece"' in shown.output and 'teacher_vectors = "runs/teacher-transfer"' in shown.output
 
