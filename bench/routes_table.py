@@ -33,6 +33,13 @@ ROUTES = [  # (files: one per training seed, label); the presets are in bench/pr
     (["route_d_dev.json"], "D: + the teacher's WordPiece vocabulary, its token vectors as the start"),
     (["route_e_dev.json"], "E (a ceiling): A's teacher and data, the distil loss alone"),
 ]
+COLUMNS = [  # (the saved command whose printed JSON holds the figure, the keys that lead to it)
+    ("python bench/out_of_domain.py", ("dupq", "recall@1")),
+    ("python bench/out_of_domain.py", ("dupq", "mrr@10")),
+    ("python bench/quora_dev.py", ("accuracy",)),
+    ("python bench/quora_dev.py", ("roc_auc",)),
+    ("python bench/retrieval.py", ("dupq", "mrr@10")),
+]
 EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
 
 
@@ -40,6 +47,14 @@ def printed(entries: list[dict], command: str) -> dict:
     """The JSON line the saved command starting with ``command`` printed last."""
     entry = next(e for e in entries if e["command"].startswith(command))
     return json.loads(entry["output"][-1])
+
+
+def figure(entries: list[dict], command: str, keys: tuple[str, ...]) -> float:
+    """One figure of what the saved ``command`` printed, found by ``keys``."""
+    value = printed(entries, command)
+    for key in keys:
+        value = value[key]
+    return value
 
 
 def training_minutes(entries: list[dict]) -> str:
@@ -64,17 +79,8 @@ def main() -> None:
         runs = [json.loads((RESULTS / f).read_text()) for f in files if (RESULTS / f).is_file()]
         if not runs:
             continue
-        cells = [
-            " / ".join(fmt(entries) for entries in runs)
-            for fmt in (
-                lambda e: f"{printed(e, 'python bench/out_of_domain.py')['dupq']['recall@1']:.4f}",
-                lambda e: f"{printed(e, 'python bench/out_of_domain.py')['dupq']['mrr@10']:.4f}",
-                lambda e: f"{printed(e, 'python bench/quora_dev.py')['accuracy']:.4f}",
-                lambda e: f"{printed(e, 'python bench/quora_dev.py')['roc_auc']:.4f}",
-                lambda e: f"{printed(e, 'python bench/retrieval.py')['dupq']['mrr@10']:.4f}",
-                training_minutes,
-            )
-        ]
+        cells = [" / ".join(f"{figure(e, command, keys):.4f}" for e in runs) for command, keys in COLUMNS]
+        cells.append(" / ".join(training_minutes(e) for e in runs))
         print(f"| {label} | {' | '.join(cells)} |")
 
 
