@@ -129,25 +129,29 @@ LABELLED = dict(
 )
 
 
-def test_chunked_encoding_equals_one_padded_call_in_vectors_and_gradients(small_splits):
+@pytest.mark.parametrize(
+    "kind, bidirectional, pooling", [("lstm", False, "mean"), ("lstm", True, "mean"), ("gru", False, "max")]
+)
+def test_chunked_encoding_equals_one_padded_call_in_vectors_and_gradients(small_splits, kind, bidirectional, pooling):
     import torch
 
     from dupq.data.tokenizer import Vocabulary
-    from dupq.modeling.model import Encoder, EncoderConfig
+    from dupq.modeling.encoders import ENCODERS
+    from dupq.modeling.model import EncoderConfig
     from dupq.training.batches import PairBatches
     from dupq.training.step import encode_in_chunks
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
     source = PairBatches(vocab, small_splits.train, batch_size=100)
     torch.manual_seed(0)
-    encoder = Encoder(EncoderConfig(len(vocab), dim=16))
+    encoder = ENCODERS[kind](EncoderConfig(len(vocab), dim=16, bidirectional=bidirectional, pooling=pooling))
     batch = source.batch(np.arange(100), np.random.default_rng(0))
     ids, lengths = batch.ids, batch.lengths
     whole = encoder(ids, lengths)
     weights = torch.randn_like(whole)  # a loss that weighs every coordinate differently
     (whole * weights).sum().backward()
     expected = {name: p.grad.clone() for name, p in encoder.named_parameters()}
-    for chunks in (2, 3, 7):
+    for chunks in (2, 3, 7, 150):  # 150: more slices than rows, the empty ones skipped
         encoder.zero_grad()
         chunked = encode_in_chunks(encoder, ids, lengths, chunks)
         torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=0)

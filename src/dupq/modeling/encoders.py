@@ -91,8 +91,12 @@ class Encoder(nn.Module):
         return self.read(self.embedding(ids), lengths)
 
     def read(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """Unit vectors ``(B, d)`` from word vectors ``(B, L, d)`` (dropout, the recurrent layer, pooling)."""
-        x = self.dropout(x)
+        """Unit vectors ``(B, d)`` from word vectors ``(B, L, d)``: dropout, :meth:`pooled`, L2 normalisation."""
+        return F.normalize(self.pooled(self.dropout(x), lengths), dim=-1)
+
+    def pooled(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """One vector ``(B, H)`` per question, not yet normalised, from word vectors ``(B, L, d)``: the
+        recurrent layer, then :func:`pool` over the real tokens."""
         recurrent = getattr(self, self.type)
         if self.config.bidirectional:
             # The backward direction must start at each question's last real token, not in its padding.
@@ -101,7 +105,7 @@ class Encoder(nn.Module):
             out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         else:
             out, _ = recurrent(x)  # (B, L, H): padding sits after the real tokens and cannot affect them
-        return F.normalize(pool(out, lengths, self.config.pooling), dim=-1)
+        return pool(out, lengths, self.config.pooling)
 
 
 class GRUEncoder(Encoder):

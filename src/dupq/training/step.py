@@ -41,27 +41,34 @@ def param_groups(model: nn.Module, word_lr: float) -> list[dict]:
 
 
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
-    """``encoder(ids, lengths)`` computed as ``chunks`` calls on length-sorted slices of the batch.
+    """``encoder(ids, lengths)`` computed as ``chunks`` recurrent calls on length-sorted slices of the batch.
 
     A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
     max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
     and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) in
     less time (bench/train_step.py measures it), without making the batch's questions (the
-    in-batch negatives) share a length.
+    in-batch negatives) share a length. The slices' word ids are looked up in one call and the
+    vectors normalised in one, so the embedding table gets one gradient per batch and the small
+    operations of a step are not repeated per slice.
     """
     if chunks <= 1:
         return encoder(ids, lengths)
     order = torch.argsort(lengths)
-    # The batch's own words as a small table: each slice looks up rows of it, so the big embedding
-    # table gets one gradient per batch rather than one dense (V, d) gradient per slice.
-    words, local = torch.unique(ids, return_inverse=True)
-    table = encoder.embedding.weight[words]  # (U, d)
+    ids, lengths = ids[order], lengths[order]  # shortest first
+    n = len(order)
+    sizes = [size for k in range(chunks) if (size := n // chunks + (k < n % chunks))]  # torch.tensor_split's
+    ends = np.cumsum(sizes)
+    widths = lengths[torch.from_numpy(ends - 1)].tolist()  # each slice's longest question: its last
+    starts = ends - sizes
+    words = torch.cat([ids[a:b, :w].reshape(-1) for a, b, w in zip(starts, ends, widths)])  # every slice, flat
+    x = encoder.dropout(encoder.embedding(words))  # (T, d)
     parts = [
-        encoder.read(F.embedding(local[c, : int(lengths[c].max())], table), lengths[c])
-        for c in torch.tensor_split(order, chunks)
-        if len(c)
+        encoder.pooled(piece.view(b - a, w, -1), lengths[a:b])
+        for piece, a, b, w in zip(x.split([size * w for size, w in zip(sizes, widths)]), starts, ends, widths)
     ]
-    return torch.cat(parts)[torch.argsort(order)]  # (N, d), back in the batch's order
+    unsort = torch.empty_like(order)
+    unsort[order] = torch.arange(n)
+    return F.normalize(torch.cat(parts), dim=-1)[unsort]  # (N, d), back in the batch's order
 
 
 def encode_batch(model: Siamese, batch: Batch, chunks: int, world: World = World(), bf16: bool = False) -> torch.Tensor:
