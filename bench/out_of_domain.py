@@ -19,6 +19,11 @@ Recall@10, P@1; with one relevant question Recall@1 = P@1 = the share found firs
 * ``minilm`` (with ``--minilm``; the ``distil`` extra): all-MiniLM-L6-v2 zero-shot.
 
     python bench/out_of_domain.py [--split dev|test] [--model DIR] [--minilm] [--data PATH] [--distractors N]
+    python bench/out_of_domain.py --write-questions runs/ood-questions.txt
+
+``--write-questions FILE`` writes, instead, what a help desk adapts on (``dupq adapt FILE``): the
+collection, every old question then the distractors, one a line, never a new question; it prints
+{"wrote", "questions"}.
 
 Prints one JSON line: {"split", "queries", "corpus", "old_questions", "distractors", "file",
 "sha256", "dupq": {...}, "bm25": {...}, ["minilm": {...}], "model", "fingerprint"}.
@@ -38,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.files import DupqError, atomic_write
 from dupq.data.pairs import Pairs, SplitConfig, default_data_path, read_pairs, split_pairs
 from dupq.evaluation.retrieval import RetrievalTask, retrieval_measures, task_summary
 from dupq.modeling.model import ENCODE_BATCH, Model
@@ -100,6 +105,13 @@ def help_desk_task(file: HelpDeskPairs, split: str, distractors: list[str]) -> R
     )
 
 
+def write_questions(task: RetrievalTask, path: Path) -> None:
+    """``task``'s collection (never a query), one question a line, as ``dupq adapt`` reads a file; the folder is made."""
+    lines = "".join(q.replace("\r", " ").replace("\n", " ") + "\n" for q in task.corpus)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lines.encode("utf-8"))
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=SPLITS, default="dev", help="dev (choose on it) or test (only report it)")
@@ -115,6 +127,9 @@ def parse_args() -> argparse.Namespace:
         default=DISTRACTORS,
         help="at most this many Quora dev questions added (default 20,000: all 19,862)",
     )
+    parser.add_argument(
+        "--write-questions", type=Path, default=None, help="write the collection, one question a line, and stop"
+    )
     return parser.parse_args()
 
 
@@ -124,6 +139,10 @@ def main() -> int:
         file = read_help_desk_pairs(args.pairs)
         distractors = quora_distractors(read_pairs(args.data or default_data_path())[0], args.distractors)
         task = help_desk_task(file, args.split, distractors)
+        if args.write_questions:
+            write_questions(task, args.write_questions)
+            print(json.dumps({"wrote": str(args.write_questions), "questions": len(task.corpus)}))
+            return 0
         model = Model.load(args.model)
         out = {
             "dupq": retrieval_measures(lambda texts: model.encode(texts, ENCODE_BATCH), task),

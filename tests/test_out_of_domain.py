@@ -90,6 +90,25 @@ def test_a_broken_pairs_file_is_one_sentence_and_exit_2(tmp_path):
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and "line 2" in done.stderr
 
 
+def test_write_questions_writes_the_collection_one_a_line_and_never_a_new_question(tmp_path):
+    ood = script()
+    file = ood.HelpDeskPairs(
+        domains=["home"] * 3,
+        splits=["dev", "test", "dev"],
+        new=["My tap drips, what now?", "Best way to unclog a sink?", "Why is my\nboiler loud?"],
+        old=["How do I fix a leaking faucet?", "How can I clear a blocked drain?", "Why does my boiler bang?"],
+        sha256="",
+    )
+    task = ood.help_desk_task(
+        file, "dev", ["What is love?", "Why is the sky\nblue?", "How can I clear a blocked drain?"]
+    )
+    out = tmp_path / "runs" / "questions.txt"  # its folder does not exist yet
+    ood.write_questions(task, out)
+    written = out.read_text(encoding="utf-8").split("\n")
+    assert written == [*file.old, "What is love?", "Why is the sky blue?", ""]  # each once; a newline inside is a space
+    assert not set(written) & set(file.new)
+
+
 @pytest.mark.real_data
 def test_no_old_question_of_the_file_is_a_quora_question(all_pairs):
     """An old question is what a search must find: no Quora text may equal one (a distractor would merge with it).
