@@ -8,7 +8,10 @@ training (``dupq train``, whose epoch lines give the training time), then on its
 yardstick's dev half) and ``bench/retrieval.py --split dev`` (Quora's dev rows as a search task).
 route_bundled_dev.json holds the bundled model's, by the same three commands. A route trained
 with several seeds (``--seed``) has a file per seed, and each cell lists the seeds' figures in
-order, separated by " / ". Nothing is measured here.
+order, separated by " / ". Route F trains nothing: static_branch_dev.json holds
+``bench/static_branch.py --split dev``, the bundled model's vectors joined to static ones, whose
+chosen setting is its row (pairs are judged by the bundled model's head, as before, so the pair
+columns are the bundled model's). Nothing is measured here.
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ COLUMNS = [  # (the saved command whose printed JSON holds the figure, the keys 
     ("python bench/quora_dev.py", ("roc_auc",)),
     ("python bench/retrieval.py", ("dupq", "mrr@10")),
 ]
+STATIC = (  # route F: its saved file, its label, and the system of it the row shows (chosen on dev)
+    "static_branch_dev.json",
+    "F: the bundled model + a static branch (the teacher's vector of each word, SIF-weighted; 128 wide, weight 1)",
+    "model + static dim 128 a 0.002 weight 1",
+)
 EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
 
 
@@ -82,6 +90,20 @@ def main() -> None:
         cells = [" / ".join(f"{figure(e, command, keys):.4f}" for e in runs) for command, keys in COLUMNS]
         cells.append(" / ".join(training_minutes(e) for e in runs))
         print(f"| {label} | {' | '.join(cells)} |")
+    file, label, name = STATIC
+    if (RESULTS / file).is_file():
+        entries = json.loads((RESULTS / file).read_text())
+        chosen = figure(entries, "python bench/static_branch.py", ("systems", name))
+        bundled = json.loads((RESULTS / ROUTES[0][0][0]).read_text())
+        cells = [
+            chosen["help_desk"]["recall@1"],
+            chosen["help_desk"]["mrr@10"],
+            figure(bundled, "python bench/quora_dev.py", ("accuracy",)),
+            figure(bundled, "python bench/quora_dev.py", ("roc_auc",)),
+            chosen["quora"]["mrr@10"],
+        ]
+        teacher = figure(entries, "python bench/static_branch.py", ("teacher_seconds",))
+        print(f"| {label} | {' | '.join(f'{c:.4f}' for c in cells)} | none (teacher: {teacher:g} s, 2 widths) |")
 
 
 if __name__ == "__main__":
