@@ -3,8 +3,10 @@
     python bench/summary_table.py
 
 Reads what the sweeps and the peer benchmark printed (docs/results/*.jsonl, peers_*.json) and
-prints a Markdown table: accuracy at the dev-chosen threshold, ROC-AUC, expected calibration error
-and retrieval MRR (``bench/retrieval.py``), one row per model. Nothing is measured here.
+prints a Markdown table: accuracy at the dev-chosen threshold, ROC-AUC and expected calibration
+error, one row per model. Search quality is the next table's (bench/retrieval_summary.py): the
+question2-only MRR these files also hold is the retired measure (docs/experiments/8-retrieval-ceiling.md).
+Nothing is measured here.
 """
 
 from __future__ import annotations
@@ -42,19 +44,17 @@ def fmt(value) -> str:
 
 def main() -> None:
     rows = sweep_rows()
-    print("| model | accuracy | ROC-AUC | ECE | MRR, question2 only |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| model | accuracy | ROC-AUC | ECE |")
+    print("| --- | --- | --- | --- |")
     for name, label in ROWS:
         r = rows[name]
-        print(
-            f"| {label} | {fmt(r['test_accuracy'])} | {fmt(r['roc_auc'])} | {fmt(r.get('test_ece'))} | {fmt(r['test_mrr'])} |"
-        )
+        print(f"| {label} | {fmt(r['test_accuracy'])} | {fmt(r['roc_auc'])} | {fmt(r.get('test_ece'))} |")
     for file, label in PEERS:
         peer = json.loads(json.loads((RESULTS / file).read_text())[-1]["output"][-1])
         test = peer["test"]
         print(
             f"| {label} | {fmt(test['accuracy'])} | {fmt(test['roc_auc'])} "
-            f"| {fmt(test['expected_calibration_error'])} (Platt) | {fmt(peer['retrieval']['test']['mrr'])} |"
+            f"| {fmt(test['expected_calibration_error'])} (Platt) |"
         )
 
 
