@@ -121,7 +121,7 @@ def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_mo
     )
     assert adapted.fingerprint() != base.fingerprint()
     record = adapted.metrics["adaptation"]
-    assert record["base"]["fingerprint"] == base.fingerprint()
+    assert record["base"] == {"fingerprint": base.fingerprint(), "folder": str(base.folder), "bundled": False}
     assert record["teacher"] == "words" and record["questions"] == len(texts)
     assert record["steps"] == CONFIG.epochs * math.ceil(len(texts) / CONFIG.batch_size)
     assert all(math.isfinite(epoch["train_loss"]) for epoch in record["history"])
@@ -284,3 +284,16 @@ def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts
     assert record["after"]["cosine_to_teacher"] is None  # no projection without the distil loss
     assert any("stopping after 1 epochs" in line for line in lines)
     json.loads((tmp_path / "a" / "metrics.json").read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
+
+
+def test_a_bundled_base_is_recorded_by_name_not_by_the_folder_the_package_is_installed_in(head_model_dir, tmp_path):
+    from dupq.modeling.model import BUNDLED
+
+    assert Model.load().bundled and not Model.load(head_model_dir).bundled
+    base = Model.load(head_model_dir)
+    base.folder = BUNDLED.resolve()  # as if it shipped: the record must not hold this machine's path
+    texts = [f"how do i fix question number {i}" for i in range(40)]
+    adapted = adapt(base, texts, tmp_path / "adapted", word_teacher, "words", CONFIG, log=silent, progress=False)
+    base_record = adapted.metrics["adaptation"]["base"]
+    assert base_record["bundled"] and base_record["folder"] is None
+    assert str(BUNDLED.parent) not in json.dumps(adapted.metrics)

@@ -50,7 +50,7 @@ def adapt_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
-    from dupq.modeling.model import BUNDLED, Model
+    from dupq.modeling.model import Model
     from dupq.training.adapt import adapt, distinct_questions, user_questions
     from dupq.training.distil.teacher import load_teacher
 
@@ -65,7 +65,7 @@ def adapt_command(
     _threads(teacher_threads)
     encode, name = load_teacher(teacher, device=teacher_device)
     typer.echo(
-        f"adapting {'the bundled model' if base.folder == BUNDLED.resolve() else base.folder} to {len(texts):,} questions of {source}"
+        f"adapting {'the bundled model' if base.bundled else base.folder} to {len(texts):,} questions of {source}"
     )
     info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}
     adapted = adapt(

@@ -101,6 +101,11 @@ class Model:
         return cls(vocab, ENCODERS[encoder](config))
 
     @property
+    def bundled(self) -> bool:
+        """Whether this is the model that ships with the package (loaded from its folder)."""
+        return self.folder is not None and self.folder == BUNDLED.resolve()
+
+    @property
     def config(self) -> EncoderConfig:
         return self.encoder.config
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, StrictBool, StrictStr, field_validator
 
 from dupq.core.files import DupqError
 from dupq.core.formats import MAX_COUNT, MAX_OUT_DIM, FilePath, check_format, corrupt, integer, wanted
-from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.model import Model
 from dupq.search.vectors import IndexConfig  # its own checks give the index settings' ranges
 
 
@@ -65,7 +65,7 @@ FORMAT = "dupq-collection/1"
 
 
 def new_manifest(model: Model, config: IndexConfig) -> dict:
-    bundled = model.folder is not None and model.folder == BUNDLED.resolve()
+    bundled = model.bundled
     return {
         "format": FORMAT,
         "model": {

@@ -278,7 +278,11 @@ def adapt(
     finally:
         torch.set_num_threads(before_threads)
     record = {
-        "base": {"fingerprint": base.fingerprint(), "folder": str(base.folder) if base.folder else None},
+        "base": {  # the bundled model by name: its folder is wherever the package is installed
+            "fingerprint": base.fingerprint(),
+            "folder": None if base.bundled or base.folder is None else str(base.folder),
+            "bundled": base.bundled,
+        },
         "teacher": teacher_name,
         "questions": len(texts),
         "words": unknown_words(base.vocab, texts),
