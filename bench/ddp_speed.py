@@ -28,22 +28,20 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).parent))
 from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs  # noqa: E402
 from dupq.training.distributed import World, join  # noqa: E402
-from dupq.training.step import distributed_loss  # noqa: E402
+from dupq.training.step import Update, distributed_loss  # noqa: E402
 from train_speed import RECIPES, training_parts  # noqa: E402
 
 
 def _steps(splits, recipe: str, steps: int, world: World) -> dict:
     config, _, model, source, objective, optimizer = training_parts(splits, *RECIPES[recipe])
+    update = Update(model, optimizer)  # before DDP wraps the model
     loss_of = distributed_loss(model, config, world)
     rng = np.random.default_rng(0)
     batches = source.epoch(rng)[: steps + 5]
     model.train()
 
     def step(index):
-        loss = loss_of(source.batch(index, rng), objective, config.chunks, world)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        update(loss_of(source.batch(index, rng), objective, config.chunks, world)[0])
 
     for index in batches[:5]:
         step(index)

@@ -40,7 +40,7 @@ from dupq.modeling.model import Model
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
-from dupq.training.step import batch_loss
+from dupq.training.step import Update, batch_loss
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -76,6 +76,7 @@ def pairs_per_second(
     )
     rng = np.random.default_rng(0)
     model.train()
+    update = Update(model, optimizer)
     batches = []
     while len(batches) < 10 + steps * repeats:  # the seed recipe's epoch is ~340 batches: take the next epoch's
         batches += list(source.epoch(rng))
@@ -86,10 +87,7 @@ def pairs_per_second(
             if started is not None:
                 rates.append(done / (time.perf_counter() - started))
             done, started = 0, time.perf_counter()
-        loss, _ = batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        update(batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)[0])
         done += len(index)
     rates.append(done / (time.perf_counter() - started))
     return float(np.median(rates)), rates, model, vocab

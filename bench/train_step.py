@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from dupq.data.pairs import default_data_path, read_pairs, split_pairs
-from dupq.training.step import encode_in_chunks
+from dupq.training.step import Update, encode_in_chunks
 from train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
@@ -38,6 +38,7 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
     )
     rng = np.random.default_rng(0)
     model.train()
+    update = Update(model, optimizer)
     spent = dict.fromkeys(PHASES, 0.0)
     real = padded = pairs = 0
     for step, index in enumerate(source.epoch(rng)[: steps + 5]):
@@ -49,10 +50,9 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
             marks.append(time.perf_counter())
             loss = objective(v.float(), batch, model.head)
             marks.append(time.perf_counter())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        update.backward(loss)
         marks.append(time.perf_counter())
-        optimizer.step()
+        update.step()
         marks.append(time.perf_counter())
         if step < 5:
             continue

@@ -87,13 +87,13 @@ def test_training_and_validation_log_the_same_loss_for_the_same_batch(small_spli
     validation (e.g. 0.95).
     """
     from dupq.training.config import ModelOptions, TrainConfig
-    from dupq.training.step import encode_batch, validate
+    from dupq.training.step import Update, encode_batch, validate
     from dupq.training.train import _train_epoch
 
     config = TrainConfig(train_on="labelled", losses=losses, reduction=reduction, lr=0.0, epochs=1)
     model, source = _one_batch_run(small_splits, config, ModelOptions(dim=16, head=head))
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0)
-    loss_sum, pairs, _ = _train_epoch(model, None, optimizer, source, config.objective(), config, 0, 1, False)
+    update = Update(model, torch.optim.Adam(model.parameters(), lr=0.0))
+    loss_sum, pairs, _ = _train_epoch(model, None, update, source, config.objective(), config, 0, 1, False)
     validated = validate(model, source, config)  # the same pairs, in another order: the same batch
     assert pairs == 96 and loss_sum / pairs == pytest.approx(validated.loss, rel=1e-5)
 

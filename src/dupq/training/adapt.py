@@ -61,7 +61,7 @@ from dupq.modeling.model import Model
 from dupq.training.batches import Batch, length_batches
 from dupq.training.config import TrainConfig
 from dupq.training.distil.teacher import TeacherCache, teach
-from dupq.training.step import Siamese, encode_in_chunks
+from dupq.training.step import Siamese, Update, encode_in_chunks
 from dupq.training.train import _train_epoch
 
 
@@ -312,7 +312,7 @@ def _fine_tune(
         lr_schedule="cosine", seed=config.seed, teacher_vectors=taught.info["teacher"], bf16=config.bf16, chunks=4,
     )  # fmt: skip
     objective, loss_of = train_config.objective(), Anchored(model, config.anchor)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
+    update = Update(model, torch.optim.Adam(model.parameters(), lr=config.lr, fused=True))
     steps_per_epoch = len(source.epoch(np.random.default_rng(0)))
     history, started = [], time.perf_counter()
     for epoch in range(config.epochs):
@@ -320,7 +320,7 @@ def _fine_tune(
             log(f"stopping after {epoch} epochs: another would pass --minutes {config.minutes:g}")
             break
         loss_sum, count, seconds = _train_epoch(
-            model, None, optimizer, source, objective, train_config, epoch, steps_per_epoch, progress, loss_of
+            model, None, update, source, objective, train_config, epoch, steps_per_epoch, progress, loss_of
         )
         if not math.isfinite(loss_sum):
             raise DupqError(f"the adaptation diverged in epoch {epoch + 1} (loss {loss_sum}); try a lower --lr.")

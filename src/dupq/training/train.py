@@ -51,7 +51,7 @@ from dupq.training.setup import (
     init_word_embeddings,
     load_teacher_cache,
 )
-from dupq.training.step import Siamese, Validation, _lr_factor, distributed_loss, param_groups, validate
+from dupq.training.step import Siamese, Update, Validation, _lr_factor, distributed_loss, param_groups, validate
 
 # Checkpoints: one safetensors file, tensors for state, JSON metadata for the rest.
 
@@ -128,7 +128,7 @@ def _begin(
 def _train_epoch(
     model: Siamese,
     ema: Siamese | None,
-    optimizer: torch.optim.Optimizer,
+    update: Update,
     source: PairBatches,
     objective: Objective,
     config: TrainConfig,
@@ -163,7 +163,7 @@ def _train_epoch(
     ) as bar:
         task = bar.add_task("train", total=len(batches), loss=float("nan"), speed=0.0)
         for step, index in enumerate(batches):
-            for group in optimizer.param_groups:
+            for group in update.optimizer.param_groups:
                 group["lr"] = (
                     config.lr
                     * group.get("share", 1.0)
@@ -171,9 +171,7 @@ def _train_epoch(
                 )
             batch = source.batch(index, rng).to(config.device)
             loss, per_pair = loss_of(batch, objective, config.chunks, world, config.bf16)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            update(loss)
             if ema is not None:
                 with torch.no_grad():
                     for average, weight in zip(ema.parameters(), model.parameters()):
@@ -358,11 +356,12 @@ def _run(
     optimizer = torch.optim.Adam(param_groups(model, config.word_lr), lr=config.lr, fused=True)
     if state.optim_state is not None:
         optimizer.load_state_dict(state.optim_state)
+    update = Update(model, optimizer)  # before DDP wraps the model: DDP reads which gradients are sparse
     loss_of = distributed_loss(model, config, world)
     steps_per_epoch = len(train_source.epoch(np.random.default_rng(0)))
     for epoch in range(state.start_epoch, config.epochs):
         loss_sum, pairs, seconds = _train_epoch(
-            model, ema, optimizer, train_source, objective, config, epoch, steps_per_epoch, progress, loss_of, world
+            model, ema, update, train_source, objective, config, epoch, steps_per_epoch, progress, loss_of, world
         )
         kept = ema if ema is not None else model  # the weights that are validated and saved
         _record_epoch(state, kept, validate(kept, val_source, config), epoch, config, loss_sum, pairs, seconds, log)
