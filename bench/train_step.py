@@ -1,10 +1,12 @@
 """Where a training step's time goes, per recipe and batching variant; prints one JSON line.
 
-    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16]
+    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16 8,1,dense]
 
 For each variant ``CHUNKS,BUCKET[,bf16]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
 ``TrainConfig.bucket``: batches per length-sorted bucket; ``bf16``: forward under
-``torch.autocast("cpu", torch.bfloat16)``, as `dupq train --bf16`), the milliseconds per step spent making
+``torch.autocast("cpu", torch.bfloat16)``, as `dupq train --bf16`; ``dense``: the plain update, ``zero_grad``,
+``backward``, Adam's ``step`` on a dense gradient of the whole word table, instead of
+:class:`dupq.training.step.Update`, the loop's), the milliseconds per step spent making
 the batch, encoding it (embedding + LSTM + pooling), in the objective, in backward and in Adam's
 step, the pairs per second they add up to, and the tokens the LSTM ran over: ``real`` (the
 questions' own) against ``padded`` (what the length-sorted chunks were padded to). It answers
@@ -30,7 +32,7 @@ from train_speed import RECIPES, training_parts
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 
 
-def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False) -> dict:
+def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False, dense: bool = False) -> dict:
     """Mean milliseconds per phase over ``steps`` steps after 5 warm-up steps, and token counts."""
     train_kw, model_kw = RECIPES[recipe]
     config, _, model, source, objective, optimizer = training_parts(
@@ -38,7 +40,7 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
     )
     rng = np.random.default_rng(0)
     model.train()
-    update = Update(model, optimizer)
+    update = None if dense else Update(model, optimizer)
     spent = dict.fromkeys(PHASES, 0.0)
     real = padded = pairs = 0
     for step, index in enumerate(source.epoch(rng)[: steps + 5]):
@@ -50,9 +52,16 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
             marks.append(time.perf_counter())
             loss = objective(v.float(), batch, model.head)
             marks.append(time.perf_counter())
-        update.backward(loss)
+        if dense:
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        else:
+            update.backward(loss)
         marks.append(time.perf_counter())
-        update.step()
+        if dense:
+            optimizer.step()
+        else:
+            update.step()
         marks.append(time.perf_counter())
         if step < 5:
             continue
@@ -67,6 +76,7 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
         "chunks": chunks,
         "bucket": bucket,
         "bf16": bf16,
+        "dense": dense,
         "ms_per_step": {k: round(v / steps * 1000, 1) for k, v in spent.items()},
         "pairs_per_s": round(pairs / total),
         "tokens_per_step": {"real": real // steps, "padded": padded // steps},
@@ -83,7 +93,7 @@ def main() -> None:
         "--variants",
         nargs="+",
         default=["4,1", "8,1", "16,1", "32,1", "2,16", "8,1,bf16", "16,1,bf16"],
-        help="CHUNKS,BUCKET[,bf16]",
+        help="CHUNKS,BUCKET[,bf16][,dense]",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -93,7 +103,10 @@ def main() -> None:
     rows = []
     for variant in args.variants:
         chunks, bucket, *rest = variant.split(",")
-        rows.append(profile(splits, args.recipe, int(chunks), int(bucket), args.steps, bf16=rest == ["bf16"]))
+        unknown = set(rest) - {"bf16", "dense"}
+        if unknown:
+            parser.error(f"a variant is CHUNKS,BUCKET[,bf16][,dense], not {variant!r}")
+        rows.append(profile(splits, args.recipe, int(chunks), int(bucket), args.steps, "bf16" in rest, "dense" in rest))
     print(
         json.dumps(
             {
