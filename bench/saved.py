@@ -19,3 +19,8 @@ def saved_output(name: str | Path) -> list[str]:
 def last_json(name: str | Path) -> dict:
     """The last line the last command of a saved file printed, as JSON."""
     return json.loads(saved_output(name)[-1])
+
+
+def every_json(name: str | Path) -> list[dict]:
+    """The last line each command of a saved file printed, as JSON: one per run, in the file's order."""
+    return [json.loads(entry["output"][-1]) for entry in json.loads((RESULTS / name).read_text())]
