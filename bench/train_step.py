@@ -32,6 +32,21 @@ from train_speed import RECIPES, training_parts
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 
 
+class PlainUpdate:
+    """The update before :class:`~dupq.training.step.Update` (the ``dense`` variant): autograd's dense
+    gradient of the whole word table, built afresh every step; the same two calls as ``Update``'s."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+
 def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False, dense: bool = False) -> dict:
     """Mean milliseconds per phase over ``steps`` steps after 5 warm-up steps, and token counts."""
     train_kw, model_kw = RECIPES[recipe]
@@ -40,7 +55,7 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
     )
     rng = np.random.default_rng(0)
     model.train()
-    update = None if dense else Update(model, optimizer)
+    update = PlainUpdate(optimizer) if dense else Update(model, optimizer)
     spent = dict.fromkeys(PHASES, 0.0)
     real = padded = pairs = 0
     for step, index in enumerate(source.epoch(rng)[: steps + 5]):
@@ -52,16 +67,9 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
             marks.append(time.perf_counter())
             loss = objective(v.float(), batch, model.head)
             marks.append(time.perf_counter())
-        if dense:
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-        else:
-            update.backward(loss)
+        update.backward(loss)
         marks.append(time.perf_counter())
-        if dense:
-            optimizer.step()
-        else:
-            update.step()
+        update.step()
         marks.append(time.perf_counter())
         if step < 5:
             continue
