@@ -198,33 +198,26 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def working_copy(args: argparse.Namespace) -> Path:
-    """A fresh copy of ``--collection`` (built first with `dupq index build` when none is given) in ``--work``."""
+def built(args: argparse.Namespace) -> Path:
+    """``--collection``, or the collection of every Quora question in ``--work`` (built with `dupq index build` if missing)."""
     args.work.mkdir(parents=True, exist_ok=True)
-    source = args.collection
-    if source is None:
-        source = args.work / f"quora-{args.index}-{args.model.name if args.model else 'bundled'}"
-        if not source.exists():  # its output stays out of the one JSON line this script prints
-            built = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "dupq.cli",
-                    "index",
-                    "build",
-                    str(args.data),
-                    "--out",
-                    str(source),
-                    "--index",
-                    args.index,
-                    *(["--model", str(args.model)] if args.model else []),
-                ],
-                capture_output=True,
-                text=True,
-                env=code_env(args),
-            )
-            if built.returncode != 0:
-                raise SystemExit(f"dupq index build failed: {built.stderr.strip()[-500:]}")
+    if args.collection is not None:
+        return args.collection
+    source = args.work / f"quora-{args.index}-{args.model.name if args.model else 'bundled'}"
+    if not source.exists():  # its output stays out of the one JSON line this script prints
+        command = ["index", "build", str(args.data), "--out", str(source), "--index", args.index]
+        model = ["--model", str(args.model)] if args.model else []
+        done = subprocess.run(
+            [sys.executable, "-m", "dupq.cli", *command, *model], capture_output=True, text=True, env=code_env(args)
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"dupq index build failed: {done.stderr.strip()[-500:]}")
+    return source
+
+
+def working_copy(args: argparse.Namespace) -> Path:
+    """A fresh copy of :func:`built`'s collection in ``--work``: the load test changes it."""
+    source = built(args)
     copy = args.work / "load-copy"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source, copy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -45,10 +46,15 @@ def test_encode_matches_a_manual_forward(vocab, small_splits):
         np.testing.assert_allclose(got[i], (v / v.norm()).numpy(), atol=1e-6)
 
 
-def test_a_few_questions_encode_as_the_bulk_path_does(tiny_model, small_splits, monkeypatch):
-    """A search's few queries skip the length sort; their vectors are the bulk path's, bit for bit."""
+@pytest.mark.parametrize("kernels", [False, True], ids=["torch", "numpy"])
+def test_a_few_questions_encode_as_the_bulk_path_does(tiny_model, small_splits, monkeypatch, kernels):
+    """A search's few queries skip the length sort; through torch their vectors are the bulk path's
+    bit for bit, through the NumPy kernels equal to float32 rounding."""
     import dupq.modeling.model
 
+    if not kernels:
+        monkeypatch.setattr(tiny_model, "kernels", None)
+    same = np.testing.assert_array_equal if not kernels else partial(np.testing.assert_allclose, rtol=0, atol=1e-6)
     pool = small_splits.test.q1[:200]
     rng = np.random.default_rng(0)
     batches = [[pool[i] for i in rng.choice(len(pool), n, replace=False)] for n in (1, 2, 3, 7, 30, 64)]
@@ -56,7 +62,7 @@ def test_a_few_questions_encode_as_the_bulk_path_does(tiny_model, small_splits, 
     fast = [tiny_model.encode(b) for b in batches]
     monkeypatch.setattr(dupq.modeling.model, "FEW", 0)  # every call takes the sorted, batched path
     for b, got in zip(batches, fast):
-        np.testing.assert_array_equal(got, tiny_model.encode(b))
+        same(got, tiny_model.encode(b))
     assert tiny_model.encode([]).shape == (0, tiny_model.config.out_dim)
 
 

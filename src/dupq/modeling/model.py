@@ -41,6 +41,7 @@ from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
 from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics
 from dupq.modeling.heads import PairHead
+from dupq.modeling.kernels import Kernels
 from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, from_vectors
 
 # Readers of model folders whose encoder is not one of ENCODERS: encoder type -> reader(folder, config,
@@ -86,6 +87,7 @@ class Model:
         self.threshold_info = threshold_info or {"chosen_on": "the seeds' fixed value"}
         self.metrics = metrics or {}
         self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
+        self.kernels: Kernels | None = Kernels()  # NumPy forward passes on the CPU (None: torch for every one)
 
     @classmethod
     def create(
@@ -126,7 +128,9 @@ class Model:
         """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches.
 
         Up to :data:`FEW` questions (a search's queries) are one batch in their own order: the
-        same padded batch the sorted path would make, without sorting and scattering it back.
+        same padded batch the sorted path would make, without sorting and scattering it back. Up to
+        :data:`~dupq.modeling.kernels.FEW_QUESTIONS` of them go through the NumPy forward pass
+        (:mod:`dupq.modeling.kernels`) where the encoder has one.
         """
         check_list(questions)
         if self.encoder.training:
@@ -134,6 +138,9 @@ class Model:
         encoded = self.vocab.encode(questions)
         if 0 < len(questions) <= min(FEW, batch_size):
             ids, lengths = encoded.padded(np.arange(len(questions)))  # (B, L), (B,)
+            kernel = self.kernels and self.kernels.encoder(self.encoder, len(questions))
+            if kernel:
+                return kernel(ids, lengths)
             return self.encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
         order = np.argsort(encoded.lengths, kind="stable")
         out = np.empty((len(questions), self.config.out_dim), dtype=np.float32)
@@ -164,6 +171,9 @@ class Model:
         """The uncalibrated pair logit ``(N,)`` of vector pairs: the head's, or the cosine without one."""
         if self.head is None:
             return np.einsum("nd,nd->n", u, v).astype(np.float64)
+        kernel = self.kernels and self.kernels.head(self.head)  # NumPy on the CPU: less overhead per call
+        if kernel:
+            return kernel(np.asarray(u, np.float32), np.asarray(v, np.float32))
         return (
             self.head(torch.from_numpy(np.asarray(u, np.float32)), torch.from_numpy(np.asarray(v, np.float32)))
             .double()

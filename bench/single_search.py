@@ -1,0 +1,126 @@
+"""One search at a time in process: the NumPy forward passes against torch's, alternating in one run.
+
+``Collection.search([q], k=10)`` one query at a time on one thread, over the collection of every
+Quora question (HNSW, the bundled model; built as ``bench/service_load.py`` builds it when
+missing). Windows of ``--seconds`` alternate between the model's NumPy kernels
+(:mod:`dupq.modeling.kernels`, the default) and torch for every pass (``model.kernels = None``),
+``--rounds`` times each, so both meet the same machine; each variant reports the median of its
+windows' p50 and searches/s. ``same_hits`` is the share of ``--check`` queries whose ten hits (ids,
+in order) and verdicts agree between the two. ``encode_ms``: ``Model.encode`` of batches of 1 to 16
+questions under each variant (the median of ``--repeats`` calls), where
+:data:`~dupq.modeling.kernels.FEW_QUESTIONS` comes from.
+
+    python bench/single_search.py [--collection C] [--seconds 5] [--rounds 3]
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+
+from dupq.data.questions import read_questions
+from dupq.modeling.kernels import Kernels
+from dupq.search.collection import Collection
+from service_load import DATA, REPO, built
+
+
+def window(coll: Collection, queries: list[str], seconds: float) -> dict:
+    """Searches one after another for ``seconds``: searches/s and p50 / p99 in ms."""
+    times = []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        t0 = time.perf_counter()
+        coll.search([queries[len(times) % len(queries)]], k=10)
+        times.append(time.perf_counter() - t0)
+    ms = np.asarray(times) * 1000
+    return {
+        "per_s": len(times) / (time.perf_counter() - started),
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+    }
+
+
+def encode_ms(model, queries: list[str], size: int, repeats: int) -> float:
+    """The median milliseconds of ``model.encode`` on ``size`` questions at a time."""
+    times = []
+    for i in range(repeats):
+        batch = queries[i * size % len(queries) :][:size]
+        t0 = time.perf_counter()
+        model.encode(batch)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1000, 3)
+
+
+def hits(coll: Collection, query: str) -> list[tuple[int, bool]]:
+    return [(h.id, h.duplicate) for h in coll.search([query], k=10)[0]]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--collection", type=Path, help="default: every Quora question, HNSW, the bundled model")
+    p.add_argument("--model", type=Path, help="model folder (for building; default: the bundled model)")
+    p.add_argument("--data", type=Path, default=DATA, help="Quora pairs file (the queries, and for building)")
+    p.add_argument("--index", default="hnsw", choices=["flat", "hnsw"], help="index kind (for building)")
+    p.add_argument(
+        "--work", type=Path, default=REPO / "runs" / "bench-service", help="where a built collection is kept"
+    )
+    p.add_argument("--seconds", type=float, default=5.0, help="length of one window")
+    p.add_argument("--rounds", type=int, default=3, help="windows of each variant")
+    p.add_argument("--check", type=int, default=1000, help="queries whose hits are compared between the variants")
+    p.add_argument("--repeats", type=int, default=300, help="encode calls per batch size")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    args.code = None  # built() runs `dupq index build` with this code
+
+    torch.set_num_threads(1)
+    faiss.omp_set_num_threads(1)
+    queries = random.Random(args.seed).sample(read_questions(args.data).texts, 20_000)
+    variants = {"kernels": Kernels(), "torch": None}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    with Collection.open(built(args)) as coll:
+        for q in queries[:200]:  # warm-up: the index's pages, both paths
+            coll.search([q], k=10)
+        timed, check = queries[200 : len(queries) - args.check], queries[len(queries) - args.check :]
+        found = {}
+        for name, kernels in variants.items():
+            coll.model.kernels = kernels
+            found[name] = [hits(coll, q) for q in check]
+        for _ in range(args.rounds):
+            for name, kernels in variants.items():
+                coll.model.kernels = kernels
+                runs[name].append(window(coll, timed, args.seconds))
+        questions = len(coll)
+        batches = {}
+        for name, kernels in variants.items():
+            coll.model.kernels = kernels
+            batches[name] = {size: encode_ms(coll.model, timed, size, args.repeats) for size in (1, 2, 4, 8, 16)}
+    result = {
+        "machine": {"cpus": os.cpu_count(), "arch": platform.machine()},
+        "questions": questions,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+    }
+    for name, windows in runs.items():
+        result[name] = {
+            key: round(statistics.median(w[key] for w in windows), 3) for key in ("per_s", "p50_ms", "p99_ms")
+        } | {"p50_ms_windows": [round(w["p50_ms"], 3) for w in windows]}
+    result["speedup_p50"] = round(result["torch"]["p50_ms"] / result["kernels"]["p50_ms"], 2)
+    result["same_hits"] = round(float(np.mean([a == b for a, b in zip(found["kernels"], found["torch"])])), 4)
+    result["encode_ms"] = batches
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The NumPy forward passes against the torch modules they mirror: same vectors, same logits, fresh weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.encoders import Encoder, EncoderConfig, GRUEncoder
+from dupq.modeling.heads import HeadConfig, PairHead
+from dupq.modeling.kernels import FEW_QUESTIONS, HeadKernel, Kernels, LSTMKernel
+from dupq.modeling.model import BUNDLED, Model
+
+VOCAB = 50
+
+
+def _encoder(pooling: str = "mean", seed: int = 0, **config) -> Encoder:
+    torch.manual_seed(seed)
+    encoder = Encoder(EncoderConfig(vocab_size=VOCAB, dim=16, pooling=pooling, **config)).eval()
+    with torch.no_grad():  # a fresh LSTM's biases are small; make every gate matter
+        for p in encoder.lstm.parameters():
+            p.normal_(0, 0.5)
+    return encoder
+
+
+def _batch(lengths: list[int], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded random ids ``(B, L)`` and their lengths, as the vocabulary pads them."""
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ids = rng.integers(1, VOCAB, (len(lengths), int(lengths.max())))
+    ids[np.arange(ids.shape[1])[None, :] >= lengths[:, None]] = 0
+    return ids, lengths
+
+
+def _torch_vectors(encoder: Encoder, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=FEW_QUESTIONS),
+    pooling=st.sampled_from(["mean", "max"]),
+    seed=st.integers(0, 1000),
+)
+def test_lstm_kernel_gives_the_encoders_vectors(lengths, pooling, seed):
+    encoder = _encoder(pooling, seed % 7)
+    ids, lengths = _batch(lengths, seed)
+    got = LSTMKernel(encoder)(ids, lengths)
+    assert got.dtype == np.float32 and got.shape == (len(lengths), 16)
+    np.testing.assert_allclose(got, _torch_vectors(encoder, ids, lengths), atol=2e-6)
+
+
+def test_lstm_kernel_ignores_the_padding_of_shorter_questions():
+    """A question padded beside a longer one gets the vector it gets alone."""
+    encoder = _encoder()
+    ids, lengths = _batch([3, 9], seed=1)
+    kernel = LSTMKernel(encoder)
+    np.testing.assert_allclose(kernel(ids, lengths)[0], kernel(ids[:1, :3], lengths[:1])[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["cosine", "mlp"])
+def test_head_kernel_gives_the_heads_logits(kind):
+    torch.manual_seed(3)
+    head = PairHead(HeadConfig(kind=kind, dim=16, hidden=32)).eval()
+    with torch.no_grad():
+        head.scale.fill_(7.5)
+        head.bias.fill_(0.3)
+    rng = np.random.default_rng(0)
+    u, v = (rng.standard_normal((25, 16)).astype(np.float32) for _ in range(2))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    with torch.inference_mode():
+        expected = head(torch.from_numpy(u), torch.from_numpy(v)).double().numpy()
+    got = HeadKernel(head)(u, v)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(HeadKernel(head)(v, u), got, atol=1e-5)  # symmetric, as the head is
+
+
+def test_kernels_follow_weights_changed_in_place():
+    """An optimiser step or load_state_dict changes weights in place: the next call must see them."""
+    encoder, kernels = _encoder(), Kernels()
+    ids, lengths = _batch([5], seed=2)
+    before = kernels.encoder(encoder, 1)(ids, lengths)
+    with torch.no_grad():
+        encoder.lstm.weight_hh_l0.mul_(-1.0)
+        encoder.embedding.weight[ids[0, 0]] += 0.5
+    after = kernels.encoder(encoder, 1)(ids, lengths)
+    assert np.abs(after - before).max() > 1e-3
+    np.testing.assert_allclose(after, _torch_vectors(encoder, ids, lengths), atol=2e-6)
+
+
+def test_kernels_leave_to_torch_what_they_do_not_cover():
+    kernels = Kernels()
+    assert kernels.encoder(_encoder(), FEW_QUESTIONS) is not None
+    assert kernels.encoder(_encoder(), FEW_QUESTIONS + 1) is None  # one batched torch call is faster
+    assert kernels.encoder(_encoder(bidirectional=True), 1) is None
+    assert kernels.encoder(GRUEncoder(EncoderConfig(vocab_size=VOCAB, dim=16)).eval(), 1) is None
+    assert kernels.encoder(_encoder().train(), 1) is None  # dropout is on
+    assert kernels.encoder(_encoder().double(), 1) is None
+    assert kernels.head(None) is None
+    assert kernels.head(PairHead(HeadConfig(kind="mlp", dim=16)).eval()) is not None
+
+
+def test_model_encodes_alike_on_both_paths():
+    """A search's few questions (NumPy) and a bulk encode (torch, length-sorted batches) give the same vectors."""
+    texts = ["How do I learn Python?", "What is the capital of France?", "Why is the sky blue at noon?"]
+    vocab = Vocabulary.build(texts)
+    torch.manual_seed(4)
+    model = Model(vocab, Encoder(EncoderConfig(vocab_size=len(vocab), dim=16)))
+    bulk = model.encode(texts * 4)[:3]  # 12 questions: above FEW_QUESTIONS, so torch
+    assert len(texts) * 4 > FEW_QUESTIONS
+    np.testing.assert_allclose(model.encode(texts), bulk, atol=2e-6)
+    np.testing.assert_allclose(model.encode(texts[1:2])[0], bulk[1], atol=2e-6)
+
+
+def test_bundled_model_search_path_matches_torch():
+    model = Model.load(BUNDLED)
+    questions = ["How can I improve my English speaking?", "What is the best way to lose weight fast?"]
+    ids, lengths = model.vocab.encode(questions).padded(np.arange(2))
+    np.testing.assert_allclose(model.encode(questions), _torch_vectors(model.encoder, ids, lengths), atol=2e-6)
+    u, v = model.encode(questions[:1] * 2), model.encode(questions)
+    with torch.inference_mode():
+        expected = model.head(torch.from_numpy(u), torch.from_numpy(v)).double().numpy()
+    np.testing.assert_allclose(model.logits_from_vectors(u, v), expected, atol=1e-5)
