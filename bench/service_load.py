@@ -140,6 +140,7 @@ def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
     import faiss
     import numpy as np
     import torch
+    from threadpoolctl import threadpool_limits
 
     try:
         from dupq.search.collection import Collection
@@ -148,6 +149,7 @@ def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
 
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
+    threadpool_limits(1, user_api="blas")  # NumPy's products too (dupq.modeling.kernels)
     with Collection.open(copy) as coll:
         for q in searches[:50]:  # warm-up
             coll.search([q], k=10)

@@ -1,8 +1,8 @@
 """One search at a time in process: the NumPy forward passes against torch's, alternating in one run.
 
-``Collection.search([q], k=10)`` one query at a time on one thread, over the collection of every
-Quora question (HNSW, the bundled model; built as ``bench/service_load.py`` builds it when
-missing). Windows of ``--seconds`` alternate between the model's NumPy kernels
+``Collection.search([q], k=10)`` one query at a time on one thread (torch's, FAISS's and NumPy's
+BLAS's), over the collection of every Quora question (HNSW, the bundled model; built as
+``bench/service_load.py`` builds it when missing). Windows of ``--seconds`` alternate between the model's NumPy kernels
 (:mod:`dupq.modeling.kernels`, the default) and torch for every pass (``model.kernels = None``),
 ``--rounds`` times each, so both meet the same machine; each variant reports the median of its
 windows' p50 and searches/s. ``same_hits`` is the share of ``--check`` queries whose ten hits (ids,
@@ -29,6 +29,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
@@ -86,6 +87,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
+    threadpool_limits(1, user_api="blas")  # NumPy's products too: one thread in all
     queries = random.Random(args.seed).sample(read_questions(args.data).texts, 20_000)
     variants = {"kernels": Kernels(), "torch": None}
     runs: dict[str, list[dict]] = {name: [] for name in variants}

@@ -6,6 +6,7 @@ stopped with SIGSTOP accepts nothing, and every request then goes to the other o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -143,3 +144,22 @@ def test_a_milvus_lite_file_is_served_by_one_process(tmp_path):
     result = CliRunner().invoke(app, ["serve", f"milvus:{tmp_path / 'c.db'}", "--workers", "2"])
     assert result.exit_code == 2 and result.output.startswith("error: ") and "--workers 1" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_workers_threads_include_the_blas():
+    """A worker's thread count holds for NumPy's BLAS too: the search's NumPy products
+    (dupq.modeling.kernels) would otherwise spin idle BLAS threads on the other workers' cores."""
+    script = (
+        "import json, numpy\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from dupq.service.workers import set_threads\n"
+        "before = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']\n"
+        "set_threads(1)\n"
+        "after = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']\n"
+        "print(json.dumps([before, after]))\n"
+    )
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2"}  # two BLAS threads to start with, whatever the machine
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    before, after = json.loads(done.stdout)
+    assert before and max(before) == 2
+    assert after and set(after) == {1}  # NumPy's, and FAISS's own OpenBLAS once set_threads imports it

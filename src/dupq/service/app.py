@@ -68,7 +68,7 @@ from dupq.service.schemas import (
     SimilarityRequest,
     SimilarityResponse,
 )
-from dupq.service.workers import milvus_lite, run_workers
+from dupq.service.workers import limit_blas, milvus_lite, run_workers
 
 STATIC = Path(__file__).parents[1] / "static"
 TOKEN_ENV = "DUPQ_API_TOKEN"
@@ -342,8 +342,8 @@ def serve(
     """Open the collection (a bad folder fails here, as one sentence) and serve it until stopped.
 
     ``workers`` processes serve it, each with its own copy of the model and the index (see
-    :mod:`dupq.service.workers`); one is served in this process. ``threads`` is torch's thread
-    count for encoding (and FAISS's too with several workers): with searches batched there is one
+    :mod:`dupq.service.workers`); one is served in this process. ``threads`` is torch's and the
+    BLAS's thread count for encoding (and FAISS's too with several workers): with searches batched there is one
     encoding call at a time, and on a small machine the event loop needs the other core.
     """
     import torch
@@ -358,6 +358,7 @@ def serve(
         )
     if threads:
         torch.set_num_threads(threads)
+        limit_blas(threads)
     listener = listen(host, port)  # before anything is announced: a port in use fails here, as one sentence
     try:
         collection = open_collection(collection_dir, model_dir)

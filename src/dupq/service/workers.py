@@ -55,13 +55,26 @@ def worker_app(factory: Callable[[], object], threads: int, parent: int):
 
 
 def set_threads(threads: int) -> None:
-    """torch's and FAISS's thread counts (0: leave their defaults)."""
+    """torch's, FAISS's and the BLAS's thread counts (0: leave their defaults)."""
     if threads:
         import faiss
         import torch
 
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)
+        limit_blas(threads)
+
+
+def limit_blas(threads: int) -> None:
+    """At most ``threads`` threads in each BLAS library loaded (NumPy's OpenBLAS among them).
+
+    The search's NumPy forward passes (:mod:`dupq.modeling.kernels`) multiply through NumPy's BLAS,
+    whose idle threads spin on a core for a while after each product: with a worker per core they
+    take the other workers' cores, and in one process the event loop's.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(threads, user_api="blas")
 
 
 def _stop_without(parent: int) -> None:
