@@ -208,3 +208,32 @@ def test_serve_raises_its_open_files_limit_to_the_hard_limit():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["2048", "2048"]
+
+
+@pytest.mark.parametrize("base", ["httptools", "h11"])
+def test_a_request_uvicorn_cannot_parse_gets_the_security_headers(folder, base, monkeypatch):
+    """A malformed request is answered by uvicorn itself, before the app: a 400 that closes the
+    connection and carries the headers every other answer carries (old: uvicorn's bare 400)."""
+    from dupq.service import connections
+    from dupq.service.app import create_app
+    from dupq.service.testing import LiveServer
+
+    if base == "h11":  # the protocol uvicorn falls back to without httptools
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        monkeypatch.setattr(
+            connections, "protocol", lambda t: type("DeadlineH11", (connections.HeaderDeadline, H11Protocol), {})
+        )
+    with LiveServer(create_app(folder, token=TOKEN)) as server:
+        sock = connect(server.port, b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n")
+        sock.settimeout(10)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode("ascii").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    assert status.startswith("HTTP/1.1 400") and b"Invalid HTTP request" in body
+    assert all(name in headers for name in SECURITY_HEADERS)
+    assert int(headers["content-length"]) == len(body) and headers["connection"] == "close"

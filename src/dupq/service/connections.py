@@ -10,7 +10,9 @@ process's file descriptors, and then no one gets in, ``/health`` included. So he
   :class:`~dupq.service.middleware.RequestGuard`'s);
 * an idle keep-alive connection is closed :data:`KEEP_ALIVE` seconds after its last answer;
 * ``dupq serve`` raises its soft limit of open files to the hard limit, so idle sockets have to
-  number in the tens of thousands, not one thousand, to crowd anyone out before their deadline.
+  number in the tens of thousands, not one thousand, to crowd anyone out before their deadline;
+* a request uvicorn cannot parse (its own 400, which the app never sees) carries the security
+  headers that :class:`~dupq.service.middleware.SecurityHeaders` puts on every other answer.
 
 >>> uvicorn.Server(server_config(app)).run(sockets=[listener])  # doctest: +SKIP
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import resource
+
+from dupq.service.middleware import SECURITY_HEADERS
 
 HEADER_TIMEOUT = 10.0  # seconds a connection has to send a request's headers (from opening, or its last answer)
 KEEP_ALIVE = 5  # seconds an idle keep-alive connection stays open after an answer
@@ -29,7 +33,8 @@ class HeaderDeadline:
     """A mixin for uvicorn's HTTP protocols: close a connection whose request headers do not arrive in time.
 
     The deadline is armed when the connection opens and after each answer; it does nothing when
-    it fires while a request is being answered (its headers came in time).
+    it fires while a request is being answered (its headers came in time). The protocol's own 400
+    for a request it cannot parse gets the security headers here, since the app never sees it.
     """
 
     header_timeout = HEADER_TIMEOUT
@@ -54,6 +59,14 @@ class HeaderDeadline:
         self._deadline = None
         if not self.transport.is_closing():
             self._deadline = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request it cannot parse, with the security headers of every other answer."""
+        body = msg.encode("ascii", "replace")
+        head = [b"HTTP/1.1 400 Bad Request", *(name + b": " + value for name, value in SECURITY_HEADERS)]
+        head += [b"content-type: text/plain; charset=utf-8", b"content-length: %d" % len(body), b"connection: close"]
+        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        self.transport.close()
 
     def _headers_late(self) -> None:
         self._deadline = None
