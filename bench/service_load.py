@@ -135,31 +135,28 @@ def in_process_child(copy: Path, searches: list[str], seconds: float, args: argp
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
-    """``Collection.search([q], k=10)`` one query at a time on one thread, here, on ``copy``: searches/s and latency."""
+def one_thread() -> None:
+    """One thread for torch, FAISS and the BLAS (NumPy's products: dupq.modeling.kernels)."""
     import faiss
-    import numpy as np
     import torch
     from threadpoolctl import threadpool_limits
 
-    try:
-        from dupq.search.collection import Collection
-    except ImportError:  # a tree from before the package had subpackages (a baseline run)
-        from dupq.collection import Collection
-
     torch.set_num_threads(1)
     faiss.omp_set_num_threads(1)
-    threadpool_limits(1, user_api="blas")  # NumPy's products too (dupq.modeling.kernels)
-    with Collection.open(copy) as coll:
-        for q in searches[:50]:  # warm-up
-            coll.search([q], k=10)
-        times = []
-        started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            t0 = time.perf_counter()
-            coll.search([searches[(50 + len(times)) % len(searches)]], k=10)
-            times.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - started
+    threadpool_limits(1, user_api="blas")
+
+
+def timed_searches(coll, queries: list[str], seconds: float) -> dict:
+    """``coll.search([q], k=10)`` one query after another for ``seconds``: how many, searches/s, p50 / p99 in ms."""
+    import numpy as np
+
+    times = []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        t0 = time.perf_counter()
+        coll.search([queries[len(times) % len(queries)]], k=10)
+        times.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - started
     ms = np.asarray(times) * 1000
     return {
         "searches": len(times),
@@ -167,6 +164,20 @@ def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
         "p50_ms": round(float(np.percentile(ms, 50)), 3),
         "p99_ms": round(float(np.percentile(ms, 99)), 3),
     }
+
+
+def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
+    """``Collection.search([q], k=10)`` one query at a time on one thread, here, on ``copy``: searches/s and latency."""
+    try:
+        from dupq.search.collection import Collection
+    except ImportError:  # a tree from before the package had subpackages (a baseline run)
+        from dupq.collection import Collection
+
+    one_thread()
+    with Collection.open(copy) as coll:
+        for q in searches[:50]:  # warm-up
+            coll.search([q], k=10)
+        return timed_searches(coll, searches[50:], seconds)
 
 
 def health(port: int) -> dict:

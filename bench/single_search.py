@@ -26,31 +26,12 @@ import statistics
 import time
 from pathlib import Path
 
-import faiss
 import numpy as np
-import torch
-from threadpoolctl import threadpool_limits
 
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
 from dupq.search.collection import Collection
-from service_load import DATA, REPO, built
-
-
-def window(coll: Collection, queries: list[str], seconds: float) -> dict:
-    """Searches one after another for ``seconds``: searches/s and p50 / p99 in ms."""
-    times = []
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        t0 = time.perf_counter()
-        coll.search([queries[len(times) % len(queries)]], k=10)
-        times.append(time.perf_counter() - t0)
-    ms = np.asarray(times) * 1000
-    return {
-        "per_s": len(times) / (time.perf_counter() - started),
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-    }
+from service_load import DATA, REPO, built, one_thread, timed_searches
 
 
 def encode_ms(model, queries: list[str], size: int, repeats: int) -> float:
@@ -85,9 +66,7 @@ def main() -> None:
     args = p.parse_args()
     args.code = None  # built() runs `dupq index build` with this code
 
-    torch.set_num_threads(1)
-    faiss.omp_set_num_threads(1)
-    threadpool_limits(1, user_api="blas")  # NumPy's products too: one thread in all
+    one_thread()
     queries = random.Random(args.seed).sample(read_questions(args.data).texts, 20_000)
     variants = {"kernels": Kernels(), "torch": None}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
@@ -102,7 +81,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, kernels in variants.items():
                 coll.model.kernels = kernels
-                runs[name].append(window(coll, timed, args.seconds))
+                runs[name].append(timed_searches(coll, timed, args.seconds))
         questions = len(coll)
         batches = {}
         for name, kernels in variants.items():
