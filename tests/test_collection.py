@@ -417,7 +417,7 @@ def test_questions_with_no_words_are_refused_everywhere(tmp_path, bundled, one_t
     words = tmp_path / "q.txt"
     words.write_text("???\n!!!\n...\nHow do I learn Python?\n")
     result = runner.invoke(app, ["dedup", str(words), "--out", str(tmp_path / "d.json")])
-    assert result.exit_code == 0 and "skipped 3 line(s)" in result.output and "1 questions: 0 clusters" in result.output
+    assert result.exit_code == 0 and "skipped 3 line(s)" in result.output and "1 questions: 0 groups" in result.output
 
 
 def test_cli_refuses_text_that_is_not_utf8_and_files_without_questions(tmp_path, bundled):

@@ -1,4 +1,5 @@
-"""Star clustering against a naive reference over the full similarity matrix, and `dupq dedup`."""
+"""Deduplication: each grouping against a naive reference, the partitioned search against brute force over
+the lists a query probes, and `dupq dedup` end to end (formats, keys, resuming a killed run, bad input)."""
 
 from __future__ import annotations
 
@@ -6,97 +7,258 @@ import csv
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.search.dedup import DedupConfig, dedup, star_clusters
-from dupq.search.vectors import search
+from dupq.search import dedup_run
+from dupq.search.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
+from dupq.search.clusters import Edges, components, leader, star
+from dupq.search.dedup import DedupConfig, dedup
+
+
+def edges_above(vectors: np.ndarray, threshold: float) -> Edges:
+    s = vectors @ vectors.T
+    a, b = np.nonzero(np.triu(s > threshold, 1))
+    return Edges(a, b, s[a, b].astype(np.float32))
 
 
 def naive_star(vectors: np.ndarray, threshold: float) -> list[list[int]]:
-    """The same rule written plainly: every pair, Python loops, no k-NN cut-off."""
+    """The star rule written plainly: every pair, Python loops."""
     n = len(vectors)
     sim = [[float(np.dot(vectors[i], vectors[j])) for j in range(n)] for i in range(n)]
     nbrs = [[j for j in range(n) if j != i and sim[i][j] > threshold] for i in range(n)]
-    order = sorted(range(n), key=lambda i: (-len(nbrs[i]), i))
     taken: set[int] = set()
-    clusters = []
-    for c in order:
-        if c in taken or not nbrs[c]:
-            continue
+    groups = []
+    for c in sorted(range(n), key=lambda i: (-len(nbrs[i]), i)):
         free = [j for j in nbrs[c] if j not in taken]
-        if free:
-            free.sort(key=lambda j: (-sim[c][j], j))
-            clusters.append([c, *free])
-            taken.update([c, *free])
-    return clusters
+        if c in taken or not free:
+            continue
+        groups.append([c, *sorted(free, key=lambda j: (-sim[c][j], j))])
+        taken.update(groups[-1])
+    return groups
 
 
-def knn_clusters(vectors: np.ndarray, threshold: float) -> list[list[int]]:
-    scores, ids = search(vectors, vectors, len(vectors))  # every neighbour: no cut-off
-    return [c.members for c in star_clusters(scores, ids, threshold)]
+def naive_components(vectors: np.ndarray, threshold: float) -> list[set[int]]:
+    n, parent = len(vectors), list(range(len(vectors)))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i in range(n):
+        for j in range(i + 1, n):
+            if float(vectors[i] @ vectors[j]) > threshold:
+                parent[root(i)] = root(j)
+    groups: dict[int, set[int]] = {}
+    for i in range(n):
+        groups.setdefault(root(i), set()).add(i)
+    return sorted((g for g in groups.values() if len(g) > 1), key=min)
+
+
+def naive_leader(vectors: np.ndarray, threshold: float) -> dict[int, int]:
+    """SemHash's rule: in input order, join the most similar earlier leader among the earlier neighbours'."""
+    leader_of: dict[int, int] = {}
+    for i in range(len(vectors)):
+        sim = {j: float(vectors[i] @ vectors[j]) for j in range(i)}
+        leaders = {leader_of[j] for j in sim if sim[j] > threshold}
+        ok = [(sim[c], -c) for c in leaders if sim[c] > threshold]
+        leader_of[i] = -max(ok)[1] if ok else i
+    return leader_of
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    n=st.integers(1, 30), d=st.integers(1, 4), seed=st.integers(0, 2**16), threshold=st.sampled_from([0.0, 2.0, 4.5])
-)
-def test_star_clusters_equal_naive_reference(n, d, seed, threshold):
+@given(n=st.integers(1, 30), d=st.integers(1, 4), seed=st.integers(0, 2**16), t=st.sampled_from([0.0, 2.0, 4.5]))
+def test_groupings_equal_naive_references(n, d, seed, t):
     vectors = np.random.default_rng(seed).integers(-2, 3, (n, d)).astype(np.float32)  # exact products, many ties
-    assert knn_clusters(vectors, threshold) == naive_star(vectors, threshold)
+    e = edges_above(vectors, t)
+    assert sorted(g.tolist() for g in star(e, n).groups()) == sorted(naive_star(vectors, t))
+    assert sorted((set(g.tolist()) for g in components(e, n).groups()), key=min) == naive_components(vectors, t)
+    got, ref = leader(e, n), naive_leader(vectors, t)
+    for i in range(n):
+        rep = ref[i]
+        led = any(ref[j] == rep for j in range(n) if j != rep)
+        if not led:
+            assert got.label[i] == -1
+        else:
+            assert got.label[i] == got.label[rep] >= 0 and got.representative[rep]
 
 
-def test_every_member_is_a_duplicate_of_its_representative_and_chains_break():
-    # A chain on the unit circle, 30 degrees apart: each neighbour pair is above cos(35°) ~ 0.82,
-    # but the ends are 90 degrees apart. Connected components would make one cluster of four.
+def test_star_breaks_chains_that_components_join():
+    # On the unit circle 30 degrees apart: neighbours are above cos(35°) ~ 0.82, the ends 90 degrees apart.
     angles = np.radians([0, 30, 60, 90])
     v = np.stack([np.cos(angles), np.sin(angles)], 1).astype(np.float32)
-    clusters = star_clusters(*search(v, v, 4), threshold=0.82)
-    assert [c.members for c in clusters] == [[1, 0, 2]]  # 1 has two duplicates; 3 is left on its own
-    for c in clusters:
-        assert all(s > 0.82 for s in c.scores[1:]) and c.scores[0] == 1.0
+    e = edges_above(v, 0.82)
+    assert [g.tolist() for g in star(e, 4).groups()] == [[1, 0, 2]]
+    assert [sorted(g.tolist()) for g in components(e, 4).groups()] == [[0, 1, 2, 3]]
 
 
-def test_dedup_on_questions_of_the_small_split(small_splits, tiny_model):
+def unit(n: int, d: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("exact_below", [10_000, 100])
+def test_candidates_equal_brute_force_over_the_lists_probed(exact_below):
+    v = unit(1500, 8, 0)
+    config = CandidateConfig(neighbours=5, exact_below=exact_below, list_size=50, nprobe=3)
+    rows_seen = []
+    if config.partitioned(len(v)):
+        probed = probes(v, train_centroids(v, config), config.nprobe)
+    for rows, scores, ids in neighbour_blocks(v, config, block=400):
+        rows_seen.extend(rows.tolist())
+        for r, s, i in zip(rows, scores, ids):
+            allowed = np.arange(len(v))
+            if config.partitioned(len(v)):
+                allowed = np.flatnonzero(np.isin(probed[:, 0], probed[r]))  # the lists r probes
+            ref = sorted(allowed, key=lambda j: (-float(v[r] @ v[j]), j))[:6]
+            assert set(i.tolist()) == set(ref) or np.allclose(np.sort(s), np.sort(v[ref] @ v[r]), atol=1e-6)
+    assert sorted(rows_seen) == list(range(len(v)))
+
+
+def test_partitioned_search_finds_near_duplicates():
+    base = unit(2000, 16, 1)
+    noisy = base + 0.02 * np.random.default_rng(2).normal(size=base.shape).astype(np.float32)
+    v = np.concatenate([base, noisy / np.linalg.norm(noisy, axis=1, keepdims=True)])
+    config = CandidateConfig(neighbours=3, exact_below=100, list_size=64, nprobe=4)
+    found = {(int(r), int(i[1])) for rows, _, ids in neighbour_blocks(v, config) for r, i in zip(rows, ids)}
+    twins = sum((i, i + 2000) in found or (i + 2000, i) in found for i in range(2000))
+    assert twins >= 0.99 * 2000
+
+
+def test_dedup_in_memory_matches_star_on_the_judged_pairs(small_splits, tiny_model):
     texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:300] + small_splits.pool.q2[:300] if q.strip()))
-    texts += texts[:5]  # exact repeats must land with their originals
-    threshold = 0.9
+    texts += texts[:5]  # exact repeats land with their originals
     vectors = tiny_model.encode(texts)
-    full = dedup(texts, tiny_model, DedupConfig(threshold=threshold, neighbours=len(texts)))
-    # Members of equal similarity (a question and its exact repeat) may come in either order: FAISS and
-    # numpy sum the same products in different orders, so their scores can differ in the last bit.
-    assert [(c.members[0], sorted(c.members[1:])) for c in full] == [
-        (c[0], sorted(c[1:])) for c in naive_star(vectors, threshold)
-    ]
-    for c in full:
-        assert all(a >= b - 1e-6 for a, b in zip(c.scores[1:], c.scores[2:]))  # best first, up to that noise
+    config = DedupConfig(threshold=0.9)
+    config.candidates.neighbours = len(texts)
+    got = dedup(texts, tiny_model, config)
+    same = Edges(np.arange(5), np.arange(len(texts) - 5, len(texts)), np.ones(5, np.float32))
+    ref = star(Edges.join([edges_above(vectors, 0.9), same]), len(texts))
+    assert sorted(map(sorted, (g.tolist() for g in got.groups()))) == sorted(
+        map(sorted, (g.tolist() for g in ref.groups()))
+    )
     for i in range(5):
-        assert any({i, len(texts) - 5 + i} <= set(c.members) for c in full)
-    # With the default cut-off every member is still a duplicate of its representative.
-    for c in dedup(texts, tiny_model, DedupConfig(threshold=threshold)):
-        assert all(float(vectors[c.representative] @ vectors[m]) > threshold - 1e-6 for m in c.members)
+        assert got.label[i] == got.label[len(texts) - 5 + i] >= 0
 
 
-def test_cli_dedup_writes_json_and_csv(tmp_path, tiny_model_dir):
+def run_cli(*args):
+    return CliRunner().invoke(app, ["dedup", *map(str, args), "--no-progress"])
+
+
+QUESTIONS = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "", "How can I learn python"]
+
+
+def test_cli_writes_csv_jsonl_and_parquet_with_keys(tmp_path, tiny_model_dir):
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    qfile = tmp_path / "q.csv"
+    with open(qfile, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "question", "tag"])
+        for i, q in enumerate(QUESTIONS):
+            w.writerow([f"faq-{i}", q, "x"])
+    outs = {}
+    for suffix in ("csv", "jsonl", "parquet"):
+        out = tmp_path / f"d.{suffix}"
+        r = run_cli(qfile, "--key-column", "id", "--model", tiny_model_dir, "--threshold", "0.99", "--out", out)
+        assert r.exit_code == 0, r.output
+        assert "skipped 1 line(s)" in r.output and "1 of the very same text" in r.output
+        outs[suffix] = out
+    rows = list(csv.DictReader(outs["csv"].open()))
+    assert [(r["cluster"], r["representative"], r["key"], r["score_is"]) for r in rows][:2] == [
+        ("0", "1", "faq-0", "similarity"),
+        ("0", "0", "faq-1", "similarity"),
+    ]
+    lines = [json.loads(x) for x in outs["jsonl"].read_text().splitlines()]
+    assert [(x["key"], x["representative"]) for x in lines] == [(r["key"], int(r["representative"])) for r in rows]
+    table = pq.read_table(outs["parquet"]).to_pylist()
+    assert [x["key"] for x in table] == [r["key"] for r in rows]
+    assert not list(tmp_path.glob("*.work"))  # the work folder is gone after the output is written
+
+
+def test_cli_keys_default_to_line_numbers_and_bad_input_is_one_sentence(tmp_path, tiny_model_dir):
     qfile = tmp_path / "q.txt"
-    qfile.write_text("How do I learn Python?\nHow do I learn Python?\nWhy is the sky blue?\n\n")
-    runner = CliRunner()
-    result = runner.invoke(
-        app,
-        ["dedup", str(qfile), "--model", str(tiny_model_dir), "--threshold", "0.99", "--out", str(tmp_path / "d.json")],
+    qfile.write_text("\n".join(QUESTIONS) + "\n")
+    r = run_cli(qfile, "--model", tiny_model_dir, "--threshold", "0.99", "--out", tmp_path / "d.csv")
+    assert r.exit_code == 0, r.output
+    assert [x["key"] for x in csv.DictReader((tmp_path / "d.csv").open())] == ["1", "2"]
+    for args, start in (
+        ((qfile, "--out", tmp_path / "d.txt"), "error: --out must end in .csv, .jsonl, .json or .parquet"),
+        ((tmp_path / "none.txt", "--out", tmp_path / "e.csv"), "error: the questions file"),
+        (("--out", tmp_path / "e.csv"), "error: give either a questions file or --collection"),
+        ((qfile, "--key-column", "id", "--out", tmp_path / "e.csv"), "error: --column and --key-column need"),
+        ((qfile, "--out", tmp_path / "missing" / "e.csv"), "error: cannot write"),
+    ):
+        r = run_cli(*args)
+        assert r.exit_code == 2 and r.output.startswith(start), r.output
+    dup = tmp_path / "k.csv"
+    dup.write_text("id,question\na,How?\na,Why?\n")
+    r = run_cli(dup, "--key-column", "id", "--model", tiny_model_dir, "--out", tmp_path / "e.csv")
+    assert r.exit_code == 2 and "the key 'a' names two questions" in r.output
+    assert not (tmp_path / "e.csv").exists()
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stage", ["encode", "search"])
+def test_a_killed_run_resumes_and_writes_what_an_uninterrupted_run_writes(
+    tmp_path, tiny_model, small_splits, monkeypatch, stage
+):
+    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:1500] + small_splits.pool.q2[:1500] if q.strip()))
+    records = lambda: (dedup_run.Record(t, str(i)) for i, t in enumerate(texts))  # noqa: E731
+    monkeypatch.setattr(dedup_run, "ENCODE_CHUNK", 200)
+    monkeypatch.setattr(dedup_run, "SEARCH_BLOCK", 300)
+    config = DedupConfig(threshold=0.9)
+    config.candidates.exact_below = 500  # partitioned
+    whole = dedup_run.run(records(), tmp_path / "whole.csv", tiny_model, config, {"f": 1})
+    calls = []
+
+    def kill_midway(s, done, total):
+        calls.append(s)
+        if s == stage and calls.count(s) == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        dedup_run.run(records(), tmp_path / "part.csv", tiny_model, config, {"f": 1}, progress=kill_midway)
+    assert not (tmp_path / "part.csv").exists() and (tmp_path / "part.csv.work").is_dir()
+    seen = []
+    again = dedup_run.run(
+        records(), tmp_path / "part.csv", tiny_model, config, {"f": 1}, progress=lambda s, d, t: seen.append((s, d))
     )
-    assert result.exit_code == 0, result.output
-    body = json.loads((tmp_path / "d.json").read_text())
-    assert body["questions"] == 3 and body["threshold"] == 0.99
-    assert [[m["index"] for m in c["members"]] for c in body["clusters"]] == [[0, 1]]
-    result = runner.invoke(
-        app,
-        ["dedup", str(qfile), "--model", str(tiny_model_dir), "--threshold", "0.99", "--out", str(tmp_path / "d.csv")],
-    )
-    assert result.exit_code == 0, result.output
+    assert again.resumed_from == stage
+    assert min(d for s, d in seen if s == stage) > 0  # went on from the recorded chunk, not from zero
+    assert (tmp_path / "part.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+    assert whole.clusters > 0
+
+
+def test_a_changed_run_starts_over(tmp_path, tiny_model):
+    texts = ["How do I learn Python?", "How can I learn Python?", "Why is the sky blue?"]
+    out = tmp_path / "d.csv"
+    (tmp_path / "d.csv.work").mkdir()
+    (tmp_path / "d.csv.work" / "mine.txt").write_text("not dupq's")
+    recs = [dedup_run.Record(t, str(i)) for i, t in enumerate(texts)]
+    with pytest.raises(Exception, match="in the way of the run's work folder"):
+        dedup_run.run(recs, out, tiny_model, DedupConfig(), {"f": 1})
+    (tmp_path / "d.csv.work" / "mine.txt").unlink()
+    assert dedup_run.run(recs, out, tiny_model, DedupConfig(threshold=0.5), {"f": 1}).resumed_from is None
+    assert dedup_run.run(recs, out, tiny_model, DedupConfig(threshold=0.6), {"f": 2}).resumed_from is None
+
+
+def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model):
+    from dupq.search.collection import Collection
+
+    texts = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "How can I learn python"]
+    Collection.build(tmp_path / "c", texts, tiny_model, ids=["a", "b", "c", "d"]).close()
+    r = run_cli("--collection", tmp_path / "c", "--threshold", "0.99", "--out", tmp_path / "d.csv")
+    assert r.exit_code == 0, r.output
     rows = list(csv.DictReader((tmp_path / "d.csv").open()))
-    assert [(r["cluster"], r["representative"], r["index"]) for r in rows] == [("0", "1", "0"), ("0", "0", "1")]
-    result = runner.invoke(app, ["dedup", str(qfile), "--out", str(tmp_path / "d.txt")])
-    assert result.exit_code == 2 and result.output.startswith("error: --out must end in .json or .csv")
+    assert sorted(x["key"] for x in rows) == ["a", "b"] and "1 of the very same text" in r.output
+    r = run_cli(tmp_path / "c", "--collection", tmp_path / "c", "--out", tmp_path / "e.csv")
+    assert r.exit_code == 2 and "either a questions file or --collection" in r.output

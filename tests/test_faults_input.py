@@ -25,9 +25,9 @@ from dupq.cli import app
 from dupq.core.files import DupqError, new_folder
 from dupq.data.pairs import read_pairs
 from dupq.data.questions import read_questions
+from dupq.data.tables import RowWriter
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection, KeyConflict
-from dupq.search.dedup import Cluster, write_clusters
 
 runner = CliRunner()
 BOM = b"\xef\xbb\xbf"
@@ -191,8 +191,8 @@ FORMULAS = ['=HYPERLINK("http://x.example","How?")', "+1+1 how?", "-2+3 why?", "
 def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(tmp_path):
     texts = [*FORMULAS, "How do I -x?", "What is 2+2?"]
     keys = ["=1+1", "+k", "-k", "@k", "\tk", "\rk", "k", "k2"]
-    cluster = Cluster(0, list(range(len(texts))), [1.0] * len(texts))
-    write_clusters(tmp_path / "d.csv", [cluster], texts, keys, {})
+    with open(tmp_path / "d.csv", "wb") as f, RowWriter(f, "csv", ["id", "text"]) as w:
+        w.write([{"id": k, "text": t} for k, t in zip(keys, texts)])
     with open(tmp_path / "d.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
 
@@ -236,16 +236,16 @@ def test_a_key_given_twice_in_one_add_is_not_called_stored(tmp_path):
 
 def test_dedup_into_a_folder_names_the_folder_not_a_temporary_file(tmp_path):
     (tmp_path / "q.txt").write_text("\n".join(QUESTIONS) + "\n")
-    (tmp_path / "x.json").mkdir()
+    (tmp_path / "x.jsonl").mkdir()
     error = refused(
-        invoke("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "x.json")), str(tmp_path / "x.json")
+        invoke("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "x.jsonl")), str(tmp_path / "x.jsonl")
     )
-    assert ".tmp" not in error and list((tmp_path / "x.json").iterdir()) == []
+    assert ".tmp" not in error and list((tmp_path / "x.jsonl").iterdir()) == []
 
 
 def test_dedup_into_a_missing_folder_is_refused_and_creates_nothing(tmp_path):
     (tmp_path / "q.txt").write_text("\n".join(QUESTIONS) + "\n")
-    for name in ("x.json", "x.csv"):
+    for name in ("x.jsonl", "x.csv"):
         out = tmp_path / "none" / "dir" / name
         refused(invoke("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out.parent), "does not exist")
     assert not (tmp_path / "none").exists()

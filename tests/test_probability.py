@@ -48,10 +48,12 @@ def test_dedup_joins_pairs_by_probability(head_model, small_splits):
 
     texts = questions(small_splits, 400)
     threshold = 0.6
-    clusters = dedup(texts, head_model, DedupConfig(threshold=threshold, neighbours=10))
-    assert any(len(c.members) > 1 for c in clusters)
-    for c in clusters:
-        rep, others = c.members[0], c.members[1:]
+    config = DedupConfig(threshold=threshold)
+    config.candidates.neighbours = 10
+    clusters = dedup(texts, head_model, config)
+    assert clusters.count > 0
+    for members in clusters.groups():
+        rep, others = int(members[0]), members[1:].tolist()
         if others:
             p = head_model.probability([texts[rep]] * len(others), [texts[i] for i in others])
             q = head_model.probability([texts[i] for i in others], [texts[rep]] * len(others))

@@ -231,16 +231,18 @@ def test_dedup_joins_a_pair_exactly_when_the_verdict_is_duplicate(folder, pairs,
 
     q1, q2, _ = pairs
     model = Model.load(folder)
-    clusters = [dedup([a, b], model, DedupConfig(neighbours=1)) for a, b in zip(q1, q2)]
-    check(expected, [bool(c) for c in clusters])
-    joined = [i for i in range(N) if clusters[i]]
-    check(expected, [True] * len(joined), score=[clusters[i][0].scores[1] for i in joined], index=joined)
+    config = DedupConfig()
+    config.candidates.neighbours = 1
+    clusters = [dedup([a, b], model, config) for a, b in zip(q1, q2)]
+    check(expected, [c.count == 1 for c in clusters])
+    joined = [i for i in range(N) if clusters[i].count]
+    check(expected, [True] * len(joined), score=[float(clusters[i].score[1]) for i in joined], index=joined)
     some = range(0, N, 25)  # the command, on a few two-question files
     found = []
     for i in some:
         (tmp_path / "q.txt").write_text(f"{q1[i]}\n{q2[i]}\n", encoding="utf-8")
-        cli("dedup", tmp_path / "q.txt", "--model", folder, "--neighbours", "1", "--out", tmp_path / "d.json")
-        found.append(json.loads((tmp_path / "d.json").read_text())["clusters_found"] == 1)
+        cli("dedup", tmp_path / "q.txt", "--model", folder, "--neighbours", "1", "--out", tmp_path / "d.csv")
+        found.append(len((tmp_path / "d.csv").read_text().splitlines()) == 3)
     check(expected, found, index=some)
 
 

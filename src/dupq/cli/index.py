@@ -1,4 +1,4 @@
-"""``dupq index``, ``search``, ``dedup`` and ``serve``: a searchable collection of old questions."""
+"""``dupq index``, ``search`` and ``serve``: a searchable collection of old questions."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from dupq.cli.common import (
     Threads,
     _dropped,
     _threads,
-    _threshold,
     app,
     command,
 )
-from dupq.core.files import DupqError, check_target, to_json
+from dupq.core.files import DupqError, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -213,53 +212,6 @@ def search_command(
                     typer.echo(f"  {rank:>3}  {h.score:.3f}{p}  {verdict:<9}  id {h.id:<7}  {h.text}")
     finally:
         coll.close()
-
-
-@command(name="dedup")
-def dedup_command(
-    questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
-    out: Annotated[Path, typer.Option(help="Where to write the clusters: FILE.json or FILE.csv.")],
-    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
-    threshold: Annotated[
-        Optional[float], typer.Option(help="Duplicates are above this similarity (default: the model's threshold).")
-    ] = None,
-    neighbours: Annotated[
-        int, typer.Option(min=1, help="Candidates per question; a cluster has at most this many + 1 members.")
-    ] = 20,
-    column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
-    threads: Threads = THREADS,
-) -> None:
-    """Group the questions of a file into clusters of duplicates (each member a duplicate of its representative)."""
-    from dupq.data.questions import read_questions
-    from dupq.modeling.model import Model
-    from dupq.search.dedup import DedupConfig, dedup, write_clusters
-
-    _threads(threads)
-    if out.suffix.lower() not in (".json", ".csv"):
-        raise DupqError(f"--out must end in .json or .csv, not {out.name!r}.")
-    check_target(out, folder=False)  # before the work, not after it
-    threshold = _threshold(threshold)
-    m = Model.load(model)
-    qs = read_questions(questions, column)
-    _dropped(questions, qs.dropped)
-    if not qs.texts:
-        raise DupqError(f"{questions} holds no questions.")
-    config = DedupConfig(threshold=threshold, neighbours=neighbours)
-    clusters = dedup(qs.texts, m, config)
-    t = m.threshold if threshold is None else threshold
-    duplicates = sum(len(c.members) - 1 for c in clusters)
-    info = {
-        "questions": len(qs),
-        "threshold": t,
-        "neighbours": neighbours,
-        "model": m.fingerprint(),
-        "clusters_found": len(clusters),
-        "duplicates": duplicates,
-    }
-    write_clusters(out, clusters, qs.texts, qs.keys, info)
-    typer.echo(
-        f"{len(qs):,} questions: {len(clusters):,} clusters of duplicates ({duplicates:,} questions could go) at threshold {t:.2f}; wrote {out}"
-    )
 
 
 @command()

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 class DupqError(Exception):
@@ -31,7 +31,15 @@ class DupqError(Exception):
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and an atomic rename.
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename (see :func:`atomic_output`)."""
+    with atomic_output(path) as f:
+        f.write(data)
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through: a temporary file beside it, renamed into place when the
+    block ends without an error and removed when it does not, so ``path`` is whole or untouched.
 
     ``path``'s folder must exist (a mistyped folder is refused, not created), and ``path`` must
     not be a folder. An error of the file system (no space, no permission) names ``path``, never
@@ -44,7 +52,7 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a model or report should read like any file
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                yield f
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

@@ -1,13 +1,18 @@
 """Reading a list of questions to store, search for or deduplicate.
 
-Three kinds of file, told apart by their name and header (``.gz`` is read transparently):
+Five kinds of file, told apart by their name and header (``.gz`` is read transparently), each read as
+a stream (:func:`stream_questions`), so a file of millions never has to fit in memory:
 
 * a **Quora pairs file** (a header with ``qid1, qid2, question1, question2``): every distinct
   question once, keyed by its qid, in order of first appearance (537,617 questions with words in
   the shared file);
 * a **CSV/TSV file** with a header: the column ``--column`` names (default ``question``); the
   other columns of the row (an answer, a URL, ...) are kept as the question's metadata;
+* **JSON lines** (``.jsonl``, ``.ndjson``): one object a line, the question in its ``--column`` field;
+* **Parquet** (``.parquet``, through pyarrow): the question in its ``--column`` column;
 * anything else: a **text file**, one question a line.
+
+The other fields of a row (an answer, a URL, ...) are its metadata; ``--key-column`` names its key.
 
 Every line is accounted for: a question, or a reason it was left out (a blank line, an empty
 question, one with no words (see :func:`dupq.data.tokenizer.check_question`), a row with the wrong
@@ -18,7 +23,9 @@ naming a column twice (:mod:`dupq.data.text`), or a key given to two lines.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,46 +63,112 @@ def _usable(text: str, where: str, dropped: Dropped, lines: int = 1) -> bool:
     return True
 
 
-def read_questions(path: str | os.PathLike, column: str | None = None, key_column: str | None = None) -> Questions:
-    """Read the questions of ``path`` (see the module docstring for the three kinds of file).
+@dataclass
+class Question:
+    """One question as a streaming reader gives it."""
 
-    Every line is accounted for: a question, or a reason in ``Questions.dropped`` (blank line,
-    empty question, no words, wrong number of fields, unclosed quote). ``key_column`` names the
-    column of a CSV/TSV file that holds each question's key (its id; a Quora file's are its qids).
+    text: str
+    key: str | None  # the user's key (a Quora qid, the --key-column's value); None when the file has none
+    metadata: dict | None  # the row's other columns (CSV/TSV, JSON lines, Parquet); None for a text file
+    line: int  # where it is: the line (text, CSV/TSV, JSON lines) or row (Parquet, 1-based) it starts on
+
+
+JSON_LINES = (".jsonl", ".ndjson")
+
+
+def kind_of(path: Path) -> str:
+    """How a questions file is read, from its name (``.gz`` aside): parquet, jsonl, table (CSV/TSV) or text."""
+    suffixes = [x.lower() for x in path.suffixes if x.lower() != ".gz"]
+    last = suffixes[-1] if suffixes else ""
+    if last == ".parquet":
+        return "parquet"
+    if last in JSON_LINES:
+        return "jsonl"
+    return "table" if delimiter_of(path) is not None else "text"
+
+
+def stream_questions(
+    path: str | os.PathLike, column: str | None = None, key_column: str | None = None, dropped: Dropped | None = None
+) -> Iterator[Question]:
+    """The questions of ``path`` one by one, in memory that does not grow with the file: a text file (one a
+    line), a CSV/TSV file with a header (or a Quora pairs file), JSON lines (one object a line) or Parquet
+    (through pyarrow). ``column`` names the question's field (default ``question``), ``key_column`` its key's.
+
+    Every line is accounted for: a question, or a reason in ``dropped``. Keys are not checked for
+    repeats here (that needs memory): :func:`read_questions` does, and so does ``dupq dedup``."""
+    path = check_path(path, "the questions file", folder=False)
+    dropped = Dropped() if dropped is None else dropped
+    kind = kind_of(path)
+    if (column is not None or key_column is not None) and kind == "text":
+        raise DupqError(
+            f"--column and --key-column need a .csv, .tsv, .jsonl or .parquet file, but {path} is a text file."
+        )
+    if kind == "parquet":
+        yield from _parquet(path, column or "question", key_column, dropped)
+        return
+    with reading(path, "JSON lines" if kind == "jsonl" else "CSV/TSV"), open_text(path) as f:
+        if kind == "text":
+            yield from _lines(f, dropped)
+        elif kind == "jsonl":
+            yield from _json_lines(f, path, column or "question", key_column, dropped)
+        else:
+            delimiter = delimiter_of(path)
+            header = header_names(f.readline(), delimiter, path)
+            rows = table_rows(f, delimiter, len(header), dropped)
+            if column is None and {"qid1", "qid2", "question1", "question2"} <= set(header):
+                yield from _pairs(rows, header, dropped)
+            else:
+                yield from _table(rows, header, column or "question", path, dropped, key_column)
+
+
+def read_questions(path: str | os.PathLike, column: str | None = None, key_column: str | None = None) -> Questions:
+    """Read the questions of ``path`` whole (see :func:`stream_questions` for the kinds of file).
+
+    A key given to two lines is refused in one sentence (nothing is stored).
 
     >>> read_questions("archive.csv", column="title").texts[:1]   # doctest: +SKIP
     ['How do I learn Python fast?']
     """
-    path = check_path(path, "the questions file", folder=False)
-    delimiter = delimiter_of(path)
-    if (column is not None or key_column is not None) and delimiter is None:
-        raise DupqError(f"--column and --key-column need a .csv or .tsv file, but {path} is neither.")
-    with reading(path), open_text(path) as f:
-        if delimiter is None:
-            return _read_lines(f)
-        header = header_names(f.readline(), delimiter, path)
-        rows = table_rows(f, delimiter, len(header), dropped := Dropped())
-        if column is None and {"qid1", "qid2", "question1", "question2"} <= set(header):
-            return _read_pairs(rows, header, dropped)
-        return _read_table(rows, header, column or "question", path, dropped, key_column)
+    dropped = Dropped()
+    texts, keys, metadata = [], [], []
+    first: dict[str, int] = {}
+    for q in stream_questions(path, column, key_column, dropped):
+        if q.key is not None:
+            if q.key in first:
+                raise DupqError(
+                    f"{path} gives the key {q.key!r} to lines {first[q.key]} and {q.line}; a key names one question, "
+                    "so give each its own (nothing was stored)."
+                )
+            first[q.key] = q.line
+        texts.append(q.text)
+        keys.append(q.key)
+        metadata.append(q.metadata)
+    kind = kind_of(Path(path))
+    has_keys = bool(first) or key_column is not None
+    return Questions(
+        texts,
+        keys=keys if has_keys else None,
+        metadata=metadata if any(metadata) else None,
+        dropped=dropped,
+        kind="pairs"
+        if has_keys and key_column is None and kind == "table"
+        else ("text" if kind == "text" else "table"),
+    )
 
 
-def _read_lines(f) -> Questions:
-    texts, dropped = [], Dropped()
+def _lines(f, dropped: Dropped) -> Iterator[Question]:
     for number, line in enumerate(f, 1):
         text = line.rstrip("\r\n")
         if not text.strip():
             dropped.add(f"line {number}", "blank line")
         elif _usable(text, f"line {number}", dropped):
-            texts.append(text)
-    return Questions(texts, dropped=dropped, kind="text")
+            yield Question(text, None, None, number)
 
 
-def _read_pairs(rows, header: list[str], dropped: Dropped) -> Questions:
+def _pairs(rows, header: list[str], dropped: Dropped) -> Iterator[Question]:
     col = {name: i for i, name in enumerate(header)}
     sides = [(col["qid1"], col["question1"]), (col["qid2"], col["question2"])]
     seen: set[str] = set()
-    texts, keys = [], []
     for number, lines, row in rows:
         for i_qid, i_text in sides:
             qid, text = row[i_qid], row[i_text]
@@ -103,42 +176,81 @@ def _read_pairs(rows, header: list[str], dropped: Dropped) -> Questions:
                 continue
             seen.add(qid)
             if _usable(text, f"line {number}", dropped, lines):
-                texts.append(text)
-                keys.append(qid)
-    return Questions(texts, keys=keys, dropped=dropped, kind="pairs")
+                yield Question(text, qid, None, number)
 
 
-def _read_table(
-    rows, header: list[str], column: str, path: Path, dropped: Dropped, key_column: str | None = None
-) -> Questions:
-    for name, option in ((column, "--column"), (key_column, "--key-column")):
-        if name is not None and name not in header:
+def _missing(path: Path, names, columns: list[str]) -> None:
+    for name, option in names:
+        if name is not None and name not in columns:
             raise DupqError(
-                f"{path} has no column {name!r} (its columns: {', '.join(header) or 'none'}); name the column with {option}."
+                f"{path} has no column {name!r} (its columns: {', '.join(columns) or 'none'}); name the column with {option}."
             )
+
+
+def _table(
+    rows, header: list[str], column: str, path: Path, dropped: Dropped, key_column: str | None = None
+) -> Iterator[Question]:
+    _missing(path, ((column, "--column"), (key_column, "--key-column")), header)
     i = header.index(column)
     k = header.index(key_column) if key_column is not None else None
-    texts, metadata, keys = [], [], []
-    first: dict[str, int] = {}  # each key's line
     for number, lines, row in rows:
         if k is not None and not row[k].strip():
             dropped.add(f"line {number}", "empty key", lines)
-        elif k is not None and row[k] in first:
-            raise DupqError(
-                f"{path} gives the key {row[k]!r} to lines {first[row[k]]} and {number}; a key names one question, "
-                "so give each its own (nothing was stored)."
-            )
         elif _usable(row[i], f"line {number}", dropped, lines):
-            if k is not None:
-                first[row[k]] = number
-            texts.append(row[i])
-            metadata.append({name: value for j, (name, value) in enumerate(zip(header, row)) if j not in (i, k)})
-            keys.append(row[k] if k is not None else None)
-    has_metadata = any(metadata)
-    return Questions(
-        texts,
-        keys=keys if k is not None else None,
-        metadata=metadata if has_metadata else None,
-        dropped=dropped,
-        kind="table",
-    )
+            metadata = {name: value for j, (name, value) in enumerate(zip(header, row)) if j not in (i, k)}
+            yield Question(row[i], row[k] if k is not None else None, metadata, number)
+
+
+def _record(obj: dict, column: str, key_column: str | None, where: str, dropped: Dropped) -> Question | None:
+    """A JSON object or Parquet row as a question, or None with the reason in ``dropped``."""
+    text, key = obj.get(column), obj.get(key_column) if key_column is not None else None
+    if not isinstance(text, str):
+        dropped.add(where, f"no text in {column!r}")
+        return None
+    if key_column is not None:
+        if isinstance(key, (int, float)) and not isinstance(key, bool):
+            key = str(key)
+        if not isinstance(key, str) or not key.strip():
+            dropped.add(where, "empty key")
+            return None
+    if not _usable(text, where, dropped):
+        return None
+    metadata = {name: value for name, value in obj.items() if name not in (column, key_column)}
+    return Question(text, key, metadata, int(where.split()[-1]))
+
+
+def _json_lines(f, path: Path, column: str, key_column: str | None, dropped: Dropped) -> Iterator[Question]:
+    for number, line in enumerate(f, 1):
+        if not line.strip():
+            dropped.add(f"line {number}", "blank line")
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            dropped.add(f"line {number}", "not JSON")
+            continue
+        if not isinstance(obj, dict):
+            dropped.add(f"line {number}", "not a JSON object")
+            continue
+        q = _record(obj, column, key_column, f"line {number}", dropped)
+        if q is not None:
+            yield q
+
+
+def _parquet(path: Path, column: str, key_column: str | None, dropped: Dropped) -> Iterator[Question]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DupqError("reading Parquet needs pyarrow: pip install 'dupq[parquet]'.") from None
+    try:
+        f = pq.ParquetFile(path)
+        _missing(path, ((column, "--column"), (key_column, "--key-column")), f.schema_arrow.names)
+        row = 0
+        for batch in f.iter_batches(batch_size=8192):
+            for obj in batch.to_pylist():
+                row += 1
+                q = _record(obj, column, key_column, f"row {row}", dropped)
+                if q is not None:
+                    yield q
+    except OSError as e:  # pyarrow's ArrowInvalid and ArrowIOError are OSErrors
+        raise DupqError(f"{path} is not a readable Parquet file ({e}).") from None

@@ -1,0 +1,285 @@
+"""`dupq dedup` at scale, beside SemHash on the same vectors: time, peak memory and the groups' quality (JSON).
+
+    python bench/dedup_scale.py speed   [--sizes 50000 100000 200000 0]   (0: all distinct Quora questions)
+    python bench/dedup_scale.py quality [--cosines 0.7 0.75 0.8 0.85]
+    python bench/dedup_scale.py scale   [--sizes 50000 500000 5000000]
+
+Every distinct question of the Quora file (one a line, as a user would hand them over) is encoded
+once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is a fresh process
+(its peak memory is the process's ``ru_maxrss``):
+
+* **speed**: ``dupq dedup FILE --out groups.csv`` end to end (read, encode, search, judge, group,
+  write); then the grouping alone on the cached vectors by cosine at one threshold, dupq's star groups
+  (``DedupConfig(on="similarity")``) beside SemHash's ``self_deduplicate`` (``SemHash.from_embeddings``,
+  its default usearch index), in turn.
+* **quality**: on all questions, the groups' pairwise precision, recall and F1 over the Quora file's
+  labelled pairs of the bundled model's dev rows and test rows (both questions are in the input; a
+  pair is predicted duplicate when both land in one group). The cosine threshold is chosen on the dev
+  rows by the star groups' F1; then star, connected components and SemHash's rule (on dupq's edges)
+  and SemHash itself, all at that threshold, and dupq's default (the model's probability at its own
+  threshold), with each grouping's largest group and the duplicate pairs its groups imply.
+* **scale**: synthetic archives of vectors drawn around the real ones (a real vector plus Gaussian
+  noise, renormalised), grouped as ``dupq dedup`` groups (the model's verdict), to show the cost per
+  question stays flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+CACHE = Path("runs/dedup_scale")
+COSINE = 0.8  # the speed and scale runs' cosine threshold (the quality run chooses its own on dev)
+
+
+def questions() -> tuple[Path, np.ndarray]:
+    """Every distinct Quora question, one a line, and its bundled-model vector (cached)."""
+    from dupq.data.pairs import default_data_path
+    from dupq.data.questions import read_questions
+    from dupq.modeling.model import Model
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    text, vectors = CACHE / "questions.txt", CACHE / "vectors.npy"
+    if not vectors.is_file():
+        seen = dict.fromkeys(" ".join(q.split()) for q in read_questions(default_data_path()).texts)
+        texts = [q for q in seen if q]
+        text.write_text("".join(q + "\n" for q in texts))
+        np.save(vectors, Model.load().encode(texts))
+    return text, np.load(vectors, mmap_mode="r")
+
+
+def first(n: int) -> Path:
+    text, _ = questions()
+    path = CACHE / f"first-{n}.txt"
+    if not path.is_file():
+        with open(text) as f, open(path, "w") as out:
+            out.writelines(line for _, line in zip(range(n), f))
+    return path
+
+
+def timed(command: list) -> dict:
+    """Wall time and peak memory (GNU time's maximum resident set) of one process; its last stdout line, if
+    JSON, is merged in."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *map(str, command)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, command))} failed: {proc.stderr.strip().splitlines()[-3:]}")
+    seconds, kilobytes = proc.stderr.strip().splitlines()[-1].split()
+    row = {"seconds": float(seconds), "peak_gb": round(int(kilobytes) / 1e6, 3)}
+    lines = proc.stdout.strip().splitlines()
+    if lines and lines[-1].startswith("{"):
+        row.update(json.loads(lines[-1]))
+    return row
+
+
+def child(kind: str, n: int, threshold: float, noise: float = 0.0, save: str = "") -> None:
+    """One timed grouping in this process: prints {"group_seconds": ..., "groups": ...} as its last line."""
+    _, real = questions()
+    if noise:
+        rng = np.random.default_rng(0)
+        vectors = np.empty((n, real.shape[1]), np.float32)
+        for lo in range(0, n, 1 << 20):
+            hi = min(n, lo + (1 << 20))
+            v = real[rng.integers(0, len(real), hi - lo)] + rng.normal(0, noise, (hi - lo, real.shape[1]))
+            vectors[lo:hi] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    else:
+        vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
+    start = time.perf_counter()
+    if kind.startswith("dupq"):
+        from dupq.modeling.model import Model
+        from dupq.search.dedup import DedupConfig, dedup_vectors
+
+        model = Model.load()
+        config = DedupConfig(threshold=threshold, on="similarity") if kind == "dupq" else DedupConfig()
+        labels = dedup_vectors(vectors, model, config).label  # dupq-model: the model's verdict, as dupq dedup
+    else:
+        from semhash import SemHash
+
+        records = [str(i) for i in range(len(vectors))]
+        result = SemHash.from_embeddings(vectors, records, model=None).self_deduplicate(threshold=threshold)
+        labels = np.full(len(vectors), -1, dtype=np.int64)
+        for d in result.filtered:  # each removed record names the kept one it duplicates
+            labels[int(d.record)] = labels[int(d.duplicate_of)] = int(d.duplicate_of)
+    seconds = time.perf_counter() - start
+    if save:
+        np.save(save, labels)
+    print(
+        json.dumps({"group_seconds": round(seconds, 1), "questions": len(vectors), "grouped": int((labels >= 0).sum())})
+    )
+
+
+def me(*args) -> list[str]:
+    return [sys.executable, __file__, "child", *map(str, args)]
+
+
+def speed(sizes: list[int]) -> dict:
+    dupq = Path(sys.executable).with_name("dupq")
+    rows = []
+    for n in sizes:
+        n = n or len(questions()[1])
+        row = {"questions": n}
+        row["dupq dedup FILE --out groups.csv"] = timed(
+            [dupq, "dedup", first(n), "--out", CACHE / "groups.csv", "--no-progress"]
+        )
+        row["dupq grouping (cosine)"] = timed(me("dupq", n, COSINE))
+        row["SemHash self_deduplicate (cosine)"] = timed(me("semhash", n, COSINE))
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"cosine": COSINE, "runs": rows}
+
+
+def quality(cosines: list[float]) -> dict:
+    from dupq.data.pairs import default_data_path, held_out
+    from dupq.evaluation.grouping import pairwise
+    from dupq.modeling.model import Model
+    from dupq.search.candidates import neighbour_blocks
+    from dupq.search.clusters import CLUSTERERS, Edges
+    from dupq.search.dedup import DedupConfig, judge
+
+    text, vectors = questions()
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    where = {q.rstrip("\n"): i for i, q in enumerate(open(text))}
+    model = Model.load()
+    splits = held_out(model.metrics, default_data_path())
+
+    def labelled(pairs):
+        a = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q1])
+        b = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q2])
+        keep = (a >= 0) & (b >= 0) & (a != b)
+        return a[keep], b[keep], pairs.labels[keep]
+
+    dev, test = labelled(splits.dev), labelled(splits.test)
+    low = min(cosines)
+    by_cosine, by_model = [], []
+    for rows, scores, ids in neighbour_blocks(vectors, DedupConfig().candidates):
+        by_cosine.append(judge(model, vectors, rows, scores, ids, low, on="similarity"))
+        by_model.append(judge(model, vectors, rows, scores, ids, model.threshold))
+    by_cosine, by_model = Edges.join(by_cosine), Edges.join(by_model)
+    n = len(vectors)
+
+    def above(t):
+        keep = by_cosine.score > t
+        return Edges(by_cosine.a[keep], by_cosine.b[keep], by_cosine.score[keep])
+
+    sweep = {t: pairwise(CLUSTERERS["star"](above(t), n).label, *dev) for t in cosines}
+    chosen = max(cosines, key=lambda t: sweep[t]["f1"])
+    groupings = {f"dupq {m} (cosine > {chosen})": CLUSTERERS[m](above(chosen), n).label for m in CLUSTERERS}
+    groupings[f"dupq star, the model's verdict (probability > {model.threshold:.2f})"] = CLUSTERERS["star"](
+        by_model, n
+    ).label
+    saved = CACHE / "semhash-labels.npy"
+    timed(me("semhash", 0, chosen, 0.0, saved))
+    groupings[f"SemHash self_deduplicate (cosine > {chosen})"] = np.load(saved)
+    table = {}
+    for name, labels in groupings.items():
+        sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.zeros(1, int)
+        sizes = sizes[sizes > 0]
+        table[name] = {
+            "dev": pairwise(labels, *dev),
+            "test": pairwise(labels, *test),
+            "groups": int(len(sizes)),
+            "largest": int(sizes.max()),
+            "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
+        }
+    return {
+        "questions": n,
+        "dev_sweep_star_f1": {str(t): sweep[t]["f1"] for t in cosines},
+        "chosen_on_dev": chosen,
+        "groupings": table,
+    }
+
+
+def scale(sizes: list[int]) -> dict:
+    rows = []
+    for n in sizes:
+        row = {"questions": n, **timed(me("dupq-model", n, COSINE, 0.05))}
+        row["microseconds_per_question"] = round(row["group_seconds"] / n * 1e6, 1)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"judged_by": "the bundled model's verdict", "noise": 0.05, "runs": rows}
+
+
+def table(what: str) -> None:
+    """The saved run (docs/results/dedup_WHAT.json) as the Markdown table of docs/dedup.md."""
+    from saved import last_json
+
+    r = last_json(f"dedup_{what}.json")
+    if what == "quality":
+        print("| grouping | dev P / R / F1 | test P / R / F1 | groups | largest group | pairs its groups imply |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for name, g in r["groupings"].items():
+            d, t = g["dev"], g["test"]
+            print(
+                f"| {name} | {d['precision']:.3f} / {d['recall']:.3f} / {d['f1']:.3f} "
+                f"| {t['precision']:.3f} / {t['recall']:.3f} / {t['f1']:.3f} | {g['groups']:,} | {g['largest']:,} "
+                f"| {g['implied_pairs']:,} |"
+            )
+    elif what == "speed":
+        names = [k for k in r["runs"][0] if k != "questions"]
+        print("| questions | " + " | ".join(f"{k}: s / peak GB" for k in names) + " |")
+        print("| --- |" + " --- |" * len(names))
+        for run in r["runs"]:
+            cells = [f"{run[k].get('group_seconds', run[k]['seconds'])} / {run[k]['peak_gb']:.2f}" for k in names]
+            print(f"| {run['questions']:,} | " + " | ".join(cells) + " |")
+    elif what == "plan":
+        plan(r)
+    else:
+        print("| questions | grouping s | µs a question | peak GB |")
+        print("| --- | --- | --- | --- |")
+        for run in r["runs"]:
+            print(
+                f"| {run['questions']:,} | {run['group_seconds']} | {run['microseconds_per_question']} | {run['peak_gb']:.2f} |"
+            )
+
+
+def plan(r: dict, n: int = 100_000_000, dim: int = 128) -> None:
+    """The 100M-question plan, from the scale run's largest archive: core-hours, then nodes and hours."""
+    big = r["runs"][-1]
+    core_us = big["microseconds_per_question"] * r.get("cores", 2)  # one core's time a question (2 cores measured)
+    core_hours = n * core_us / 1e6 / 3600
+    vectors_gb = n * (4 * dim + 8) / 1e9  # float32 vectors + list ids: the inverted file, spread over the tasks
+    print(
+        f"From the {big['questions']:,}-question run: {core_us:.0f} µs of one core a question (search, judge, group)."
+    )
+    print()
+    print("| cluster | cores | hours for 100M questions (search + judge) | vectors + lists in the object store |")
+    print("| --- | --- | --- | --- |")
+    for nodes, cores in ((4, 16), (16, 16), (32, 32)):
+        print(
+            f"| {nodes} nodes x {cores} cores | {nodes * cores} | {core_hours / (nodes * cores):.1f} | {vectors_gb:.0f} GB |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["speed", "quality", "scale", "child", "table"])
+    parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=int, nargs="+")
+    parser.add_argument("--cosines", type=float, nargs="+", default=[0.7, 0.75, 0.8, 0.85, 0.9])
+    a = parser.parse_args()
+    if a.what == "table":
+        table(a.args[0])
+        return
+    if a.what == "child":
+        kind, n, t, *rest = a.args
+        child(kind, int(n), float(t), float(rest[0]) if rest else 0.0, rest[1] if len(rest) > 1 else "")
+        return
+    machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    if a.what == "speed":
+        result = speed(a.sizes or [50_000, 100_000, 200_000, 0])
+    elif a.what == "quality":
+        result = quality(a.cosines)
+    else:
+        result = scale(a.sizes or [50_000, 500_000, 5_000_000])
+    print(json.dumps({**machine, **result}))
+
+
+if __name__ == "__main__":
+    main()

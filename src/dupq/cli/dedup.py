@@ -1,0 +1,198 @@
+"""``dupq dedup``: group an archive's questions into duplicates, on this machine or a Ray cluster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from dupq.cli.common import QUESTIONS_HELP, THREADS, Threads, _dropped, _threads, _threshold, command
+from dupq.core.files import DupqError, check_target
+
+
+@command(name="dedup")
+def dedup_command(
+    questions: Annotated[
+        Optional[Path],
+        typer.Argument(help=QUESTIONS_HELP.replace("(.gz ok)", "; also .jsonl and .parquet (.gz ok)")),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="Where to write the groups, one row per member: FILE.csv, FILE.jsonl or FILE.parquet.")
+    ] = ...,
+    collection: Annotated[
+        Optional[Path],
+        typer.Option(help="Instead of a file, a collection folder: its questions, stored vectors and keys."),
+    ] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="Model folder (default: the bundled model, or the collection's).")
+    ] = None,
+    threshold: Annotated[
+        Optional[float],
+        typer.Option(
+            help="A pair is a duplicate when the model's score (its calibrated probability for the bundled model; "
+            "each row's score_is says which) is above this (default: the model's threshold)."
+        ),
+    ] = None,
+    on: Annotated[
+        Literal["model", "similarity"],
+        typer.Option(
+            help="model: judge each pair as the model does (default); similarity: by the cosine alone (faster; "
+            "needs --threshold)."
+        ),
+    ] = "model",
+    neighbours: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Candidates looked at per question; a group can be larger, since a representative also takes "
+            "the questions that found it.",
+        ),
+    ] = 20,
+    grouping: Annotated[
+        Literal["star", "components", "leader"],
+        typer.Option(
+            help="star: every member a duplicate of its representative (default); components: every chain of "
+            "duplicates one group; leader: SemHash's rule, in input order."
+        ),
+    ] = "star",
+    column: Annotated[
+        Optional[str], typer.Option(help="The question column of a CSV/TSV/JSON lines/Parquet file.")
+    ] = None,
+    key_column: Annotated[
+        Optional[str],
+        typer.Option(help="The column holding each question's key (default: its line number; a Quora file's qids)."),
+    ] = None,
+    exact_below: Annotated[
+        int,
+        typer.Option(min=0, help="Search exactly up to this many questions; beyond, among k-means partitions."),
+    ] = 50_000,
+    ray: Annotated[
+        Optional[str],
+        typer.Option(help="Run the encoding and the search on a Ray cluster at this address (HOST:PORT or auto)."),
+    ] = None,
+    work: Annotated[
+        Optional[Path],
+        typer.Option(help="The run's work folder, kept until the output is written (default: OUT.work)."),
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars with the time left.")] = True,
+    threads: Threads = THREADS,
+) -> None:
+    """Group the questions of a file (or a collection) into duplicates: every member of a group is a duplicate of
+    its representative, so all but the representative could go.
+
+    Memory grows linearly with the questions: files are streamed, neighbours are found by exact search up to
+    50,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
+    where it stopped when started again with the same arguments. Each output row carries the question's key, its
+    group, whether it is the group's representative, and its score with the representative (score_is: which score)."""
+    from dupq.search.dedup import DedupConfig
+    from dupq.search.dedup_run import run
+
+    _threads(threads)
+    if (questions is None) == (collection is None):
+        raise DupqError("give either a questions file or --collection DIR to deduplicate.")
+    if collection is not None and (column or key_column):
+        raise DupqError("--column and --key-column are for files; a collection's questions carry their keys.")
+    from dupq.data.tables import format_of
+
+    format_of(out)
+    check_target(out, folder=False)  # before the work, not after it
+    config = DedupConfig(threshold=_threshold(threshold), method=grouping, on=None if on == "model" else on)
+    config.candidates.neighbours, config.candidates.exact_below = neighbours, exact_below
+    records, identity, m, dropped = _source(questions, collection, model, column, key_column)
+    engine = None
+    if ray is not None:
+        from dupq.search.dedup_ray import RayEngine
+
+        engine = RayEngine(ray)
+    with _bars(progress) as report:
+        summary = run(records, out, m, config, identity, work, engine, report)
+    if dropped is not None:
+        _dropped(questions, dropped)
+    resumed = f" (resumed a killed run at its {summary.resumed_from} stage)" if summary.resumed_from else ""
+    typer.echo(
+        f"{summary.questions:,} questions: {summary.clusters:,} groups of duplicates ({summary.duplicates:,} questions "
+        f"could go; {summary.same_text:,} of the very same text) at {summary.score_is} > {summary.threshold:.2f}; "
+        f"wrote {out}{resumed}"
+    )
+
+
+def _source(questions, collection, model, column, key_column):
+    """The records to group, what identifies them for resuming, the model, and the file's dropped lines."""
+    from dupq.data.pairs import Dropped
+    from dupq.data.questions import stream_questions
+    from dupq.modeling.model import Model
+    from dupq.search.dedup_run import Record
+
+    if collection is not None:
+        from dupq.search.collection import Collection
+
+        coll = Collection.open(collection, Model.load(model) if model else None)
+        try:
+            rows, vectors = coll.stored_rows(), coll.stored_vectors()
+            m = coll.model
+        finally:
+            coll.close()
+        records = [Record(text, str(i) if key is None else key, vectors[i]) for i, key, text, _ in rows]
+        stat = Path(collection).stat()
+        return (
+            records,
+            {"collection": str(Path(collection).resolve()), "count": len(records), "mtime": stat.st_mtime_ns},
+            m,
+            None,
+        )
+
+    dropped = Dropped()
+    stat = questions.stat() if questions.exists() else None
+    identity = {"file": str(questions.resolve()), "size": stat and stat.st_size, "mtime": stat and stat.st_mtime_ns}
+    identity.update(column=column, key_column=key_column)
+    stream = stream_questions(questions, column, key_column, dropped)
+    first = next(stream, None)  # a bad file or column is refused here, before the model loads
+    m = Model.load(model)
+
+    def records():
+        if first is None:
+            return
+        for q in _chain(first, stream):
+            yield Record(q.text, q.key if q.key is not None else str(q.line))
+
+    return records(), identity, m, dropped
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+class _bars:
+    """rich progress bars on stderr, one per stage, with the time left; off when asked or not a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda stage, done, total: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description:<7}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
+        self.bar.__enter__()
+        return self.report
+
+    def report(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(stage, total=total or None)
+        self.bar.update(self.tasks[stage], completed=done, **({"total": total} if total else {}))
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)

@@ -1,0 +1,176 @@
+"""Each question's nearest neighbours among all the others, in memory that grows linearly.
+
+Deduplicating ``N`` questions needs, for each, its ``k`` most similar others; the pairs among them
+that the model judges duplicates are the edges the groups are made of (:mod:`dupq.search.clusters`).
+
+* Up to ``exact_below`` questions the search is **exact**: queries in blocks against all ``N``,
+  so no more than ``block x N`` scores exist at once.
+* Above it the questions are **partitioned** (an inverted file, Jégou, Douze & Schmid 2011, as
+  FAISS's ``IndexIVFFlat``; SemDeDup and NeMo Curator also partition by k-means): spherical k-means
+  puts each question in one of ``P = N / list_size`` lists, and a question is compared only with the
+  questions of the ``nprobe`` lists whose centroids are nearest to it. The cost per question stays
+  ``nprobe x list_size`` inner products whatever ``N``. Queries are taken in the order of their
+  list, so consecutive queries scan the same lists while they are in the cache. With many lists
+  (``P > FLAT_LISTS``) the centroids are searched through an HNSW graph, FAISS's advice for large
+  ``nlist`` (index factory ``IVFn_HNSW32``): the k-means' assignment steps and every probe cost
+  ``O(log P)`` instead of ``O(P)``.
+
+The lists a query probes (:func:`probes`) come from the centroids alone, so a task that holds only
+those lists finds what the whole index finds: :func:`search_lists` is the same search over a part,
+which is how the Ray run (:mod:`dupq.search.dedup_ray`) spreads it over machines.
+
+>>> v = np.eye(3, dtype=np.float32)
+>>> exact_neighbours(v, v, 2)[1][:, 0].tolist()
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+from faiss.contrib.ivf_tools import add_preassigned, search_preassigned
+
+from dupq.core.files import DupqError
+
+FLAT_LISTS = 4096  # up to this many lists, centroids are searched exactly (one matrix product)
+SCORES_PER_BLOCK = 1 << 24  # exact search: at most this many scores (64 MB) at once
+
+
+@dataclass
+class CandidateConfig:
+    """How each question's neighbours are found."""
+
+    neighbours: int = 20  # candidates per question: more finds bigger groups, costs time and disk
+    exact_below: int = 50_000  # exact search up to this many questions; partitioned above
+    list_size: int = 512  # partitioned: mean questions per list (more = better recall, more time per question)
+    nprobe: int = 8  # partitioned: lists each question is compared with (more = better recall, more time)
+    seed: int = 0  # k-means' sample and start
+
+    def __post_init__(self) -> None:
+        for name in ("neighbours", "list_size", "nprobe"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DupqError(f"{name} must be a whole number of at least 1, not {value!r}.")
+
+    def partitioned(self, n: int) -> bool:
+        return n > self.exact_below
+
+    def lists(self, n: int) -> int:
+        return max(1, n // self.list_size)
+
+
+def exact_neighbours(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top-``k`` of ``corpus`` for each query by inner product: ``scores, ids (Q, k')``, best first.
+
+    Blocked over queries so that at most :data:`SCORES_PER_BLOCK` scores exist at once."""
+    k = min(k, len(corpus))
+    scores = np.empty((len(queries), k), dtype=np.float32)
+    ids = np.empty((len(queries), k), dtype=np.int64)
+    block = max(1, SCORES_PER_BLOCK // max(1, len(corpus)))
+    for lo in range(0, len(queries), block):
+        s = queries[lo : lo + block] @ corpus.T  # (B, N)
+        part = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < s.shape[1] else np.tile(np.arange(k), (len(s), 1))
+        best = np.take_along_axis(s, part, 1)
+        order = np.lexsort((part, -best), axis=1)  # best score first, then the smaller id
+        scores[lo : lo + block] = np.take_along_axis(best, order, 1)
+        ids[lo : lo + block] = np.take_along_axis(part, order, 1)
+    return scores, ids
+
+
+def _flat_or_graph(centroids: np.ndarray) -> faiss.Index:
+    """An inner-product index over centroids: exact up to :data:`FLAT_LISTS`, an HNSW graph beyond."""
+    d = centroids.shape[1]
+    if len(centroids) <= FLAT_LISTS:
+        index = faiss.IndexFlatIP(d)
+    else:
+        index = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction, index.hnsw.efSearch = 80, 128
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    return index
+
+
+def train_centroids(vectors: np.ndarray, config: CandidateConfig) -> np.ndarray:
+    """Spherical k-means centroids ``(P, d)`` of ``vectors``, trained on a sample of 32 per list (FAISS's ``Clustering``)."""
+    n, d = vectors.shape
+    p = config.lists(n)
+    clustering = faiss.Clustering(d, p)
+    clustering.niter, clustering.seed, clustering.spherical = 10, config.seed, True
+    clustering.max_points_per_centroid, clustering.min_points_per_centroid = 32, 1
+    sample = np.random.default_rng(config.seed).choice(n, size=min(n, 32 * p), replace=False)
+    train = np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32)
+    assigner = faiss.IndexFlatIP(d) if p <= FLAT_LISTS else faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
+    clustering.train(train, assigner)
+    return faiss.vector_to_array(clustering.centroids).reshape(p, d)
+
+
+def probes(vectors: np.ndarray, centroids: np.ndarray, nprobe: int, block: int = 65_536) -> np.ndarray:
+    """The ``nprobe`` lists each vector is compared with ``(N, nprobe)`` int32; the first is its own list."""
+    quantizer = _flat_or_graph(centroids)
+    nprobe = min(nprobe, len(centroids))
+    out = np.empty((len(vectors), nprobe), dtype=np.int32)
+    for lo in range(0, len(vectors), block):
+        out[lo : lo + block] = quantizer.search(np.ascontiguousarray(vectors[lo : lo + block], np.float32), nprobe)[1]
+    return out
+
+
+def list_index(centroids: np.ndarray, vectors: np.ndarray, ids: np.ndarray, lists: np.ndarray) -> faiss.Index:
+    """An ``IndexIVFFlat`` over these centroids holding ``vectors`` under their global ``ids`` in their ``lists``."""
+    p, d = centroids.shape
+    index = faiss.IndexIVFFlat(_flat_or_graph(centroids), d, p, faiss.METRIC_INNER_PRODUCT)
+    index.is_trained = True
+    if len(vectors):
+        # Named here: add_preassigned keeps only a raw pointer to ids, so a temporary would be freed under it.
+        x, where, keys = np.ascontiguousarray(vectors, np.float32), lists.astype(np.int64), ids.astype(np.int64)
+        add_preassigned(index, x, where, keys)
+    return index
+
+
+def search_lists(
+    index: faiss.Index, queries: np.ndarray, query_probes: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's ``k`` best among the vectors of its probed lists: ``scores, ids (Q, k)``, -1 where fewer."""
+    index.nprobe = query_probes.shape[1]
+    return search_preassigned(index, np.ascontiguousarray(queries, np.float32), k, query_probes.astype(np.int64))
+
+
+def query_order(first_list: np.ndarray) -> np.ndarray:
+    """Queries in the order of their own list (stable), so consecutive ones scan the same lists."""
+    return np.argsort(first_list, kind="stable")
+
+
+def neighbour_blocks(
+    vectors: np.ndarray, config: CandidateConfig, block: int = 16_384, start: int = 0
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(rows, scores, ids)`` for blocks of query rows, covering every row once: each row's
+    ``neighbours + 1`` best candidates (itself among them) by inner product, -1 where fewer.
+
+    ``start`` skips the first blocks (a resumed run); blocks are fixed by ``N`` and the config."""
+    n = len(vectors)
+    k = config.neighbours + 1
+    if not config.partitioned(n):
+        for lo in range(start * block, n, block):
+            rows = np.arange(lo, min(n, lo + block))
+            s, i = exact_neighbours(vectors[rows], vectors, k)
+            yield rows, *_padded(s, i, k)
+        return
+    centroids = train_centroids(vectors, config)
+    probed = probes(vectors, centroids, config.nprobe)
+    index = list_index(centroids, vectors, np.arange(n), probed[:, 0])
+    order = query_order(probed[:, 0])
+    for lo in range(start * block, n, block):
+        rows = order[lo : lo + block]
+        s, i = search_lists(index, vectors[rows], probed[rows], k)
+        yield rows, s, i
+
+
+def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    if scores.shape[1] == k:
+        return scores, ids
+    pad = k - scores.shape[1]
+    return (
+        np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf),
+        np.pad(ids, ((0, 0), (0, pad)), constant_values=-1),
+    )

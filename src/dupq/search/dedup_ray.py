@@ -1,0 +1,179 @@
+"""``dupq dedup --ray ADDRESS``: the encoding and the search of a run as Ray tasks.
+
+The driver (the machine that runs the command) streams the input, keeps the work folder and writes
+the output exactly as on one machine (:mod:`dupq.search.dedup_run`); what it hands to the cluster is
+the arithmetic:
+
+* **encode**: chunks of texts, each a task that encodes them with the model (shipped once as the
+  folder's bytes, so the nodes need dupq installed but not the model);
+* **probe**: chunks of vectors, each a task that finds the lists they fall in (the k-means centroids
+  are trained on the driver from a sample of 32 per list);
+* **search**: blocks of queries taken in the order of their list, as on one machine; each task gets
+  its queries and the vectors of exactly the lists they probe, builds the same inverted file over
+  them (:func:`dupq.search.candidates.list_index`) and returns the judged duplicate pairs. A query
+  sees the same lists as on one machine, so the groups are the same (up to the order of equal scores).
+
+At most ``2 x`` the cluster's CPUs tasks are in flight, so the driver's memory stays bounded; results
+are taken in order, so a killed run resumes from the last block recorded, as on one machine.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from dupq.core.files import DupqError
+from dupq.modeling.model import Model
+from dupq.search.candidates import exact_neighbours as exact
+from dupq.search.candidates import list_index, query_order, search_lists
+from dupq.search.clusters import Edges
+from dupq.search.dedup import DedupConfig, judge
+from dupq.search.dedup_run import SEARCH_BLOCK, Work, partition
+
+_MODELS: dict[str, Model] = {}  # one loaded model per worker process, by the bytes' fingerprint
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise DupqError("--ray needs Ray: pip install 'dupq[ray]'.") from None
+    return ray
+
+
+def _model(files: dict[str, bytes], name: str) -> Model:
+    """The model whose folder's files are ``files``, written to a temporary folder once per worker."""
+    if name not in _MODELS:
+        folder = Path(tempfile.mkdtemp(prefix="dupq-model-"))
+        for file, data in files.items():
+            (folder / file).write_bytes(data)
+        _MODELS[name] = Model.load(folder)
+    return _MODELS[name]
+
+
+def _encode(files, name, texts):
+    return _model(files, name).encode(texts)
+
+
+def _probes(vectors, centroids, nprobe):
+    from dupq.search.candidates import probes
+
+    return probes(vectors, centroids, nprobe)
+
+
+class _ByKey:
+    """Vectors looked up by global question number: ``ids`` sorted, ``vectors[i]`` the vector of ``ids[i]``."""
+
+    def __init__(self, ids: np.ndarray, vectors: np.ndarray):
+        self.ids, self.vectors = ids, vectors
+
+    def __getitem__(self, wanted: np.ndarray) -> np.ndarray:
+        return self.vectors[np.searchsorted(self.ids, wanted)]
+
+
+def _search(files, name, threshold, on, k, rows, queries, query_probes, corpus, corpus_ids, corpus_lists, centroids):
+    model = _model(files, name)
+    if centroids is None:  # exact: the whole corpus
+        scores, ids = exact(queries, corpus, k)
+    else:
+        scores, ids = search_lists(list_index(centroids, corpus, corpus_ids, corpus_lists), queries, query_probes, k)
+    return judge(model, _ByKey(corpus_ids, corpus), rows, scores, ids, threshold, on)
+
+
+def _reachable(address: str, timeout: float = 10.0) -> None:
+    """Refuse a ``HOST:PORT`` where nothing listens in one sentence (Ray itself retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not port.isdigit():
+        return  # auto, ray://...: Ray finds or reaches the cluster itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise DupqError(f"cannot reach a Ray cluster at {address} ({e.strerror or e}).") from None
+
+
+class RayEngine:
+    """The heavy stages of a run on the Ray cluster at ``address`` (``HOST:PORT``, ``ray://...`` or ``auto``)."""
+
+    def __init__(self, address: str):
+        ray = _ray()
+        _reachable(address)
+        try:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise DupqError(f"cannot reach a Ray cluster at {address} ({str(e).splitlines()[0]}).") from None
+        self.ray = ray
+        self.inflight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        self._remote = {f.__name__: ray.remote(f) for f in (_encode, _probes, _search)}
+
+    def _model_ref(self, model: Model):
+        if model.folder is None:
+            raise DupqError("--ray needs a model saved in a folder, to ship it to the cluster.")
+        files = {p.name: p.read_bytes() for p in Path(model.folder).iterdir() if p.is_file()}
+        return self.ray.put(files), model.fingerprint()
+
+    def _ordered(self, calls: Iterable) -> Iterator:
+        """Results of ``(tag, submit)`` calls in order, with at most ``inflight`` running."""
+        pending: deque = deque()
+        for tag, submit in calls:
+            pending.append((tag, submit()))
+            if len(pending) >= self.inflight:
+                t, ref = pending.popleft()
+                yield t, self.ray.get(ref)
+        while pending:
+            t, ref = pending.popleft()
+            yield t, self.ray.get(ref)
+
+    def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]:
+        files, name = self._model_ref(model)
+        run = self._remote["_encode"].remote
+        yield from self._ordered((lo, lambda t=texts: run(files, name, t)) for lo, texts in chunks)
+
+    def probes(self, vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray:
+        run, ref = self._remote["_probes"].remote, self.ray.put(centroids)
+        out = np.empty((len(vectors), min(nprobe, len(centroids))), dtype=np.int32)
+        calls = (
+            (lo, lambda lo=lo: run(np.asarray(vectors[lo : lo + 65_536]), ref, nprobe))
+            for lo in range(0, len(vectors), 65_536)
+        )
+        for lo, p in self._ordered(calls):
+            out[lo : lo + len(p)] = p
+        return out
+
+    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]:
+        files, name = self._model_ref(model)
+        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
+        n, c = len(vectors), config.candidates
+        t, k, run = config.threshold_for(model), c.neighbours + 1, self._remote["_search"].remote
+        if not c.partitioned(n):
+            everything, ids = self.ray.put(np.asarray(vectors)), np.arange(n)
+
+            def exact_block(lo):
+                rows = np.arange(lo, min(n, lo + SEARCH_BLOCK))
+                return run(files, name, t, config.on, k, rows, vectors[rows], None, everything, ids, None, None)
+
+            calls = ((b, lambda lo=lo: exact_block(lo)) for b, lo in enumerate(range(0, n, SEARCH_BLOCK)) if b >= start)
+            yield from self._ordered(calls)
+            return
+        centroids, probed = partition(work, c, self.probes)
+        lists = np.asarray(probed[:, 0])
+        order = query_order(lists)
+        bounds = np.searchsorted(lists[order], np.arange(len(centroids) + 1))
+        centroids_ref = self.ray.put(centroids)
+
+        def block(lo):
+            rows = order[lo : lo + SEARCH_BLOCK]
+            wanted = np.unique(np.asarray(probed[rows]))
+            corpus_ids = np.sort(np.concatenate([order[bounds[j] : bounds[j + 1]] for j in wanted]))
+            return run(
+                files, name, t, config.on, k, rows, vectors[rows], np.asarray(probed[rows]),
+                vectors[corpus_ids], corpus_ids, lists[corpus_ids], centroids_ref,
+            )  # fmt: skip
+
+        yield from self._ordered(
+            (b, lambda lo=lo: block(lo)) for b, lo in enumerate(range(0, n, SEARCH_BLOCK)) if b >= start
+        )

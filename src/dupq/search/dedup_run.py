@@ -1,0 +1,387 @@
+"""``dupq dedup`` on an archive of any size: streamed in, resumable, streamed out.
+
+The run keeps its intermediate results in a **work folder** beside the output (``OUT.work``), one
+stage after another, each recorded in ``state.json`` only once its files are complete:
+
+1. **read**: the questions streamed from the file (:func:`dupq.data.questions.stream_questions`) or
+   the collection, their texts and keys appended to flat files (8 bytes of offset a question in
+   memory, the texts themselves on disk), and an 8-byte hash of each text, so that equal texts are
+   found without a dictionary of every text (a repeated key is refused the same way);
+2. **encode**: unit vectors written into ``vectors.npy`` a chunk at a time, the count recorded after
+   each chunk: a killed run goes on from the last chunk;
+3. **search**: each question's candidates (:mod:`dupq.search.candidates`), judged as the model judges
+   pairs, the duplicates appended to an edge file a block at a time, recorded after each block;
+4. **group** and **write**: the edges made into groups (:mod:`dupq.search.clusters`) and the groups
+   streamed to the output through a temporary file renamed into place (:mod:`dupq.data.tables`).
+
+Memory grows linearly: the vectors and the index (``(4d + 8)`` bytes a question), the edges and the
+per-question arrays; never a matrix of pairs. A run started again with the same input, model and
+options resumes; with anything else it starts over. The work folder is removed after the output is
+written. ``engine`` does the encoding and the search: this machine (:class:`Local`) or a Ray cluster
+(:mod:`dupq.search.dedup_ray`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from dupq.core.files import DupqError, atomic_output, read_json, write_json
+from dupq.data.tables import RowWriter, format_of
+from dupq.modeling.model import Model
+from dupq.search.candidates import CandidateConfig, list_index, probes, query_order, search_lists, train_centroids
+from dupq.search.candidates import exact_neighbours as exact
+from dupq.search.clusters import CLUSTERERS, Clusters, Edges
+from dupq.search.dedup import DedupConfig, judge
+
+ENCODE_CHUNK = 16_384  # questions encoded between two records of progress
+SEARCH_BLOCK = 16_384  # queries searched and judged between two records of progress
+COLUMNS = ["cluster", "representative", "index", "key", "score", "score_is", "text"]
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    pass
+
+
+@dataclass
+class Record:
+    """A question to group: its text, its key, and its vector when the source has one already."""
+
+    text: str
+    key: str
+    vector: np.ndarray | None = None
+
+
+class Engine(Protocol):
+    """Where the heavy stages run: this machine or a Ray cluster."""
+
+    def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]: ...
+
+    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]: ...
+
+
+@dataclass
+class Summary:
+    """What a run did, for the command's last line and for scripts."""
+
+    questions: int
+    clusters: int
+    duplicates: int
+    threshold: float
+    score_is: str
+    resumed_from: str | None  # the stage a resumed run went on in (read, encode, search, group); None: a fresh run
+    same_text: int  # pairs of questions with the very same text
+
+
+class Work:
+    """The work folder: flat files of texts, keys, hashes, vectors and edges, and ``state.json``."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+    @property
+    def state(self) -> dict:
+        p = self.path("state.json")
+        return read_json(p, "the work folder's state") if p.is_file() else {}
+
+    def record(self, **changes) -> None:
+        write_json(self.path("state.json"), {**self.state, **changes})
+
+    def strings(self, name: str) -> Strings:
+        return Strings(self.path(f"{name}.bin"), self.path(f"{name}.offsets"))
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return np.load(self.path("vectors.npy"), mmap_mode="r+")
+
+    def edges(self, upto: int | None = None) -> Edges:
+        """The edges the search has written (its first ``upto`` of them)."""
+        count = self.state.get("edges", 0) if upto is None else upto
+        a, b, s = (np.fromfile(self.path(n), dtype=t, count=count) for n, t in EDGE_FILES)
+        return Edges(a.astype(np.int64), b.astype(np.int64), s)
+
+
+EDGE_FILES = (("edges.a", np.int64), ("edges.b", np.int64), ("edges.score", np.float32))
+
+
+class Strings:
+    """Strings appended to one file, found again by their offsets (memory-mapped when read)."""
+
+    def __init__(self, data: Path, offsets: Path):
+        self.data, self.offsets = data, offsets
+
+    def writer(self):
+        return _StringWriter(self)
+
+    def __len__(self) -> int:
+        return max(0, self.offsets.stat().st_size // 8 - 1)
+
+    def read(self) -> Callable[[int], str]:
+        offsets = np.fromfile(self.offsets, dtype=np.int64)
+        data = np.memmap(self.data, dtype=np.uint8, mode="r") if offsets[-1] else np.zeros(0, np.uint8)
+        return lambda i: bytes(data[offsets[i] : offsets[i + 1]]).decode("utf-8")
+
+    def chunks(self, size: int, start: int = 0) -> Iterator[tuple[int, list[str]]]:
+        get = self.read()
+        for lo in range(start, len(self), size):
+            yield lo, [get(i) for i in range(lo, min(len(self), lo + size))]
+
+
+class _StringWriter:
+    def __init__(self, strings: Strings):
+        self.data, self.offsets = open(strings.data, "wb"), open(strings.offsets, "wb")
+        self.end, self.pending = 0, [0]
+
+    def add(self, s: str) -> None:
+        b = s.encode("utf-8")
+        self.data.write(b)
+        self.end += len(b)
+        self.pending.append(self.end)
+        if len(self.pending) >= 65_536:
+            self._flush()
+
+    def _flush(self) -> None:
+        np.asarray(self.pending, dtype=np.int64).tofile(self.offsets)
+        self.pending = []
+
+    def close(self) -> None:
+        self._flush()
+        for f in (self.data, self.offsets):
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+def _hash(s: str) -> int:
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+def _same(hashes: np.ndarray, get: Callable[[int], str]) -> Iterator[tuple[int, int]]:
+    """Pairs ``(first, later)`` of equal strings, found through equal hashes (a collision is checked)."""
+    order = np.argsort(hashes, kind="stable")
+    h = hashes[order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    ends = np.r_[starts[1:], len(h)]
+    for lo, hi in zip(starts[ends - starts > 1], ends[ends - starts > 1]):
+        firsts: dict[str, int] = {}
+        for i in order[lo:hi]:
+            j = firsts.setdefault(get(int(i)), int(i))
+            if j != i:
+                yield j, int(i)
+
+
+class Local:
+    """Encoding and search on this machine."""
+
+    def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]:
+        for lo, texts in chunks:
+            yield lo, model.encode(texts)
+
+    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]:
+        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
+        n, c, t = len(vectors), config.candidates, config.threshold_for(model)
+        k = c.neighbours + 1
+        if not c.partitioned(n):
+            for block, lo in enumerate(range(0, n, SEARCH_BLOCK)):
+                if block >= start:
+                    rows = np.arange(lo, min(n, lo + SEARCH_BLOCK))
+                    yield block, judge(model, vectors, rows, *exact(vectors[rows], vectors, k), t, config.on)
+            return
+        centroids, probed = partition(work, c)
+        index = list_index(centroids, vectors, np.arange(n), probed[:, 0])
+        order = query_order(probed[:, 0])
+        for block, lo in enumerate(range(0, n, SEARCH_BLOCK)):
+            if block >= start:
+                rows = order[lo : lo + SEARCH_BLOCK]
+                scores, ids = search_lists(index, vectors[rows], probed[rows], k)
+                yield block, judge(model, vectors, rows, scores, ids, t, config.on)
+
+
+def partition(work: Work, config: CandidateConfig, probing=probes) -> tuple[np.ndarray, np.ndarray]:
+    """The k-means centroids and each question's probed lists (found by ``probing``), computed once and kept
+    in the work folder."""
+    if not work.state.get("partitioned"):
+        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
+        centroids = train_centroids(vectors, config)
+        np.save(work.path("centroids.npy"), centroids)
+        np.save(work.path("probes.npy"), probing(vectors, centroids, config.nprobe))
+        work.record(partitioned=True)
+    return np.load(work.path("centroids.npy")), np.load(work.path("probes.npy"), mmap_mode="r")
+
+
+def run(
+    records: Iterable[Record],
+    out: Path,
+    model: Model,
+    config: DedupConfig,
+    identity: dict,
+    work_folder: Path | None = None,
+    engine: Engine | None = None,
+    progress: Progress = _quiet,
+) -> Summary:
+    """Group ``records`` into duplicates and write them to ``out`` (.csv, .jsonl or .parquet).
+
+    ``identity`` says what the input is (a path, its size and time): with the model and the options it
+    decides whether a work folder left by a killed run is resumed."""
+    kind = format_of(out)
+    engine = engine or Local()
+    work = Work(work_folder or out.with_name(out.name + ".work"))
+    key = {"input": identity, "model": model.fingerprint(), "config": asdict(config), "format": 1}
+    resumed = _open(work, key)
+    if not work.state.get("read"):
+        _read(work, records, progress)
+    n = work.state["read"]["questions"]
+    if n == 0:
+        raise DupqError("the input holds no questions.")
+    _encode(work, model, engine, progress)
+    _search(work, model, config, engine, progress)
+    clusters = CLUSTERERS[config.method](Edges.join([work.edges(), _same_text_edges(work)]), n)
+    progress("write", 0, clusters.duplicates + clusters.count)
+    _write(work, out, kind, clusters, config.score_is(model), progress)
+    same = work.state["read"]["same_text"]
+    shutil.rmtree(work.folder, ignore_errors=True)
+    return Summary(
+        n,
+        clusters.count,
+        clusters.duplicates,
+        config.threshold_for(model),
+        config.score_is(model),
+        resumed,
+        same,
+    )
+
+
+def _open(work: Work, key: dict) -> str | None:
+    """Resume the work folder when it was left by the same run; else start it afresh. Returns the stage resumed."""
+    state = work.state if work.folder.is_dir() else {}
+    if work.folder.exists() and not work.path("state.json").is_file() and any(work.folder.iterdir()):
+        raise DupqError(f"{work.folder} is in the way of the run's work folder; move it, or name another with --work.")
+    if state.get("key") == key:
+        if not state.get("read"):
+            return "read"
+        n = state["read"]["questions"]
+        if state.get("encoded", 0) < n:
+            return "encode"
+        return "search" if state.get("searched", 0) < -(-n // SEARCH_BLOCK) else "group"
+    shutil.rmtree(work.folder, ignore_errors=True)
+    work.folder.mkdir(parents=True)
+    work.record(key=key)
+    return None
+
+
+def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
+    texts, keys = work.strings("texts").writer(), work.strings("keys").writer()
+    text_hashes, key_hashes, given = [], [], []
+    for i, r in enumerate(records):
+        texts.add(r.text)
+        keys.add(r.key)
+        text_hashes.append(_hash(r.text))
+        key_hashes.append(_hash(r.key))
+        if r.vector is not None:
+            given.append(r.vector)
+        if i % 65_536 == 0:
+            progress("read", i, 0)
+    texts.close()
+    keys.close()
+    n = len(text_hashes)
+    th, kh = np.asarray(text_hashes, np.int64), np.asarray(key_hashes, np.int64)
+    repeated = next(_same(kh, work.strings("keys").read()), None)
+    if repeated is not None:
+        key = work.strings("keys").read()(repeated[0])
+        raise DupqError(
+            f"the key {key!r} names two questions (numbers {repeated[0]} and {repeated[1]}); give each its own."
+        )
+    same = np.asarray(list(_same(th, work.strings("texts").read())), dtype=np.int64).reshape(-1, 2)
+    np.save(work.path("same_text.npy"), same)
+    if given:
+        np.save(work.path("vectors.npy"), np.stack(given).astype(np.float32))
+    work.record(read={"questions": n, "same_text": len(same)}, encoded=n if given else 0)
+    progress("read", n, n)
+
+
+def _same_text_edges(work: Work) -> Edges:
+    same = np.load(work.path("same_text.npy"))
+    return Edges(same[:, 0], same[:, 1], np.ones(len(same), np.float32))
+
+
+def _encode(work: Work, model: Model, engine: Engine, progress: Progress) -> None:
+    n, done = work.state["read"]["questions"], work.state.get("encoded", 0)
+    if done >= n:
+        return
+    if not work.path("vectors.npy").is_file():
+        np.lib.format.open_memmap(
+            work.path("vectors.npy"), mode="w+", dtype=np.float32, shape=(n, model.config.dim)
+        ).flush()
+    vectors = work.vectors
+    progress("encode", done, n)
+    for lo, v in engine.encode(model, work.strings("texts").chunks(ENCODE_CHUNK, start=done)):
+        vectors[lo : lo + len(v)] = v
+        vectors.flush()
+        done = lo + len(v)
+        work.record(encoded=done)
+        progress("encode", done, n)
+    del vectors
+
+
+def _search(work: Work, model: Model, config: DedupConfig, engine: Engine, progress: Progress) -> None:
+    n, state = work.state["read"]["questions"], work.state
+    blocks = -(-n // SEARCH_BLOCK)
+    start = state.get("searched", 0)
+    if start >= blocks:
+        return
+    count = state.get("edges", 0)
+    files = []
+    for name, dtype in EDGE_FILES:  # cut what a killed block wrote past its record
+        path = work.path(name)
+        with open(path, "ab") as f:
+            f.truncate(count * np.dtype(dtype).itemsize)
+        files.append(open(path, "ab"))
+    try:
+        progress("search", start * SEARCH_BLOCK, n)
+        for block, edges in engine.search(work, model, config, start):
+            for f, values, (_, dtype) in zip(files, (edges.a, edges.b, edges.score), EDGE_FILES):
+                f.write(values.astype(dtype).tobytes())
+                f.flush()
+                os.fsync(f.fileno())
+            count += len(edges)
+            work.record(searched=block + 1, edges=count)
+            progress("search", min(n, (block + 1) * SEARCH_BLOCK), n)
+    finally:
+        for f in files:
+            f.close()
+
+
+def _write(work: Work, out: Path, kind: str, clusters: Clusters, score_is: str, progress: Progress) -> None:
+    text, key = work.strings("texts").read(), work.strings("keys").read()
+    batch, written = [], 0
+    with atomic_output(out) as f, RowWriter(f, kind, COLUMNS) as writer:
+        for number, members in enumerate(clusters.groups()):
+            for i in members.tolist():
+                batch.append(
+                    {
+                        "cluster": number,
+                        "representative": int(clusters.representative[i]),
+                        "index": i,
+                        "key": key(i),
+                        "score": round(float(clusters.score[i]), 4),
+                        "score_is": score_is,
+                        "text": text(i),
+                    }
+                )
+            if len(batch) >= 8192:
+                writer.write(batch)
+                written += len(batch)
+                batch = []
+                progress("write", written, 0)
+        writer.write(batch)
