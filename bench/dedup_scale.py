@@ -3,6 +3,7 @@
     python bench/dedup_scale.py speed   [--sizes 50000 100000 200000 0]   (0: all distinct Quora questions)
     python bench/dedup_scale.py quality [--cosines 0.7 0.75 0.8 0.85]
     python bench/dedup_scale.py scale   [--sizes 50000 500000 5000000]
+    python bench/dedup_scale.py ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
 
 Every distinct question of the Quora file (one a line, as a user would hand them over) is encoded
 once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is a fresh process
@@ -18,6 +19,8 @@ once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is
   rows by the star groups' F1; then star, connected components and SemHash's rule (on dupq's edges)
   and SemHash itself, all at that threshold, and dupq's default (the model's probability at its own
   threshold), with each grouping's largest group and the duplicate pairs its groups imply.
+* **ray**: 20,000 questions on one machine and on a local Ray cluster (127.0.0.1), exact and partitioned:
+  the share of either run's same-group pairs that are same-group pairs of the other.
 * **scale**: synthetic archives of vectors drawn around the real ones (a real vector plus Gaussian
   noise, renormalised), grouped as ``dupq dedup`` groups (the model's verdict), to show the cost per
   question stays flat.
@@ -206,6 +209,68 @@ def scale(sizes: list[int]) -> dict:
     return {"judged_by": "the bundled model's verdict", "noise": 0.05, "runs": rows}
 
 
+def same_group_pairs(path: Path) -> set[tuple[str, str]]:
+    import csv
+
+    groups: dict[str, list[str]] = {}
+    for row in csv.DictReader(path.open()):
+        groups.setdefault(row["cluster"], []).append(row["key"])
+    return {(a, b) for g in groups.values() for a in sorted(g) for b in sorted(g) if a < b}
+
+
+def on_ray(n: int, exact_below: list[int]) -> dict:
+    """A local Ray cluster on 127.0.0.1 (its own temp folder, stopped by pid after) against one machine."""
+    import shutil
+    import signal
+    import socket
+    import tempfile
+
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    folder = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    bin_ = Path(sys.executable).parent
+    subprocess.run(
+        [bin_ / "ray", "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={folder}"],
+        env=env, check=True, capture_output=True,
+    )  # fmt: skip
+    rows = []
+    try:
+        for eb in exact_below:
+            row = {"questions": n, "exact_below": eb}
+            for name, extra in (("one machine", []), ("ray", ["--ray", f"127.0.0.1:{port}"])):
+                out = CACHE / f"ray-{name.replace(' ', '-')}.csv"
+                cmd = [bin_ / "dupq", "dedup", first(n), "--out", out, "--exact-below", eb, "--no-progress", *extra]
+                proc = subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(proc.stdout + proc.stderr)
+                row[name] = proc.stdout.strip().splitlines()[-1]
+            a, b = same_group_pairs(CACHE / "ray-one-machine.csv"), same_group_pairs(CACHE / "ray-ray.csv")
+            row["same_group_pairs"] = {"one machine": len(a), "ray": len(b), "both": len(a & b)}
+            row["share_of_one_machine_in_ray"] = round(len(a & b) / max(1, len(a)), 4)
+            row["share_of_ray_in_one_machine"] = round(len(a & b) / max(1, len(b)), 4)
+            rows.append(row)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in (int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline") if _names(p, folder)):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            time.sleep(2)
+        shutil.rmtree(folder, ignore_errors=True)
+    return {"runs": rows}
+
+
+def _names(cmdline: Path, folder: str) -> bool:
+    try:
+        return folder.encode() in cmdline.read_bytes()
+    except OSError:
+        return False
+
+
 def table(what: str) -> None:
     """The saved run (docs/results/dedup_WHAT.json) as the Markdown table of docs/dedup.md."""
     from saved import last_json
@@ -259,7 +324,7 @@ def plan(r: dict, n: int = 100_000_000, dim: int = 128) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["speed", "quality", "scale", "child", "table"])
+    parser.add_argument("what", choices=["speed", "quality", "scale", "ray", "child", "table"])
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", type=int, nargs="+")
     parser.add_argument("--cosines", type=float, nargs="+", default=[0.7, 0.75, 0.8, 0.85, 0.9])
@@ -276,6 +341,8 @@ def main() -> None:
         result = speed(a.sizes or [50_000, 100_000, 200_000, 0])
     elif a.what == "quality":
         result = quality(a.cosines)
+    elif a.what == "ray":
+        result = on_ray(20_000, a.sizes or [50_000, 10_000])
     else:
         result = scale(a.sizes or [50_000, 500_000, 5_000_000])
     print(json.dumps({**machine, **result}))

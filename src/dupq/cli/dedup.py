@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from dupq.cli.common import QUESTIONS_HELP, THREADS, Threads, _dropped, _threads, _threshold, command
+from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command
 from dupq.core.files import DupqError, check_target
 
 
@@ -16,10 +16,16 @@ from dupq.core.files import DupqError, check_target
 def dedup_command(
     questions: Annotated[
         Optional[Path],
-        typer.Argument(help=QUESTIONS_HELP.replace("(.gz ok)", "; also .jsonl and .parquet (.gz ok)")),
+        typer.Argument(
+            help="Questions: a text file (one a line), CSV/TSV with a header (see --column), JSON lines (.jsonl), "
+            "Parquet, or the Quora pairs file; .gz ok."
+        ),
     ] = None,
     out: Annotated[
-        Path, typer.Option(help="Where to write the groups, one row per member: FILE.csv, FILE.jsonl or FILE.parquet.")
+        Path,
+        typer.Option(
+            help="Where to write the groups, one row per member: FILE.csv, FILE.jsonl, FILE.json or FILE.parquet."
+        ),
     ] = ...,
     collection: Annotated[
         Optional[Path],
@@ -67,7 +73,7 @@ def dedup_command(
     exact_below: Annotated[
         int,
         typer.Option(min=0, help="Search exactly up to this many questions; beyond, among k-means partitions."),
-    ] = 50_000,
+    ] = 10_000,
     ray: Annotated[
         Optional[str],
         typer.Option(help="Run the encoding and the search on a Ray cluster at this address (HOST:PORT or auto)."),
@@ -83,7 +89,7 @@ def dedup_command(
     its representative, so all but the representative could go.
 
     Memory grows linearly with the questions: files are streamed, neighbours are found by exact search up to
-    50,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
+    10,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
     where it stopped when started again with the same arguments. Each output row carries the question's key, its
     group, whether it is the group's representative, and its score with the representative (score_is: which score)."""
     from dupq.search.dedup import DedupConfig

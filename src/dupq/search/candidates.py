@@ -3,8 +3,7 @@
 Deduplicating ``N`` questions needs, for each, its ``k`` most similar others; the pairs among them
 that the model judges duplicates are the edges the groups are made of (:mod:`dupq.search.clusters`).
 
-* Up to ``exact_below`` questions the search is **exact**: queries in blocks against all ``N``,
-  so no more than ``block x N`` scores exist at once.
+* Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked inside).
 * Above it the questions are **partitioned** (an inverted file, Jégou, Douze & Schmid 2011, as
   FAISS's ``IndexIVFFlat``; SemDeDup and NeMo Curator also partition by k-means): spherical k-means
   puts each question in one of ``P = N / list_size`` lists, and a question is compared only with the
@@ -36,7 +35,6 @@ from faiss.contrib.ivf_tools import add_preassigned, search_preassigned
 from dupq.core.files import DupqError
 
 FLAT_LISTS = 4096  # up to this many lists, centroids are searched exactly (one matrix product)
-SCORES_PER_BLOCK = 1 << 24  # exact search: at most this many scores (64 MB) at once
 
 
 @dataclass
@@ -44,7 +42,7 @@ class CandidateConfig:
     """How each question's neighbours are found."""
 
     neighbours: int = 20  # candidates per question: more finds bigger groups, costs time and disk
-    exact_below: int = 50_000  # exact search up to this many questions; partitioned above
+    exact_below: int = 10_000  # exact search up to this many questions (where it is as fast); partitioned above
     list_size: int = 512  # partitioned: mean questions per list (more = better recall, more time per question)
     nprobe: int = 8  # partitioned: lists each question is compared with (more = better recall, more time)
     seed: int = 0  # k-means' sample and start
@@ -65,19 +63,11 @@ class CandidateConfig:
 def exact_neighbours(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact top-``k`` of ``corpus`` for each query by inner product: ``scores, ids (Q, k')``, best first.
 
-    Blocked over queries so that at most :data:`SCORES_PER_BLOCK` scores exist at once."""
-    k = min(k, len(corpus))
-    scores = np.empty((len(queries), k), dtype=np.float32)
-    ids = np.empty((len(queries), k), dtype=np.int64)
-    block = max(1, SCORES_PER_BLOCK // max(1, len(corpus)))
-    for lo in range(0, len(queries), block):
-        s = queries[lo : lo + block] @ corpus.T  # (B, N)
-        part = np.argpartition(-s, k - 1, axis=1)[:, :k] if k < s.shape[1] else np.tile(np.arange(k), (len(s), 1))
-        best = np.take_along_axis(s, part, 1)
-        order = np.lexsort((part, -best), axis=1)  # best score first, then the smaller id
-        scores[lo : lo + block] = np.take_along_axis(best, order, 1)
-        ids[lo : lo + block] = np.take_along_axis(part, order, 1)
-    return scores, ids
+    FAISS's flat scan (``IndexFlatIP``): blocked matrix products and a heap per query, so no ``(Q, N)``
+    matrix is ever held whole."""
+    index = faiss.IndexFlatIP(corpus.shape[1])
+    index.add(np.ascontiguousarray(corpus, dtype=np.float32))
+    return index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(corpus)))
 
 
 def _flat_or_graph(centroids: np.ndarray) -> faiss.Index:

@@ -32,6 +32,8 @@ from dupq.modeling.verdict import SIMILARITY, from_cosines
 from dupq.search.candidates import CandidateConfig, neighbour_blocks
 from dupq.search.clusters import CLUSTERERS, METHODS, Clusters, Edges
 
+JUDGE_CHUNK = 32_768  # candidate pairs judged at once
+
 
 @dataclass
 class DedupConfig:
@@ -80,11 +82,17 @@ def judge(
     if on == SIMILARITY:
         keep = cos > threshold
         return Edges(a[keep].astype(np.int64), b[keep].astype(np.int64), cos[keep].astype(np.float32))
-    verdicts = from_cosines(
-        model, cos, vectors=lambda: (vectors[a], vectors[b]), threshold=threshold, probability=False
-    )
-    keep = verdicts.duplicate
-    return Edges(a[keep].astype(np.int64), b[keep].astype(np.int64), verdicts.score[keep].astype(np.float32))
+    parts = []
+    for lo in range(0, len(a), JUDGE_CHUNK):  # a chunk's pair features stay small (the mlp head's are ~2 KB a pair)
+        pa, pb, pc = a[lo : lo + JUDGE_CHUNK], b[lo : lo + JUDGE_CHUNK], cos[lo : lo + JUDGE_CHUNK]
+        verdicts = from_cosines(
+            model, pc, vectors=lambda pa=pa, pb=pb: (vectors[pa], vectors[pb]), threshold=threshold, probability=False
+        )
+        keep = verdicts.duplicate
+        parts.append(
+            Edges(pa[keep].astype(np.int64), pb[keep].astype(np.int64), verdicts.score[keep].astype(np.float32))
+        )
+    return Edges(*(np.concatenate(x) for x in zip(*((e.a, e.b, e.score) for e in parts))))
 
 
 def same_text(texts: list[str]) -> Edges:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -282,7 +283,7 @@ def _open(work: Work, key: dict) -> str | None:
 
 def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     texts, keys = work.strings("texts").writer(), work.strings("keys").writer()
-    text_hashes, key_hashes, given = [], [], []
+    text_hashes, key_hashes, given = array("q"), array("q"), []  # 8 bytes a question, not a Python int
     for i, r in enumerate(records):
         texts.add(r.text)
         keys.add(r.key)
@@ -295,7 +296,7 @@ def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     texts.close()
     keys.close()
     n = len(text_hashes)
-    th, kh = np.asarray(text_hashes, np.int64), np.asarray(key_hashes, np.int64)
+    th, kh = np.frombuffer(text_hashes, np.int64), np.frombuffer(key_hashes, np.int64)
     repeated = next(_same(kh, work.strings("keys").read()), None)
     if repeated is not None:
         key = work.strings("keys").read()(repeated[0])
