@@ -12,7 +12,6 @@ import typer.core
 from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, THREADS, Threads, _threads, command, config_options
 from dupq.cli.distil import Teacher
 from dupq.cli.index import index_app
-from dupq.core.files import DupqError
 from dupq.training.adapt import AdaptConfig
 
 
@@ -51,12 +50,12 @@ def adapt_command(
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
     from dupq.modeling.model import Model
+    from dupq.modeling.sentence_model import check_new_model_folder
     from dupq.training.adapt import adapt, distinct_questions, user_questions
     from dupq.training.distil.teacher import load_teacher
 
     config = AdaptConfig(**adapt_fields)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise DupqError(f"{out} already exists; pass --overwrite to replace it or choose another --out.")
+    check_new_model_folder(out, overwrite)
     texts, collection_model, skipped = user_questions(source, column)
     texts = distinct_questions(texts)
     if skipped:

@@ -19,7 +19,7 @@ from dupq.cli.common import (
     app,
     command,
 )
-from dupq.core.files import DupqError, check_target, to_json
+from dupq.core.files import DupqError, check_new_folder, check_target, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -72,8 +72,8 @@ def index_build(
     if out is not None and is_milvus(out):  # as every other command takes a collection: not a folder named "milvus:..."
         out, store = None, out
     folder = Path(out) if out is not None else None
-    if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
+    if folder is not None:
+        check_new_folder(folder, overwrite=None)  # before the model and the file are read; the build checks again
     m = Model.load(model)
     qs = read_questions(questions, column)
     _dropped(questions, qs.dropped)
@@ -134,7 +134,7 @@ def index_add(
 
     With keys, running the same command again (after a crash, say) stores nothing twice.
     """
-    from dupq.data.questions import read_questions
+    from dupq.data.questions import check_key, read_questions
     from dupq.data.tokenizer import check_question
     from dupq.modeling.model import Model
     from dupq.search.collection import Collection
@@ -145,6 +145,8 @@ def index_add(
     if question is not None:
         if key_column is not None:
             raise DupqError("--key-column goes with --file; give one question's key with --key.")
+        if key is not None:
+            check_key(key, "--key")
         texts, metadata, keys = [check_question(question, "the question")], None, [key]
     else:
         if key is not None:

@@ -55,7 +55,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dupq.core.files import DupqError, check_path, new_folder, read_json, remove_stale, write_json
+from dupq.core.files import DupqError, check_new_folder, check_path, new_folder, read_json, remove_stale, write_json
 from dupq.data.tokenizer import check_questions
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import from_cosines
@@ -182,8 +182,7 @@ class Collection:
     @classmethod
     def _build_folder(cls, folder: Path, model: Model, manifest: dict, chunks: Iterator[tuple]) -> Collection:
         """SQLite and FAISS written in a hidden sibling folder, renamed into place when complete."""
-        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-            raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
+        check_new_folder(folder, overwrite=None)  # a collection is never replaced
         with new_folder(folder) as tmp:
             vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
             with sqlite.building(tmp / DATABASE, str(folder)) as db:  # nothing is visible before the final rename

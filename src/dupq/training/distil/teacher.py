@@ -38,7 +38,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save
 
-from dupq.core.files import DupqError, atomic_write, remove_stale
+from dupq.core.files import DupqError, atomic_write, check_new_folder, parse_json, read_json, remove_stale
 from dupq.modeling.pretrained import load_sentence_transformer
 
 INFO = "teacher.json"
@@ -113,12 +113,12 @@ class TeacherCache:
 
 
 def _read_info(folder: Path) -> dict[str, Any] | None:
-    try:
-        info = json.loads((folder / INFO).read_text())
-    except FileNotFoundError:
+    if not (folder / INFO).exists():
         return None
-    except (OSError, ValueError) as e:
-        raise DupqError(f"{folder / INFO} is not readable JSON ({e}); delete the folder and teach again.") from None
+    try:
+        info = read_json(folder / INFO, "the teacher file")
+    except (OSError, DupqError) as e:
+        raise DupqError(f"{str(e).rstrip('.')}; delete the folder and teach again.") from None
     if not isinstance(info, dict) or not {"count", "dim", "shards", "texts_fingerprint"} <= set(info):
         raise DupqError(f"{folder / INFO} is not a dupq teacher file; delete the folder and teach again.")
     return info
@@ -128,9 +128,9 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     """``(texts, vectors)`` of a complete shard, None when it is missing or damaged."""
     try:
         with safe_open(path, "pt") as f:
-            texts = json.loads((f.metadata() or {})["texts"])
+            texts = parse_json((f.metadata() or {})["texts"], "a shard", path)
         tensors = load_file(path)
-    except (FileNotFoundError, SafetensorError, OSError, KeyError, ValueError):
+    except (FileNotFoundError, SafetensorError, OSError, KeyError, ValueError, DupqError):
         return None
     vectors, prints = tensors.get("vectors"), tensors.get("fingerprints")
     if (
@@ -193,6 +193,9 @@ def teach(
         "split": split,
     }
     old = _read_info(out) if out.is_dir() else None
+    if old is None and out.is_dir():
+        remove_stale(out)  # what a run killed before its first shard left
+        check_new_folder(out, overwrite)  # a folder of something else is no teacher cache to resume
     if old is not None and any(old.get(k) != v for k, v in want.items()):
         if not overwrite:
             differs = next(k for k, v in want.items() if old.get(k) != v)
