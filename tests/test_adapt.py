@@ -235,7 +235,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     Collection.build(location, texts, base, ids=keys, metadata=metadata).close()
     where = str(location)
     read, model, skipped = user_questions(where)
-    assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped == 0
+    assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
 
     out = tmp_path / "adapted"
     result = runner.invoke(app, ["adapt", where, "--out", str(out), "--epochs", "1", "--batch-size", "32"])
@@ -269,7 +269,7 @@ def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
     path = tmp_path / "q.csv"
     path.write_text("title,answer\nHow do I cook rice?,boil it\n,empty\nWhy is the sky blue?,light\n")
     texts, model, skipped = user_questions(str(path), "title")
-    assert texts == ["How do I cook rice?", "Why is the sky blue?"] and model is None and skipped == 1
+    assert texts == ["How do I cook rice?", "Why is the sky blue?"] and model is None and skipped.count == 1
     with pytest.raises(DupqError, match="no column"):
         user_questions(str(path), "question")
     assert json.loads(json.dumps(texts)) == texts

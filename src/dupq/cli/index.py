@@ -87,8 +87,15 @@ def index_build(
     )
 
 
-def _added(ids: list[int]) -> str:
-    """What ``index add`` says of a batch: a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
+def _added(ids: list[int], new: int) -> str:
+    """What ``index add`` says of a batch of which ``new`` questions were stored (the others' keys were
+    stored already): a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
+    if new < len(ids):
+        kept = len(ids) - new
+        already = f"{kept} of them stored already (by key), nothing added for {'it' if kept == 1 else 'those'}"
+        if len(ids) == 1:
+            return f"the key is stored already (id {ids[0]}): nothing added"
+        return f"added {new} of {len(ids)} questions ({already}): ids {ids[0]}, ..., {ids[-1]}"
     if len(ids) == 1:
         return f"added 1 question: id {ids[0]}"
     consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
@@ -160,8 +167,9 @@ def index_add(
     try:
         for lo in range(0, len(texts), batch_size):
             part = slice(lo, lo + batch_size)
+            before = len(coll)
             ids = coll.add(texts[part], metadata[part] if metadata else None, keys[part] if keys else None)
-            typer.echo(_added(ids))
+            typer.echo(_added(ids, min(len(ids), max(0, len(coll) - before))))
     finally:
         coll.close()
         if coll.cache_error:

@@ -83,10 +83,6 @@ def train(
     if master:
         typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
     splits = split_pairs(pairs, split)
-    if len(splits.dev) and len(splits.test):  # refused before the training, not after it
-        from dupq.evaluation.evaluate import check_dev_labels
-
-        check_dev_labels(splits.dev.labels)
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
     model = run_training(
         splits,
