@@ -96,8 +96,11 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    from dupq.modeling.model import BUNDLED
+
     with tempfile.TemporaryDirectory(prefix="dupq-reencode-") as tmp:
-        print(json.dumps(measure(Path(tmp), args.questions, args.writers, args.workers)).replace(tmp, "TMP"))
+        figures = json.dumps(measure(Path(tmp), args.questions, args.writers, args.workers))
+        print(figures.replace(tmp, "TMP").replace(str(BUNDLED), "BUNDLED"))  # no folder of this machine
 
 
 if __name__ == "__main__":
