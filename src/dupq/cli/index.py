@@ -90,20 +90,15 @@ def index_build(
 def _added(ids: list[int], new: int) -> str:
     """What ``index add`` says of a batch of which ``new`` questions were stored (the others' keys were
     stored already): a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
-    if new < len(ids):
-        kept = len(ids) - new
-        already = f"{kept} of them stored already (by key), nothing added for {'it' if kept == 1 else 'those'}"
-        if len(ids) == 1:
-            return f"the key is stored already (id {ids[0]}): nothing added"
-        return f"added {new} of {len(ids)} questions ({already}): ids {ids[0]}, ..., {ids[-1]}"
     if len(ids) == 1:
-        return f"added 1 question: id {ids[0]}"
+        return f"added 1 question: id {ids[0]}" if new else f"the key is stored already (id {ids[0]}): nothing added"
     consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
-    return (
-        f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}"
-        if consecutive
-        else f"added {len(ids)} questions: ids {ids[0]}, ..., {ids[-1]}"
-    )
+    span = f"ids {ids[0]}-{ids[-1]}" if consecutive else f"ids {ids[0]}, ..., {ids[-1]}"
+    if new < len(ids):
+        return (
+            f"added {new} of {len(ids)} questions ({len(ids) - new} with a key stored already: nothing added): {span}"
+        )
+    return f"added {len(ids)} questions: {span}"
 
 
 def _collection(location: str):
