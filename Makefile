@@ -34,7 +34,7 @@ bundled: install
 	$(BIN)/python -m pip install --quiet -e ".[distil]"
 	$(BIN)/dupq distil teach --out runs/teacher --threads 0
 	$(BIN)/dupq train --preset bundled --out runs/bundled --overwrite --no-progress
-	$(BIN)/dupq export runs/bundled runs/bundled-half --half
+	$(BIN)/dupq export runs/bundled runs/bundled-half --half --overwrite
 	$(BIN)/dupq calibrate runs/bundled-half
 	$(BIN)/dupq evaluate runs/bundled-half
 
