@@ -79,9 +79,8 @@ def worker_cannot_open_its_collection(tmp: Path) -> Result:
         children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
         folder.rename(tmp / "moved")
         os.kill(int(children[0]), signal.SIGKILL)
-        deadline = (
-            time.monotonic() + 240
-        )  # a new worker loads the model before it finds the folder gone: slow on a busy machine
+        # A new worker loads the model before it finds the folder gone: slow on a busy machine.
+        deadline = time.monotonic() + 240
         while server.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         stopped = server.proc.poll() is not None

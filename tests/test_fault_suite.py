@@ -131,9 +131,13 @@ patch(files, "json_depth", lambda text, limit=None: 0)
 """
 
 NO_FOLDER_RULE = """
+import sys
 import dupq.core.files as files
 
-patch(files, "check_new_folder", lambda folder, overwrite=False: folder)
+# Importing dupq.core.files imports the package, whose modules (the model folders') bound the rule by name already.
+rule = files.check_new_folder
+for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_folder", None) is rule]:
+    patch(module, "check_new_folder", lambda folder, overwrite=False: folder)
 """
 
 TEXT_COMPARED = """
