@@ -49,7 +49,9 @@ def reencode(
         if index is not None and index != config.kind:
             config = IndexConfig(kind=index)
         _, keys, texts, metadata = zip(*rows)
-        new = Collection.build(out, list(texts), model, ids=list(keys), metadata=list(metadata), index=config)
+        new = Collection.build(
+            out, list(texts), model, ids=list(keys), metadata=list(metadata), index=config, stored=True
+        )  # a question stored before the 1,000-character rule is copied too: nothing is left behind
         try:
             seen, added = {i for i, *_ in rows}, 0
             while True:  # rounds of what was added meanwhile, until few are left
