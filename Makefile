@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/dupq train --preset labelled --out runs/model --overwrite --no-progress
 	$(BIN)/dupq evaluate runs/model
-	$(BIN)/dupq report runs/model --out runs/report
+	$(BIN)/dupq report runs/model --out runs/report --overwrite
 	@echo "the seeds' first example, judged by the model just trained (Quora's labels only):"
 	$(BIN)/dupq predict "When will I see you?" "When can I see you again?" --model runs/model
 	@echo "and by the bundled model (the same recipe, distilled from all-MiniLM-L6-v2):"
@@ -34,7 +34,7 @@ bundled: install
 	$(BIN)/python -m pip install --quiet -e ".[distil]"
 	$(BIN)/dupq distil teach --out runs/teacher --threads 0
 	$(BIN)/dupq train --preset bundled --out runs/bundled --overwrite --no-progress
-	$(BIN)/dupq export runs/bundled runs/bundled-half --half
+	$(BIN)/dupq export runs/bundled runs/bundled-half --half --overwrite
 	$(BIN)/dupq calibrate runs/bundled-half
 	$(BIN)/dupq evaluate runs/bundled-half
 

@@ -1,7 +1,7 @@
 """Load and fault test of ``dupq serve`` on loopback: throughput, latency, and ``kill -9`` during adds.
 
 1. Takes a collection of the Quora questions (``--collection``), or builds one with
-   ``dupq index build DATA --index hnsw`` (all 537,617 distinct questions with words, by qid), and works
+   ``dupq index build DATA --index hnsw`` (every distinct question it can read, ~537,600, by qid), and works
    on a copy of it, so the original is never changed.
 2. *In process*: ``Collection.search([q], k=10)`` one query at a time on one thread, in this
    process, on the same copy with the same code, for ``--single-seconds``: the rate one core

@@ -235,7 +235,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     Collection.build(location, texts, base, ids=keys, metadata=metadata).close()
     where = str(location)
     read, model, skipped = user_questions(where)
-    assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped == 0
+    assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
 
     out = tmp_path / "adapted"
     result = runner.invoke(app, ["adapt", where, "--out", str(out), "--epochs", "1", "--batch-size", "32"])
@@ -269,7 +269,7 @@ def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
     path = tmp_path / "q.csv"
     path.write_text("title,answer\nHow do I cook rice?,boil it\n,empty\nWhy is the sky blue?,light\n")
     texts, model, skipped = user_questions(str(path), "title")
-    assert texts == ["How do I cook rice?", "Why is the sky blue?"] and model is None and skipped == 1
+    assert texts == ["How do I cook rice?", "Why is the sky blue?"] and model is None and skipped.count == 1
     with pytest.raises(DupqError, match="no column"):
         user_questions(str(path), "question")
     assert json.loads(json.dumps(texts)) == texts
@@ -297,3 +297,29 @@ def test_a_bundled_base_is_recorded_by_name_not_by_the_folder_the_package_is_ins
     base_record = adapted.metrics["adaptation"]["base"]
     assert base_record["bundled"] and base_record["folder"] is None
     assert str(BUNDLED.parent) not in json.dumps(adapted.metrics)
+
+
+def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir, tmp_path):
+    """A collection built before questions had at most 1,000 characters (the Quora file holds two longer
+    ones) is re-encoded whole: the stored question is copied, not refused; a new add still meets the rule."""
+    import sqlite3
+
+    from dupq.data.tokenizer import MAX_QUESTION
+    from dupq.search.collection import DATABASE
+
+    model = Model.load(head_model_dir)
+    old, texts = tmp_path / "old", ["How do I cook rice?", "What is the sea?", "Why is the sky blue?"]
+    Collection.build(old, texts, model, ids=["a", "b", "c"]).close()
+    long = "How do I cook rice " * 60 + "well?"  # 1,145 characters, as stored by dupq before the rule
+    assert len(long) > MAX_QUESTION
+    with sqlite3.connect(old / DATABASE) as db:
+        db.execute("UPDATE questions SET text = ? WHERE key = 'a'", (long,))
+    result = CliRunner().invoke(
+        app, ["index", "reencode", str(old), "--model", str(head_model_dir), "--out", str(tmp_path / "new")]
+    )
+    assert result.exit_code == 0, result.output
+    with Collection.open(tmp_path / "new") as new:
+        assert sorted(text for _, _, text, _ in new.stored_rows()) == sorted([long, *texts[1:]])
+        np.testing.assert_allclose(new.stored_vectors()[0], model.encode([long])[0], atol=1e-6)
+        with pytest.raises(DupqError, match="at most 1,000"):
+            new.add([long])

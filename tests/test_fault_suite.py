@@ -124,6 +124,41 @@ from dupq.service.connections import HeaderDeadline
 patch(HeaderDeadline, "_arm", lambda self: None)
 """
 
+NO_FILE_DEPTH_LIMIT = """
+import dupq.core.files as files
+
+patch(files, "json_depth", lambda text, limit=None: 0)
+"""
+
+NO_FOLDER_RULE = """
+import sys
+import dupq.core.files as files
+
+# Importing dupq.core.files imports the package, whose modules (the model folders') bound the rule by name already.
+rule = files.check_new_folder
+for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_folder", None) is rule]:
+    patch(module, "check_new_folder", lambda folder, overwrite=False: folder)
+"""
+
+TEXT_COMPARED = """
+import dupq.search.store as store
+
+patch(store, "same_metadata", lambda a, b: a == b)
+"""
+
+ANY_TOKEN = """
+import os
+import dupq.service.app as app
+
+patch(app, "write_token", lambda token=None: token if token is not None else os.environ.get(app.TOKEN_ENV) or None)
+"""
+
+ONE_LABEL_CALIBRATES = """
+import dupq.evaluation.evaluate as evaluate
+
+patch(evaluate, "check_dev_labels", lambda labels: None)
+"""
+
 
 @pytest.mark.parametrize(
     "case, mutation",
@@ -137,6 +172,11 @@ patch(HeaderDeadline, "_arm", lambda self: None)
         ("nan_embedding_on_open", NAN_VECTORS_PASS),
         ("server_side_failures_are_5xx", ALL_400),
         ("idle_and_trickling_connections", NO_HEADER_DEADLINE),
+        ("nested_json_in_model_files", NO_FILE_DEPTH_LIMIT),
+        ("export_over_an_existing_folder", NO_FOLDER_RULE),
+        ("keyed_retries_compare_values", TEXT_COMPARED),
+        ("blank_and_unsendable_tokens", ANY_TOKEN),
+        ("calibrate_on_a_single_label", ONE_LABEL_CALIBRATES),
     ],
     ids=[
         "nan-stored",
@@ -148,6 +188,11 @@ patch(HeaderDeadline, "_arm", lambda self: None)
         "nan-vectors",
         "all-400",
         "no-header-deadline",
+        "no-file-depth-limit",
+        "no-folder-rule",
+        "text-compared",
+        "any-token",
+        "one-label-calibrates",
     ],
 )
 def test_a_case_reports_the_fault_it_names(case, mutation, monkeypatch, tmp_path, one_torch_thread):

@@ -108,3 +108,49 @@ def test_typing_shows_similar_questions(browser, server, tmp_path):
     assert page.inner_text("#verdict .big") == "1.00"
     assert page.inner_text("#verdict .word") == "likely duplicates"
     page.close()
+
+
+# The x position of the first and the last letter of ``word`` in the first text node under an element
+# that holds it: left to right as written, or null when no text node holds it.
+LETTER_ORDER = """(element, word) => {
+  const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.textContent.indexOf(word);
+    if (at < 0) continue;
+    const left = (i) => {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      return range.getBoundingClientRect().left;
+    };
+    return left(at) < left(at + word.length - 1);
+  }
+  return null;
+}"""
+
+
+def test_right_to_left_text_cannot_reorder_the_page(browser, tmp_path, tiny_model_dir, small_splits):
+    """A right-to-left override (U+202E) in a stored question or its metadata stays inside it: the
+    page's own words after it (the "likely duplicate" badge, the next metadata entry) still read left to right."""
+    from playwright.sync_api import expect
+
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection
+    from dupq.service.app import create_app
+
+    flipped = "Why is the sky \u202eblue at noon?"
+    texts = [*questions(small_splits, 50), flipped]
+    metadata = [{"note": "\u202eflipped", "zz": "marker"} if t == flipped else {} for t in texts]
+    Collection.build(tmp_path / "rtl", texts, Model.load(tiny_model_dir), metadata=metadata).close()
+    with LiveServer(create_app(tmp_path / "rtl", token="page-token")) as live:
+        # Measuring layout runs script in the page, which its Content-Security-Policy forbids: bypassed for this test.
+        context = browser.new_context(bypass_csp=True, viewport={"width": 900, "height": 900})
+        page = context.new_page()
+        page.goto(live.url + "/")
+        page.fill("#question", flipped)
+        row = page.locator("#results li", has_text="marker")
+        expect(row).to_have_count(1)
+        expect(row.locator(".badge")).to_have_text("likely duplicate")
+        assert row.locator(".badge").evaluate(LETTER_ORDER, "likely") is True, "the badge reads right to left"
+        assert row.evaluate(LETTER_ORDER, "marker") is True, "the metadata after the override reads right to left"
+        context.close()

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from cli_model import cli_model
 from dupq.cli import app
 from dupq.core.files import read_json
+from dupq.data.tokenizer import MAX_QUESTION
 from dupq.modeling.model import Model
 
 runner = CliRunner()
@@ -146,16 +147,20 @@ def test_predict_one_pair_text_and_json(trained, model):
     assert out["duplicate"] is False
 
 
-def test_predict_a_100000_character_question_gets_an_answer(trained, model):
+def test_predict_judges_a_1000_character_question_whole_and_refuses_a_longer_one(trained, model):
     folder, _ = trained
-    long = ("How do I learn to cook rice well " * 4000)[:100_000]
-    result = run("predict", long, "How do I cook rice?", "--model", folder, "--json")
+    longest = ("How do I learn to cook rice well " * 40)[:MAX_QUESTION]
+    result = run("predict", longest, "How do I cook rice?", "--model", folder, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["similarity"] == round(
-        model.similarity(long, "How do I cook rice?"), 6
+        model.similarity(longest, "How do I cook rice?"), 6
     )  # the whole text, encoded
-    glued = "x" * 100_000  # one enormous unknown word
+    glued = "x" * MAX_QUESTION  # one long unknown word
     assert run("predict", glued, "What is x?", "--model", folder).exit_code == 0
+    # One character more is refused, as the API refuses it (422): one rule for a question everywhere.
+    assert_user_error(
+        run("predict", "What is x?", longest + "?", "--model", folder), "question 2 is 1,001 characters long"
+    )
 
 
 @pytest.mark.parametrize(
@@ -209,16 +214,18 @@ def test_predict_pairs_reports_bad_lines_by_number_and_judges_the_rest(trained, 
         + b"one\ttwo\tthree\n"  # line 4
         + b"\tWhat is empty?\n"  # line 5
         + b"\n"  # line 6: blank, skipped silently
-        + ("How " * 25_000 + "?\tHow are you?\n").encode()  # line 7: 100,000 characters, judged
-        + f"{c}\t{d}\r\n".encode()  # line 8: CRLF
+        + ("How " * 250 + "?\tHow are you?\n").encode()  # line 7: 1,001 characters, one too many
+        + ("How " * 249 + "go?\tHow are you?\n").encode()  # line 8: 999 characters, judged
+        + f"{c}\t{d}\r\n".encode()  # line 9: CRLF
     )
     result = run("predict", "--pairs", path, "--model", trained[0], "--chunk", "2")
-    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == ["1", "7", "8"]
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == ["1", "8", "9"]
     err = result.stderr
     assert "line 2 is not UTF-8" in err
     assert "line 3 has 1 tab-separated field" in err and "line 4 has 3 tab-separated field" in err
     assert "question 1 on line 5 is empty" in err
-    assert err.strip().splitlines()[-1].startswith("error: 4 line(s) could not be judged (3 judged)")
+    assert "question 1 on line 7 is 1,001 characters long" in err
+    assert err.strip().splitlines()[-1].startswith("error: 5 line(s) could not be judged (3 judged)")
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
 

@@ -9,10 +9,18 @@ from typing import Annotated, Any, Literal, Optional
 import typer
 import typer.core
 
-from dupq.cli.common import COLLECTION_HELP, QUESTIONS_HELP, THREADS, Threads, _threads, command, config_options
+from dupq.cli.common import (
+    COLLECTION_HELP,
+    QUESTIONS_HELP,
+    THREADS,
+    Threads,
+    _dropped,
+    _threads,
+    command,
+    config_options,
+)
 from dupq.cli.distil import Teacher
 from dupq.cli.index import index_app
-from dupq.core.files import DupqError
 from dupq.training.adapt import AdaptConfig
 
 
@@ -51,16 +59,15 @@ def adapt_command(
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
     from dupq.modeling.model import Model
+    from dupq.modeling.sentence_model import check_new_model_folder
     from dupq.training.adapt import adapt, distinct_questions, user_questions
     from dupq.training.distil.teacher import load_teacher
 
     config = AdaptConfig(**adapt_fields)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise DupqError(f"{out} already exists; pass --overwrite to replace it or choose another --out.")
-    texts, collection_model, skipped = user_questions(source, column)
+    check_new_model_folder(out, overwrite)
+    texts, collection_model, dropped = user_questions(source, column)
+    _dropped(source, dropped)
     texts = distinct_questions(texts)
-    if skipped:
-        typer.echo(f"skipped {skipped:,} line(s) of {source} that hold no question", err=True)
     base = Model.load(model) if model is not None or collection_model is None else collection_model
     _threads(teacher_threads)
     encode, name = load_teacher(teacher, device=teacher_device)
@@ -117,7 +124,7 @@ def index_reencode(
     started = time.perf_counter()
     source = collection if is_milvus(collection) else Path(collection)
     target = out if is_milvus(out) else Path(out)
-    with reencode(source, Model.load(model), target, index) as new:
+    with reencode(source, Model.load(model), target, index, log=typer.echo) as new:
         typer.echo(
             f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
         )

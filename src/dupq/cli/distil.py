@@ -21,6 +21,7 @@ from dupq.cli.common import (
     command,
     config_options,
 )
+from dupq.core.files import check_new_folder
 from dupq.data.pairs import SplitConfig
 
 distil_app = typer.Typer(
@@ -143,10 +144,13 @@ def distil_tune(
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed (batches, hard negatives).")] = 0,
     threads: Threads = THREADS,
     device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to fine-tune on a GPU.")] = "cpu",
+    overwrite: Annotated[bool, typer.Option(help="Replace the folder --out if it exists.")] = False,
 ) -> None:
     """Fine-tune the teacher on the training pool's duplicates (ranking loss, hard negatives) before `dupq distil teach`."""
     from dupq.data.pairs import labelled_split, read_pairs, split_pairs
     from dupq.training.distil.tuning import TuneConfig, fine_tune
+
+    check_new_folder(out, overwrite)  # before the data is read
 
     config = TuneConfig(
         epochs=epochs, batch_size=batch_size, lr=lr, hard_negatives=hard_negatives, seed=seed, device=device

@@ -18,7 +18,7 @@ from dupq.cli.common import (
     app,
     command,
 )
-from dupq.core.files import DupqError, to_json
+from dupq.core.files import DupqError, check_new_folder, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -71,8 +71,8 @@ def index_build(
     if out is not None and is_milvus(out):  # as every other command takes a collection: not a folder named "milvus:..."
         out, store = None, out
     folder = Path(out) if out is not None else None
-    if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
+    if folder is not None:
+        check_new_folder(folder, overwrite=None)  # before the model and the file are read; the build checks again
     m = Model.load(model)
     qs = read_questions(questions, column)
     _dropped(questions, qs.dropped)
@@ -86,16 +86,18 @@ def index_build(
     )
 
 
-def _added(ids: list[int]) -> str:
-    """What ``index add`` says of a batch: a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
+def _added(ids: list[int], new: int) -> str:
+    """What ``index add`` says of a batch of which ``new`` questions were stored (the others' keys were
+    stored already): a range where the ids are consecutive (a folder's), else the first and last (Milvus's hashed keys)."""
     if len(ids) == 1:
-        return f"added 1 question: id {ids[0]}"
+        return f"added 1 question: id {ids[0]}" if new else f"the key is stored already (id {ids[0]}): nothing added"
     consecutive = ids == list(range(ids[0], ids[0] + len(ids)))
-    return (
-        f"added {len(ids)} questions: ids {ids[0]}-{ids[-1]}"
-        if consecutive
-        else f"added {len(ids)} questions: ids {ids[0]}, ..., {ids[-1]}"
-    )
+    span = f"ids {ids[0]}-{ids[-1]}" if consecutive else f"ids {ids[0]}, ..., {ids[-1]}"
+    if new < len(ids):
+        return (
+            f"added {new} of {len(ids)} questions ({len(ids) - new} with a key stored already: nothing added): {span}"
+        )
+    return f"added {len(ids)} questions: {span}"
 
 
 def _collection(location: str):
@@ -133,7 +135,7 @@ def index_add(
 
     With keys, running the same command again (after a crash, say) stores nothing twice.
     """
-    from dupq.data.questions import read_questions
+    from dupq.data.questions import check_key, read_questions
     from dupq.data.tokenizer import check_question
     from dupq.modeling.model import Model
     from dupq.search.collection import Collection
@@ -144,6 +146,8 @@ def index_add(
     if question is not None:
         if key_column is not None:
             raise DupqError("--key-column goes with --file; give one question's key with --key.")
+        if key is not None:
+            check_key(key, "--key")
         texts, metadata, keys = [check_question(question, "the question")], None, [key]
     else:
         if key is not None:
@@ -157,8 +161,9 @@ def index_add(
     try:
         for lo in range(0, len(texts), batch_size):
             part = slice(lo, lo + batch_size)
+            before = len(coll)
             ids = coll.add(texts[part], metadata[part] if metadata else None, keys[part] if keys else None)
-            typer.echo(_added(ids))
+            typer.echo(_added(ids, min(len(ids), max(0, len(coll) - before))))
     finally:
         coll.close()
         if coll.cache_error:

@@ -11,7 +11,7 @@ import typer
 import typer.core
 
 from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS, Threads, _data, _threads, _threshold, command
-from dupq.core.files import DupqError, to_json
+from dupq.core.files import DupqError, check_new_folder, to_json
 
 if TYPE_CHECKING:  # only named in a type hint: commands import the model when they run
     from dupq.modeling.model import Model
@@ -197,6 +197,7 @@ def predict(
 def report(
     model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
+    overwrite: Annotated[bool, typer.Option(help="Write into --out even if it holds files.")] = False,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     threshold: Annotated[
         Optional[float],
@@ -214,6 +215,7 @@ def report(
     from dupq.modeling.model import Model
 
     _threads(threads)
+    check_new_folder(out, overwrite)
     threshold = _threshold(threshold)
     m = Model.load(model)
     result = write_report(m, held_out(m.metrics, _data(data)).test, out, threshold, title=str(model or "bundled model"))

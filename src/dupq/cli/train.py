@@ -11,7 +11,7 @@ import typer
 import typer.core
 
 from dupq.cli.common import THREADS, Threads, UsageError, _data, command, config_options
-from dupq.core.files import DupqError
+from dupq.core.files import DupqError, new_folder
 from dupq.data.pairs import SplitConfig
 from dupq.training.checkpoint import check_output_folder
 from dupq.training.config import ModelOptions, TrainConfig
@@ -147,13 +147,18 @@ def export(
     model: Annotated[Path, typer.Argument(help="Model folder to copy.")],
     out: Annotated[Path, typer.Argument(help="Folder to write (config, vocabulary, weights, metrics; no checkpoint).")],
     half: Annotated[bool, typer.Option(help="Store the weights as float16 (half the size).")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace the model folder OUT if it exists.")] = False,
 ) -> None:
     """Write a compact copy of a model folder, e.g. the float16 model bundled with the package."""
     from dupq.modeling.model import Model
+    from dupq.modeling.sentence_model import check_new_model_folder
 
     if out.resolve() == model.resolve():
         raise DupqError("export needs a different output folder than the model it copies.")
-    Model.load(model).save(out, half=half)
+    check_new_model_folder(out, overwrite)
+    copy = Model.load(model)
+    with new_folder(out) as tmp:  # written beside OUT, then renamed into place: a failed export leaves OUT as it was
+        copy.save(tmp, half=half)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     typer.echo(f"wrote {out} ({size / 2**20:.1f} MiB)")
 

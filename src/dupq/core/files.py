@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dupq.core.nesting import MAX_FILE_DEPTH, json_depth
+
 
 class DupqError(Exception):
     """A mistake the user can fix (bad path, column, file or argument).
@@ -175,14 +177,52 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike, what: str) -> Any:
-    """Read a JSON file, turning a missing or malformed file into one clear :class:`DupqError`."""
+    """Read a JSON file, turning a missing or malformed file into one clear :class:`DupqError`.
+
+    The one reader of every JSON file dupq reads (a model's ``config.json``, ``metrics.json`` and
+    ``vocab.json``, a collection's ``manifest.json``, a teacher's ``teacher.json``): see :func:`parse_json`.
+    """
     path = Path(path)
     if not path.is_file():
         raise DupqError(f"{what} is missing: {path} does not exist.")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
         raise DupqError(f"{what} is corrupt: {path} is not valid JSON ({e}).") from None
+    return parse_json(text, what, path)
+
+
+def parse_json(text: str | bytes, what: str, where: str | os.PathLike) -> Any:
+    """``text`` (JSON read from ``where``) parsed, or one :class:`DupqError` sentence.
+
+    Text nested deeper than :data:`~dupq.core.nesting.MAX_FILE_DEPTH` levels is refused before it is
+    parsed: Python's parser recurses once per level, and 1,000 brackets end in ``RecursionError``.
+    """
+    if json_depth(text, MAX_FILE_DEPTH) > MAX_FILE_DEPTH:
+        raise DupqError(f"{what} is corrupt: {where} nests more than {MAX_FILE_DEPTH} levels deep.")
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DupqError(f"{what} is corrupt: {where} is not valid JSON ({e}).") from None
+
+
+def check_new_folder(folder: str | os.PathLike, overwrite: bool | None = False) -> Path:
+    """``folder`` if a command may write it: the rule of every command that writes a folder.
+
+    A folder that does not exist yet, or is empty, is fine; one that holds anything is refused
+    unless ``overwrite`` (the command's ``--overwrite``; ``None``: the command has no such option
+    and never replaces a folder); a file is refused.
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise DupqError(f"cannot write the folder {folder}: it is a file; name a folder.")
+    if overwrite or not folder.is_dir() or not any(folder.iterdir()):
+        return folder
+    if overwrite is None:
+        raise DupqError(f"{folder} already exists and is not empty; choose a new folder.")
+    raise DupqError(
+        f"{folder} already exists and is not empty; pass --overwrite to replace it or choose another folder."
+    )
 
 
 def to_json(obj: Any, **kwargs) -> str:

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 MAX_DEPTH = 32  # levels of objects and arrays in a question's metadata (the object itself is level 1)
+MAX_FILE_DEPTH = MAX_DEPTH + 1  # levels of a JSON file dupq reads (a model's, a collection's): as a request body
 
 # A JSON string (skipped whole: brackets inside it do not nest) or one bracket.
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')

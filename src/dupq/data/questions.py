@@ -32,7 +32,26 @@ from pathlib import Path
 from dupq.core.files import DupqError, check_path
 from dupq.data.pairs import Dropped, delimiter_of, table_rows
 from dupq.data.text import header_names, open_text, reading
-from dupq.data.tokenizer import check_question
+from dupq.data.tokenizer import MAX_QUESTION, check_question
+
+MAX_KEY = 200  # characters in a key (a question's id: a qid, an Idempotency-Key)
+KEY_PATTERN = r"^[!-~]+$"  # printable ASCII without spaces: what a client can send back in a retry, as written
+
+
+def check_key(key, where: str = "the key") -> str:
+    """``key`` if it is a key dupq stores, else a :class:`DupqError` naming ``where`` it came from.
+
+    The one rule of a key in every entry point (``index add --key``, a file's key column,
+    ``Collection.add``, the service's ``key``): 1 to :data:`MAX_KEY` characters of printable
+    ASCII, no spaces, so that any client can send it again, byte for byte, in a retry.
+    """
+    if not isinstance(key, str) or not key.strip():
+        raise DupqError(f"{where} must be a non-empty string, not {key!r}.")
+    if len(key) > MAX_KEY:
+        raise DupqError(f"{where} is {len(key):,} characters long; a key has at most {MAX_KEY}.")
+    if not all("!" <= c <= "~" for c in key):
+        raise DupqError(f"{where} {key!r} holds a space or a character that is not printable ASCII; a key may not.")
+    return key
 
 
 @dataclass
@@ -58,7 +77,18 @@ def _usable(text: str, where: str, dropped: Dropped, lines: int = 1) -> bool:
     try:
         check_question(text)
     except DupqError:
-        dropped.add(where, "empty question" if not text.strip() else "no words", lines)
+        reason = (
+            "empty question" if not text.strip() else "question too long" if len(text) > MAX_QUESTION else "no words"
+        )
+        dropped.add(where, reason, lines)
+        return False
+    return True
+
+
+def _valid_key(key: str) -> bool:
+    try:
+        check_key(key)
+    except DupqError:
         return False
     return True
 
@@ -196,6 +226,8 @@ def _table(
     for number, lines, row in rows:
         if k is not None and not row[k].strip():
             dropped.add(f"line {number}", "empty key", lines)
+        elif k is not None and not _valid_key(row[k]):
+            dropped.add(f"line {number}", "key not printable ASCII or too long", lines)
         elif _usable(row[i], f"line {number}", dropped, lines):
             metadata = {name: value for j, (name, value) in enumerate(zip(header, row)) if j not in (i, k)}
             yield Question(row[i], row[k] if k is not None else None, metadata, number)
@@ -212,6 +244,9 @@ def _record(obj: dict, column: str, key_column: str | None, where: str, dropped:
             key = str(key)
         if not isinstance(key, str) or not key.strip():
             dropped.add(where, "empty key")
+            return None
+        if not _valid_key(key):
+            dropped.add(where, "key not printable ASCII or too long")
             return None
     if not _usable(text, where, dropped):
         return None

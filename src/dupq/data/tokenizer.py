@@ -43,6 +43,7 @@ from dupq.core.files import DupqError, write_json
 from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, checked, corrupt, integer, read_format
 
 PAD, UNK = "[PAD]", "[UNK]"
+MAX_QUESTION = 1000  # characters in one question a user gives (the CLI, the library, the service alike)
 _STRIP = str.maketrans("", "", string.punctuation)  # Keras' strip_punctuation set, exactly
 
 
@@ -79,14 +80,16 @@ class Encoded:
         return ids, np.maximum(lengths, 1)
 
 
-def check_question(text: str, where: str = "the question") -> str:
+def check_question(text: str, where: str = "the question", longest: int | None = MAX_QUESTION) -> str:
     """``text`` if it is a question dupq can encode, else a :class:`DupqError` naming ``where`` it came from.
 
     The one rule every entry point applies (the CLI, the library, the service): a question is
-    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates) and holds at
-    least one word once punctuation and blanks are stripped. A question with no words would get
+    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates), at most
+    :data:`MAX_QUESTION` characters long, and holds at least one word once punctuation and blanks
+    are stripped. A question with no words would get
     the padding vector, so any two such "questions" ("???", "!!!", a control character) would
-    look identical, with similarity 1.0.
+    look identical, with similarity 1.0. ``longest=None`` lifts the length rule, for questions a
+    collection stored already (one stored before the rule is re-encoded whole, not refused).
 
     >>> check_question("???", "question 1")
     Traceback (most recent call last):
@@ -100,18 +103,20 @@ def check_question(text: str, where: str = "the question") -> str:
         raise DupqError(f"{where} is not valid UTF-8 text (undecodable byte at character {e.start + 1}).") from None
     if not text.strip():
         raise DupqError(f"{where} is empty; give the text of the question.")
+    if longest is not None and len(text) > longest:
+        raise DupqError(f"{where} is {len(text):,} characters long; a question has at most {longest:,}.")
     if not text.translate(_STRIP).split():
         raise DupqError(f"{where} has no words, only punctuation or blanks; give the text of the question.")
     return text
 
 
-def check_questions(texts: Sequence[str], what: str = "question") -> list[str]:
+def check_questions(texts: Sequence[str], what: str = "question", longest: int | None = MAX_QUESTION) -> list[str]:
     """:func:`check_question` on each of ``texts`` (a list, not one string), naming ``what N``."""
     if isinstance(texts, str):
         raise DupqError(f"give a list of {what}s, not a single string.")
     texts = list(texts)
     for i, t in enumerate(texts):
-        check_question(t, f"{what} {i + 1}")
+        check_question(t, f"{what} {i + 1}", longest)
     return texts
 
 

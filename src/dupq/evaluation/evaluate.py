@@ -114,6 +114,25 @@ def evaluate(model: Model, pairs: Pairs, threshold: float | None = None) -> dict
     return result
 
 
+MIN_PER_LABEL = 10  # dev pairs of each label a threshold is chosen on: with fewer, the threshold is chance
+
+
+def check_dev_labels(labels: np.ndarray) -> None:
+    """Refuse dev labels that cannot choose a threshold: both labels, :data:`MIN_PER_LABEL` of each at least.
+
+    On duplicates alone the accuracy-best threshold lies below every pair, on non-duplicates alone
+    above every pair (0.9988 once: "dev accuracy 1.0000", and afterwards a question was judged
+    different from itself); neither says anything about new pairs.
+    """
+    duplicates = int(np.sum(labels))
+    others = len(labels) - duplicates
+    if min(duplicates, others) < MIN_PER_LABEL:
+        raise DupqError(
+            f"the dev pairs hold {duplicates:,} duplicates and {others:,} non-duplicates; choosing a threshold needs "
+            f"at least {MIN_PER_LABEL} of each, so give more dev pairs of both labels (nothing was saved)."
+        )
+
+
 def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
     """Choose the model's threshold on the **dev** pairs: the one maximising accuracy.
 
@@ -124,6 +143,7 @@ def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
     """
     if not len(dev_pairs):
         raise DupqError("there are no dev pairs to calibrate the threshold on; give the split a dev part.")
+    check_dev_labels(dev_pairs.labels)
     logits, cosines = pair_logits(model, dev_pairs)
     if 0 < dev_pairs.labels.sum() < len(dev_pairs):
         model.calibration = fit_calibration(logits, dev_pairs.labels)

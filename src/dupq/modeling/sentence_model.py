@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError, new_folder, readable, write_json
+from dupq.core.files import DupqError, check_new_folder, new_folder, readable, write_json
 from dupq.modeling.encoders import SENTENCE_TRANSFORMERS, SentenceConfig
 from dupq.modeling.formats import ModelConfig, check_files, stored_kind
 from dupq.modeling.model import READERS, Model, check_list
@@ -145,12 +145,10 @@ def width(transformer) -> int:
 
 
 def check_new_model_folder(out: Path, overwrite: bool) -> None:
-    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
-    if not overwrite:
-        raise DupqError(f"{out} already exists; pass --overwrite to replace it or choose another --out.")
-    if stored_kind(out) is None:
+    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder
+    (:func:`~dupq.core.files.check_new_folder`, the rule of every command that writes a folder)."""
+    check_new_folder(out, overwrite)
+    if out.is_dir() and any(out.iterdir()) and stored_kind(out) is None:
         raise DupqError(
             f"{out} exists and is not a dupq model folder; choose another folder (only a model folder is replaced)."
         )

@@ -19,13 +19,12 @@ Not thread-safe: the collection holds its lock around :meth:`search` (shared) an
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, file_lock, write_json
+from dupq.core.files import DupqError, file_lock, read_json, write_json
 from dupq.search.store import SQLiteStore
 from dupq.search.vectors import IndexConfig, VectorIndex
 
@@ -150,8 +149,8 @@ class FaissCache:
 def _saved_count(folder: Path) -> int:
     """How many vectors the ``index.faiss`` on disk holds, by the manifest beside it (0 if it says nothing)."""
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_json(folder / "manifest.json", "the manifest")
+    except (OSError, DupqError):
         return 0
     count = manifest.get("count") if isinstance(manifest, dict) and manifest.get("checksum") else None
     return count if isinstance(count, int) else 0

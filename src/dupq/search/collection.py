@@ -55,8 +55,8 @@ from typing import Protocol
 
 import numpy as np
 
-from dupq.core.files import DupqError, check_path, new_folder, read_json, remove_stale, write_json
-from dupq.data.tokenizer import check_questions
+from dupq.core.files import DupqError, check_new_folder, check_path, new_folder, read_json, remove_stale, write_json
+from dupq.data.tokenizer import MAX_QUESTION, check_questions
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import from_cosines
 from dupq.search import store as sqlite
@@ -108,9 +108,11 @@ class SearchIndex(Protocol):
     def close(self) -> None: ...
 
 
-def _build_inputs(texts, ids, metadata, index) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
-    """The checked texts, keys, metadata (JSON text) and index config of a build."""
-    texts = check_questions(texts)
+def _build_inputs(
+    texts, ids, metadata, index, stored: bool = False
+) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
+    """The checked texts, keys, metadata (JSON text) and index config of a build (``stored``: see :meth:`Collection.build`)."""
+    texts = check_questions(texts, longest=None if stored else MAX_QUESTION)
     meta = check_metadata(metadata, len(texts))
     config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
     keys: list[str | None] = [None] * len(texts)
@@ -163,14 +165,17 @@ class Collection:
         ids: list[str | None] | None = None,
         metadata: list[dict] | None = None,
         index: str | IndexConfig = "flat",
+        stored: bool = False,
     ) -> Collection:
         """Encode ``texts`` and store them as a new collection in ``folder`` (a folder that must not hold one, or a Milvus URI).
 
         ``ids`` are the caller's unique ids for the questions (stored, and shown as ``metadata["id"]``);
         ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
         exactly; at least :func:`~dupq.search.vectors.training_size` questions), or an :class:`IndexConfig`.
+        ``stored``: the texts are another collection's questions (a re-encoding), so one stored before
+        the 1,000-character rule is kept whole rather than refused; the other rules of a question hold.
         """
-        texts, keys, meta, config = _build_inputs(texts, ids, metadata, index)
+        texts, keys, meta, config = _build_inputs(texts, ids, metadata, index, stored)
         manifest = new_manifest(model, config)
         if is_milvus(folder):
             from dupq.search.milvus import MilvusStore
@@ -182,8 +187,7 @@ class Collection:
     @classmethod
     def _build_folder(cls, folder: Path, model: Model, manifest: dict, chunks: Iterator[tuple]) -> Collection:
         """SQLite and FAISS written in a hidden sibling folder, renamed into place when complete."""
-        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-            raise DupqError(f"{folder} already exists and is not empty; choose a new folder for the collection.")
+        check_new_folder(folder, overwrite=None)  # a collection is never replaced
         with new_folder(folder) as tmp:
             vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
             with sqlite.building(tmp / DATABASE, str(folder)) as db:  # nothing is visible before the final rename

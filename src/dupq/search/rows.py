@@ -13,6 +13,7 @@ import sqlite3
 
 from dupq.core.files import DupqError
 from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
+from dupq.data.questions import check_key
 
 
 class KeyConflict(DupqError):
@@ -116,9 +117,32 @@ def read_metadata(text: str | None) -> tuple[dict, str | None]:
     return value, None
 
 
+def same_metadata(a: str | None, b: str | None) -> bool:
+    """Whether two rows' metadata (JSON text, None for none) hold the same JSON value: a keyed retry
+    may list an object's names in another order, or write ``1.0`` for ``1``, and is the same add."""
+    if a == b:
+        return True
+    (va, damaged_a), (vb, damaged_b) = read_metadata(a), read_metadata(b)
+    return not (damaged_a or damaged_b) and _same(va, vb)
+
+
+def _same(a, b) -> bool:
+    """JSON equality: objects by their names, numbers by value, ``true`` never ``1``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
 def check_keys(keys, n: int) -> list[str | None]:
+    """Each question's key (None for none), checked by the one rule of a key (:func:`~dupq.data.questions.check_key`)."""
     keys = one_each(keys, n, "keys")
     for i, k in enumerate(keys):
-        if k is not None and (not isinstance(k, str) or not k.strip()):
-            raise DupqError(f"the key of question {i + 1} must be a non-empty string or None, not {k!r}.")
+        if k is not None:
+            check_key(k, f"the key of question {i + 1}")
     return keys

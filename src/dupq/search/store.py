@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.files import DupqError, file_lock
-from dupq.search.rows import KeyConflict, StoreFailure, failure
+from dupq.search.rows import KeyConflict, StoreFailure, failure, same_metadata
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,13 @@ def place(
     for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
         if key is not None and key in stored:
             i, stored_text, stored_meta = stored[key]
-            if (stored_text, stored_meta) != (text, m) and key in given:  # no id is taken: nothing is stored
+            same = stored_text == text and same_metadata(stored_meta, m)
+            if not same and key in given:  # no id is taken: nothing is stored
                 raise KeyConflict(
                     f"the key {key!r} is given to questions {given[key] + 1} and {j + 1} of one add, "
                     "with another question or metadata; nothing was stored."
                 )
-            if (stored_text, stored_meta) != (text, m):
+            if not same:
                 raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
             ids.append(i)
             continue

@@ -97,11 +97,12 @@ def create_app(
 ) -> FastAPI:
     """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
 
-    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused);
+    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused; an
+    empty one, or one no client can send, is refused here: see :func:`write_token`);
     ``protect_reads`` makes searches, similarities and ``/health`` need it too (the page then asks
     for it). ``model_dir`` overrides the collection's model (it must encode as the collection's did).
     """
-    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    token = write_token(token)
     app = FastAPI(
         title="dupq",
         summary="Find the old questions a new question duplicates.",
@@ -169,6 +170,32 @@ def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
             await anyio.to_thread.run_sync(collection.close)
 
     return lifespan
+
+
+def write_token(token: str | None = None) -> str | None:
+    """The bearer token that guards writes: ``token``, else ``$DUPQ_API_TOKEN``; None (writes disabled) when neither is set.
+
+    A token that would let anyone write, or that no client can send, is refused at start in one
+    sentence: an empty or blank one, one with blanks at its ends (HTTP drops them from a header) and
+    one that is not Latin-1 (a header's bytes).
+    """
+    where = "the token" if token is not None else f"${TOKEN_ENV}"
+    token = token if token is not None else os.environ.get(TOKEN_ENV)
+    if token is None:
+        return None
+    if not isinstance(token, str) or not token.strip():
+        raise DupqError(
+            f"{where} is empty or blank, which would let anyone write; give a real token, or none to disable writes."
+        )
+    if token != token.strip():
+        raise DupqError(f"{where} begins or ends with a blank, which HTTP drops from a header; remove it.")
+    try:
+        token.encode("latin-1")
+    except UnicodeEncodeError:
+        raise DupqError(
+            f"{where} holds a character that is not Latin-1, which no HTTP client can send in a header; use ASCII."
+        ) from None
+    return token
 
 
 def _bearer_check(token: str | None) -> Callable:
@@ -356,6 +383,7 @@ def serve(
             f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
             "--workers 1, or keep the collection on a Milvus server."
         )
+    token = write_token()  # before the port is taken: a token no one should use is refused first
     if threads:
         torch.set_num_threads(threads)
         limit_blas(threads)
@@ -365,7 +393,6 @@ def serve(
     except BaseException:
         listener.close()
         raise
-    token = os.environ.get(TOKEN_ENV) or None
     log(
         f"serving {len(collection):,} questions from {collection_dir} on http://{host}:{port}/ "
         f"({workers} worker{'s' if workers > 1 else ''}; "

@@ -7,15 +7,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from dupq.core.files import DupqError
-from dupq.data.tokenizer import check_question
-
-MAX_QUESTION = 1000  # characters in one question
-
+from dupq.data.questions import KEY_PATTERN, MAX_KEY
+from dupq.data.tokenizer import MAX_QUESTION, check_question
 
 MAX_K = 100  # results of one search
-
-
-MAX_KEY = 200  # characters in an idempotency key
 
 
 def _question(text: str) -> str:
@@ -53,8 +48,9 @@ Question = Annotated[
 ]
 Score = Annotated[float, AfterValidator(lambda x: min(1.0, max(-1.0, x)))]  # float32 rounding can reach 1.0000001
 Key = Annotated[
-    str, Field(min_length=1, max_length=MAX_KEY, pattern=r"^[!-~]+$", description="Printable ASCII, no spaces.")
-]
+    str,
+    Field(min_length=1, max_length=MAX_KEY, pattern=KEY_PATTERN, description="Printable ASCII, no spaces."),
+]  # check_key's rule (dupq.data.questions), as a schema says it
 
 
 class SimilarityRequest(BaseModel):

@@ -16,7 +16,10 @@ stored embeddings, so every worker sees the others' committed adds at its next s
 ``index.faiss`` are serialised by :mod:`dupq.search.cache`.
 
 A worker whose parent disappears (a ``kill -9`` of the supervisor) shuts itself down, so no
-orphan keeps serving the port.
+orphan keeps serving the port. A worker that cannot open the collection (its folder moved or
+damaged since the server started) logs one sentence, not a traceback (:class:`StartupSentence`),
+and exits as failed to start; uvicorn's supervisor then stops every worker and itself, since
+each new worker would fail the same way, and ``dupq serve`` ends with one ``error:`` sentence.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from dupq.core.files import DupqError
 from dupq.service.connections import KEEP_ALIVE, allow_many_connections
 
 PARENT_CHECK_S = 0.5  # how often a worker checks that its supervisor is still there
@@ -51,7 +55,41 @@ def worker_app(factory: Callable[[], object], threads: int, parent: int):
     the ``parent`` process, then the app ``factory()`` makes."""
     set_threads(threads)
     threading.Thread(target=_stop_without, args=(parent,), name="dupq-parent-watch", daemon=True).start()
-    return factory()
+    return StartupSentence(factory())
+
+
+class StartupSentence:
+    """An ASGI app whose failed startup says one sentence: a :class:`~dupq.core.files.DupqError` of
+    its lifespan (the collection cannot be opened) is logged as its message, not as Starlette's
+    traceback; any other failure keeps its traceback (a bug)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+        held = []
+
+        async def holding(message):  # a failure is held until the exception that caused it is known
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, holding)
+        except DupqError as e:
+            if held:
+                await send({**held[0], "message": f"worker {os.getpid()} cannot start: {e}"})
+                return
+            raise
+        except BaseException:
+            if held:
+                await send(held[0])
+            raise
+        if held:
+            await send(held[0])
 
 
 def set_threads(threads: int) -> None:
@@ -88,6 +126,7 @@ def run_workers(factory: Callable[[], object], listener, workers: int, threads: 
     """Serve the app of ``factory`` (picklable: it is sent to each spawned worker) from ``workers``
     processes accepting on ``listener``, until SIGINT or SIGTERM."""
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
     config = uvicorn.Config(
@@ -101,4 +140,7 @@ def run_workers(factory: Callable[[], object], listener, workers: int, threads: 
         timeout_worker_healthcheck=HEALTH_CHECK_S,
     )
     allow_many_connections()  # the workers inherit the raised limit of open files
-    Multiprocess(config, sockets=[listener]).run()
+    supervisor = Multiprocess(config, sockets=[listener])
+    supervisor.run()
+    if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+        raise DupqError("a worker could not start (its sentence is above), so the server stopped every worker.")

@@ -1,5 +1,7 @@
 // dupq's page: live search for similar old questions, and a two-question comparison.
-// Plain DOM; every text from the server goes in through textContent, never as HTML.
+// Plain DOM; every text from the server goes in through textContent, never as HTML, and every
+// text a user wrote (a stored question, its metadata) inside its own <bdi>: a right-to-left
+// override in it then cannot reorder the page's own words and numbers beside it.
 "use strict";
 
 const DEBOUNCE_MS = 250;
@@ -60,6 +62,11 @@ function el(tag, className, text) {
   return node;
 }
 
+// A user's text, isolated from the text around it (Unicode's bidirectional algorithm stops at a <bdi>).
+function userText(text, className) {
+  return el("bdi", className, text);
+}
+
 // Status line -----------------------------------------------------------------------------------
 async function health() {
   const status = $("status");
@@ -101,13 +108,21 @@ function resultItem(hit) {
   const li = el("li", hit.duplicate ? "duplicate" : "");
   li.dataset.id = hit.id;
   li.append(el("span", "score", hit.score.toFixed(2)));
-  const text = el("span", "text", hit.text);
+  const text = el("span", "text");
+  text.append(userText(hit.text, "question"));
   if (hit.probability !== null && hit.probability !== undefined) {
     text.append(el("span", "prob", `${Math.round(hit.probability * 100)}% duplicate`));
   }
   if (hit.duplicate) text.append(el("span", "badge", "likely duplicate"));
-  const meta = Object.entries(hit.metadata || {}).map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
-  if (meta.length) text.append(el("span", "meta", meta.join(" · ")));
+  const entries = Object.entries(hit.metadata || {});
+  if (entries.length) {
+    const meta = el("span", "meta");
+    entries.forEach(([k, v], i) => {
+      if (i) meta.append(" · ");
+      meta.append(userText(k), ": ", userText(typeof v === "string" ? v : JSON.stringify(v)));
+    });
+    text.append(meta);
+  }
   li.append(text);
   const bar = el("span", "bar");
   const fill = el("span");

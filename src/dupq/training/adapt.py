@@ -55,6 +55,7 @@ from torch import nn
 
 from dupq.core.files import DupqError, new_folder
 from dupq.core.options import check_options, option
+from dupq.data.pairs import Dropped
 from dupq.data.tokenizer import check_questions
 from dupq.data.wordpiece import AnyVocabulary
 from dupq.modeling.model import Model
@@ -150,8 +151,9 @@ class Anchored(nn.Module):
         return (loss + self.weight * self.drift() if self.weight else loss), per_pair
 
 
-def user_questions(source: str, column: str | None = None) -> tuple[list[str], Model | None, int]:
-    """``(texts, model, skipped)``: the questions to adapt on, from a questions file or a collection.
+def user_questions(source: str, column: str | None = None) -> tuple[list[str], Model | None, Dropped]:
+    """``(texts, model, dropped)``: the questions to adapt on, from a questions file or a collection, and
+    the lines of a file left out (with their reasons and line numbers).
 
     A collection (a folder from ``dupq index build``, or a Milvus location) gives its stored texts
     and the model it was built with (the natural base); a file is read as
@@ -165,13 +167,13 @@ def user_questions(source: str, column: str | None = None) -> tuple[list[str], M
             raise DupqError("--column names a column of a CSV/TSV file, not of a collection.")
         location = source if is_milvus(source) else Path(source)
         with Collection.open(location) as collection:
-            return [text for _, _, text, _ in collection.stored_rows()], collection.model, 0
+            return [text for _, _, text, _ in collection.stored_rows()], collection.model, Dropped()
     if Path(source).is_dir():
         raise DupqError(
             f"{source} is a folder but not a dupq collection (it has no {MANIFEST}); give a questions file or a collection."
         )
     questions = read_questions(source, column)
-    return questions.texts, None, questions.skipped
+    return questions.texts, None, questions.dropped
 
 
 def distinct_questions(texts: list[str]) -> list[str]:
@@ -336,7 +338,7 @@ def _fine_tune(
 
 
 def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress: bool) -> TeacherCache:
-    """The teacher's vectors of ``texts`` in ``cache`` (resumed, or made again when it holds others), with a bar."""
+    """The teacher's vectors of ``texts`` from ``cache`` (resumed, or extended by those it lacks), with a bar."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
@@ -357,7 +359,8 @@ def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress:
                 bar.advance(task, len(blocks[-1]))
             return np.concatenate(blocks)
 
-        return teach(texts, cache, encode_with_bar, name, overwrite=True)
+        # Extended, never replaced: the vectors taught before (another run, `dupq distil teach`) are kept.
+        return teach(texts, cache, encode_with_bar, name, extend=True).subset(texts)
 
 
 def _adapted_model(base: Model, encoder: nn.Module, record: dict[str, Any]) -> Model:

@@ -15,7 +15,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save
 
-from dupq.core.files import DupqError, atomic_write
+from dupq.core.files import DupqError, atomic_write, check_new_folder, parse_json
 from dupq.core.options import label, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
@@ -62,9 +62,9 @@ def load_checkpoint(
     """
     try:
         with safe_open(path, "pt") as f:
-            meta = json.loads((f.metadata() or {})["dupq"])
+            meta = parse_json((f.metadata() or {})["dupq"], "its metadata", path)
         tensors = load_file(path)
-    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as e:
+    except (SafetensorError, OSError, KeyError, DupqError) as e:
         raise DupqError(
             f"the checkpoint {path} is corrupt ({type(e).__name__}: {e}); delete it to start again."
         ) from None
@@ -91,6 +91,8 @@ def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
         raise DupqError(
             f"{out} already holds a training checkpoint; pass --resume to continue it or --overwrite to start again."
         )
+    if not resume:
+        check_new_folder(out, overwrite)
     if stored_kind(Path(out)) == SENTENCE_TRANSFORMERS:
         raise DupqError(
             f"{out} holds a sentence-transformers model (dupq distil export), which dupq train can neither resume "

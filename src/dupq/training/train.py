@@ -284,6 +284,10 @@ def train(
     options = ModelOptions(**{**asdict(options or ModelOptions()), **option_overrides})
     world = World.from_env()
     check_output_folder(out, resume, overwrite)
+    if len(splits.dev) and len(splits.test):  # the threshold is chosen on dev afterwards: refused now, not then
+        from dupq.evaluation.evaluate import check_dev_labels
+
+        check_dev_labels(splits.dev.labels)
     _check_device(config.device)
     joined = join(world, config.device)
     try:

@@ -38,7 +38,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save
 
-from dupq.core.files import DupqError, atomic_write, remove_stale
+from dupq.core.files import DupqError, atomic_write, check_new_folder, parse_json, read_json, remove_stale
 from dupq.modeling.pretrained import load_sentence_transformer
 
 INFO = "teacher.json"
@@ -80,6 +80,13 @@ class TeacherCache:
     def dim(self) -> int:
         return int(self.vectors.shape[1])
 
+    def subset(self, texts: Sequence[str]) -> TeacherCache:
+        """The cache of ``texts`` alone (each taught here), in their order."""
+        rows = self.rows(texts)
+        if (rows < 0).any():
+            raise DupqError(f"{(rows < 0).sum()} of the texts were not taught in this cache.")
+        return TeacherCache(list(texts), self.vectors[torch.from_numpy(rows)], self.info)
+
     def rows(self, texts: Sequence[str]) -> np.ndarray:
         """Row of each text in :attr:`vectors`, -1 where the text was not taught."""
         return np.array([self._row.get(t, -1) for t in texts], dtype=np.int64)
@@ -88,6 +95,8 @@ class TeacherCache:
     def load(cls, folder: str | os.PathLike) -> TeacherCache:
         """Read a complete cache; a missing, partial or corrupt one is a :class:`DupqError` naming what to do."""
         folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise DupqError(f"the teacher vectors {folder} is a file; give the folder `dupq distil teach --out` wrote.")
         info = _read_info(folder)
         if info is None:
             raise DupqError(
@@ -113,12 +122,12 @@ class TeacherCache:
 
 
 def _read_info(folder: Path) -> dict[str, Any] | None:
-    try:
-        info = json.loads((folder / INFO).read_text())
-    except FileNotFoundError:
+    if not (folder / INFO).exists():
         return None
-    except (OSError, ValueError) as e:
-        raise DupqError(f"{folder / INFO} is not readable JSON ({e}); delete the folder and teach again.") from None
+    try:
+        info = read_json(folder / INFO, "the teacher file")
+    except (OSError, DupqError) as e:
+        raise DupqError(f"{str(e).rstrip('.')}; delete the folder and teach again.") from None
     if not isinstance(info, dict) or not {"count", "dim", "shards", "texts_fingerprint"} <= set(info):
         raise DupqError(f"{folder / INFO} is not a dupq teacher file; delete the folder and teach again.")
     return info
@@ -128,9 +137,9 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     """``(texts, vectors)`` of a complete shard, None when it is missing or damaged."""
     try:
         with safe_open(path, "pt") as f:
-            texts = json.loads((f.metadata() or {})["texts"])
+            texts = parse_json((f.metadata() or {})["texts"], "a shard", path)
         tensors = load_file(path)
-    except (FileNotFoundError, SafetensorError, OSError, KeyError, ValueError):
+    except (FileNotFoundError, SafetensorError, OSError, KeyError, ValueError, DupqError):
         return None
     vectors, prints = tensors.get("vectors"), tensors.get("fingerprints")
     if (
@@ -173,16 +182,24 @@ def teach(
     split: dict[str, Any] | None = None,
     overwrite: bool = False,
     on_shard: Callable[[int, int], None] | None = None,
+    extend: bool = False,
 ) -> TeacherCache:
     """Encode ``texts`` with ``encode`` into the cache folder ``out``, resuming what an earlier run left.
 
     ``on_shard(done, total)`` is called after each shard (a progress bar). A folder that already
     holds vectors of other texts, another teacher or another split is refused unless ``overwrite``.
+    With ``extend`` (``dupq adapt --cache``), a folder of the same teacher keeps every text it holds and
+    gains ``texts``: none of its vectors is encoded again or thrown away; the cache returned holds them all.
     """
     out = Path(out)
     texts = list(dict.fromkeys(texts))
     if not texts:
         raise DupqError("there are no questions to teach.")
+    old = _read_info(out) if out.is_dir() else None
+    known = _taught(out) if old is not None else {}  # text -> its stored vector, in any readable shard
+    extending = extend and old is not None and old.get("teacher") == name and old.get("split") == split
+    if extending:
+        texts = list(dict.fromkeys([*known, *texts]))  # the taught texts first: their shards stay as they are
     shards = (len(texts) + SHARD_SIZE - 1) // SHARD_SIZE
     want = {
         "teacher": name,
@@ -192,18 +209,27 @@ def teach(
         "texts_fingerprint": _list_fingerprint(texts),
         "split": split,
     }
-    old = _read_info(out) if out.is_dir() else None
-    if old is not None and any(old.get(k) != v for k, v in want.items()):
+    if old is None and out.is_dir():
+        remove_stale(out)  # what a run killed before its first shard left
+        check_new_folder(out, overwrite)  # a folder of something else is no teacher cache to resume
+    if extending:
+        if old != {**want, "dim": old.get("dim")}:
+            atomic_write(out / INFO, json.dumps({**want, "dim": old["dim"]}, indent=2).encode())
+    elif old is not None and any(old.get(k) != v for k, v in want.items()):
         if not overwrite:
             differs = next(k for k, v in want.items() if old.get(k) != v)
             raise DupqError(
                 f"{out} already holds teacher vectors made differently ({differs} differs); "
-                f"pass --overwrite to replace them or choose another --out."
+                + (
+                    "choose another --cache folder."
+                    if extend
+                    else "pass --overwrite to replace them or choose another --out."
+                )
             )
         for path in out.glob("shard-*.safetensors"):
             path.unlink()
         (out / INFO).unlink()
-        old = None
+        old, known = None, {}  # another teacher's or split's vectors: none is reused
     out.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
     dim = old["dim"] if old is not None else None
@@ -212,7 +238,7 @@ def teach(
         path = _shard_path(out, k)
         done = _read_shard(path)
         if done is None or done[0] != part:
-            vectors = np.asarray(encode(part), dtype=np.float32)  # (k, T)
+            vectors = _encode_missing(part, known, encode)  # (k, T)
             if vectors.ndim != 2 or len(vectors) != len(part) or not np.isfinite(vectors).all():
                 raise DupqError(
                     f"the teacher {name} returned {vectors.shape} for {len(part)} questions, not one finite vector each."
@@ -228,6 +254,29 @@ def teach(
         if on_shard is not None:
             on_shard(k + 1, shards)
     return TeacherCache.load(out)
+
+
+def _taught(folder: Path) -> dict[str, np.ndarray]:
+    """Every text of a readable shard in ``folder`` (in shard order) and its stored vector (float32)."""
+    taught: dict[str, np.ndarray] = {}
+    for path in sorted(folder.glob("shard-*.safetensors")):
+        shard = _read_shard(path)
+        if shard is not None:
+            taught.update(zip(shard[0], shard[1].float().numpy()))
+    return taught
+
+
+def _encode_missing(part: list[str], known: dict[str, np.ndarray], encode: Callable) -> np.ndarray:
+    """The vectors of ``part``: a text taught already keeps its stored vector, the others are encoded."""
+    missing = [t for t in part if t not in known]
+    if len(missing) == len(part):
+        return np.asarray(encode(part), dtype=np.float32)
+    if missing:
+        fresh = np.asarray(encode(missing), dtype=np.float32)
+        if fresh.ndim != 2 or len(fresh) != len(missing):
+            return fresh  # the caller refuses it
+        known = {**known, **dict(zip(missing, fresh))}
+    return np.stack([known[t] for t in part]).astype(np.float32)
 
 
 def word_vectors(words: Sequence[str], encode: Callable[[list[str]], np.ndarray], dim: int, rms: float) -> np.ndarray:

@@ -68,7 +68,9 @@ def read_preset(name: str, beside: Path | None = None, _depth: int = 0) -> dict[
     """
     path = preset_path(name, beside)
     try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
+        values = tomllib.loads(
+            path.read_text(encoding="utf-8-sig")
+        )  # a byte-order mark (Windows' editors) is no TOML error
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise DupqError(f"the preset {path} is not valid TOML ({e}).") from None
     base = values.pop("extends", None)
@@ -79,6 +81,13 @@ def read_preset(name: str, beside: Path | None = None, _depth: int = 0) -> dict[
     if not isinstance(base, str) or _depth >= _DEPTH:
         raise DupqError(f"the preset {path} extends {base!r}, which is not a preset or leads back to itself.")
     return {**read_preset(base, path, _depth + 1), **values}
+
+
+def _suggestion(key: str) -> str | None:
+    """The option a mistyped ``key`` most likely meant: one it begins with (``test_size``: ``test``),
+    else the closest spelling."""
+    within = [name for name in KEYS if key.startswith(name + "_") or key.endswith("_" + name)]
+    return max(within, key=len) if within else next(iter(difflib.get_close_matches(key, KEYS, n=1)), None)
 
 
 def _check_key(path: Path, key: str, value: Any) -> None:
@@ -92,7 +101,7 @@ def _check_key(path: Path, key: str, value: Any) -> None:
             raise DupqError(f"the preset {path}: {e}.") from None
         return
     if key not in KEYS:
-        hint = RENAMED.get(key) or next(iter(difflib.get_close_matches(key, KEYS, n=1)), None)
+        hint = RENAMED.get(key) or _suggestion(key)
         raise DupqError(
             f"the preset {path} sets {key!r}, which is no training option"
             + (f"; did you mean {hint!r}?" if hint else ".")
