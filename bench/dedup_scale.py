@@ -21,9 +21,13 @@ once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is
   threshold), with each grouping's largest group and the duplicate pairs its groups imply.
 * **ray**: 20,000 questions on one machine and on a local Ray cluster (127.0.0.1), exact and partitioned:
   the share of either run's same-group pairs that are same-group pairs of the other.
-* **scale**: synthetic archives of vectors drawn around the real ones (a real vector plus Gaussian
-  noise, renormalised), grouped as ``dupq dedup`` groups (the model's verdict), to show the cost per
-  question stays flat.
+* **scale**: synthetic archives made of the real vectors, grouped as ``dupq dedup`` groups (the model's
+  verdict), to show the cost per question stays flat. An archive of ``n`` questions is cut into blocks
+  of at most all the real questions, each block the real vectors (no question twice) turned by a random
+  rotation of its own: a rotation keeps every cosine within a block, so each block is as dense in
+  duplicates as the real archive, and questions of two blocks are as unrelated as random directions.
+  (Drawing ``n`` vectors around the real ones instead gives each real question ``n / 537,016`` near
+  copies, so duplicates grow with the archive and the cost with them.)
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ import numpy as np
 
 CACHE = Path("runs/dedup_scale")
 COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)
-NOISE = 0.02  # the scale run: Gaussian noise a coordinate around a real vector (a norm of about 0.23)
 
 
 def questions() -> tuple[Path, np.ndarray]:
@@ -84,16 +87,29 @@ def timed(command: list) -> dict:
     return row
 
 
-def child(kind: str, n: int, threshold: float, noise: float = 0.0, save: str = "") -> None:
+def rotated_blocks(real: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` synthetic unit vectors: blocks of the real ones, each block without repeats and turned by its
+    own random rotation (Haar: the QR of a Gaussian matrix, signs fixed), so duplicates stay as dense as
+    in the real archive however large ``n`` grows."""
+    rng = np.random.default_rng(seed)
+    d = real.shape[1]
+    vectors = np.empty((n, d), np.float32)
+    for lo in range(0, n, len(real)):
+        hi = min(n, lo + len(real))
+        rows = np.sort(rng.choice(len(real), hi - lo, replace=False))
+        q, r = np.linalg.qr(rng.normal(size=(d, d)))
+        turn = (q * np.sign(np.diag(r))).astype(np.float32)
+        for a in range(lo, hi, 1 << 18):
+            b = min(hi, a + (1 << 18))
+            vectors[a:b] = real[rows[a - lo : b - lo]] @ turn
+    return vectors
+
+
+def child(kind: str, n: int, threshold: float, synthetic: bool = False, save: str = "") -> None:
     """One timed grouping in this process: prints {"group_seconds": ..., "groups": ...} as its last line."""
     _, real = questions()
-    if noise:
-        rng = np.random.default_rng(0)
-        vectors = np.empty((n, real.shape[1]), np.float32)
-        for lo in range(0, n, 1 << 20):
-            hi = min(n, lo + (1 << 20))
-            v = real[rng.integers(0, len(real), hi - lo)] + rng.normal(0, noise, (hi - lo, real.shape[1]))
-            vectors[lo:hi] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    if synthetic:
+        vectors = rotated_blocks(real, n)
     else:
         vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
     start, cpu = time.perf_counter(), time.process_time()
@@ -181,7 +197,7 @@ def quality(cosines: list[float]) -> dict:
         by_model, n
     ).label
     saved = CACHE / "semhash-labels.npy"
-    timed(me("semhash", 0, chosen, 0.0, saved))
+    timed(me("semhash", 0, chosen, 0, saved))
     groupings[f"SemHash self_deduplicate (cosine > {chosen})"] = np.load(saved)
     table = {}
     for name, labels in groupings.items():
@@ -205,12 +221,16 @@ def quality(cosines: list[float]) -> dict:
 def scale(sizes: list[int]) -> dict:
     rows = []
     for n in sizes:
-        row = {"questions": n, **timed(me("dupq-model", n, COSINE, NOISE))}
+        row = {"questions": n, **timed(me("dupq-model", n, COSINE, 1))}
         row["microseconds_per_question"] = round(row["group_seconds"] / n * 1e6, 1)
         row["cpu_microseconds_per_question"] = round(row["group_cpu_seconds"] / n * 1e6, 1)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    return {"judged_by": "the bundled model's verdict", "noise": NOISE, "runs": rows}
+    return {
+        "judged_by": "the bundled model's verdict",
+        "archive": "the real vectors in randomly rotated blocks",
+        "runs": rows,
+    }
 
 
 def saved_runs(name: str) -> list[dict]:
@@ -353,7 +373,7 @@ def main() -> None:
         return
     if a.what == "child":
         kind, n, t, *rest = a.args
-        child(kind, int(n), float(t), float(rest[0]) if rest else 0.0, rest[1] if len(rest) > 1 else "")
+        child(kind, int(n), float(t), bool(int(rest[0])) if rest else False, rest[1] if len(rest) > 1 else "")
         return
     machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     if a.what == "speed":
