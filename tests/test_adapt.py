@@ -232,7 +232,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     base = Model.load(head_model_dir)
     keys = [f"k{i}" if i % 3 else None for i in range(len(texts))]  # some questions were added without a key
     metadata = [{"n": i} if i % 2 else None for i in range(len(texts))]
-    Collection.build(location, texts, base, ids=keys, metadata=metadata).close()
+    Collection.build(location, texts, base, keys=keys, metadata=metadata).close()
     where = str(location)
     read, model, skipped = user_questions(where)
     assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped == 0

@@ -34,4 +34,4 @@ def reencode(source, model: Model, out, index: str | None = None) -> Collection:
     if index is not None and index != config.kind:
         config = IndexConfig(kind=index)
     _, keys, texts, metadata = zip(*rows)
-    return Collection.build(out, list(texts), model, ids=list(keys), metadata=list(metadata), index=config)
+    return Collection.build(out, list(texts), model, keys=list(keys), metadata=list(metadata), index=config)
