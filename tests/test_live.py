@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,6 +211,13 @@ def test_cli_keys_remove_update_where_and_decisions(tmp_path, tiny_model_dir):
     assert sorted(zip(pairs.q1, pairs.q2, pairs.labels.tolist())) == sorted(
         [(texts[9], texts[1], 1), (texts[2], texts[3], 0)]
     )
+    model = tmp_path / "desk-model"
+    shutil.copytree(tiny_model_dir, model)
+    calibrated = run(app, ["calibrate", str(model), "--pairs", str(pairs_file)])
+    assert calibrated.exit_code == 0 and "calibrated on 2 pairs" in calibrated.output, calibrated.output
+    from dupq.modeling.model import Model
+
+    assert Model.load(model).threshold_info["dev_pairs"] == 2  # the threshold was chosen on the desk's pairs
 
 
 TOKEN = "live-token"

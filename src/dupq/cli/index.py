@@ -178,7 +178,7 @@ def search_command(
     where: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value)."
+            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number is a number)."
         ),
     ] = None,
     threads: Threads = THREADS,

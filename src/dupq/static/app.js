@@ -106,6 +106,10 @@ function resultItem(hit) {
     text.append(el("span", "prob", `${Math.round(hit.probability * 100)}% duplicate`));
   }
   if (hit.duplicate) text.append(el("span", "badge", "likely duplicate"));
+  if (hit.key) text.append(el("span", "meta", `key ${hit.key}`));
+  if (hit.duplicate_of) text.append(el("span", "meta", `duplicate of ${hit.duplicate_of}`));
+  const ticket = new URLSearchParams(location.search).get("key");
+  if (ticket && hit.key && hit.key !== ticket) text.append(decisionButtons(ticket, hit.key));
   const meta = Object.entries(hit.metadata || {}).map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`);
   if (meta.length) text.append(el("span", "meta", meta.join(" · ")));
   li.append(text);
@@ -115,6 +119,25 @@ function resultItem(hit) {
   bar.append(fill);
   li.append(bar);
   return li;
+}
+
+// A moderator's decision on the question of the page's ?key= against a hit (needs the write token).
+function decisionButtons(ticket, other) {
+  const box = el("span", "decide");
+  for (const [label, field] of [["duplicate of this", "duplicate_of"], ["not a duplicate", "not_duplicate_of"]]) {
+    const button = el("button", "", label);
+    button.type = "button";
+    button.addEventListener("click", async () => {
+      try {
+        await post(`/questions/${encodeURIComponent(ticket)}/decision`, { [field]: other });
+        box.replaceChildren(el("span", "meta", field === "duplicate_of" ? `marked: ${ticket} duplicates ${other}` : `marked: ${ticket} is not ${other}`));
+      } catch (e) {
+        box.replaceChildren(el("span", "meta error", e.message));
+      }
+    });
+    box.append(button);
+  }
+  return box;
 }
 
 // Compare two questions -------------------------------------------------------------------------
@@ -165,4 +188,10 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   health();
   setInterval(health, 30000);
+  // A ticket system links here with ?q=QUESTION (and ?key=KEY, the question's own key, for decisions).
+  const asked = new URLSearchParams(location.search).get("q");
+  if (asked) {
+    $("question").value = asked;
+    search();
+  }
 });
