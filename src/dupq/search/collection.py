@@ -295,6 +295,7 @@ class Collection:
         """Remove the questions of ``keys`` in one transaction; their ids. A key not stored removes nothing
         and raises :class:`UnknownKey`; once this returns no search finds them, in any process."""
         self._check_open()
+        keys = [keys] if isinstance(keys, str) else list(keys)
         keys = check_keys(keys, len(keys))
         if not keys or None in keys:
             raise DupqError("give the keys of the questions to remove.")

@@ -5,17 +5,19 @@ of models or search; :class:`~dupq.search.folder.FolderBackend` joins it and the
 
 What it guarantees (the backend's promises, :mod:`dupq.search.backend`, rest on these):
 
-* an add, a removal and an update are each **one transaction**: when it returns, every row is durable and readable by
-  any reader; if it raises or the process dies first, none of them is stored.
+* an add, a removal and an update are each **one transaction**: when it returns, the change is
+  durable and seen by any reader; if it raises or the process dies first, none of it is applied.
 * **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
   id; the same key with another text or metadata raises :class:`KeyConflict`
   (:func:`place` is the rule, shared by both stores).
-* Ids are what :meth:`Store.add` answered, for as long as the row is stored.
+* Ids are what :meth:`SQLiteStore.add` answered, for as long as the row is stored (a new text
+  for a key is a new id; the old one joins ``removed``, and its vector stays).
 
 SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
 
     questions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, text, metadata JSON)
     embeddings (start INTEGER PRIMARY KEY, count, vectors BLOB)   -- (count, d) float32 of ids start..
+    removed (id INTEGER PRIMARY KEY)                              -- removed ids, filtered out of searches
 
 Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
 (:mod:`dupq.search.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
