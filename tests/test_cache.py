@@ -35,7 +35,7 @@ def test_the_vectors_of_ids_are_the_added_ones(kind):
 def test_a_collection_reads_its_hits_vectors_from_the_index(tmp_path, tiny_model, kind):
     with Collection.build(tmp_path / "c", texts(200), tiny_model, index=kind) as coll:
         ids = np.array([5, 199, 0, 5])
-        np.testing.assert_array_equal(coll._index.vectors(ids), coll.stored_vectors()[ids])
+        np.testing.assert_array_equal(coll._backend.vectors(ids), coll.stored_vectors()[ids])
 
 
 def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, tiny_model, monkeypatch):
@@ -52,7 +52,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def interleaved(index, path):
         checksum = save(index, path)
-        if index is a._index.index:
+        if index is a._backend.cache.index:
             a_wrote.set()
             b_done.wait(timeout=2)  # b writes now, unless it must wait for a
         return checksum
@@ -61,12 +61,12 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def save_b():
         a_wrote.wait(timeout=10)
-        b._index.save()
+        b._backend.cache.save()
         b_done.set()
 
     other = threading.Thread(target=save_b)
     other.start()
-    a._index.save()
+    a._backend.cache.save()
     other.join()
     manifest = json.loads((folder / "manifest.json").read_text())
     on_disk = np.fromfile(folder / INDEX_FILE, dtype=np.uint8)
@@ -75,7 +75,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
     a.close()
     b.close()
     with Collection.open(folder, tiny_model) as again:  # the cache is used, not rebuilt
-        assert FaissCache._cached(folder, again._store, again.manifest, len(again))[1] == 110
+        assert FaissCache._cached(folder, again._backend.store, again.manifest, len(again))[1] == 110
 
 
 def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, monkeypatch):
@@ -85,10 +85,10 @@ def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, mon
         writes = []
         save = VectorIndex.save
         monkeypatch.setattr(VectorIndex, "save", lambda index, path: writes.append(path) or save(index, path))
-        coll._index.save()  # the file holds every vector already
+        coll._backend.cache.save()  # the file holds every vector already
         assert writes == []
         coll.add(texts(3, offset=100))
-        coll._index.save()
+        coll._backend.cache.save()
         assert len(writes) == 1
 
 
@@ -112,7 +112,7 @@ def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_m
         if rebuilt:
             (folder / INDEX_FILE).unlink()  # rebuilt from the stored vectors on open
         with Collection.open(folder, tiny_model) as coll:
-            graph = faiss.downcast_index(coll._index.index.faiss).hnsw
+            graph = faiss.downcast_index(coll._backend.cache.index.faiss).hnsw
             assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
             assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)
 

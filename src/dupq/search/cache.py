@@ -20,6 +20,7 @@ Not thread-safe: the collection holds its lock around :meth:`search` (shared) an
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,8 @@ class FaissCache:
         self._saved = saved  # vectors in index.faiss on disk
         self._version = None  # the store's version when the index last caught up with it
         self.cache_error: str | None = None  # why index.faiss could not be written, if it could not
+        self.live: np.ndarray | None = None  # (len(index),) bool: False for removed ids; None when none is removed
+        self.refreshed = 0.0  # time.time() of the last catch-up
 
     @classmethod
     def open(cls, folder: Path, store: SQLiteStore, manifest: dict) -> FaissCache:
@@ -84,9 +87,12 @@ class FaissCache:
     def exact(self) -> bool:
         return self.index.exact
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``scores (Q, k')``, ``ids (Q, k')`` (-1: none); ivfpq re-ranks its short list with the stored vectors."""
-        return self.index.search(vectors, k, self.store.vectors_by_id)
+    def search(self, vectors: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')``, ``ids (Q, k')`` (-1: none) among the ``allowed`` ids (a bool mask; None: every
+        stored one); removed ids are never found. ivfpq re-ranks its short list with the stored vectors."""
+        if self.live is not None:
+            allowed = self.live if allowed is None else allowed & self.live
+        return self.index.search(vectors, k, self.store.vectors_by_id, allowed)
 
     def vectors(self, ids) -> np.ndarray:
         """The vectors of ``ids`` ``(len(ids), d)``: from memory (flat, hnsw) or from the store (ivfpq keeps codes)."""
@@ -99,8 +105,8 @@ class FaissCache:
         return self.store.version() != self._version
 
     def catch_up(self) -> None:
-        """Add the stored vectors the index lacks: another process's adds, or ours (caller holds the write lock)."""
-        version, count = self.store.version(), self.store.count()
+        """Add the stored vectors the index lacks and mark the removed ids: another process's writes, or ours (caller holds the write lock)."""
+        version, count = self.store.version(), self.store.extent()
         lo = len(self.index)
         while lo < count:
             # An untrained ivfpq index trains on its first add: the vectors its build trained on, so a
@@ -109,7 +115,13 @@ class FaissCache:
             blocks = list(self.store.vectors(lo, min(lo + step, count)))
             self.index.add(np.concatenate(blocks) if len(blocks) > 1 else blocks[0])
             lo = min(lo + step, count)
+        removed = self.store.removed()
+        self.live = None
+        if len(removed):
+            self.live = np.ones(len(self.index), dtype=bool)
+            self.live[removed[removed < len(self.index)]] = False
         self._version = version
+        self.refreshed = time.time()
 
     def after_add(self) -> None:
         """Rewrite ``index.faiss`` when it lacks many of the indexed vectors (after an add's catch-up)."""

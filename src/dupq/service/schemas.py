@@ -67,16 +67,25 @@ class SimilarityResponse(BaseModel):
     threshold_on: str  # "similarity" or "probability": what the threshold is compared with
 
 
+FilterValue = str | int | float  # a metadata value a filter compares with (JSON scalars)
+
+
 class SearchRequest(BaseModel):
     model_config = STRICT
     question: Question
     k: Annotated[int, Field(strict=False), BeforeValidator(_json_integer)] = Field(
         10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100)."
     )
+    filter: dict[str, FilterValue | list[FilterValue]] | None = Field(
+        None,
+        description='Only questions whose metadata match: {"field": value, "other": [v1, v2]} (equal; a list: any of).',
+    )
 
 
 class HitOut(BaseModel):
     id: int
+    key: str | None  # the key it was stored under (null: added without one)
+    duplicate_of: str | None  # the key of its canonical question, where a moderator marked it a duplicate
     text: str
     score: Score  # cosine similarity to the question
     probability: float | None  # calibrated P(duplicate); null without a calibration
@@ -98,6 +107,25 @@ class AddRequest(BaseModel):
     key: Key | None = Field(
         None, description="Your id for the question: a key stored already stores nothing and answers its id."
     )
+
+
+class UpdateRequest(BaseModel):
+    model_config = STRICT
+    text: Question | None = Field(None, description="The question's new text (the old text is found no more).")
+    metadata: dict[str, Any] | None = Field(None, description="Its new metadata (replaces the stored metadata).")
+
+
+class DecisionRequest(BaseModel):
+    model_config = STRICT
+    duplicate_of: Key | None = Field(None, description="The key of the canonical question this one duplicates.")
+    not_duplicate_of: Key | None = Field(None, description="The key of a question this one does not duplicate.")
+
+
+class Changed(BaseModel):
+    key: str
+    id: int | None  # its id afterwards (null once removed)
+    count: int  # questions in the collection afterwards
+    metadata: dict[str, Any] | None = None  # its metadata after a decision
 
 
 class AddResponse(BaseModel):
