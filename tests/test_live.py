@@ -202,22 +202,23 @@ def test_cli_keys_remove_update_where_and_decisions(tmp_path, tiny_model_dir):
     assert updated.exit_code == 0, updated.output
     top = json.loads(run(app, ["search", folder, "Which river is the longest?", "-k", "1", "--json"]).output)
     assert top["hits"][0]["key"] == "t7"
-    with Collection.open(folder) as coll:
-        coll.decide("t9", duplicate_of="t1")
-        coll.decide("t2", not_duplicate_of="t3")
+    with Collection.open(folder) as coll:  # 10 decisions of each kind: the fewest a threshold is chosen on
+        for i in range(10):
+            coll.decide(f"t{10 + i}", duplicate_of=f"t{20 + i}")
+            coll.decide(f"t{30 + i}", not_duplicate_of=f"t{20 + i}")
     pairs_file = tmp_path / "pairs.tsv"
     assert run(app, ["index", "decisions", folder, "--out", str(pairs_file)]).exit_code == 0
     pairs, _ = read_pairs(pairs_file)
     assert sorted(zip(pairs.q1, pairs.q2, pairs.labels.tolist())) == sorted(
-        [(texts[9], texts[1], 1), (texts[2], texts[3], 0)]
+        [(texts[10 + i], texts[20 + i], 1) for i in range(10)] + [(texts[30 + i], texts[20 + i], 0) for i in range(10)]
     )
     model = tmp_path / "desk-model"
     shutil.copytree(tiny_model_dir, model)
     calibrated = run(app, ["calibrate", str(model), "--pairs", str(pairs_file)])
-    assert calibrated.exit_code == 0 and "calibrated on 2 pairs" in calibrated.output, calibrated.output
+    assert calibrated.exit_code == 0 and "calibrated on 20 pairs" in calibrated.output, calibrated.output
     from dupq.modeling.model import Model
 
-    assert Model.load(model).threshold_info["dev_pairs"] == 2  # the threshold was chosen on the desk's pairs
+    assert Model.load(model).threshold_info["dev_pairs"] == 20  # the threshold was chosen on the desk's pairs
 
 
 TOKEN = "live-token"
