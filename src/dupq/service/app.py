@@ -333,9 +333,11 @@ def _add_write_route(app: FastAPI, authorised: Callable) -> None:
         metrics.UPDATED.inc()
         return Changed(key=key, id=i, count=len(collection))
 
-    @app.post("/questions/{key}/decision", **writes)
+    @app.post("/questions/{key}/decision", **{**writes, "responses": writes["responses"] | CONFLICT})
     async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
         """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``."""
+        if key in (body.duplicate_of, body.not_duplicate_of):  # a valid request that the stored question refuses
+            raise HTTPException(409, f"a question cannot be judged against itself ({key!r}).")
         collection = request.app.state.collection
         decide = functools.partial(
             collection.decide, key, duplicate_of=body.duplicate_of, not_duplicate_of=body.not_duplicate_of

@@ -110,15 +110,17 @@ class AddRequest(BaseModel):
 
 
 class UpdateRequest(BaseModel):
-    model_config = STRICT
-    text: Question | None = Field(None, description="The question's new text (the old text is found no more).")
-    metadata: dict[str, Any] | None = Field(None, description="Its new metadata (replaces the stored metadata).")
+    # a text, metadata or both (the schema says so: a request without either is not a valid one)
+    model_config = ConfigDict(**STRICT, json_schema_extra={"minProperties": 1})
+    text: Question = Field(None, description="The question's new text (the old text is found no more).")
+    metadata: dict[str, Any] = Field(None, description="Its new metadata (replaces the stored metadata).")
 
 
 class DecisionRequest(BaseModel):
-    model_config = STRICT
-    duplicate_of: Key | None = Field(None, description="The key of the canonical question this one duplicates.")
-    not_duplicate_of: Key | None = Field(None, description="The key of a question this one does not duplicate.")
+    # exactly one of the two (the schema says so: a request with neither or both is not a valid one)
+    model_config = ConfigDict(**STRICT, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+    duplicate_of: Key = Field(None, description="The key of the canonical question this one duplicates.")
+    not_duplicate_of: Key = Field(None, description="The key of a question this one does not duplicate.")
 
 
 class Changed(BaseModel):
