@@ -1,6 +1,6 @@
 """`dupq dedup` at scale, beside SemHash on the same vectors: time, peak memory and the groups' quality (JSON).
 
-    python bench/dedup_scale.py speed   [--sizes 50000 100000 200000 0]   (0: all distinct Quora questions)
+    python bench/dedup_scale.py speed   [--sizes 50000 100000 200000]   (then dupq alone on all of them)
     python bench/dedup_scale.py quality [--cosines 0.7 0.75 0.8 0.85]
     python bench/dedup_scale.py scale   [--sizes 50000 500000 5000000]
     python bench/dedup_scale.py ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
@@ -40,7 +40,8 @@ from pathlib import Path
 import numpy as np
 
 CACHE = Path("runs/dedup_scale")
-COSINE = 0.8  # the speed and scale runs' cosine threshold (the quality run chooses its own on dev)
+COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)
+NOISE = 0.02  # the scale run: Gaussian noise a coordinate around a real vector (a norm of about 0.23)
 
 
 def questions() -> tuple[Path, np.ndarray]:
@@ -71,11 +72,12 @@ def first(n: int) -> Path:
 def timed(command: list) -> dict:
     """Wall time and peak memory (GNU time's maximum resident set) of one process; its last stdout line, if
     JSON, is merged in."""
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *map(str, command)], capture_output=True, text=True)
+    proc = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", *map(str, command)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, command))} failed: {proc.stderr.strip().splitlines()[-3:]}")
-    seconds, kilobytes = proc.stderr.strip().splitlines()[-1].split()
-    row = {"seconds": float(seconds), "peak_gb": round(int(kilobytes) / 1e6, 3)}
+    seconds, user, system, kilobytes = proc.stderr.strip().splitlines()[-1].split()
+    row = {"seconds": float(seconds), "cpu_seconds": round(float(user) + float(system), 1)}
+    row["peak_gb"] = round(int(kilobytes) / 1e6, 3)
     lines = proc.stdout.strip().splitlines()
     if lines and lines[-1].startswith("{"):
         row.update(json.loads(lines[-1]))
@@ -94,7 +96,7 @@ def child(kind: str, n: int, threshold: float, noise: float = 0.0, save: str = "
             vectors[lo:hi] = v / np.linalg.norm(v, axis=1, keepdims=True)
     else:
         vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if kind.startswith("dupq"):
         from dupq.modeling.model import Model
         from dupq.search.dedup import DedupConfig, dedup_vectors
@@ -110,12 +112,11 @@ def child(kind: str, n: int, threshold: float, noise: float = 0.0, save: str = "
         labels = np.full(len(vectors), -1, dtype=np.int64)
         for d in result.filtered:  # each removed record names the kept one it duplicates
             labels[int(d.record)] = labels[int(d.duplicate_of)] = int(d.duplicate_of)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if save:
         np.save(save, labels)
-    print(
-        json.dumps({"group_seconds": round(seconds, 1), "questions": len(vectors), "grouped": int((labels >= 0).sum())})
-    )
+    grouped = int((labels >= 0).sum())
+    print(json.dumps({"group_seconds": round(seconds, 1), "group_cpu_seconds": round(cpu, 1), "grouped": grouped}))
 
 
 def me(*args) -> list[str]:
@@ -123,19 +124,21 @@ def me(*args) -> list[str]:
 
 
 def speed(sizes: list[int]) -> dict:
+    """Side by side at each size; then ``dupq dedup`` alone on every question, end to end."""
     dupq = Path(sys.executable).with_name("dupq")
+    everything = len(questions()[1])
+
+    def end_to_end(n):
+        return timed([dupq, "dedup", first(n), "--out", CACHE / "groups.csv", "--no-progress"])
+
     rows = []
     for n in sizes:
-        n = n or len(questions()[1])
-        row = {"questions": n}
-        row["dupq dedup FILE --out groups.csv"] = timed(
-            [dupq, "dedup", first(n), "--out", CACHE / "groups.csv", "--no-progress"]
-        )
+        row = {"questions": n, "dupq dedup FILE --out groups.csv": end_to_end(n)}
         row["dupq grouping (cosine)"] = timed(me("dupq", n, COSINE))
         row["SemHash self_deduplicate (cosine)"] = timed(me("semhash", n, COSINE))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    return {"cosine": COSINE, "runs": rows}
+    return {"cosine": COSINE, "runs": rows, "all": {"questions": everything, **end_to_end(everything)}}
 
 
 def quality(cosines: list[float]) -> dict:
@@ -202,11 +205,17 @@ def quality(cosines: list[float]) -> dict:
 def scale(sizes: list[int]) -> dict:
     rows = []
     for n in sizes:
-        row = {"questions": n, **timed(me("dupq-model", n, COSINE, 0.05))}
+        row = {"questions": n, **timed(me("dupq-model", n, COSINE, NOISE))}
         row["microseconds_per_question"] = round(row["group_seconds"] / n * 1e6, 1)
+        row["cpu_microseconds_per_question"] = round(row["group_cpu_seconds"] / n * 1e6, 1)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
-    return {"judged_by": "the bundled model's verdict", "noise": 0.05, "runs": rows}
+    return {"judged_by": "the bundled model's verdict", "noise": NOISE, "runs": rows}
+
+
+def saved_runs(name: str) -> list[dict]:
+    """Every command of a saved file (docs/results/NAME) with what it printed."""
+    return json.loads((Path(__file__).resolve().parents[1] / "docs" / "results" / name).read_text())
 
 
 def same_group_pairs(path: Path) -> set[tuple[str, str]]:
@@ -273,9 +282,9 @@ def _names(cmdline: Path, folder: str) -> bool:
 
 def table(what: str) -> None:
     """The saved run (docs/results/dedup_WHAT.json) as the Markdown table of docs/dedup.md."""
-    from saved import last_json
-
-    r = last_json(f"dedup_{what}.json")
+    name = f"dedup_{'scale' if what == 'plan' else what}.json"
+    lines = [json.loads(x) for e in saved_runs(name) for x in e["output"] if x.startswith("{")]
+    r = next((x for x in lines if "runs" in x or "groupings" in x), {})  # the run's own line, not a row on stderr
     if what == "quality":
         print("| grouping | dev P / R / F1 | test P / R / F1 | groups | largest group | pairs its groups imply |")
         print("| --- | --- | --- | --- | --- | --- |")
@@ -287,38 +296,48 @@ def table(what: str) -> None:
                 f"| {g['implied_pairs']:,} |"
             )
     elif what == "speed":
-        names = [k for k in r["runs"][0] if k != "questions"]
-        print("| questions | " + " | ".join(f"{k}: s / peak GB" for k in names) + " |")
+        lines = [json.loads(x) for e in saved_runs("dedup_speed.json") for x in e["output"] if x.startswith("{")]
+        runs = [x for x in lines if "dupq grouping (cosine)" in x]  # the side-by-side rows, as each size ended
+        every = [x["all"] for x in lines if "all" in x]  # dupq dedup alone on every question
+        names = [k for k in runs[0] if k != "questions"]
+        print("| questions | " + " | ".join(f"{k}: wall s / CPU s / peak GB" for k in names) + " |")
         print("| --- |" + " --- |" * len(names))
-        for run in r["runs"]:
-            cells = [f"{run[k].get('group_seconds', run[k]['seconds'])} / {run[k]['peak_gb']:.2f}" for k in names]
-            print(f"| {run['questions']:,} | " + " | ".join(cells) + " |")
+
+        def cell(m):
+            wall, cpu = m.get("group_seconds", m["seconds"]), m.get("group_cpu_seconds", m["cpu_seconds"])
+            return f"{wall} / {cpu} / {m['peak_gb']:.2f}"
+
+        for run in runs:
+            print(f"| {run['questions']:,} | " + " | ".join(cell(run[k]) for k in names) + " |")
+        for a in every:
+            print(f"| {a['questions']:,} (all) | {cell(a)} |" + " not run |" * (len(names) - 1))
     elif what == "plan":
         plan(r)
     else:
-        print("| questions | grouping s | µs a question | peak GB |")
-        print("| --- | --- | --- | --- |")
+        print("| questions | grouping: wall s | CPU s | CPU µs a question | grouped | peak GB |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for run in r["runs"]:
+            cells = [run["group_seconds"], run["group_cpu_seconds"], run["cpu_microseconds_per_question"]]
             print(
-                f"| {run['questions']:,} | {run['group_seconds']} | {run['microseconds_per_question']} | {run['peak_gb']:.2f} |"
+                f"| {run['questions']:,} | "
+                + " | ".join(map(str, cells))
+                + f" | {run['grouped']:,} | {run['peak_gb']:.2f} |"
             )
 
 
 def plan(r: dict, n: int = 100_000_000, dim: int = 128) -> None:
-    """The 100M-question plan, from the scale run's largest archive: core-hours, then nodes and hours."""
+    """The 100M-question plan, from the scale run's largest archive: hours of one core, then minutes on a cluster."""
     big = r["runs"][-1]
-    core_us = big["microseconds_per_question"] * r.get("cores", 2)  # one core's time a question (2 cores measured)
-    core_hours = n * core_us / 1e6 / 3600
+    core_us = big["cpu_microseconds_per_question"]  # CPU time a question, all threads together
+    core_minutes = n * core_us / 1e6 / 60
     vectors_gb = n * (4 * dim + 8) / 1e9  # float32 vectors + list ids: the inverted file, spread over the tasks
     print(
-        f"From the {big['questions']:,}-question run: {core_us:.0f} µs of one core a question (search, judge, group)."
+        f"| cluster | cores | minutes for 100M questions (at the {big['questions']:,}-question run's {core_us:.0f} CPU µs a question: {core_minutes / 60:.1f} core-hours) | vectors + lists in the object store |"
     )
-    print()
-    print("| cluster | cores | hours for 100M questions (search + judge) | vectors + lists in the object store |")
     print("| --- | --- | --- | --- |")
     for nodes, cores in ((4, 16), (16, 16), (32, 32)):
         print(
-            f"| {nodes} nodes x {cores} cores | {nodes * cores} | {core_hours / (nodes * cores):.1f} | {vectors_gb:.0f} GB |"
+            f"| {nodes} nodes x {cores} cores | {nodes * cores} | {core_minutes / (nodes * cores):.1f} | {vectors_gb:.0f} GB |"
         )
 
 
@@ -326,7 +345,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["speed", "quality", "scale", "ray", "child", "table"])
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", type=int, nargs="+")
+    parser.add_argument("--sizes", type=int, nargs="*")
     parser.add_argument("--cosines", type=float, nargs="+", default=[0.7, 0.75, 0.8, 0.85, 0.9])
     a = parser.parse_args()
     if a.what == "table":
@@ -338,7 +357,7 @@ def main() -> None:
         return
     machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     if a.what == "speed":
-        result = speed(a.sizes or [50_000, 100_000, 200_000, 0])
+        result = speed([50_000, 100_000, 200_000] if a.sizes is None else a.sizes)  # --sizes alone: all, dupq only
     elif a.what == "quality":
         result = quality(a.cosines)
     elif a.what == "ray":

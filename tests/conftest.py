@@ -22,6 +22,9 @@ import pytest
 # milvus-lite's gRPC client logs its keep-alive warnings at exit, after pytest's summary line,
 # which must stay the run's last line (CI reads it). Set before pymilvus is imported.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+# Ray reads this once, when it is first imported: at "0" a driver keeps 127.0.0.1 as it is given, where
+# otherwise it swaps it for the machine's network address, which the tests' local cluster never binds.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from dupq.data.pairs import Pairs, SplitConfig, Splits, read_pairs, split_pairs
 

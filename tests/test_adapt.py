@@ -221,7 +221,15 @@ def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher
             "0",
         ],
         "must be finite": ["adapt", str(good), "--out", str(tmp_path / "o"), "--lr", "inf"],
-        "or .parquet file": ["adapt", str(good), "--column", "title", "--out", str(tmp_path / "o"), *model],
+        "need a .csv, .tsv, .jsonl or .parquet file": [
+            "adapt",
+            str(good),
+            "--column",
+            "title",
+            "--out",
+            str(tmp_path / "o"),
+            *model,
+        ],
     }
     for expected, args in cases.items():
         assert expected in one_error_line(runner.invoke(app, args)), expected

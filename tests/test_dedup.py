@@ -262,3 +262,26 @@ def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model
     assert sorted(x["key"] for x in rows) == ["a", "b"] and "1 of the very same text" in r.output
     r = run_cli(tmp_path / "c", "--collection", tmp_path / "c", "--out", tmp_path / "e.csv")
     assert r.exit_code == 2 and "either a questions file or --collection" in r.output
+
+
+def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dupq.data.questions import read_questions
+
+    rows = [{"id": f"k{i}", "question": q, "tag": "x"} for i, q in enumerate(QUESTIONS)]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n[1]\n")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "q.parquet")
+    with open(tmp_path / "q.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["id", "question", "tag"])
+        w.writeheader()
+        w.writerows(rows)
+    ref = read_questions(tmp_path / "q.csv", key_column="id")
+    for name in ("q.jsonl", "q.parquet"):
+        got = read_questions(tmp_path / name, key_column="id")
+        assert (got.texts, got.keys, got.metadata) == (ref.texts, ref.keys, ref.metadata)
+    assert read_questions(tmp_path / "q.jsonl", key_column="id").dropped.count == 3  # empty, not JSON, not an object
+    with pytest.raises(Exception, match="has no column 'title'"):
+        list(read_questions(tmp_path / "q.parquet", column="title"))

@@ -23,7 +23,7 @@ from dupq.cli import app
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # keeps the cluster on the loopback address
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # the cluster, as the driver (conftest.py), on 127.0.0.1
 
 
 def _free_port() -> int:
@@ -53,7 +53,6 @@ def ray_address():
          "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={folder}"],
         env=ENV, check=True, capture_output=True, timeout=180,
     )  # fmt: skip
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     try:
         yield f"127.0.0.1:{port}"
     finally:
