@@ -36,16 +36,27 @@ from dupq.core.files import DupqError
 
 Row = tuple  # (key or None, text, metadata as JSON text or None)
 Where = dict[str, list]  # field -> the values it may hold (any of them)
-FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a filter's field name: what both backends can quote safely
+
+# The rule of a filter, in one place: check_where enforces it, the service's schema says it with these.
+FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # a field name: what every backend can quote safely
+FIELD = re.compile(FIELD_PATTERN)
+MAX_FIELDS = 32  # fields in one filter (with MAX_VALUES each, within SQLite's 32,766 parameters)
 MAX_VALUES = 1_000  # values of one field in a filter
+NUMBERS = (-(2**63), 2**63)  # a filter's numbers: lo < x < hi, what SQLite and Milvus hold in 64 bits
 
 
 def check_where(where) -> Where | None:
-    """``where`` (``{field: value or [values]}``) as ``{field: [values]}``, None when empty; a DupqError names what is wrong."""
+    """``where`` (``{field: value or [values]}``) as ``{field: [values]}``, None when empty; a DupqError names what is wrong.
+
+    A field name matches :data:`FIELD_PATTERN`; a value is a string, a boolean or a number within
+    :data:`NUMBERS`; a list holds 1 to :data:`MAX_VALUES` of them (any of them matches).
+    """
     if not where:
         return None
     if not isinstance(where, dict):
         raise DupqError(f"a filter is an object of field: value, not a {type(where).__name__}.")
+    if len(where) > MAX_FIELDS:
+        raise DupqError(f"a filter names at most {MAX_FIELDS} fields, not {len(where)}.")
     out = {}
     for field, values in where.items():
         if not isinstance(field, str) or not FIELD.fullmatch(field):
@@ -56,10 +67,18 @@ def check_where(where) -> Where | None:
         if not values or len(values) > MAX_VALUES:
             raise DupqError(f"the filter on {field!r} needs 1 to {MAX_VALUES:,} values, got {len(values)}.")
         for v in values:
-            if not isinstance(v, (str, int, float)) or (isinstance(v, float) and not np.isfinite(v)):
-                raise DupqError(f"the filter on {field!r} takes strings, numbers and booleans, not {v!r}.")
+            if not _filter_value(v):
+                raise DupqError(
+                    f"the filter on {field!r} takes strings, booleans and numbers strictly within ±2^63, not {v!r}."
+                )
         out[field] = values
     return out
+
+
+def _filter_value(v) -> bool:
+    if isinstance(v, (bool, str)):
+        return True
+    return isinstance(v, (int, float)) and NUMBERS[0] < v < NUMBERS[1]  # NaN compares False
 
 
 def matches(metadata: dict, where: Where | None) -> bool:

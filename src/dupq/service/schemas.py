@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
 from dupq.core.files import DupqError
 from dupq.data.questions import KEY_PATTERN, MAX_KEY
 from dupq.data.tokenizer import MAX_QUESTION, check_question
+from dupq.search.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
 
 MAX_K = 100  # results of one search
 
@@ -67,7 +68,19 @@ class SimilarityResponse(BaseModel):
     threshold_on: str  # "similarity" or "probability": what the threshold is compared with
 
 
-FilterValue = str | int | float  # a metadata value a filter compares with (JSON scalars)
+# check_where's rule (dupq.search.backend), as a schema says it: a filter's field names, values and sizes
+FilterValue = (
+    StrictStr
+    | StrictBool
+    | Annotated[int, Field(strict=True, gt=NUMBERS[0], lt=NUMBERS[1])]
+    | Annotated[float, Field(strict=True, allow_inf_nan=False, gt=NUMBERS[0], lt=NUMBERS[1])]
+)
+FilterValues = Annotated[list[FilterValue], Field(min_length=1, max_length=MAX_VALUES)]
+Filter = Annotated[
+    dict[Annotated[str, Field(pattern=FIELD_PATTERN)], FilterValue | FilterValues],
+    # a name outside the pattern is no field (JSON Schema's patternProperties alone would let it through)
+    Field(max_length=MAX_FIELDS, json_schema_extra={"additionalProperties": False}),
+]
 
 
 class SearchRequest(BaseModel):
@@ -76,7 +89,7 @@ class SearchRequest(BaseModel):
     k: Annotated[int, Field(strict=False), BeforeValidator(_json_integer)] = Field(
         10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100)."
     )
-    filter: dict[str, FilterValue | list[FilterValue]] | None = Field(
+    filter: Filter | None = Field(
         None,
         description='Only questions whose metadata match: {"field": value, "other": [v1, v2]} (equal; a list: any of).',
     )
