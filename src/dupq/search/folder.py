@@ -12,6 +12,12 @@ FAISS position. FAISS cannot take a vector out of HNSW (and removing one from a 
 renumbers the rest), so a removed id is marked (the store's ``removed`` table) and every search
 filters it out with a selector; a new text for a key is a new id, the old one marked.
 
+Once removed questions are a fifth of an HNSW graph (:data:`~dupq.search.cache.REBUILD_SHARE`),
+a thread builds a graph of the others from a snapshot of the store (no lock held meanwhile; one
+process at a time, by ``rebuild.lock``), swaps it in, catches it up with what was written
+meanwhile and publishes it as ``index.faiss`` (temporary file, rename); the other processes load
+it at their next search. A crash at any moment leaves the old graph or the new one, both correct.
+
 Another process may write meanwhile (SQLite serialises the writes): before every search,
 SQLite's ``data_version`` says whether anything was committed since, and if so FAISS catches up
 from the stored embeddings and the removed ids are read again, so reads see every committed
@@ -30,16 +36,26 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, check_new_folder, check_path, new_folder, read_json, remove_stale, write_json
+from dupq.core.files import (
+    DupqError,
+    check_new_folder,
+    check_path,
+    file_lock,
+    new_folder,
+    read_json,
+    remove_stale,
+    write_json,
+)
 from dupq.search import store as sqlite
 from dupq.search.backend import Backend, Where
-from dupq.search.cache import INDEX_FILE, FaissCache
+from dupq.search.cache import INDEX_FILE, FaissCache, saved_generation
 from dupq.search.locks import SharedLock
 from dupq.search.manifest import FORMAT, check_manifest
 from dupq.search.store import SQLiteStore
 from dupq.search.vectors import IndexConfig, VectorIndex
 
 MANIFEST, DATABASE = "manifest.json", "questions.sqlite"
+REBUILD_LOCK = "rebuild.lock"  # held by the one process that is building the graph again
 log = logging.getLogger(__name__)
 
 FILTERS_KEPT = 32  # filters whose matching ids are kept until the next write
@@ -53,6 +69,8 @@ class FolderBackend(Backend):
         self._write_lock = threading.Lock()
         self._index_lock = SharedLock()
         self._filters: OrderedDict[str, np.ndarray] = OrderedDict()  # where (JSON) -> its mask, until the next catch-up
+        self._rebuilding = False  # a thread of this process is building the graph again
+        self._closed = False
 
     @classmethod
     def build(cls, location, manifest: dict, chunks: Iterator[tuple]) -> FolderBackend:
@@ -138,6 +156,38 @@ class FolderBackend(Backend):
         with self._index_lock.exclusive():
             self.cache.catch_up()
             self._filters.clear()
+        self._maybe_rebuild()
+
+    def _maybe_rebuild(self) -> None:
+        """Start building the graph again without its removed questions, in a thread, once they are many."""
+        if self._rebuilding or self._closed or not self.cache.wants_rebuild():
+            return
+        self._rebuilding = True
+        threading.Thread(target=self._rebuild, name=f"dupq-rebuild {self.folder}", daemon=True).start()
+
+    def _rebuild(self) -> None:
+        """Build a graph of the stored questions from a snapshot, swap it in and publish it (see the module's text)."""
+        try:
+            with file_lock(self.folder / REBUILD_LOCK, timeout=0):  # one process builds; the others load its file
+                generation = self.cache.generation
+                if saved_generation(self.folder) > generation:
+                    return  # another process has just published one: the next search loads it
+                ids, vectors = self.store.live_vectors()
+                index = VectorIndex.rebuilt(self.manifest["dim"], self.cache.config, ids, vectors)
+                with self._write_lock:
+                    if self._closed or self.cache.generation != generation:
+                        return  # closed, or another process's graph was loaded meanwhile
+                    with self._index_lock.exclusive():
+                        self.cache.replace(index)  # then the rows written meanwhile, and the removals
+                        self._filters.clear()
+                    self.cache.save()
+                log.info("%s: the search graph was built again without its removed questions", self.folder)
+        except TimeoutError:
+            pass  # another process is building it
+        except Exception as e:  # noqa: BLE001 -- the old graph stays, correct and only slower
+            log.warning("building the search graph of %s again failed: %s", self.folder, e)
+        finally:
+            self._rebuilding = False
 
     def _refresh(self) -> None:
         """Catch the index up when anything was committed to the store since it last did (one cheap check otherwise)."""
@@ -183,5 +233,6 @@ class FolderBackend(Backend):
 
     def close(self) -> None:
         with self._write_lock:
+            self._closed = True
             self.cache.close()
             self.store.close()

@@ -441,14 +441,19 @@ class SQLiteStore:
 
     def all_vectors(self) -> np.ndarray:
         """The vectors of the stored questions (not the removed ones), ``(N, d)``, in id order."""
+        return self._read(lambda db: _live_vectors(db, self.dim))[1]
 
-        def read(db):
-            live = np.array([i for (i,) in db.execute("SELECT id FROM questions ORDER BY id")], dtype=np.int64)
-            blocks = list(stored_vectors(db, 0, _extent(db), self.dim))
-            every = np.concatenate(blocks) if blocks else np.zeros((0, self.dim), np.float32)
-            return every[live]
-
-        return self._read(read)
+    def live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``ids (N,)`` and ``vectors (N, d)`` of the stored questions, read in one transaction on a connection
+        of its own: a snapshot for a background rebuild, while searches and writes go on."""
+        db = connect(self.path)
+        try:
+            db.execute("BEGIN")
+            return _live_vectors(db, self.dim)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+        finally:
+            db.close()
 
     def all_rows(self) -> list[tuple[int, Row]]:
         query = "SELECT id, key, text, metadata FROM questions ORDER BY id"
@@ -458,6 +463,14 @@ class SQLiteStore:
         self._db.close()
         with self._reader_lock:
             self._reader.close()
+
+
+def _live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order."""
+    live = np.array([i for (i,) in db.execute("SELECT id FROM questions ORDER BY id")], dtype=np.int64)
+    blocks = list(stored_vectors(db, 0, _extent(db), dim))
+    every = np.concatenate(blocks) if blocks else np.zeros((0, dim), np.float32)
+    return live, every[live]
 
 
 def _extent(db: sqlite3.Connection) -> int:
