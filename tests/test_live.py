@@ -352,3 +352,32 @@ def test_metrics_count_requests_changes_and_follow_the_read_token(tmp_path, tiny
     assert 0 <= metric(after, "dupq_index_age_seconds") < 60
     with TestClient(create_app(tmp_path / "c", token=TOKEN, protect_reads=True)) as c:
         assert c.get("/metrics").status_code == 401 and c.get("/metrics", headers=AUTH).status_code == 200
+
+
+def test_decisions_from_two_writers_at_once_are_all_kept(tmp_path, tiny_model):
+    """Two handles (two workers) record decisions on one question at the same time: each decision reads the stored
+    metadata and writes it back, so without one transaction around both a decision of one overwrites the other's."""
+    import threading
+
+    texts, keys, meta = desk(80)
+    folder = tmp_path / "c"
+    Collection.build(folder, texts, tiny_model, keys=keys, metadata=meta).close()
+    handles = [Collection.open(folder, tiny_model) for _ in range(2)]
+    start = threading.Barrier(2)
+
+    def judge(coll, others):
+        start.wait()
+        for other in others:
+            coll.decide("t0", not_duplicate_of=other)
+
+    threads = [
+        threading.Thread(target=judge, args=(h, [f"t{i}" for i in range(1 + n, 61, 2)])) for n, h in enumerate(handles)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for h in handles:
+        h.close()
+    with Collection.open(folder, tiny_model) as coll:
+        assert sorted(coll.get("t0")[2]["not_duplicate_of"]) == sorted(f"t{i}" for i in range(1, 61))

@@ -8,8 +8,9 @@ searches the vectors. :class:`~dupq.search.collection.Collection` joins a backen
 
 What every backend guarantees (the collection's promises rest on these):
 
-* :meth:`Backend.add`, :meth:`Backend.remove` and :meth:`Backend.update` are each **one
-  transaction** (for Milvus: one acknowledged request): when they return the change is durable
+* :meth:`Backend.add`, :meth:`Backend.remove`, :meth:`Backend.update` and :meth:`Backend.edit`
+  are each **one transaction** (for Milvus: one acknowledged request; Milvus's ``edit`` is a read
+  and then one): when they return the change is durable
   and seen by every reader, in every process, at its next search; if they raise or the process
   dies first, none of it is applied.
 * **Keys make retries idempotent**: adding a stored key with the same question stores nothing
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -132,6 +133,12 @@ class Backend(ABC):
     def update(self, key: str, text: str | None, metadata: str | None, vector: np.ndarray | None) -> int:
         """Give ``key``'s question a new ``text`` (with its ``vector (d,)``) and/or ``metadata`` (JSON text;
         None: keep), in one transaction; its id afterwards (a new text may give a new id)."""
+
+    @abstractmethod
+    def edit(self, key: str, change: Callable[[str | None], str | None], others: list[str]) -> tuple[int, str | None]:
+        """Read ``key``'s metadata (JSON text), store ``change(it)`` in its place and check that ``others`` are
+        stored, all in one transaction (a read-modify-write no other writer can interleave with); its id and
+        new metadata. UnknownKey, and nothing changed, when ``key`` or one of ``others`` is not stored."""
 
     @abstractmethod
     def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:

@@ -330,16 +330,19 @@ class Collection:
         canonical question), or not a duplicate of ``not_duplicate_of``; its metadata afterwards.
 
         Both questions must be stored. A question is a duplicate of one canonical question at a time
-        (a new decision replaces it); judging it distinct from its canonical one clears that.
+        (a new decision replaces it); judging it distinct from its canonical one clears that. The
+        stored metadata is read and written back in one transaction of the backend, so decisions
+        recorded at once by several workers are all kept.
         """
+        self._check_open()
         if (duplicate_of is None) == (not_duplicate_of is None):
             raise DupqError("give one decision: duplicate_of or not_duplicate_of.")
         other = duplicate_of if duplicate_of is not None else not_duplicate_of
         if other == key:
             raise DupqError(f"a question cannot be judged against itself ({key!r}).")
-        self.get(other)  # UnknownKey when it is not stored
-        with self._write_lock:
-            _, _, metadata = self.get(key)
+
+        def change(stored: str | None) -> str:
+            metadata = read_metadata(stored)[0]  # damaged metadata reads as {} and is replaced
             distinct = [k for k in metadata.get(NOT_DUPLICATE_OF, []) if isinstance(k, str)]
             if duplicate_of is not None:
                 metadata[DUPLICATE_OF] = duplicate_of
@@ -352,8 +355,12 @@ class Collection:
                 metadata[NOT_DUPLICATE_OF] = distinct
             else:
                 metadata.pop(NOT_DUPLICATE_OF, None)
-            self._backend.update(key, None, check_metadata([metadata], 1)[0] or "", None)
-        return metadata
+            return check_metadata([metadata], 1)[0] or ""
+
+        with self._write_lock:
+            self._check_open()
+            _, stored = self._backend.edit(key, change, [other])
+        return read_metadata(stored)[0]
 
     def decisions(self) -> list[tuple[str, str, str, str, int]]:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,

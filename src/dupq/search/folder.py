@@ -148,6 +148,9 @@ class FolderBackend(Backend):
     def update(self, key, text, metadata, vector) -> int:
         return self._write(lambda: self.store.update(key, text, metadata, vector))
 
+    def edit(self, key, change, others):
+        return self._write(lambda: self.store.edit(key, change, others))
+
     def find(self, keys):
         return self.store.find(keys)
 

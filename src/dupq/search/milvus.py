@@ -318,6 +318,17 @@ class MilvusBackend(Backend):
         self._call("update", self.client.upsert, self.location.name, row)
         return i
 
+    def edit(self, key, change, others) -> tuple[int, str | None]:
+        """A read, then one upsert. Milvus has no transaction around both: the collection's write lock keeps
+        this process's writers apart, and milvus-lite opens its file in one process only; two processes
+        editing one question of a Milvus server at once could still lose one of the two changes."""
+        stored = self.find([key, *others])
+        missing = [k for k in [key, *others] if k not in stored]
+        if missing:
+            raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed.")
+        new = change(stored[key][2])
+        return self.update(key, None, new, None), new
+
     def _fresh_ids(self, n: int) -> list[int]:
         """``n`` random ids that no stored question has (drawn again in the rare case one is taken)."""
         ids: set[int] = set()

@@ -382,6 +382,21 @@ class SQLiteStore:
             insert(db, i, [text], [key], [metadata], np.asarray(vector, np.float32).reshape(1, self.dim))
         return i
 
+    def edit(self, key: str, change, others: list[str]) -> tuple[int, str | None]:
+        """``key``'s metadata read, changed and written back in one ``BEGIN IMMEDIATE`` transaction (see Backend.edit)."""
+        with self._transaction("update") as db:
+            stored = _find(db, [key, *others])
+            missing = [k for k in [key, *others] if k not in stored]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
+                )
+            i, _, old = stored[key]
+            new = change(old)
+            if not same_metadata(new, old):
+                db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (new, i))
+        return i, new
+
     def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:
         return self._read(lambda db: _find(db, keys))
 
