@@ -190,7 +190,8 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
             coll.remove(keys[:40])  # 13 %: marked and filtered, the graph kept
             assert coll._backend.cache.index.stored == 300 and REBUILD_SHARE > 40 / 300
             coll.remove(keys[40:90])  # 30 %
-            wait_for(lambda: coll._backend.cache.index.stored == 210)
+            wait_for(lambda: json.loads((folder / "manifest.json").read_text()).get("rebuilt") == 1)  # published
+            assert coll._backend.cache.index.stored == 210  # swapped in before it was published
             dim, config = coll._backend.manifest["dim"], IndexConfig(**coll._backend.manifest["index"])
             saved = VectorIndex.load(
                 folder / INDEX_FILE,
@@ -230,8 +231,8 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
 
     monkeypatch.setattr(cache_module, "write_json", crash)
     coll.remove(keys[:100])
-    wait_for(lambda: coll._backend.cache.index.stored == 100)  # swapped in; publishing it failed
-    assert coll._backend.cache.cache_error is not None
+    wait_for(lambda: coll._backend.cache.cache_error is not None)  # publishing it failed
+    assert coll._backend.cache.index.stored == 100  # swapped in before
     check_search(coll, texts(3, offset=150), set(keys[:100]))
     coll.close()
     monkeypatch.setattr(cache_module, "write_json", real)
