@@ -362,7 +362,7 @@ def server_side_failures_are_5xx(tmp: Path) -> Result:
     auth = {"Authorization": "Bearer t"}
     try:
         with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
-            writer = c.app.state.collection._store._db
+            writer = c.app.state.collection._backend.store._db
             pages = writer.execute("PRAGMA page_count").fetchone()[0]
             writer.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full: no page more
             full = c.post(

@@ -84,7 +84,7 @@ def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, me
         synthetic(n),
         Model.load(),
         index=index,
-        ids=[f"k{i}" for i in range(n)] if keys else None,
+        keys=[f"k{i}" for i in range(n)] if keys else None,
         metadata=[{"row": i} for i in range(n)] if metadata else None,
     ).close()
     return folder

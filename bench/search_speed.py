@@ -41,7 +41,8 @@ import torch
 from dupq.data.pairs import default_data_path
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
-from dupq.search.collection import INDEX_FILE, Collection
+from dupq.search.collection import Collection
+from dupq.search.folder import INDEX_FILE
 from dupq.search.vectors import IndexConfig, search
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
@@ -128,7 +129,7 @@ def main() -> None:
             folder = work / f"quora-{kind}"
             t0 = time.perf_counter()
             config = IndexConfig(kind, nlist=args.nlist, pq_m=args.pq_m, nprobe=args.nprobe, rerank=args.rerank)
-            Collection.build(folder, qs.texts, model, ids=qs.keys, index=config).close()
+            Collection.build(folder, qs.texts, model, keys=qs.keys, index=config).close()
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             coll = Collection.open(folder, model)

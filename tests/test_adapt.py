@@ -240,7 +240,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     base = Model.load(head_model_dir)
     keys = [f"k{i}" if i % 3 else None for i in range(len(texts))]  # some questions were added without a key
     metadata = [{"n": i} if i % 2 else None for i in range(len(texts))]
-    Collection.build(location, texts, base, ids=keys, metadata=metadata).close()
+    Collection.build(location, texts, base, keys=keys, metadata=metadata).close()
     where = str(location)
     read, model, skipped = user_questions(where)
     assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
@@ -313,11 +313,11 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
     import sqlite3
 
     from dupq.data.tokenizer import MAX_QUESTION
-    from dupq.search.collection import DATABASE
+    from dupq.search.folder import DATABASE
 
     model = Model.load(head_model_dir)
     old, texts = tmp_path / "old", ["How do I cook rice?", "What is the sea?", "Why is the sky blue?"]
-    Collection.build(old, texts, model, ids=["a", "b", "c"]).close()
+    Collection.build(old, texts, model, keys=["a", "b", "c"]).close()
     long = "How do I cook rice " * 60 + "well?"  # 1,145 characters, as stored by dupq before the rule
     assert len(long) > MAX_QUESTION
     with sqlite3.connect(old / DATABASE) as db:
@@ -331,3 +331,34 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
         np.testing.assert_allclose(new.stored_vectors()[0], model.encode([long])[0], atol=1e-6)
         with pytest.raises(DupqError, match="at most 1,000"):
             new.add([long])
+
+
+def test_reencode_copies_what_changed_meanwhile(head_model_dir, tmp_path, monkeypatch):
+    """Adds, text and metadata updates and removals committed to the old collection while the new one is
+    built all reach it: the new collection holds what the old one holds at the end, row for row."""
+    from dupq.search import reencode as reencode_module
+
+    model = Model.load(head_model_dir)
+    old = tmp_path / "old"
+    texts = ["How do I cook rice?", "What is the sea?", "Why is the sky blue?", "How tall is a giraffe?"]
+    Collection.build(old, texts, model, keys=["a", "b", "c", "d"], metadata=[{"n": i} for i in range(4)]).close()
+    build = Collection.build
+
+    def build_then_write(*args, **kwargs):
+        new = build(*args, **kwargs)
+        with Collection.open(old) as writer:  # another writer, meanwhile
+            writer.add(["Where do penguins live?", "Is tea healthy?"], [{"n": 4}, None], ["e", None])
+            writer.update("a", text="How do I cook brown rice?")
+            writer.update("b", metadata={"n": 10})
+            writer.decide("c", duplicate_of="d")
+            writer.remove(["d"])
+        return new
+
+    monkeypatch.setattr(reencode_module.Collection, "build", build_then_write)
+    logged = []
+    with reencode_module.reencode(old, model, tmp_path / "new", log=logged.append) as new:
+        copied = sorted((key or "", text, meta) for _, key, text, meta in new.stored_rows())
+    with Collection.open(old) as after:
+        expected = sorted((key or "", text, meta) for _, key, text, meta in after.stored_rows())
+    assert copied == expected
+    assert "and 2 added" in logged[0] and "4 updated or removed" in logged[0]

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from dupq.core.files import file_lock
-from dupq.search.cache import INDEX_FILE, FaissCache
+from dupq.search.cache import INDEX_FILE, REBUILD_SHARE, FaissCache
 from dupq.search.collection import Collection
 from dupq.search.store import WRITER_LOCK
 from dupq.search.vectors import IndexConfig, VectorIndex, checksum_of
+from dupq.search.vectors import search as exact_search
 
 
 def texts(n: int, offset: int = 0) -> list[str]:
@@ -35,7 +37,7 @@ def test_the_vectors_of_ids_are_the_added_ones(kind):
 def test_a_collection_reads_its_hits_vectors_from_the_index(tmp_path, tiny_model, kind):
     with Collection.build(tmp_path / "c", texts(200), tiny_model, index=kind) as coll:
         ids = np.array([5, 199, 0, 5])
-        np.testing.assert_array_equal(coll._index.vectors(ids), coll.stored_vectors()[ids])
+        np.testing.assert_array_equal(coll._backend.vectors(ids), coll.stored_vectors()[ids])
 
 
 def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, tiny_model, monkeypatch):
@@ -52,7 +54,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def interleaved(index, path):
         checksum = save(index, path)
-        if index is a._index.index:
+        if index is a._backend.cache.index:
             a_wrote.set()
             b_done.wait(timeout=2)  # b writes now, unless it must wait for a
         return checksum
@@ -61,12 +63,12 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def save_b():
         a_wrote.wait(timeout=10)
-        b._index.save()
+        b._backend.cache.save()
         b_done.set()
 
     other = threading.Thread(target=save_b)
     other.start()
-    a._index.save()
+    a._backend.cache.save()
     other.join()
     manifest = json.loads((folder / "manifest.json").read_text())
     on_disk = np.fromfile(folder / INDEX_FILE, dtype=np.uint8)
@@ -75,7 +77,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
     a.close()
     b.close()
     with Collection.open(folder, tiny_model) as again:  # the cache is used, not rebuilt
-        assert FaissCache._cached(folder, again._store, again.manifest, len(again))[1] == 110
+        assert FaissCache._cached(folder, again._backend.store, again.manifest, len(again))[1] == 110
 
 
 def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, monkeypatch):
@@ -85,10 +87,10 @@ def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, mon
         writes = []
         save = VectorIndex.save
         monkeypatch.setattr(VectorIndex, "save", lambda index, path: writes.append(path) or save(index, path))
-        coll._index.save()  # the file holds every vector already
+        coll._backend.cache.save()  # the file holds every vector already
         assert writes == []
         coll.add(texts(3, offset=100))
-        coll._index.save()
+        coll._backend.cache.save()
         assert len(writes) == 1
 
 
@@ -112,7 +114,7 @@ def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_m
         if rebuilt:
             (folder / INDEX_FILE).unlink()  # rebuilt from the stored vectors on open
         with Collection.open(folder, tiny_model) as coll:
-            graph = faiss.downcast_index(coll._index.index.faiss).hnsw
+            graph = faiss.downcast_index(coll._backend.cache.index.faiss).hnsw
             assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
             assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)
 
@@ -160,3 +162,80 @@ def test_an_add_that_waits_too_long_for_the_writer_lock_fails_as_busy_and_stores
             coll.add(texts(1, offset=20))
         assert failed.value.reason == "busy" and "nothing was stored" in str(failed.value)
         assert len(coll) == 20
+
+
+def wait_for(condition, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.05)
+
+
+def check_search(coll: Collection, queries: list[str], removed: set[str]) -> None:
+    """The collection's hits against brute force over its stored vectors (scores: the small model ties texts)."""
+    got = coll.search(queries, k=10)
+    want, _ = exact_search(coll.model.encode(queries), coll.stored_vectors(), 10)
+    for hits, scores in zip(got, want.tolist()):
+        np.testing.assert_allclose([h.score for h in hits], scores, atol=1e-5)
+        assert removed.isdisjoint(h.key for h in hits)
+
+
+def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, tiny_model):
+    """Past REBUILD_SHARE removed, a thread builds a graph of the others and publishes it in index.faiss; another
+    handle (another worker) loads it at its next search; later adds and removals follow; a new open reads it."""
+    keys, folder = [f"k{i}" for i in range(300)], tmp_path / "c"
+    queries = texts(4, offset=100) + ["How do I learn topic number 7 well?"]
+    with Collection.build(folder, texts(300), tiny_model, keys=keys, index="hnsw") as coll:
+        with Collection.open(folder, tiny_model) as other:
+            coll.remove(keys[:40])  # 13 %: marked and filtered, the graph kept
+            assert coll._backend.cache.index.stored == 300 and REBUILD_SHARE > 40 / 300
+            coll.remove(keys[40:90])  # 30 %
+            wait_for(lambda: json.loads((folder / "manifest.json").read_text()).get("rebuilt") == 1)  # published
+            assert coll._backend.cache.index.stored == 210  # swapped in before it was published
+            dim, config = coll._backend.manifest["dim"], IndexConfig(**coll._backend.manifest["index"])
+            saved = VectorIndex.load(
+                folder / INDEX_FILE,
+                dim,
+                config,
+                checksum=json.loads((folder / "manifest.json").read_text())["checksum"],
+            )
+            assert saved.stored == 210 and saved.ids().tolist() == list(range(90, 300))
+            for handle in (coll, other):
+                check_search(handle, queries, set(keys[:90]))
+                assert handle._backend.cache.index.stored == 210  # the other handle loaded it
+            coll.add(["Which river flows through the most countries?"], keys=["new"])
+            coll.remove(["k95"])
+            for handle in (other, coll):
+                assert handle.search(["Which river flows through the most countries?"], k=1)[0][0].key == "new"
+                check_search(handle, queries + ["How do I learn topic number 95 well?"], {*keys[:90], "k95"})
+    with Collection.open(folder, tiny_model) as again:
+        assert again._backend.cache.index.mapped and again._backend.cache.index.stored == 211
+        check_search(again, queries, {*keys[:90], "k95"})
+
+
+def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_searches_right(
+    tmp_path, tiny_model, monkeypatch
+):
+    """The graph's file is renamed into place, then the manifest: a crash between them (here, a failing manifest
+    write) leaves a file the manifest does not describe, which the next open rebuilds from the stored vectors."""
+    import dupq.search.cache as cache_module
+
+    keys, folder = [f"k{i}" for i in range(200)], tmp_path / "c"
+    coll = Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw")
+    real = cache_module.write_json
+
+    def crash(path, obj):
+        if obj.get("rebuilt"):
+            raise OSError(28, "No space left on device")
+        real(path, obj)
+
+    monkeypatch.setattr(cache_module, "write_json", crash)
+    coll.remove(keys[:100])
+    wait_for(lambda: coll._backend.cache.cache_error is not None)  # publishing it failed
+    assert coll._backend.cache.index.stored == 100  # swapped in before
+    check_search(coll, texts(3, offset=150), set(keys[:100]))
+    coll.close()
+    monkeypatch.setattr(cache_module, "write_json", real)
+    with Collection.open(folder, tiny_model) as again:
+        assert len(again) == 100
+        check_search(again, texts(3, offset=150), set(keys[:100]))

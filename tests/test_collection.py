@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from dupq.cli import app
 from dupq.core.files import DupqError
 from dupq.modeling.model import Model
-from dupq.search.collection import DATABASE, INDEX_FILE, Collection, Hit, KeyConflict
+from dupq.search.collection import Collection, Hit, KeyConflict
+from dupq.search.folder import DATABASE, INDEX_FILE
 from dupq.search.vectors import search
 
 
@@ -43,7 +44,7 @@ def texts(small_splits) -> list[str]:
 def built(tmp_path_factory, texts, tiny_model) -> Path:
     folder = tmp_path_factory.mktemp("coll") / "faq"
     meta = [{"row": i} if i % 2 else {} for i in range(len(texts))]
-    Collection.build(folder, texts, tiny_model, ids=[f"q{i}" for i in range(len(texts))], metadata=meta).close()
+    Collection.build(folder, texts, tiny_model, keys=[f"q{i}" for i in range(len(texts))], metadata=meta).close()
     return folder
 
 
@@ -59,8 +60,8 @@ def test_build_open_search(built, texts, tiny_model):
         assert [len(h) for h in hits] == [5, 5]
         top = hits[0][0]
         assert isinstance(top, Hit) and top.id == 7 and top.text == texts[7] and top.score > 0.999
-        assert top.duplicate and top.metadata == {"row": 7, "id": "q7"}
-        assert hits[1][0].metadata == {"id": "q8"}
+        assert top.duplicate and top.key == "q7" and top.metadata == {"row": 7}
+        assert hits[1][0].metadata == {} and hits[1][0].key == "q8"
         assert all(a.score >= b.score for a, b in zip(hits[0], hits[0][1:]))
         # The collection's answer is the pure search over the stored questions' vectors.
         queries = ["How do I learn Python fast?", "Why is the sky blue?"]
@@ -79,7 +80,7 @@ def test_add_is_durable_and_indexed(tmp_path, texts, tiny_model):
     assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
     # A second handle, opened without closing the first (as after a crash), sees every added row.
     other = Collection.open(folder, tiny_model)
-    assert len(other) == 310 and len(other._index) == 310
+    assert len(other) == 310 and len(other._backend.cache) == 310
     assert other.search([texts[309]], k=1)[0][0].id == 309
     # Rows added by another handle are caught up before this one adds its own.
     assert other.add([texts[400]]) == [310]
@@ -98,10 +99,10 @@ def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
     with Collection.open(folder) as coll:
         coll.add(texts[200:250])  # fewer than SAVE_ON_CLOSE rows: index.faiss stays a stale prefix of 200
     with Collection.open(folder) as coll:
-        assert len(coll._index) == 250 and coll.search([texts[240]], k=1)[0][0].id == 240
+        assert len(coll._backend.cache) == 250 and coll.search([texts[240]], k=1)[0][0].id == 240
     (folder / INDEX_FILE).write_bytes(b"garbage")
     with Collection.open(folder) as coll:
-        assert len(coll._index) == 250 and coll.search([texts[10]], k=1)[0][0].id == 10
+        assert len(coll._backend.cache) == 250 and coll.search([texts[10]], k=1)[0][0].id == 10
     # An index file of another collection (same size, other vectors) is detected and rebuilt.
     Collection.build(tmp_path / "d", texts[1000:1200], tiny_model).close()
     (folder / INDEX_FILE).write_bytes((tmp_path / "d" / INDEX_FILE).read_bytes())
@@ -122,7 +123,7 @@ def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
     with pytest.raises(DupqError, match="question 2 is empty"):
         Collection.build(tmp_path / "e", ["a question", "  "], tiny_model)
     with pytest.raises(DupqError, match="not unique"):
-        Collection.build(tmp_path / "e", ["a", "b"], tiny_model, ids=["x", "x"])
+        Collection.build(tmp_path / "e", ["a", "b"], tiny_model, keys=["x", "x"])
     assert not (tmp_path / "e").exists()
     with Collection.open(built) as coll:
         with pytest.raises(DupqError, match="query 1 is empty"):
@@ -200,7 +201,7 @@ def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
     for t in threads:
         t.join()
     assert not errors, errors
-    assert len(coll) == len(coll._index) == 700
+    assert len(coll) == len(coll._backend.cache) == 700
     stored = {i: text for i, _, text in rows(coll.folder)}
     assert sorted(stored.values()) == sorted(texts[:700])  # every add landed once, whole
     coll.close()
@@ -236,7 +237,7 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
     assert questions == vectors  # every stored question has its embedding, and no more
     assert 500 + len(reported) <= questions < 500 + len(new)  # all acknowledged, not all
     with Collection.open(folder) as coll:
-        assert len(coll) == len(coll._index) == questions
+        assert len(coll) == len(coll._backend.cache) == questions
         found = coll.search([new[i - 500] for i in reported], k=10)
         for i, row in zip(reported, found):  # questions the tiny model encodes alike tie at the top
             assert i in {h.id for h in row if h.score > row[0].score - 1e-5}
@@ -292,7 +293,7 @@ def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bu
     assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
     monkeypatch.undo()
     with Collection.open(folder, bundled) as coll:  # index.faiss was never rewritten: rebuilt from SQLite
-        assert len(coll._index) == len(coll) == 24
+        assert len(coll._backend.cache) == len(coll) == 24
 
 
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
@@ -350,7 +351,7 @@ def test_the_whole_index_cache_is_checked(tmp_path, bundled, one_torch_thread):
     faiss.write_index(altered, str(folder / INDEX_FILE))
     with Collection.open(folder, bundled) as coll:
         assert coll.search([texts[5]], k=1)[0][0].id == 5  # rebuilt from the stored embeddings
-        assert np.array_equal(coll._index.vectors([5])[0], -vectors[5])  # the stored vector, not the altered one
+        assert np.array_equal(coll._backend.vectors([5])[0], -vectors[5])  # the stored vector, not the altered one
 
 
 def corrupt(folder: Path, how: str) -> None:
@@ -529,7 +530,7 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
             [tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])]
         )  # (900, d): as stored
         ids = np.random.default_rng(0).permutation(900)[:250]
-        np.testing.assert_array_equal(coll._store.vectors_by_id(ids), reference[ids])
+        np.testing.assert_array_equal(coll._backend.store.vectors_by_id(ids), reference[ids])
         np.testing.assert_array_equal(coll.stored_vectors(), reference)
     with sqlite3.connect(folder / DATABASE) as db:
         sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
@@ -544,7 +545,7 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
 def stored_texts(coll: Collection) -> list[str]:
     """Every stored question's text, read back from the store by the ids a search over all of them finds."""
     everything = coll.nearest(np.zeros((1, coll.model.config.out_dim), np.float32), k=len(coll))[1][0]
-    return [row[1] for row in coll._store.rows([int(i) for i in everything]).values()]
+    return [row[1] for row in coll._backend.rows([int(i) for i in everything]).values()]
 
 
 def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
@@ -554,7 +555,7 @@ def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
     want_scores, want_ids = search(
         tiny_model.encode(queries), tiny_model.encode(chosen), 10
     )  # the brute-force reference
-    with Collection.build(location, chosen, tiny_model, ids=[f"q{i}" for i in range(len(chosen))], metadata=meta):
+    with Collection.build(location, chosen, tiny_model, keys=[f"q{i}" for i in range(len(chosen))], metadata=meta):
         pass
     with Collection.open(location) as coll:  # no model: the recorded folder is loaded
         assert len(coll) == len(chosen) and coll.model.fingerprint() == tiny_model.fingerprint()
@@ -563,7 +564,7 @@ def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
         for row, ids in zip(got, want_ids):  # ties may swap places, so compare the texts found as sets
             assert {h.text for h in row if h.score > row[-1].score + 1e-5} <= {chosen[i] for i in ids}
         top = got[2][0]
-        assert top.text == chosen[7] and top.metadata == {"row": 7, "id": "q7"} and top.duplicate
+        assert top.text == chosen[7] and top.metadata == {"row": 7} and top.key == "q7" and top.duplicate
         assert sorted(stored_texts(coll)) == sorted(chosen)
         stored, encoded = coll.stored_vectors(), tiny_model.encode(chosen)  # (400, d) each, the store's in its id order
         np.testing.assert_array_equal(stored[np.lexsort(stored.T)], encoded[np.lexsort(encoded.T)])
@@ -686,7 +687,7 @@ def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, m
     assert result.exit_code == 0 and added, result.output
     result = runner.invoke(app, ["search", where, "How can I learn Python quickly?", "-k", "1", "--json"])
     hit = json.loads(result.output)["hits"][0]
-    assert (hit["id"], hit["metadata"]) == (int(added.group(1)), {"id": "p1"})
+    assert (hit["id"], hit["key"], hit["metadata"]) == (int(added.group(1)), "p1", {})
     monkeypatch.setitem(sys.modules, "pymilvus", None)  # as if the extra were not installed
     missing = runner.invoke(app, ["search", where, "How?"])
     monkeypatch.undo()

@@ -23,7 +23,8 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.core.files import DupqError
-from dupq.search.collection import DATABASE, INDEX_FILE, Collection
+from dupq.search.collection import Collection
+from dupq.search.folder import DATABASE, INDEX_FILE
 
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 TEXTS = [f"How do I learn about {TOPICS[i % 10]} in step {i}?" for i in range(40)]
@@ -38,7 +39,7 @@ def built(tmp_path_factory) -> Path:
     model = Model.load()
     assert len({v.tobytes() for v in model.encode(TEXTS)}) == len(TEXTS)  # so a search tells each question apart
     keys, meta = [f"k{i}" for i in range(40)], [{"row": i} for i in range(40)]
-    Collection.build(folder, TEXTS, model, ids=keys, metadata=meta).close()
+    Collection.build(folder, TEXTS, model, keys=keys, metadata=meta).close()
     return folder
 
 
@@ -75,9 +76,11 @@ def test_damaged_metadata_is_left_out_not_a_traceback_or_500(folder):
     """Metadata that is not JSON, a list on a keyed row, NaN, or nested too deep: every search still answers."""
     for i, text in DAMAGED.items():
         sql(folder, "UPDATE questions SET metadata = ? WHERE id = ?", text, i)
-    want = {i: {"id": f"k{i}"} for i in DAMAGED} | {7: {"row": 7, "id": "k7"}}  # row 7 is intact
+    want = {i: {} for i in DAMAGED} | {7: {"row": 7}}  # row 7 is intact
     with Collection.open(folder) as coll:
-        found = {h[0].id: h[0].metadata for h in coll.search([TEXTS[i] for i in want], k=1)}
+        hits = coll.search([TEXTS[i] for i in want], k=1)
+        found = {h[0].id: h[0].metadata for h in hits}
+        assert [h[0].key for h in hits] == [f"k{i}" for i in want]  # the key is the hit's own, damaged metadata or not
     assert found == want
     queries = folder.parent / "q.txt"
     queries.write_text("\n".join(TEXTS[i] for i in want) + "\n")

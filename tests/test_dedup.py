@@ -255,7 +255,7 @@ def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model
     from dupq.search.collection import Collection
 
     texts = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "How can I learn python"]
-    Collection.build(tmp_path / "c", texts, tiny_model, ids=["a", "b", "c", "d"]).close()
+    Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]).close()
     r = run_cli("--collection", tmp_path / "c", "--threshold", "0.99", "--out", tmp_path / "d.csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader((tmp_path / "d.csv").open()))

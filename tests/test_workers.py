@@ -163,3 +163,45 @@ def test_a_workers_threads_include_the_blas():
     before, after = json.loads(done.stdout)
     assert before and max(before) == 2
     assert after and set(after) == {1}  # NumPy's, and FAISS's own OpenBLAS once set_threads imports it
+
+
+def test_a_removal_and_an_update_through_one_worker_are_seen_by_the_other_within_a_second(served):
+    url, proc, (a, b) = served
+    old, new = "Which river flows through the most countries?", "Which mountain is the tallest in Africa?"
+    with only(a, [b]):
+        assert post(url, "/questions", {"text": old, "key": "river"}, headers=AUTH).status_code == 201
+    for change, gone, found in (("put", old, new), ("delete", new, None)):
+        with only(b, [a]):  # b has searched, so its index is warm, before a changes the question
+            assert post(url, "/search", {"question": gone, "k": 1}).json()["results"][0]["text"] == gone
+        with only(a, [b]):
+            if change == "put":
+                answer = httpx.put(url + "/questions/river", json={"text": new}, headers=AUTH, timeout=20)
+            else:
+                answer = httpx.delete(url + "/questions/river", headers=AUTH, timeout=20)
+            assert answer.status_code == 200, answer.text
+        with only(b, [a]):
+            started = time.monotonic()
+            while True:
+                texts = [h["text"] for h in post(url, "/search", {"question": gone, "k": 5}).json()["results"]]
+                if gone not in texts or time.monotonic() - started > 1.0:
+                    break
+            assert gone not in texts  # within a second the other worker no longer finds it
+            if found is not None:
+                top = post(url, "/search", {"question": found, "k": 1}).json()["results"][0]
+                assert (top["key"], top["text"]) == ("river", found)
+
+
+def test_metrics_sum_every_worker(served):
+    """prometheus-client's multiprocess mode: a scrape through either worker counts both workers' requests."""
+    from test_live import metric
+
+    url, proc, (a, b) = served
+    for worker, other, n in ((a, b, 2), (b, a, 3)):
+        with only(worker, [other]):
+            for _ in range(n):
+                assert post(url, "/search", {"question": "How can I lose weight fast?", "k": 1}).status_code == 200
+    for worker, other in ((a, b), (b, a)):
+        with only(worker, [other]):
+            text = httpx.get(url + "/metrics", timeout=20).text
+        assert metric(text, "dupq_requests_total", route="/search", status="200") == 5
+        assert metric(text, "dupq_questions_stored") == N

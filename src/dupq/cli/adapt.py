@@ -117,14 +117,11 @@ def index_reencode(
     import time
 
     from dupq.modeling.model import Model
-    from dupq.search.collection import is_milvus
     from dupq.search.reencode import reencode
 
     _threads(threads)
     started = time.perf_counter()
-    source = collection if is_milvus(collection) else Path(collection)
-    target = out if is_milvus(out) else Path(out)
-    with reencode(source, Model.load(model), target, index, log=typer.echo) as new:
+    with reencode(collection, Model.load(model), out, index, log=typer.echo) as new:
         typer.echo(
             f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
         )

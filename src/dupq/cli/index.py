@@ -44,6 +44,12 @@ def index_build(
         Optional[str],
         typer.Option(help="The question column of a CSV/TSV file (default: question); other columns become metadata."),
     ] = None,
+    key_column: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The column of a CSV/TSV file that holds each question's key (a Quora file's qids are keys)."
+        ),
+    ] = None,
     store: Annotated[
         Optional[str],
         typer.Option(
@@ -57,31 +63,29 @@ def index_build(
 
     from dupq.data.questions import read_questions
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection, is_milvus
+    from dupq.search.collection import Collection, Location
     from dupq.search.vectors import IndexConfig
 
     _threads(threads)
     config = IndexConfig(kind=index)
     if (out is None) == (store is None):
         raise DupqError("give either --out FOLDER or --store milvus:... for the new collection.")
-    if store is not None and not is_milvus(store):
+    where = Location.parse(out if out is not None else store)
+    if store is not None and where.kind == "folder":
         raise DupqError(
             f"--store takes milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, not {store!r}; a folder goes with --out."
         )
-    if out is not None and is_milvus(out):  # as every other command takes a collection: not a folder named "milvus:..."
-        out, store = None, out
-    folder = Path(out) if out is not None else None
-    if folder is not None:
-        check_new_folder(folder, overwrite=None)  # before the model and the file are read; the build checks again
+    if where.path is not None:
+        check_new_folder(where.path, overwrite=None)  # before the model and the file are read; the build checks again
     m = Model.load(model)
-    qs = read_questions(questions, column)
+    qs = read_questions(questions, column, key_column)
     _dropped(questions, qs.dropped)
     if not qs.texts:
         raise DupqError(f"{questions} holds no questions.")
     started = time.perf_counter()
-    Collection.build(store or folder, qs.texts, m, ids=qs.keys, metadata=qs.metadata, index=config).close()
+    Collection.build(where, qs.texts, m, keys=qs.keys, metadata=qs.metadata, index=config).close()
     typer.echo(
-        f"stored {len(qs):,} questions from {questions} in {store or folder} ({index} index) in "
+        f"stored {len(qs):,} questions from {questions} in {where} ({index} index) in "
         f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,}"
     )
 
@@ -98,13 +102,6 @@ def _added(ids: list[int], new: int) -> str:
             f"added {new} of {len(ids)} questions ({len(ids) - new} with a key stored already: nothing added): {span}"
         )
     return f"added {len(ids)} questions: {span}"
-
-
-def _collection(location: str):
-    """A collection argument as Collection.open takes it: a Milvus location as written, a folder as a Path."""
-    from dupq.search.collection import is_milvus
-
-    return location if is_milvus(location) else Path(location)
 
 
 @command(group=index_app, name="add")
@@ -157,7 +154,7 @@ def index_add(
         if not qs.texts:
             raise DupqError(f"{file} holds no questions.")
         texts, metadata, keys = qs.texts, qs.metadata, qs.keys
-    coll = Collection.open(_collection(collection), Model.load(model) if model else None)
+    coll = Collection.open(collection, Model.load(model) if model else None)
     try:
         for lo in range(0, len(texts), batch_size):
             part = slice(lo, lo + batch_size)
@@ -183,6 +180,12 @@ def search_command(
         Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded and searched together.")] = 256,
+    where: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number is a number)."
+        ),
+    ] = None,
     threads: Threads = THREADS,
 ) -> None:
     """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
@@ -202,11 +205,12 @@ def search_command(
         qs = read_questions(queries)
         _dropped(queries, qs.dropped)
         texts = qs.texts
-    coll = Collection.open(_collection(collection), Model.load(model) if model else None)
+    scope = _where(where or [])
+    coll = Collection.open(collection, Model.load(model) if model else None)
     try:
         for lo in range(0, len(texts), batch_size):
             batch = texts[lo : lo + batch_size]
-            for query, hits in zip(batch, coll.search(batch, k)):
+            for query, hits in zip(batch, coll.search(batch, k, where=scope)):
                 if as_json:
                     typer.echo(to_json({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
@@ -214,9 +218,85 @@ def search_command(
                 for rank, h in enumerate(hits, 1):
                     verdict = "duplicate" if h.duplicate else "-"
                     p = "" if h.probability is None else f"  p {h.probability:.2f}"
-                    typer.echo(f"  {rank:>3}  {h.score:.3f}{p}  {verdict:<9}  id {h.id:<7}  {h.text}")
+                    key = "" if h.key is None else f"  key {h.key}"
+                    canonical = "" if h.duplicate_of is None else f"  (duplicate of {h.duplicate_of})"
+                    typer.echo(f"  {rank:>3}  {h.score:.3f}{p}  {verdict:<9}  id {h.id:<7}{key}  {h.text}{canonical}")
     finally:
         coll.close()
+
+
+def _where(pairs: list[str]) -> dict[str, list]:
+    """``--where FIELD=VALUE`` options as a filter: a value that reads as a JSON number or boolean is one, else text."""
+    import json
+
+    scope: dict[str, list] = {}
+    for pair in pairs:
+        field, eq, value = pair.partition("=")
+        if not eq or not field:
+            raise DupqError(f"--where takes FIELD=VALUE, not {pair!r}.")
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):  # text, however deeply it nests brackets
+            parsed = value
+        scope.setdefault(field, []).append(parsed if isinstance(parsed, (int, float)) else value)
+    return scope
+
+
+@command(group=index_app, name="remove")
+def index_remove(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    keys: Annotated[list[str], typer.Argument(help="The keys of the questions to remove.")],
+) -> None:
+    """Remove questions by key, in one transaction: no search finds them once this prints (a key not stored removes nothing)."""
+    from dupq.search.collection import Collection
+
+    with Collection.open(collection) as coll:
+        ids = coll.remove(keys)
+        typer.echo(f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {collection}; {len(coll):,} remain")
+
+
+@command(group=index_app, name="update")
+def index_update(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    key: Annotated[str, typer.Argument(help="The key of the question to change.")],
+    text: Annotated[
+        Optional[str], typer.Option(help="Its new text (encoded again; the old text is found no more).")
+    ] = None,
+    metadata: Annotated[
+        Optional[str], typer.Option(help="Its new metadata, a JSON object (replaces the stored metadata).")
+    ] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
+    ] = None,
+) -> None:
+    """Change a stored question's text or metadata by key, in one transaction (the same change again writes nothing)."""
+    import json
+
+    from dupq.modeling.model import Model
+    from dupq.search.collection import Collection
+
+    try:
+        meta = None if metadata is None else json.loads(metadata)
+    except (ValueError, RecursionError) as e:
+        raise DupqError(f"--metadata is not JSON ({e}).") from None
+    with Collection.open(collection, Model.load(model) if model else None) as coll:
+        i = coll.update(key, text=text, metadata=meta)
+        typer.echo(f"updated the question {key} of {collection}: id {i}")
+
+
+@command(group=index_app, name="decisions")
+def index_decisions(
+    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    out: Annotated[Path, typer.Option(help="The pairs file to write (TSV in the Quora file's columns).")],
+) -> None:
+    """Write the moderators' decisions as labelled pairs, which `dupq calibrate --pairs` and `dupq train` take."""
+    from dupq.data.pairs import write_pairs
+    from dupq.search.collection import Collection
+
+    with Collection.open(collection) as coll:
+        pairs = coll.decisions()
+    write_pairs(out, pairs)
+    typer.echo(f"wrote {len(pairs):,} decisions of {collection} to {out}")
 
 
 @command()

@@ -103,15 +103,33 @@ def _evaluate_retrieval(m: Model, data: Path, json_out: bool, name: str) -> None
 def calibrate(
     model: Annotated[Path, typer.Argument(help="Model folder to re-calibrate (rewritten in place, atomically).")],
     data: Annotated[Optional[Path], DATA_OPTION] = None,
+    pairs: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Calibrate on these labelled pairs instead of the data's dev split (a help desk's own: `dupq index decisions`)."
+        ),
+    ] = None,
     threads: Threads = THREADS,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
-    from dupq.data.pairs import held_out
+    from dupq.data.pairs import held_out, read_pairs
+    from dupq.evaluation.evaluate import calibrate as calibrate_on
     from dupq.evaluation.evaluate import calibrate_and_test, summary_line
     from dupq.modeling.model import Model
 
     _threads(threads)
     m = Model.load(model)
+    if pairs is not None:
+        if data is not None:
+            raise DupqError("give --pairs or --data, not both.")
+        own, _ = read_pairs(pairs)
+        record = calibrate_on(m, own)
+        typer.echo(
+            f"calibrated on {len(own):,} pairs of {pairs}: threshold {record['threshold']:.3f} on {record['threshold_on']}"
+        )
+        m.save_again(model)
+        typer.echo(f"saved the threshold in {model / 'config.json'}")
+        return
     splits = held_out(m.metrics, _data(data))
     typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
     m.save_again(model)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.files import DupqError, atomic_output
 from dupq.core.options import check_options, option
 from dupq.data.text import header_names, open_text, reading
 
@@ -265,6 +265,19 @@ class Splits:
     test: Pairs  # labelled pairs, both classes
     dev: Pairs  # labelled pairs, both classes
     pool: Pairs  # every usable pair of the training pool (vocabulary, explicit negatives)
+
+
+def write_pairs(path: str | os.PathLike, pairs) -> None:
+    """Write ``(qid1, qid2, question1, question2, is_duplicate)`` rows as a tab-separated file in the
+    Quora file's columns (``id`` numbered from 0), atomically, for :func:`read_pairs` to read."""
+    import io
+
+    text = io.StringIO()
+    writer = csv.writer(text, delimiter="\t", lineterminator="\n")
+    writer.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
+    writer.writerows((i, *row) for i, row in enumerate(pairs))
+    with atomic_output(path) as f:
+        f.write(text.getvalue().encode("utf-8"))
 
 
 def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:

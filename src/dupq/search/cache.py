@@ -13,6 +13,12 @@ A failure to write the cache (a full disk) is never an error for the caller: it 
 :attr:`FaissCache.cache_error`, the questions are stored, and the next open rebuilds what the
 file lacks. The FAISS position of a question is its id (the store's ids are ``0, 1, 2, ...``).
 
+An HNSW graph keeps removed questions' vectors (they are filtered out). Past
+:data:`REBUILD_SHARE` of them, the collection builds a graph of the others in the background
+(:meth:`FaissCache.replace`) and writes it as ``index.faiss`` (temporary file, rename) with the
+manifest's ``rebuilt`` generation raised; every other process holding the collection sees the
+new file at its next search (:meth:`FaissCache.stale`) and loads it in place of its own graph.
+
 Not thread-safe: the collection holds its lock around :meth:`search` (shared) and
 :meth:`catch_up` (exclusive).
 """
@@ -20,6 +26,7 @@ Not thread-safe: the collection holds its lock around :meth:`search` (shared) an
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +44,9 @@ SAVE_DURING_ADD = 50_000  # an add rewrites it when this many are not (bounds th
 # Vectors added to FAISS at a time when catching up: a rebuilt ivfpq index trains on the first
 # chunk, as its build did (collection.BUILD_CHUNK), not on one 64-vector store row.
 CATCH_UP_CHUNK = 50_000
+# An HNSW graph is built again without the removed questions once they are this share of its vectors
+# (searches walk past them, and memory keeps them; Qdrant's vacuum starts at the same 20 %).
+REBUILD_SHARE = 0.2
 
 
 class FaissCache:
@@ -48,6 +58,10 @@ class FaissCache:
         self._saved = saved  # vectors in index.faiss on disk
         self._version = None  # the store's version when the index last caught up with it
         self.cache_error: str | None = None  # why index.faiss could not be written, if it could not
+        self.live: np.ndarray | None = None  # (len(index),) bool: False for removed ids; None when none is removed
+        self.removed_share = 0.0  # the share of the index's vectors that are removed questions'
+        self.refreshed = 0.0  # time.time() of the last catch-up
+        self._file = _identity(folder / INDEX_FILE)  # index.faiss as this process last saw it (a new one: a rebuild?)
 
     @classmethod
     def open(cls, folder: Path, store: SQLiteStore, manifest: dict) -> FaissCache:
@@ -69,10 +83,10 @@ class FaissCache:
         except DupqError as e:
             log.info("rebuilding the index of %s from the stored embeddings: %s", folder, e)
             return VectorIndex(dim, config), 0
-        n = len(index)
+        n, ids = len(index), index.ids()
         if n != manifest.get("count") or n > count:  # not the file the manifest describes, or not this database's
             return VectorIndex(dim, config), 0
-        for i in {0, n - 1} if n and index.exact else ():  # ivfpq keeps codes: the checksum alone vouches for it
+        for i in {int(ids[0]), int(ids[-1])} if len(ids) and index.exact else ():  # ivfpq: the checksum vouches
             if not np.array_equal(index.vector(i), next(store.vectors(i, i + 1))[0]):
                 return VectorIndex(dim, config), 0
         return index, n
@@ -84,9 +98,12 @@ class FaissCache:
     def exact(self) -> bool:
         return self.index.exact
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``scores (Q, k')``, ``ids (Q, k')`` (-1: none); ivfpq re-ranks its short list with the stored vectors."""
-        return self.index.search(vectors, k, self.store.vectors_by_id)
+    def search(self, vectors: np.ndarray, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')``, ``ids (Q, k')`` (-1: none) among the ``allowed`` ids (a bool mask; None: every
+        stored one); removed ids are never found. ivfpq re-ranks its short list with the stored vectors."""
+        if self.live is not None:
+            allowed = self.live if allowed is None else allowed & self.live
+        return self.index.search(vectors, k, self.store.vectors_by_id, allowed)
 
     def vectors(self, ids) -> np.ndarray:
         """The vectors of ``ids`` ``(len(ids), d)``: from memory (flat, hnsw) or from the store (ivfpq keeps codes)."""
@@ -95,12 +112,15 @@ class FaissCache:
         return self.index.vectors(ids)
 
     def stale(self) -> bool:
-        """Whether anything was committed to the store since the index last caught up (one cheap PRAGMA)."""
-        return self.store.version() != self._version
+        """Whether anything was committed to the store since the index last caught up (one cheap PRAGMA), or
+        another process rewrote ``index.faiss`` (one ``stat``), which may be a rebuilt graph to load."""
+        return self.store.version() != self._version or _identity(self.folder / INDEX_FILE) != self._file
 
     def catch_up(self) -> None:
-        """Add the stored vectors the index lacks: another process's adds, or ours (caller holds the write lock)."""
-        version, count = self.store.version(), self.store.count()
+        """Load a graph another process rebuilt, add the stored vectors the index lacks and mark the removed ids:
+        another process's writes, or ours (caller holds the write lock)."""
+        self._load_rebuilt()
+        version, count = self.store.version(), self.store.extent()
         lo = len(self.index)
         while lo < count:
             # An untrained ivfpq index trains on its first add: the vectors its build trained on, so a
@@ -109,7 +129,61 @@ class FaissCache:
             blocks = list(self.store.vectors(lo, min(lo + step, count)))
             self.index.add(np.concatenate(blocks) if len(blocks) > 1 else blocks[0])
             lo = min(lo + step, count)
+        removed = self.store.removed()
+        self.live, self.removed_share = None, 0.0
+        if len(removed):
+            self.live = np.ones(len(self.index), dtype=bool)
+            self.live[removed[removed < len(self.index)]] = False
+            held = np.isin(removed, self.index.ids(), assume_unique=True).sum() if self.index.mapped else None
+            held = int((removed < len(self.index)).sum()) if held is None else int(held)
+            self.removed_share = held / max(self.index.stored, 1)
         self._version = version
+        self.refreshed = time.time()
+
+    @property
+    def generation(self) -> int:
+        """How many times the graph in this process's index was rebuilt (the manifest's ``rebuilt``)."""
+        return self.manifest.get("rebuilt") or 0
+
+    def wants_rebuild(self) -> bool:
+        """Whether the graph holds so many removed questions that it should be built again without them."""
+        return self.config.kind == "hnsw" and self.removed_share >= REBUILD_SHARE
+
+    @property
+    def config(self) -> IndexConfig:
+        return self.index.config
+
+    def replace(self, index: VectorIndex) -> None:
+        """Put a rebuilt graph in place of this process's index and catch it up (caller holds the write lock and
+        the index's exclusive lock); :meth:`save` then publishes it to the other processes."""
+        self.index = index
+        self.manifest["rebuilt"] = self.generation + 1
+        self._saved = 0  # index.faiss does not hold it yet
+        self.catch_up()
+
+    def _load_rebuilt(self) -> None:
+        """Load ``index.faiss`` in place of this process's index when another process wrote a rebuilt graph there."""
+        identity = _identity(self.folder / INDEX_FILE)
+        if identity == self._file:
+            return
+        self._file = identity
+        try:
+            with file_lock(self.folder / LOCK_FILE):  # the file and its manifest, as one
+                manifest = read_json(self.folder / "manifest.json", "the manifest")
+                if not isinstance(manifest, dict) or (manifest.get("rebuilt") or 0) <= self.generation:
+                    return  # an ordinary save of vectors this process has already
+                index = VectorIndex.load(
+                    self.folder / INDEX_FILE, self.index.dim, self.config, checksum=manifest.get("checksum")
+                )
+                self._file = _identity(self.folder / INDEX_FILE)
+        except (OSError, DupqError) as e:  # keep this process's graph: it is correct, only slower
+            log.warning("could not load the rebuilt index of %s: %s", self.folder, e)
+            return
+        if len(index) > self.store.extent():
+            return  # not this database's
+        self.index = index
+        self.manifest.update(rebuilt=manifest["rebuilt"], count=len(index), checksum=manifest.get("checksum"))
+        self._saved = len(index)
 
     def after_add(self) -> None:
         """Rewrite ``index.faiss`` when it lacks many of the indexed vectors (after an add's catch-up)."""
@@ -126,10 +200,13 @@ class FaissCache:
         """
         try:
             with file_lock(self.folder / LOCK_FILE):
-                if _saved_count(self.folder) < len(self.index):
+                count, generation = _saved(self.folder)
+                # a newer graph on disk is never replaced by an older one (this process loads it instead)
+                if generation < self.generation or (generation == self.generation and count < len(self.index)):
                     checksum = self.index.save(self.folder / INDEX_FILE)
                     self.manifest.update(count=len(self.index), checksum=checksum)
                     write_json(self.folder / "manifest.json", self.manifest)
+                    self._file = _identity(self.folder / INDEX_FILE)
         except OSError as e:
             self.cache_error = (
                 f"could not write {self.folder / INDEX_FILE} ({e.strerror or e}); the questions are stored, "
@@ -146,11 +223,28 @@ class FaissCache:
             self.save()
 
 
-def _saved_count(folder: Path) -> int:
-    """How many vectors the ``index.faiss`` on disk holds, by the manifest beside it (0 if it says nothing)."""
+def _saved(folder: Path) -> tuple[int, int]:
+    """How many ids the ``index.faiss`` on disk covers, and its generation, by the manifest beside it (0 if it says nothing)."""
     try:
         manifest = read_json(folder / "manifest.json", "the manifest")
     except (OSError, DupqError):
-        return 0
-    count = manifest.get("count") if isinstance(manifest, dict) and manifest.get("checksum") else None
-    return count if isinstance(count, int) else 0
+        return 0, 0
+    if not isinstance(manifest, dict):
+        return 0, 0
+    count = manifest.get("count") if manifest.get("checksum") else None
+    generation = manifest.get("rebuilt")
+    return (count if isinstance(count, int) else 0), (generation if isinstance(generation, int) else 0)
+
+
+def saved_generation(folder: Path) -> int:
+    """The generation of the graph in the ``index.faiss`` on disk (how many rebuilds; 0 for none)."""
+    return _saved(folder)[1]
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` is now (inode and modification time; None when there is none): a rename makes a new one."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns

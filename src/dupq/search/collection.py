@@ -1,43 +1,32 @@
-"""A persistent, searchable question collection: a store for the questions, a search index, the model.
+"""A persistent, searchable question collection: a backend that keeps the questions, and the model.
 
-A collection joins three parts: a **store** that keeps every question, its key, metadata and
-embedding (:mod:`dupq.search.store`), a **search index** over the embeddings, and the model that
-encodes them. Two stores exist:
+A collection joins a **backend** (:class:`~dupq.search.backend.Backend`), which stores every
+question, its key, metadata and embedding and searches the embeddings, and the model that
+encodes them. Where it lives picks the backend (:class:`~dupq.search.location.Location`): a
+folder is kept by SQLite and FAISS (:mod:`dupq.search.folder`), ``milvus:PATH.db`` or
+``milvus+http://HOST:19530?collection=NAME`` by Milvus (:mod:`dupq.search.milvus`). Nothing
+here asks which.
 
-* a folder (the default), with SQLite as the store and FAISS as the index::
+**Crash safety.** An add, a removal and an update are each one transaction of the backend:
+when they return the change is durable and every reader sees it at its next search; a
+``kill -9`` before the commit leaves none of it. After the commit nothing fails the call: an
+index that could not follow (a full disk for the FAISS cache) catches up from the stored
+embeddings on the next read, so a caller never sees an error for a change that is applied (and
+never applies it again on a retry). ``build`` writes into a hidden sibling folder (Milvus: a
+collection under a temporary name) and renames it into place at the end.
 
-      manifest.json      format, the model that built it (fingerprint + folder), dim, index config
-      questions.sqlite   the source of truth: every question and its embedding (WAL journal)
-      index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.search.cache`)
+**Keys.** A question may carry a key (the caller's id: a Quora qid, a ticket number, an
+``Idempotency-Key``); every hit carries its key. Adding a stored key stores nothing and answers
+the stored id, so a retried add is safe; :meth:`Collection.remove` and :meth:`Collection.update`
+take keys, and an update that changes nothing (a retry) writes nothing.
 
-* Milvus (``milvus:PATH.db`` for the embedded milvus-lite, ``milvus+http://HOST:19530?collection=NAME``
-  for a server), which stores and searches (:mod:`dupq.search.milvus`); the manifest is a property of
-  the Milvus collection.
+**Moderators' decisions** live in a question's metadata: ``duplicate_of`` (the key of its
+canonical question, shown on every hit of it as :attr:`Hit.duplicate_of`) and
+``not_duplicate_of`` (keys a moderator judged distinct); :meth:`Collection.decide` writes them.
 
-**Crash safety.** The store is the only thing an add must change to be durable: one ``add`` is
-one transaction of the store that inserts the question rows *and* their embeddings; when
-``add`` returns, the rows are on disk, and a ``kill -9`` before the commit leaves none of them.
-The in-memory FAISS index is updated after the commit, and its file is a cache checked whole on
-open and caught up from the stored embeddings (see :mod:`dupq.search.cache`): after a crash at any
-moment the index and the stored questions agree, without re-encoding anything.
-
-**After the commit nothing fails an add.** Once its transaction is committed, an add answers
-its ids: if growing FAISS or rewriting ``index.faiss`` then fails (a full disk), the index catches
-up from the stored embeddings on the next read and the cache is rewritten later, so a caller
-never sees an error for questions that are stored (and never stores them again on a retry).
-A question may carry a **key** (the caller's id: a Quora qid, an ``Idempotency-Key``): adding
-a key that is stored already stores nothing and answers the stored id, so a retried add is
-safe. ``build`` writes into a hidden sibling folder (Milvus: a collection under a temporary name)
-and renames it into place at the end: a killed build leaves no half collection behind.
-
-Why embeddings in SQLite and not a separate ``.npy``: one transaction then covers text and
-vector, so no second file can be ahead of or behind the other; it costs ~512 bytes a question.
-
-In a folder, question ids are ``0, 1, 2, ...`` in order of addition, which is also their position
-in FAISS (Milvus gives other ids: see :mod:`dupq.search.milvus`). Another process may add to the
-collection meanwhile (SQLite serialises the writes): before every search, SQLite's
-``data_version`` says whether anything was committed since, and if so FAISS catches up from the
-stored embeddings, so reads see every committed add.
+**Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
+the hits whose metadata match (a list: any of them), and loses none of them (the backend's
+promise, checked against a brute-force filter in the tests).
 
 >>> coll = Collection.build("runs/faq", ["How do I learn Python?"], Model.load("runs/model"))  # doctest: +SKIP
 >>> coll.search(["What is the best way to learn Python?"], k=1)[0][0].text                   # doctest: +SKIP
@@ -50,34 +39,25 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
-from dupq.core.files import DupqError, check_new_folder, check_path, new_folder, read_json, remove_stale, write_json
+from dupq.core.files import DupqError
 from dupq.data.tokenizer import MAX_QUESTION, check_questions
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import from_cosines
-from dupq.search import store as sqlite
-from dupq.search.cache import INDEX_FILE, FaissCache
-from dupq.search.locks import SharedLock
-from dupq.search.manifest import FORMAT, check_manifest, model_for, new_manifest
-from dupq.search.rows import KeyConflict, StoreFailure, check_keys, check_metadata, read_metadata
-from dupq.search.store import BLOB_ROWS, SQLiteStore, Store
-from dupq.search.vectors import IndexConfig, VectorIndex
+from dupq.search.backend import Backend, check_where
+from dupq.search.location import Location
+from dupq.search.manifest import model_for, new_manifest
+from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
+from dupq.search.vectors import IndexConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BLOB_ROWS", "DATABASE", "INDEX_FILE", "Collection", "Hit", "KeyConflict", "is_milvus"]
+__all__ = ["Collection", "Hit", "KeyConflict", "Location", "UnknownKey"]
 
-MANIFEST, DATABASE = "manifest.json", "questions.sqlite"
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
-
-
-def is_milvus(location) -> bool:
-    """Whether ``location`` names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``), not a folder."""
-    return isinstance(location, str) and location.startswith(("milvus:", "milvus+"))
+DUPLICATE_OF, NOT_DUPLICATE_OF = "duplicate_of", "not_duplicate_of"  # the metadata fields of moderators' decisions
 
 
 @dataclass
@@ -85,44 +65,26 @@ class Hit:
     """One stored question found by a search."""
 
     id: int  # the question's id in the collection
+    key: str | None  # the caller's key for it (None: added without one)
     text: str
     score: float  # cosine similarity to the query
     duplicate: bool  # the model's verdict on (query, this question): similarity or probability above its threshold
-    metadata: dict  # what was stored with it; a build's ``ids`` appear as "id" unless it has one
+    metadata: dict  # what was stored with it
     probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
-
-
-class SearchIndex(Protocol):
-    """What a collection searches with: :class:`~dupq.search.cache.FaissCache` over SQLite, or Milvus itself."""
-
-    exact: bool  # whether scores are exact inner products
-    cache_error: str | None  # why a cache file could not be written, if one could not
-
-    def search(
-        self, vectors: np.ndarray, k: int
-    ) -> tuple[np.ndarray, np.ndarray]: ...  # (Q, k') scores, ids (-1: none)
-    def vectors(self, ids) -> np.ndarray: ...  # the vectors of ids, for a pair head
-    def stale(self) -> bool: ...  # whether another writer committed since the last catch_up
-    def catch_up(self) -> None: ...  # index every stored vector (under the write lock)
-    def after_add(self) -> None: ...
-    def close(self) -> None: ...
+    duplicate_of: str | None = None  # the key of its canonical question, where a moderator marked it a duplicate
 
 
 def _build_inputs(
-    texts, ids, metadata, index, stored: bool = False
+    texts, keys, metadata, index, stored: bool = False
 ) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
     """The checked texts, keys, metadata (JSON text) and index config of a build (``stored``: see :meth:`Collection.build`)."""
     texts = check_questions(texts, longest=None if stored else MAX_QUESTION)
     meta = check_metadata(metadata, len(texts))
     config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
-    keys: list[str | None] = [None] * len(texts)
-    if ids is not None:  # None for a question without one (a re-encoded collection's questions added without a key)
-        keys = [None if k is None else str(k) for k in ids]
-        if len(keys) != len(texts):
-            raise DupqError(f"got {len(keys)} ids for {len(texts)} questions; give one id per question.")
-        given = [k for k in keys if k is not None]
-        if len(set(given)) != len(given):
-            raise DupqError("the ids given for the questions are not unique.")
+    keys = check_keys(None if keys is None else [None if k is None else str(k) for k in keys], len(texts))
+    given = [k for k in keys if k is not None]
+    if len(set(given)) != len(given):
+        raise DupqError("the keys given for the questions are not unique.")
     return texts, keys, meta, config
 
 
@@ -137,19 +99,16 @@ class Collection:
     """Stored questions, their embeddings and a search index, and the model that encodes them.
 
     Build one with :meth:`build`, reopen it with :meth:`open`; ``location`` is a folder or a Milvus
-    URI. Searches may run in several threads at once; adds are serialised by a lock and block
-    searches only while FAISS grows.
+    URI. Searches may run in several threads at once; writes are serialised.
     """
 
-    def __init__(self, location, model: Model, manifest: dict, store: Store, index: SearchIndex):
-        self.location = location  # what open() takes: a folder (Path) or a Milvus URI (str)
-        self.folder = None if is_milvus(location) else Path(location)
+    def __init__(self, location: Location, model: Model, backend: Backend):
+        self.location = location
+        self.folder = location.path  # a folder collection's folder, else None
         self.model = model
-        self.manifest = manifest
-        self._store = store
-        self._index = index
+        self.manifest = backend.manifest
+        self._backend = backend
         self._write_lock = threading.Lock()
-        self._index_lock = SharedLock()
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
 
@@ -158,91 +117,46 @@ class Collection:
     @classmethod
     def build(
         cls,
-        folder,
+        location,
         texts: list[str],
         model: Model,
         *,
-        ids: list[str | None] | None = None,
+        keys: list[str | None] | None = None,
         metadata: list[dict] | None = None,
         index: str | IndexConfig = "flat",
         stored: bool = False,
     ) -> Collection:
-        """Encode ``texts`` and store them as a new collection in ``folder`` (a folder that must not hold one, or a Milvus URI).
+        """Encode ``texts`` and store them as a new collection at ``location`` (a folder that must not hold one, or a Milvus URI).
 
-        ``ids`` are the caller's unique ids for the questions (stored, and shown as ``metadata["id"]``);
+        ``keys`` are the caller's unique ids for the questions (None for a question without one);
         ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
         exactly; at least :func:`~dupq.search.vectors.training_size` questions), or an :class:`IndexConfig`.
         ``stored``: the texts are another collection's questions (a re-encoding), so one stored before
         the 1,000-character rule is kept whole rather than refused; the other rules of a question hold.
         """
-        texts, keys, meta, config = _build_inputs(texts, ids, metadata, index, stored)
+        location = Location.parse(location)
+        texts, keys, meta, config = _build_inputs(texts, keys, metadata, index, stored)
         manifest = new_manifest(model, config)
-        if is_milvus(folder):
-            from dupq.search.milvus import MilvusStore
-
-            store = MilvusStore.build(folder, manifest, encoded_chunks(texts, keys, meta, model))
-            return cls(folder, model, manifest, store, store.search_index())
-        return cls._build_folder(Path(folder), model, manifest, encoded_chunks(texts, keys, meta, model))
+        backend = location.backend().build(location, manifest, encoded_chunks(texts, keys, meta, model))
+        return cls(location, model, backend)
 
     @classmethod
-    def _build_folder(cls, folder: Path, model: Model, manifest: dict, chunks: Iterator[tuple]) -> Collection:
-        """SQLite and FAISS written in a hidden sibling folder, renamed into place when complete."""
-        check_new_folder(folder, overwrite=None)  # a collection is never replaced
-        with new_folder(folder) as tmp:
-            vectors_index = VectorIndex(manifest["dim"], IndexConfig(**manifest["index"]))
-            with sqlite.building(tmp / DATABASE, str(folder)) as db:  # nothing is visible before the final rename
-                for start, texts, keys, meta, vectors in chunks:
-                    sqlite.insert(db, start, texts, keys, meta, vectors)
-                    vectors_index.add(vectors)
-            manifest["checksum"] = vectors_index.save(tmp / INDEX_FILE)
-            manifest["count"] = len(
-                vectors_index
-            )  # vectors in index.faiss when it was last written; SQLite is the truth
-            if vectors_index.trained_on is not None:  # ivfpq: a rebuilt cache trains on the same first vectors
-                manifest["trained_on"] = vectors_index.trained_on
-            write_json(tmp / MANIFEST, manifest)
-        store = SQLiteStore(folder / DATABASE, manifest["dim"])
-        return cls(
-            folder, model, manifest, store, FaissCache(folder, store, manifest, vectors_index, saved=len(vectors_index))
-        )
-
-    @classmethod
-    def open(cls, folder, model: Model | None = None) -> Collection:
+    def open(cls, location, model: Model | None = None) -> Collection:
         """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with.
 
         A model whose fingerprint differs from the recorded one is refused: its vectors would
         not be comparable with the stored ones.
         """
-        if is_milvus(folder):
-            from dupq.search.milvus import MilvusStore
-
-            store = MilvusStore.open(folder, FORMAT)
-            try:
-                model = model_for(store.manifest, model, folder)
-            except BaseException:
-                store.close()
-                raise
-            return cls(folder, model, store.manifest, store, store.search_index())
-        folder = Path(folder)
-        if not folder.exists():
-            raise DupqError(f"no collection at {folder}: the folder does not exist; build one with `dupq index build`.")
-        check_path(folder, "the collection", folder=True)
-        if not (folder / MANIFEST).is_file() or not (folder / DATABASE).is_file():
-            raise DupqError(f"{folder} is not a dupq collection: it lacks {MANIFEST} or {DATABASE}.")
-        remove_stale(folder)  # temporary files of a writer killed mid-write
-        manifest = check_manifest(
-            read_json(folder / MANIFEST, f"the manifest of collection {folder}"), folder / MANIFEST, FORMAT
-        )
-        model = model_for(manifest, model, folder)
-        store = SQLiteStore(folder / DATABASE, manifest["dim"])
+        location = Location.parse(location)
+        backend = location.backend().open(location)
         try:
-            index = FaissCache.open(folder, store, manifest)
+            model = model_for(backend.manifest, model, location)
         except BaseException:
-            store.close()
+            backend.close()
             raise
-        return cls(folder, model, manifest, store, index)
+        return cls(location, model, backend)
 
-    # Using it.
+    # Reading it.
 
     @property
     def threshold(self) -> float:
@@ -251,47 +165,53 @@ class Collection:
     @property
     def cache_error(self) -> str | None:
         """Why the index cache could not be written (the questions are stored all the same), or None."""
-        return self._index.cache_error
+        return self._backend.cache_error
+
+    def refreshed(self) -> float | None:
+        """When this process's index last caught up with the store (``time.time()``); None for a backend that never lags."""
+        return self._backend.refreshed()
 
     def __len__(self) -> int:
-        return self._store.count()
+        return self._backend.count()
 
     def stored_vectors(self) -> np.ndarray:
         """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the store, not the index)."""
         self._check_open()
-        return self._store.all_vectors()
+        return self._backend.all_vectors()
 
     def stored_rows(self) -> list[tuple[int, str | None, str, dict | None]]:
         """Every stored question as ``(id, key, text, metadata)``, in id order: what a build with another model takes."""
         self._check_open()
         return [
-            (i, key, text, read_metadata(meta)[0] if meta else None) for i, (key, text, meta) in self._store.all_rows()
+            (i, key, text, read_metadata(meta)[0] if meta else None)
+            for i, (key, text, meta) in self._backend.all_rows()
         ]
 
-    def nearest(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, vectors: np.ndarray, k: int = 10, where: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` of the index's ``k`` nearest stored vectors to each row of ``vectors``: no text, no judging."""
         self._check_open()
-        self._refresh()
-        with self._index_lock.shared():
-            return self._index.search(np.asarray(vectors, dtype=np.float32), k)
+        return self._backend.search(np.asarray(vectors, dtype=np.float32), k, check_where(where))
 
-    def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
-        """The ``k`` stored questions most similar to each query, best first (every committed add included)."""
+    def search(self, queries: list[str], k: int = 10, where: dict | None = None) -> list[list[Hit]]:
+        """The ``k`` stored questions most similar to each query, best first (every committed change included).
+
+        ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
+        field equal to its value (or to one of its values).
+        """
         self._check_open()
         queries = check_questions(queries, "query")
+        where = check_where(where)
         if k < 1:
             raise DupqError(f"k must be at least 1, got {k}.")
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
-        self._refresh()
-        with self._index_lock.shared():
-            scores, ids = self._index.search(vectors, k)  # (Q, k'), (Q, k')
+        scores, ids = self._backend.search(vectors, k, where)  # (Q, k'), (Q, k')
         scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
-        rows = self._store.rows(hit_ids.tolist())
+        rows = self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
         judged = from_cosines(self.model, hit_scores, vectors=lambda: self._pair_vectors(vectors[owner], hit_ids))
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
@@ -305,7 +225,7 @@ class Collection:
     def _hits(
         self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
     ) -> list[Hit]:
-        """One query's judged hits with their stored text and metadata (a row deleted meanwhile is left out)."""
+        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out)."""
         hits = []
         for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
             if i not in rows:
@@ -319,9 +239,19 @@ class Collection:
             metadata, damage = read_metadata(stored)
             if damage:
                 self._damage(i, f"the metadata of question {i} is damaged and left out: {damage}")
-            if key is not None:
-                metadata.setdefault("id", key if isinstance(key, (str, int)) else repr(key))
-            hits.append(Hit(id=i, text=text, score=score, duplicate=d, metadata=metadata, probability=p))
+            canonical = metadata.get(DUPLICATE_OF)
+            hits.append(
+                Hit(
+                    id=i,
+                    key=key if isinstance(key, str) else None,
+                    text=text,
+                    score=score,
+                    duplicate=d,
+                    metadata=metadata,
+                    probability=p,
+                    duplicate_of=canonical if isinstance(canonical, str) else None,
+                )
+            )
         return hits
 
     def _damage(self, i: int, what: str) -> None:
@@ -331,11 +261,19 @@ class Collection:
             log.warning("%s (%s).", what, self.location)
 
     def _pair_vectors(self, queries: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(query, hit)`` vectors of hits, ``queries`` holding each hit's query ``(H, d)``, for a pair head
-        (ivfpq, Milvus: the hits' vectors come from the store)."""
-        with self._index_lock.shared():
-            stored = self._index.vectors(np.asarray(ids, dtype=np.int64))
-        return queries, stored
+        """``(query, hit)`` vectors of hits, ``queries`` holding each hit's query ``(H, d)``, for a pair head."""
+        return queries, self._backend.vectors(np.asarray(ids, dtype=np.int64))
+
+    def get(self, key: str) -> tuple[int, str, dict]:
+        """``(id, text, metadata)`` of the question stored under ``key``, or :class:`UnknownKey`."""
+        self._check_open()
+        found = self._backend.find([key]).get(key)
+        if found is None:
+            raise UnknownKey(f"no question with the key {key!r} is stored in {self.location}.")
+        i, text, meta = found
+        return i, text, read_metadata(meta)[0]
+
+    # Changing it.
 
     def add(
         self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None
@@ -345,8 +283,7 @@ class Collection:
         When this returns, the questions are on disk and searchable; if the process dies
         before, none of them is stored. A question whose ``key`` is stored already is not stored
         again: its stored id is returned (the same key with another text or metadata raises
-        :class:`KeyConflict`). Once the transaction is committed, this returns the ids whatever
-        happens to the FAISS cache (see the module docstring).
+        :class:`KeyConflict`).
         """
         self._check_open()
         texts = check_questions(texts)
@@ -357,35 +294,94 @@ class Collection:
         vectors = self.model.encode(texts)  # (M, d)
         with self._write_lock:
             self._check_open()
-            ids = self._store.add(texts, keys, meta, vectors)
-            try:  # committed: from here on a failure only delays the cache, never the answer
-                self._catch_up()
-                self._index.after_add()
-            except Exception as e:  # noqa: BLE001 -- the rows are stored; the next search or open catches up
-                log.warning("questions %s stored, but the search index lags: %s", ids, e)
-        return ids
+            return self._backend.add(texts, keys, meta, vectors)
 
-    def _catch_up(self) -> None:
-        """Index the stored rows the index lacks (write lock held; searches wait meanwhile)."""
-        with self._index_lock.exclusive():
-            self._index.catch_up()
-
-    def _refresh(self) -> None:
-        """Catch the index up when anything was committed to the store since it last did (one cheap check otherwise)."""
-        if not self._index.stale():
-            return
+    def remove(self, keys: list[str]) -> list[int]:
+        """Remove the questions of ``keys`` in one transaction; their ids. A key not stored removes nothing
+        and raises :class:`UnknownKey`; once this returns no search finds them, in any process."""
+        self._check_open()
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        keys = check_keys(keys, len(keys))
+        if not keys or None in keys:
+            raise DupqError("give the keys of the questions to remove.")
         with self._write_lock:
             self._check_open()
-            self._catch_up()
+            return self._backend.remove(list(dict.fromkeys(keys)))
+
+    def update(self, key: str, text: str | None = None, metadata: dict | None = None) -> int:
+        """Give the question of ``key`` a new ``text`` and/or new ``metadata`` (replacing the stored
+        metadata) in one transaction; its id afterwards (a new text may give it a new id). The old
+        text is found no more; an update to what is stored already writes nothing."""
+        self._check_open()
+        check_keys([key], 1)
+        if text is None and metadata is None:
+            raise DupqError("give a new text or new metadata for the question.")
+        meta = None if metadata is None else (check_metadata([metadata], 1)[0] or "")
+        vector = None
+        if text is not None:
+            text = check_questions([text])[0]
+            vector = self.model.encode([text])[0]  # (d,)
+        with self._write_lock:
+            self._check_open()
+            return self._backend.update(key, text, meta, vector)
+
+    def decide(self, key: str, *, duplicate_of: str | None = None, not_duplicate_of: str | None = None) -> dict:
+        """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
+        canonical question), or not a duplicate of ``not_duplicate_of``; its metadata afterwards.
+
+        Both questions must be stored. A question is a duplicate of one canonical question at a time
+        (a new decision replaces it); judging it distinct from its canonical one clears that. The
+        stored metadata is read and written back in one transaction of the backend, so decisions
+        recorded at once by several workers are all kept.
+        """
+        self._check_open()
+        if (duplicate_of is None) == (not_duplicate_of is None):
+            raise DupqError("give one decision: duplicate_of or not_duplicate_of.")
+        other = duplicate_of if duplicate_of is not None else not_duplicate_of
+        if other == key:
+            raise DupqError(f"a question cannot be judged against itself ({key!r}).")
+
+        def change(stored: str | None) -> str:
+            metadata = read_metadata(stored)[0]  # damaged metadata reads as {} and is replaced
+            distinct = [k for k in metadata.get(NOT_DUPLICATE_OF, []) if isinstance(k, str)]
+            if duplicate_of is not None:
+                metadata[DUPLICATE_OF] = duplicate_of
+                distinct = [k for k in distinct if k != duplicate_of]
+            else:
+                if metadata.get(DUPLICATE_OF) == not_duplicate_of:
+                    del metadata[DUPLICATE_OF]
+                distinct = [*dict.fromkeys([*distinct, not_duplicate_of])]
+            if distinct:
+                metadata[NOT_DUPLICATE_OF] = distinct
+            else:
+                metadata.pop(NOT_DUPLICATE_OF, None)
+            return check_metadata([metadata], 1)[0] or ""
+
+        with self._write_lock:
+            self._check_open()
+            _, stored = self._backend.edit(key, change, [other])
+        return read_metadata(stored)[0]
+
+    def decisions(self) -> list[tuple[str, str, str, str, int]]:
+        """Every moderator's decision between two stored questions as ``(key, other key, text, other text,
+        1 duplicate / 0 not)``, in id order (a decision naming a question removed since is left out)."""
+        rows = self.stored_rows()
+        texts = {key: text for _, key, text, _ in rows if key is not None}
+        out = []
+        for _, key, text, meta in rows:
+            if key is None or not meta:
+                continue
+            judged = [(meta.get(DUPLICATE_OF), 1)] + [(k, 0) for k in meta.get(NOT_DUPLICATE_OF, [])]
+            out += [(key, other, text, texts[other], y) for other, y in judged if other in texts]
+        return out
 
     def close(self) -> None:
-        """Write the index cache if many rows are missing from it, and release the store."""
+        """Write the index cache if many rows are missing from it, and release the backend."""
         with self._write_lock:
             if self._closed:
                 return
-            self._index.close()
             self._closed = True
-            self._store.close()
+            self._backend.close()
 
     def _check_open(self) -> None:
         if self._closed:

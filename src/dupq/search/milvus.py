@@ -47,12 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, _alive
+from dupq.core.files import DupqError, _alive, parse_json
 from dupq.search import milvus_schema as milvus
-from dupq.search.manifest import check_manifest
-from dupq.search.milvus_location import Location, parse
-from dupq.search.rows import StoreFailure
-from dupq.search.store import PARAMETERS, Row, Store, place
+from dupq.search.backend import Backend, Row, Where
+from dupq.search.manifest import FORMAT, check_manifest
+from dupq.search.milvus_address import Address, parse
+from dupq.search.rows import StoreFailure, UnknownKey, same_metadata
+from dupq.search.store import PARAMETERS, place
 from dupq.search.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
@@ -63,7 +64,7 @@ TIMEOUT = 30.0  # seconds to wait for the server on connecting
 ID_BITS = 53
 
 
-def _client(where: Location, create: bool = False):
+def _client(where: Address, create: bool = False):
     """A connected ``MilvusClient``, or a DupqError: pymilvus missing, no file, server unreachable or refusing."""
     try:
         from pymilvus import MilvusClient
@@ -132,13 +133,19 @@ def key_id(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big") >> (64 - ID_BITS)
 
 
-class MilvusStore(Store):
-    """Questions and vectors in a Milvus collection, which also searches them (:meth:`search_index`)."""
+class MilvusBackend(Backend):
+    """Questions and vectors in a Milvus collection, which also searches them.
 
-    def __init__(self, where: Location, client, manifest: dict):
+    Milvus searches, so nothing is cached or caught up: every search reads every acknowledged
+    write (consistency level Strong), removals included.
+    """
+
+    def __init__(self, where: Address, client, manifest: dict, filtered: bool = True):
         self.location, self.client, self.manifest = where, client, manifest
         self.where, self.dim = where.text, int(manifest["dim"])
         self.config = IndexConfig(**manifest["index"])
+        self.exact = self.config.kind == "flat"
+        self.filtered = filtered  # the collection has the JSON field filters read (built before filters: no)
 
     def _call(self, what: str, fn, *args, **kwargs):
         """A client call, any failure as one DupqError sentence naming the location."""
@@ -150,7 +157,8 @@ class MilvusStore(Store):
             raise StoreFailure(f"cannot {what} {self.where} ({_reason(e)}).", "unreachable") from None
 
     @classmethod
-    def open(cls, location: str, fmt: str) -> MilvusStore:
+    def open(cls, location, fmt: str = FORMAT) -> MilvusBackend:
+        location = str(location)
         where = parse(location)
         client = _client(where)
         try:
@@ -160,14 +168,15 @@ class MilvusStore(Store):
                 )
             properties = client.describe_collection(where.name).get("properties", {})
             try:
-                manifest = json.loads(properties[PROPERTY])
-            except (KeyError, ValueError):
+                manifest = parse_json(properties[PROPERTY], "the manifest", location)
+            except (KeyError, TypeError, DupqError):
                 raise DupqError(
                     f"the Milvus collection {where.name!r} at {location} is not a dupq collection (no readable {PROPERTY})."
                 ) from None
             manifest = check_manifest(manifest, location, fmt)
+            fields = {f["name"] for f in client.describe_collection(where.name).get("fields", [])}
             client.load_collection(where.name)  # after a restart Milvus holds it released
-            return cls(where, client, manifest)
+            return cls(where, client, manifest, filtered=milvus.FILTERED in fields)
         except DupqError:
             client.close()
             raise
@@ -176,8 +185,9 @@ class MilvusStore(Store):
             raise DupqError(f"cannot open the Milvus collection at {location} ({_reason(e)}).") from None
 
     @classmethod
-    def build(cls, location: str, manifest: dict, chunks) -> MilvusStore:
+    def build(cls, location, manifest: dict, chunks) -> MilvusBackend:
         """A new Milvus collection of ``chunks`` ``(start, texts, keys, metadata, vectors)``, written under a temporary name and renamed when complete."""
+        location = str(location)
         where = parse(location)
         client = _client(where, create=True)
         store = cls(where, client, manifest)
@@ -203,7 +213,9 @@ class MilvusStore(Store):
                 ids = [store._build_id(key, taken) for key in keys]
                 for lo in range(0, len(ids), INSERT_ROWS):
                     part = slice(lo, lo + INSERT_ROWS)
-                    rows = milvus.rows(ids[part], texts[part], keys[part], metadata[part], vectors[part])
+                    rows = milvus.rows(
+                        ids[part], texts[part], keys[part], metadata[part], vectors[part], store.filtered
+                    )
                     store._call("store questions in", client.insert, temporary, rows)
             store._call("name the collection in", client.rename_collection, temporary, where.name)
             store._call("load the collection of", client.load_collection, where.name)
@@ -267,9 +279,55 @@ class MilvusStore(Store):
                 [keys[j] for j in new],
                 [metadata[j] for j in new],
                 vectors[new],
+                self.filtered,
             )
             self._call("add to", self.client.upsert, self.location.name, rows)
         return ids
+
+    def find(self, keys) -> dict[str, tuple[int, str, str | None]]:
+        wanted = set(keys)
+        rows = self._query_ids(sorted({key_id(k) for k in wanted}), ["id", "key", "text", "metadata"])
+        return {row["key"]: (row["id"], row["text"], row["metadata"]) for row in rows if row["key"] in wanted}
+
+    def remove(self, keys) -> list[int]:
+        """One delete request: acknowledged, it is durable and no search finds the rows."""
+        stored = self.find(keys)
+        missing = [k for k in keys if k not in stored]
+        if missing:
+            raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed.")
+        ids = [stored[k][0] for k in keys]
+        self._call("remove from", self.client.delete, self.location.name, ids=sorted(set(ids)))
+        return ids
+
+    def update(self, key, text, metadata, vector) -> int:
+        """One upsert of the row (its id is its key's, so the id stays)."""
+        stored = self.find([key])
+        if key not in stored:
+            raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+        i, old_text, old_meta = stored[key]
+        text = old_text if text is None else text
+        metadata = old_meta if metadata is None else metadata
+        if text == old_text and same_metadata(metadata, old_meta):  # a retried update changes nothing
+            return i
+        if text == old_text or vector is None:
+            vector = self.vectors_by_id([i])[0]
+        milvus.check_sizes([text], [key], [metadata])
+        row = milvus.rows(
+            [i], [text], [key], [metadata], np.asarray(vector, np.float32).reshape(1, self.dim), self.filtered
+        )
+        self._call("update", self.client.upsert, self.location.name, row)
+        return i
+
+    def edit(self, key, change, others) -> tuple[int, str | None]:
+        """A read, then one upsert. Milvus has no transaction around both: the collection's write lock keeps
+        this process's writers apart, and milvus-lite opens its file in one process only; two processes
+        editing one question of a Milvus server at once could still lose one of the two changes."""
+        stored = self.find([key, *others])
+        missing = [k for k in [key, *others] if k not in stored]
+        if missing:
+            raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed.")
+        new = change(stored[key][2])
+        return self.update(key, None, new, None), new
 
     def _fresh_ids(self, n: int) -> list[int]:
         """``n`` random ids that no stored question has (drawn again in the rare case one is taken)."""
@@ -283,6 +341,9 @@ class MilvusStore(Store):
     def rows(self, ids) -> dict[int, Row]:
         found = self._query_ids(sorted(set(ids)), ["id", "key", "text", "metadata"])
         return {row["id"]: (row["key"], row["text"], row["metadata"]) for row in found}
+
+    def vectors(self, ids) -> np.ndarray:
+        return self.vectors_by_id(ids)
 
     def vectors_by_id(self, ids) -> np.ndarray:
         ids = [int(i) for i in np.asarray(ids).ravel()]
@@ -311,10 +372,17 @@ class MilvusStore(Store):
             iterator.close()
         return rows
 
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1."""
+    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1.
+
+        ``where`` becomes Milvus's own filter expression on the JSON field (Milvus filters while it
+        searches, so it keeps the k best of the matching rows)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         k = min(k, MAX_TOP_K)
+        if where and not self.filtered:
+            raise DupqError(
+                f"the Milvus collection {self.where} was built before filters were stored; build it again to filter its search."
+            )
         found = self._call(
             "search",
             self.client.search,
@@ -324,6 +392,7 @@ class MilvusStore(Store):
             limit=k,
             search_params=milvus.search_params(self.config, k),
             output_fields=[],
+            filter=milvus.expression(where) if where else "",
         )
         width = max((len(hits) for hits in found), default=0)
         scores = np.zeros((len(vectors), width), np.float32)
@@ -333,42 +402,11 @@ class MilvusStore(Store):
                 ids[q, j], scores[q, j] = hit["id"], hit["distance"]
         return scores, ids
 
-    def search_index(self) -> MilvusSearch:
-        return MilvusSearch(self)
-
     def close(self) -> None:
         try:
             self.client.close()
         except Exception:  # noqa: BLE001 -- closing twice, or a server gone: nothing left to release
             pass
-
-
-class MilvusSearch:
-    """The collection's search index when Milvus stores it: Milvus searches, so nothing is cached or caught up."""
-
-    cache_error = None
-
-    def __init__(self, store: MilvusStore):
-        self.store = store
-        self.exact = store.config.kind == "flat"
-
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.store.search(vectors, k)
-
-    def vectors(self, ids) -> np.ndarray:
-        return self.store.vectors_by_id(ids)
-
-    def stale(self) -> bool:
-        return False  # every search reads every acknowledged write (consistency level Strong)
-
-    def catch_up(self) -> None:
-        pass
-
-    def after_add(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _host() -> str:

@@ -6,11 +6,14 @@ One row per question: ``id`` (INT64 primary key), ``key``, ``text``, ``metadata`
 
 from __future__ import annotations
 
+import json
+
 from dupq.core.files import DupqError
 from dupq.search.vectors import IndexConfig
 
 MAX_TEXT = 65_535  # bytes of a VARCHAR: a question's text or its metadata's JSON
 MAX_KEY = 1_024  # bytes of a key
+FILTERED = "fields"  # the JSON field filters read (collections built before filters lack it)
 
 
 def schema(client, dim: int):
@@ -21,6 +24,7 @@ def schema(client, dim: int):
     schema.add_field("key", DataType.VARCHAR, max_length=MAX_KEY, nullable=True)
     schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
     schema.add_field("metadata", DataType.VARCHAR, max_length=MAX_TEXT, nullable=True)
+    schema.add_field(FILTERED, DataType.JSON)  # the metadata again, as JSON that filter expressions read
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     return schema
 
@@ -50,8 +54,23 @@ def check_sizes(texts, keys, metadata) -> None:
                 )
 
 
-def rows(ids, texts, keys, metadata, vectors) -> list[dict]:
-    return [
+def rows(ids, texts, keys, metadata, vectors, filtered: bool = True) -> list[dict]:
+    """Milvus rows; ``filtered``: the collection has the :data:`FILTERED` field (its metadata, parsed)."""
+    out = [
         {"id": i, "key": k, "text": t, "metadata": m, "vector": v}
         for i, t, k, m, v in zip(ids, texts, keys, metadata, vectors.tolist())
     ]
+    if filtered:
+        for row in out:
+            row[FILTERED] = json.loads(row["metadata"]) if row["metadata"] else {}
+    return out
+
+
+def expression(where: dict) -> str:
+    """A Milvus filter expression for ``where`` (field names are letters, digits and _; values JSON literals)."""
+    parts = []
+    for field, values in where.items():
+        # Milvus takes no "in" on a JSON path: one equality per value
+        either = " or ".join(f'{FILTERED}["{field}"] == {json.dumps(v, ensure_ascii=False)}' for v in values)
+        parts.append(f"({either})")
+    return " and ".join(parts)

@@ -8,10 +8,11 @@ model and the old one's index settings. The old collection is left as it was, so
 working until the new one is in place; the build itself writes into a hidden sibling and renames
 it (a killed re-encoding leaves no half collection).
 
-The old collection may be served while this runs: the questions added to it after the first read
-are copied too, in rounds, until few are left; the last round holds the old folder's writer lock
-(its writers wait those moments), so that every add committed before it ends is in the new
-collection. A Milvus collection has no such lock: its last round is not held.
+The old collection may be served while this runs: what changed in it after the first read (adds,
+and by key updates, moderators' decisions and removals) is copied too, in rounds, until few changes
+are left; the last round holds the old folder's writer lock (its writers wait those moments), so
+that every change committed before it ends is in the new collection. A Milvus collection has no
+such lock: its last round is not held.
 
 >>> reencode("runs/faq", Model.load("runs/adapted"), "runs/faq-adapted").close()   # doctest: +SKIP
 """
@@ -20,15 +21,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from dupq.core.files import DupqError, file_lock
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection, is_milvus
+from dupq.search.collection import Collection
+from dupq.search.location import Location
 from dupq.search.store import WRITER_LOCK
 from dupq.search.vectors import IndexConfig
 
-HELD_ROUND = 256  # questions added meanwhile that are copied with the writers held (more: another round first)
+HELD_ROUND = 256  # questions changed meanwhile that are copied with the writers held (more: another round first)
 
 
 def reencode(
@@ -50,43 +51,65 @@ def reencode(
             config = IndexConfig(kind=index)
         _, keys, texts, metadata = zip(*rows)
         new = Collection.build(
-            out, list(texts), model, ids=list(keys), metadata=list(metadata), index=config, stored=True
+            out, list(texts), model, keys=list(keys), metadata=list(metadata), index=config, stored=True
         )  # a question stored before the 1,000-character rule is copied too: nothing is left behind
         try:
-            seen, added = {i for i, *_ in rows}, 0
-            while True:  # rounds of what was added meanwhile, until few are left
-                later = _added_since(old, seen)
-                if len(later) <= HELD_ROUND:
+            copied, added, changed = {i: (key, text, meta) for i, key, text, meta in rows}, 0, 0
+            while True:  # rounds of what was changed meanwhile, until few are left
+                later = _changes(old, copied)
+                if sum(map(len, later)) <= HELD_ROUND:
                     break
-                added += _copy(new, later, seen)
-            with _writers_held(source):
-                added += _copy(new, _added_since(old, seen), seen)
+                added, changed = (a + b for a, b in zip((added, changed), _copy(new, later, copied)))
+            with _writers_held(old.location):
+                added, changed = (a + b for a, b in zip((added, changed), _copy(new, _changes(old, copied), copied)))
                 if log is not None:
-                    log(f"copied {len(rows):,} questions read at the start and {added:,} added to {source} meanwhile")
+                    log(
+                        f"copied {len(rows):,} questions read at the start and {added:,} added to {source} meanwhile"
+                        + (f" ({changed:,} updated or removed meanwhile too)" if changed else "")
+                    )
         except BaseException:
             new.close()
             raise
     return new
 
 
-def _added_since(old: Collection, seen: set[int]) -> list[tuple]:
-    return [row for row in old.stored_rows() if row[0] not in seen]
+def _changes(old: Collection, copied: dict[int, tuple]) -> tuple[list[tuple], list[int]]:
+    """What ``old`` holds that was not copied: rows ``(id, key, text, metadata)`` added or changed since
+    (an update of a text is a new id, of metadata the same id), and the copied ids no longer stored."""
+    now = {i: (key, text, meta) for i, key, text, meta in old.stored_rows()}
+    return [(i, *row) for i, row in now.items() if copied.get(i) != row], [i for i in copied if i not in now]
 
 
-def _copy(new: Collection, rows: list[tuple], seen: set[int]) -> int:
-    """Add ``rows`` (id, key, text, metadata) of the old collection to ``new``; how many."""
-    if rows:
-        _, keys, texts, metadata = zip(*rows)
-        new.add(list(texts), list(metadata), list(keys))
-        seen.update(i for i, *_ in rows)
-    return len(rows)
+def _copy(new: Collection, changes: tuple[list[tuple], list[int]], copied: dict[int, tuple]) -> tuple[int, int]:
+    """Apply ``changes`` (:func:`_changes`) of the old collection to ``new``; how many questions were added,
+    and how many updated or removed.
+
+    Only a keyed question can be removed or updated, so a row gone or changed has a key: a stored
+    key under a new id is an update of its text, the same id with other metadata an update of that,
+    a key stored no more a removal."""
+    later, gone = changes
+    keys = {key for key, _, _ in copied.values() if key is not None}
+    fresh = [row for row in later if row[0] not in copied and (row[1] is None or row[1] not in keys)]
+    if fresh:
+        _, fresh_keys, texts, metadata = zip(*fresh)
+        new.add(list(texts), list(metadata), list(fresh_keys))
+    updated = [row for row in later if row[0] in copied or (row[1] is not None and row[1] in keys)]
+    stored_text = {key: text for key, text, _ in copied.values()}
+    for _, key, text, meta in updated:  # a text stored before the 1,000-character rule is never sent again
+        new.update(key, None if stored_text.get(key) == text else text, meta or {})
+    copied.update({i: (key, text, meta) for i, key, text, meta in later})
+    gone_keys = {copied.pop(i)[0] for i in gone}
+    removed = sorted(gone_keys - {key for key, _, _ in copied.values()} - {None})
+    if removed:
+        new.remove(removed)
+    return len(fresh), len(updated) + len(removed)
 
 
 @contextlib.contextmanager
-def _writers_held(source) -> Iterator[None]:
+def _writers_held(location: Location) -> Iterator[None]:
     """The old folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it); Milvus has none."""
-    if is_milvus(source):
+    if location.path is None:
         yield
         return
-    with file_lock(Path(source) / WRITER_LOCK):
+    with file_lock(location.path / WRITER_LOCK):
         yield

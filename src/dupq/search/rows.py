@@ -20,6 +20,10 @@ class KeyConflict(DupqError):
     """A key that is stored already, with another question or other metadata."""
 
 
+class UnknownKey(DupqError):
+    """A key no stored question has (a removal or an update of it; the service's 404)."""
+
+
 class StoreFailure(DupqError):
     """The store failed for a reason of its own, not the caller's: a full disk, a lock held too long, damage.
 

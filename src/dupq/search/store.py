@@ -1,23 +1,23 @@
-"""Where a collection's questions and their embeddings live: the :class:`Store` interface and SQLite's.
+"""A folder collection's questions and their embeddings: SQLite (:class:`SQLiteStore`).
 
-A store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
-of models or search; :class:`~dupq.search.collection.Collection` joins a store, a search index and the
-model. Two implementations: :class:`SQLiteStore` (here, the default: a file in the collection
-folder) and :class:`~dupq.search.milvus.MilvusStore` (Milvus, which also does the search).
+The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
+of models or search; :class:`~dupq.search.folder.FolderBackend` joins it and the FAISS index.
 
-What every store guarantees (the collection's promises rest on these):
+What it guarantees (the backend's promises, :mod:`dupq.search.backend`, rest on these):
 
-* :meth:`Store.add` is **one transaction**: when it returns, every row is durable and readable by
-  any reader; if it raises or the process dies first, none of them is stored.
+* an add, a removal and an update are each **one transaction**: when it returns, the change is
+  durable and seen by any reader; if it raises or the process dies first, none of it is applied.
 * **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
   id; the same key with another text or metadata raises :class:`KeyConflict`
   (:func:`place` is the rule, shared by both stores).
-* Ids are what :meth:`Store.add` answered, for as long as the row is stored.
+* Ids are what :meth:`SQLiteStore.add` answered, for as long as the row is stored (a new text
+  for a key is a new id; the old one joins ``removed``, and its vector stays).
 
 SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
 
     questions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, text, metadata JSON)
     embeddings (start INTEGER PRIMARY KEY, count, vectors BLOB)   -- (count, d) float32 of ids start..
+    removed (id INTEGER PRIMARY KEY)                              -- removed ids, filtered out of searches
 
 Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
 (:mod:`dupq.search.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
@@ -36,7 +36,6 @@ import logging
 import os
 import sqlite3
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -44,7 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.files import DupqError, file_lock
-from dupq.search.rows import KeyConflict, StoreFailure, failure, same_metadata
+from dupq.search.backend import Row, Where
+from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey, failure, same_metadata
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,10 @@ CREATE TABLE IF NOT EXISTS embeddings (
     count INTEGER NOT NULL,
     vectors BLOB NOT NULL       -- (count, dim) float32, row-major
 );
+CREATE TABLE IF NOT EXISTS removed (
+    id INTEGER PRIMARY KEY      -- a removed question: its vector stays in embeddings, FAISS filters it out
+);
 """
-
-Row = tuple  # (key or None, text, metadata as JSON text or None)
 
 
 def place(
@@ -106,43 +107,6 @@ def place(
         if key is not None:
             stored[key], given[key] = (ids[-1], text, m), j
     return ids, new
-
-
-class Store(ABC):
-    """Rows and their vectors, by id. Thread-safe; :meth:`add` calls must not overlap (the collection serialises them)."""
-
-    where: str  # the store's location, for messages
-    dim: int  # width of the vectors
-
-    @abstractmethod
-    def count(self) -> int:
-        """How many questions are stored (every committed add, this process's or another's)."""
-
-    @abstractmethod
-    def add(
-        self, texts: list[str], keys: list[str | None], metadata: list[str | None], vectors: np.ndarray
-    ) -> list[int]:
-        """Store the questions (metadata as JSON text) and their ``vectors (M, d)`` in one transaction; their ids."""
-
-    @abstractmethod
-    def rows(self, ids: list[int]) -> dict[int, Row]:
-        """``{id: (key, text, metadata JSON)}`` of the stored ``ids`` (missing ones left out)."""
-
-    @abstractmethod
-    def vectors_by_id(self, ids: np.ndarray) -> np.ndarray:
-        """The stored vectors of ``ids``, ``(len(ids), d)`` float32."""
-
-    @abstractmethod
-    def all_vectors(self) -> np.ndarray:
-        """Every stored vector, ``(N, d)`` float32, in id order."""
-
-    @abstractmethod
-    def all_rows(self) -> list[tuple[int, Row]]:
-        """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release connections; closing twice is harmless."""
 
 
 def read_only_mount(path: Path) -> bool:
@@ -278,11 +242,14 @@ def building(path: Path, where: str) -> Iterator[sqlite3.Connection]:
         os.fsync(f.fileno())
 
 
-class SQLiteStore(Store):
+class SQLiteStore:
     """The questions and embeddings in one SQLite file: ids ``0, 1, 2, ...`` in order of addition.
 
-    Two connections: one for writes (and the range reads of a catch-up, which the collection
-    makes under its write lock), one for the look-ups of searches.
+    A removed question's row goes and its id joins ``removed``; its vector stays in its embeddings
+    row (the rows of vectors stay whole, so a question's id stays its FAISS position), and the
+    index filters it out. A new text for a key is a new id (the old one removed) in the same
+    transaction. Two connections: one for writes (and the range reads of a catch-up, which the
+    backend makes under its write lock), one for the look-ups of searches.
     """
 
     def __init__(self, path: Path, dim: int):
@@ -290,6 +257,10 @@ class SQLiteStore(Store):
         self._db = connect(self.path)
         self._reader = connect(self.path)
         self._reader_lock = threading.Lock()
+        try:  # a collection written before removals: the table appears on its first open for writing
+            self._db.execute("CREATE TABLE IF NOT EXISTS removed (id INTEGER PRIMARY KEY)")
+        except sqlite3.DatabaseError:  # read-only: nothing was ever removed from it here
+            pass
 
     def _read(self, fn):
         """``fn(reader connection)`` under the reader's lock, a database error as one sentence."""
@@ -300,83 +271,163 @@ class SQLiteStore(Store):
             raise failure("read", self.path, e) from None
 
     def count(self) -> int:
-        return self._read(lambda db: db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0])
+        return self._read(lambda db: db.execute("SELECT COUNT(*) FROM questions").fetchone()[0])
+
+    def extent(self) -> int:
+        """The next id: how many vectors the embeddings hold (removed questions' included)."""
+        try:
+            return _extent(self._db)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
 
     def check(self) -> int:
-        """The number of questions, after checking that each has its embedding (as an open does)."""
+        """The extent, after checking that every question has its embedding (as an open does)."""
         try:
-            count, vector_count = self._db.execute(
-                "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings)"
+            top, vector_count, extent = self._db.execute(
+                "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings), "
+                "(SELECT COALESCE(MAX(start + count), 0) FROM embeddings)"
             ).fetchone()
         except sqlite3.DatabaseError as e:
             raise failure("read", self.path, e) from None
-        if count != vector_count:
-            raise DupqError(f"{self.path} is corrupt: it holds {count} questions but {vector_count} embeddings.")
-        return count
+        if top > vector_count or vector_count != extent:
+            raise DupqError(f"{self.path} is corrupt: it holds {top} questions but {vector_count} embeddings.")
+        return extent
 
     def version(self) -> int:
         """SQLite's ``data_version``: it changes whenever another connection (this process's writer or another process) commits."""
         return self._read(lambda db: db.execute("PRAGMA data_version").fetchone()[0])
 
-    def add(self, texts, keys, metadata, vectors) -> list[int]:
-        """One transaction; writers of other processes (``dupq serve`` workers, ``index add``) wait on
+    def removed(self) -> np.ndarray:
+        """The removed ids, sorted ``(R,)`` int64."""
+
+        def read(db):
+            try:
+                return np.array([i for (i,) in db.execute("SELECT id FROM removed ORDER BY id")], dtype=np.int64)
+            except sqlite3.OperationalError:  # no such table: opened read-only, written before removals
+                return np.zeros(0, np.int64)
+
+        return self._read(read)
+
+    @contextmanager
+    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any error).
+
+        Writers of other processes (``dupq serve`` workers, ``index add``) wait on
         :data:`WRITER_LOCK` beside the database, which hands over at once, where SQLite's busy
-        handler would sleep up to 100 ms between tries. After :data:`BUSY_TIMEOUT` seconds of waiting
-        the add fails as ``"busy"`` (the service's 503), as SQLite's own wait does."""
+        handler would sleep up to 100 ms between tries. After :data:`BUSY_TIMEOUT` seconds of
+        waiting the write fails as ``"busy"`` (the service's 503), as SQLite's own wait does.
+        """
         with ExitStack() as held:
             try:
                 held.enter_context(file_lock(self.path.with_name(WRITER_LOCK), timeout=BUSY_TIMEOUT))
             except TimeoutError:
                 raise StoreFailure(
-                    f"cannot add to {self.path}: another process has held its write lock for {BUSY_TIMEOUT:g} s; "
-                    "nothing was stored, try again.",
+                    f"cannot {doing} {self.path}: another process has held its write lock for {BUSY_TIMEOUT:g} s; "
+                    f"nothing was {'stored' if doing == 'add to' else 'changed'}, try again.",
                     "busy",
                 ) from None
-            except OSError:  # a folder one cannot write to: SQLite says why the add fails
+            except OSError:  # a folder one cannot write to: SQLite says why the write fails
                 pass
-            return self._add(texts, keys, metadata, vectors)
-
-    def _add(self, texts, keys, metadata, vectors) -> list[int]:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                ids, new = self._place(texts, metadata, keys)
-                if new:
-                    insert(
-                        self._db,
-                        ids[new[0]],
-                        [texts[j] for j in new],
-                        [keys[j] for j in new],
-                        [metadata[j] for j in new],
-                        vectors[new],
-                    )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-        except sqlite3.DatabaseError as e:
-            raise failure("add to", self.path, e) from None
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+            except sqlite3.DatabaseError as e:
+                raise failure(doing, self.path, e) from None
+
+    def add(self, texts, keys, metadata, vectors) -> list[int]:
+        with self._transaction("add to") as db:
+            ids, new = self._place(db, texts, metadata, keys)
+            if new:
+                insert(
+                    db,
+                    ids[new[0]],
+                    [texts[j] for j in new],
+                    [keys[j] for j in new],
+                    [metadata[j] for j in new],
+                    vectors[new],
+                )
         return ids
 
+    def remove(self, keys: list[str]) -> list[int]:
+        with self._transaction("remove from") as db:
+            stored = _find(db, keys)
+            missing = [k for k in keys if k not in stored]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
+                )
+            ids = sorted({stored[k][0] for k in keys})
+            _remove_ids(db, ids)
+        return [stored[k][0] for k in keys]
+
+    def update(self, key: str, text: str | None, metadata: str | None, vector) -> int:
+        with self._transaction("update") as db:
+            stored = _find(db, [key])
+            if key not in stored:
+                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            i, old_text, old_meta = stored[key]
+            text = old_text if text is None else text
+            metadata = old_meta if metadata is None else metadata
+            if text == old_text:  # the same text keeps its id and vector (a retried update changes nothing)
+                if not same_metadata(metadata, old_meta):
+                    db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (metadata, i))
+                return i
+            _remove_ids(db, [i])
+            i = _extent(db)
+            insert(db, i, [text], [key], [metadata], np.asarray(vector, np.float32).reshape(1, self.dim))
+        return i
+
+    def edit(self, key: str, change, others: list[str]) -> tuple[int, str | None]:
+        """``key``'s metadata read, changed and written back in one ``BEGIN IMMEDIATE`` transaction (see Backend.edit)."""
+        with self._transaction("update") as db:
+            stored = _find(db, [key, *others])
+            missing = [k for k in [key, *others] if k not in stored]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
+                )
+            i, _, old = stored[key]
+            new = change(old)
+            if not same_metadata(new, old):
+                db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (new, i))
+        return i, new
+
+    def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:
+        return self._read(lambda db: _find(db, keys))
+
+    def matching(self, where: Where) -> np.ndarray:
+        """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.search.backend.matches`), sorted."""
+        clauses, params = [], []
+        for field, values in where.items():
+            path = f'$."{field}"'  # field names are letters, digits and _ (backend.FIELD)
+            # json_extract of an object or array is its JSON text, which must not equal a string filter
+            clauses.append(
+                "CASE WHEN json_valid(metadata) AND json_type(metadata, ?) NOT IN ('object', 'array', 'null') "
+                f"THEN json_extract(metadata, ?) END IN ({','.join('?' * len(values))})"
+            )
+            params += [path, path, *values]
+        query = f"SELECT id FROM questions WHERE {' AND '.join(clauses)} ORDER BY id"
+        return self._read(lambda db: np.array([i for (i,) in db.execute(query, params)], dtype=np.int64))
+
     def _rollback(self) -> None:
-        """Roll back the add's transaction, if SQLite has not already (it has after a full disk):
-        the error that made the add fail is the one to report, not the rollback's."""
+        """Roll back the write's transaction, if SQLite has not already (it has after a full disk):
+        the error that made the write fail is the one to report, not the rollback's."""
         if not self._db.in_transaction:
             return
         try:
             self._db.execute("ROLLBACK")
         except sqlite3.Error as e:
-            log.warning("rolling back an add to %s failed: %s", self.path, e)
+            log.warning("rolling back a write to %s failed: %s", self.path, e)
 
-    def _place(self, texts, meta, keys) -> tuple[list[int], list[int]]:
+    def _place(self, db, texts, meta, keys) -> tuple[list[int], list[int]]:
         """:func:`place` with the stored keys and the next id read inside the add's transaction."""
-        given = sorted({k for k in keys if k is not None})
-        stored = {}
-        for lo in range(0, len(given), PARAMETERS):
-            part = given[lo : lo + PARAMETERS]
-            query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
-            stored.update((key, tuple(row)) for key, *row in self._db.execute(query, part))
-        start = self._db.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM questions").fetchone()[0]
+        stored = _find(db, sorted({k for k in keys if k is not None}))
+        start = _extent(db)
         return place(texts, meta, keys, stored, lambda n, key: start + n)
 
     def rows(self, ids) -> dict[int, Row]:
@@ -397,16 +448,27 @@ class SQLiteStore(Store):
         return self._read(lambda db: vectors_by_id(db, np.asarray(ids, dtype=np.int64), self.dim))
 
     def vectors(self, lo: int, hi: int) -> Iterator[np.ndarray]:
-        """The vectors of ids ``lo .. hi - 1`` a row at a time, read on the writer's connection (adds must not overlap)."""
+        """The vectors of ids ``lo .. hi - 1`` a row at a time, read on the writer's connection (writes must not overlap)."""
         try:
             yield from stored_vectors(self._db, lo, hi, self.dim)
         except sqlite3.DatabaseError as e:
             raise failure("read", self.path, e) from None
 
     def all_vectors(self) -> np.ndarray:
-        count = self.count()
-        blocks = self._read(lambda db: list(stored_vectors(db, 0, count, self.dim)))
-        return np.concatenate(blocks) if blocks else np.zeros((0, self.dim), np.float32)
+        """The vectors of the stored questions (not the removed ones), ``(N, d)``, in id order."""
+        return self._read(lambda db: _live_vectors(db, self.dim))[1]
+
+    def live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``ids (N,)`` and ``vectors (N, d)`` of the stored questions, read in one transaction on a connection
+        of its own: a snapshot for a background rebuild, while searches and writes go on."""
+        db = connect(self.path)
+        try:
+            db.execute("BEGIN")
+            return _live_vectors(db, self.dim)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+        finally:
+            db.close()
 
     def all_rows(self) -> list[tuple[int, Row]]:
         query = "SELECT id, key, text, metadata FROM questions ORDER BY id"
@@ -416,3 +478,32 @@ class SQLiteStore(Store):
         self._db.close()
         with self._reader_lock:
             self._reader.close()
+
+
+def _live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order."""
+    live = np.array([i for (i,) in db.execute("SELECT id FROM questions ORDER BY id")], dtype=np.int64)
+    blocks = list(stored_vectors(db, 0, _extent(db), dim))
+    every = np.concatenate(blocks) if blocks else np.zeros((0, dim), np.float32)
+    return live, every[live]
+
+
+def _extent(db: sqlite3.Connection) -> int:
+    return db.execute("SELECT COALESCE(MAX(start + count), 0) FROM embeddings").fetchone()[0]
+
+
+def _find(db: sqlite3.Connection, keys) -> dict[str, tuple[int, str, str | None]]:
+    """``{key: (id, text, metadata)}`` of the stored ``keys``."""
+    keys, found = list(keys), {}
+    for lo in range(0, len(keys), PARAMETERS):
+        part = keys[lo : lo + PARAMETERS]
+        query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
+        found.update((key, tuple(row)) for key, *row in db.execute(query, part))
+    return found
+
+
+def _remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
+    for lo in range(0, len(ids), PARAMETERS):
+        part = ids[lo : lo + PARAMETERS]
+        db.execute(f"DELETE FROM questions WHERE id IN ({','.join('?' * len(part))})", part)
+        db.executemany("INSERT OR IGNORE INTO removed (id) VALUES (?)", [(i,) for i in part])

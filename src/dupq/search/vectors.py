@@ -11,7 +11,9 @@ similarity and "most similar" is "largest inner product" (maximum inner product 
   ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` (approximate: a navigable small-world graph,
   Malkov & Yashunin 2016, arXiv:1603.09320; sub-millisecond queries, recall measured against
   :func:`search`). Vectors get consecutive ids ``0, 1, 2, ...`` in the order they are added,
-  which is the collection's question id, so no ``IndexIDMap`` is needed.
+  which is the collection's question id. HNSW cannot take a vector out, so a collection whose
+  graph holds many removed questions builds a new one of the others (:meth:`VectorIndex.rebuilt`):
+  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the last.
 * ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011, "Product
   quantization for nearest neighbor search") keeps each vector as ``pq_m`` one-byte codes of its
   residual to one of ``nlist`` coarse centroids, ~40 bytes a question instead of 512, and scans
@@ -37,6 +39,11 @@ from dupq.core.files import DupqError, atomic_write
 
 KINDS = ("flat", "hnsw", "ivfpq")
 NBITS = 8  # bits per product-quantizer code: 256 centroids per sub-vector, one byte each
+# A filtered search scans the allowed vectors exactly when they are few: at most this share of the
+# index or this many (an exact scan of 20,000 vectors costs about what a widened graph walk does).
+EXACT_SHARE = 0.02
+EXACT_ROWS = 20_000
+MAX_WIDENED = 4_096  # the widest efSearch a filtered HNSW search is given
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -164,6 +171,9 @@ class VectorIndex:
 
     def __init__(self, dim: int, config: IndexConfig, index: faiss.Index | None = None):
         self.dim, self.config = dim, config
+        # a rebuilt graph (IndexIDMap2 around the HNSW): ids with gaps where removed questions were
+        self.mapped = isinstance(index, faiss.IndexIDMap2)
+        graph = faiss.downcast_index(index.index) if self.mapped else index
         if index is None:
             if config.kind == "flat":
                 index = faiss.IndexFlatIP(dim)
@@ -176,15 +186,49 @@ class VectorIndex:
                 index = faiss.IndexIVFPQ(
                     faiss.IndexFlatIP(dim), dim, config.nlist, config.pq_m, NBITS, faiss.METRIC_INNER_PRODUCT
                 )
+            graph = index
         if config.kind == "hnsw":
-            index.hnsw.efSearch = config.ef_search
+            graph.hnsw.efSearch = config.ef_search
         if config.kind == "ivfpq":
             index.nprobe = config.nprobe
-        self.faiss = index
+        self.faiss, self._graph = index, graph  # the graph is kept: the map does not own it
         self.trained_on: int | None = None  # vectors an ivfpq index was trained on, when this object trained it
+        self._ids = faiss.vector_to_array(index.id_map) if self.mapped else None  # (ntotal,) increasing
+        self._present_mask: np.ndarray | None = None
+
+    @classmethod
+    def rebuilt(cls, dim: int, config: IndexConfig, ids: np.ndarray, vectors: np.ndarray) -> VectorIndex:
+        """A new HNSW graph of ``vectors (M, d)`` under their ``ids (M,)`` (increasing): a graph without removed questions."""
+        graph = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efConstruction = config.ef_construction
+        index = cls(dim, config, faiss.IndexIDMap2(graph))
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if len(ids):
+            index.faiss.add_with_ids(_as_matrix(vectors, "vectors"), ids)
+        index._ids = ids.copy()
+        return index
 
     def __len__(self) -> int:
+        """The id after the last one it holds: ids ``0 .. len - 1`` are in it, but for removed ones a rebuild left out."""
+        if not self.mapped:
+            return self.faiss.ntotal
+        return int(self._ids[-1]) + 1 if len(self._ids) else 0
+
+    @property
+    def stored(self) -> int:
+        """How many vectors it holds."""
         return self.faiss.ntotal
+
+    def _present(self) -> np.ndarray:
+        """``(len(self),)`` bool: the ids it holds (a mapped index; kept until the next add)."""
+        if self._present_mask is None or len(self._present_mask) != len(self):
+            self._present_mask = np.zeros(len(self), dtype=bool)
+            self._present_mask[self._ids] = True
+        return self._present_mask
+
+    def ids(self) -> np.ndarray:
+        """The ids it holds, increasing ``(stored,)``."""
+        return self._ids if self.mapped else np.arange(self.faiss.ntotal, dtype=np.int64)
 
     @property
     def exact(self) -> bool:
@@ -209,25 +253,72 @@ class VectorIndex:
                 )
             self.faiss.train(vectors)
             self.trained_on = len(vectors)
+        if self.mapped:
+            ids = np.arange(len(self), len(self) + len(vectors), dtype=np.int64)
+            self.faiss.add_with_ids(vectors, ids)
+            self._ids = np.concatenate([self._ids, ids])
+            return
         self.faiss.add(vectors)
 
     def search(
-        self, queries: np.ndarray, k: int, fetch: Callable[[np.ndarray], np.ndarray] | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        fetch: Callable[[np.ndarray], np.ndarray] | None = None,
+        allowed: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``scores (Q, k')`` and ``ids (Q, k')``, best first, ``k' = min(k, len(self))``.
 
         HNSW and IVF-PQ may return fewer than ``k'`` results for a query; missing slots have id -1.
         For IVF-PQ, ``fetch(ids) -> (len(ids), d)`` reads stored vectors: the best ``rerank``
         candidates by code are re-ranked by exact inner product, so the scores are exact. Without
-        ``fetch`` the scores are the codes' approximations.
+        ``fetch`` the scores are the codes' approximations. ``allowed`` (a ``(len(self),)`` bool
+        mask) keeps the search to those ids: see :meth:`_search_within`.
         """
         k = min(k, len(self))
         if k < 1:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         queries = _as_matrix(queries, "queries")
+        if allowed is not None:
+            if self.mapped:  # an id a rebuild left out has no vector to scan
+                present = self._present()[: len(allowed)]
+                allowed = allowed[: len(present)] & present
+            return self._search_within(queries, k, fetch, allowed)
         if self.exact or fetch is None:
             return self.faiss.search(queries, k)
         _, candidates = self.faiss.search(queries, max(k, self.config.rerank))  # (Q, R), by approximate score
+        return rerank(queries, candidates, fetch, k)
+
+    def _search_within(self, queries, k, fetch, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The search kept to the ``allowed`` ids, losing none of the hits a filter keeps.
+
+        Few allowed (at most :data:`EXACT_SHARE` of the index, or :data:`EXACT_ROWS`): an exact
+        scan of their vectors (:func:`search`). More: FAISS searches with an ``IDSelectorBitmap``
+        (the graph walk or the lists skip the others), widened in proportion to what the filter
+        removes: HNSW's ``efSearch`` and IVF's ``nprobe`` divided by the allowed share, so that as
+        many allowed candidates are weighed as an unfiltered search weighs. Recall against the
+        exact filtered search: bench/filtered_search.py.
+        """
+        ids = np.flatnonzero(allowed)  # (A,)
+        if not len(ids):
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        share = len(ids) / len(allowed)
+        if len(ids) <= max(EXACT_ROWS, EXACT_SHARE * len(allowed)):
+            vectors = self.vectors(ids) if self.exact or fetch is None else fetch(ids)  # (A, d)
+            scores, found = search(queries, vectors, k)
+            return scores, ids[found]
+        bits = np.packbits(allowed, bitorder="little")  # (ceil(N / 8),) uint8: FAISS reads bit i % 8 of byte i // 8
+        selector = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+        if self.config.kind == "flat":
+            return self.faiss.search(queries, k, params=faiss.SearchParameters(sel=selector))
+        if self.config.kind == "hnsw":
+            ef = min(int(max(self.config.ef_search, k) / share) + 1, MAX_WIDENED)
+            return self.faiss.search(queries, k, params=faiss.SearchParametersHNSW(sel=selector, efSearch=ef))
+        nprobe = min(int(self.config.nprobe / share) + 1, self.config.nlist)
+        params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+        if fetch is None:
+            return self.faiss.search(queries, k, params=params)
+        _, candidates = self.faiss.search(queries, max(k, self.config.rerank), params=params)
         return rerank(queries, candidates, fetch, k)
 
     def vector(self, i: int) -> np.ndarray:
@@ -264,6 +355,9 @@ class VectorIndex:
         except RuntimeError as e:
             raise DupqError(f"the index file {path} cannot be read ({str(e).strip().splitlines()[0]}).") from None
         expected = {"flat": faiss.IndexFlatIP, "hnsw": faiss.IndexHNSWFlat, "ivfpq": faiss.IndexIVFPQ}[config.kind]
-        if not isinstance(index, expected) or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
+        if inner is not index and config.kind != "hnsw":  # only a graph is ever rebuilt
+            inner = None
+        if not isinstance(inner, expected) or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
             raise DupqError(f"the index file {path} is not a {config.kind} inner-product index of {dim} dimensions.")
         return cls(dim, config, index)

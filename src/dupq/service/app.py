@@ -3,10 +3,14 @@
 ``create_app(collection_dir)`` is the factory (as fastapi-cli expects); ``dupq serve COLL`` runs it::
 
     POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
-    POST /search      {question, k}     -> {results: [{id, text, score, probability, duplicate, metadata}], ...}
+    POST /search      {question, k, filter}  -> {results: [{id, key, text, score, probability, duplicate, duplicate_of, metadata}], ...}
     POST /questions   {text, metadata, key}  -> 201 {id, count}   (bearer token; durable when answered;
                                         a key, or an Idempotency-Key header, makes a retry store nothing)
+    PUT  /questions/{key}  {text, metadata}  -> {key, id, count}  (token; 404 for a key not stored)
+    DELETE /questions/{key}             -> {key, id: null, count}  (token; found by no search once answered)
+    POST /questions/{key}/decision {duplicate_of | not_duplicate_of}  -> {key, id, count, metadata}  (token)
     GET  /health                        -> {status, questions, threshold, threshold_on}
+    GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
     GET  /                              -> the web page (static/index.html, app.css, app.js)
     GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
 
@@ -35,10 +39,13 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import logging
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -47,19 +54,24 @@ from typing import Annotated
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from dupq.core.files import DupqError
 from dupq.modeling.predict import judge
-from dupq.search.rows import KeyConflict, StoreFailure
+from dupq.search.location import Location
+from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey
+from dupq.service import metrics
 from dupq.service.batching import Batcher
 from dupq.service.connections import allow_many_connections, server_config
+from dupq.service.metrics import RequestMetrics
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
 from dupq.service.schemas import (
     AddRequest,
     AddResponse,
+    Changed,
+    DecisionRequest,
     Health,
     HitOut,
     Key,
@@ -67,8 +79,9 @@ from dupq.service.schemas import (
     SearchResponse,
     SimilarityRequest,
     SimilarityResponse,
+    UpdateRequest,
 )
-from dupq.service.workers import limit_blas, milvus_lite, run_workers
+from dupq.service.workers import limit_blas, run_workers
 
 STATIC = Path(__file__).parents[1] / "static"
 TOKEN_ENV = "DUPQ_API_TOKEN"
@@ -78,12 +91,9 @@ log = logging.getLogger(__name__)
 def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
     """The collection in ``collection_dir`` (a folder or a Milvus location), with the model in ``model_dir`` if one is given."""
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection, is_milvus
+    from dupq.search.collection import Collection
 
-    location = collection_dir if is_milvus(collection_dir) else Path(collection_dir)
-    if isinstance(location, Path) and not location.is_dir():
-        raise DupqError(f"collection folder {location} does not exist; build one with `dupq index build`.")
-    return Collection.open(location, Model.load(model_dir) if model_dir is not None else None)
+    return Collection.open(collection_dir, Model.load(model_dir) if model_dir is not None else None)
 
 
 def create_app(
@@ -113,6 +123,7 @@ def create_app(
     )
     app.add_middleware(RequestGuard, limit=max_body, timeout=body_timeout)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestMetrics)  # outermost: every answer counted, refusals of the guards included
     _add_error_handlers(app)
     authorised = _bearer_check(token)
     reads = [Depends(authorised)] if protect_reads else []
@@ -141,6 +152,7 @@ STORE_ANSWERS = {
     "read-only": (503, "the collection is read-only on this server; nothing was stored."),
 }
 BROKEN_STORE = (500, "the server cannot use its collection (it may be damaged); the server log has the details.")
+UNKNOWN = {404: {"description": "No question is stored under that key."}}
 CONFLICT = {
     409: {
         "description": "The key is stored already with another question or metadata, or the header's and body's keys differ."
@@ -225,6 +237,8 @@ def answer_to(e: DupqError) -> tuple[int, str, dict[str, str]]:
         status, detail = STORE_ANSWERS.get(e.reason, BROKEN_STORE)
         retry = {"Retry-After": str(RETRY_AFTER)} if e.reason in ("busy", "unreachable") else {}
         return status, detail, retry
+    if isinstance(e, UnknownKey):
+        return 404, str(e).split(" is stored in ")[0] + ".", {}  # the sentence without the server's path
     return 409 if isinstance(e, KeyConflict) else 400, str(e), {}
 
 
@@ -269,7 +283,7 @@ def _add_judging_routes(app: FastAPI, reads: list, responses: dict) -> None:
     @app.post("/search", dependencies=reads, responses=responses)
     async def search(body: SearchRequest, request: Request) -> SearchResponse:
         """The ``k`` stored questions most similar to ``question``, best first."""
-        hits = await request.app.state.searches.submit((body.question, body.k))
+        hits = await request.app.state.searches.submit((body.question, body.k, body.filter))
         collection = request.app.state.collection
         return SearchResponse(
             question=body.question,
@@ -298,7 +312,40 @@ def _add_write_route(app: FastAPI, authorised: Callable) -> None:
         if body.key and idempotency_key and body.key != idempotency_key:
             raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
         new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
+        metrics.ADDED.inc()  # a retry of a stored key counts again: requests served, not rows
         return AddResponse(id=new_id, count=count)
+
+    writes = {"dependencies": [Depends(authorised)], "responses": REFUSED | UNAUTHORISED | UNKNOWN}
+
+    @app.delete("/questions/{key}", **writes)
+    async def remove_question(key: Key, request: Request) -> Changed:
+        """Remove the question stored under ``key``: no search of any worker finds it once this answers."""
+        collection = request.app.state.collection
+        await anyio.to_thread.run_sync(collection.remove, [key])
+        metrics.REMOVED.inc()
+        return Changed(key=key, id=None, count=len(collection))
+
+    @app.put("/questions/{key}", **writes)
+    async def update_question(key: Key, body: UpdateRequest, request: Request) -> Changed:
+        """Give the question of ``key`` a new text and/or metadata (the same again changes nothing)."""
+        collection = request.app.state.collection
+        i = await anyio.to_thread.run_sync(functools.partial(collection.update, key, body.text, body.metadata))
+        metrics.UPDATED.inc()
+        return Changed(key=key, id=i, count=len(collection))
+
+    @app.post("/questions/{key}/decision", **{**writes, "responses": writes["responses"] | CONFLICT})
+    async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
+        """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``."""
+        if key in (body.duplicate_of, body.not_duplicate_of):  # a valid request that the stored question refuses
+            raise HTTPException(409, f"a question cannot be judged against itself ({key!r}).")
+        collection = request.app.state.collection
+        decide = functools.partial(
+            collection.decide, key, duplicate_of=body.duplicate_of, not_duplicate_of=body.not_duplicate_of
+        )
+        metadata = await anyio.to_thread.run_sync(decide)
+        metrics.UPDATED.inc()
+        i, _, _ = await anyio.to_thread.run_sync(collection.get, key)
+        return Changed(key=key, id=i, count=len(collection), metadata=metadata)
 
 
 def _add_status_routes(app: FastAPI, reads: list, responses: dict) -> None:
@@ -315,28 +362,41 @@ def _add_status_routes(app: FastAPI, reads: list, responses: dict) -> None:
             threshold_on=collection.model.threshold_on,
         )
 
+    @app.get("/metrics", dependencies=reads, responses=responses, response_class=Response)
+    async def prometheus(request: Request) -> Response:
+        """The service's counters in Prometheus' text format (every worker's, with several)."""
+        body, content_type = await anyio.to_thread.run_sync(metrics.exposition, request.app.state.collection)
+        return Response(body, media_type=content_type)
+
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
 
-def _search(collection, items: list[tuple[str, int]]) -> list[list[HitOut]]:
-    """One ``Collection.search`` for many ``(question, k)``: the largest ``k``, then each cut to its own."""
-    hits = collection.search([q for q, _ in items], k=max(k for _, k in items))
-    return [
-        [
-            HitOut(
-                id=h.id,
-                text=h.text,
-                score=h.score,
-                probability=h.probability,
-                duplicate=h.duplicate,
-                metadata=h.metadata,
-            )
-            for h in row[:k]
-        ]
-        for row, (_, k) in zip(hits, items)
-    ]
+def _search(collection, items: list[tuple[str, int, dict | None]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` per filter among many ``(question, k, filter)``: the largest ``k``, then each cut to its own."""
+    groups: dict[str, list[int]] = {}
+    for n, (_, _, where) in enumerate(items):
+        groups.setdefault(json.dumps(where, sort_keys=True), []).append(n)
+    out: list[list[HitOut]] = [[] for _ in items]
+    for members in groups.values():
+        where = items[members[0]][2]
+        hits = collection.search([items[n][0] for n in members], k=max(items[n][1] for n in members), where=where)
+        for n, row in zip(members, hits):
+            out[n] = [
+                HitOut(
+                    id=h.id,
+                    key=h.key,
+                    duplicate_of=h.duplicate_of,
+                    text=h.text,
+                    score=h.score,
+                    probability=h.probability,
+                    duplicate=h.duplicate,
+                    metadata=h.metadata,
+                )
+                for h in row[: items[n][1]]
+            ]
+    return out
 
 
 def _add(collection, items: list[tuple[str, dict, str | None]]) -> list[tuple[int, int]]:
@@ -378,7 +438,7 @@ def serve(
 
     if workers < 1:
         raise DupqError(f"workers must be at least 1, not {workers}.")
-    if workers > 1 and milvus_lite(collection_dir):
+    if workers > 1 and Location.parse(collection_dir).one_process:
         raise DupqError(
             f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
             "--workers 1, or keep the collection on a Milvus server."
@@ -400,11 +460,13 @@ def serve(
     )
     if workers > 1:
         collection.close()  # each worker opens its own
+        os.environ[metrics.MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="dupq-metrics-")  # the workers' shared values
         factory = functools.partial(create_app, collection_dir, model_dir, token, protect_reads=protect_reads)
         try:
             run_workers(factory, listener, workers, threads)
         finally:
             listener.close()
+            shutil.rmtree(os.environ.pop(metrics.MULTIPROCESS_ENV), ignore_errors=True)
         return
     app = create_app(collection, token=token, protect_reads=protect_reads)
     allow_many_connections()

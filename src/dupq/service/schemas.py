@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
 from dupq.core.files import DupqError
 from dupq.data.questions import KEY_PATTERN, MAX_KEY
 from dupq.data.tokenizer import MAX_QUESTION, check_question
+from dupq.search.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
 
 MAX_K = 100  # results of one search
 
@@ -67,16 +68,37 @@ class SimilarityResponse(BaseModel):
     threshold_on: str  # "similarity" or "probability": what the threshold is compared with
 
 
+# check_where's rule (dupq.search.backend), as a schema says it: a filter's field names, values and sizes
+FilterValue = (
+    StrictStr
+    | StrictBool
+    | Annotated[int, Field(strict=True, gt=NUMBERS[0], lt=NUMBERS[1])]
+    | Annotated[float, Field(strict=True, allow_inf_nan=False, gt=NUMBERS[0], lt=NUMBERS[1])]
+)
+FilterValues = Annotated[list[FilterValue], Field(min_length=1, max_length=MAX_VALUES)]
+Filter = Annotated[
+    dict[Annotated[str, Field(pattern=FIELD_PATTERN)], FilterValue | FilterValues],
+    # a name outside the pattern is no field (JSON Schema's patternProperties alone would let it through)
+    Field(max_length=MAX_FIELDS, json_schema_extra={"additionalProperties": False}),
+]
+
+
 class SearchRequest(BaseModel):
     model_config = STRICT
     question: Question
     k: Annotated[int, Field(strict=False), BeforeValidator(_json_integer)] = Field(
         10, ge=1, le=MAX_K, description="How many stored questions to return (1 to 100)."
     )
+    filter: Filter | None = Field(
+        None,
+        description='Only questions whose metadata match: {"field": value, "other": [v1, v2]} (equal; a list: any of).',
+    )
 
 
 class HitOut(BaseModel):
     id: int
+    key: str | None  # the key it was stored under (null: added without one)
+    duplicate_of: str | None  # the key of its canonical question, where a moderator marked it a duplicate
     text: str
     score: Score  # cosine similarity to the question
     probability: float | None  # calibrated P(duplicate); null without a calibration
@@ -98,6 +120,27 @@ class AddRequest(BaseModel):
     key: Key | None = Field(
         None, description="Your id for the question: a key stored already stores nothing and answers its id."
     )
+
+
+class UpdateRequest(BaseModel):
+    # a text, metadata or both (the schema says so: a request without either is not a valid one)
+    model_config = ConfigDict(**STRICT, json_schema_extra={"minProperties": 1})
+    text: Question = Field(None, description="The question's new text (the old text is found no more).")
+    metadata: dict[str, Any] = Field(None, description="Its new metadata (replaces the stored metadata).")
+
+
+class DecisionRequest(BaseModel):
+    # exactly one of the two (the schema says so: a request with neither or both is not a valid one)
+    model_config = ConfigDict(**STRICT, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+    duplicate_of: Key = Field(None, description="The key of the canonical question this one duplicates.")
+    not_duplicate_of: Key = Field(None, description="The key of a question this one does not duplicate.")
+
+
+class Changed(BaseModel):
+    key: str
+    id: int | None  # its id afterwards (null once removed)
+    count: int  # questions in the collection afterwards
+    metadata: dict[str, Any] | None = None  # its metadata after a decision
 
 
 class AddResponse(BaseModel):

@@ -42,12 +42,9 @@ HEALTH_CHECK_S = 60  # a worker that does not answer the supervisor's ping for t
 def default_workers(location) -> int:
     """One worker per core (each runs its searches on one core); one for a milvus-lite file, which
     one process opens at a time."""
-    return 1 if milvus_lite(location) else os.cpu_count() or 1
+    from dupq.search.location import Location
 
-
-def milvus_lite(location) -> bool:
-    """Whether ``location`` is a milvus-lite file (``milvus:PATH.db``), not a folder or a Milvus server."""
-    return isinstance(location, str) and location.startswith("milvus:")
+    return 1 if Location.parse(location).one_process else os.cpu_count() or 1
 
 
 def worker_app(factory: Callable[[], object], threads: int, parent: int):

@@ -67,6 +67,13 @@ function userText(text, className) {
   return el("bdi", className, text);
 }
 
+// The page's words, then a user's text (a key) in its own <bdi>, as one "meta" span.
+function labelled(words, text) {
+  const span = el("span", "meta", words);
+  span.append(userText(text));
+  return span;
+}
+
 // Status line -----------------------------------------------------------------------------------
 async function health() {
   const status = $("status");
@@ -114,6 +121,10 @@ function resultItem(hit) {
     text.append(el("span", "prob", `${Math.round(hit.probability * 100)}% duplicate`));
   }
   if (hit.duplicate) text.append(el("span", "badge", "likely duplicate"));
+  if (hit.key) text.append(labelled("key ", hit.key));
+  if (hit.duplicate_of) text.append(labelled("duplicate of ", hit.duplicate_of));
+  const ticket = new URLSearchParams(location.search).get("key");
+  if (ticket && hit.key && hit.key !== ticket) text.append(decisionButtons(ticket, hit.key));
   const entries = Object.entries(hit.metadata || {});
   if (entries.length) {
     const meta = el("span", "meta");
@@ -130,6 +141,27 @@ function resultItem(hit) {
   bar.append(fill);
   li.append(bar);
   return li;
+}
+
+// A moderator's decision on the question of the page's ?key= against a hit (needs the write token).
+function decisionButtons(ticket, other) {
+  const box = el("span", "decide");
+  for (const [label, field] of [["duplicate of this", "duplicate_of"], ["not a duplicate", "not_duplicate_of"]]) {
+    const button = el("button", "", label);
+    button.type = "button";
+    button.addEventListener("click", async () => {
+      try {
+        await post(`/questions/${encodeURIComponent(ticket)}/decision`, { [field]: other });
+        const marked = labelled("marked: ", ticket);
+        marked.append(field === "duplicate_of" ? " duplicates " : " is not ", userText(other));
+        box.replaceChildren(marked);
+      } catch (e) {
+        box.replaceChildren(el("span", "meta error", e.message));
+      }
+    });
+    box.append(button);
+  }
+  return box;
 }
 
 // Compare two questions -------------------------------------------------------------------------
@@ -180,4 +212,10 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   health();
   setInterval(health, 30000);
+  // A ticket system links here with ?q=QUESTION (and ?key=KEY, the question's own key, for decisions).
+  const asked = new URLSearchParams(location.search).get("q");
+  if (asked) {
+    $("question").value = asked;
+    search();
+  }
 });

@@ -160,17 +160,17 @@ def user_questions(source: str, column: str | None = None) -> tuple[list[str], M
     :func:`dupq.data.questions.read_questions` reads it (``column`` of a CSV/TSV file), with no model.
     """
     from dupq.data.questions import read_questions
-    from dupq.search.collection import MANIFEST, Collection, is_milvus
+    from dupq.search.collection import Collection, Location
 
-    if is_milvus(source) or (Path(source) / MANIFEST).is_file():
+    location = Location.parse(source)
+    if location.holds_collection():
         if column is not None:
             raise DupqError("--column names a column of a CSV/TSV file, not of a collection.")
-        location = source if is_milvus(source) else Path(source)
         with Collection.open(location) as collection:
             return [text for _, _, text, _ in collection.stored_rows()], collection.model, Dropped()
     if Path(source).is_dir():
         raise DupqError(
-            f"{source} is a folder but not a dupq collection (it has no {MANIFEST}); give a questions file or a collection."
+            f"{source} is a folder but not a dupq collection (it has no manifest.json); give a questions file or a collection."
         )
     questions = read_questions(source, column)
     return questions.texts, None, questions.dropped

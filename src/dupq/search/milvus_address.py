@@ -1,4 +1,4 @@
-"""Where a Milvus collection is: ``milvus:PATH.db`` (milvus-lite) or ``milvus+http(s)://HOST:PORT?collection=NAME``."""
+"""The address of a Milvus collection: ``milvus:PATH.db`` (milvus-lite) or ``milvus+http(s)://HOST:PORT?collection=NAME``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ DEFAULT_NAME = "dupq"
 
 
 @dataclass
-class Location:
+class Address:
     """Where a Milvus collection is: the client's URI, the collection's name, and the file of milvus-lite (else None)."""
 
     uri: str
@@ -22,7 +22,7 @@ class Location:
     text: str  # as the user wrote it, for messages
 
 
-def parse(location: str) -> Location:
+def parse(location: str) -> Address:
     """A ``milvus:PATH.db`` or ``milvus+http(s)://HOST:PORT?collection=NAME`` location, or a DupqError saying what is wrong."""
     lite = not location.startswith("milvus+")
     rest = location.removeprefix("milvus:") if lite else location.removeprefix("milvus+")
@@ -45,7 +45,7 @@ def parse(location: str) -> Location:
         if not path.endswith(".db"):
             raise DupqError(f"the milvus-lite location {location} must name a file ending in .db (milvus:PATH.db).")
         file = Path(path).absolute()
-        return Location(str(file), name, file, location)
+        return Address(str(file), name, file, location)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise DupqError(
             f"the Milvus location {location} is not milvus+http://HOST:PORT?collection=NAME (or milvus+https://...)."
@@ -55,4 +55,4 @@ def parse(location: str) -> Location:
     except ValueError:
         raise DupqError(f"the port in the Milvus location {location} is not a number from 1 to 65535.") from None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address keeps its brackets
-    return Location(f"{parts.scheme}://{host}:{port or 19530}", name, None, location)
+    return Address(f"{parts.scheme}://{host}:{port or 19530}", name, None, location)

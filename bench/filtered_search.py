@@ -1,0 +1,130 @@
+"""Filtered (scoped) search on every distinct Quora question: recall@10 against the exact filtered search, and its cost.
+
+Each question gets a synthetic metadata field ``group``, an integer drawn uniformly from 0..999
+(seeded); a filter on ``group`` keeps 50 %, 5 % or 0.1 % of the collection. For each filter and a
+seeded sample of stored questions as queries:
+
+* ``recall@10``: share of the collection's top 10 whose exact score reaches the exact 10th score
+  among the questions the filter keeps (:func:`dupq.search.vectors.search` over their stored
+  vectors; ties broken either way count);
+* ``p50_ms`` / ``p99_ms``: ``Collection.nearest(vector, 10, where=...)`` one query at a time, after
+  the filter's matching ids were read once (``first_filter_ms``: that read, SQLite's
+  ``json_extract`` over every row); ``unfiltered_p50_ms`` for the same queries without a filter.
+
+    python bench/filtered_search.py [--index hnsw] [--queries 200] [--keep DIR]
+
+Prints one JSON line. The collection is built in a temporary folder (removed at the end) unless
+``--keep DIR`` names one (built there once, reused after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dupq.data.pairs import default_data_path
+from dupq.data.questions import read_questions
+from dupq.modeling.model import Model
+from dupq.search.collection import Collection
+from dupq.search.vectors import search
+
+FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
+
+
+def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, kept: np.ndarray) -> float:
+    """Mean share of each row of ``found`` (ids) whose exact score reaches the exact 10th among ``kept`` ids."""
+    best, _ = search(queries, vectors[kept], 10)  # (Q, 10)
+    shares = []
+    for q, ids in enumerate(found):
+        ids = ids[ids >= 0]
+        scores = vectors[ids] @ queries[q]
+        shares.append(float(np.sum(scores >= best[q, -1] - 1e-6)) / best.shape[1])
+    return float(np.mean(shares))
+
+
+def timed(fn, items) -> list[float]:
+    seconds = []
+    for item in items:
+        t = time.perf_counter()
+        fn(item)
+        seconds.append(time.perf_counter() - t)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--index", default="hnsw", choices=["flat", "hnsw", "ivfpq"])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, default=None, help="build the collection here once and reuse it")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    folder = args.keep or Path(tempfile.mkdtemp()) / "quora"
+    rng = np.random.default_rng(args.seed)
+    build_s = None
+    if not folder.exists():
+        qs = read_questions(args.data or default_data_path())
+        groups = rng.integers(0, 1000, len(qs.texts))
+        started = time.perf_counter()
+        Collection.build(
+            folder,
+            qs.texts,
+            Model.load(),
+            keys=qs.keys,
+            metadata=[{"group": int(g)} for g in groups],
+            index=args.index,
+        ).close()
+        build_s = round(time.perf_counter() - started, 1)
+    try:
+        with Collection.open(folder) as coll:
+            vectors = coll.stored_vectors()  # (N, d), in id order: a built collection's ids are 0..N-1
+            rows = coll.stored_rows()
+            group = np.array([meta["group"] for _, _, _, meta in rows])
+            picked = np.random.default_rng(args.seed + 1).choice(len(vectors), args.queries, replace=False)
+            queries = vectors[picked]  # (Q, d)
+            coll.nearest(queries[:5], 10)  # warm-up
+            plain = timed(lambda q: coll.nearest(q[None], 10), queries)
+            results = {}
+            for name, kept_groups in FILTERS.items():
+                where = {"group": list(range(kept_groups))}
+                t = time.perf_counter()
+                coll.nearest(queries[:1], 10, where=where)  # reads the matching ids once
+                first = time.perf_counter() - t
+                seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), queries)
+                found = coll.nearest(queries, 10, where=where)[1]
+                kept = np.flatnonzero(group < kept_groups)
+                assert np.isin(found[found >= 0], kept).all(), "a hit outside the filter"
+                results[name] = {
+                    "kept": int(len(kept)),
+                    "recall@10": round(recall_at_10(found, queries, vectors, kept), 4),
+                    "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
+                    "p99_ms": round(float(np.percentile(seconds, 99)) * 1000, 3),
+                    "first_filter_ms": round(first * 1000, 1),
+                }
+            out = {
+                "questions": len(vectors),
+                "index": coll.manifest["index"]["kind"],
+                "queries": args.queries,
+                "filters": results,
+                "unfiltered_p50_ms": round(float(np.percentile(plain, 50)) * 1000, 3),
+                "build_s": build_s,
+                "threads": 1,
+                "machine": platform.machine(),
+            }
+    finally:
+        if args.keep is None:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""What keeps a collection: the interface every backend implements whole, and the filter rule they share.
+
+A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and
+searches the vectors. :class:`~dupq.search.collection.Collection` joins a backend and the model
+(it encodes, judges and builds hits); it never asks which backend it holds
+(:class:`~dupq.search.location.Location` picks it). Two exist: a folder kept by SQLite and FAISS
+(:mod:`dupq.search.folder`) and Milvus (:mod:`dupq.search.milvus`).
+
+What every backend guarantees (the collection's promises rest on these):
+
+* :meth:`Backend.add`, :meth:`Backend.remove`, :meth:`Backend.update` and :meth:`Backend.edit`
+  are each **one transaction** (for Milvus: one acknowledged request; Milvus's ``edit`` is a read
+  and then one): when they return the change is durable
+  and seen by every reader, in every process, at its next search; if they raise or the process
+  dies first, none of it is applied.
+* **Keys make retries idempotent**: adding a stored key with the same question stores nothing
+  and answers the stored id (another text raises :class:`~dupq.search.rows.KeyConflict`); an
+  update to what is stored already changes nothing; a key not stored is
+  :class:`~dupq.search.rows.UnknownKey`.
+* **A filter loses nothing**: :meth:`Backend.search` with ``where`` answers the ``k`` best of the
+  rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
+  however few match.
+
+``where`` is ``{field: [values]}`` (:func:`check_where`): a row matches when, for every field, its
+metadata's value is one of the values (JSON scalars compared as Python compares them).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from dupq.core.files import DupqError
+
+Row = tuple  # (key or None, text, metadata as JSON text or None)
+Where = dict[str, list]  # field -> the values it may hold (any of them)
+
+# The rule of a filter, in one place: check_where enforces it, the service's schema says it with these.
+FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # a field name: what every backend can quote safely
+FIELD = re.compile(FIELD_PATTERN)
+MAX_FIELDS = 32  # fields in one filter (with MAX_VALUES each, within SQLite's 32,766 parameters)
+MAX_VALUES = 1_000  # values of one field in a filter
+NUMBERS = (-(2**63), 2**63)  # a filter's numbers: lo < x < hi, what SQLite and Milvus hold in 64 bits
+
+
+def check_where(where) -> Where | None:
+    """``where`` (``{field: value or [values]}``) as ``{field: [values]}``, None when empty; a DupqError names what is wrong.
+
+    A field name matches :data:`FIELD_PATTERN`; a value is a string, a boolean or a number within
+    :data:`NUMBERS`; a list holds 1 to :data:`MAX_VALUES` of them (any of them matches).
+    """
+    if not where:
+        return None
+    if not isinstance(where, dict):
+        raise DupqError(f"a filter is an object of field: value, not a {type(where).__name__}.")
+    if len(where) > MAX_FIELDS:
+        raise DupqError(f"a filter names at most {MAX_FIELDS} fields, not {len(where)}.")
+    out = {}
+    for field, values in where.items():
+        if not isinstance(field, str) or not FIELD.fullmatch(field):
+            raise DupqError(
+                f"the filter field {field!r} must be letters, digits and _ (at most 64, not starting with a digit)."
+            )
+        values = values if isinstance(values, list) else [values]
+        if not values or len(values) > MAX_VALUES:
+            raise DupqError(f"the filter on {field!r} needs 1 to {MAX_VALUES:,} values, got {len(values)}.")
+        for v in values:
+            if not _filter_value(v):
+                raise DupqError(
+                    f"the filter on {field!r} takes strings, booleans and numbers strictly within ±2^63, not {v!r}."
+                )
+        out[field] = values
+    return out
+
+
+def _filter_value(v) -> bool:
+    if isinstance(v, (bool, str)):
+        return True
+    return isinstance(v, (int, float)) and NUMBERS[0] < v < NUMBERS[1]  # NaN compares False
+
+
+def matches(metadata: dict, where: Where | None) -> bool:
+    """Whether a row's ``metadata`` passes ``where``: the rule every backend's filter follows."""
+    if not where:
+        return True
+    return all(
+        field in metadata and _scalar(metadata[field]) and metadata[field] in values for field, values in where.items()
+    )
+
+
+def _scalar(value) -> bool:
+    return isinstance(value, (str, int, float)) and value is not None
+
+
+class Backend(ABC):
+    """Rows and their vectors by id, searched by inner product. Thread-safe; the collection serialises writes."""
+
+    manifest: dict  # the collection's manifest (dupq.search.manifest)
+    exact: bool  # whether search scores are exact inner products
+    cache_error: str | None = None  # why a cache could not be written (the rows are stored all the same)
+
+    @classmethod
+    @abstractmethod
+    def build(cls, location, manifest: dict, chunks: Iterator[tuple]) -> Backend:
+        """A new collection at ``location`` of ``chunks`` ``(start, texts, keys, metadata, vectors)``, visible only when complete."""
+
+    @classmethod
+    @abstractmethod
+    def open(cls, location) -> Backend:
+        """The collection at ``location``, its manifest checked; a DupqError names what is wrong."""
+
+    @classmethod
+    def holds(cls, location) -> bool:
+        """Whether ``location`` looks like a collection of this backend without opening it (default: yes, open says)."""
+        return True
+
+    @abstractmethod
+    def count(self) -> int:
+        """How many questions are stored (every committed change, this process's or another's)."""
+
+    @abstractmethod
+    def add(self, texts: list[str], keys: list, metadata: list, vectors: np.ndarray) -> list[int]:
+        """Store the questions (metadata as JSON text) and their ``vectors (M, d)`` in one transaction; their ids."""
+
+    @abstractmethod
+    def remove(self, keys: list[str]) -> list[int]:
+        """Remove the questions of ``keys`` in one transaction (all of them, or none and UnknownKey); their ids."""
+
+    @abstractmethod
+    def update(self, key: str, text: str | None, metadata: str | None, vector: np.ndarray | None) -> int:
+        """Give ``key``'s question a new ``text`` (with its ``vector (d,)``) and/or ``metadata`` (JSON text;
+        None: keep), in one transaction; its id afterwards (a new text may give a new id)."""
+
+    @abstractmethod
+    def edit(self, key: str, change: Callable[[str | None], str | None], others: list[str]) -> tuple[int, str | None]:
+        """Read ``key``'s metadata (JSON text), store ``change(it)`` in its place and check that ``others`` are
+        stored, all in one transaction (a read-modify-write no other writer can interleave with); its id and
+        new metadata. UnknownKey, and nothing changed, when ``key`` or one of ``others`` is not stored."""
+
+    @abstractmethod
+    def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:
+        """``{key: (id, text, metadata JSON)}`` of the stored ``keys`` (missing ones left out)."""
+
+    @abstractmethod
+    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of the stored rows that match ``where``, best first."""
+
+    @abstractmethod
+    def rows(self, ids: list[int]) -> dict[int, Row]:
+        """``{id: (key, text, metadata JSON)}`` of the stored ``ids`` (missing ones left out)."""
+
+    @abstractmethod
+    def vectors(self, ids) -> np.ndarray:
+        """The stored vectors of ``ids``, ``(len(ids), d)`` float32 (a pair head reads the hits')."""
+
+    @abstractmethod
+    def all_vectors(self) -> np.ndarray:
+        """Every stored vector, ``(N, d)`` float32, in id order."""
+
+    @abstractmethod
+    def all_rows(self) -> list[tuple[int, Row]]:
+        """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
+
+    def refreshed(self) -> float | None:
+        """When (``time.time()``) this process's index last caught up with the store; None when it never lags."""
+        return None
+
+    @abstractmethod
+    def close(self) -> None:
+        """Write what a cache lacks and release connections; closing twice is harmless."""

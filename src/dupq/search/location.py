@@ -1,0 +1,65 @@
+"""Where a collection lives, and which backend keeps it: the one place that tells them apart.
+
+A location is written as text (a command's argument, a service's setting) or given as a path:
+
+* ``runs/faq`` (any path): a folder, kept by SQLite and FAISS (:mod:`dupq.search.folder`);
+* ``milvus:PATH.db`` (milvus-lite) or ``milvus+http(s)://HOST:PORT?collection=NAME`` (a server):
+  a Milvus collection (:mod:`dupq.search.milvus`).
+
+:meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it.
+Nothing above this module asks which backend a collection has: a third backend is one module
+and one line of :data:`BACKENDS`.
+
+>>> Location.parse("milvus:runs/faq.db").kind, Location.parse("runs/faq").kind
+('milvus', 'folder')
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
+BACKENDS = {"folder": "dupq.search.folder:FolderBackend", "milvus": "dupq.search.milvus:MilvusBackend"}
+
+
+def is_milvus(location) -> bool:
+    """Whether ``location`` (text) names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``)."""
+    return isinstance(location, str) and location.startswith(("milvus:", "milvus+"))
+
+
+@dataclass(frozen=True)
+class Location:
+    """A collection's place: its ``kind`` (a key of :data:`BACKENDS`), as written, and its folder (folders only)."""
+
+    kind: str
+    text: str  # as the user wrote it: what messages show and what another process is given
+    path: Path | None = None  # the folder of a folder collection
+
+    @classmethod
+    def parse(cls, value: str | os.PathLike | Location) -> Location:
+        """A location from text, a path, or a location (returned as it is)."""
+        if isinstance(value, Location):
+            return value
+        if is_milvus(value):
+            return cls("milvus", value)
+        return cls("folder", str(value), Path(value))
+
+    @property
+    def one_process(self) -> bool:
+        """Whether one process at a time may open it (milvus-lite's file): ``dupq serve`` then runs one worker."""
+        return self.text.startswith("milvus:")
+
+    def holds_collection(self) -> bool:
+        """Whether a collection seems to be there (a folder with a manifest; a Milvus location is asked when opened)."""
+        return self.backend().holds(self)
+
+    def backend(self) -> type:
+        """The :class:`~dupq.search.backend.Backend` subclass that keeps collections of this kind."""
+        module, name = BACKENDS[self.kind].split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def __str__(self) -> str:
+        return self.text

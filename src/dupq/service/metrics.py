@@ -1,0 +1,98 @@
+"""``GET /metrics``: the service's counters in Prometheus' text format (prometheus-client).
+
+* ``dupq_requests_total{route, method, status}`` and ``dupq_request_seconds{route}`` (a histogram):
+  every answer, by its route's template (``/questions/{key}``, not each key) and status;
+* ``dupq_questions_added_total``, ``dupq_questions_removed_total``, ``dupq_questions_updated_total``:
+  what the API changed;
+* ``dupq_questions_stored``: the collection's questions when scraped;
+* ``dupq_index_age_seconds``: how long ago the answering process's index last caught up with the
+  store (0 for a backend that never lags, Milvus).
+
+**Several workers** (``dupq serve --workers N``): prometheus-client's multiprocess mode. ``serve``
+gives the workers a shared folder (``PROMETHEUS_MULTIPROC_DIR``, made before they start and
+removed when they stop) where each process writes its values; a scrape, whichever worker answers
+it, sums the counters and histograms of all of them, shows the latest ``dupq_questions_stored``
+and one ``dupq_index_age_seconds`` per live worker (label ``pid``), as set by that worker's last
+answer. One process keeps its values in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+REGISTRY = CollectorRegistry(auto_describe=True)  # the service's own, not the process-wide default
+
+REQUESTS = Counter(
+    "dupq_requests", "Requests answered, by route, method and status.", ["route", "method", "status"], registry=REGISTRY
+)
+LATENCY = Histogram(
+    "dupq_request_seconds",
+    "Seconds from a request's arrival to its answer, by route.",
+    ["route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+ADDED = Counter("dupq_questions_added", "Questions stored through POST /questions.", registry=REGISTRY)
+REMOVED = Counter("dupq_questions_removed", "Questions removed through DELETE /questions/{key}.", registry=REGISTRY)
+UPDATED = Counter("dupq_questions_updated", "Questions changed through PUT or a decision.", registry=REGISTRY)
+STORED = Gauge(
+    "dupq_questions_stored", "Questions in the collection.", registry=REGISTRY, multiprocess_mode="mostrecent"
+)
+INDEX_AGE = Gauge(
+    "dupq_index_age_seconds",
+    "Seconds since this process's index last caught up with the store.",
+    registry=REGISTRY,
+    multiprocess_mode="liveall",
+)
+
+
+def index_age(collection) -> float:
+    refreshed = collection.refreshed()
+    return 0.0 if refreshed is None else max(0.0, time.time() - refreshed)
+
+
+class RequestMetrics:
+    """ASGI middleware: count and time every HTTP answer by its route's template and status."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            REQUESTS.labels(route, scope["method"], str(status[0])).inc()
+            LATENCY.labels(route).observe(time.perf_counter() - started)
+            collection = getattr(getattr(scope.get("app"), "state", None), "collection", None)
+            if collection is not None:
+                try:
+                    INDEX_AGE.set(index_age(collection))
+                except Exception:  # noqa: BLE001 -- a closed collection at shutdown: nothing to report
+                    pass
+
+
+def exposition(collection) -> tuple[bytes, str]:
+    """The metrics in Prometheus' text format (all workers' in multiprocess mode), and its content type."""
+    STORED.set(len(collection))
+    INDEX_AGE.set(index_age(collection))
+    if os.environ.get(MULTIPROCESS_ENV):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
