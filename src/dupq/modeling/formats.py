@@ -203,7 +203,8 @@ def read_config(folder: Path) -> ModelConfig:
 def read_weights(folder: Path, config: ModelConfig) -> dict[str, np.ndarray]:
     """``folder/model.safetensors`` as float32 NumPy arrays by name (no torch), or one sentence: the file
     must hold finite floating-point numbers, and exactly the weights, of exactly the shapes, that
-    ``config`` needs (:func:`~dupq.modeling.architecture.weight_shapes`)."""
+    ``config`` needs (:func:`~dupq.modeling.architecture.weight_shapes`); a head's weights are ignored
+    where ``config`` has no head."""
     path = folder / "model.safetensors"
     if not path.is_file():
         raise DupqError(f"the weights of {folder} are missing: {path} does not exist.")
@@ -214,6 +215,8 @@ def read_weights(folder: Path, config: ModelConfig) -> dict[str, np.ndarray]:
     bad = sorted(k for k, v in weights.items() if v.dtype.kind == "f" and not np.isfinite(v).all())
     if bad:
         raise DupqError(f"{path} is corrupt: {bad[0]} holds numbers that are not finite.")
+    if config.head is None:  # a config that sets no head judges by the cosine: a head's weights are left unread
+        weights = {k: v for k, v in weights.items() if not k.startswith("head.")}
     shapes = weight_shapes(config.kind, config.encoder, config.head)
     stored = {k: v.shape for k, v in weights.items()}
     if stored != shapes:
