@@ -11,7 +11,9 @@ import torch
 
 from dupq.core.files import DupqError
 from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.architecture import ENCODER_TYPES, weight_shapes
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool
+from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.training.batches import PairBatches
@@ -26,6 +28,19 @@ def test_pool_matches_a_loop_over_each_questions_real_tokens():
     for how, reduce in (("mean", lambda s: s.mean(0)), ("max", lambda s: s.max(0).values)):
         expected = torch.stack([reduce(states[i, : int(n)]) for i, n in enumerate(lengths)])
         torch.testing.assert_close(pool(states, lengths, how), expected)
+
+
+@pytest.mark.parametrize("kind", ENCODERS)
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("head", [None, "cosine", "mlp"])
+def test_weight_shapes_are_the_torch_modules_state_dicts(kind, bidirectional, head):
+    """What Model.load checks a folder's weights against, without torch, is what the modules hold."""
+    config = EncoderConfig(vocab_size=11, dim=6, bidirectional=bidirectional)
+    head_config = HeadConfig(kind=head, dim=config.out_dim, hidden=5) if head else None
+    modules = {"": ENCODERS[kind](config)} | ({"head.": PairHead(head_config)} if head else {})
+    expected = {p + k: tuple(v.shape) for p, m in modules.items() for k, v in m.state_dict().items()}
+    assert weight_shapes(kind, config, head_config) == expected
+    assert ENCODER_TYPES == tuple(ENCODERS)  # the torch-free names of the registry
 
 
 def test_gru_encoder_is_embedding_gru_mean_normalise():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig, GRUEncoder
 from dupq.modeling.heads import HeadConfig, PairHead
-from dupq.modeling.kernels import FEW_QUESTIONS, HeadKernel, Kernels, LSTMKernel
+from dupq.modeling.kernels import FEW_QUESTIONS, HeadKernel, Kernels, LSTMKernel, Stored, arrays
 from dupq.modeling.model import BUNDLED, Model
 
 VOCAB = 50
@@ -49,7 +49,7 @@ def _torch_vectors(encoder: Encoder, ids: np.ndarray, lengths: np.ndarray) -> np
 def test_lstm_kernel_gives_the_encoders_vectors(lengths, pooling, seed):
     encoder = _encoder(pooling, seed % 7)
     ids, lengths = _batch(lengths, seed)
-    got = LSTMKernel(encoder)(ids, lengths)
+    got = LSTMKernel(arrays(encoder), encoder.config)(ids, lengths)
     assert got.dtype == np.float32 and got.shape == (len(lengths), 16)
     np.testing.assert_allclose(got, _torch_vectors(encoder, ids, lengths), atol=2e-6)
 
@@ -58,7 +58,7 @@ def test_lstm_kernel_ignores_the_padding_of_shorter_questions():
     """A question padded beside a longer one gets the vector it gets alone."""
     encoder = _encoder()
     ids, lengths = _batch([3, 9], seed=1)
-    kernel = LSTMKernel(encoder)
+    kernel = LSTMKernel(arrays(encoder), encoder.config)
     np.testing.assert_allclose(kernel(ids, lengths)[0], kernel(ids[:1, :3], lengths[:1])[0], atol=1e-6)
 
 
@@ -75,10 +75,11 @@ def test_head_kernel_gives_the_heads_logits(kind):
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     with torch.inference_mode():
         expected = head(torch.from_numpy(u), torch.from_numpy(v)).double().numpy()
-    got = HeadKernel(head)(u, v)
+    kernel = HeadKernel(arrays(head), head.config)
+    got = kernel(u, v)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    np.testing.assert_allclose(HeadKernel(head)(v, u), got, atol=1e-5)  # symmetric, as the head is
+    np.testing.assert_allclose(kernel(v, u), got, atol=1e-5)  # symmetric, as the head is
 
 
 def test_kernels_follow_weights_changed_in_place():
@@ -127,3 +128,30 @@ def test_bundled_model_search_path_matches_torch():
     with torch.inference_mode():
         expected = model.head(torch.from_numpy(u), torch.from_numpy(v)).double().numpy()
     np.testing.assert_allclose(model.logits_from_vectors(u, v), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["bundled", "mlp head, float32"])
+def test_a_loaded_model_judges_on_its_stored_weights_as_torch_does(which, head_model_dir, tmp_path):
+    """Model.load reads the weights as NumPy arrays and builds no torch module: random questions get the
+    vectors, logits and fingerprint that the torch modules built from the same folder give, and both
+    write the same bytes."""
+    folder = BUNDLED if which == "bundled" else head_model_dir
+    stored, modules = Model.load(folder), Model.load(folder)
+    modules.kernels = None  # torch for every pass: the modules are built from the folder's weights
+    rng = np.random.default_rng(7)
+    words = [t for t in stored.vocab.tokens if t.isalpha()]
+    questions = [" ".join(rng.choice(words, rng.integers(1, 20))) for _ in range(FEW_QUESTIONS)]
+    got, expected = stored.encode(questions), modules.encode(questions)
+    np.testing.assert_allclose(got, expected, atol=2e-6)
+    u, v = got[: FEW_QUESTIONS // 2], got[FEW_QUESTIONS // 2 :]
+    np.testing.assert_allclose(stored.logits_from_vectors(u, v), modules.logits_from_vectors(u, v), atol=1e-5)
+    cosines = rng.uniform(-1, 1, 50)
+    np.testing.assert_allclose(stored.logits_from_cosines(cosines), modules.logits_from_cosines(cosines), atol=1e-6)
+    assert stored.fingerprint() == modules.fingerprint()
+    assert isinstance(stored._encoder, Stored) and isinstance(stored._head, Stored)  # no torch module was needed
+    assert not isinstance(modules._encoder, Stored) and not isinstance(modules._head, Stored)
+    for half in (False, True):
+        stored.save(tmp_path / f"stored{half}", half=half)
+        modules.save(tmp_path / f"modules{half}", half=half)
+        written = [(tmp_path / f"{name}{half}" / "model.safetensors").read_bytes() for name in ("stored", "modules")]
+        assert written[0] == written[1]

@@ -11,7 +11,8 @@ import torch
 
 from dupq.core.files import DupqError
 from dupq.data.tokenizer import Vocabulary
-from dupq.modeling.model import Encoder, EncoderConfig, Model
+from dupq.modeling.encoders import Encoder, EncoderConfig
+from dupq.modeling.model import Model
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +170,32 @@ def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir
     )
     with pytest.raises(DupqError):
         Model.load(head)
+
+
+def test_load_refuses_weights_that_do_not_fit_the_config(tmp_path, head_model_dir):
+    """A weight missing, one too many, or one of another shape: one sentence naming it, before any torch module."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(str(head_model_dir / "model.safetensors"))
+    cases = {
+        "it lacks head.mlp.0.bias": {k: v for k, v in weights.items() if k != "head.mlp.0.bias"},
+        "it holds extra.weight, which the config has no place for": {
+            **weights,
+            "extra.weight": np.zeros(3, np.float32),
+        },
+        r"lstm.weight_hh_l0 has shape \[64, 15\], the config needs \[64, 16\]": {
+            **weights,
+            "lstm.weight_hh_l0": weights["lstm.weight_hh_l0"][:, :15].copy(),
+        },
+    }
+    for i, (words, changed) in enumerate(cases.items()):
+        folder = shutil.copytree(head_model_dir, tmp_path / str(i))
+        save_file(changed, str(folder / "model.safetensors"))
+        with pytest.raises(DupqError, match=f"model.safetensors does not match .*config.json: {words}") as e:
+            Model.load(folder)
+        assert "\n" not in str(e.value)
 
 
 def test_encode_refuses_one_string_instead_of_a_list(tiny_model):

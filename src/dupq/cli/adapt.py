@@ -21,7 +21,7 @@ from dupq.cli.common import (
 )
 from dupq.cli.distil import Teacher
 from dupq.cli.index import index_app
-from dupq.training.adapt import AdaptConfig
+from dupq.training.config import AdaptConfig
 
 
 @command(name="adapt")

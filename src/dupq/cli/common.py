@@ -188,10 +188,10 @@ Threads = Annotated[
 
 
 def _threads(threads: int) -> None:
-    if threads:
-        import torch
+    """torch's CPU threads, set when torch is first needed: a pair judged on the NumPy kernels never imports it."""
+    from dupq.core.threads import use_threads
 
-        torch.set_num_threads(threads)
+    use_threads(threads)
 
 
 def _threshold(value: Optional[float], option: str = "--threshold") -> Optional[float]:

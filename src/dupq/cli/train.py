@@ -13,7 +13,6 @@ import typer.core
 from dupq.cli.common import THREADS, Threads, UsageError, _data, command, config_options
 from dupq.core.files import DupqError, new_folder
 from dupq.data.pairs import SplitConfig
-from dupq.training.checkpoint import check_output_folder
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, PRESETS, configs, read_preset, to_toml
 
@@ -58,6 +57,7 @@ def train(
 ) -> None:
     """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
     from dupq.data.pairs import read_pairs, split_pairs
+    from dupq.training.checkpoint import check_output_folder
     from dupq.training.distributed import World
     from dupq.training.train import train as run_training
 

@@ -4,7 +4,8 @@ A model folder's ``config.json`` names its encoder, as sentence-transformers' ``
 names each module: ``"encoder": {"type": "lstm", "vocab_size": ..., "dim": ...}``. The type is a
 key of :data:`ENCODERS`; :class:`~dupq.modeling.model.Model`, the collection and the service only call
 ``encoder(ids, lengths)`` and read ``encoder.config.out_dim``, so another encoder plugs in by
-adding a class here. A config without a type (every model saved before this registry) is the
+adding a class here (and its recurrent layer's gate count to :data:`dupq.modeling.architecture.GATES`,
+which names the types without importing torch). A config without a type (every model saved before this registry) is the
 LSTM. Every registered encoder reads the vocabulary's word ids (``vocab.json``), right-padded.
 One more type is no encoder of this registry: ``"sentence-transformers"`` names a whole
 pretrained model with its own tokenizer, kept in a subfolder (:mod:`dupq.modeling.sentence_model`).
@@ -16,41 +17,16 @@ vector does not depend on how long the other questions of its batch are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
-from pydantic import StrictBool, StrictStr
 from torch import Tensor, nn
 
-from dupq.core.formats import MAX_DIM, MAX_OUT_DIM, MAX_VOCAB, checked, integer, number
-
-POOLINGS = ("mean", "max")
-SENTENCE_TRANSFORMERS = "sentence-transformers"  # a model folder holding a pretrained sentence encoder
-
-
-@dataclass
-class EncoderConfig:
-    """Architecture of the shared question encoder (any registered type).
-
-    The annotations are also ``config.json``'s format (:mod:`dupq.modeling.formats` reads the
-    ``encoder`` entry into this class): a stored size outside them is refused before anything is built.
-    """
-
-    vocab_size: integer(2, MAX_VOCAB)  # rows of the embedding table: the vocabulary's size
-    dim: integer(1, MAX_DIM) = 128  # embedding and recurrent width (the seed's d_feature); cost grows with dim^2
-    bidirectional: StrictBool = False  # also read right to left; output is 2*dim wide, slower by ~2x
-    dropout: number(0.0, 0.99) = 0.0  # dropout on word embeddings while training; regularises, slows learning
-    pooling: Literal[POOLINGS] = "mean"  # "mean" over the real tokens (the seed) or "max" (InferSent's choice)
-
-    def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim * (2 if self.bidirectional else 1)
+from dupq.modeling.architecture import (  # noqa: F401 - the configs and names, re-exported beside the modules
+    POOLINGS,
+    SENTENCE_TRANSFORMERS,
+    EncoderConfig,
+    SentenceConfig,
+)
 
 
 def pool(states: Tensor, lengths: Tensor, pooling: str) -> Tensor:
@@ -118,25 +94,3 @@ class GRUEncoder(Encoder):
 
 
 ENCODERS: dict[str, type[Encoder]] = {cls.type: cls for cls in (Encoder, GRUEncoder)}
-
-
-def _plain_name(name: str) -> bool:
-    return bool(name) and not name.startswith(".") and "/" not in name and "\\" not in name
-
-
-Subfolder = checked(str, _plain_name, "the plain name of a subfolder (a path could lead outside the model folder)")
-
-
-@dataclass
-class SentenceConfig:
-    """What ``config.json`` records of a sentence-transformers model (its ``encoder`` entry, beside
-    ``type``); :mod:`dupq.modeling.sentence_model` runs it. Annotations as for :class:`EncoderConfig`."""
-
-    dim: integer(1, MAX_OUT_DIM)  # width of its unit vectors (384 for all-MiniLM-L6-v2), and of a collection's
-    max_seq_length: integer(1, 2**20) | None = None  # word pieces read per question (None: the transformer's own)
-    name: StrictStr = ""  # where it came from, for people: a folder, or all-MiniLM-L6-v2 from its package
-    folder: Subfolder = "sentence-transformers"  # the subfolder of the model folder that holds the transformer
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim

@@ -5,15 +5,15 @@ A trained model is a folder (:mod:`dupq.modeling.model`)::
     config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on
     metrics.json       how it was trained (split, loss per epoch, world size) and what it scored
     vocab.json         the words (:class:`dupq.data.tokenizer.VocabFile`), or instead of it and the weights:
-    model.safetensors  the encoder's and the head's weights
+    model.safetensors  the encoder's and the head's weights (read as NumPy arrays: :func:`read_weights`)
     sentence-transformers/   a pretrained sentence encoder, JSON and safetensors only
 
 Everything that reads a model folder (:meth:`Model.load <dupq.modeling.model.Model.load>`, the
 sentence-transformers reader, the teacher of distillation, the check before a folder is replaced)
 reads it here, through the pydantic formats below and :func:`dupq.core.formats.check_format`, so a
 mistake in any file is one sentence naming the file and the field. The encoder and head entries
-are read straight into :class:`~dupq.modeling.encoders.EncoderConfig`,
-:class:`~dupq.modeling.encoders.SentenceConfig` and :class:`~dupq.modeling.heads.HeadConfig`, whose
+are read straight into :class:`~dupq.modeling.architecture.EncoderConfig`,
+:class:`~dupq.modeling.architecture.SentenceConfig` and :class:`~dupq.modeling.architecture.HeadConfig`, whose
 annotations bound every size. Keys a format does not know are ignored (a newer dupq may add some).
 
 >>> check_format(ModelConfig, {"format": FORMAT, "encoder": {"vocab_size": 10, "dim": "128"}}, "m/config.json")
@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -38,16 +39,24 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
 from dupq.core.files import DupqError, read_json
 from dupq.core.formats import MAX_COUNT, MAX_EMBEDDING, check_format, corrupt, inside, integer, number, sentence
-from dupq.modeling.encoders import ENCODERS, SENTENCE_TRANSFORMERS, EncoderConfig, SentenceConfig
-from dupq.modeling.heads import HeadConfig
+from dupq.modeling.architecture import (
+    ENCODER_TYPES,
+    SENTENCE_TRANSFORMERS,
+    EncoderConfig,
+    HeadConfig,
+    SentenceConfig,
+    weight_shapes,
+)
 from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 
 FORMAT = "dupq-model/1"
 ROUNDING = 1e-6  # float32 cosines can exceed 1 by an ulp or two, and a threshold chosen among them too
-KNOWN = (*ENCODERS, SENTENCE_TRANSFORMERS)  # every encoder type a config.json may name
+KNOWN = (*ENCODER_TYPES, SENTENCE_TRANSFORMERS)  # every encoder type a config.json may name
 # Calibration numbers beyond this are no fit to dev pairs (the bundled model's are below 2) and would
 # overflow the probability; a beta map this steep is a step function anyway.
 MAX_CALIBRATION = 1e6
@@ -81,7 +90,7 @@ def _encoder_tag(encoder: Any) -> str:
 
 Encoders = Annotated[
     Union[  # noqa: UP007 - a Union built from the registry cannot be written with |
-        tuple(Annotated[EncoderConfig, Tag(kind)] for kind in ENCODERS)
+        tuple(Annotated[EncoderConfig, Tag(kind)] for kind in ENCODER_TYPES)
         + (Annotated[SentenceConfig, Tag(SENTENCE_TRANSFORMERS)],)
     ],
     Discriminator(_encoder_tag),
@@ -189,6 +198,43 @@ def read_config(folder: Path) -> ModelConfig:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise DupqError(f"{path} is not a dupq model config (format {FORMAT!r} expected).")
     return check_format(ModelConfig, config, path)
+
+
+def read_weights(folder: Path, config: ModelConfig) -> dict[str, np.ndarray]:
+    """``folder/model.safetensors`` as float32 NumPy arrays by name (no torch), or one sentence: the file
+    must hold finite floating-point numbers, and exactly the weights, of exactly the shapes, that
+    ``config`` needs (:func:`~dupq.modeling.architecture.weight_shapes`); a head's weights are ignored
+    where ``config`` has no head."""
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        raise DupqError(f"the weights of {folder} are missing: {path} does not exist.")
+    try:
+        weights = load_file(path)
+    except (SafetensorError, OSError, ValueError, TypeError) as e:
+        raise DupqError(f"{path} is corrupt ({e}).") from None
+    bad = sorted(k for k, v in weights.items() if v.dtype.kind == "f" and not np.isfinite(v).all())
+    if bad:
+        raise DupqError(f"{path} is corrupt: {bad[0]} holds numbers that are not finite.")
+    if config.head is None:  # a config that sets no head judges by the cosine: a head's weights are left unread
+        weights = {k: v for k, v in weights.items() if not k.startswith("head.")}
+    shapes = weight_shapes(config.kind, config.encoder, config.head)
+    stored = {k: v.shape for k, v in weights.items()}
+    if stored != shapes:
+        raise DupqError(f"{path} does not match {folder / 'config.json'}: {_mismatch(stored, shapes)}.")
+    if any(v.dtype.kind != "f" for v in weights.values()):
+        raise DupqError(f"{path} is corrupt: its weights must be floating-point numbers.")
+    return {k: np.asarray(v, np.float32) for k, v in weights.items()}  # float16 is widened, as torch's .float()
+
+
+def _mismatch(stored: dict[str, tuple], expected: dict[str, tuple]) -> str:
+    """The first difference between the weights a file holds and those its config needs, in words."""
+    missing, unexpected = sorted(expected.keys() - stored.keys()), sorted(stored.keys() - expected.keys())
+    if missing:
+        return f"it lacks {missing[0]}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+    if unexpected:
+        return f"it holds {unexpected[0]}, which the config has no place for"
+    name = next(k for k in sorted(expected) if stored[k] != expected[k])
+    return f"{name} has shape {list(stored[name])}, the config needs {list(expected[name])}"
 
 
 def read_metrics(folder: Path) -> dict[str, Any]:

@@ -7,33 +7,10 @@ numbers. ``mlp``: a small network over InferSent's pair features ``[|u - v|, u *
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 from torch import Tensor, nn
 
-from dupq.core.formats import MAX_HIDDEN, MAX_OUT_DIM, integer
-
-HEADS = ("cosine", "mlp")
-
-
-@dataclass
-class HeadConfig:
-    """How a pair of question vectors becomes a duplicate logit (judging pairs; search keeps the cosine).
-
-    The annotations are also ``config.json``'s format for its ``head`` entry (:mod:`dupq.modeling.formats`).
-    """
-
-    kind: Literal[HEADS] = (
-        "cosine"  # "cosine": scale * (cos - bias), 2 numbers; "mlp": a network over [|u-v|, u*v, cos]
-    )
-    dim: integer(1, MAX_OUT_DIM) = 128  # width of the question vectors it reads
-    hidden: integer(1, MAX_HIDDEN) = 256  # the mlp's hidden width: more can fit finer pair features, and overfit sooner
-
-    def __post_init__(self) -> None:
-        if self.kind not in HEADS:
-            raise ValueError(f"head must be one of {', '.join(HEADS)}, not {self.kind!r}")
+from dupq.modeling.architecture import HEADS, HeadConfig  # noqa: F401 - re-exported beside the module
 
 
 class PairHead(nn.Module):

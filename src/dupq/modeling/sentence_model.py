@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from dupq.core.files import DupqError, check_new_folder, new_folder, readable, write_json
-from dupq.modeling.encoders import SENTENCE_TRANSFORMERS, SentenceConfig
+from dupq.modeling.architecture import SENTENCE_TRANSFORMERS, SentenceConfig
 from dupq.modeling.formats import ModelConfig, check_files, stored_kind
 from dupq.modeling.model import READERS, Model, check_list
 from dupq.modeling.pretrained import load_sentence_transformer

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from dupq.core.files import DupqError
+from dupq.modeling.architecture import HeadConfig
 from dupq.modeling.calibration import calibrated
-from dupq.modeling.heads import PairHead
 
 SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
 THRESHOLD_ON = (SIMILARITY, PROBABILITY)
@@ -51,9 +51,11 @@ class Judging(Protocol):
     threshold: float  # the model's own threshold
     threshold_on: str  # SIMILARITY or PROBABILITY
     calibration: dict[str, float] | None  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs
-    head: PairHead | None
+    head_config: HeadConfig | None  # the pair head's (None: no head)
 
     def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray: ...  # (N,) uncalibrated
+
+    def logits_from_cosines(self, cosines: np.ndarray) -> np.ndarray: ...  # (N,) uncalibrated, no mlp head
 
 
 @dataclass(frozen=True)
@@ -79,15 +81,15 @@ class Verdicts:
 
 def has_probability(model: Judging) -> bool:
     """Whether the model gives ``P(duplicate)``: it has a calibration or a pair head."""
-    return model.calibration is not None or model.head is not None
+    return model.calibration is not None or model.head_config is not None
 
 
 def needs_vectors(model: Judging) -> bool:
     """Whether a pair's probability depends on more than its cosine: an mlp pair head reads both vectors."""
-    return _reads_vectors(model.head)
+    return _reads_vectors(model.head_config)
 
 
-def judging_before_calibration(head: PairHead | None) -> dict[str, Any]:
+def judging_before_calibration(head: HeadConfig | None) -> dict[str, Any]:
     """How a freshly trained model judges pairs until its threshold is chosen on dev pairs, as
     :class:`~dupq.modeling.model.Model`'s keyword arguments ``threshold_on``, ``threshold`` and
     ``threshold_info``: on the probability (at 0.5) when an mlp head reads more than the cosine,
@@ -139,7 +141,7 @@ def from_cosines(
                 raise DupqError("this model's probability needs both question vectors, not only their cosine.")
             logits = model.logits_from_vectors(*vectors())
         else:
-            logits = _cosine_logits(model, cosines)
+            logits = model.logits_from_cosines(cosines)
     return _decide(model, cosines, logits, threshold)
 
 
@@ -164,11 +166,5 @@ def _wants_probability(model: Judging, asked: bool) -> bool:
     return has_probability(model) and (asked or model.threshold_on == PROBABILITY)
 
 
-def _reads_vectors(head: PairHead | None) -> bool:
-    return head is not None and head.config.kind == "mlp"
-
-
-def _cosine_logits(model: Judging, cosines: np.ndarray) -> np.ndarray:
-    """The logit of a model without an mlp head from the cosine alone: the cosine, or a cosine head's ``scale * (cos - bias)``."""
-    cos = np.asarray(cosines, dtype=np.float64)
-    return cos if model.head is None else model.head.scale.item() * (cos - model.head.bias.item())
+def _reads_vectors(head: HeadConfig | None) -> bool:
+    return head is not None and head.kind == "mlp"

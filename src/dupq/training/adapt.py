@@ -45,7 +45,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -54,47 +54,15 @@ import torch
 from torch import nn
 
 from dupq.core.files import DupqError, new_folder
-from dupq.core.options import check_options, option
 from dupq.data.pairs import Dropped
 from dupq.data.tokenizer import check_questions
 from dupq.data.wordpiece import AnyVocabulary
 from dupq.modeling.model import Model
 from dupq.training.batches import Batch, length_batches
-from dupq.training.config import TrainConfig
+from dupq.training.config import AdaptConfig, TrainConfig
 from dupq.training.distil.teacher import TeacherCache, teach
 from dupq.training.step import Siamese, Update, encode_in_chunks
 from dupq.training.train import _train_epoch
-
-
-@dataclass
-class AdaptConfig:
-    """How the student is fine-tuned on the user's questions; each help text is its ``dupq adapt --help``."""
-
-    epochs: int = option(8, "Passes over your questions.", min=1)
-    minutes: float = option(
-        0.0, "Stop before an epoch that would end after this many minutes of fine-tuning (0: no limit).", min=0.0
-    )
-    batch_size: int = option(128, "Your questions per step.", min=2)
-    lr: float = option(0.003, "Adam learning rate (decayed to 0 over the epochs, a cosine).", min=0.0)
-    distil: float = option(
-        1.0, "Weight of the cosine distance to the teacher's vectors (through a projection).", min=0.0
-    )
-    distil_matrix: float = option(0.0, "Weight of matching the teacher's in-batch cosine matrix.", min=0.0)
-    anchor: float = option(0.0, "Weight of the penalty holding the weights near the starting model's (L2-SP).", min=0.0)
-    seed: int = option(0, "Random seed (batches, dropout).")
-    bf16: bool = option(False, "Encode under bfloat16 autocast while training (faster on CPUs with bf16 units).")
-
-    def __post_init__(self) -> None:
-        check_options(self)
-        if not all(math.isfinite(v) for v in (self.lr, self.distil, self.distil_matrix, self.anchor, self.minutes)):
-            raise DupqError("the adaptation's learning rate, weights and minutes must be finite numbers.")
-        if self.distil == 0 and self.distil_matrix == 0:
-            raise DupqError("adaptation needs a distillation loss: give --distil or --distil-matrix a positive weight.")
-
-    def losses(self) -> dict[str, float]:
-        """The objective's losses (:mod:`dupq.training.objectives`)."""
-        named = {"distil": self.distil, "distil_matrix": self.distil_matrix}
-        return {k: v for k, v in named.items() if v > 0}
 
 
 class QuestionBatches:

@@ -41,8 +41,6 @@ from dupq.data.pairs import Pairs
 from dupq.data.tokenizer import Encoded
 from dupq.data.wordpiece import AnyVocabulary
 
-SOURCES = ("duplicates", "labelled")
-
 if TYPE_CHECKING:  # only named in a type hint: the teacher's cache is made in training.distil
     from dupq.training.distil.teacher import TeacherCache
 

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dupq.core.files import DupqError
 from dupq.core.formats import MAX_DIM, MAX_HIDDEN
 from dupq.core.options import check_options, label, option
 from dupq.data.wordpiece import TOKENIZERS
-from dupq.modeling.encoders import ENCODERS, POOLINGS
-from dupq.modeling.heads import HEADS
-from dupq.training.batches import SOURCES
-from dupq.training.objectives import Objective
+from dupq.modeling.architecture import ENCODER_TYPES, HEADS, POOLINGS
+
+if TYPE_CHECKING:
+    from dupq.training.objectives import Objective
 
 CHECKPOINT = "checkpoint.safetensors"
+SOURCES = ("duplicates", "labelled")  # where training pairs come from (dupq.training.batches)
 
 
 # The losses of each batch source when a run names none (``--loss``).
@@ -154,6 +155,8 @@ class TrainConfig:
             )
 
     def objective(self) -> Objective:
+        from dupq.training.objectives import Objective  # torch: imported when training, not by the CLI's options
+
         return Objective(
             self.losses,
             self.margin,
@@ -212,9 +215,40 @@ class ModelOptions:
     encoder: str = option(
         "lstm",
         "The question encoder: lstm (the seed) or gru (no cell state: 3/4 of the LSTM's recurrent work).",
-        choices=ENCODERS,
+        choices=ENCODER_TYPES,
         cli=False,
     )
 
     def __post_init__(self) -> None:
         check_options(self)
+
+
+@dataclass
+class AdaptConfig:
+    """How the student is fine-tuned on the user's questions; each help text is its ``dupq adapt --help``."""
+
+    epochs: int = option(8, "Passes over your questions.", min=1)
+    minutes: float = option(
+        0.0, "Stop before an epoch that would end after this many minutes of fine-tuning (0: no limit).", min=0.0
+    )
+    batch_size: int = option(128, "Your questions per step.", min=2)
+    lr: float = option(0.003, "Adam learning rate (decayed to 0 over the epochs, a cosine).", min=0.0)
+    distil: float = option(
+        1.0, "Weight of the cosine distance to the teacher's vectors (through a projection).", min=0.0
+    )
+    distil_matrix: float = option(0.0, "Weight of matching the teacher's in-batch cosine matrix.", min=0.0)
+    anchor: float = option(0.0, "Weight of the penalty holding the weights near the starting model's (L2-SP).", min=0.0)
+    seed: int = option(0, "Random seed (batches, dropout).")
+    bf16: bool = option(False, "Encode under bfloat16 autocast while training (faster on CPUs with bf16 units).")
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if not all(math.isfinite(v) for v in (self.lr, self.distil, self.distil_matrix, self.anchor, self.minutes)):
+            raise DupqError("the adaptation's learning rate, weights and minutes must be finite numbers.")
+        if self.distil == 0 and self.distil_matrix == 0:
+            raise DupqError("adaptation needs a distillation loss: give --distil or --distil-matrix a positive weight.")
+
+    def losses(self) -> dict[str, float]:
+        """The objective's losses (:mod:`dupq.training.objectives`)."""
+        named = {"distil": self.distil, "distil_matrix": self.distil_matrix}
+        return {k: v for k, v in named.items() if v > 0}

@@ -15,9 +15,8 @@ from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import SplitConfig, Splits, labelled_split
 from dupq.data.tokenizer import Vocabulary
 from dupq.data.wordpiece import TOKENIZER, AnyVocabulary, WordPieceVocabulary
-from dupq.modeling.encoders import ENCODERS
+from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
-from dupq.modeling.model import Encoder, EncoderConfig
 from dupq.modeling.pretrained import packaged_teacher
 from dupq.training.batches import PairBatches
 from dupq.training.config import ModelOptions, TrainConfig

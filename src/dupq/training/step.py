@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from dupq.evaluation.metrics import best_threshold, threshold_free
+from dupq.modeling.encoders import Encoder
 from dupq.modeling.heads import PairHead
-from dupq.modeling.model import Encoder
 from dupq.training.batches import Batch, PairBatches
 from dupq.training.config import TrainConfig
 from dupq.training.distributed import World, gather, share

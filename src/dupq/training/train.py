@@ -248,7 +248,7 @@ def _finish(
         model.encoder,
         metrics={"training": info},
         head=model.head,
-        **judging_before_calibration(model.head),
+        **judging_before_calibration(model.head.config if model.head is not None else None),
     )
     if world.master:
         result.save(out)

@@ -39,7 +39,6 @@ from dupq.core.files import DupqError
 from dupq.core.options import KINDS, of_kind
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import RENAMED, ModelOptions, TrainConfig
-from dupq.training.objectives import parse_losses
 
 PRESETS = ("seed", "labelled", "bundled")
 CONFIGS = (TrainConfig, ModelOptions, SplitConfig)  # the dataclasses a preset's keys belong to
@@ -93,6 +92,8 @@ def _suggestion(key: str) -> str | None:
 def _check_key(path: Path, key: str, value: Any) -> None:
     """Refuse a key that names no option, or a value of another kind than its field's."""
     if key == "losses":
+        from dupq.training.objectives import parse_losses  # torch: imported when a preset names losses, not by the CLI
+
         if not isinstance(value, dict) or not all(of_kind(w, float) for w in value.values()):
             raise DupqError(f"the preset {path} sets losses to {value!r}; write a [losses] table of name = weight.")
         try:

@@ -1,0 +1,66 @@
+"""Commands import what they use: judging a pair and searching with the bundled LSTM model never import torch.
+
+``import torch`` costs seconds, the arithmetic of one judgement milliseconds (bench/cold_start.py):
+each command runs in a fresh interpreter that reports, once it is done, whether torch was imported.
+A command that encodes many questions at once does import it (torch's batched LSTM is faster
+there); that run shows the check can see torch come in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dupq.cli import app
+
+# Run `dupq ARGS` as the installed command does, in this fresh interpreter, then say whether torch came in.
+RUN = """
+import sys
+from dupq.cli import app
+try:
+    app(sys.argv[1:], prog_name="dupq")
+except SystemExit as e:
+    if e.code:
+        raise
+print("torch imported:", "torch" in sys.modules)
+"""
+
+PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
+
+
+def imports_torch(*args: str) -> bool:
+    done = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stdout.strip().splitlines()[-1] == "torch imported: True"
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory):
+    """A small collection built with the bundled model (building may import torch: this is another process)."""
+    folder = tmp_path_factory.mktemp("no-torch")
+    questions = folder / "questions.txt"
+    questions.write_text("How do I learn Python?\nHow can I cook rice?\nWhat is the capital of France?\n")
+    done = CliRunner().invoke(app, ["index", "build", str(questions), "--out", str(folder / "c")])
+    assert done.exit_code == 0, done.output
+    return folder / "c"
+
+
+def test_predict_judges_a_pair_without_torch():
+    assert not imports_torch("predict", *PAIR)
+    assert not imports_torch("predict", *PAIR, "--json")
+
+
+def test_search_answers_without_torch(collection):
+    assert not imports_torch("search", str(collection), "How do I start learning Python?")
+    assert not imports_torch("search", str(collection), "How do I start learning Python?", "--json", "-k", "2")
+
+
+def test_a_bulk_encode_does_import_torch(tmp_path):
+    """Nine pairs are 18 questions, more than the NumPy kernels take: torch encodes them, and the check sees it."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"How do I learn {n}?\tWhat is the best way to learn {n}?\n" for n in range(9)))
+    assert imports_torch("predict", "--pairs", str(pairs))
