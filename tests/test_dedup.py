@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.search import dedup_run
+from dupq.search import candidates, dedup_run
 from dupq.search.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
 from dupq.search.clusters import Edges, components, leader, star
 from dupq.search.dedup import DedupConfig, dedup
@@ -119,7 +119,9 @@ def test_candidates_equal_brute_force_over_the_lists_probed(exact_below):
     assert sorted(rows_seen) == list(range(len(v)))
 
 
-def test_partitioned_search_finds_near_duplicates():
+@pytest.mark.parametrize("flat_lists", [4096, 8])  # 8: the centroids searched through the graph and the nested lists
+def test_partitioned_search_finds_near_duplicates(flat_lists, monkeypatch):
+    monkeypatch.setattr(candidates, "FLAT_LISTS", flat_lists)
     base = unit(2000, 16, 1)
     noisy = base + 0.02 * np.random.default_rng(2).normal(size=base.shape).astype(np.float32)
     v = np.concatenate([base, noisy / np.linalg.norm(noisy, axis=1, keepdims=True)])
