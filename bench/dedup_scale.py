@@ -4,6 +4,7 @@
     python bench/dedup_scale.py quality [--cosines 0.7 0.75 0.8 0.85]
     python bench/dedup_scale.py scale   [--sizes 50000 500000 5000000]
     python bench/dedup_scale.py ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
+    python bench/dedup_scale.py beams   [--sizes 1 2 3 4 16]   (the probes' HNSW beam, times nprobe; 5M questions)
 
 Every distinct question of the Quora file (one a line, as a user would hand them over) is encoded
 once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is a fresh process
@@ -28,6 +29,9 @@ once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is
   duplicates as the real archive, and questions of two blocks are as unrelated as random directions.
   (Drawing ``n`` vectors around the real ones instead gives each real question ``n / 537,016`` near
   copies, so duplicates grow with the archive and the cost with them.)
+* **beams**: on the 5M-question synthetic archive (past 4,096 lists, where the probes search an HNSW
+  graph of the centroids), each beam's CPU time a question and the share of the neighbours above the
+  cosine threshold, found through exact probes for a sample of questions, that its probes find too.
 """
 
 from __future__ import annotations
@@ -233,6 +237,57 @@ def scale(sizes: list[int]) -> dict:
     }
 
 
+def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
+    """Past FLAT_LISTS lists, the HNSW beam of the probes (efSearch = beam x nprobe) on the synthetic archive:
+    its CPU time a question, and the share of a sample's neighbours above the cosine threshold that exact
+    probes find which it finds too."""
+    from dupq.search import candidates as c
+
+    _, real = questions()
+    vectors = rotated_blocks(real, n)
+    config = c.CandidateConfig()
+    k = config.neighbours + 1
+    centroids = c.train_centroids(vectors, config)
+    import faiss
+
+    exact = faiss.IndexFlatIP(centroids.shape[1])
+    exact.add(centroids)
+    own = np.concatenate([exact.search(vectors[lo : lo + 65_536], 1)[1][:, 0] for lo in range(0, n, 65_536)])
+    index = c.list_index(centroids, vectors, np.arange(n), own)
+    rows = np.sort(np.random.default_rng(1).choice(n, sample, replace=False))
+    queries = np.ascontiguousarray(vectors[rows])
+    probed = exact.search(queries, config.nprobe)[1]
+    probed[:, 0] = own[rows]
+    ref_scores, ref_ids = c.search_lists(index, queries, probed, k)
+    close = [set(i[(s > COSINE) & (i != r)].tolist()) for r, s, i in zip(rows, ref_scores, ref_ids)]
+    rows_out = []
+    for beam in choices:
+        c.PROBE_BEAM = beam
+        graph = c._flat_or_graph(centroids, config.nprobe)  # built outside the clock: once a run, not a question
+        start = time.process_time()
+        found = graph.search(queries, config.nprobe)[1]
+        cpu = time.process_time() - start
+        ids = c.search_lists(index, queries, found, k)[1]
+        kept = sum(len(x & set(i.tolist())) for x, i in zip(close, ids))
+        rows_out.append(
+            {
+                "beam": beam,
+                "efSearch": beam * config.nprobe,
+                "cpu_microseconds_per_question": round(cpu / sample * 1e6, 1),
+                "close_neighbours_found": round(kept / max(1, sum(map(len, close))), 4),
+            }
+        )
+        print(json.dumps(rows_out[-1]), file=sys.stderr, flush=True)
+    return {
+        "questions": n,
+        "lists": len(centroids),
+        "sample": sample,
+        "cosine": COSINE,
+        "close_neighbours": sum(map(len, close)),
+        "beams": rows_out,
+    }
+
+
 def saved_runs(name: str) -> list[dict]:
     """Every command of a saved file (docs/results/NAME) with what it printed."""
     return json.loads((Path(__file__).resolve().parents[1] / "docs" / "results" / name).read_text())
@@ -304,7 +359,9 @@ def table(what: str) -> None:
     """The saved run (docs/results/dedup_WHAT.json) as the Markdown table of docs/dedup.md."""
     name = f"dedup_{'scale' if what == 'plan' else what}.json"
     lines = [json.loads(x) for e in saved_runs(name) for x in e["output"] if x.startswith("{")]
-    r = next((x for x in lines if "runs" in x or "groupings" in x), {})  # the run's own line, not a row on stderr
+    r = next(
+        (x for x in lines if {"runs", "groupings", "beams"} & x.keys()), {}
+    )  # the run's own line, not a row on stderr
     if what == "quality":
         print("| grouping | dev P / R / F1 | test P / R / F1 | groups | largest group | pairs its groups imply |")
         print("| --- | --- | --- | --- | --- | --- |")
@@ -331,13 +388,21 @@ def table(what: str) -> None:
             print(f"| {run['questions']:,} | " + " | ".join(cell(run[k]) for k in names) + " |")
         for a in every:
             print(f"| {a['questions']:,} (all) | {cell(a)} |" + " not run |" * (len(names) - 1))
+    elif what == "beams":
+        print(f"| HNSW beam (efSearch) | CPU µs a question | neighbours above cosine {r['cosine']} found |")
+        print("| --- | --- | --- |")
+        for b in r["beams"]:
+            print(
+                f"| {b['beam']} x nprobe ({b['efSearch']}) | {b['cpu_microseconds_per_question']} | {b['close_neighbours_found']} |"
+            )
     elif what == "plan":
         plan(r)
     else:
-        print("| questions | grouping: wall s | CPU s | CPU µs a question | grouped | peak GB |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| questions | grouping: wall s | wall µs a question | CPU s | CPU µs a question | grouped | peak GB |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for run in r["runs"]:
-            cells = [run["group_seconds"], run["group_cpu_seconds"], run["cpu_microseconds_per_question"]]
+            cells = [run["group_seconds"], run["microseconds_per_question"], run["group_cpu_seconds"]]
+            cells.append(run["cpu_microseconds_per_question"])
             print(
                 f"| {run['questions']:,} | "
                 + " | ".join(map(str, cells))
@@ -363,7 +428,7 @@ def plan(r: dict, n: int = 100_000_000, dim: int = 128) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["speed", "quality", "scale", "ray", "child", "table"])
+    parser.add_argument("what", choices=["speed", "quality", "scale", "beams", "ray", "child", "table"])
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", type=int, nargs="*")
     parser.add_argument("--cosines", type=float, nargs="+", default=[0.7, 0.75, 0.8, 0.85, 0.9])
@@ -382,6 +447,8 @@ def main() -> None:
         result = quality(a.cosines)
     elif a.what == "ray":
         result = on_ray(20_000, a.sizes or [50_000, 10_000])
+    elif a.what == "beams":
+        result = beams(5_000_000, a.sizes or [1, 2, 3, 4, 16])
     else:
         result = scale(a.sizes or [50_000, 500_000, 5_000_000])
     print(json.dumps({**machine, **result}))

@@ -177,13 +177,13 @@ def test_bad_filters_are_one_sentence(live):
             coll.search(texts[:1], where=where)
 
 
-def test_cli_keys_remove_update_where_and_decisions(tmp_path, tiny_model_dir):
+def test_cli_keys_remove_update_where_and_decisions(location, tmp_path, tiny_model_dir):
     texts, keys, meta = desk(40)
     table = tmp_path / "desk.tsv"
     table.write_text(
         "id\tquestion\tproduct\n" + "".join(f"{k}\t{t}\t{m['product']}\n" for k, t, m in zip(keys, texts, meta))
     )
-    folder = str(tmp_path / "c")
+    folder = str(location)
     run = CliRunner().invoke
     built = run(
         app, ["index", "build", str(table), "--out", folder, "--model", str(tiny_model_dir), "--key-column", "id"]

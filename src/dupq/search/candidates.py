@@ -37,8 +37,7 @@ from faiss.contrib.ivf_tools import add_preassigned, search_preassigned
 from dupq.core.files import DupqError
 
 FLAT_LISTS = 4096  # up to this many lists, centroids are searched exactly (one matrix product)
-PROBE_BEAM = 3  # past FLAT_LISTS, HNSW's efSearch is this times nprobe (at 5M questions: 0.996 of the
-# neighbours above cosine 0.8 that exact probes find, at a fifth of the cost of efSearch 128)
+PROBE_BEAM = 3  # past FLAT_LISTS, HNSW's efSearch is this times nprobe (docs/scale.md measures each beam)
 
 
 @dataclass
