@@ -49,6 +49,7 @@ def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path)
     assert "http://" not in page and "https://" not in page and "<script" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; How do I cook rice &amp; beans?" in page
     assert "tiny &lt;model&gt;" in page
+    assert "<th>cosine similarity</th>" in page and "(highest cosine similarity)" in page  # the score it shows, named
 
     scores = pair_scores(tiny_model, pairs)
     expected = evaluate_scores(scores, pairs.labels, 0.7)
@@ -60,17 +61,17 @@ def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path)
     fps, fns = errors["false_positives"], errors["false_negatives"]
     assert len(fps) == min(10, fp) and len(fns) == min(10, fn)
     hostile = scores[0]  # identical questions: similarity 1, the most confident mistake possible
-    assert fps[0]["id"] == "hostile" and abs(fps[0]["similarity"] - hostile) < 1e-6
-    shown = [round(r["similarity"], 4) for r in fps]  # ordered as printed
+    assert fps[0]["id"] == "hostile" and abs(fps[0]["score"] - hostile) < 1e-6
+    shown = [round(r["score"], 4) for r in fps]  # ordered as printed
     assert shown == sorted(shown, reverse=True)
     by_id = dict(zip(pairs.ids, zip(pairs.labels, scores)))
-    assert all(by_id[r["id"]][0] == 0 and r["similarity"] > 0.7 for r in fps)
-    assert all(by_id[r["id"]][0] == 1 and r["similarity"] <= 0.7 for r in fns)
-    shown = [round(r["similarity"], 4) for r in fns]
+    assert all(by_id[r["id"]][0] == 0 and r["score"] > 0.7 for r in fps)
+    assert all(by_id[r["id"]][0] == 1 and r["score"] <= 0.7 for r in fns)
+    shown = [round(r["score"], 4) for r in fns]
     assert shown == sorted(shown)
     # No false positive outside the table scores higher (as printed) than the last one in it.
     is_fp = (pairs.labels == 0) & (scores > 0.7)
-    assert round(float(np.sort(scores[is_fp])[::-1][len(fps) - 1]), 4) == round(fps[-1]["similarity"], 4)
+    assert round(float(np.sort(scores[is_fp])[::-1][len(fps) - 1]), 4) == round(fps[-1]["score"], 4)
 
 
 def test_report_command(pairs_path, tmp_path_factory, tmp_path):

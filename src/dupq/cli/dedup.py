@@ -37,8 +37,9 @@ def dedup_command(
     threshold: Annotated[
         Optional[float],
         typer.Option(
-            help="A pair is a duplicate when the model's score (its calibrated probability for the bundled model; "
-            "each row's score_is says which) is above this (default: the model's threshold)."
+            help="A pair is a duplicate when its score is above this: the model's score (its calibrated probability "
+            "for the bundled model), or the cosine with --on similarity; each row's score_is says which "
+            "(default: the model's threshold; --on similarity needs one)."
         ),
     ] = None,
     on: Annotated[

@@ -159,8 +159,10 @@ def predict(
 ) -> None:
     """Say whether two questions are duplicates: their similarity, probability and the verdict."""
     from dupq.data.text import open_lines
+    from dupq.data.tokenizer import check_question
     from dupq.modeling.model import Model
-    from dupq.modeling.predict import check_question, judge, judge_stream, verdict_text
+    from dupq.modeling.predict import judge, judge_stream, verdict_text
+    from dupq.modeling.verdict import verdict_json
 
     if (pairs is None) == (question1 is None):
         raise DupqError("give either two questions or --pairs FILE, not both and not neither.")
@@ -171,20 +173,12 @@ def predict(
     m = Model.load(model)
     t = m.threshold if threshold is None else threshold
     if pairs is None:
-        q1 = check_question(m, question1, "question 1")
-        q2 = check_question(m, question2, "question 2")
+        q1 = check_question(question1, "question 1")
+        q2 = check_question(question2, "question 2")
         j = judge(m, [q1], [q2], t)[0]
         if json_out:
-            obj = {
-                "question1": q1,
-                "question2": q2,
-                "similarity": round(j["similarity"], 6),
-                "duplicate": j["duplicate"],
-                "threshold": t,
-            }
-            if j["probability"] is not None:
-                obj["probability"] = round(j["probability"], 6)
-            typer.echo(to_json(obj))
+            verdict = verdict_json(j["similarity"], j["duplicate"], t, j["probability"])
+            typer.echo(to_json({"question1": q1, "question2": q2, **verdict}))
         else:
             typer.echo(verdict_text(j, m.threshold_on))
         return

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from dupq.core.files import DupqError
+from dupq.modeling.verdict import above
 
 METRICS = ("accuracy", "f1")  # what best_threshold can maximise
 
@@ -58,7 +59,7 @@ def binary_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float) -> 
     [[1, 1], [0, 1]]
     """
     scores, labels = check_scores(scores, labels)
-    predicted = scores > threshold  # (N,) bool, the seed's `d > threshold`
+    predicted = above(scores, threshold)  # (N,) bool, the seed's `d > threshold`
     truth = labels == 1  # (N,) bool
     tp = int(np.sum(predicted & truth))
     fp = int(np.sum(predicted & ~truth))

@@ -11,8 +11,9 @@
   probability against the share of duplicates, per tenth) and its expected calibration error.
 
 The page ends with the worst errors: the non-duplicates the model was surest were duplicates
-(highest similarity) and the duplicates it was surest were not (lowest similarity), texts
-HTML-escaped. Pictures are drawn with matplotlib's ``Figure`` (Agg, no display, no pyplot state).
+(highest score) and the duplicates it was surest were not (lowest score), texts HTML-escaped.
+The score is the one the threshold applies to: the cosine, or the probability for a model judged
+on one; the verdict is :func:`dupq.modeling.verdict.above`, as everywhere. Pictures are drawn with matplotlib's ``Figure`` (Agg, no display, no pyplot state).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import SUMMARY, evaluate_scores, pair_verdicts
 from dupq.evaluation.metrics import expected_calibration_error, precision_recall_curve, reliability, roc_curve
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import PROBABILITY, SCORE_NAMES, SEED_THRESHOLD, SIMILARITY
+from dupq.modeling.verdict import PROBABILITY, SCORE_NAMES, SEED_THRESHOLD, SIMILARITY, above
 
 DUP, NON = "#d62728", "#1f77b4"  # duplicate red, non-duplicate blue, in every picture
 
@@ -110,7 +111,7 @@ def reliability_figure(probabilities: np.ndarray, labels: np.ndarray) -> Figure:
 
 def roc_figure(scores: np.ndarray, labels: np.ndarray, threshold: float, auc: float) -> Figure:
     fpr, tpr, _ = roc_curve(scores, labels)
-    predicted = scores > threshold
+    predicted = above(scores, threshold)  # (N,) bool
     point = (np.mean(predicted[labels == 0]), np.mean(predicted[labels == 1]))
     fig = Figure(figsize=(4.2, 4.2))
     ax = fig.subplots()
@@ -153,28 +154,29 @@ def confusion_figure(matrix: list[list[int]]) -> Figure:
 
 
 def worst_errors(scores: np.ndarray, pairs: Pairs, threshold: float, k: int = 10) -> dict[str, list[dict[str, Any]]]:
-    """The ``k`` most confident false positives (highest similarity) and false negatives (lowest)."""
-    labels = pairs.labels
-    fp = np.flatnonzero((labels == 0) & (scores > threshold))
-    fn = np.flatnonzero((labels == 1) & (scores <= threshold))
+    """The ``k`` most confident false positives (highest score) and false negatives (lowest); ``scores``
+    are what the threshold applies to (the cosine or the probability)."""
+    labels, called = pairs.labels, above(scores, threshold)  # (N,), (N,) bool
+    fp = np.flatnonzero((labels == 0) & called)
+    fn = np.flatnonzero((labels == 1) & ~called)
     shown = np.round(scores, 4)  # ties at the printed precision keep the pairs' order
     fp = fp[np.argsort(-shown[fp], kind="stable")[:k]]
     fn = fn[np.argsort(shown[fn], kind="stable")[:k]]
 
     def rows(index: np.ndarray) -> list[dict[str, Any]]:
         return [
-            {"id": pairs.ids[i], "similarity": float(scores[i]), "question1": pairs.q1[i], "question2": pairs.q2[i]}
+            {"id": pairs.ids[i], "score": float(scores[i]), "question1": pairs.q1[i], "question2": pairs.q2[i]}
             for i in index
         ]
 
     return {"false_positives": rows(fp), "false_negatives": rows(fn)}
 
 
-def _error_table(title: str, why: str, rows: list[dict[str, Any]]) -> str:
+def _error_table(title: str, why: str, rows: list[dict[str, Any]], score: str) -> str:
     e = html.escape
     body = (
         "".join(
-            f"<tr><td>{e(r['id'])}</td><td class=num>{r['similarity']:.4f}</td>"
+            f"<tr><td>{e(r['id'])}</td><td class=num>{r['score']:.4f}</td>"
             f"<td>{e(r['question1'][:500])}</td><td>{e(r['question2'][:500])}</td></tr>"
             for r in rows
         )
@@ -182,7 +184,7 @@ def _error_table(title: str, why: str, rows: list[dict[str, Any]]) -> str:
     )
     return (
         f"<h3>{e(title)}</h3><p>{e(why)}</p><table class=errors>"
-        f"<tr><th>id</th><th>similarity</th><th>question 1</th><th>question 2</th></tr>{body}</table>"
+        f"<tr><th>id</th><th>{e(score)}</th><th>question 1</th><th>question 2</th></tr>{body}</table>"
     )
 
 
@@ -270,7 +272,7 @@ def write_report(
         curves=_curves_section(scores, labels, threshold, m, out),
         calibration=calibration,
         score=html.escape(SCORE_NAMES[judged.on]),
-        errors=_errors_section(errors),
+        errors=_errors_section(errors, SCORE_NAMES[judged.on]),
     )
     atomic_write(out / "index.html", page.encode("utf-8"))
     return {**m, "worst_errors": errors}
@@ -303,13 +305,16 @@ def _curves_section(scores: np.ndarray, labels: np.ndarray, threshold: float, m:
     return f'<img src="{roc}" alt="ROC curve"><img src="{pr}" alt="precision-recall curve">'
 
 
-def _errors_section(errors: dict[str, Any]) -> str:
+def _errors_section(errors: dict[str, Any], score: str) -> str:
+    """The two tables of worst errors; ``score`` names the score they show (:data:`SCORE_NAMES`)."""
     return _error_table(
         "False positives",
-        "Different questions the model was surest were duplicates (highest similarity).",
+        f"Different questions the model was surest were duplicates (highest {score}).",
         errors["false_positives"],
+        score,
     ) + _error_table(
         "False negatives",
-        "Duplicates the model was surest were different (lowest similarity).",
+        f"Duplicates the model was surest were different (lowest {score}).",
         errors["false_negatives"],
+        score,
     )

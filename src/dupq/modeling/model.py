@@ -48,7 +48,7 @@ from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.architecture import EncoderConfig, HeadConfig
 from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics, read_weights
 from dupq.modeling.kernels import Kernels, Stored, arrays
-from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, from_vectors
+from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, clip_cosines, from_vectors
 
 if TYPE_CHECKING:
     from dupq.modeling.encoders import Encoder
@@ -220,7 +220,7 @@ class Model:
     def similarity(self, q1: str | list[str], q2: str | list[str]) -> float | np.ndarray:
         """Cosine similarity of two questions (a float), or of two equal-length lists (an array)."""
         single, u, v = self._pair_vectors(q1, q2)
-        sims = np.clip(np.einsum("nd,nd->n", u, v), -1.0, 1.0)  # (N,)
+        sims = clip_cosines(np.einsum("nd,nd->n", u, v))  # (N,)
         return float(sims[0]) if single else sims
 
     def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -20,15 +20,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from dupq.core.files import DupqError
-from dupq.data.tokenizer import check_question as check_text
+from dupq.data.tokenizer import check_question
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq.modeling.verdict import PROBABILITY, from_vectors
-
-
-def check_question(model: Model, text: str, where: str) -> str:
-    """``text`` if it can be judged, else a :class:`DupqError` naming ``where`` it came from
-    (:func:`dupq.data.tokenizer.check_question`, the rule every entry point applies)."""
-    return check_text(text, where)
+from dupq.modeling.verdict import PROBABILITY, from_vectors, verdict_json
 
 
 def judge(model: Model, q1: list[str], q2: list[str], threshold: float | None = None) -> list[dict]:
@@ -69,18 +63,12 @@ class Verdict:
         return f"{self.line}\t{self.similarity:.4f}{prob}\t{'duplicate' if self.duplicate else 'different'}"
 
     def json(self) -> str:
-        obj = {
-            "line": self.line,
-            "similarity": round(self.similarity, 6),
-            "duplicate": self.duplicate,
-            "threshold": self.threshold,
-        }
-        if self.probability is not None:
-            obj["probability"] = round(self.probability, 6)
-        return json.dumps(obj)
+        return json.dumps(
+            {"line": self.line, **verdict_json(self.similarity, self.duplicate, self.threshold, self.probability)}
+        )
 
 
-def parse_line(model: Model, raw: bytes, line: int) -> tuple[str, str] | None:
+def parse_line(raw: bytes, line: int) -> tuple[str, str] | None:
     """The two questions of one input line; None for a blank line; DupqError for a bad one."""
     try:
         text = raw.decode("utf-8")
@@ -93,8 +81,8 @@ def parse_line(model: Model, raw: bytes, line: int) -> tuple[str, str] | None:
     if len(fields) != 2:
         raise DupqError(f"line {line} has {len(fields)} tab-separated field(s); expected question1<TAB>question2.")
     return (
-        check_question(model, fields[0], f"question 1 on line {line}"),
-        check_question(model, fields[1], f"question 2 on line {line}"),
+        check_question(fields[0], f"question 1 on line {line}"),
+        check_question(fields[1], f"question 2 on line {line}"),
     )
 
 
@@ -131,7 +119,7 @@ def judge_stream(
     try:
         for number, raw in enumerate(lines, 1):
             try:
-                pair = parse_line(model, raw, number)
+                pair = parse_line(raw, number)
             except DupqError as e:
                 items.append(e)
             else:

@@ -20,7 +20,14 @@ rule reads a model's stored judging settings (``config.json``): ``threshold``, `
 Three front doors, one for each thing a caller holds, all ending in one decision
 (:func:`_decide`): :func:`from_vectors` (the two vectors of each pair), :func:`from_logits`
 (logits and cosines computed already, as evaluation does in bulk) and :func:`from_cosines`
-(the cosines of a search, the vectors fetched only when an mlp head needs them).
+(the cosines of a search, the vectors fetched only when an mlp head needs them). A fourth,
+:func:`on_cosines`, judges cosines alone at a given threshold, whatever the model's own rule
+(``dupq dedup --on similarity``).
+
+The two rules every other module calls rather than restates: :func:`above` (a score is a
+duplicate when strictly above the threshold; metrics and the report count with it) and
+:func:`clip_cosines` (a cosine of unit vectors kept in [-1, 1]). :func:`verdict_json` is one
+pair's verdict as the JSON object that ``dupq predict --json`` prints, one pair or a stream.
 """
 
 from __future__ import annotations
@@ -77,6 +84,31 @@ class Verdicts:
         if self.probability is None:
             raise DupqError(NO_PROBABILITY)
         return self.probability
+
+
+def above(scores: np.ndarray, threshold: float) -> np.ndarray:
+    """The verdict of scores ``(N,)`` at ``threshold``: True (a duplicate) when strictly above it,
+    the seed's ``d > threshold``.
+
+    >>> above(np.array([0.9, 0.7, 0.3]), 0.7).tolist()
+    [True, False, False]
+    """
+    return np.asarray(scores) > threshold
+
+
+def clip_cosines(cosines: Any) -> Any:
+    """Cosines of unit vectors (an array or one float) kept in [-1, 1], its dtype kept: float32
+    rounding can give 1.0000001. Every cosine a user sees passes through here."""
+    return np.clip(cosines, -1.0, 1.0)
+
+
+def verdict_json(similarity: float, duplicate: bool, threshold: float, probability: float | None) -> dict[str, Any]:
+    """One pair's verdict as its JSON object: ``similarity``, ``duplicate``, ``threshold`` and, where
+    the model gives one, ``probability``, scores rounded to 6 decimals (``dupq predict --json``)."""
+    obj: dict[str, Any] = {"similarity": round(similarity, 6), "duplicate": duplicate, "threshold": threshold}
+    if probability is not None:
+        obj["probability"] = round(probability, 6)
+    return obj
 
 
 def has_probability(model: Judging) -> bool:
@@ -145,11 +177,19 @@ def from_cosines(
     return _decide(model, cosines, logits, threshold)
 
 
+def on_cosines(cosines: np.ndarray, threshold: float) -> Verdicts:
+    """Pairs judged by their cosine ``(N,)`` alone at ``threshold``, whatever the model's own rule
+    (``dupq dedup --on similarity``, faster: no pair head, no calibration)."""
+    similarity = clip_cosines(np.asarray(cosines, dtype=np.float64))
+    threshold = float(threshold)
+    return Verdicts(similarity, None, similarity, above(similarity, threshold), threshold, SIMILARITY)
+
+
 def _decide(model: Judging, similarity: np.ndarray, logits: np.ndarray | None, threshold: float | None) -> Verdicts:
     """The rule itself: the calibrated probability of ``logits`` (None without them), the score that
     ``threshold_on`` names, and ``score > threshold`` (the model's threshold unless one is given)."""
     threshold = model.threshold if threshold is None else float(threshold)
-    similarity = np.clip(np.asarray(similarity, dtype=np.float64), -1.0, 1.0)  # float32 rounding can give 1.0000001
+    similarity = clip_cosines(np.asarray(similarity, dtype=np.float64))
     probability = None if logits is None else calibrated(model.calibration, logits)
     if model.threshold_on == PROBABILITY:
         if probability is None:
@@ -157,7 +197,7 @@ def _decide(model: Judging, similarity: np.ndarray, logits: np.ndarray | None, t
         score = probability
     else:
         score = similarity
-    return Verdicts(similarity, probability, score, score > threshold, threshold, model.threshold_on)
+    return Verdicts(similarity, probability, score, above(score, threshold), threshold, model.threshold_on)
 
 
 def _wants_probability(model: Judging, asked: bool) -> bool:

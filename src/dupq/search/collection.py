@@ -45,7 +45,7 @@ import numpy as np
 from dupq.core.files import DupqError
 from dupq.data.tokenizer import MAX_QUESTION, check_questions
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import from_cosines
+from dupq.modeling.verdict import clip_cosines, from_cosines
 from dupq.search.backend import Backend, check_where
 from dupq.search.location import Location
 from dupq.search.manifest import model_for, new_manifest
@@ -207,7 +207,7 @@ class Collection:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
         scores, ids = self._backend.search(vectors, k, where)  # (Q, k'), (Q, k')
-        scores = np.clip(scores, -1.0, 1.0)  # float32 rounding can give 1.0000001
+        scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query

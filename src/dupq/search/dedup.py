@@ -28,7 +28,7 @@ from dupq.core.files import DupqError
 from dupq.data.tokenizer import check_questions
 from dupq.modeling.formats import check_threshold
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import SIMILARITY, from_cosines
+from dupq.modeling.verdict import SIMILARITY, from_cosines, on_cosines
 from dupq.search.candidates import CandidateConfig, neighbour_blocks
 from dupq.search.clusters import CLUSTERERS, METHODS, Clusters, Edges
 
@@ -80,8 +80,9 @@ def judge(
     if not len(a):
         return Edges.empty()
     if on == SIMILARITY:
-        keep = cos > threshold
-        return Edges(a[keep].astype(np.int64), b[keep].astype(np.int64), cos[keep].astype(np.float32))
+        verdicts = on_cosines(cos, threshold)
+        keep = verdicts.duplicate
+        return Edges(a[keep].astype(np.int64), b[keep].astype(np.int64), verdicts.score[keep].astype(np.float32))
     parts = []
     for lo in range(0, len(a), JUDGE_CHUNK):  # a chunk's pair features stay small (the mlp head's are ~2 KB a pair)
         pa, pb, pc = a[lo : lo + JUDGE_CHUNK], b[lo : lo + JUDGE_CHUNK], cos[lo : lo + JUDGE_CHUNK]

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from dupq.core.files import DupqError
 from dupq.data.questions import KEY_PATTERN, MAX_KEY
 from dupq.data.tokenizer import MAX_QUESTION, check_question
+from dupq.modeling.verdict import clip_cosines
 from dupq.search.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
 
 MAX_K = 100  # results of one search
@@ -47,7 +48,7 @@ Question = Annotated[
     ),
     AfterValidator(_question),
 ]
-Score = Annotated[float, AfterValidator(lambda x: min(1.0, max(-1.0, x)))]  # float32 rounding can reach 1.0000001
+Score = Annotated[float, AfterValidator(lambda x: float(clip_cosines(x)))]  # float32 rounding can reach 1.0000001
 Key = Annotated[
     str,
     Field(min_length=1, max_length=MAX_KEY, pattern=KEY_PATTERN, description="Printable ASCII, no spaces."),
