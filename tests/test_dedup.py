@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -287,3 +288,20 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
     assert read_questions(tmp_path / "q.jsonl", key_column="id").dropped.count == 3  # empty, not JSON, not an object
     with pytest.raises(Exception, match="has no column 'title'"):
         list(read_questions(tmp_path / "q.parquet", column="title"))
+
+
+def test_a_ray_address_out_of_reach_is_one_sentence():
+    from dupq.core.files import DupqError
+    from dupq.search.dedup_ray import _reachable
+
+    with (
+        socket.socket() as listener
+    ):  # a "cluster" on the loopback address only, as `ray start --node-ip-address 127.0.0.1`
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        _reachable(address, lambda: "127.0.0.1")  # Ray dials the address as given: reachable
+        with pytest.raises(DupqError, match="listens on the loopback address only, and Ray dials .* 127.0.0.2"):
+            _reachable(address, lambda: "127.0.0.2")  # Ray dials the machine's address instead, where nothing listens
+    with pytest.raises(DupqError, match="cannot reach a Ray cluster at 127.0.0.1:"):
+        _reachable(address, lambda: "127.0.0.1")  # nothing listens any more

@@ -22,7 +22,7 @@ from __future__ import annotations
 import socket
 import tempfile
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -85,15 +85,33 @@ def _search(files, name, threshold, on, k, rows, queries, query_probes, corpus, 
     return judge(model, _ByKey(corpus_ids, corpus), rows, scores, ids, threshold, on)
 
 
-def _reachable(address: str, timeout: float = 10.0) -> None:
-    """Refuse a ``HOST:PORT`` where nothing listens in one sentence (Ray itself retries for minutes)."""
+def _listens(host: str, port: int, timeout: float) -> OSError | None:
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        return e
+    return None
+
+
+def _reachable(address: str, node_ip: Callable[[], str], timeout: float = 10.0) -> None:
+    """Refuse a ``HOST:PORT`` where nothing listens in one sentence (Ray itself retries for minutes).
+
+    Ray dials this machine's own address (``node_ip()``) in place of 127.0.0.1 or localhost, unless
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: a cluster that listens on the loopback address alone is
+    then out of its reach, which is checked here too rather than found minutes later."""
     host, _, port = address.rpartition(":")
     if "://" in address or not port.isdigit():
         return  # auto, ray://...: Ray finds or reaches the cluster itself
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as e:
-        raise DupqError(f"cannot reach a Ray cluster at {address} ({e.strerror or e}).") from None
+    error = _listens(host, int(port), timeout)
+    if error is not None:
+        raise DupqError(f"cannot reach a Ray cluster at {address} ({error.strerror or error}).")
+    dialled = node_ip() if host in ("127.0.0.1", "localhost") else host
+    if dialled != host and _listens(dialled, int(port), timeout) is not None:
+        raise DupqError(
+            f"the Ray cluster at {address} listens on the loopback address only, and Ray dials this machine's "
+            f"address {dialled} in its place: set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for both, or start the "
+            "cluster on the machine's address."
+        )
 
 
 class RayEngine:
@@ -101,7 +119,7 @@ class RayEngine:
 
     def __init__(self, address: str):
         ray = _ray()
-        _reachable(address)
+        _reachable(address, ray.util.get_node_ip_address)
         try:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
