@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -25,11 +24,10 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).parent))
-from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs  # noqa: E402
-from dupq.training.distributed import World, join  # noqa: E402
-from dupq.training.step import Update, distributed_loss  # noqa: E402
-from train_speed import RECIPES, training_parts  # noqa: E402
+from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
+from dupq.training.distributed import World, join
+from dupq.training.step import Update, distributed_loss
+from train_speed import RECIPES, training_parts
 
 
 def _steps(splits, recipe: str, steps: int, world: World) -> dict:

@@ -34,8 +34,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 # What the seed recipe's best run (the bundled model before stage 5) added to it: its tokenizer and regularisation.
 WORDS = {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2}
 SHORT = {"epochs": 2}  # ablations: two epochs each, the same budget
