@@ -10,12 +10,14 @@ STAMP := $(VENV)/.installed-stamp
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# Pinned: on this machine torch==2.13.0 is a CPU wheel on disk; a plain `torch` pulls a CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# The lab (lab/): the benchmarks and experiments behind the docs, and the figures they render; it imports dupq.
+	$(BIN)/python -m pip install --quiet --no-deps -e ./lab
 	touch $(STAMP)
 
 # The recipes are presets shipped in the package (src/dupq/training/presets/*.toml; `dupq train --preset NAME --show`

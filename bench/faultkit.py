@@ -1,7 +1,7 @@
 """What the fault cases share: the result of a case, running the CLI, a collection to damage, a server.
 
 Every ``bench/fault_cases_*.py`` module imports what it needs from here (``faults``, the runner,
-re-exports the same names). The server harness is the test suite's, :mod:`dupq.service.testing`.
+re-exports the same names). The server harness is the test suite's, :mod:`dupq_lab.serving`.
 
 A case runs the CLI through :data:`DUPQ` and :data:`ENV`, read at each call: the fault suite's
 own test (``tests/test_fault_suite.py``) points them at a deliberately broken build to show that
@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dupq.service.testing import Answer, ServeProcess, free_port
-from dupq.service.testing import http as request
+from dupq_lab.serving import Answer, ServeProcess, free_port
+from dupq_lab.serving import http as request
 
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]  # how a case runs `dupq`
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "DUPQ_API_TOKEN": "fault-token"}

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from dupq.service.testing import ServeProcess, http
+from dupq_lab.serving import ServeProcess, http
 
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]
 TOKEN = "reencode-token"

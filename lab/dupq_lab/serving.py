@@ -1,7 +1,7 @@
-"""Running the service for a test: in a thread of this process, or as ``dupq serve`` in another.
+"""Running the service for a test or a measurement: in a thread of this process, or as ``dupq serve`` in another.
 
-The test suite (``tests/``) and the fault suite (``bench/faults.py``) both start servers and
-talk to them over real sockets; this is their one harness, like ``fastapi.testclient`` is
+The test suite (``tests/``, its fault cases too) and the lab's service measurements start servers
+and talk to them over real sockets; this is their one harness, like ``fastapi.testclient`` is
 FastAPI's. Both kinds of server run under :func:`~dupq.service.connections.server_config`,
 the configuration ``dupq serve`` uses, so what a test measures is what a user runs.
 
