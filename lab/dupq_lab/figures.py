@@ -1,26 +1,556 @@
-"""Reading what a saved measurement printed: docs/results/NAME, ``[{"command": ..., "output": [line, ...]}, ...]``.
+"""Every Markdown table of README.md and docs/: one declaration each (:data:`TABLES`), one renderer (:func:`render`).
 
-The table scripts of bench/ render the docs' figures from these files; this is the one reader they share.
+A page asks for a table by name, ``<!-- regenerate: table NAME -->`` (``dupq-lab figures`` writes it). A
+:class:`Table` names its inputs in docs/results/ (:func:`source`) and holds its header and rows as
+templates: Python format strings over those inputs, ``{name[key][key]:spec}``, where the spec ``.4f~``
+drops trailing zeros and ``bytes`` writes a size in MB, GB or TB. A cell whose input or key is
+missing is ``-``, and a row whose every cell but its labels is ``-`` is left out. ``each`` repeats the
+rows once per item of an input (the item is ``it``, its key ``key``). A table that is arithmetic
+rather than lookups (a pivot, a plan) is a small function referenced from its entry. Nothing is
+measured here.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
-def saved_output(name: str | Path) -> list[str]:
-    """The lines the last command of a saved file printed (``name`` in docs/results/, or a path)."""
-    return json.loads((RESULTS / name).read_text())[-1]["output"]
+def saved(name: str) -> list[dict]:
+    """A saved measurement, docs/results/NAME: ``[{"command": ..., "output": [line, ...]}, ...]``."""
+    return json.loads((RESULTS / name).read_text())
 
 
-def last_json(name: str | Path) -> dict:
-    """The last line the last command of a saved file printed, as JSON."""
-    return json.loads(saved_output(name)[-1])
+def printed(entry: dict) -> dict:
+    """The JSON line a saved command printed last (a row on stderr after it is skipped)."""
+    return json.loads(next(line for line in reversed(entry["output"]) if line.startswith("{")))
 
 
-def every_json(name: str | Path) -> list[dict]:
-    """The last line each command of a saved file printed, as JSON: one per run, in the file's order."""
-    return [json.loads(entry["output"][-1]) for entry in json.loads((RESULTS / name).read_text())]
+def source(spec: str):
+    """One input: ``FILE`` (the JSON its last command printed), ``FILE | COMMAND`` (that command, else the first starting so),
+    ``FILE *`` (every command's), ``*.jsonl`` (the sweeps' rows, by name); None where FILE is missing."""
+    if spec == "*.jsonl":
+        lines = (line for path in sorted(RESULTS.glob("*.jsonl")) for line in path.read_text().splitlines())
+        return {row["name"]: row for line in lines if line.strip() for row in [json.loads(line)]}
+    name, _, command = (part.strip() for part in spec.partition("|"))
+    name, every = name.removesuffix(" *"), name.endswith(" *")
+    if not (RESULTS / name).is_file():
+        return None
+    entries = saved(name)
+    if every:
+        return [printed(e) for e in entries]
+    exact = [e for e in entries if e["command"] == command] or [e for e in entries if e["command"].startswith(command)]
+    return printed(exact[0] if command else entries[-1])
+
+
+def human(n_bytes: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:,.1f} {unit}"
+    return f"{n_bytes:,.0f} B"
+
+
+class _Cells(string.Formatter):
+    def format_field(self, value, spec: str) -> str:
+        if value is None:
+            raise KeyError("null")
+        if spec == "bytes":
+            return human(value)
+        if spec.endswith("~"):
+            return format(value, spec[:-1]).rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+        return format(value, spec)
+
+
+def cell(template: str, data: dict) -> str:
+    """``template`` filled from ``data``; ``-`` where an input or a key is missing."""
+    try:
+        return _Cells().vformat(template, (), data)
+    except (KeyError, IndexError, TypeError):
+        return "-"
+
+
+@dataclass(frozen=True)
+class Table:
+    header: tuple[str, ...] = ()  # the column labels, in order (templates too)
+    rows: tuple[tuple[str, ...], ...] = ()  # each row's cells, the first its label
+    data: dict[str, str | Callable] = field(default_factory=dict)  # name -> source() spec, or a function of none
+    each: str = ""  # the rows again for every item of this input (``it``; ``key`` where it is a dict)
+    labels: int = 1  # the cells that name a row; a row whose other cells are all "-" is left out
+    render: Callable[[], list[list[str]]] | None = None  # a table of arithmetic: its header and rows, by itself
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
+    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    return [line(header), line(["---"] * len(header)), *map(line, rows)]
+
+
+def render(name: str) -> list[str]:
+    """The Markdown lines of table ``name``."""
+    table = TABLES[name]
+    if table.render:
+        header, *rows = table.render()
+        return markdown(header, rows)
+    data = {key: spec() if callable(spec) else source(spec) for key, spec in table.data.items()}
+    items = data[table.each] if table.each else [None]
+    items = items.items() if isinstance(items, dict) else enumerate(items)
+    rows = [[cell(c, {**data, "it": it, "key": key}) for c in row] for key, it in items for row in table.rows]
+    return markdown(
+        [cell(h, data) for h in table.header], [r for r in rows if any(c != "-" for c in r[table.labels :])]
+    )
+
+
+# -- the tables that are arithmetic ---------------------------------------------------------------------------
+
+
+def sweep_rows(*files: str) -> list[list[str]]:
+    """The sweeps' rows (docs/results/FILE.jsonl), ordered by what chose among them (dev accuracy)."""
+    columns = [
+        ("configuration", "name"), ("command", "command"), ("val acc.", "val_accuracy"),
+        ("dev acc.", "dev_accuracy"), ("dev MRR", "dev_mrr"), ("dev MRR@10", "dev_mrr@10"),
+        ("test acc.", "test_accuracy"), ("ROC-AUC", "roc_auc"), ("ECE", "test_ece"), ("test MRR", "test_mrr"),
+        ("test MRR@10", "test_mrr@10"), ("clean acc.", "clean_accuracy"), ("clean AUC", "clean_roc_auc"),
+        ("best epoch", "best_epoch"), ("train s", "train_seconds"),
+    ]  # fmt: skip
+    rows = [json.loads(line) for f in files for line in (RESULTS / f).read_text().splitlines() if line.strip()]
+    rows.sort(key=lambda r: r.get("dev_accuracy") or 0)
+    fill = lambda r, key: "`{it[command]}`" if key == "command" else f"{{it[{key}]}}"  # noqa: E731
+    return [[label for label, _ in columns], *([cell(fill(r, key), {"it": r}) for _, key in columns] for r in rows)]
+
+
+def adapt() -> list[list[str]]:
+    """The saved `dupq adapt` run: what its printed lines say, and the help-desk dev Recall@1 before and after."""
+    text = "\n".join(saved("adapt.json")[-1]["output"])
+    questions = re.search(r"adapting the .* to ([\d,]+) questions", text).group(1)
+    teacher, tuning = re.search(r"\(teacher (\d+)s, fine-tuning (\d+)s\)", text).groups()
+    before, after = re.search(r"cosine to the teacher ([\d.]+) -> ([\d.]+)", text).groups()
+    recall = [source(f"out_of_domain{s}_dev.json")["dupq"]["recall@1"] for s in ("", "_adapted")]
+    header = ["questions", "teacher", "fine-tuning", "cosine to the teacher", "help-desk dev Recall@1"]
+    return [
+        header,
+        [questions, f"{teacher} s", f"{tuning} s", f"{before} -> {after}", "{:.3f} -> {:.3f}".format(*recall)],
+    ]
+
+
+INDEXES = {"flat": "flat (exact)", "hnsw": "hnsw", "ivfpq": "ivfpq + exact re-ranking"}
+TARGET_BYTES, TARGET_RECALL = 48, 0.95  # the target of a compressed index, per question
+
+
+def search_speed() -> list[list[str]]:
+    """docs/results/search_speed.json: build, size, latency, throughput and recall of each index."""
+    result, rows = json.loads((RESULTS / "search_speed.json").read_text()), []
+    for kind in (k for k in INDEXES if k in result):
+        r, s = result[kind], result[kind].get("settings")
+        name = INDEXES[kind]
+        if kind == "hnsw" and s:
+            name += f" (M {s['hnsw_m']}, efConstruction {s['ef_construction']}, efSearch {s['ef_search']})"
+        elif kind == "ivfpq" and s:
+            name += f" (nlist {s['nlist']}, {s['pq_m']} bytes/code, nprobe {s['nprobe']}, re-rank {s['rerank']})"
+        rows.append(
+            [
+                name,
+                f"{r['build_s']} s",
+                human(r["size_mb"] * 2**20),
+                f"{r['p50_ms']} / {r['p99_ms']} ms ({r['index_p50_ms']} ms)",
+            ]
+            + [f"{r['batch256_qps']:,} q/s", str(r["recall@10"])]
+        )
+    header = ["index", "build", "on disk (store + index)", "single query p50 / p99 (search alone p50)"]
+    return [header + ["batches of 256", "recall@10 vs exact"], *rows]
+
+
+def search_memory() -> list[list[str]]:
+    """Each index's measured bytes a question (its FAISS file) at 10M and 100M questions, and the SQLite store's."""
+    result = json.loads((RESULTS / "search_speed.json").read_text())
+    n, kinds = result["questions"], [k for k in INDEXES if k in result]
+    scaled = lambda b: [f"{b:,}", human(b * n), human(b * 1e7), human(b * 1e8)]  # noqa: E731
+    rows = []
+    for kind in kinds:
+        b, recall = result[kind]["bytes_per_question"], result[kind]["recall@10"]
+        rows.append([INDEXES[kind], *scaled(b), "yes" if b <= TARGET_BYTES and recall >= TARGET_RECALL else "no"])
+    first = result[kinds[0]]  # every kind's folder holds the same store: the first one's, less its index
+    rows.append(
+        ["SQLite store (on disk)", *scaled(round(first["size_mb"] * 2**20 / n - first["bytes_per_question"])), ""]
+    )
+    header = ["index (in memory)", "bytes/question", f"{n:,} questions", "10M questions", "100M questions"]
+    return [header + [f"<= {TARGET_BYTES} B/question at recall@10 >= {TARGET_RECALL}"], *rows]
+
+
+def hnsw(efs: tuple[int, ...] = (16, 24, 32, 40, 48, 64)) -> list[list[str]]:
+    """The saved HNSW sweeps: a row per efSearch, a column per graph; the run of seed 1 chose, seed 0 reports."""
+    key = ("m", "ef_construction", "ef_search")
+    runs = [[json.loads(line) for line in e["output"]] for e in saved("hnsw_sweep.json")]
+    choose, report = ({tuple(r[k] for k in key): r for r in lines if "m" in r} for lines in runs)
+    chosen = tuple(runs[0][-1]["chosen"][k] for k in key) if runs[0][-1]["chosen"] else None
+    graphs = sorted({k[:2] for k in choose})
+    rows = [[f"M {m}, efConstruction {efc}: recall@10 (choosing / other queries), p50" for m, efc in graphs]]
+    for ef in sorted(set(efs) & {k[2] for k in choose}):
+        cells = []
+        for g in graphs:
+            c, r = choose.get((*g, ef)), report.get((*g, ef))
+            text = c and f"{c['recall@10']:.4f} / {r['recall@10']:.4f}, {r['p50_us']:.0f} µs"
+            cells.append("-" if c is None else f"**{text}** (chosen)" if (*g, ef) == chosen else text)
+        rows.append([str(ef), *cells])
+    return [["efSearch", *rows[0]], *rows[1:]]
+
+
+ROUTES = [  # (files: one per training seed, label); the presets are in bench/presets/
+    (["route_bundled_dev.json"], "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
+    (["route_0_dev.json", "route_0_s1_dev.json", "route_0_s2_dev.json"], "0: the bundled recipe trained again as the routes were"),
+    (["route_a_dev.json", "route_a_s1_dev.json", "route_a_s2_dev.json"], "A: + transfer set (128 taught questions a batch)"),
+    (["route_b_dev.json"], "B: + word embeddings at 0.1 x lr"),
+    (["route_c_dev.json"], "C: A and B"),
+    (["route_d_dev.json"], "D: + the teacher's WordPiece vocabulary, its token vectors as the start"),
+    (["route_e_dev.json"], "E (a ceiling): A's teacher and data, the distil loss alone"),
+]  # fmt: skip
+ROUTE_CELLS = (  # each a saved command's printed JSON: help desks dev, Quora dev pairs, Quora dev rows
+    "{ood[dupq][recall@1]:.4f}", "{ood[dupq][mrr@10]:.4f}", "{pairs[accuracy]:.4f}", "{pairs[roc_auc]:.4f}",
+    "{rows[dupq][mrr@10]:.4f}",
+)  # fmt: skip
+EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
+
+
+def routes() -> list[list[str]]:
+    """docs/results/route_*_dev.json: each route's dev figures, its seeds' in order (" / "), and its training time."""
+    commands = {
+        "ood": "python bench/out_of_domain.py",
+        "pairs": "python bench/quora_dev.py",
+        "rows": "python bench/retrieval.py",
+    }
+    rows = []
+    for files, label in ROUTES:
+        runs = [f for f in files if (RESULTS / f).is_file()]
+        data = [{k: source(f"{f} | {c}") for k, c in commands.items()} for f in runs]
+        cells = [" / ".join(cell(c, d) for d in data) for c in ROUTE_CELLS]
+        seconds = [
+            [float(m.group(1)) for e in saved(f) if e["command"].startswith("dupq train") for line in e["output"]
+             if (m := EPOCH_SECONDS.match(line))]
+            for f in runs
+        ]  # fmt: skip
+        rows += (
+            [[label, *cells, " / ".join(f"{sum(s) / 60:.1f}" if s else "(shipped)" for s in seconds)]] if runs else []
+        )
+    static = source("static_branch_dev.json | python bench/static_branch.py")
+    if (
+        static
+    ):  # route F trains nothing: the bundled model's vectors joined to static ones; pairs are the bundled model's
+        chosen = static["systems"]["model + static dim 128 a 0.002 weight 1"]
+        data = {
+            "ood": {"dupq": chosen["help_desk"]},
+            "rows": {"dupq": chosen["quora"]},
+            "pairs": source("route_bundled_dev.json | python bench/quora_dev.py"),
+        }
+        label = "F: the bundled model + a static branch (the teacher's vector of each word, SIF-weighted; 128 wide, weight 1)"
+        rows.append(
+            [label, *(cell(c, data) for c in ROUTE_CELLS), f"none (teacher: {static['teacher_seconds']:g} s, 2 widths)"]
+        )
+    header = ["route", "help desks dev: Recall@1", "MRR@10", "Quora dev pairs: accuracy", "ROC-AUC"]
+    return [header + ["Quora dev rows: retrieval MRR@10", "training minutes (2 threads)"], *rows]
+
+
+def dedup_speed() -> list[list[str]]:
+    """docs/results/dedup_speed.json: dupq's and SemHash's grouping side by side, then dupq alone on every question."""
+    lines = [json.loads(x) for e in saved("dedup_speed.json") for x in e["output"] if x.startswith("{")]
+    runs = [x for x in lines if "dupq grouping (cosine)" in x]  # the side-by-side rows, as each size ended
+    names = [k for k in runs[0] if k != "questions"]
+
+    def timing(m: dict) -> str:
+        return f"{m.get('group_seconds', m['seconds'])} / {m.get('group_cpu_seconds', m['cpu_seconds'])} / {m['peak_gb']:.2f}"
+
+    rows = [[f"{run['questions']:,}", *(timing(run[k]) for k in names)] for run in runs]
+    rows += [
+        [f"{a['questions']:,} (all)", timing(a), *["not run"] * (len(names) - 1)] for x in lines if (a := x.get("all"))
+    ]
+    return [["questions", *(f"{k}: wall s / CPU s / peak GB" for k in names)], *rows]
+
+
+def dedup_plan(n: int = 100_000_000, dim: int = 128) -> list[list[str]]:
+    """The 100M-question plan, from the scale run's largest archive: hours of one core, then minutes on a cluster."""
+    big = dedup("dedup_scale.json")["runs"][-1]
+    core_us = big["cpu_microseconds_per_question"]  # CPU time a question, all threads together
+    core_minutes = n * core_us / 1e6 / 60
+    vectors_gb = n * (4 * dim + 8) / 1e9  # float32 vectors + list ids: the inverted file, spread over the tasks
+    minutes = f"minutes for 100M questions (at the {big['questions']:,}-question run's {core_us:.0f} CPU µs a question: {core_minutes / 60:.1f} core-hours)"
+    rows = [
+        [f"{k} nodes x {c} cores", str(k * c), f"{core_minutes / (k * c):.1f}", f"{vectors_gb:.0f} GB"]
+        for k, c in ((4, 16), (16, 16), (32, 32))
+    ]
+    return [["cluster", "cores", minutes, "vectors + lists in the object store"], *rows]
+
+
+def median_run() -> dict:
+    """The run of docs/results/train_speed.json (each a fresh process) whose Keras ratio is their median."""
+    runs = source("train_speed.json *")
+    return sorted(runs, key=lambda run: run["seed_vs_keras"])[len(runs) // 2]
+
+
+def dedup(name: str) -> dict:
+    """What a saved `dupq-lab dedup-scale` run printed as its result (its rows on stderr are left out)."""
+    return next(
+        x
+        for e in saved(name)
+        for line in e["output"]
+        if line.startswith("{")
+        for x in [json.loads(line)]
+        if "machine" in x
+    )
+
+
+# -- the declarations -----------------------------------------------------------------------------------------
+
+SYSTEMS = {"dupq": "dupq bundled", "minilm": "all-MiniLM-L6-v2 zero-shot", "bm25": "BM25 (bm25s)"}
+MEASURES = {"mrr@10": "MRR@10", "ndcg@10": "nDCG@10", "recall@1": "Recall@1", "recall@10": "Recall@10", "p@1": "P@1"}
+
+
+def heldout_rows(task: str, name: str) -> list[tuple[str, ...]]:
+    """A row per system of one retrieval task's saved result (``name``), the adapted model's from its own file."""
+    systems = [(f"{name}[{k}]", label) for k, label in SYSTEMS.items()]
+    systems.insert(1, (f"{name}_adapted[dupq]", "dupq bundled, adapted (`dupq adapt`)"))
+    return [(task, label, *(f"{{{s}[{m}]:.4f}}" for m in MEASURES)) for s, label in systems]
+
+
+TABLES: dict[str, Table] = {
+    "summary": Table(  # README: the models on the seed's test pairs, at the dev-chosen threshold
+        header=("model", "accuracy", "ROC-AUC", "ECE"),
+        data={"sweep": "*.jsonl", "minilm": "peers_minilm.json", "mpnet": "peers_mpnet.json"},
+        rows=(
+            *(
+                (
+                    label,
+                    f"{{sweep[{n}][test_accuracy]:.4f~}}",
+                    f"{{sweep[{n}][roc_auc]:.4f~}}",
+                    f"{{sweep[{n}][test_ece]:.4f~}}",
+                )
+                for n, label in (
+                    ("distil-words-6", "dupq bundled (labelled recipe + distilled MiniLM)"),
+                    ("labelled-mlp-6", "dupq, labelled recipe without the teacher"),
+                    ("seed-best", "dupq, the duplicates-only model before them"),
+                )
+            ),
+            *(
+                (
+                    label,
+                    f"{{{p}[test][accuracy]:.4f~}}",
+                    f"{{{p}[test][roc_auc]:.4f~}}",
+                    f"{{{p}[test][expected_calibration_error]:.4f~}} (Platt)",
+                )
+                for p, label in (
+                    ("minilm", "all-MiniLM-L6-v2 zero-shot (`dupq-lab peers`)"),
+                    ("mpnet", "all-mpnet-base-v2 zero-shot (`dupq-lab peers --model-folder`)"),
+                )
+            ),
+        ),
+    ),  # fmt: skip
+    "retrieval": Table(  # README: search quality on Quora's held-out rows and on the help desks' test half
+        header=("system", "Quora MRR@10", "Quora nDCG@10", "Quora Recall@10", "help desk Recall@1", "help desk MRR@10"),
+        data={
+            "q": "retrieval_heldout.json",
+            "h": "out_of_domain_test.json",
+            "h_adapted": "out_of_domain_adapted_test.json",
+        },
+        rows=tuple(
+            (
+                label,
+                f"{{q[{k}][mrr@10]:.3f}}",
+                f"{{q[{k}][ndcg@10]:.3f}}",
+                f"{{q[{k}][recall@10]:.3f}}",
+                f"{{{h}[recall@1]:.3f}}",
+                f"{{{h}[mrr@10]:.3f}}",
+            )
+            for k, h, label in (
+                ("dupq", "h[dupq]", "dupq bundled"),
+                ("adapted", "h_adapted[dupq]", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
+                ("minilm", "h[minilm]", "all-MiniLM-L6-v2 zero-shot"),
+                ("bm25", "h[bm25]", "BM25 (bm25s)"),
+            )
+        ),
+    ),  # fmt: skip
+    "heldout": Table(  # docs/experiments/9: every measure of the retrieval tasks, a row per system
+        header=("task", "system", *MEASURES.values()),
+        labels=2,
+        data={
+            "quora": "retrieval_heldout.json",
+            **{f"ood_{s}{a}": f"out_of_domain{a}_{s}.json" for s in ("dev", "test") for a in ("", "_adapted")},
+            **{
+                f"n_{s}": lambda s=s: sum(
+                    source(f"out_of_domain_{s}.json")[k] for k in ("old_questions", "distractors")
+                )
+                for s in ("dev", "test")
+            },
+        },
+        rows=(
+            *heldout_rows("Quora test+dev rows: {quora[queries]:,} queries, {quora[corpus]:,} questions", "quora"),
+            *(
+                row
+                for s in ("dev", "test")
+                for row in heldout_rows(
+                    f"help desks, {s} half: {{ood_{s}[queries]}} queries, {{n_{s}:,}} questions", f"ood_{s}"
+                )
+            ),
+        ),
+    ),  # fmt: skip
+    "retrieval-stage-8": Table(  # docs/experiments/8: question2's rank, every model measured at stage 8 (a record)
+        header=(
+            "model",
+            "MRR (published)",
+            "Recall@1",
+            "MRR, other known duplicates filtered",
+            "MRR, any known duplicate",
+        ),
+        data={
+            "r": "retrieval.json",
+            "mpnet": "mpnet_student_retrieval.json | python bench/retrieval.py --model runs/student-mpnet-half",
+            "wide": "wide_student.json | python bench/retrieval.py --model runs/wide256-half",
+            "bilstm": "bilstm_student.json | python bench/retrieval.py --model runs/bilstm-half",
+            "minilm": "peers_minilm.json",
+            "mpnet_peer": "peers_mpnet.json",
+            "closure": "retrieval_closure.json | python bench/retrieval.py --closure",
+        },
+        rows=(
+            *(
+                (label, *(f"{{{s}[{m}]:.4f}}" for m in ("mrr", "recall@1", "mrr_filtered", "mrr_any")))
+                for s, label in (
+                    ("r[dupq]", "dupq bundled (distilled from all-MiniLM-L6-v2)"),
+                    ("mpnet[dupq]", "dupq, the same recipe distilled from all-mpnet-base-v2"),
+                    ("wide[dupq]", "dupq, the same recipe at width 256"),
+                    ("bilstm[dupq]", "dupq, the same recipe with a bidirectional LSTM"),
+                    ("r[bm25]", "BM25"),
+                    ("minilm[retrieval][test]", "all-MiniLM-L6-v2 zero-shot"),
+                    ("mpnet_peer[retrieval][test]", "all-mpnet-base-v2 zero-shot"),
+                )
+            ),
+            ("oracle: every known duplicate first, in random order", "{r[ceiling]:.4f}", "-", "1", "1"),
+            (
+                "the same oracle, duplicates of duplicates known too (`--closure`)",
+                "{closure[ceiling]:.4f}",
+                "-",
+                "1",
+                "1",
+            ),
+        ),
+    ),  # fmt: skip
+    "speed": Table(  # README: the service and training, each against its before in one run
+        header=("on the 2-core CPU VM", "before (main at {s[baseline][label]})", "now", "ratio"),
+        data={"s": "service_side_by_side.json", "n": lambda: len(source("train_speed.json *")), "t": median_run},
+        rows=(
+            (
+                "`dupq serve`, 16 clients searching 537,617 questions (HNSW): searches/s",
+                "{s[baseline][search_per_s]:,.0f}",
+                "{s[current][search_per_s]:,.0f}",
+                "{s[search_per_s_ratio]:.2f}x",
+            ),
+            (
+                "the same: p99 searching / searching while adding",
+                "{s[baseline][search_p99_ms]:.0f} / {s[baseline][mixed_p99_ms]:.0f} ms",
+                "{s[current][search_p99_ms]:.0f} / {s[current][mixed_p99_ms]:.0f} ms",
+                "",
+            ),
+            (
+                "one search in process (encode, HNSW, hits), p50",
+                "{s[baseline][in_process_p50_ms]:.2f} ms",
+                "{s[current][in_process_p50_ms]:.2f} ms",
+                "{s[in_process_per_s_ratio]:.2f}x",
+            ),
+            (
+                "training, the seed recipe: pairs/s (before: the seeds' Keras model; the median of {n} runs)",
+                "{t[keras_seed_pairs_per_s]:,}",
+                "{t[train_pairs_per_s][seed]:,}",
+                "{t[seed_vs_keras]:.2f}x",
+            ),
+            ("encoding questions/s (the bundled model's shape)", "", "{t[encode_questions_per_s]:,}", ""),
+        ),
+    ),  # fmt: skip
+    "service": Table(  # docs/serve.md: the side-by-side service run, a row per side
+        header=(
+            "code",
+            "searches/s",
+            "p50 / p99",
+            "with adds: searches/s, p99",
+            "in-process single search",
+            "kill -9: lost / acked",
+        ),
+        data={"s": "service_side_by_side.json"},
+        rows=(
+            *(
+                (
+                    label,
+                    f"{{s[{k}][search_per_s]:,.0f}}",
+                    f"{{s[{k}][search_p50_ms]:.1f}} / {{s[{k}][search_p99_ms]:.1f}} ms",
+                    f"{{s[{k}][mixed_search_per_s]:,.0f}}, {{s[{k}][mixed_p99_ms]:.1f}} ms",
+                    f"{{s[{k}][in_process_per_s]:,.0f}}/s, p50 {{s[{k}][in_process_p50_ms]:.2f}} ms",
+                    f"{{s[{k}][kill9_lost]}} / {{s[{k}][kill9_acked]:,}}",
+                )
+                for label, k in (
+                    ("main at {s[baseline][label]}, one process", "baseline"),
+                    ("this code, `dupq serve` default workers", "current"),
+                )
+            ),
+            ("ratio", "{s[search_per_s_ratio]:.2f}x", "", "", "{s[in_process_per_s_ratio]:.2f}x", ""),
+        ),
+    ),  # fmt: skip
+    "dedup-quality": Table(  # docs/dedup.md: each grouping's pairwise precision, recall and F1 on dev and test
+        header=("grouping", "dev P / R / F1", "test P / R / F1", "groups", "largest group", "pairs its groups imply"),
+        data={"r": lambda: dedup("dedup_quality.json")["groupings"]},
+        each="r",
+        rows=(
+            (
+                "{key}",
+                "{it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f}",
+                "{it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f}",
+                "{it[groups]:,}",
+                "{it[largest]:,}",
+                "{it[implied_pairs]:,}",
+            ),
+        ),
+    ),  # fmt: skip
+    "dedup-scale": Table(  # docs/dedup.md: the cost a question of grouping synthetic archives
+        header=(
+            "questions",
+            "grouping: wall s",
+            "wall µs a question",
+            "CPU s",
+            "CPU µs a question",
+            "grouped",
+            "peak GB",
+        ),
+        data={"r": lambda: dedup("dedup_scale.json")["runs"]},
+        each="r",
+        rows=(
+            (
+                "{it[questions]:,}",
+                "{it[group_seconds]}",
+                "{it[microseconds_per_question]}",
+                "{it[group_cpu_seconds]}",
+                "{it[cpu_microseconds_per_question]}",
+                "{it[grouped]:,}",
+                "{it[peak_gb]:.2f}",
+            ),
+        ),
+    ),  # fmt: skip
+    "dedup-beams": Table(  # docs/scale.md: each HNSW beam of the probes, its cost and what it finds
+        header=("HNSW beam (efSearch)", "CPU µs a question", "neighbours above cosine {r[cosine]} found"),
+        data={"r": lambda: dedup("dedup_beams.json"), "beams": lambda: dedup("dedup_beams.json")["beams"]},
+        each="beams",
+        rows=(
+            (
+                "{it[beam]} x nprobe ({it[efSearch]})",
+                "{it[cpu_microseconds_per_question]}",
+                "{it[close_neighbours_found]}",
+            ),
+        ),
+    ),  # fmt: skip
+    "dedup-speed": Table(render=dedup_speed),
+    "dedup-plan": Table(render=dedup_plan),
+    "adapt": Table(render=adapt),
+    "search-speed": Table(render=search_speed),
+    "search-memory": Table(render=search_memory),
+    "hnsw": Table(render=hnsw),
+    "routes": Table(render=routes),
+    "labelled-sweep": Table(render=lambda: sweep_rows("labelled.jsonl")),
+    "distil-sweep": Table(render=lambda: sweep_rows("distil.jsonl")),
+}

@@ -1,6 +1,6 @@
 """Regenerate the figures of the docs: run each marked console block's commands and write their output.
 
-    python bench/update_docs.py [FILE...] [--check] [--measure] [--only TEXT]
+    dupq-lab figures [FILE...] [--check] [--measure] [--only TEXT]
 
 With no FILE, every page of the docs: README.md and docs/**/*.md (:func:`doc_files`).
 
@@ -11,10 +11,8 @@ next ``$`` line, are replaced by what it printed (stdout, then stderr). A block 
 ``<!-- regenerate: data -->`` is the same, but its commands read the Quora pairs file
 (``$DUPQ_DATA`` or ``../shared/data/quora_duplicate_questions.tsv.gz``); where that file is
 missing, the block is kept as it is and this is said on stderr. A block marked
-``<!-- regenerate: table FILE... -->`` is instead a Markdown table rendered by
-``bench/results_table.py FILE...``, and one marked ``<!-- regenerate: markdown COMMAND -->`` the
-Markdown lines (tables, ``|``) that COMMAND prints, from committed inputs (e.g.
-``python bench/search_table.py docs/results/search_speed.json``).
+``<!-- regenerate: table NAME -->`` is instead the Markdown table NAME of :data:`dupq_lab.figures.TABLES`,
+rendered from committed inputs in docs/results/.
 
 A console block whose commands train or time things (minutes to hours, and never the same twice)
 is marked ``<!-- regenerate: saved FILE -->``: FILE (in docs/results/) keeps what its commands
@@ -43,11 +41,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-MARK = re.compile(
-    r"^<!-- regenerate(?::\s*(?:table\s+(?P<files>.+?)|markdown\s+(?P<command>.+?)|saved\s+(?P<saved>\S+)"
-    r"|(?P<data>data)))?\s*-->$"
-)
+from dupq_lab.figures import render
+
+REPO = Path(__file__).resolve().parents[2]
+MARK = re.compile(r"^<!-- regenerate(?::\s*(?:table\s+(?P<table>\S+)|saved\s+(?P<saved>\S+)|(?P<data>data)))?\s*-->$")
 
 
 def doc_files() -> list[Path]:
@@ -84,9 +81,7 @@ def measured(commands: list[str], saved: str, measure: bool, only: str) -> list[
             runs.append({"command": command, "output": run(command)})
         path.write_text(json.dumps(runs, indent=1) + "\n")
     if not path.is_file():
-        raise SystemExit(
-            f"{saved} does not exist; run `python bench/update_docs.py FILE --measure --only TEXT` to measure it"
-        )
+        raise SystemExit(f"{saved} does not exist; run `dupq-lab figures FILE --measure --only TEXT` to measure it")
     return [line for entry in json.loads(path.read_text()) for line in (f"$ {entry['command']}", *entry["output"])]
 
 
@@ -125,10 +120,10 @@ def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
         i += 1
         if not mark:
             continue
-        if mark.group("files") or mark.group("command"):  # a table: replace the Markdown table lines that follow
+        if mark.group("table"):  # replace the Markdown table lines that follow
             while i < len(lines) and lines[i].startswith("|"):
                 i += 1
-            out.extend(run(mark.group("command") or f"python bench/results_table.py {mark.group('files')}"))
+            out.extend(render(mark.group("table")))
             continue
         if i >= len(lines) or not lines[i].startswith("```"):
             raise SystemExit(f"a <!-- regenerate --> mark must precede a fenced block (line {i})")

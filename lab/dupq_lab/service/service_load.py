@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from http_load import HOST, adds_until_killed, run_phase, verify
+from dupq_lab.service.http_load import HOST, adds_until_killed, run_phase, verify
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))

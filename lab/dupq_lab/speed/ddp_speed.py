@@ -27,7 +27,7 @@ import torch.multiprocessing as mp
 from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
 from dupq.training.distributed import World, join
 from dupq.training.step import Update, distributed_loss
-from train_speed import RECIPES, training_parts
+from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 
 def _steps(splits, recipe: str, steps: int, world: World) -> dict:

@@ -288,11 +288,6 @@ def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
     }
 
 
-def saved_runs(name: str) -> list[dict]:
-    """Every command of a saved file (docs/results/NAME) with what it printed."""
-    return json.loads((Path(__file__).resolve().parents[1] / "docs" / "results" / name).read_text())
-
-
 def same_group_pairs(path: Path) -> set[tuple[str, str]]:
     import csv
 
@@ -355,87 +350,13 @@ def _names(cmdline: Path, folder: str) -> bool:
         return False
 
 
-def table(what: str) -> None:
-    """The saved run (docs/results/dedup_WHAT.json) as the Markdown table of docs/dedup.md."""
-    name = f"dedup_{'scale' if what == 'plan' else what}.json"
-    lines = [json.loads(x) for e in saved_runs(name) for x in e["output"] if x.startswith("{")]
-    r = next(
-        (x for x in lines if {"runs", "groupings", "beams"} & x.keys()), {}
-    )  # the run's own line, not a row on stderr
-    if what == "quality":
-        print("| grouping | dev P / R / F1 | test P / R / F1 | groups | largest group | pairs its groups imply |")
-        print("| --- | --- | --- | --- | --- | --- |")
-        for name, g in r["groupings"].items():
-            d, t = g["dev"], g["test"]
-            print(
-                f"| {name} | {d['precision']:.3f} / {d['recall']:.3f} / {d['f1']:.3f} "
-                f"| {t['precision']:.3f} / {t['recall']:.3f} / {t['f1']:.3f} | {g['groups']:,} | {g['largest']:,} "
-                f"| {g['implied_pairs']:,} |"
-            )
-    elif what == "speed":
-        lines = [json.loads(x) for e in saved_runs("dedup_speed.json") for x in e["output"] if x.startswith("{")]
-        runs = [x for x in lines if "dupq grouping (cosine)" in x]  # the side-by-side rows, as each size ended
-        every = [x["all"] for x in lines if "all" in x]  # dupq dedup alone on every question
-        names = [k for k in runs[0] if k != "questions"]
-        print("| questions | " + " | ".join(f"{k}: wall s / CPU s / peak GB" for k in names) + " |")
-        print("| --- |" + " --- |" * len(names))
-
-        def cell(m):
-            wall, cpu = m.get("group_seconds", m["seconds"]), m.get("group_cpu_seconds", m["cpu_seconds"])
-            return f"{wall} / {cpu} / {m['peak_gb']:.2f}"
-
-        for run in runs:
-            print(f"| {run['questions']:,} | " + " | ".join(cell(run[k]) for k in names) + " |")
-        for a in every:
-            print(f"| {a['questions']:,} (all) | {cell(a)} |" + " not run |" * (len(names) - 1))
-    elif what == "beams":
-        print(f"| HNSW beam (efSearch) | CPU µs a question | neighbours above cosine {r['cosine']} found |")
-        print("| --- | --- | --- |")
-        for b in r["beams"]:
-            print(
-                f"| {b['beam']} x nprobe ({b['efSearch']}) | {b['cpu_microseconds_per_question']} | {b['close_neighbours_found']} |"
-            )
-    elif what == "plan":
-        plan(r)
-    else:
-        print("| questions | grouping: wall s | wall µs a question | CPU s | CPU µs a question | grouped | peak GB |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
-        for run in r["runs"]:
-            cells = [run["group_seconds"], run["microseconds_per_question"], run["group_cpu_seconds"]]
-            cells.append(run["cpu_microseconds_per_question"])
-            print(
-                f"| {run['questions']:,} | "
-                + " | ".join(map(str, cells))
-                + f" | {run['grouped']:,} | {run['peak_gb']:.2f} |"
-            )
-
-
-def plan(r: dict, n: int = 100_000_000, dim: int = 128) -> None:
-    """The 100M-question plan, from the scale run's largest archive: hours of one core, then minutes on a cluster."""
-    big = r["runs"][-1]
-    core_us = big["cpu_microseconds_per_question"]  # CPU time a question, all threads together
-    core_minutes = n * core_us / 1e6 / 60
-    vectors_gb = n * (4 * dim + 8) / 1e9  # float32 vectors + list ids: the inverted file, spread over the tasks
-    print(
-        f"| cluster | cores | minutes for 100M questions (at the {big['questions']:,}-question run's {core_us:.0f} CPU µs a question: {core_minutes / 60:.1f} core-hours) | vectors + lists in the object store |"
-    )
-    print("| --- | --- | --- | --- |")
-    for nodes, cores in ((4, 16), (16, 16), (32, 32)):
-        print(
-            f"| {nodes} nodes x {cores} cores | {nodes * cores} | {core_minutes / (nodes * cores):.1f} | {vectors_gb:.0f} GB |"
-        )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["speed", "quality", "scale", "beams", "ray", "child", "table"])
+    parser.add_argument("what", choices=["speed", "quality", "scale", "beams", "ray", "child"])
     parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", type=int, nargs="*")
     parser.add_argument("--cosines", type=float, nargs="+", default=[0.7, 0.75, 0.8, 0.85, 0.9])
     a = parser.parse_args()
-    if a.what == "table":
-        table(a.args[0])
-        return
     if a.what == "child":
         kind, n, t, *rest = a.args
         child(kind, int(n), float(t), bool(int(rest[0])) if rest else False, rest[1] if len(rest) > 1 else "")

@@ -31,7 +31,7 @@ import numpy as np
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
 from dupq.search.collection import Collection
-from service_load import DATA, REPO, built, one_thread, timed_searches
+from dupq_lab.service.service_load import DATA, REPO, built, one_thread, timed_searches
 
 
 def encode_ms(model, queries: list[str], size: int, repeats: int) -> float:

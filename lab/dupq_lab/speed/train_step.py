@@ -27,7 +27,7 @@ import torch
 
 from dupq.data.pairs import default_data_path, read_pairs, split_pairs
 from dupq.training.step import Update, encode_in_chunks
-from train_speed import RECIPES, training_parts
+from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 
