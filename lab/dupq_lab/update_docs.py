@@ -42,8 +42,8 @@ import sys
 from pathlib import Path
 
 from dupq_lab.figures import render
+from dupq_lab.options import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 MARK = re.compile(r"^<!-- regenerate(?::\s*(?:table\s+(?P<table>\S+)|saved\s+(?P<saved>\S+)|(?P<data>data)))?\s*-->$")
 
 

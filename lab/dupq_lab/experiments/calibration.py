@@ -1,6 +1,6 @@
 """How well each calibration method turns a model's pair logits into probabilities; one JSON line.
 
-    python bench/calibration.py --model runs/model [--data PATH]
+    dupq-lab calibration --model runs/model [--data PATH]
 
 Each method is fitted on the dev pairs and scored on the test pairs (expected calibration error,
 10 equal-width bins, and log-loss): the raw sigmoid of the logit, Platt scaling (a logistic
@@ -17,12 +17,13 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
-from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.evaluation.evaluate import pair_scores
 from dupq.evaluation.metrics import expected_calibration_error
 from dupq.modeling.calibration import calibrated
 from dupq.modeling.model import Model
+from dupq_lab.options import add_shared
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:
@@ -32,8 +33,7 @@ def log_loss(p: np.ndarray, y: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model folder (default: the bundled model)")
-    parser.add_argument("--data", default=str(default_data_path()))
+    add_shared(parser, "model", "data")
     args = parser.parse_args()
     model = Model.load(args.model)
     splits = split_pairs(read_pairs(args.data)[0])

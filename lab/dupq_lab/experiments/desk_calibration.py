@@ -14,7 +14,7 @@ question is ``duplicate_of``, the others ``not_duplicate_of`` (``Collection.deci
   calibration error (10 bins), accuracy at each model's own threshold, and the share of the true
   duplicates flagged.
 
-    python bench/desk_calibration.py [--review 3]
+    dupq-lab desk-calibration [--review 3]
 
 Prints one JSON line.
 """
@@ -34,8 +34,9 @@ from dupq.data.pairs import read_pairs, write_pairs
 from dupq.evaluation.evaluate import calibrate, evaluate
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
+from dupq_lab.options import REPO
 
-DESK = Path(__file__).parent / "data" / "out_of_domain.tsv"
+DESK = REPO / "bench" / "data" / "out_of_domain.tsv"
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """How the labels treat pairs that differ by a few words, one of them WORD; one JSON line.
 
-    python bench/pair_words.py again [--max-diff 3] [--data PATH]
+    dupq-lab pair-words again [--max-diff 3] [--data PATH]
 
 Over the training pool (rows 0-299,999), the pairs whose word sets differ in at most
 ``--max-diff`` words, one of which is WORD: how many are labelled duplicates, how many not, and
@@ -13,7 +13,8 @@ import argparse
 import json
 import re
 
-from dupq.data.pairs import SplitConfig, default_data_path, read_pairs
+from dupq.data.pairs import SplitConfig, read_pairs
+from dupq_lab.options import add_shared
 
 
 def words(text: str) -> set[str]:
@@ -24,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("word")
     parser.add_argument("--max-diff", type=int, default=3)
-    parser.add_argument("--data", default=str(default_data_path()))
+    add_shared(parser, "data")
     args = parser.parse_args()
     pairs, _ = read_pairs(args.data)
     counts, examples = {0: 0, 1: 0}, []

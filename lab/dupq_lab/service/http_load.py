@@ -1,4 +1,4 @@
-"""The load generator of bench/service_load.py: keep-alive HTTP/1.1 clients on asyncio streams.
+"""The load generator of dupq-lab service-load: keep-alive HTTP/1.1 clients on asyncio streams.
 
 A minimal client rather than httpx: load generator and server share the machine's cores, and
 httpx costs several times more CPU per request. Phases run ``clients`` concurrent clients, each

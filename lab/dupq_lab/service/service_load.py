@@ -22,11 +22,11 @@
 
 Prints one JSON line. Bounded: every phase stops after its seconds or ``--max-requests``, the
 server start waits at most ``--start-timeout`` s, and the server is always stopped at the end.
-The clients are in bench/http_load.py. ``--workers`` is passed to ``dupq serve`` only when given
+The clients are in :mod:`dupq_lab.service.http_load`. ``--workers`` is passed to ``dupq serve`` only when given
 (code without the option serves from one process).
 
-    python bench/service_load.py --index hnsw --seconds 20 --workers 2   # builds with the bundled model
-    python bench/service_load.py --collection runs/bench-service/quora-hnsw-bundled
+    dupq-lab service-load --index hnsw --seconds 20 --workers 2   # builds with the bundled model
+    dupq-lab service-load --collection runs/bench-service/quora-hnsw-bundled
 """
 
 from __future__ import annotations
@@ -46,10 +46,8 @@ import sys
 import time
 from pathlib import Path
 
+from dupq_lab.options import REPO, add_shared
 from dupq_lab.service.http_load import HOST, adds_until_killed, run_phase, verify
-
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))
 
 
 def stored(collection: Path, acked: list[tuple[int, str]], ids: list[int]) -> list[int]:
@@ -125,7 +123,16 @@ def in_process_child(copy: Path, searches: list[str], seconds: float, args: argp
     queries = args.work / "in-process-queries.json"
     queries.write_text(json.dumps(searches))
     child = subprocess.run(
-        [sys.executable, __file__, "--in-process", str(copy), str(queries), "--single-seconds", str(seconds)],
+        [
+            sys.executable,
+            "-m",
+            "dupq_lab.service.service_load",
+            "--in-process",
+            str(copy),
+            str(queries),
+            "--single-seconds",
+            str(seconds),
+        ],
         env=code_env(args),
         capture_output=True,
         text=True,
@@ -192,8 +199,7 @@ def health(port: int) -> dict:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", type=Path, help="collection to load-test (a copy is used); default: build one")
-    p.add_argument("--model", type=Path, help="model folder (for building; default: the bundled model)")
-    p.add_argument("--data", type=Path, default=DATA, help="Quora pairs file (for building)")
+    add_shared(p, "model", "data", "seed")
     p.add_argument("--index", default="hnsw", choices=["flat", "hnsw"], help="index kind (for building)")
     p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-service", help="folder for the copy and logs")
     p.add_argument("--workers", type=int, help="dupq serve --workers N (default: not passed; the server's own default)")
@@ -205,7 +211,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--add-share", type=float, default=0.1, help="share of adds in the mixed phase")
     p.add_argument("--kill-after", type=float, default=3.0, help="seconds of adds before kill -9")
     p.add_argument("--start-timeout", type=float, default=300.0)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--code", type=Path, help="source folder of the dupq to measure (put first on the module path)")
     p.add_argument("--in-process", nargs=2, type=Path, metavar=("COPY", "QUERIES"), help=argparse.SUPPRESS)
     return p.parse_args()

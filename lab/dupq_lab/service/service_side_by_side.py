@@ -1,7 +1,7 @@
 """This code's service against an earlier revision's, on the same machine in the same run; prints one JSON line.
 
 Rates drift by up to 2x between sessions on a shared VM, so a speed-up is only a figure when both sides
-ran back to back. This runs ``bench/service_load.py`` alternately on the baseline (``--baseline-code``,
+ran back to back. This runs ``dupq-lab service-load`` alternately on the baseline (``--baseline-code``,
 the ``src`` folder of a checkout of the earlier revision, serving its own collection from one process,
 as that code did) and on this checkout (``dupq serve``'s default workers), ``--rounds`` times each, and
 reports each side's median searches/s, p99 and in-process single-search rate, and their ratios.
@@ -9,7 +9,7 @@ reports each side's median searches/s, p99 and in-process single-search rate, an
     git worktree add --detach ../dupq-baseline f058291
     (cd ../dupq-baseline && PYTHONPATH=src python -m dupq.cli index build DATA --out ../quora-hnsw-baseline --index hnsw)
     dupq index build DATA --out ../quora-hnsw --index hnsw
-    python bench/service_side_by_side.py --baseline-code ../dupq-baseline/src --baseline-label f058291 \\
+    dupq-lab service-side-by-side --baseline-code ../dupq-baseline/src --baseline-label f058291 \\
         --baseline-collection ../quora-hnsw-baseline --collection ../quora-hnsw --seconds 20
 """
 
@@ -22,11 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from dupq_lab.options import REPO
 
 
 def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict:
-    command = [sys.executable, str(HERE / "service_load.py"), "--collection", str(collection)]
+    command = [sys.executable, "-m", "dupq_lab.service.service_load", "--collection", str(collection)]
     command += ["--seconds", str(seconds), "--work", str(work)]
     if code is not None:
         command += ["--code", str(code)]
@@ -66,7 +66,7 @@ def main() -> None:
     p.add_argument("--collection", type=Path, required=True, help="a collection built by this code")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seconds", type=float, default=20.0, help="length of each load phase")
-    p.add_argument("--work", type=Path, default=HERE.parent / "runs" / "bench-side-by-side")
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-side-by-side")
     args = p.parse_args()
 
     sides: dict[str, list[dict]] = {"baseline": [], "current": []}
@@ -77,7 +77,7 @@ def main() -> None:
         sides["current"].append(run(args.collection, args.work / "current", args.seconds, None))
     base, now = summary(sides["baseline"]), summary(sides["current"])
     result = {
-        "command": f"python bench/service_side_by_side.py --seconds {args.seconds:g} --rounds {args.rounds}",
+        "command": f"dupq-lab service-side-by-side --seconds {args.seconds:g} --rounds {args.rounds}",
         "baseline": {"label": args.baseline_label, **base},
         "current": now,
         "search_per_s_ratio": round(now["search_per_s"] / base["search_per_s"], 2),

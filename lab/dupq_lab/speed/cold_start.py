@@ -8,8 +8,8 @@ the command every few minutes has it) and prints one JSON line: per command the 
 max wall seconds of the whole process, and whether the run imported torch (one more run, under
 the same command line, that reports ``sys.modules`` at exit).
 
-    python bench/cold_start.py                       # the bundled model
-    python bench/cold_start.py --model runs/model --runs 9
+    dupq-lab cold-start                       # the bundled model
+    dupq-lab cold-start --model runs/model --runs 9
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dupq_lab.options import add_shared
 
 PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
 QUERY = "How can I learn to code in Python?"
@@ -81,7 +83,7 @@ def imports_torch(args: list[str]) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="", help="model folder (default: the bundled model)")
+    add_shared(parser, "model")
     parser.add_argument("--runs", type=int, default=7, help="timed runs of each command")
     parser.add_argument("--questions", type=int, default=400, help="questions in the collection searched")
     args = parser.parse_args()
@@ -112,7 +114,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "cold_start",
-                "model": args.model or "bundled",
+                "model": str(args.model or "bundled"),
                 "runs": args.runs,
                 "collection": args.questions,
                 "commands": results,

@@ -1,6 +1,6 @@
 """Training speed on 1 and 2 processes (gloo, one thread each) and the share of a step spent communicating.
 
-    python bench/ddp_speed.py [--data PATH] [--steps 40]
+    dupq-lab ddp-speed [--data PATH] [--steps 40]
 
 One JSON line per (recipe, processes): ``pairs_per_s`` over ``--steps`` optimizer steps of 256
 pairs after 5 warm-up steps (every rank encodes its half of each global batch, the vectors are
@@ -8,7 +8,7 @@ gathered with gradients, DDP averages the gradients: the step `dupq train` takes
 and ``comm_share``: the time rank 0 spends in gloo collectives (the gather, its backward, DDP's
 all-reduce, as torch.profiler records them) over the steps' wall time. DDP's all-reduce runs in
 gloo's own thread, overlapping the backward, so the share is an upper bound on the time lost.
-Recipes as bench/train_speed.py (the seed's and the bundled model's); real Quora data.
+Recipes as dupq-lab train-speed (the seed's and the bundled model's); real Quora data.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
 from dupq.training.distributed import World, join
 from dupq.training.step import Update, distributed_loss
+from dupq_lab.options import add_shared
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 
@@ -74,7 +75,7 @@ def _worker(rank: int, size: int, port: int, splits, recipe: str, steps: int, ou
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=None)
+    add_shared(parser, "data")
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
     pairs, _ = read_pairs(args.data or default_data_path())

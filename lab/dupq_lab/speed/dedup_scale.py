@@ -1,10 +1,10 @@
 """`dupq dedup` at scale, beside SemHash on the same vectors: time, peak memory and the groups' quality (JSON).
 
-    python bench/dedup_scale.py speed   [--sizes 50000 100000 200000]   (then dupq alone on all of them)
-    python bench/dedup_scale.py quality [--cosines 0.7 0.75 0.8 0.85]
-    python bench/dedup_scale.py scale   [--sizes 50000 500000 5000000]
-    python bench/dedup_scale.py ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
-    python bench/dedup_scale.py beams   [--sizes 1 2 3 4 16]   (the probes' HNSW beam, times nprobe; 5M questions)
+    dupq-lab dedup-scale speed   [--sizes 50000 100000 200000]   (then dupq alone on all of them)
+    dupq-lab dedup-scale quality [--cosines 0.7 0.75 0.8 0.85]
+    dupq-lab dedup-scale scale   [--sizes 50000 500000 5000000]
+    dupq-lab dedup-scale ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
+    dupq-lab dedup-scale beams   [--sizes 1 2 3 4 16]   (the probes' HNSW beam, times nprobe; 5M questions)
 
 Every distinct question of the Quora file (one a line, as a user would hand them over) is encoded
 once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is a fresh process
@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from dupq_lab.ray_local import ENV, local_cluster, same_group_pairs
 
 CACHE = Path("runs/dedup_scale")
 COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)
@@ -140,7 +142,7 @@ def child(kind: str, n: int, threshold: float, synthetic: bool = False, save: st
 
 
 def me(*args) -> list[str]:
-    return [sys.executable, __file__, "child", *map(str, args)]
+    return [sys.executable, "-m", "dupq_lab.speed.dedup_scale", "child", *map(str, args)]
 
 
 def speed(sizes: list[int]) -> dict:
@@ -288,41 +290,16 @@ def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
     }
 
 
-def same_group_pairs(path: Path) -> set[tuple[str, str]]:
-    import csv
-
-    groups: dict[str, list[str]] = {}
-    for row in csv.DictReader(path.open()):
-        groups.setdefault(row["cluster"], []).append(row["key"])
-    return {(a, b) for g in groups.values() for a in sorted(g) for b in sorted(g) if a < b}
-
-
 def on_ray(n: int, exact_below: list[int]) -> dict:
-    """A local Ray cluster on 127.0.0.1 (its own temp folder, stopped by pid after) against one machine."""
-    import shutil
-    import signal
-    import socket
-    import tempfile
-
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    folder = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    bin_ = Path(sys.executable).parent
-    subprocess.run(
-        [bin_ / "ray", "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={folder}"],
-        env=env, check=True, capture_output=True,
-    )  # fmt: skip
-    rows = []
-    try:
+    """A local Ray cluster on 127.0.0.1 against one machine: the share of each one's same-group pairs the other has."""
+    bin_, rows = Path(sys.executable).parent, []
+    with local_cluster() as address:
         for eb in exact_below:
             row = {"questions": n, "exact_below": eb}
-            for name, extra in (("one machine", []), ("ray", ["--ray", f"127.0.0.1:{port}"])):
+            for name, extra in (("one machine", []), ("ray", ["--ray", address])):
                 out = CACHE / f"ray-{name.replace(' ', '-')}.csv"
                 cmd = [bin_ / "dupq", "dedup", first(n), "--out", out, "--exact-below", eb, "--no-progress", *extra]
-                proc = subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True)
+                proc = subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True)
                 if proc.returncode != 0:
                     raise SystemExit(proc.stdout + proc.stderr)
                 row[name] = proc.stdout.strip().splitlines()[-1]
@@ -331,23 +308,7 @@ def on_ray(n: int, exact_below: list[int]) -> dict:
             row["share_of_one_machine_in_ray"] = round(len(a & b) / max(1, len(a)), 4)
             row["share_of_ray_in_one_machine"] = round(len(a & b) / max(1, len(b)), 4)
             rows.append(row)
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in (int(p.parent.name) for p in Path("/proc").glob("[0-9]*/cmdline") if _names(p, folder)):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            time.sleep(2)
-        shutil.rmtree(folder, ignore_errors=True)
     return {"runs": rows}
-
-
-def _names(cmdline: Path, folder: str) -> bool:
-    try:
-        return folder.encode() in cmdline.read_bytes()
-    except OSError:
-        return False
 
 
 def main() -> None:

@@ -1,12 +1,12 @@
 """How fast model folders encode questions, side by side on the same questions; prints one JSON line.
 
-    python bench/encode_speed.py [MODEL ...] [--bundled] [--questions 200000] [--rounds 3]
+    dupq-lab encode-speed [MODEL ...] [--bundled] [--questions 200000] [--rounds 3]
 
 For each MODEL (a model folder) and the bundled model (``--bundled``, or no MODEL), ``Model.encode`` on the first
 ``--questions`` distinct questions of the Quora file, tokenising included, and its vocabulary's
 ``encode`` alone. The models take turns, round after round, so that a change in the machine's
 load reaches every model alike; each figure is the median of the rounds. It is the rate that
-`bench/train_speed.py`'s ``encode_questions_per_s`` measures for a freshly built encoder, here
+`dupq-lab train-speed`'s ``encode_questions_per_s`` measures for a freshly built encoder, here
 for saved models, so that two vocabularies (words and the teacher's WordPiece tokens) compare.
 """
 
@@ -21,8 +21,9 @@ import time
 
 import torch
 
-from dupq.data.pairs import default_data_path, read_pairs
+from dupq.data.pairs import read_pairs
 from dupq.modeling.model import Model
+from dupq_lab.options import add_shared
 
 
 def per_second(encode, questions: list[str]) -> float:
@@ -36,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="model folders")
     parser.add_argument("--bundled", action="store_true", help="also the bundled model (the default without MODEL)")
-    parser.add_argument("--data", default=str(default_data_path()))
+    add_shared(parser, "data")
     parser.add_argument("--questions", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

@@ -11,7 +11,7 @@ seeded sample of stored questions as queries:
   the filter's matching ids were read once (``first_filter_ms``: that read, SQLite's
   ``json_extract`` over every row); ``unfiltered_p50_ms`` for the same queries without a filter.
 
-    python bench/filtered_search.py [--index hnsw] [--queries 200] [--keep DIR]
+    dupq-lab filtered-search [--index hnsw] [--queries 200] [--keep DIR]
 
 Prints one JSON line. The collection is built in a temporary folder (removed at the end) unless
 ``--keep DIR`` names one (built there once, reused after).
@@ -35,6 +35,7 @@ from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.search.vectors import search
+from dupq_lab.options import add_shared
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
 
@@ -61,10 +62,9 @@ def timed(fn, items) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=None)
+    add_shared(parser, "data", "seed")
     parser.add_argument("--index", default="hnsw", choices=["flat", "hnsw", "ivfpq"])
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="build the collection here once and reuse it")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -4,9 +4,9 @@ For each graph (``--m`` x ``--ef-construction``) built over the bundled model's 
 ~537,000 questions, and each ``efSearch`` of ``--ef-search``, one JSON row:
 
 * ``recall@10``: share of the top 10 whose true score reaches the exact 10th score of
-  :func:`dupq.search.vectors.search` (ties broken either way count, as bench/search_speed.py counts);
+  :func:`dupq.search.vectors.search` (ties broken either way count, as dupq-lab search-speed counts);
 * ``p50_us`` / ``p99_us``: one query at a time, one thread, ``index.search`` alone (the graph walk:
-  what efSearch and M change; encoding and building hits are measured by bench/search_speed.py);
+  what efSearch and M change; encoding and building hits are measured by dupq-lab search-speed);
 * ``build_s`` and ``bytes_per_question`` of the graph.
 
 The queries are ``--queries`` stored questions drawn with ``--query-seed``: choose the settings
@@ -15,7 +15,7 @@ setting whose recall@10 stays at least ``--recall`` two standard errors down (th
 of the queries' own recalls: a setting just at the bar on one sample of queries misses it on
 another), and of those the one with the fewest bytes a question, then the fastest.
 
-    python bench/hnsw_sweep.py [--m 16,32,64] [--ef-construction 64,200] [--ef-search 16,32,64,128,256]
+    dupq-lab hnsw-sweep [--m 16,32,64] [--ef-construction 64,200] [--ef-search 16,32,64,128,256]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dupq.data.pairs import default_data_path
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
 from dupq.search.vectors import search
+from dupq_lab.options import add_shared
 
 
 def integers(text: str) -> list[int]:
@@ -87,8 +88,7 @@ def graph(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=None, help="model folder (default: the bundled model)")
-    parser.add_argument("--data", default=None, help="Quora pairs file (default: the shared one)")
+    add_shared(parser, "model", "data")
     parser.add_argument("--m", type=integers, default=[16, 32, 64])
     parser.add_argument("--ef-construction", type=integers, default=[64, 200])
     parser.add_argument("--ef-search", type=integers, default=[16, 24, 32, 48, 64, 96, 128, 192, 256])

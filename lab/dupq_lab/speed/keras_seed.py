@@ -1,6 +1,6 @@
 """The seeds' Keras model, trained only to time it: pairs per second of its training steps; prints one JSON line.
 
-bench/train_speed.py --keras runs this in a child process (TensorFlow and PyTorch never share a
+dupq-lab train-speed --keras runs this in a child process (TensorFlow and PyTorch never share a
 process's threads) on the duplicate pairs dupq's seed recipe trains on, so the two rates come from
 one run on one machine. The model is the one the seeds build, rebuilt here:
 
@@ -14,7 +14,7 @@ one run on one machine. The model is the one the seeds build, rebuilt here:
 The rate is the median over ``--repeats`` windows of ``--steps`` steps, after 10 warm-up steps, as
 train_speed.py measures dupq's recipes.
 
-    python bench/keras_seed.py PAIRS.tsv [--steps 200] [--repeats 3] [--threads 2]
+    dupq-lab keras-seed PAIRS.tsv [--steps 200] [--repeats 3] [--threads 2]
 
 PAIRS.tsv: one duplicate pair per line, the two questions separated by a tab. Needs TensorFlow
 (``pip install -e ".[keras]"``).

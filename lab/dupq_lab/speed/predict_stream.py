@@ -6,8 +6,8 @@ folder outside the repository, runs `dupq predict --pairs FILE` as a child proce
 (``os.wait4`` rusage of that child alone) for both runs. Flat memory means the two peaks match:
 the stream holds one chunk at a time whatever the file's length.
 
-    python bench/predict_stream.py                     # the bundled model
-    python bench/predict_stream.py --model runs/model
+    dupq-lab predict-stream                     # the bundled model
+    dupq-lab predict-stream --model runs/model
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import time
 from itertools import cycle, islice
 from pathlib import Path
 
-from dupq.data.pairs import default_data_path, read_pairs
+from dupq.data.pairs import read_pairs
+from dupq_lab.options import add_shared
 
 
 def usable(q1: list[str], q2: list[str]) -> list[tuple[str, str]]:
@@ -69,8 +70,7 @@ def run(model: str, path: Path, chunk: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="", help="model folder (default: the bundled model)")
-    parser.add_argument("--data", type=Path, default=default_data_path())
+    add_shared(parser, "model", "data")
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--small", type=int, default=100_000, help="lines of the first, shorter run")
     parser.add_argument("--chunk", type=int, default=4096)
@@ -92,7 +92,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "predict_stream",
-                "model": args.model or "bundled",
+                "model": str(args.model or "bundled"),
                 "chunk": args.chunk,
                 "file_mib": round(size_mib, 1),
                 "lines": second["lines"],

@@ -15,7 +15,7 @@ For each index kind (flat = exact, hnsw = approximate, ivfpq = compressed and re
 * ``recall@10``: share of its top 10 whose true score reaches the exact 10th score of
   :func:`dupq.search.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
 
-    python bench/search_speed.py --model runs/model [--data PATH] [--index flat,hnsw,ivfpq] [--query-seed 0]
+    dupq-lab search-speed --model runs/model [--data PATH] [--index flat,hnsw,ivfpq] [--query-seed 0]
 
 IVF-PQ's settings (``--nlist``, ``--pq-m``, ``--nprobe``, ``--rerank``) were chosen with
 ``--query-seed 1`` (another sample of queries) and are reported with the default seed 0.
@@ -44,6 +44,7 @@ from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.search.folder import INDEX_FILE
 from dupq.search.vectors import IndexConfig, search
+from dupq_lab.options import add_shared
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
 
@@ -89,10 +90,7 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="model folder (default: the bundled model)")
-    parser.add_argument(
-        "--data", type=Path, default=None, help="Quora pairs file, or any questions file dupq index build reads"
-    )
+    add_shared(parser, "model", "data")
     parser.add_argument("--index", default="flat,hnsw,ivfpq", help="comma-separated kinds to measure")
     parser.add_argument("--query-seed", type=int, default=0, help="seed of the query sample (1 for choosing settings)")
     defaults = IndexConfig()

@@ -2,7 +2,7 @@
 
 ``Collection.search([q], k=10)`` one query at a time on one thread (torch's, FAISS's and NumPy's
 BLAS's), over the collection of every Quora question (HNSW, the bundled model; built as
-``bench/service_load.py`` builds it when missing). Windows of ``--seconds`` alternate between the model's NumPy kernels
+``dupq-lab service-load`` builds it when missing). Windows of ``--seconds`` alternate between the model's NumPy kernels
 (:mod:`dupq.modeling.kernels`, the default) and torch for every pass (``model.kernels = None``),
 ``--rounds`` times each, so both meet the same machine; each variant reports the median of its
 windows' p50 and searches/s. ``same_hits`` is the share of ``--check`` queries whose ten hits (ids,
@@ -10,7 +10,7 @@ in order) and verdicts agree between the two. ``encode_ms``: ``Model.encode`` of
 questions under each variant (the median of ``--repeats`` calls), where
 :data:`~dupq.modeling.kernels.FEW_QUESTIONS` comes from.
 
-    python bench/single_search.py [--collection C] [--seconds 5] [--rounds 3]
+    dupq-lab single-search [--collection C] [--seconds 5] [--rounds 3]
 
 Prints one JSON line.
 """
@@ -31,7 +31,8 @@ import numpy as np
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
 from dupq.search.collection import Collection
-from dupq_lab.service.service_load import DATA, REPO, built, one_thread, timed_searches
+from dupq_lab.options import REPO, add_shared
+from dupq_lab.service.service_load import built, one_thread, timed_searches
 
 
 def encode_ms(model, queries: list[str], size: int, repeats: int) -> float:
@@ -52,8 +53,7 @@ def hits(coll: Collection, query: str) -> list[tuple[int, bool]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", type=Path, help="default: every Quora question, HNSW, the bundled model")
-    p.add_argument("--model", type=Path, help="model folder (for building; default: the bundled model)")
-    p.add_argument("--data", type=Path, default=DATA, help="Quora pairs file (the queries, and for building)")
+    add_shared(p, "model", "data", "seed")
     p.add_argument("--index", default="hnsw", choices=["flat", "hnsw"], help="index kind (for building)")
     p.add_argument(
         "--work", type=Path, default=REPO / "runs" / "bench-service", help="where a built collection is kept"
@@ -62,7 +62,6 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="windows of each variant")
     p.add_argument("--check", type=int, default=1000, help="queries whose hits are compared between the variants")
     p.add_argument("--repeats", type=int, default=300, help="encode calls per batch size")
-    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     args.code = None  # built() runs `dupq index build` with this code
 

@@ -1,6 +1,6 @@
 """The teacher under bfloat16 autocast against float32: speed and agreement; prints one JSON line.
 
-    python bench/teacher_speed.py [--teacher FOLDER] [--questions 3000] [--threads 2] [--data PATH]
+    dupq-lab teacher-speed [--teacher FOLDER] [--questions 3000] [--threads 2] [--data PATH]
 
 Encodes the first ``--questions`` distinct questions of the training pool with ``dupq.training.distil.teacher``'s
 ``load_teacher`` twice, as `dupq distil teach` does (batch 128, unit vectors), once with
@@ -24,6 +24,7 @@ import torch
 
 from dupq.data.pairs import default_data_path, read_pairs, split_pairs
 from dupq.training.distil.teacher import load_teacher
+from dupq_lab.options import add_shared
 
 WARMUP = 128
 
@@ -53,9 +54,7 @@ def main() -> None:
     )
     parser.add_argument("--questions", type=int, default=3000, help="distinct training-pool questions to encode")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument(
-        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
-    )
+    add_shared(parser, "data")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
-    python bench/train_speed.py [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--bidirectional] [--encode 200000] [--keras]
+    dupq-lab train-speed [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--bidirectional] [--encode 200000] [--keras]
 
 train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
 every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
@@ -12,7 +12,7 @@ window's rate in ``train_pairs_per_s_windows``:
 * ``labelled_bf16``: the same encoding under bfloat16 autocast (``dupq train --bf16``).
 
 keras_seed_pairs_per_s (with ``--keras``; the ``keras`` extra): the seeds' Keras model trained on the
-seed recipe's own pairs (bench/keras_seed.py, in a child process with as many threads, timed the
+seed recipe's own pairs (dupq-lab keras-seed, in a child process with as many threads, timed the
 same way) right after the seed recipe, and ``seed_vs_keras``, the ratio of the two rates.
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.modeling.model import Model
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
 from dupq.training.step import Update, batch_loss
+from dupq_lab.options import add_shared
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -94,26 +95,26 @@ def pairs_per_second(
 
 
 def keras_rate(train, steps: int, repeats: int) -> dict:
-    """bench/keras_seed.py on ``train``'s pairs (the seed recipe's duplicates), in a child process: its JSON line."""
+    """dupq-lab keras-seed on ``train``'s pairs (the seed recipe's duplicates), in a child process: its JSON line."""
     with tempfile.TemporaryDirectory() as tmp:
         pairs = Path(tmp) / "pairs.tsv"
         # whitespace runs become one space: a tab or newline inside a question would split its line
         lines = (f"{' '.join(a.split())}\t{' '.join(b.split())}\n" for a, b in zip(train.q1, train.q2))
         pairs.write_text("".join(lines), encoding="utf-8")
         child = subprocess.run(
-            [sys.executable, str(Path(__file__).with_name("keras_seed.py")), str(pairs)]
+            [sys.executable, "-m", "dupq_lab.speed.keras_seed", str(pairs)]
             + ["--steps", str(steps), "--repeats", str(repeats), "--threads", str(torch.get_num_threads())],
             capture_output=True,
             text=True,
         )
     if child.returncode != 0:
-        raise SystemExit(f"bench/keras_seed.py failed: {child.stderr.strip()[-800:]}")
+        raise SystemExit(f"dupq-lab keras-seed failed: {child.stderr.strip()[-800:]}")
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(default_data_path()))
+    add_shared(parser, "data")
     parser.add_argument("--steps", type=int, default=200, help="optimizer steps per timed window")
     parser.add_argument("--repeats", type=int, default=3, help="timed windows per recipe; the median is reported")
     parser.add_argument("--dim", type=int, default=128)

@@ -1,6 +1,6 @@
 """Where a training step's time goes, per recipe and batching variant; prints one JSON line.
 
-    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16 8,1,dense]
+    dupq-lab train-step [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16 8,1,dense]
 
 For each variant ``CHUNKS,BUCKET[,bf16]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
 ``TrainConfig.bucket``: batches per length-sorted bucket; ``bf16``: forward under
@@ -25,8 +25,9 @@ import time
 import numpy as np
 import torch
 
-from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import read_pairs, split_pairs
 from dupq.training.step import Update, encode_in_chunks
+from dupq_lab.options import add_shared
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
@@ -93,7 +94,7 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(default_data_path()))
+    add_shared(parser, "data")
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="labelled")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1)
