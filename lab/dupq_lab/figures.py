@@ -2,7 +2,7 @@
 
 A page asks for a table by name, ``<!-- regenerate: table NAME -->`` (``dupq-lab figures`` writes it). A
 :class:`Table` names its inputs in docs/results/ (:func:`source`) and holds its header and rows as
-templates: Python format strings over those inputs, ``{name[key][key]:spec}``, where the spec ``.4f~``
+Markdown rows of templates (`` | `` between cells): Python format strings over those inputs, ``{name[key][key]:spec}``, where the spec ``.4f~``
 drops trailing zeros and ``bytes`` writes a size in MB, GB or TB. A cell whose input or key is
 missing is ``-``, and a row whose every cell but its labels is ``-`` is left out. ``each`` repeats the
 rows once per item of an input (the item is ``it``, its key ``key``). A table that is arithmetic
@@ -76,8 +76,8 @@ def cell(template: str, data: dict) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    header: tuple[str, ...] = ()  # the column labels, in order (templates too)
-    rows: tuple[tuple[str, ...], ...] = ()  # each row's cells, the first its label
+    header: str = ""  # the column labels, in order, " | " between them (templates too)
+    rows: tuple[str, ...] = ()  # each row's cells, " | " between them, the first its label
     data: dict[str, str | Callable] = field(default_factory=dict)  # name -> source() spec, or a function of none
     each: str = ""  # the rows again for every item of this input (``it``; ``key`` where it is a dict)
     labels: int = 1  # the cells that name a row; a row whose other cells are all "-" is left out
@@ -98,28 +98,14 @@ def render(name: str) -> list[str]:
     data = {key: spec() if callable(spec) else source(spec) for key, spec in table.data.items()}
     items = data[table.each] if table.each else [None]
     items = items.items() if isinstance(items, dict) else enumerate(items)
-    rows = [[cell(c, {**data, "it": it, "key": key}) for c in row] for key, it in items for row in table.rows]
-    return markdown(
-        [cell(h, data) for h in table.header], [r for r in rows if any(c != "-" for c in r[table.labels :])]
-    )
+    rows = [
+        [cell(c, {**data, "it": it, "key": key}) for c in row.split(" | ")] for key, it in items for row in table.rows
+    ]
+    kept = [r for r in rows if any(c != "-" for c in r[table.labels :])]
+    return markdown([cell(h, data) for h in table.header.split(" | ")], kept)
 
 
 # -- the tables that are arithmetic ---------------------------------------------------------------------------
-
-
-def sweep_rows(*files: str) -> list[list[str]]:
-    """The sweeps' rows (docs/results/FILE.jsonl), ordered by what chose among them (dev accuracy)."""
-    columns = [
-        ("configuration", "name"), ("command", "command"), ("val acc.", "val_accuracy"),
-        ("dev acc.", "dev_accuracy"), ("dev MRR", "dev_mrr"), ("dev MRR@10", "dev_mrr@10"),
-        ("test acc.", "test_accuracy"), ("ROC-AUC", "roc_auc"), ("ECE", "test_ece"), ("test MRR", "test_mrr"),
-        ("test MRR@10", "test_mrr@10"), ("clean acc.", "clean_accuracy"), ("clean AUC", "clean_roc_auc"),
-        ("best epoch", "best_epoch"), ("train s", "train_seconds"),
-    ]  # fmt: skip
-    rows = [json.loads(line) for f in files for line in (RESULTS / f).read_text().splitlines() if line.strip()]
-    rows.sort(key=lambda r: r.get("dev_accuracy") or 0)
-    fill = lambda r, key: "`{it[command]}`" if key == "command" else f"{{it[{key}]}}"  # noqa: E731
-    return [[label for label, _ in columns], *([cell(fill(r, key), {"it": r}) for _, key in columns] for r in rows)]
 
 
 def adapt() -> list[list[str]]:
@@ -290,259 +276,136 @@ def median_run() -> dict:
 
 def dedup(name: str) -> dict:
     """What a saved `dupq-lab dedup-scale` run printed as its result (its rows on stderr are left out)."""
-    return next(
-        x
-        for e in saved(name)
-        for line in e["output"]
-        if line.startswith("{")
-        for x in [json.loads(line)]
-        if "machine" in x
-    )
+    lines = (json.loads(line) for e in saved(name) for line in e["output"] if line.startswith("{"))
+    return next(x for x in lines if "machine" in x)
+
+
+def sweep(name: str) -> list[dict]:
+    """A sweep's rows (docs/results/NAME, one JSON line a configuration), ordered by what chose among them: dev accuracy."""
+    rows = [json.loads(line) for line in (RESULTS / name).read_text().splitlines() if line.strip()]
+    return sorted(rows, key=lambda r: r.get("dev_accuracy") or 0)
 
 
 # -- the declarations -----------------------------------------------------------------------------------------
 
-SYSTEMS = {"dupq": "dupq bundled", "minilm": "all-MiniLM-L6-v2 zero-shot", "bm25": "BM25 (bm25s)"}
-MEASURES = {"mrr@10": "MRR@10", "ndcg@10": "nDCG@10", "recall@1": "Recall@1", "recall@10": "Recall@10", "p@1": "P@1"}
+
+def measures(system: str, *keys: str, spec: str = ".4f") -> str:
+    """The cells of ``system``'s measures ``keys`` (default: the retrieval measures), each as ``spec`` writes it."""
+    keys = keys or ("mrr@10", "ndcg@10", "recall@1", "recall@10", "p@1")
+    return " | ".join(f"{{{system}[{k}]:{spec}}}" for k in keys)
 
 
-def heldout_rows(task: str, name: str) -> list[tuple[str, ...]]:
-    """A row per system of one retrieval task's saved result (``name``), the adapted model's from its own file."""
-    systems = [(f"{name}[{k}]", label) for k, label in SYSTEMS.items()]
-    systems.insert(1, (f"{name}_adapted[dupq]", "dupq bundled, adapted (`dupq adapt`)"))
-    return [(task, label, *(f"{{{s}[{m}]:.4f}}" for m in MEASURES)) for s, label in systems]
+def heldout(task: str, name: str) -> list[str]:
+    """One retrieval task's rows (its saved result ``name``): a system each, the adapted model from its own file."""
+    systems = [(f"{name}[dupq]", "dupq bundled"), (f"{name}_adapted[dupq]", "dupq bundled, adapted (`dupq adapt`)")]
+    systems += [(f"{name}[minilm]", "all-MiniLM-L6-v2 zero-shot"), (f"{name}[bm25]", "BM25 (bm25s)")]
+    return [f"{task} | {label} | {measures(system)}" for system, label in systems]
 
 
+# fmt: off
+SWEEP = (
+    "configuration | command | val acc. | dev acc. | dev MRR | dev MRR@10 | test acc. | ROC-AUC | ECE | test MRR | test MRR@10 | clean acc. | clean AUC | best epoch | train s",
+    "{it[name]} | `{it[command]}` | {it[val_accuracy]} | {it[dev_accuracy]} | {it[dev_mrr]} | {it[dev_mrr@10]} | {it[test_accuracy]} | {it[roc_auc]} | {it[test_ece]} | {it[test_mrr]} | {it[test_mrr@10]} | {it[clean_accuracy]} | {it[clean_roc_auc]} | {it[best_epoch]} | {it[train_seconds]}",
+)
+SIDE = "{{s[{0}][search_per_s]:,.0f}} | {{s[{0}][search_p50_ms]:.1f}} / {{s[{0}][search_p99_ms]:.1f}} ms | {{s[{0}][mixed_search_per_s]:,.0f}}, {{s[{0}][mixed_p99_ms]:.1f}} ms | {{s[{0}][in_process_per_s]:,.0f}}/s, p50 {{s[{0}][in_process_p50_ms]:.2f}} ms | {{s[{0}][kill9_lost]}} / {{s[{0}][kill9_acked]:,}}"
+STAGE_8 = ("mrr", "recall@1", "mrr_filtered", "mrr_any")
 TABLES: dict[str, Table] = {
     "summary": Table(  # README: the models on the seed's test pairs, at the dev-chosen threshold
-        header=("model", "accuracy", "ROC-AUC", "ECE"),
+        header="model | accuracy | ROC-AUC | ECE",
         data={"sweep": "*.jsonl", "minilm": "peers_minilm.json", "mpnet": "peers_mpnet.json"},
         rows=(
-            *(
-                (
-                    label,
-                    f"{{sweep[{n}][test_accuracy]:.4f~}}",
-                    f"{{sweep[{n}][roc_auc]:.4f~}}",
-                    f"{{sweep[{n}][test_ece]:.4f~}}",
-                )
-                for n, label in (
-                    ("distil-words-6", "dupq bundled (labelled recipe + distilled MiniLM)"),
-                    ("labelled-mlp-6", "dupq, labelled recipe without the teacher"),
-                    ("seed-best", "dupq, the duplicates-only model before them"),
-                )
-            ),
-            *(
-                (
-                    label,
-                    f"{{{p}[test][accuracy]:.4f~}}",
-                    f"{{{p}[test][roc_auc]:.4f~}}",
-                    f"{{{p}[test][expected_calibration_error]:.4f~}} (Platt)",
-                )
-                for p, label in (
-                    ("minilm", "all-MiniLM-L6-v2 zero-shot (`bench/peers.py`)"),
-                    ("mpnet", "all-mpnet-base-v2 zero-shot (`bench/peers.py --model-folder`)"),
-                )
-            ),
+            "dupq bundled (labelled recipe + distilled MiniLM) | " + measures("sweep[distil-words-6]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
+            "dupq, labelled recipe without the teacher | " + measures("sweep[labelled-mlp-6]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
+            "dupq, the duplicates-only model before them | " + measures("sweep[seed-best]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
+            "all-MiniLM-L6-v2 zero-shot (`bench/peers.py`) | " + measures("minilm[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
+            "all-mpnet-base-v2 zero-shot (`bench/peers.py --model-folder`) | " + measures("mpnet[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
         ),
-    ),  # fmt: skip
+    ),
     "retrieval": Table(  # README: search quality on Quora's held-out rows and on the help desks' test half
-        header=("system", "Quora MRR@10", "Quora nDCG@10", "Quora Recall@10", "help desk Recall@1", "help desk MRR@10"),
-        data={
-            "q": "retrieval_heldout.json",
-            "h": "out_of_domain_test.json",
-            "h_adapted": "out_of_domain_adapted_test.json",
-        },
+        header="system | Quora MRR@10 | Quora nDCG@10 | Quora Recall@10 | help desk Recall@1 | help desk MRR@10",
+        data={"q": "retrieval_heldout.json", "h": "out_of_domain_test.json", "adapted": "out_of_domain_adapted_test.json"},
         rows=tuple(
-            (
-                label,
-                f"{{q[{k}][mrr@10]:.3f}}",
-                f"{{q[{k}][ndcg@10]:.3f}}",
-                f"{{q[{k}][recall@10]:.3f}}",
-                f"{{{h}[recall@1]:.3f}}",
-                f"{{{h}[mrr@10]:.3f}}",
-            )
+            f"{label} | {measures(f'q[{k}]', 'mrr@10', 'ndcg@10', 'recall@10', spec='.3f')} | {measures(h, 'recall@1', 'mrr@10', spec='.3f')}"
             for k, h, label in (
                 ("dupq", "h[dupq]", "dupq bundled"),
-                ("adapted", "h_adapted[dupq]", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
+                ("adapted", "adapted[dupq]", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
                 ("minilm", "h[minilm]", "all-MiniLM-L6-v2 zero-shot"),
                 ("bm25", "h[bm25]", "BM25 (bm25s)"),
             )
         ),
-    ),  # fmt: skip
-    "heldout": Table(  # docs/experiments/9: every measure of the retrieval tasks, a row per system
-        header=("task", "system", *MEASURES.values()),
+    ),
+    "heldout": Table(  # docs/experiments/9: every retrieval measure of each task, a row per system
+        header="task | system | MRR@10 | nDCG@10 | Recall@1 | Recall@10 | P@1",
         labels=2,
         data={
             "quora": "retrieval_heldout.json",
-            **{f"ood_{s}{a}": f"out_of_domain{a}_{s}.json" for s in ("dev", "test") for a in ("", "_adapted")},
-            **{
-                f"n_{s}": lambda s=s: sum(
-                    source(f"out_of_domain_{s}.json")[k] for k in ("old_questions", "distractors")
-                )
-                for s in ("dev", "test")
-            },
+            **{f"{s}{a}": f"out_of_domain{a}_{s}.json" for s in ("dev", "test") for a in ("", "_adapted")},
+            **{f"{s}_questions": lambda s=s: sum(source(f"out_of_domain_{s}.json")[k] for k in ("old_questions", "distractors")) for s in ("dev", "test")},
         },
         rows=(
-            *heldout_rows("Quora test+dev rows: {quora[queries]:,} queries, {quora[corpus]:,} questions", "quora"),
-            *(
-                row
-                for s in ("dev", "test")
-                for row in heldout_rows(
-                    f"help desks, {s} half: {{ood_{s}[queries]}} queries, {{n_{s}:,}} questions", f"ood_{s}"
-                )
-            ),
+            *heldout("Quora test+dev rows: {quora[queries]:,} queries, {quora[corpus]:,} questions", "quora"),
+            *heldout("help desks, dev half: {dev[queries]} queries, {dev_questions:,} questions", "dev"),
+            *heldout("help desks, test half: {test[queries]} queries, {test_questions:,} questions", "test"),
         ),
-    ),  # fmt: skip
+    ),
     "retrieval-stage-8": Table(  # docs/experiments/8: question2's rank, every model measured at stage 8 (a record)
-        header=(
-            "model",
-            "MRR (published)",
-            "Recall@1",
-            "MRR, other known duplicates filtered",
-            "MRR, any known duplicate",
-        ),
+        header="model | MRR (published) | Recall@1 | MRR, other known duplicates filtered | MRR, any known duplicate",
         data={
-            "r": "retrieval.json",
-            "mpnet": "mpnet_student_retrieval.json | python bench/retrieval.py --model runs/student-mpnet-half",
+            "r": "retrieval.json", "minilm": "peers_minilm.json", "mpnet": "peers_mpnet.json",
+            "mpnet_student": "mpnet_student_retrieval.json | python bench/retrieval.py --model runs/student-mpnet-half",
             "wide": "wide_student.json | python bench/retrieval.py --model runs/wide256-half",
             "bilstm": "bilstm_student.json | python bench/retrieval.py --model runs/bilstm-half",
-            "minilm": "peers_minilm.json",
-            "mpnet_peer": "peers_mpnet.json",
             "closure": "retrieval_closure.json | python bench/retrieval.py --closure",
         },
         rows=(
-            *(
-                (label, *(f"{{{s}[{m}]:.4f}}" for m in ("mrr", "recall@1", "mrr_filtered", "mrr_any")))
-                for s, label in (
-                    ("r[dupq]", "dupq bundled (distilled from all-MiniLM-L6-v2)"),
-                    ("mpnet[dupq]", "dupq, the same recipe distilled from all-mpnet-base-v2"),
-                    ("wide[dupq]", "dupq, the same recipe at width 256"),
-                    ("bilstm[dupq]", "dupq, the same recipe with a bidirectional LSTM"),
-                    ("r[bm25]", "BM25"),
-                    ("minilm[retrieval][test]", "all-MiniLM-L6-v2 zero-shot"),
-                    ("mpnet_peer[retrieval][test]", "all-mpnet-base-v2 zero-shot"),
-                )
-            ),
-            ("oracle: every known duplicate first, in random order", "{r[ceiling]:.4f}", "-", "1", "1"),
-            (
-                "the same oracle, duplicates of duplicates known too (`--closure`)",
-                "{closure[ceiling]:.4f}",
-                "-",
-                "1",
-                "1",
-            ),
+            "dupq bundled (distilled from all-MiniLM-L6-v2) | " + measures("r[dupq]", *STAGE_8),
+            "dupq, the same recipe distilled from all-mpnet-base-v2 | " + measures("mpnet_student[dupq]", *STAGE_8),
+            "dupq, the same recipe at width 256 | " + measures("wide[dupq]", *STAGE_8),
+            "dupq, the same recipe with a bidirectional LSTM | " + measures("bilstm[dupq]", *STAGE_8),
+            "BM25 | " + measures("r[bm25]", *STAGE_8),
+            "all-MiniLM-L6-v2 zero-shot | " + measures("minilm[retrieval][test]", *STAGE_8),
+            "all-mpnet-base-v2 zero-shot | " + measures("mpnet[retrieval][test]", *STAGE_8),
+            "oracle: every known duplicate first, in random order | {r[ceiling]:.4f} | - | 1 | 1",
+            "the same oracle, duplicates of duplicates known too (`--closure`) | {closure[ceiling]:.4f} | - | 1 | 1",
         ),
-    ),  # fmt: skip
+    ),
     "speed": Table(  # README: the service and training, each against its before in one run
-        header=("on the 2-core CPU VM", "before (main at {s[baseline][label]})", "now", "ratio"),
-        data={"s": "service_side_by_side.json", "n": lambda: len(source("train_speed.json *")), "t": median_run},
+        header="on the 2-core CPU VM | before (main at {s[baseline][label]}) | now | ratio",
+        data={"s": "service_side_by_side.json", "runs": lambda: len(source("train_speed.json *")), "t": median_run},
         rows=(
-            (
-                "`dupq serve`, 16 clients searching 537,617 questions (HNSW): searches/s",
-                "{s[baseline][search_per_s]:,.0f}",
-                "{s[current][search_per_s]:,.0f}",
-                "{s[search_per_s_ratio]:.2f}x",
-            ),
-            (
-                "the same: p99 searching / searching while adding",
-                "{s[baseline][search_p99_ms]:.0f} / {s[baseline][mixed_p99_ms]:.0f} ms",
-                "{s[current][search_p99_ms]:.0f} / {s[current][mixed_p99_ms]:.0f} ms",
-                "",
-            ),
-            (
-                "one search in process (encode, HNSW, hits), p50",
-                "{s[baseline][in_process_p50_ms]:.2f} ms",
-                "{s[current][in_process_p50_ms]:.2f} ms",
-                "{s[in_process_per_s_ratio]:.2f}x",
-            ),
-            (
-                "training, the seed recipe: pairs/s (before: the seeds' Keras model; the median of {n} runs)",
-                "{t[keras_seed_pairs_per_s]:,}",
-                "{t[train_pairs_per_s][seed]:,}",
-                "{t[seed_vs_keras]:.2f}x",
-            ),
-            ("encoding questions/s (the bundled model's shape)", "", "{t[encode_questions_per_s]:,}", ""),
+            "`dupq serve`, 16 clients searching 537,617 questions (HNSW): searches/s | {s[baseline][search_per_s]:,.0f} | {s[current][search_per_s]:,.0f} | {s[search_per_s_ratio]:.2f}x",
+            "the same: p99 searching / searching while adding | {s[baseline][search_p99_ms]:.0f} / {s[baseline][mixed_p99_ms]:.0f} ms | {s[current][search_p99_ms]:.0f} / {s[current][mixed_p99_ms]:.0f} ms | ",
+            "one search in process (encode, HNSW, hits), p50 | {s[baseline][in_process_p50_ms]:.2f} ms | {s[current][in_process_p50_ms]:.2f} ms | {s[in_process_per_s_ratio]:.2f}x",
+            "training, the seed recipe: pairs/s (before: the seeds' Keras model; the median of {runs} runs) | {t[keras_seed_pairs_per_s]:,} | {t[train_pairs_per_s][seed]:,} | {t[seed_vs_keras]:.2f}x",
+            "encoding questions/s (the bundled model's shape) |  | {t[encode_questions_per_s]:,} | ",
         ),
-    ),  # fmt: skip
+    ),
     "service": Table(  # docs/serve.md: the side-by-side service run, a row per side
-        header=(
-            "code",
-            "searches/s",
-            "p50 / p99",
-            "with adds: searches/s, p99",
-            "in-process single search",
-            "kill -9: lost / acked",
-        ),
+        header="code | searches/s | p50 / p99 | with adds: searches/s, p99 | in-process single search | kill -9: lost / acked",
         data={"s": "service_side_by_side.json"},
         rows=(
-            *(
-                (
-                    label,
-                    f"{{s[{k}][search_per_s]:,.0f}}",
-                    f"{{s[{k}][search_p50_ms]:.1f}} / {{s[{k}][search_p99_ms]:.1f}} ms",
-                    f"{{s[{k}][mixed_search_per_s]:,.0f}}, {{s[{k}][mixed_p99_ms]:.1f}} ms",
-                    f"{{s[{k}][in_process_per_s]:,.0f}}/s, p50 {{s[{k}][in_process_p50_ms]:.2f}} ms",
-                    f"{{s[{k}][kill9_lost]}} / {{s[{k}][kill9_acked]:,}}",
-                )
-                for label, k in (
-                    ("main at {s[baseline][label]}, one process", "baseline"),
-                    ("this code, `dupq serve` default workers", "current"),
-                )
-            ),
-            ("ratio", "{s[search_per_s_ratio]:.2f}x", "", "", "{s[in_process_per_s_ratio]:.2f}x", ""),
+            "main at {s[baseline][label]}, one process | " + SIDE.format("baseline"),
+            "this code, `dupq serve` default workers | " + SIDE.format("current"),
+            "ratio | {s[search_per_s_ratio]:.2f}x |  |  | {s[in_process_per_s_ratio]:.2f}x | ",
         ),
-    ),  # fmt: skip
+    ),
     "dedup-quality": Table(  # docs/dedup.md: each grouping's pairwise precision, recall and F1 on dev and test
-        header=("grouping", "dev P / R / F1", "test P / R / F1", "groups", "largest group", "pairs its groups imply"),
-        data={"r": lambda: dedup("dedup_quality.json")["groupings"]},
-        each="r",
-        rows=(
-            (
-                "{key}",
-                "{it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f}",
-                "{it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f}",
-                "{it[groups]:,}",
-                "{it[largest]:,}",
-                "{it[implied_pairs]:,}",
-            ),
-        ),
-    ),  # fmt: skip
+        header="grouping | dev P / R / F1 | test P / R / F1 | groups | largest group | pairs its groups imply",
+        data={"r": lambda: dedup("dedup_quality.json")["groupings"]}, each="r",
+        rows=("{key} | {it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f} | {it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f} | {it[groups]:,} | {it[largest]:,} | {it[implied_pairs]:,}",),
+    ),
     "dedup-scale": Table(  # docs/dedup.md: the cost a question of grouping synthetic archives
-        header=(
-            "questions",
-            "grouping: wall s",
-            "wall µs a question",
-            "CPU s",
-            "CPU µs a question",
-            "grouped",
-            "peak GB",
-        ),
-        data={"r": lambda: dedup("dedup_scale.json")["runs"]},
-        each="r",
-        rows=(
-            (
-                "{it[questions]:,}",
-                "{it[group_seconds]}",
-                "{it[microseconds_per_question]}",
-                "{it[group_cpu_seconds]}",
-                "{it[cpu_microseconds_per_question]}",
-                "{it[grouped]:,}",
-                "{it[peak_gb]:.2f}",
-            ),
-        ),
-    ),  # fmt: skip
+        header="questions | grouping: wall s | wall µs a question | CPU s | CPU µs a question | grouped | peak GB",
+        data={"r": lambda: dedup("dedup_scale.json")["runs"]}, each="r",
+        rows=("{it[questions]:,} | {it[group_seconds]} | {it[microseconds_per_question]} | {it[group_cpu_seconds]} | {it[cpu_microseconds_per_question]} | {it[grouped]:,} | {it[peak_gb]:.2f}",),
+    ),
     "dedup-beams": Table(  # docs/scale.md: each HNSW beam of the probes, its cost and what it finds
-        header=("HNSW beam (efSearch)", "CPU µs a question", "neighbours above cosine {r[cosine]} found"),
-        data={"r": lambda: dedup("dedup_beams.json"), "beams": lambda: dedup("dedup_beams.json")["beams"]},
-        each="beams",
-        rows=(
-            (
-                "{it[beam]} x nprobe ({it[efSearch]})",
-                "{it[cpu_microseconds_per_question]}",
-                "{it[close_neighbours_found]}",
-            ),
-        ),
-    ),  # fmt: skip
+        header="HNSW beam (efSearch) | CPU µs a question | neighbours above cosine {r[cosine]} found",
+        data={"r": lambda: dedup("dedup_beams.json"), "beams": lambda: dedup("dedup_beams.json")["beams"]}, each="beams",
+        rows=("{it[beam]} x nprobe ({it[efSearch]}) | {it[cpu_microseconds_per_question]} | {it[close_neighbours_found]}",),
+    ),
+    "labelled-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("labelled.jsonl")}, each="rows"),
+    "distil-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("distil.jsonl")}, each="rows"),
     "dedup-speed": Table(render=dedup_speed),
     "dedup-plan": Table(render=dedup_plan),
     "adapt": Table(render=adapt),
@@ -550,6 +413,5 @@ TABLES: dict[str, Table] = {
     "search-memory": Table(render=search_memory),
     "hnsw": Table(render=hnsw),
     "routes": Table(render=routes),
-    "labelled-sweep": Table(render=lambda: sweep_rows("labelled.jsonl")),
-    "distil-sweep": Table(render=lambda: sweep_rows("distil.jsonl")),
 }
+# fmt: on
