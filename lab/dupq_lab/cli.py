@@ -1,14 +1,14 @@
 """dupq-lab: one command per measurement of dupq's docs, and ``figures``, which renders them into the docs.
 
 Each command is a module of the lab, imported only when it runs (torch, FAISS and Ray load as a measurement needs
-them); its options are its own (``dupq-lab COMMAND --help``), the ones several share declared once in
-:mod:`dupq_lab.options`. A module runs alone too: ``python -m dupq_lab.speed.cold_start`` is ``dupq-lab cold-start``.
+them); its options are its ``main``'s typer parameters (``dupq-lab COMMAND --help``), the ones several share declared
+once in :mod:`dupq_lab.options`. A module runs alone too: ``python -m dupq_lab.speed.cold_start`` is
+``dupq-lab cold-start``.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 
 import typer
 
@@ -40,8 +40,10 @@ COMMANDS = {  # command: (module, what it measures)
 
 def _register(name: str, module: str, help: str) -> None:
     def run(ctx: typer.Context) -> None:
-        sys.argv = [f"dupq-lab {name}", *ctx.args]  # the module's own parser reads them, and names itself so
-        importlib.import_module(f"dupq_lab.{module}").main()
+        measure = importlib.import_module(f"dupq_lab.{module}")
+        command = typer.Typer(add_completion=False)
+        command.command(help=measure.__doc__.split("\n\n")[0])(measure.main)
+        command(args=ctx.args, prog_name=f"dupq-lab {name}")  # its options are parsed here, once it is imported
 
     settings = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
     app.command(name, help=help, context_settings=settings, add_help_option=False)(run)

@@ -32,7 +32,6 @@ So a figure in the docs is never typed: it is what the command beside it printed
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -40,6 +39,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
 
 from dupq_lab.figures import render
 from dupq_lab.options import REPO
@@ -154,30 +156,29 @@ def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="*", type=Path, help="pages to update (default: README.md and docs/**/*.md)")
-    parser.add_argument("--only", default="", help="only blocks whose commands contain this text")
-    parser.add_argument("--check", action="store_true", help="exit 1 if a file would change; write nothing")
-    parser.add_argument(
-        "--measure", action="store_true", help="run the commands of saved blocks and rewrite their files"
-    )
-    args = parser.parse_args()
-    if args.check and args.measure:
-        parser.error("--measure rewrites the saved results; it cannot be a --check")
+def main(
+    files: Annotated[
+        Optional[list[Path]], typer.Argument(help="Pages to update (default: README.md and docs/**/*.md).")
+    ] = None,
+    only: Annotated[str, typer.Option(help="Only the console blocks whose commands contain this text.")] = "",
+    check: Annotated[bool, typer.Option(help="Exit 1 where a page would change; write nothing.")] = False,
+    measure: Annotated[bool, typer.Option(help="Run the commands of saved blocks and rewrite their files.")] = False,
+) -> None:
+    if check and measure:
+        raise typer.BadParameter("--measure rewrites the saved results; it cannot be a --check")
     changed = False
-    for path in args.files or doc_files():
+    for path in files or doc_files():
         before = path.read_text().splitlines()
-        after = regenerate(before, args.only, args.measure)
+        after = regenerate(before, only, measure)
         if after != before:
             changed = changed or not (
-                args.check and len(after) == len(before) and all(map(same_within_noise, before, after))
+                check and len(after) == len(before) and all(map(same_within_noise, before, after))
             )
-            if not args.check:
+            if not check:
                 path.write_text("\n".join(after) + "\n")
                 print(f"updated {path}", file=sys.stderr)
-    sys.exit(1 if args.check and changed else 0)
+    sys.exit(1 if check and changed else 0)
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

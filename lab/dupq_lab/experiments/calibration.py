@@ -10,10 +10,10 @@ regression on the logit), beta calibration (what `dupq calibrate` fits) and isot
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
+import typer
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
@@ -23,7 +23,7 @@ from dupq.evaluation.evaluate import pair_scores
 from dupq.evaluation.metrics import expected_calibration_error
 from dupq.modeling.calibration import calibrated
 from dupq.modeling.model import Model
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, ModelFolder
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:
@@ -31,12 +31,9 @@ def log_loss(p: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "model", "data")
-    args = parser.parse_args()
-    model = Model.load(args.model)
-    splits = split_pairs(read_pairs(args.data)[0])
+def main(model: ModelFolder = None, data: Data = DATA) -> None:
+    model_folder, model = model, Model.load(model)
+    splits = split_pairs(read_pairs(data)[0])
     dev, test = pair_scores(model, splits.dev, kind="logit"), pair_scores(model, splits.test, kind="logit")
     y_dev, y_test = splits.dev.labels.astype(int), splits.test.labels.astype(int)
     platt = LogisticRegression(C=1e6, max_iter=1000).fit(dev[:, None], y_dev)
@@ -51,7 +48,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "model": args.model or "bundled",
+                "model": str(model_folder or "bundled"),
                 **{
                     name: {
                         "dev_ece": round(expected_calibration_error(p_dev, y_dev), 4),
@@ -66,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

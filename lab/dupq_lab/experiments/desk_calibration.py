@@ -21,14 +21,15 @@ Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import platform
 import tempfile
 from pathlib import Path
+from typing import Annotated
 
 import torch
+import typer
 
 from dupq.data.pairs import read_pairs, write_pairs
 from dupq.evaluation.evaluate import calibrate, evaluate
@@ -39,17 +40,16 @@ from dupq_lab.options import REPO
 DESK = REPO / "bench" / "data" / "out_of_domain.tsv"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--review", type=int, default=3, help="hits a moderator judges for each new question")
-    args = parser.parse_args()
+def main(
+    review: Annotated[int, typer.Option(min=1, help="Hits a moderator judges for each new question.")] = 3,
+) -> None:
     torch.set_num_threads(1)
     with DESK.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     for n, r in enumerate(rows):
         r["new_key"], r["old_key"] = f"new-{n}", f"old-{n}"
     quora = Model.load()
-    out = {"pairs": len(rows), "review": args.review}
+    out = {"pairs": len(rows), "review": review}
     with tempfile.TemporaryDirectory() as tmp:
         texts = [r["old"] for r in rows] + [r["new"] for r in rows]
         keys = [r["old_key"] for r in rows] + [r["new_key"] for r in rows]
@@ -62,7 +62,7 @@ def main() -> None:
                 chosen = [r for r in rows if r["split"] == split]
                 for r in chosen:
                     scope = {"kind": "old", "domain": r["domain"]}
-                    for h in coll.search([r["new"]], k=args.review, where=scope)[0]:
+                    for h in coll.search([r["new"]], k=review, where=scope)[0]:
                         decision = "duplicate_of" if h.key == r["old_key"] else "not_duplicate_of"
                         coll.decide(r["new_key"], **{decision: h.key})
                 write_pairs(Path(tmp) / f"{split}.tsv", coll.decisions())
@@ -85,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -9,39 +9,40 @@ a few examples. It shows what the labelled recipe can learn about a word (e.g. "
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
+from typing import Annotated
+
+import typer
 
 from dupq.data.pairs import SplitConfig, read_pairs
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data
 
 
 def words(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("word")
-    parser.add_argument("--max-diff", type=int, default=3)
-    add_shared(parser, "data")
-    args = parser.parse_args()
-    pairs, _ = read_pairs(args.data)
+def main(
+    word: Annotated[str, typer.Argument(help="The word the two questions of a pair differ by.")],
+    max_diff: Annotated[int, typer.Option(help="At most this many words differ.")] = 3,
+    data: Data = DATA,
+) -> None:
+    pairs, _ = read_pairs(data)
     counts, examples = {0: 0, 1: 0}, []
     for a, b, y, row in zip(pairs.q1, pairs.q2, pairs.labels, pairs.rows):
         if row >= SplitConfig().train_pool:
             continue
         diff = words(a) ^ words(b)
-        if args.word.lower() in diff and len(diff) <= args.max_diff:
+        if word.lower() in diff and len(diff) <= max_diff:
             counts[int(y)] += 1
             if len(examples) < 6:
                 examples.append({"duplicate": int(y), "question1": a, "question2": b})
     print(
         json.dumps(
             {
-                "word": args.word,
-                "max_diff": args.max_diff,
+                "word": word,
+                "max_diff": max_diff,
                 "duplicates": counts[1],
                 "non_duplicates": counts[0],
                 "examples": examples,
@@ -52,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

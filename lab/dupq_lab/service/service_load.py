@@ -31,7 +31,6 @@ The clients are in :mod:`dupq_lab.service.http_load`. ``--workers`` is passed to
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -45,8 +44,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated, Optional
 
-from dupq_lab.options import REPO, add_shared
+import typer
+
+from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Seconds, Seed, Work
 from dupq_lab.service.http_load import HOST, adds_until_killed, run_phase, verify
 
 
@@ -69,7 +72,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(collection: Path, port: int, token: str, log, args: argparse.Namespace):
+def start_server(collection: Path, port: int, token: str, log, args: SimpleNamespace):
     """``dupq serve`` in its own session, once ``/health`` answers and every worker has started: ``(process, seconds)``."""
     command = [sys.executable, "-m", "dupq.cli", "serve", str(collection), "--host", HOST, "--port", str(port)]
     if args.workers:
@@ -111,14 +114,14 @@ def workers_started(log: Path, offset: int) -> int:
         return f.read().count(b"Application startup complete")
 
 
-def code_env(args: argparse.Namespace) -> dict:
+def code_env(args: SimpleNamespace) -> dict:
     """The environment of every child process: ``--code`` first on the module path, when given."""
     if args.code is None:
         return dict(os.environ)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.code), os.environ.get("PYTHONPATH")]))}
 
 
-def in_process_child(copy: Path, searches: list[str], seconds: float, args: argparse.Namespace) -> dict:
+def in_process_child(copy: Path, searches: list[str], seconds: float, args: SimpleNamespace) -> dict:
     """:func:`in_process` in a child process that imports the code under test (``--code``)."""
     queries = args.work / "in-process-queries.json"
     queries.write_text(json.dumps(searches))
@@ -196,27 +199,7 @@ def health(port: int) -> dict:
     return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--collection", type=Path, help="collection to load-test (a copy is used); default: build one")
-    add_shared(p, "model", "data", "seed")
-    p.add_argument("--index", default="hnsw", choices=["flat", "hnsw"], help="index kind (for building)")
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-service", help="folder for the copy and logs")
-    p.add_argument("--workers", type=int, help="dupq serve --workers N (default: not passed; the server's own default)")
-    p.add_argument("--single-seconds", type=float, default=10.0, help="length of the in-process single-search run")
-    p.add_argument("--clients", type=int, default=16)
-    p.add_argument("--seconds", type=float, default=20.0, help="length of each load phase")
-    p.add_argument("--warmup", type=float, default=3.0)
-    p.add_argument("--max-requests", type=int, default=100_000, help="cap on requests per phase")
-    p.add_argument("--add-share", type=float, default=0.1, help="share of adds in the mixed phase")
-    p.add_argument("--kill-after", type=float, default=3.0, help="seconds of adds before kill -9")
-    p.add_argument("--start-timeout", type=float, default=300.0)
-    p.add_argument("--code", type=Path, help="source folder of the dupq to measure (put first on the module path)")
-    p.add_argument("--in-process", nargs=2, type=Path, metavar=("COPY", "QUERIES"), help=argparse.SUPPRESS)
-    return p.parse_args()
-
-
-def built(args: argparse.Namespace) -> Path:
+def built(args: SimpleNamespace) -> Path:
     """``--collection``, or the collection of every Quora question in ``--work`` (built with `dupq index build` if missing)."""
     args.work.mkdir(parents=True, exist_ok=True)
     if args.collection is not None:
@@ -233,7 +216,7 @@ def built(args: argparse.Namespace) -> Path:
     return source
 
 
-def working_copy(args: argparse.Namespace) -> Path:
+def working_copy(args: SimpleNamespace) -> Path:
     """A fresh copy of :func:`built`'s collection in ``--work``: the load test changes it."""
     source = built(args)
     copy = args.work / "load-copy"
@@ -243,7 +226,7 @@ def working_copy(args: argparse.Namespace) -> Path:
 
 
 def load_phases(
-    server, port: int, token: str, args: argparse.Namespace, searches: list[str], rng: random.Random, tag: str
+    server, port: int, token: str, args: SimpleNamespace, searches: list[str], rng: random.Random, tag: str
 ) -> dict:
     """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``, each with
     the CPU seconds the server's processes and this load generator spent per request (less load-bound than rates)."""
@@ -284,7 +267,7 @@ def kill9_phase(
     port: int,
     token: str,
     log,
-    args: argparse.Namespace,
+    args: SimpleNamespace,
     searches: list[str],
     rng: random.Random,
     tag: str,
@@ -342,10 +325,30 @@ def target_met(result: dict) -> bool:
     )
 
 
-def main() -> None:
-    args = parse_args()
-    if args.in_process:  # the child of in_process_child
-        copy, queries = args.in_process
+def main(
+    collection: CollectionFolder = None,
+    model: ModelFolder = None,
+    data: Data = DATA,
+    index: Index = "hnsw",
+    work: Work = WORK,
+    workers: Annotated[Optional[int], typer.Option(help="dupq serve --workers N (default: the server's own).")] = None,
+    single_seconds: Annotated[float, typer.Option(help="Length of the in-process single-search run.")] = 10.0,
+    clients: Annotated[int, typer.Option(min=1, help="Concurrent HTTP clients.")] = 16,
+    seconds: Seconds = 20.0,
+    warmup: Annotated[float, typer.Option(help="Seconds of load before the timed phases.")] = 3.0,
+    max_requests: Annotated[int, typer.Option(help="Cap on requests per phase.")] = 100_000,
+    add_share: Annotated[float, typer.Option(help="Share of adds in the mixed phase.")] = 0.1,
+    kill_after: Annotated[float, typer.Option(help="Seconds of adds before kill -9.")] = 3.0,
+    start_timeout: Annotated[float, typer.Option(help="Seconds dupq serve may take to answer.")] = 300.0,
+    seed: Seed = 0,
+    code: Annotated[
+        Optional[Path], typer.Option(help="Source folder of the dupq to measure (first on the module path).")
+    ] = None,
+    child_of: Annotated[Optional[tuple[Path, Path]], typer.Option("--in-process", hidden=True)] = None,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options, as the helpers below take them
+    if child_of:  # the child of in_process_child
+        copy, queries = child_of
         print(json.dumps(in_process(copy, json.loads(queries.read_text()), args.single_seconds)))
         return
     copy = working_copy(args)
@@ -388,4 +391,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -15,14 +15,16 @@ reports each side's median searches/s, p99 and in-process single-search rate, an
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
-from dupq_lab.options import REPO
+import typer
+
+from dupq_lab.options import REPO, Rounds, Seconds
 
 
 def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict:
@@ -58,27 +60,28 @@ def summary(runs: list[dict]) -> dict:
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--baseline-code", type=Path, required=True, help="src folder of the earlier revision's checkout")
-    p.add_argument("--baseline-label", default="baseline", help="what to call it in the output (e.g. its commit)")
-    p.add_argument("--baseline-collection", type=Path, required=True, help="a collection built by the baseline code")
-    p.add_argument("--collection", type=Path, required=True, help="a collection built by this code")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--seconds", type=float, default=20.0, help="length of each load phase")
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-side-by-side")
-    args = p.parse_args()
+def main(
+    baseline_code: Annotated[Path, typer.Option(help="src folder of the earlier revision's checkout.")],
+    baseline_collection: Annotated[Path, typer.Option(help="A collection built by the baseline code.")],
+    collection: Annotated[Path, typer.Option(help="A collection built by this code.")],
+    baseline_label: Annotated[
+        str, typer.Option(help="What to call the baseline in the output (e.g. its commit).")
+    ] = "baseline",
+    rounds: Rounds = 2,
+    seconds: Seconds = 20.0,
+    work: Annotated[Path, typer.Option(help="Folder of each side's load-test copy and logs.")] = REPO
+    / "runs"
+    / "bench-side-by-side",
+) -> None:
 
     sides: dict[str, list[dict]] = {"baseline": [], "current": []}
-    for _ in range(args.rounds):  # alternate, so a change in the machine's load falls on both sides
-        sides["baseline"].append(
-            run(args.baseline_collection, args.work / "baseline", args.seconds, args.baseline_code)
-        )
-        sides["current"].append(run(args.collection, args.work / "current", args.seconds, None))
+    for _ in range(rounds):  # alternate, so a change in the machine's load falls on both sides
+        sides["baseline"].append(run(baseline_collection, work / "baseline", seconds, baseline_code))
+        sides["current"].append(run(collection, work / "current", seconds, None))
     base, now = summary(sides["baseline"]), summary(sides["current"])
     result = {
-        "command": f"dupq-lab service-side-by-side --seconds {args.seconds:g} --rounds {args.rounds}",
-        "baseline": {"label": args.baseline_label, **base},
+        "command": f"dupq-lab service-side-by-side --seconds {seconds:g} --rounds {rounds}",
+        "baseline": {"label": baseline_label, **base},
         "current": now,
         "search_per_s_ratio": round(now["search_per_s"] / base["search_per_s"], 2),
         "in_process_per_s_ratio": round(now["in_process_per_s"] / base["in_process_per_s"], 2),
@@ -91,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -14,7 +14,6 @@ the same command line, that reports ``sys.modules`` at exit).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -25,8 +24,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
-from dupq_lab.options import add_shared
+import typer
+
+from dupq_lab.options import ModelFolder
 
 PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
 QUERY = "How can I learn to code in Python?"
@@ -46,7 +48,7 @@ def dupq_command() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "dupq.cli"]
 
 
-def questions(count: int) -> list[str]:
+def synthetic_questions(count: int) -> list[str]:
     """``count`` distinct synthetic questions (the collection's size hardly matters to a cold start)."""
     verbs = ["learn", "use", "install", "debug", "teach", "master", "compare", "choose"]
     things = ["Python", "Rust", "SQL", "a bicycle", "a guitar", "French", "chess", "a camera", "Excel", "Linux"]
@@ -81,23 +83,22 @@ def imports_torch(args: list[str]) -> bool:
     return last == "torch imported: True"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "model")
-    parser.add_argument("--runs", type=int, default=7, help="timed runs of each command")
-    parser.add_argument("--questions", type=int, default=400, help="questions in the collection searched")
-    args = parser.parse_args()
+def main(
+    model: ModelFolder = None,
+    runs: Annotated[int, typer.Option(min=1, help="Timed runs of each command.")] = 7,
+    questions: Annotated[int, typer.Option(min=1, help="Questions in the collection searched.")] = 400,
+) -> None:
 
-    model = ["--model", args.model] if args.model else []
+    model_args = ["--model", str(model)] if model else []
     folder = Path(tempfile.mkdtemp(prefix="dupq-cold-"))
     try:
         source, collection = folder / "questions.txt", str(folder / "collection")
-        source.write_text("\n".join(questions(args.questions)) + "\n", encoding="utf-8")
-        build = [*dupq_command(), "index", "build", str(source), "--out", collection, *model]
+        source.write_text("\n".join(synthetic_questions(questions)) + "\n", encoding="utf-8")
+        build = [*dupq_command(), "index", "build", str(source), "--out", collection, *model_args]
         check(subprocess.run(build, capture_output=True), "dupq index build")
         results = []
-        for cli_args in (["predict", *PAIR, *model], ["search", collection, QUERY]):
-            times = wall_seconds([*dupq_command(), *cli_args], args.runs)
+        for cli_args in (["predict", *PAIR, *model_args], ["search", collection, QUERY]):
+            times = wall_seconds([*dupq_command(), *cli_args], runs)
             shown = " ".join(f'"{a}"' if " " in a else a for a in cli_args).replace(collection, "DIR")
             results.append(
                 {
@@ -114,9 +115,9 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "cold_start",
-                "model": str(args.model or "bundled"),
-                "runs": args.runs,
-                "collection": args.questions,
+                "model": str(model or "bundled"),
+                "runs": runs,
+                "collection": questions,
                 "commands": results,
                 "cpus": os.cpu_count(),
                 "machine": platform.machine(),
@@ -126,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

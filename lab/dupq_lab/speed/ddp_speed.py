@@ -13,21 +13,22 @@ Recipes as dupq-lab train-speed (the seed's and the bundled model's); real Quora
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
 import time
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
+import typer
 
-from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.training.distributed import World, join
 from dupq.training.step import Update, distributed_loss
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 
@@ -73,24 +74,20 @@ def _worker(rank: int, size: int, port: int, splits, recipe: str, steps: int, ou
     torch.distributed.destroy_process_group()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "data")
-    parser.add_argument("--steps", type=int, default=40)
-    args = parser.parse_args()
-    pairs, _ = read_pairs(args.data or default_data_path())
+def main(data: Data = DATA, steps: Annotated[int, typer.Option(min=1, help="Optimizer steps timed.")] = 40) -> None:
+    pairs, _ = read_pairs(data)
     splits = split_pairs(pairs, SplitConfig())
     torch.set_num_threads(1)
     out = Path(f"/tmp/ddp_speed.{os.getpid()}.json")
     for recipe in RECIPES:
-        print(json.dumps({**_steps(splits, recipe, args.steps, World()), "cpus": os.cpu_count()}), flush=True)
+        print(json.dumps({**_steps(splits, recipe, steps, World()), "cpus": os.cpu_count()}), flush=True)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        mp.spawn(_worker, args=(2, port, splits, recipe, args.steps, str(out)), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, port, splits, recipe, steps, str(out)), nprocs=2, join=True)
         print(json.dumps({**json.loads(out.read_text()), "cpus": os.cpu_count()}), flush=True)
         out.unlink()
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

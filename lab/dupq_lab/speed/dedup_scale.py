@@ -36,7 +36,6 @@ once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -44,9 +43,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Annotated, Literal, Optional
 
 import numpy as np
+import typer
 
+from dupq_lab.options import integers
 from dupq_lab.ray_local import ENV, local_cluster, same_group_pairs
 
 CACHE = Path("runs/dedup_scale")
@@ -311,30 +313,40 @@ def on_ray(n: int, exact_below: list[int]) -> dict:
     return {"runs": rows}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["speed", "quality", "scale", "beams", "ray", "child"])
-    parser.add_argument("args", nargs="*", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", type=int, nargs="*")
-    parser.add_argument("--cosines", type=float, nargs="+", default=[0.7, 0.75, 0.8, 0.85, 0.9])
-    a = parser.parse_args()
-    if a.what == "child":
-        kind, n, t, *rest = a.args
+def main(
+    what: Annotated[
+        Literal["speed", "quality", "scale", "beams", "ray", "child"],
+        typer.Argument(help="The measurement (child: one timed grouping, which the others run)."),
+    ],
+    args: Annotated[Optional[list[str]], typer.Argument(hidden=True)] = None,
+    sizes: Annotated[
+        Optional[str],
+        typer.Option(
+            help='Comma-separated: questions (speed; "" runs the full set alone), --exact-below values (ray), beams.'
+        ),
+    ] = None,
+    cosines: Annotated[
+        str, typer.Option(help="The cosine thresholds quality chooses among, comma-separated.")
+    ] = "0.7,0.75,0.8,0.85,0.9",
+) -> None:
+    sizes = None if sizes is None else integers(sizes)
+    if what == "child":
+        kind, n, t, *rest = args
         child(kind, int(n), float(t), bool(int(rest[0])) if rest else False, rest[1] if len(rest) > 1 else "")
         return
     machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    if a.what == "speed":
-        result = speed([50_000, 100_000, 200_000] if a.sizes is None else a.sizes)  # --sizes alone: all, dupq only
-    elif a.what == "quality":
-        result = quality(a.cosines)
-    elif a.what == "ray":
-        result = on_ray(20_000, a.sizes or [50_000, 10_000])
-    elif a.what == "beams":
-        result = beams(5_000_000, a.sizes or [1, 2, 3, 4, 16])
+    if what == "speed":
+        result = speed([50_000, 100_000, 200_000] if sizes is None else sizes)  # --sizes "": the full set, dupq alone
+    elif what == "quality":
+        result = quality([float(c) for c in cosines.split(",")])
+    elif what == "ray":
+        result = on_ray(20_000, sizes or [50_000, 10_000])
+    elif what == "beams":
+        result = beams(5_000_000, sizes or [1, 2, 3, 4, 16])
     else:
-        result = scale(a.sizes or [50_000, 500_000, 5_000_000])
+        result = scale(sizes or [50_000, 500_000, 5_000_000])
     print(json.dumps({**machine, **result}))
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -12,18 +12,20 @@ for saved models, so that two vocabularies (words and the teacher's WordPiece to
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
+from typing import Annotated, Optional
 
 import torch
+import typer
 
 from dupq.data.pairs import read_pairs
 from dupq.modeling.model import Model
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, Rounds
 
 
 def per_second(encode, questions: list[str]) -> float:
@@ -33,37 +35,36 @@ def per_second(encode, questions: list[str]) -> float:
     return len(questions) / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", help="model folders")
-    parser.add_argument("--bundled", action="store_true", help="also the bundled model (the default without MODEL)")
-    add_shared(parser, "data")
-    parser.add_argument("--questions", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    pairs, _ = read_pairs(args.data)
-    questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.questions]
-    names = ([None] if args.bundled or not args.models else []) + args.models
-    models = {name or "bundled": Model.load(name) for name in names}
+def main(
+    models: Annotated[Optional[list[Path]], typer.Argument(help="Model folders.")] = None,
+    bundled: Annotated[bool, typer.Option(help="Also the bundled model (the default without MODEL).")] = False,
+    data: Data = DATA,
+    questions: Annotated[int, typer.Option(min=1, help="Distinct questions encoded.")] = 200_000,
+    rounds: Rounds = 3,
+) -> None:
+    pairs, models = read_pairs(data)[0], models or []
+    texts = list(dict.fromkeys(pairs.q1 + pairs.q2))[:questions]
+    names = ([None] if bundled or not models else []) + models
+    models = {str(name or "bundled"): Model.load(name) for name in names}
     for model in models.values():
-        model.encode(questions[:5000])  # warm-up
+        model.encode(texts[:5000])  # warm-up
     encode = {name: [] for name in models}
     tokenize = {name: [] for name in models}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, model in models.items():
-            tokenize[name].append(per_second(model.vocab.encode, questions))
-            encode[name].append(per_second(model.encode, questions))
+            tokenize[name].append(per_second(model.vocab.encode, texts))
+            encode[name].append(per_second(model.encode, texts))
     print(
         json.dumps(
             {
                 "encode_questions_per_s": {k: round(statistics.median(v)) for k, v in encode.items()},
                 "tokenize_questions_per_s": {k: round(statistics.median(v)) for k, v in tokenize.items()},
                 "tokens_per_question": {
-                    k: round(float(m.vocab.encode(questions).lengths.mean()), 2) for k, m in models.items()
+                    k: round(float(m.vocab.encode(texts).lengths.mean()), 2) for k, m in models.items()
                 },
                 "encode_rounds": {k: [round(r) for r in v] for k, v in encode.items()},
-                "questions": len(questions),
-                "rounds": args.rounds,
+                "questions": len(texts),
+                "rounds": rounds,
                 "threads": torch.get_num_threads(),
                 "torch": torch.__version__,
                 "cpus": os.cpu_count(),
@@ -74,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

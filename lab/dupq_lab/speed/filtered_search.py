@@ -19,23 +19,23 @@ Prints one JSON line. The collection is built in a temporary folder (removed at 
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated, Optional
 
 import numpy as np
 import torch
+import typer
 
-from dupq.data.pairs import default_data_path
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.search.vectors import search
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, Index, Seed
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
 
@@ -60,19 +60,21 @@ def timed(fn, items) -> list[float]:
     return seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "data", "seed")
-    parser.add_argument("--index", default="hnsw", choices=["flat", "hnsw", "ivfpq"])
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--keep", type=Path, default=None, help="build the collection here once and reuse it")
-    args = parser.parse_args()
+def main(
+    data: Data = DATA,
+    seed: Seed = 0,
+    index: Index = "hnsw",
+    queries: Annotated[
+        int, typer.Option(min=1, help="Queries timed and compared with the exact filtered search.")
+    ] = 200,
+    keep: Annotated[Optional[Path], typer.Option(help="Build the collection here once and reuse it.")] = None,
+) -> None:
     torch.set_num_threads(1)
-    folder = args.keep or Path(tempfile.mkdtemp()) / "quora"
-    rng = np.random.default_rng(args.seed)
+    folder = keep or Path(tempfile.mkdtemp()) / "quora"
+    rng = np.random.default_rng(seed)
     build_s = None
     if not folder.exists():
-        qs = read_questions(args.data or default_data_path())
+        qs = read_questions(data)
         groups = rng.integers(0, 1000, len(qs.texts))
         started = time.perf_counter()
         Collection.build(
@@ -81,7 +83,7 @@ def main() -> None:
             Model.load(),
             keys=qs.keys,
             metadata=[{"group": int(g)} for g in groups],
-            index=args.index,
+            index=index,
         ).close()
         build_s = round(time.perf_counter() - started, 1)
     try:
@@ -89,23 +91,23 @@ def main() -> None:
             vectors = coll.stored_vectors()  # (N, d), in id order: a built collection's ids are 0..N-1
             rows = coll.stored_rows()
             group = np.array([meta["group"] for _, _, _, meta in rows])
-            picked = np.random.default_rng(args.seed + 1).choice(len(vectors), args.queries, replace=False)
-            queries = vectors[picked]  # (Q, d)
-            coll.nearest(queries[:5], 10)  # warm-up
-            plain = timed(lambda q: coll.nearest(q[None], 10), queries)
+            picked = np.random.default_rng(seed + 1).choice(len(vectors), queries, replace=False)
+            query_vectors = vectors[picked]  # (Q, d)
+            coll.nearest(query_vectors[:5], 10)  # warm-up
+            plain = timed(lambda q: coll.nearest(q[None], 10), query_vectors)
             results = {}
             for name, kept_groups in FILTERS.items():
                 where = {"group": list(range(kept_groups))}
                 t = time.perf_counter()
-                coll.nearest(queries[:1], 10, where=where)  # reads the matching ids once
+                coll.nearest(query_vectors[:1], 10, where=where)  # reads the matching ids once
                 first = time.perf_counter() - t
-                seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), queries)
-                found = coll.nearest(queries, 10, where=where)[1]
+                seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), query_vectors)
+                found = coll.nearest(query_vectors, 10, where=where)[1]
                 kept = np.flatnonzero(group < kept_groups)
                 assert np.isin(found[found >= 0], kept).all(), "a hit outside the filter"
                 results[name] = {
                     "kept": int(len(kept)),
-                    "recall@10": round(recall_at_10(found, queries, vectors, kept), 4),
+                    "recall@10": round(recall_at_10(found, query_vectors, vectors, kept), 4),
                     "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
                     "p99_ms": round(float(np.percentile(seconds, 99)) * 1000, 3),
                     "first_filter_ms": round(first * 1000, 1),
@@ -113,7 +115,7 @@ def main() -> None:
             out = {
                 "questions": len(vectors),
                 "index": coll.manifest["index"]["kind"],
-                "queries": args.queries,
+                "queries": queries,
                 "filters": results,
                 "unfiltered_p50_ms": round(float(np.percentile(plain, 50)) * 1000, 3),
                 "build_s": build_s,
@@ -121,10 +123,10 @@ def main() -> None:
                 "machine": platform.machine(),
             }
     finally:
-        if args.keep is None:
+        if keep is None:
             shutil.rmtree(folder.parent, ignore_errors=True)
     print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -20,24 +20,20 @@ another), and of those the one with the fewest bytes a question, then the fastes
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
+from typing import Annotated, Optional
 
 import faiss
 import numpy as np
 import torch
+import typer
 
-from dupq.data.pairs import default_data_path
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
 from dupq.search.vectors import search
-from dupq_lab.options import add_shared
-
-
-def integers(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
+from dupq_lab.options import DATA, Data, ModelFolder, integers
 
 
 def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.ndarray:
@@ -63,64 +59,65 @@ def recall_at_k(
 
 
 def graph(
-    vectors: np.ndarray, m: int, ef_construction: int, args: argparse.Namespace
+    vectors: np.ndarray, m: int, ef_construction: int, graphs: Path | None, build_threads: int
 ) -> tuple[faiss.Index, float | None]:
     """The HNSW graph of ``vectors`` for (M, efConstruction) and its build seconds: read from ``--graphs``
     when built there before (``None`` seconds), else built (and kept there)."""
-    kept = args.graphs / f"hnsw_m{m}_efc{ef_construction}.faiss" if args.graphs else None
+    kept = graphs / f"hnsw_m{m}_efc{ef_construction}.faiss" if graphs else None
     if kept is not None and kept.exists():
         index = faiss.read_index(str(kept))
         if index.ntotal != len(vectors) or index.d != vectors.shape[1]:
             raise SystemExit(f"{kept} holds {index.ntotal} vectors of width {index.d}, not these {vectors.shape}")
         return index, None
-    faiss.omp_set_num_threads(args.build_threads or faiss.omp_get_max_threads())
+    faiss.omp_set_num_threads(build_threads or faiss.omp_get_max_threads())
     index = faiss.IndexHNSWFlat(vectors.shape[1], m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = ef_construction
     t0 = time.perf_counter()
     index.add(vectors)
     build_s = time.perf_counter() - t0
     if kept is not None:
-        args.graphs.mkdir(parents=True, exist_ok=True)
+        graphs.mkdir(parents=True, exist_ok=True)
         faiss.write_index(index, str(kept) + ".tmp")
         Path(str(kept) + ".tmp").rename(kept)
     return index, build_s
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_shared(parser, "model", "data")
-    parser.add_argument("--m", type=integers, default=[16, 32, 64])
-    parser.add_argument("--ef-construction", type=integers, default=[64, 200])
-    parser.add_argument("--ef-search", type=integers, default=[16, 24, 32, 48, 64, 96, 128, 192, 256])
-    parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--query-seed", type=int, default=0)
-    parser.add_argument("--recall", type=float, default=0.99, help="the recall@10 a chosen setting must reach")
-    parser.add_argument("--build-threads", type=int, default=0, help="FAISS threads while building (0: all)")
-    parser.add_argument("--graphs", type=Path, default=None, help="folder of built graphs: reuse them, keep new ones")
-    args = parser.parse_args()
+def main(
+    model: ModelFolder = None,
+    data: Data = DATA,
+    m: Annotated[str, typer.Option(help="HNSW M values, comma-separated.")] = "16,32,64",
+    ef_construction: Annotated[str, typer.Option(help="efConstruction values, comma-separated.")] = "64,200",
+    ef_search: Annotated[str, typer.Option(help="efSearch values, comma-separated.")] = "16,24,32,48,64,96,128,192,256",
+    queries: Annotated[int, typer.Option(min=1, help="Queries sampled from the questions.")] = 1000,
+    query_seed: Annotated[int, typer.Option(help="Seed of the query sample (1 chose the settings).")] = 0,
+    recall: Annotated[float, typer.Option(help="The recall@10 a chosen setting must reach.")] = 0.99,
+    build_threads: Annotated[int, typer.Option(min=0, help="FAISS threads while building (0: all).")] = 0,
+    graphs: Annotated[Optional[Path], typer.Option(help="Folder of built graphs: reuse them, keep new ones.")] = None,
+) -> None:
 
     torch.set_num_threads(1)
-    model = Model.load(args.model)
-    texts = read_questions(args.data or default_data_path()).texts
+    ms, efcs, efss = integers(m), integers(ef_construction), integers(ef_search)
+    model = Model.load(model)
+    texts = read_questions(data).texts
     vectors = model.encode(texts)  # (N, d)
-    rng = np.random.default_rng(args.query_seed)
-    queries = vectors[rng.choice(len(vectors), size=args.queries, replace=False)]  # (Q, d)
+    rng = np.random.default_rng(query_seed)
+    queries = vectors[rng.choice(len(vectors), size=queries, replace=False)]  # (Q, d)
     exact = search(queries, vectors, 10)[0]  # (Q, 10) exact scores
     rows = []
-    for m in args.m:
-        for ef_construction in args.ef_construction:
-            index, build_s = graph(vectors, m, ef_construction, args)
+    for m in ms:
+        for ef_construction in efcs:
+            index, build_s = graph(vectors, m, ef_construction, graphs, build_threads)
             size = faiss.serialize_index(index).nbytes
             faiss.omp_set_num_threads(1)
-            for ef_search in args.ef_search:
+            for ef_search in efss:
                 index.hnsw.efSearch = ef_search
                 us = timed_single_queries(index, queries, 10)
-                recall, se = recall_at_k(index, queries, vectors, exact, 10)
+                found, se = recall_at_k(index, queries, vectors, exact, 10)
                 row = {
                     "m": m,
                     "ef_construction": ef_construction,
                     "ef_search": ef_search,
-                    "recall@10": round(recall, 4),
+                    "recall@10": round(found, 4),
                     "recall@10_se": round(se, 4),
                     "p50_us": round(float(np.percentile(us, 50)), 1),
                     "p99_us": round(float(np.percentile(us, 99)), 1),
@@ -130,12 +127,12 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     # two standard errors down: a setting that only just reaches the bar on these queries may miss it on others
-    good = [r for r in rows if r["recall@10"] - 2 * r["recall@10_se"] >= args.recall]
+    good = [r for r in rows if r["recall@10"] - 2 * r["recall@10_se"] >= recall]
     # memory first (the links are kept for every question; at 10M questions M 32 holds ~1.3 GB more than M 16),
     # then the walk's time (tens of microseconds of a ~1 ms search, and they drift between runs)
     chosen = min(good, key=lambda r: (r["bytes_per_question"], r["p50_us"])) if good else None
-    print(json.dumps({"questions": len(vectors), "query_seed": args.query_seed, "chosen": chosen}))
+    print(json.dumps({"questions": len(vectors), "query_seed": query_seed, "chosen": chosen}))
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

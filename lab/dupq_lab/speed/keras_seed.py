@@ -22,11 +22,16 @@ PAIRS.tsv: one duplicate pair per line, the two questions separated by a tab. Ne
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dupq_lab.options import Threads
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter stays off stdout's one line
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -92,28 +97,27 @@ def step_clock():
     return StepClock()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("pairs", help="duplicate pairs, tab-separated, one per line")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    args = p.parse_args()
+def main(
+    pairs: Annotated[Path, typer.Argument(help="Duplicate pairs, tab-separated, one a line.")],
+    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps per timed window.")] = 200,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed windows; the median is reported.")] = 3,
+    threads: Threads = os.cpu_count() or 1,
+) -> None:
 
     import keras
     import numpy as np
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
     tf.random.set_seed(0)
-    with open(args.pairs, encoding="utf-8") as f:
+    with open(pairs, encoding="utf-8") as f:
         q1, q2 = zip(*(line.rstrip("\n").split("\t") for line in f))
     q1, q2 = np.array(q1, dtype=object), np.array(q2, dtype=object)
     model, vocab_size = siamese([*q1, *q2])
     model.compile(loss=triplet_loss, optimizer=keras.optimizers.Adam(learning_rate=0.01))
 
-    steps = WARMUP + args.steps * args.repeats
+    steps = WARMUP + steps * repeats
     data = (
         tf.data.Dataset.from_tensor_slices(((q1, q2), np.zeros(len(q1), dtype="float32")))
         .shuffle(len(q1), seed=0, reshuffle_each_iteration=True)
@@ -124,8 +128,7 @@ def main() -> None:
     model.fit(data, epochs=1, steps_per_epoch=steps, callbacks=[times], verbose=0)
     ends = times.ends
     windows = [
-        args.steps * BATCH / (ends[WARMUP - 1 + (r + 1) * args.steps] - ends[WARMUP - 1 + r * args.steps])
-        for r in range(args.repeats)
+        steps * BATCH / (ends[WARMUP - 1 + (r + 1) * steps] - ends[WARMUP - 1 + r * steps]) for r in range(repeats)
     ]
     print(
         json.dumps(
@@ -135,11 +138,11 @@ def main() -> None:
                 "keras_vocab_size": vocab_size,
                 "tensorflow": tf.__version__,
                 "keras": keras.__version__,
-                "threads": args.threads,
+                "threads": threads,
             }
         )
     )
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -21,14 +21,17 @@ a lower bound.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import time
+from typing import Annotated
 
 import torch
 import torch.utils.mkldnn
+import typer
+
+from dupq_lab.options import Threads
 
 
 def rate(fn, repeats: int) -> float:
@@ -67,26 +70,27 @@ def lstm_shape(dim: int, rows: int, length: int, repeats: int) -> dict:
     return {"rows": rows, "length": length, "ms": round(seconds * 1e3, 3), "gflops": round(flops / seconds / 1e9, 1)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--shapes", nargs="+", default=["64x8", "64x16", "128x16", "512x12"])
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    ceiling = matmul_gflops(args.repeats)
+def main(
+    threads: Threads = os.cpu_count() or 1,
+    dim: Annotated[int, typer.Option(min=1, help="The LSTM's width.")] = 128,
+    shapes: Annotated[
+        str, typer.Option(help="Batch shapes, ROWSxLENGTH, comma-separated.")
+    ] = "64x8,64x16,128x16,512x12",
+    repeats: Annotated[int, typer.Option(min=1, help="Timed calls of each shape.")] = 30,
+) -> None:
+    torch.set_num_threads(threads)
+    ceiling = matmul_gflops(repeats)
     shapes = []
-    for shape in args.shapes:
+    for shape in shapes.split(","):
         rows, length = (int(v) for v in shape.split("x"))
-        row = lstm_shape(args.dim, rows, length, args.repeats)
+        row = lstm_shape(dim, rows, length, repeats)
         row["share_of_matmul"] = round(row["gflops"] / ceiling["matmul_gflops"], 2)
         shapes.append(row)
     print(
         json.dumps(
             {
                 **ceiling,
-                "dim": args.dim,
+                "dim": dim,
                 "lstm": shapes,
                 "threads": torch.get_num_threads(),
                 "mkldnn": torch.backends.mkldnn.is_available(),
@@ -99,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

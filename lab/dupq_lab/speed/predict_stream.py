@@ -12,7 +12,6 @@ the stream holds one chunk at a time whatever the file's length.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -24,9 +23,12 @@ import tempfile
 import time
 from itertools import cycle, islice
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from dupq.data.pairs import read_pairs
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, ModelFolder
 
 
 def usable(q1: list[str], q2: list[str]) -> list[tuple[str, str]]:
@@ -68,39 +70,39 @@ def run(model: str, path: Path, chunk: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "model", "data")
-    parser.add_argument("--lines", type=int, default=1_000_000)
-    parser.add_argument("--small", type=int, default=100_000, help="lines of the first, shorter run")
-    parser.add_argument("--chunk", type=int, default=4096)
-    args = parser.parse_args()
+def main(
+    model: ModelFolder = None,
+    data: Data = DATA,
+    lines: Annotated[int, typer.Option(min=1, help="Lines of the long run.")] = 1_000_000,
+    small: Annotated[int, typer.Option(min=1, help="Lines of the first, shorter run.")] = 100_000,
+    chunk: Annotated[int, typer.Option(min=1, help="dupq predict --chunk.")] = 4096,
+) -> None:
 
-    pairs, _ = read_pairs(args.data)
+    pairs, _ = read_pairs(data)
     folder = Path(tempfile.mkdtemp(prefix="dupq-stream-"))
     try:
-        small, large = folder / "small.tsv", folder / "large.tsv"
+        short, long = folder / "small.tsv", folder / "large.tsv"
         good = usable(pairs.q1, pairs.q2)
-        write_lines(small, good, args.small)
-        write_lines(large, good, args.lines)
-        size_mib = large.stat().st_size / 2**20
-        first = run(args.model, small, args.chunk)
-        second = run(args.model, large, args.chunk)
+        write_lines(short, good, small)
+        write_lines(long, good, lines)
+        size_mib = long.stat().st_size / 2**20
+        first = run(model, short, chunk)
+        second = run(model, long, chunk)
     finally:
         shutil.rmtree(folder)
     print(
         json.dumps(
             {
                 "benchmark": "predict_stream",
-                "model": str(args.model or "bundled"),
-                "chunk": args.chunk,
+                "model": str(model or "bundled"),
+                "chunk": chunk,
                 "file_mib": round(size_mib, 1),
                 "lines": second["lines"],
                 "seconds": second["seconds"],
                 "pairs_per_s": second["pairs_per_s"],
                 "peak_rss_mib": second["peak_rss_mib"],
-                f"peak_rss_mib_at_{args.small}": first["peak_rss_mib"],
-                f"pairs_per_s_at_{args.small}": first["pairs_per_s"],
+                f"peak_rss_mib_at_{small}": first["peak_rss_mib"],
+                f"pairs_per_s_at_{small}": first["pairs_per_s"],
                 "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),
                 "cpus": os.cpu_count(),
                 "machine": platform.machine(),
@@ -110,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

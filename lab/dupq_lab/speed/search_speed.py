@@ -26,25 +26,25 @@ Prints one JSON line. Collections are built in a temporary folder, removed at th
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated, Optional
 
 import faiss
 import numpy as np
 import torch
+import typer
 
-from dupq.data.pairs import default_data_path
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.search.folder import INDEX_FILE
 from dupq.search.vectors import IndexConfig, search
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, ModelFolder
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
 
@@ -88,45 +88,42 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_shared(parser, "model", "data")
-    parser.add_argument("--index", default="flat,hnsw,ivfpq", help="comma-separated kinds to measure")
-    parser.add_argument("--query-seed", type=int, default=0, help="seed of the query sample (1 for choosing settings)")
-    defaults = IndexConfig()
-    for name in ("nlist", "pq_m", "nprobe", "rerank"):
-        parser.add_argument(
-            f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name), help=f"ivfpq {name}"
-        )
-    parser.add_argument("--queries", type=int, default=1000, help="single queries timed (and used for recall)")
-    parser.add_argument("--batches", type=int, default=20, help="batches of 256 timed for throughput")
-    parser.add_argument("--keep", type=Path, default=None, help="build the collections in this folder and keep them")
-    parser.add_argument(
-        "--threads", type=int, default=0, help="torch and FAISS threads (0: their defaults, one per core)"
-    )
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        faiss.omp_set_num_threads(args.threads)
+def main(
+    model: ModelFolder = None,
+    data: Data = DATA,
+    index: Annotated[str, typer.Option(help="Comma-separated kinds to measure.")] = "flat,hnsw,ivfpq",
+    query_seed: Annotated[int, typer.Option(help="Seed of the query sample (1 for choosing settings).")] = 0,
+    nlist: Annotated[int, typer.Option(help="ivfpq nlist.")] = IndexConfig().nlist,
+    pq_m: Annotated[int, typer.Option(help="ivfpq bytes a code.")] = IndexConfig().pq_m,
+    nprobe: Annotated[int, typer.Option(help="ivfpq nprobe.")] = IndexConfig().nprobe,
+    rerank: Annotated[int, typer.Option(help="ivfpq re-ranked candidates.")] = IndexConfig().rerank,
+    queries: Annotated[int, typer.Option(min=1, help="Single queries timed (and used for recall).")] = 1000,
+    batches: Annotated[int, typer.Option(min=1, help="Batches of 256 timed for throughput.")] = 20,
+    keep: Annotated[Optional[Path], typer.Option(help="Build the collections in this folder and keep them.")] = None,
+    threads: Annotated[int, typer.Option(min=0, help="torch and FAISS threads (0: their defaults, one per core).")] = 0,
+) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
 
-    model = Model.load(args.model)
+    model_folder, model = model, Model.load(model)
     t0 = time.perf_counter()
-    qs = read_questions(args.data or default_data_path())
+    qs = read_questions(data)
     result: dict = {
         "questions": len(qs),
         "read_s": round(time.perf_counter() - t0, 1),
-        "model": str(args.model or "bundled"),
+        "model": str(model_folder or "bundled"),
         "threads": {"torch": torch.get_num_threads(), "faiss": faiss.omp_get_max_threads()},
     }
-    rng = np.random.default_rng(args.query_seed)
-    queries = [qs.texts[i] for i in rng.choice(len(qs), size=min(args.queries, len(qs)), replace=False)]
-    work = args.keep or Path(tempfile.mkdtemp(prefix="dupq-speed-"))
+    rng = np.random.default_rng(query_seed)
+    queries = [qs.texts[i] for i in rng.choice(len(qs), size=min(queries, len(qs)), replace=False)]
+    work = keep or Path(tempfile.mkdtemp(prefix="dupq-speed-"))
     exact = None
     try:
-        for kind in args.index.split(","):
+        for kind in index.split(","):
             folder = work / f"quora-{kind}"
             t0 = time.perf_counter()
-            config = IndexConfig(kind, nlist=args.nlist, pq_m=args.pq_m, nprobe=args.nprobe, rerank=args.rerank)
+            config = IndexConfig(kind, nlist=nlist, pq_m=pq_m, nprobe=nprobe, rerank=rerank)
             Collection.build(folder, qs.texts, model, keys=qs.keys, index=config).close()
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -137,7 +134,7 @@ def main() -> None:
                 "size_mb": round(folder_mb(folder), 1),
                 "open_s": round(open_s, 1),
                 "bytes_per_question": round((folder / INDEX_FILE).stat().st_size / len(qs), 1),
-                **measure(coll, queries, args.batches),
+                **measure(coll, queries, batches),
             }
             if kind in SETTINGS:
                 result[kind]["settings"] = {name: getattr(config, name) for name in SETTINGS[kind]}
@@ -152,7 +149,7 @@ def main() -> None:
             true = np.einsum("qd,qkd->qk", query_vectors, vectors[found])  # (Q, 10)
             result[kind]["recall@10"] = round(float(np.mean(true >= exact[:, -1:] - 1e-6)), 4)
     finally:
-        if args.keep is None:
+        if keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))
 

@@ -17,21 +17,22 @@ Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import random
 import statistics
 import time
-from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
 import numpy as np
+import typer
 
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
 from dupq.search.collection import Collection
-from dupq_lab.options import REPO, add_shared
+from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Rounds, Seconds, Seed, Work
 from dupq_lab.service.service_load import built, one_thread, timed_searches
 
 
@@ -50,20 +51,19 @@ def hits(coll: Collection, query: str) -> list[tuple[int, bool]]:
     return [(h.id, h.duplicate) for h in coll.search([query], k=10)[0]]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--collection", type=Path, help="default: every Quora question, HNSW, the bundled model")
-    add_shared(p, "model", "data", "seed")
-    p.add_argument("--index", default="hnsw", choices=["flat", "hnsw"], help="index kind (for building)")
-    p.add_argument(
-        "--work", type=Path, default=REPO / "runs" / "bench-service", help="where a built collection is kept"
-    )
-    p.add_argument("--seconds", type=float, default=5.0, help="length of one window")
-    p.add_argument("--rounds", type=int, default=3, help="windows of each variant")
-    p.add_argument("--check", type=int, default=1000, help="queries whose hits are compared between the variants")
-    p.add_argument("--repeats", type=int, default=300, help="encode calls per batch size")
-    args = p.parse_args()
-    args.code = None  # built() runs `dupq index build` with this code
+def main(
+    collection: CollectionFolder = None,
+    model: ModelFolder = None,
+    data: Data = DATA,
+    index: Index = "hnsw",
+    work: Work = WORK,
+    seconds: Seconds = 5.0,
+    rounds: Rounds = 3,
+    check: Annotated[int, typer.Option(help="Queries whose hits are compared between the variants.")] = 1000,
+    repeats: Annotated[int, typer.Option(min=1, help="Encode calls per batch size.")] = 300,
+    seed: Seed = 0,
+) -> None:
+    args = SimpleNamespace(**locals(), code=None)  # built() runs `dupq index build` with this code
 
     one_thread()
     queries = random.Random(args.seed).sample(read_questions(args.data).texts, 20_000)
@@ -103,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -13,18 +13,19 @@ listed under ``cpu_flags``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
 from pathlib import Path
+from typing import Annotated, Optional
 
 import numpy as np
 import torch
+import typer
 
-from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import read_pairs, split_pairs
 from dupq.training.distil.teacher import load_teacher
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, Threads
 
 WARMUP = 128
 
@@ -47,22 +48,22 @@ def timed(encode, texts: list[str]) -> tuple[np.ndarray, float]:
     return vectors, time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--teacher", default=None, help="a sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2)"
-    )
-    parser.add_argument("--questions", type=int, default=3000, help="distinct training-pool questions to encode")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    add_shared(parser, "data")
-    args = parser.parse_args()
+def main(
+    teacher: Annotated[
+        Optional[str],
+        typer.Option(help="A sentence-transformers model folder (default: the packaged all-MiniLM-L6-v2)."),
+    ] = None,
+    questions: Annotated[int, typer.Option(min=1, help="Distinct training-pool questions to encode.")] = 3000,
+    threads: Threads = 2,
+    data: Data = DATA,
+) -> None:
 
-    torch.set_num_threads(args.threads)
-    pool = split_pairs(read_pairs(args.data or default_data_path())[0]).pool
-    texts = list(dict.fromkeys(q for pair in zip(pool.q1, pool.q2) for q in pair))[: args.questions]
+    torch.set_num_threads(threads)
+    pool = split_pairs(read_pairs(data)[0]).pool
+    texts = list(dict.fromkeys(q for pair in zip(pool.q1, pool.q2) for q in pair))[:questions]
     rates, vectors = {}, {}
     for precision, bf16 in (("float32", False), ("bfloat16", True)):
-        encode, name = load_teacher(args.teacher, bf16=bf16)
+        encode, name = load_teacher(teacher, bf16=bf16)
         vectors[precision], seconds = timed(encode, texts)
         rates[precision] = round(len(texts) / seconds, 1)
     cosines = (vectors["float32"] * vectors["bfloat16"]).sum(1)
@@ -77,7 +78,7 @@ def main() -> None:
                     "mean": round(float(cosines.mean()), 6),
                 },
                 "questions": len(texts),
-                "threads": args.threads,
+                "threads": threads,
                 "cpu_flags": cpu_flags(),
                 "torch": torch.__version__,
                 "machine": platform.machine(),
@@ -87,4 +88,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -22,7 +22,6 @@ for every recipe, as ``dupq train``'s options of those names do).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -31,9 +30,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
+import typer
 
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.modeling.model import Model
@@ -41,7 +42,7 @@ from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
 from dupq.training.step import Update, batch_loss
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -112,30 +113,29 @@ def keras_rate(train, steps: int, repeats: int) -> dict:
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "data")
-    parser.add_argument("--steps", type=int, default=200, help="optimizer steps per timed window")
-    parser.add_argument("--repeats", type=int, default=3, help="timed windows per recipe; the median is reported")
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--bidirectional", action="store_true", help="a bidirectional LSTM (vectors 2 x dim wide)")
-    parser.add_argument("--encode", type=int, default=200_000)
-    parser.add_argument("--keras", action="store_true", help="also time the seeds' Keras model (the keras extra)")
-    args = parser.parse_args()
+def main(
+    data: Data = DATA,
+    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps per timed window.")] = 200,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed windows per recipe; the median is reported.")] = 3,
+    dim: Annotated[int, typer.Option(min=1, help="The LSTM's width.")] = 128,
+    bidirectional: Annotated[bool, typer.Option(help="A bidirectional LSTM (vectors 2 x dim wide).")] = False,
+    encode: Annotated[int, typer.Option(min=1, help="Distinct questions encoded for the encoding rate.")] = 200_000,
+    keras: Annotated[bool, typer.Option(help="Also time the seeds' Keras model (the keras extra).")] = False,
+) -> None:
 
-    pairs, _ = read_pairs(args.data)
+    pairs, _ = read_pairs(data)
     splits = split_pairs(pairs)
-    rates, windows, keras = {}, {}, {}
+    rates, windows, seeds = {}, {}, {}
     for name, (train_kw, model_kw) in RECIPES.items():
         rates[name], windows[name], built, vocab = pairs_per_second(
-            splits, train_kw, model_kw, args.steps, args.dim, args.repeats, args.bidirectional
+            splits, train_kw, model_kw, steps, dim, repeats, bidirectional
         )
-        if name == "seed" and args.keras:  # next to the seed recipe's windows, so a change in load hits both
-            keras = keras_rate(splits.train, args.steps, args.repeats)
-            keras["seed_vs_keras"] = round(rates["seed"] / keras["keras_seed_pairs_per_s"], 2)
+        if name == "seed" and keras:  # next to the seed recipe's windows, so a change in load hits both
+            seeds = keras_rate(splits.train, steps, repeats)
+            seeds["seed_vs_keras"] = round(rates["seed"] / seeds["keras_seed_pairs_per_s"], 2)
 
     model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
-    questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[: args.encode]
+    questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[:encode]
     t0 = time.perf_counter()
     vocab.encode(questions)
     tokenize_rate = len(questions) / (time.perf_counter() - t0)
@@ -149,15 +149,15 @@ def main() -> None:
             {
                 "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
                 "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
-                **keras,
+                **seeds,
                 "encode_questions_per_s": round(encode_rate),
                 "tokenize_questions_per_s": round(tokenize_rate),
                 "vocab_size": len(vocab),
-                "dim": args.dim,
-                **({"bidirectional": True} if args.bidirectional else {}),
+                "dim": dim,
+                **({"bidirectional": True} if bidirectional else {}),
                 "batch_size": TrainConfig().batch_size,
-                "train_steps": args.steps,
-                "repeats": args.repeats,
+                "train_steps": steps,
+                "repeats": repeats,
                 "encoded_questions": len(questions),
                 "torch": torch.__version__,
                 "threads": torch.get_num_threads(),
@@ -169,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

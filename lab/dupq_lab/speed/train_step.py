@@ -16,18 +16,19 @@ grows with the number of chunks while ``padded`` shrinks, each LSTM call has a f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import time
+from typing import Annotated
 
 import numpy as np
 import torch
+import typer
 
 from dupq.data.pairs import read_pairs, split_pairs
 from dupq.training.step import Update, encode_in_chunks
-from dupq_lab.options import add_shared
+from dupq_lab.options import DATA, Data, Threads
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
@@ -92,36 +93,32 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_shared(parser, "data")
-    parser.add_argument("--recipe", choices=sorted(RECIPES), default="labelled")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument(
-        "--variants",
-        nargs="+",
-        default=["4,1", "8,1", "16,1", "32,1", "2,16", "8,1,bf16", "16,1,bf16"],
-        help="CHUNKS,BUCKET[,bf16][,dense]",
-    )
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def main(
+    data: Data = DATA,
+    recipe: Annotated[str, typer.Option(help="seed or labelled.")] = "labelled",
+    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps profiled per variant.")] = 40,
+    threads: Threads = 1,
+    variants: Annotated[
+        str, typer.Option(help="Space-separated CHUNKS,BUCKET[,bf16][,dense].")
+    ] = "4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16",
+) -> None:
+    torch.set_num_threads(threads)
 
-    pairs, _ = read_pairs(args.data)
+    pairs, _ = read_pairs(data)
     splits = split_pairs(pairs)
     rows = []
-    for variant in args.variants:
+    for variant in variants.split():
         chunks, bucket, *rest = variant.split(",")
         unknown = set(rest) - {"bf16", "dense"}
         if unknown:
-            parser.error(f"a variant is CHUNKS,BUCKET[,bf16][,dense], not {variant!r}")
-        rows.append(profile(splits, args.recipe, int(chunks), int(bucket), args.steps, "bf16" in rest, "dense" in rest))
+            raise typer.BadParameter(f"a variant is CHUNKS,BUCKET[,bf16][,dense], not {variant!r}")
+        rows.append(profile(splits, recipe, int(chunks), int(bucket), steps, "bf16" in rest, "dense" in rest))
     print(
         json.dumps(
             {
-                "recipe": args.recipe,
+                "recipe": recipe,
                 "variants": rows,
-                "steps": args.steps,
+                "steps": steps,
                 "torch": torch.__version__,
                 "mkldnn": torch.backends.mkldnn.is_available(),
                 "threads": torch.get_num_threads(),
@@ -133,4 +130,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)
