@@ -126,27 +126,17 @@ INDEXES = {"flat": "flat (exact)", "hnsw": "hnsw", "ivfpq": "ivfpq + exact re-ra
 TARGET_BYTES, TARGET_RECALL = 48, 0.95  # the target of a compressed index, per question
 
 
-def search_speed() -> list[list[str]]:
-    """docs/results/search_speed.json: build, size, latency, throughput and recall of each index."""
-    result, rows = json.loads((RESULTS / "search_speed.json").read_text()), []
+def indexes() -> list[dict]:
+    """docs/results/search_speed.json's indexes, each with its label (its settings) and its bytes on disk."""
+    result, found = json.loads((RESULTS / "search_speed.json").read_text()), []
     for kind in (k for k in INDEXES if k in result):
-        r, s = result[kind], result[kind].get("settings")
-        name = INDEXES[kind]
+        r, s, label = result[kind], result[kind].get("settings"), INDEXES[kind]
         if kind == "hnsw" and s:
-            name += f" (M {s['hnsw_m']}, efConstruction {s['ef_construction']}, efSearch {s['ef_search']})"
+            label += f" (M {s['hnsw_m']}, efConstruction {s['ef_construction']}, efSearch {s['ef_search']})"
         elif kind == "ivfpq" and s:
-            name += f" (nlist {s['nlist']}, {s['pq_m']} bytes/code, nprobe {s['nprobe']}, re-rank {s['rerank']})"
-        rows.append(
-            [
-                name,
-                f"{r['build_s']} s",
-                human(r["size_mb"] * 2**20),
-                f"{r['p50_ms']} / {r['p99_ms']} ms ({r['index_p50_ms']} ms)",
-            ]
-            + [f"{r['batch256_qps']:,} q/s", str(r["recall@10"])]
-        )
-    header = ["index", "build", "on disk (store + index)", "single query p50 / p99 (search alone p50)"]
-    return [header + ["batches of 256", "recall@10 vs exact"], *rows]
+            label += f" (nlist {s['nlist']}, {s['pq_m']} bytes/code, nprobe {s['nprobe']}, re-rank {s['rerank']})"
+        found.append({**r, "label": label, "on_disk": r["size_mb"] * 2**20})
+    return found
 
 
 def search_memory() -> list[list[str]]:
@@ -211,29 +201,21 @@ def routes() -> list[list[str]]:
     for files, label in ROUTES:
         runs = [f for f in files if (RESULTS / f).is_file()]
         data = [{k: source(f"{f} | {c}") for k, c in commands.items()} for f in runs]
-        cells = [" / ".join(cell(c, d) for d in data) for c in ROUTE_CELLS]
-        seconds = [
-            [float(m.group(1)) for e in saved(f) if e["command"].startswith("dupq train") for line in e["output"]
-             if (m := EPOCH_SECONDS.match(line))]
+        minutes = [
+            sum(float(m.group(1)) for e in saved(f) if e["command"].startswith("dupq train") for line in e["output"]
+                if (m := EPOCH_SECONDS.match(line))) / 60
             for f in runs
         ]  # fmt: skip
-        rows += (
-            [[label, *cells, " / ".join(f"{sum(s) / 60:.1f}" if s else "(shipped)" for s in seconds)]] if runs else []
-        )
-    static = source("static_branch_dev.json | python bench/static_branch.py")
-    if (
-        static
-    ):  # route F trains nothing: the bundled model's vectors joined to static ones; pairs are the bundled model's
+        cells = [" / ".join(cell(c, d) for d in data) for c in ROUTE_CELLS]
+        rows += [[label, *cells, " / ".join(f"{m:.1f}" if m else "(shipped)" for m in minutes)]] if runs else []
+    # Route F trains nothing: the bundled model's vectors joined to static ones; its pairs are the bundled model's.
+    if static := source("static_branch_dev.json | python bench/static_branch.py"):
         chosen = static["systems"]["model + static dim 128 a 0.002 weight 1"]
-        data = {
-            "ood": {"dupq": chosen["help_desk"]},
-            "rows": {"dupq": chosen["quora"]},
-            "pairs": source("route_bundled_dev.json | python bench/quora_dev.py"),
-        }
+        pairs = source("route_bundled_dev.json | python bench/quora_dev.py")
+        data = {"ood": {"dupq": chosen["help_desk"]}, "rows": {"dupq": chosen["quora"]}, "pairs": pairs}
         label = "F: the bundled model + a static branch (the teacher's vector of each word, SIF-weighted; 128 wide, weight 1)"
-        rows.append(
-            [label, *(cell(c, data) for c in ROUTE_CELLS), f"none (teacher: {static['teacher_seconds']:g} s, 2 widths)"]
-        )
+        teacher = f"none (teacher: {static['teacher_seconds']:g} s, 2 widths)"
+        rows.append([label, *(cell(c, data) for c in ROUTE_CELLS), teacher])
     header = ["route", "help desks dev: Recall@1", "MRR@10", "Quora dev pairs: accuracy", "ROC-AUC"]
     return [header + ["Quora dev rows: retrieval MRR@10", "training minutes (2 threads)"], *rows]
 
@@ -404,12 +386,16 @@ TABLES: dict[str, Table] = {
         data={"r": lambda: dedup("dedup_beams.json"), "beams": lambda: dedup("dedup_beams.json")["beams"]}, each="beams",
         rows=("{it[beam]} x nprobe ({it[efSearch]}) | {it[cpu_microseconds_per_question]} | {it[close_neighbours_found]}",),
     ),
+    "search-speed": Table(  # docs/collections.md: each index of every Quora question: build, size, latency, recall
+        header="index | build | on disk (store + index) | single query p50 / p99 (search alone p50) | batches of 256 | recall@10 vs exact",
+        data={"i": indexes}, each="i",
+        rows=("{it[label]} | {it[build_s]} s | {it[on_disk]:bytes} | {it[p50_ms]} / {it[p99_ms]} ms ({it[index_p50_ms]} ms) | {it[batch256_qps]:,} q/s | {it[recall@10]}",),
+    ),
     "labelled-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("labelled.jsonl")}, each="rows"),
     "distil-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("distil.jsonl")}, each="rows"),
     "dedup-speed": Table(render=dedup_speed),
     "dedup-plan": Table(render=dedup_plan),
     "adapt": Table(render=adapt),
-    "search-speed": Table(render=search_speed),
     "search-memory": Table(render=search_memory),
     "hnsw": Table(render=hnsw),
     "routes": Table(render=routes),
