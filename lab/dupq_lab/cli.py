@@ -1,4 +1,4 @@
-"""dupq-lab: one command per measurement of dupq's docs, and ``figures``, which renders them into the docs.
+"""dupq-lab: one command per measurement behind dupq's docs, and `figures`, which renders them into the docs.
 
 Each command is a module of the lab, imported only when it runs (torch, FAISS and Ray load as a measurement needs
 them); its options are its ``main``'s typer parameters (``dupq-lab COMMAND --help``), the ones several share declared
@@ -8,49 +8,53 @@ once in :mod:`dupq_lab.options`. A module runs alone too: ``python -m dupq_lab.s
 
 from __future__ import annotations
 
-import importlib
+import ast
+import importlib.util
+from pathlib import Path
 
 import typer
 
 app = typer.Typer(help=__doc__.splitlines()[0], no_args_is_help=True, add_completion=False)
 
-COMMANDS = {  # command: (module, what it measures)
-    "figures": ("update_docs", "Regenerate the figures of README.md and docs/ (--check: exit 1 where one would change)."),
-    "cold-start": ("speed.cold_start", "Cold wall time of `dupq predict` and `dupq search`, a fresh process a run."),
-    "encode-speed": ("speed.encode_speed", "How fast model folders encode questions, side by side."),
-    "search-speed": ("speed.search_speed", "A collection of every Quora question: build, size, latency, recall."),
-    "single-search": ("speed.single_search", "One search at a time in process: NumPy's forward passes against torch's."),
-    "filtered-search": ("speed.filtered_search", "Filtered (scoped) search: recall@10 against the exact filtered search."),
-    "hnsw-sweep": ("speed.hnsw_sweep", "HNSW's cost against its recall: which M, efConstruction, efSearch."),
-    "predict-stream": ("speed.predict_stream", "Throughput and memory of `dupq predict --pairs` over a million lines."),
-    "train-speed": ("speed.train_speed", "Training speed of each recipe and encoding speed (--keras: the seeds' model)."),
-    "keras-seed": ("speed.keras_seed", "The seeds' Keras model, trained only to time it (train-speed --keras runs it)."),
-    "train-step": ("speed.train_step", "Where a training step's time goes, per recipe and batching variant."),
-    "ddp-speed": ("speed.ddp_speed", "Training speed on 1 and 2 processes, and the share spent communicating."),
-    "lstm-roofline": ("speed.lstm_roofline", "How close the training step's LSTM runs to the machine's arithmetic speed."),
-    "teacher-speed": ("speed.teacher_speed", "The teacher under bfloat16 autocast against float32: speed and agreement."),
-    "dedup-scale": ("speed.dedup_scale", "`dupq dedup` at scale beside SemHash: time, memory, the groups' quality."),
-    "service-load": ("service.service_load", "Load and fault test of `dupq serve`: throughput, latency, kill -9 during adds."),
-    "service-side-by-side": ("service.service_side_by_side", "This code's service against an earlier revision's, in one run."),
-    "calibration": ("experiments.calibration", "How well each calibration method turns pair logits into probabilities."),
-    "desk-calibration": ("experiments.desk_calibration", "Calibrating on a help desk's own decisions, against Quora's."),
-    "pair-words": ("experiments.pair_words", "How the labels treat pairs that differ by a few words, one of them WORD."),
-}  # fmt: skip
+COMMANDS = {  # command: its module, whose docstring's first line is its help
+    "figures": "update_docs",
+    "cold-start": "speed.cold_start",
+    "encode-speed": "speed.encode_speed",
+    "search-speed": "speed.search_speed",
+    "single-search": "speed.single_search",
+    "filtered-search": "speed.filtered_search",
+    "hnsw-sweep": "speed.hnsw_sweep",
+    "predict-stream": "speed.predict_stream",
+    "train-speed": "speed.train_speed",
+    "keras-seed": "speed.keras_seed",
+    "train-step": "speed.train_step",
+    "ddp-speed": "speed.ddp_speed",
+    "lstm-roofline": "speed.lstm_roofline",
+    "teacher-speed": "speed.teacher_speed",
+    "dedup-scale": "speed.dedup_scale",
+    "service-load": "service.service_load",
+    "service-side-by-side": "service.service_side_by_side",
+    "calibration": "experiments.calibration",
+    "desk-calibration": "experiments.desk_calibration",
+    "pair-words": "experiments.pair_words",
+}
 
 
-def _register(name: str, module: str, help: str) -> None:
+def _register(name: str, module: str) -> None:
+    source = importlib.util.find_spec(f"dupq_lab.{module}").origin  # its docstring, without importing it
+    doc = ast.get_docstring(ast.parse(Path(source).read_text()))
+
     def run(ctx: typer.Context) -> None:
-        measure = importlib.import_module(f"dupq_lab.{module}")
         command = typer.Typer(add_completion=False)
-        command.command(help=measure.__doc__.split("\n\n")[0])(measure.main)
+        command.command(help=doc.split("\n\n")[0])(importlib.import_module(f"dupq_lab.{module}").main)
         command(args=ctx.args, prog_name=f"dupq-lab {name}")  # its options are parsed here, once it is imported
 
     settings = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-    app.command(name, help=help, context_settings=settings, add_help_option=False)(run)
+    app.command(name, help=doc.splitlines()[0], context_settings=settings, add_help_option=False)(run)
 
 
-for _name, (_module, _help) in COMMANDS.items():
-    _register(_name, _module, _help)
+for _name, _module in COMMANDS.items():
+    _register(_name, _module)
 
 
 def main() -> None:
