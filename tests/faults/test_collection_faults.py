@@ -160,12 +160,12 @@ def test_damaged_metadata_rows(tmp_path: Path):
     damage = {3: "{bad", 4: "[1,2]", 5: '{"a": ' + "[" * 300 + "]" * 300 + "}", 6: "[" * 100_000}
     for i, text in damage.items():
         sql(folder, "UPDATE questions SET metadata = ? WHERE id = ?", text, i)
-    want = {i: {"id": f"k{i}"} for i in damage} | {7: {"row": 7, "id": "k7"}}  # row 7 is intact
+    want = {i: (f"k{i}", {}) for i in damage} | {7: ("k7", {"row": 7})}  # row 7 is intact
     (tmp_path / "q.txt").write_text("\n".join(synthetic(8)[i] for i in want) + "\n")
     run = dupq("search", str(folder), "--queries", str(tmp_path / "q.txt"), "-k", "1", "--json")
     clean(run)
     lines = [json.loads(line) for line in run.stdout.splitlines() if strict_json(line)]
-    assert {hits[0]["id"]: hits[0]["metadata"] for hits in (line["hits"] for line in lines) if hits} == want
+    assert {h[0]["id"]: (h[0]["key"], h[0]["metadata"]) for h in (line["hits"] for line in lines) if h} == want
     for i in damage:
         assert f"warning: the metadata of question {i}".encode() in run.stderr
     with Server(folder) as server:
@@ -174,7 +174,7 @@ def test_damaged_metadata_rows(tmp_path: Path):
         ]
         assert not server.tracebacks()
     assert [a.status for a in answers] == [200] * len(want)
-    assert {r["id"]: r["metadata"] for a in answers for r in json.loads(a.body)["results"]} == want
+    assert {r["id"]: (r["key"], r["metadata"]) for a in answers for r in json.loads(a.body)["results"]} == want
 
 
 def test_milvus_lite_in_use(tmp_path: Path):
