@@ -55,6 +55,7 @@ def evaluate(
 
     _threads(threads)
     m = Model.load(model)
+    data = None if data is None else _data(data)  # the default file is looked for only by the tasks that read it
     result = run_task("quora-retrieval" if retrieval else task, m, data, split, _threshold(threshold))
     if json_out:
         typer.echo(to_json(result))
