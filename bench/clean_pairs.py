@@ -26,15 +26,15 @@ import numpy as np
 import torch
 
 from dupq.core.files import DupqError
-from dupq.data.pairs import default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import Pairs, default_data_path, read_pairs, split_pairs
 from dupq.evaluation.calibration import threshold_record
-from dupq.evaluation.tasks import CleanPairs, clean_pairs, judged_clean_pairs, read_clean_pairs
+from dupq.evaluation.tasks import CLEAN_PAIRS, clean_pairs, judged_clean_pairs
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import on_cosines
 from peers import THREADS, cosines, limited, sentence_encoder
 
 
-def minilm_result(pairs: CleanPairs, data: Path | None, limit: int | None) -> dict[str, Any]:
+def minilm_result(pairs: Pairs, data: Path | None, limit: int | None) -> dict[str, Any]:
     """all-MiniLM-L6-v2 zero-shot at the cosine threshold ``bench/peers.py`` chooses on the Quora dev pairs."""
     encode, _ = sentence_encoder()
     dev = limited(split_pairs(read_pairs(data or default_data_path())[0]), limit).dev
@@ -50,7 +50,7 @@ def minilm_result(pairs: CleanPairs, data: Path | None, limit: int | None) -> di
         "threshold_on": "cosine",
         "threshold_chosen_on": f"Quora dev pairs ({len(dev)}), as bench/peers.py",
         "dev_accuracy": chosen["dev_accuracy"],
-        **judged_clean_pairs(on_cosines(scores, chosen["threshold"]), pairs),
+        **judged_clean_pairs(on_cosines(scores, chosen["threshold"]), pairs.labels),
     }
 
 
@@ -70,18 +70,13 @@ def main() -> int:
         for name, folder in [(folder, folder) for folder in args.model] or [("bundled", None)]:
             result = clean_pairs(Model.load(folder))
             models.append({"model": name, **{k: v for k, v in result.items() if k not in ("sha256", "kinds")}})
-        pairs = read_clean_pairs()
         if args.minilm:
-            models.append(minilm_result(pairs, args.data, args.limit))
+            models.append(minilm_result(read_pairs(CLEAN_PAIRS)[0], args.data, args.limit))
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    kinds = {k: pairs.kinds.count(k) for k in ("paraphrase", "near_miss")}
-    print(
-        json.dumps(
-            {"sha256": pairs.sha256, "rows": len(pairs.labels), "kinds": kinds, "models": models, "limit": args.limit}
-        )
-    )
+    file = {"sha256": result["sha256"], "rows": result["pairs"], "kinds": result["kinds"]}
+    print(json.dumps({**file, "models": models, "limit": args.limit}))
     return 0
 
 

@@ -54,23 +54,8 @@ YARDSTICKS = Path(__file__).parent / "yardsticks"
 HELP_DESKS = YARDSTICKS / "help_desks.tsv"
 CLEAN_PAIRS = YARDSTICKS / "clean_pairs.tsv"
 SPLITS = ("test", "dev")
+COLUMNS = ("domain", "split", "new", "old")  # the help-desk file's
 DISTRACTORS = 20_000  # Quora dev questions added to the help desks' collection at most (the seed split has 19,862)
-KINDS = {"paraphrase": 1, "near_miss": 0}  # a clean pair's kind -> its only allowed label
-
-
-def read_table(path: Path, columns: tuple[str, ...]) -> tuple[list[list[str]], str]:
-    """A hand-written yardstick's rows below its header ``columns`` (tab-separated), and the file's SHA-256."""
-    try:
-        raw = path.read_bytes()
-        rows = list(csv.reader(io.StringIO(raw.decode("utf-8"), newline=""), delimiter="\t"))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise DupqError(f"cannot read the pairs file {path}: {reason}.") from None
-    if not rows or tuple(rows[0]) != columns:
-        raise DupqError(f"{path} needs the header {' / '.join(columns)} (tab-separated).")
-    if len(rows) < 2:
-        raise DupqError(f"{path} holds no pairs.")
-    return rows[1:], hashlib.sha256(raw).hexdigest()
 
 
 @dataclass
@@ -86,12 +71,22 @@ class HelpDeskPairs:
 
 def read_help_desk_pairs(path: Path = HELP_DESKS) -> HelpDeskPairs:
     """Read and check the help-desk file; any problem is a :class:`DupqError` naming the file (and line)."""
-    body, sha256 = read_table(path, ("domain", "split", "new", "old"))
+    try:
+        raw = path.read_bytes()
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8"), newline=""), delimiter="\t"))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise DupqError(f"cannot read the pairs file {path}: {reason}.") from None
+    if not rows or tuple(rows[0]) != COLUMNS:
+        raise DupqError(f"{path} needs the header {' / '.join(COLUMNS)} (tab-separated).")
+    body = rows[1:]
     for line, row in enumerate(body, start=2):
-        if len(row) != 4 or row[1] not in SPLITS or not all(x.strip() for x in row):
+        if len(row) != len(COLUMNS) or row[1] not in SPLITS or not all(x.strip() for x in row):
             raise DupqError(f"{path}, line {line}: needs a domain, a split of dev or test and two questions.")
+    if not body:
+        raise DupqError(f"{path} holds no pairs.")
     domains, splits, new, old = (list(column) for column in zip(*body))
-    return HelpDeskPairs(domains, splits, new, old, sha256)
+    return HelpDeskPairs(domains, splits, new, old, hashlib.sha256(raw).hexdigest())
 
 
 def quora_distractors(pairs: Pairs, n: int = DISTRACTORS, split: SplitConfig | None = None) -> list[str]:
@@ -124,47 +119,22 @@ def shipped_help_desk_task(data: Path | None, split: str) -> tuple[RetrievalTask
     return task, {"split": split, **summary, **made_of}
 
 
-@dataclass
-class CleanPairs:
-    """The clean pairs file's rows, column-wise, with its SHA-256."""
-
-    q1: list[str]
-    q2: list[str]
-    labels: np.ndarray  # (N,) int64, 1 = duplicate
-    kinds: list[str]  # (N,) "paraphrase" or "near_miss"
-    sha256: str
-
-
-def read_clean_pairs(path: Path = CLEAN_PAIRS) -> CleanPairs:
-    """Read and check the clean pairs file; any problem is a :class:`DupqError` naming the file (and line)."""
-    body, sha256 = read_table(path, ("question1", "question2", "is_duplicate", "kind"))
-    for line, row in enumerate(body, start=2):
-        if (
-            len(row) != 4
-            or row[3] not in KINDS
-            or row[2] != str(KINDS[row[3]])
-            or not (row[0].strip() and row[1].strip())
-        ):
-            raise DupqError(
-                f"{path}, line {line}: needs two questions, a kind of {' or '.join(KINDS)} and its label (paraphrase 1, near_miss 0)."
-            )
-    q1, q2, labels, kinds = (list(column) for column in zip(*body))
-    return CleanPairs(q1, q2, np.array(labels, dtype=np.int64), kinds, sha256)
-
-
-def judged_clean_pairs(verdicts: Verdicts, pairs: CleanPairs) -> dict[str, Any]:
-    """The clean-pairs figures of one system's verdicts on ``pairs`` (rounded to 4 places)."""
-    kinds = np.array(pairs.kinds)
-    para, near = kinds == "paraphrase", kinds == "near_miss"
-    auc = threshold_free(verdicts.score, pairs.labels)["roc_auc"]
+def judged_clean_pairs(verdicts: Verdicts, labels: np.ndarray) -> dict[str, Any]:
+    """The clean-pairs figures of one system's verdicts on pairs of ``labels`` (1: a paraphrase, 0: a near miss)."""
+    para, near = labels == 1, labels == 0
+    auc = threshold_free(verdicts.score, labels)["roc_auc"]
     return {
         "threshold": float(verdicts.threshold),
-        "accuracy": round(float(np.mean(verdicts.duplicate == (pairs.labels == 1))), 4),
+        "accuracy": round(float(np.mean(verdicts.duplicate == para)), 4),
         "paraphrase_recall": round(float(np.mean(verdicts.duplicate[para])), 4) if para.any() else None,
         "near_miss_specificity": round(float(np.mean(~verdicts.duplicate[near])), 4) if near.any() else None,
         "roc_auc": None if auc is None else round(auc, 4),
-        "mean_score": {k: round(float(np.mean(verdicts.score[kinds == k])), 4) for k in KINDS if (kinds == k).any()},
-        "pairs": len(pairs.labels),
+        "mean_score": {
+            k: round(float(np.mean(verdicts.score[of])), 4)
+            for k, of in (("paraphrase", para), ("near_miss", near))
+            if of.any()
+        },
+        "pairs": len(labels),
     }
 
 
@@ -204,15 +174,15 @@ def clean_pairs(model: Model, data: Path | None = None, split: str = "test", thr
     """The clean pairs judged by ``model`` at its threshold (or ``threshold``), on what its threshold applies to."""
     if split != "test":
         raise DupqError("the clean pairs have no dev half: nothing is chosen on them, so run them with --split test.")
-    pairs = read_clean_pairs()
+    pairs, _ = read_pairs(CLEAN_PAIRS)  # the kind column repeats the label: paraphrase 1, near_miss 0
     verdicts = model.verdicts(pairs.q1, pairs.q2, threshold)
     chosen_on = "given" if threshold is not None else model.threshold_info.get("chosen_on", "unknown")
     return {
-        "sha256": pairs.sha256,
-        "kinds": {k: pairs.kinds.count(k) for k in KINDS},
+        "sha256": hashlib.sha256(CLEAN_PAIRS.read_bytes()).hexdigest(),
+        "kinds": {"paraphrase": int(pairs.labels.sum()), "near_miss": int(len(pairs) - pairs.labels.sum())},
         "threshold_on": model.threshold_on,
         "threshold_chosen_on": chosen_on,
-        **judged_clean_pairs(verdicts, pairs),
+        **judged_clean_pairs(verdicts, pairs.labels),
     }
 
 
