@@ -4,7 +4,7 @@
 
 Reads what ``python bench/retrieval.py`` (Quora's held-out rows: every known duplicate relevant)
 and ``python bench/out_of_domain.py --split test --minilm`` (the hand-written help-desk pairs of
-``bench/data/out_of_domain.tsv`` against 20,000 Quora distractors; ``--model runs/adapted`` for the
+``src/dupq/evaluation/yardsticks/help_desks.tsv`` against 20,000 Quora distractors; ``--model runs/adapted`` for the
 bundled model after ``dupq adapt`` on the old questions and distractors) printed into docs/results/, and
 prints one Markdown table. Nothing is measured here; a system a file did not measure is "-".
 """
