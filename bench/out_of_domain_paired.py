@@ -3,7 +3,7 @@
     python bench/out_of_domain_paired.py MODEL [MODEL ...]
 
 Each MODEL (a model folder) is compared with the bundled model on the task of
-``bench/out_of_domain.py --split dev`` (same collection, exact cosine search): the queries whose
+``dupq evaluate --task help-desks --split dev`` (same collection, exact cosine search): the queries whose
 old question it ranks first and the bundled model does not, the reverse, and the two-sided exact
 sign test on them (McNemar's exact test). The test speaks to the choice of queries only, for two
 fixed models: it says nothing of the training's own noise. Two runs of one recipe with another
@@ -16,10 +16,9 @@ from __future__ import annotations
 import sys
 from math import comb
 
-from dupq.data.pairs import default_data_path, read_pairs
 from dupq.evaluation.retrieval import dense_ranking
+from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
-from out_of_domain import DISTRACTORS, PAIRS, help_desk_task, quora_distractors, read_help_desk_pairs
 
 
 def first_hits(model: Model, task) -> list[bool]:
@@ -35,8 +34,7 @@ def sign_test(won: int, lost: int) -> float:
 
 
 def main() -> int:
-    pairs, _ = read_pairs(default_data_path())
-    task = help_desk_task(read_help_desk_pairs(PAIRS), "dev", quora_distractors(pairs, DISTRACTORS))
+    task, _ = shipped_help_desk_task(None, "dev")
     base = first_hits(Model.load(None), task)
     for folder in sys.argv[1:]:
         hits = first_hits(Model.load(folder), task)

@@ -13,7 +13,7 @@ is not the test pairs:
 * ``dev_mrr@10``, ``dev_ndcg@10``: retrieval on the dev rows alone (`bench/retrieval.py --split dev`);
 * ``val_accuracy``: the best epoch's accuracy on the pool pairs held out for validation.
 
-``clean_accuracy`` and ``clean_roc_auc`` are the hand-written pairs of ``bench/clean_pairs.py``
+``clean_accuracy`` and ``clean_roc_auc`` are the hand-written pairs of ``dupq evaluate --task clean-pairs``
 (at the model's own threshold), never used to choose.
 
 The test figures (accuracy at the dev threshold, ROC-AUC, expected calibration error, retrieval
@@ -104,10 +104,10 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     """The dev and test figures of a trained model folder (the model is loaded from disk)."""
     import torch
 
-    from clean_pairs import PAIRS, dupq_result, read_clean_pairs
     from dupq.data.pairs import read_pairs, split_pairs
     from dupq.evaluation.evaluate import evaluate
     from dupq.evaluation.retrieval import held_out_task, retrieval_measures
+    from dupq.evaluation.tasks import clean_pairs
     from dupq.modeling.model import ENCODE_BATCH, Model
 
     torch.set_num_threads(threads)
@@ -141,11 +141,7 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
         "test_ece": round(test["expected_calibration_error"], 4) if "expected_calibration_error" in test else None,
         "test_mrr@10": round(test_retrieval["mrr@10"], 4),
         "test_ndcg@10": round(test_retrieval["ndcg@10"], 4),
-        **{
-            f"clean_{k}": v
-            for k, v in dupq_result(name, str(folder), read_clean_pairs(PAIRS)).items()
-            if k in ("accuracy", "roc_auc")
-        },
+        **{f"clean_{k}": v for k, v in clean_pairs(model).items() if k in ("accuracy", "roc_auc")},
         "train_seconds": round(sum(h["seconds"] for h in history), 1),
     }
 

@@ -1,8 +1,7 @@
-"""A model's figures on Quora's dev pairs, to choose between models on (the test pairs stay for reporting).
+"""A model's figures on Quora's dev pairs (``dupq evaluate --task quora-pairs --split dev``), to choose between models on.
 
 The dev pairs are where ``dupq calibrate`` chose the model's threshold, so the accuracy here is
-the best one on them (optimistic, alike for every model); ROC-AUC needs no threshold. The
-measures are the library's (:func:`dupq.evaluation.evaluate.evaluate`).
+the best one on them (optimistic, alike for every model); ROC-AUC needs no threshold.
 
     python bench/quora_dev.py [--model DIR] [--data PATH]
 
@@ -17,8 +16,7 @@ import sys
 from pathlib import Path
 
 from dupq.core.files import DupqError
-from dupq.data.pairs import default_data_path, held_out
-from dupq.evaluation.evaluate import evaluate
+from dupq.evaluation.tasks import quora_pairs
 from dupq.modeling.model import Model
 
 
@@ -31,8 +29,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         model = Model.load(args.model)
-        dev = held_out(model.metrics, args.data or default_data_path()).dev
-        result = evaluate(model, dev)
+        result = quora_pairs(model, args.data, "dev")
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

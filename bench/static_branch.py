@@ -13,9 +13,8 @@ weighted sum needs). The model's unit vector ``u`` and the static unit vector ``
 ``[u, sqrt(w) s] / sqrt(1 + w)``: a unit vector whose dot products are ``(cos_u + w cos_s) / (1 + w)``.
 
 For the model alone, the static vectors alone and each joined (``--dim``, ``--weight``, ``--a``),
-this prints the help-desk yardstick's measures (``bench/out_of_domain.py``'s task, ``--split``
-half) and Quora's retrieval measures (``bench/retrieval.py``'s task: the dev rows with ``--split
-dev``, the test and dev rows with ``--split test``). Choose on dev; run test only for the choice.
+this prints the measures of the tasks ``help-desks`` and ``quora-retrieval`` of
+:mod:`dupq.evaluation.tasks` (``--split`` dev or test). Choose on dev; run test only for the choice.
 
     python bench/static_branch.py [--model DIR] [--split dev|test] [--dim 128 256] [--weight 1 2 3] [--a 0.001 0.002]
 
@@ -38,10 +37,9 @@ import torch.nn.functional as F
 from dupq.core.files import DupqError
 from dupq.data.pairs import default_data_path, read_pairs, recorded_split, split_pairs
 from dupq.data.tokenizer import Vocabulary
-from dupq.evaluation.retrieval import held_out_task, retrieval_measures
+from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
+from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
-from out_of_domain import PAIRS, help_desk_task, quora_distractors, read_help_desk_pairs
-from retrieval import PARTS
 
 FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
 
@@ -98,7 +96,7 @@ def main() -> int:
             raise DupqError("the static branch reads a word vocabulary; this model has WordPiece tokens.")
         pairs, _ = read_pairs(args.data or default_data_path())
         tasks = {
-            "help_desk": help_desk_task(read_help_desk_pairs(PAIRS), args.split, quora_distractors(pairs, 20_000)),
+            "help_desk": shipped_help_desk_task(args.data, args.split)[0],
             "quora": held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[args.split]),
         }
         from dupq.training.distil.teacher import load_teacher

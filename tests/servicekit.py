@@ -2,7 +2,7 @@
 
 The collection holds the first distinct questions of the small split's pool, plus a few
 questions written here (one with HTML in it, to check the page shows it as text). The live
-server is :mod:`dupq_lab.serving`'s, the harness the fault suite (bench/faults.py) uses too.
+server is :mod:`dupq_lab.serving`'s, the harness the fault tests (tests/faults) use too.
 """
 
 from __future__ import annotations

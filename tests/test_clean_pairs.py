@@ -1,4 +1,4 @@
-"""The hand-written yardstick ``bench/clean_pairs.tsv`` and its script ``bench/clean_pairs.py``."""
+"""The hand-written clean pairs (``dupq evaluate --task clean-pairs``) and the script ``bench/clean_pairs.py``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.evaluation.tasks import CLEAN_PAIRS as PAIRS
+from dupq.evaluation.tasks import judged_clean_pairs
+from dupq.modeling.verdict import on_cosines
 
 REPO = Path(__file__).resolve().parents[1]
-PAIRS = REPO / "bench" / "clean_pairs.tsv"
 SCRIPT = REPO / "bench" / "clean_pairs.py"
 LABEL = {"paraphrase": "1", "near_miss": "0"}
 
@@ -70,24 +76,37 @@ def test_no_question_is_taken_from_quora(all_pairs):
     assert found == []
 
 
-@pytest.mark.slow
-def test_script_accuracy_matches_a_naive_recount():
-    from dupq.modeling.model import BUNDLED, Model
-
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--model", str(BUNDLED)], capture_output=True, text=True, timeout=300
+def test_the_figures_agree_with_a_loop_over_the_pairs_and_every_paraphrase_near_miss_couple():
+    rng = np.random.default_rng(3)
+    kinds = ["paraphrase", "near_miss"] * 20
+    scores = np.round(rng.uniform(-1, 1, size=40), 1)  # rounded: ties count half in the ROC-AUC
+    got = judged_clean_pairs(on_cosines(scores, 0.2), np.array([1, 0] * 20))
+    said = [s > 0.2 for s in scores]
+    para = [d for d, k in zip(said, kinds) if k == "paraphrase"]
+    near = [not d for d, k in zip(said, kinds) if k == "near_miss"]
+    couples = [
+        (p, n) for p, k in zip(scores, kinds) if k == "paraphrase" for n, m in zip(scores, kinds) if m == "near_miss"
+    ]
+    auc = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in couples) / len(couples)
+    assert got["accuracy"] == round((sum(para) + sum(near)) / 40, 4)
+    assert (got["paraphrase_recall"], got["near_miss_specificity"]) == (
+        round(np.mean(para), 4),
+        round(np.mean(near), 4),
     )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1
-    result = json.loads(lines[0])
-    table = rows()
-    assert result["rows"] == len(table)
-    [judged] = result["models"]
-    assert judged["pairs"] == len(table)
+    assert got["roc_auc"] == round(auc, 4) and got["threshold"] == 0.2 and got["pairs"] == 40
 
-    model = Model.load(BUNDLED)
+
+@pytest.mark.slow
+def test_dupq_evaluate_task_clean_pairs_matches_a_naive_recount():
+    from dupq.modeling.model import Model
+
+    done = CliRunner().invoke(app, ["evaluate", "--task", "clean-pairs", "--json"])
+    assert done.exit_code == 0, done.output
+    judged = json.loads(done.stdout)
+    table = rows()
+    model = Model.load()
     assert judged["threshold"] == model.threshold and judged["threshold_on"] == model.threshold_on
+    assert judged["pairs"] == len(table) and judged["kinds"] == {"paraphrase": 126, "near_miss": 126}
     right = {kind: 0 for kind in LABEL}
     for row in table:
         duplicate = model.scores(row["question1"], row["question2"]) > model.threshold

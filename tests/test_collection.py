@@ -208,6 +208,7 @@ def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model_dir):
     """kill -9 a `dupq index add --file` of 10,000 questions mid-way; reopen; nothing lost or half-added."""
     folder = tmp_path / "c"

@@ -222,15 +222,19 @@ def test_a_task_without_relevant_questions_or_queries_is_refused():
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory):
+@pytest.mark.parametrize(
+    "words, first_row, parts",
+    [(["--retrieval"], 8_000, ["test", "dev"]), (["--task", "quora-retrieval", "--split", "dev"], 9_000, ["dev"])],
+)
+def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory, words, first_row, parts):
     folder, data = cli_model(
         pairs_path, tmp_path_factory
     )  # `dupq train` on rows 0-9,999: 8,000 pool, 1,000 test, 1,000 dev
-    result = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), "--retrieval", "--json"])
+    result = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), *words, "--json"])
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     every = read_pairs(data)[0]
-    held = every.take(every.rows >= 8_000)
+    held = every.take(every.rows >= first_row)
     corpus = list(dict.fromkeys([*held.q1, *held.q2]))
     vectors = Model.load(folder).encode(corpus, batch_size=ENCODE_BATCH)  # (N, d), as the command encodes
     position = {t: i for i, t in enumerate(corpus)}
@@ -246,7 +250,7 @@ def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_
         for a, b in duplicates
     ]
     expected = {**mean_of(rows), "mrr@10_question2": float(np.mean(pair_rr))}
-    assert (printed["queries"], printed["corpus"], printed["parts"]) == (len(rows), len(corpus), ["test", "dev"])
+    assert (printed["queries"], printed["corpus"], printed["parts"]) == (len(rows), len(corpus), parts)
     assert printed["model"] == pytest.approx(expected, abs=1e-9)
     assert set(printed["bm25"]) == set(expected)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,13 +15,9 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 @pytest.fixture(scope="module")
 def branch():
-    sys.path.insert(0, str(BENCH))  # the script imports its neighbours
-    try:
-        spec = importlib.util.spec_from_file_location("static_branch", BENCH / "static_branch.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
+    spec = importlib.util.spec_from_file_location("static_branch", BENCH / "static_branch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 

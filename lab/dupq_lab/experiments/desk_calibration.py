@@ -1,6 +1,6 @@
 """Calibrating on a help desk's own moderators' decisions, against Quora's calibration, on that desk.
 
-The help desk is ``bench/data/out_of_domain.tsv`` (420 hand-written pairs of a user's new wording
+The help desk is the ``help-desks`` yardstick of :mod:`dupq.evaluation.tasks` (420 hand-written pairs of a user's new wording
 and the desk's old question, 21 domains; ``dev`` and ``test`` alternate within each domain). Its
 collection holds every old question (metadata ``domain``, ``kind: old``) and every new one (``kind:
 new``), each under a key. A moderator reviews each new question's top ``--review`` hits among the
@@ -33,18 +33,16 @@ import typer
 
 from dupq.data.pairs import read_pairs, write_pairs
 from dupq.evaluation.evaluate import calibrate, evaluate
+from dupq.evaluation.tasks import HELP_DESKS
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
-from dupq_lab.options import REPO
-
-DESK = REPO / "bench" / "data" / "out_of_domain.tsv"
 
 
 def main(
     review: Annotated[int, typer.Option(min=1, help="Hits a moderator judges for each new question.")] = 3,
 ) -> None:
     torch.set_num_threads(1)
-    with DESK.open(newline="", encoding="utf-8") as f:
+    with HELP_DESKS.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     for n, r in enumerate(rows):
         r["new_key"], r["old_key"] = f"new-{n}", f"old-{n}"

@@ -5,16 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 import typer.core
 
 from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS, Threads, _data, _threads, _threshold, command
 from dupq.core.files import DupqError, check_new_folder, to_json
-
-if TYPE_CHECKING:  # only named in a type hint: commands import the model when they run
-    from dupq.modeling.model import Model
 
 
 @command()
@@ -35,68 +32,75 @@ def evaluate(
         typer.Option(
             "--retrieval",
             help="Instead: each held-out question searches the test and dev questions; MRR@10, nDCG@10, Recall@1/10 "
-            "and P@1 over every known duplicate, for the model and for BM25.",
+            "and P@1 over every known duplicate, for the model and for BM25 (the same as --task quora-retrieval).",
         ),
     ] = False,
+    task: Annotated[
+        str,
+        typer.Option(
+            help="The yardstick: quora-pairs (the test pairs), quora-retrieval, help-desks (420 hand-written help-desk "
+            "questions among 19,862 Quora ones) or clean-pairs (hand-written paraphrases and near misses).",
+        ),
+    ] = "quora-pairs",
+    split: Annotated[
+        str, typer.Option(help="test (the reported figures) or dev (the figures to choose a model on).")
+    ] = "test",
     threads: Threads = THREADS,
 ) -> None:
-    """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ..."""
-    from dupq.data.pairs import held_out
-    from dupq.evaluation.evaluate import SUMMARY
-    from dupq.evaluation.evaluate import evaluate as run_evaluation
+    """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ...
+
+    --task runs another of the yardsticks (dupq.evaluation.tasks), --split dev its figures to choose on."""
+    from dupq.evaluation.tasks import run_task
     from dupq.modeling.model import Model
 
     _threads(threads)
-    threshold = _threshold(threshold)
     m = Model.load(model)
-    if retrieval:
-        _evaluate_retrieval(m, _data(data), json_out, str(model or "bundled model"))
-        return
-    test = held_out(m.metrics, _data(data)).test
-    result = run_evaluation(m, test, threshold)
-    result["test_rows"] = [int(test.rows.min()), int(test.rows.max())]
+    data = None if data is None else _data(data)  # the default file is looked for only by the tasks that read it
+    result = run_task("quora-retrieval" if retrieval else task, m, data, split, _threshold(threshold))
     if json_out:
         typer.echo(to_json(result))
         return
     from rich.console import Console
+
+    name = str(model or "bundled model")
+    Console().print(_ranking_table(result, name) if "bm25" in result else _figures_table(result, name, split))
+
+
+def _figures_table(result: dict, name: str, split: str):
+    """A judging task's figures, one a row: the summary's (:data:`~dupq.evaluation.evaluate.SUMMARY`) first."""
     from rich.table import Table
 
-    table = Table(
-        title=f"{model or 'bundled model'}: {result['pairs']:,} test pairs (rows {result['test_rows'][0]:,}-{result['test_rows'][1]:,})"
-    )
+    from dupq.evaluation.evaluate import SUMMARY
+
+    rows = result.get(f"{split}_rows")
+    where = f" (rows {rows[0]:,}-{rows[1]:,})" if rows else ""
+    table = Table(title=f"{name}: {result['pairs']:,} {split} pairs{where}")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in (k for k in SUMMARY if k in result):
+    figures = [k for k in SUMMARY if k in result] + [k for k in result if k not in SUMMARY]
+    for key in (k for k in figures if isinstance(result[k], float) or result[k] is None):
         table.add_row(key, "n/a" if result[key] is None else f"{result[key]:.4f}")
-    (tn, fp), (fn, tp) = result["confusion_matrix"]
-    table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")
+    if "confusion_matrix" in result:
+        (tn, fp), (fn, tp) = result["confusion_matrix"]
+        table.add_row("confusion matrix", f"[[{tn} {fp}]\n [{fn} {tp}]]")
     table.add_row("threshold on", str(result.get("threshold_on", "similarity")))
     table.add_row("threshold chosen on", str(result["threshold_chosen_on"]))
-    Console().print(table)
+    return table
 
 
-def _evaluate_retrieval(m: Model, data: Path, json_out: bool, name: str) -> None:
-    """``dupq evaluate --retrieval``: the held-out retrieval task's measures, the model's and BM25's."""
-    from dupq.data.pairs import read_pairs
-    from dupq.evaluation.retrieval import evaluate_retrieval
-
-    result = evaluate_retrieval(m, read_pairs(data)[0])
-    if json_out:
-        typer.echo(to_json(result))
-        return
-    from rich.console import Console
+def _ranking_table(result: dict, name: str):
+    """A ranking task's measures, the model's and BM25's side by side."""
     from rich.table import Table
 
     table = Table(
-        title=f"{name}: {result['queries']:,} held-out questions search {result['corpus']:,} "
-        f"({result['relevant']:,} known duplicates)"
+        title=f"{name}: {result['queries']:,} questions search {result['corpus']:,} ({result['relevant']:,} relevant)"
     )
     table.add_column("measure")
     table.add_column("model", justify="right")
     table.add_column("BM25", justify="right")
     for key, value in result["model"].items():
         table.add_row(key, f"{value:.4f}", f"{result['bm25'][key]:.4f}")
-    Console().print(table)
+    return table
 
 
 @command()

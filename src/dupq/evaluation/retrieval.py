@@ -47,6 +47,7 @@ from dupq.search.vectors import search
 K = 10  # the cut-off of MRR@10 and nDCG@10, and how many each query retrieves
 QUERY_BLOCK = 1024  # queries searched at once (memory: QUERY_BLOCK x corpus scores and sort keys)
 HELD_OUT = ("test", "dev")  # the rows whose questions make the reported task
+PARTS = {"test": HELD_OUT, "dev": ("dev",)}  # a task's split -> the held-out rows whose questions make it
 # Our name -> trec_eval's, as pytrec_eval reports it (the measures it is asked for: TREC_MEASURES).
 MEASURES = {
     "mrr@10": "recip_rank",

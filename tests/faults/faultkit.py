@@ -1,11 +1,8 @@
-"""What the fault cases share: the result of a case, running the CLI, a collection to damage, a server.
+"""What the fault tests share: running the CLI, a collection to damage, a server, the checks of a promise.
 
-Every ``bench/fault_cases_*.py`` module imports what it needs from here (``faults``, the runner,
-re-exports the same names). The server harness is the test suite's, :mod:`dupq_lab.serving`.
-
-A case runs the CLI through :data:`DUPQ` and :data:`ENV`, read at each call: the fault suite's
-own test (``tests/test_fault_suite.py``) points them at a deliberately broken build to show that
-each case reports the fault it names.
+Every fault test runs ``dupq`` as a user does, in a subprocess, through :data:`DUPQ` and
+:data:`ENV`, read at each call: ``test_mutations.py`` points them at a deliberately broken build
+to show that a test fails on the fault it names. The server harness is :mod:`dupq_lab.serving`.
 """
 
 from __future__ import annotations
@@ -15,63 +12,41 @@ import os
 import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from dupq_lab.serving import Answer, ServeProcess, free_port
-from dupq_lab.serving import http as request
+from dupq_lab.serving import ServeProcess
 
-DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]  # how a case runs `dupq`
+DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]  # how a test runs `dupq`
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "DUPQ_API_TOKEN": "fault-token"}
 AUTH = {"Authorization": "Bearer fault-token"}
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 SECURITY_HEADERS = ("content-security-policy", "x-content-type-options", "x-frame-options", "referrer-policy")
-
-__all__ = [
-    "AUTH",
-    "DUPQ",
-    "ENV",
-    "SECURITY_HEADERS",
-    "TOPICS",
-    "Answer",
-    "Result",
-    "Server",
-    "build",
-    "dupq",
-    "free_port",
-    "http",
-    "lacks_headers",
-    "refused",
-    "request",
-    "stored",
-    "strict_json",
-    "synthetic",
-]
-
-
-@dataclass
-class Result:
-    survived: bool  # dupq behaved as it promises
-    data_lost: int = 0  # acknowledged questions missing afterwards
-    tracebacks: int = 0  # tracebacks a user saw
-    server_500s: int = 0  # answers with status 500 (a bug's answer; a deliberate 503 or 507 is not one)
-    detail: str = ""
+# The options of a tiny training run (``--dim 8``) on :func:`pairs_file`'s 600 rows: a few seconds.
+TRAIN = ["--train-pool", "400", "--test-size", "100", "--dev-size", "100", "--dim", "8", "--threads", "1"]
+TRAIN += ["--no-progress"]
 
 
 def synthetic(n: int, offset: int = 0) -> list[str]:
     return [f"How do I learn about {TOPICS[i % len(TOPICS)]} in step {i}?" for i in range(offset, offset + n)]
 
 
-def dupq(*args: str | bytes, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*DUPQ, *args], input=stdin, capture_output=True, timeout=timeout, env=ENV)
+def dupq(*args: str | bytes, stdin: bytes | None = None, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
+    """``dupq *args`` in a subprocess (:data:`ENV` updated with ``env``), its output captured."""
+    return subprocess.run([*DUPQ, *args], input=stdin, capture_output=True, timeout=timeout, env={**ENV, **(env or {})})
 
 
-def refused(run: subprocess.CompletedProcess, saying: str = "") -> tuple[bool, int]:
+def refused(run: subprocess.CompletedProcess, saying: str | bytes = "") -> None:
     """A user mistake answered as dupq promises: exit 2, one ``error:`` sentence (holding ``saying``), no traceback."""
     err = run.stderr.decode("utf-8", "replace")
     lines = [line for line in err.strip().splitlines() if not line.startswith(("skipped", "warning"))]
-    ok = run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and saying in lines[0]
-    return ok, int("Traceback" in err)
+    saying = saying.decode() if isinstance(saying, bytes) else saying
+    assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-600:]
+    assert saying in lines[0], (saying, lines[0])
+
+
+def clean(run: subprocess.CompletedProcess) -> None:
+    """A run that succeeded, with no traceback shown to the user."""
+    assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr.decode("utf-8", "replace")[-600:]
 
 
 def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, metadata: bool = False) -> Path:
@@ -95,12 +70,16 @@ def stored(folder: Path) -> list[tuple]:
         return db.execute("SELECT id, key, text FROM questions ORDER BY id").fetchall()
 
 
-def http(
-    url: str, body: bytes | None = None, headers: dict | None = None, method: str | None = None
-) -> tuple[int, bytes]:
-    """``(status, body)`` of one request (:func:`request` also gives the headers)."""
-    answer = request(url, body, headers, method)
-    return answer.status, answer.body
+def pairs_file(tmp: Path, rows: int = 600) -> Path:
+    """A synthetic pairs file: every other row a reworded duplicate, the rest another topic."""
+    path = tmp / "pairs.tsv"
+    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
+    for i in range(rows):
+        a = synthetic(1, i)[0]
+        b = a.replace("How do I learn about", "What is the best way to learn") if i % 2 else synthetic(1, i + 3)[0]
+        lines.append(f"{i}\t{2 * i}\t{2 * i + 1}\t{a}\t{b}\t{i % 2}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def lacks_headers(answer) -> bool:
@@ -120,6 +99,17 @@ def strict_json(text: bytes | str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def library_refuses(call) -> bool:
+    """Whether ``call()`` raises dupq's one-sentence error."""
+    from dupq.core.files import DupqError
+
+    try:
+        call()
+    except DupqError:
+        return True
+    return False
 
 
 class Server(ServeProcess):

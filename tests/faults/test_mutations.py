@@ -1,35 +1,35 @@
-"""The fault suite (bench/faults.py) can fail: cases run against a deliberately broken dupq report the fault.
+"""The fault tests can fail: run against a deliberately broken dupq, each reports the fault it names.
 
-A case that cannot fail proves nothing: ``nan_in_json_output`` once let NaN stay a string that
-never reached the check, and ``adds_after_a_failing_commit`` retried with keys, so a second
-store could not happen. Here each representative case runs once with a **mutation**, a small
-change that puts back the fault the case names (NaN allowed in metadata and JSON output, an
-add that fails after its commit, no nesting limit, no headers on a bug's 500, ...), and must
-not survive; the two cases that were blind also run unmutated and survive.
+A test that cannot fail proves nothing: ``test_nan_in_json_output`` once let NaN stay a string
+that never reached the check, and ``test_adds_after_a_failing_commit`` retried with keys, so a
+second store could not happen. Here each test that could hide a fault runs once with a
+**mutation**, a small change that puts back the fault it names (NaN allowed in metadata and JSON
+output, an add that fails after its commit, no nesting limit, no headers on a bug's 500, ...),
+and must fail.
 
 A mutation is Python run in this process (``patch`` is ``monkeypatch.setattr``) and, through
-``faultkit.DUPQ``, in every ``dupq`` process the case starts (``patch`` is ``setattr`` there).
+``faultkit.DUPQ``, in every ``dupq`` process the test starts (``patch`` is ``setattr`` there).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
 
+import faultkit
 import pytest
+import test_collection_faults as collection
+import test_file_faults as files
+import test_rule_faults as rules
+import test_service_faults as service
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import faultkit  # noqa: E402 -- bench/ is not a package: on the path just above
-import faults  # noqa: E402
-
-CASES = {case.__name__: case for case in faults.collect()}
+pytestmark = pytest.mark.faults
 
 
 def broken(monkeypatch, tmp_path: Path, mutation: str) -> None:
-    """Apply ``mutation`` here and in every ``dupq`` command the cases run."""
+    """Apply ``mutation`` here and in every ``dupq`` command the tests run."""
     exec(mutation, {"patch": monkeypatch.setattr})
     (tmp_path / "fault_mutation.py").write_text("patch = setattr\n" + mutation)
     # Every Python process on the path imports sitecustomize at start: the workers `dupq serve` spawns too.
@@ -38,6 +38,17 @@ def broken(monkeypatch, tmp_path: Path, mutation: str) -> None:
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
     monkeypatch.setattr(faultkit, "DUPQ", command)
     monkeypatch.setattr(faultkit, "ENV", {**faultkit.ENV, "PYTHONPATH": path})
+
+
+def run_broken(test, mutation: str, monkeypatch, tmp_path: Path, **params) -> pytest.ExceptionInfo:
+    """Run the fault test ``test`` against dupq with ``mutation``: how it failed (it must)."""
+    broken(monkeypatch, tmp_path, mutation)
+    (tmp_path / "case").mkdir()
+    if "monkeypatch" in inspect.signature(test).parameters:
+        params["monkeypatch"] = monkeypatch
+    with pytest.raises(AssertionError) as failed:
+        test(tmp_path / "case", **params)
+    return failed
 
 
 NAN_STORED = """
@@ -161,22 +172,22 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
 
 
 @pytest.mark.parametrize(
-    "case, mutation",
+    "test, mutation, params",
     [
-        ("nan_in_json_output", NAN_STORED),
-        ("nan_in_json_output", NAN_READ),
-        ("adds_after_a_failing_commit", FAILS_AFTER_COMMIT),
-        ("deeply_nested_bodies", NO_DEPTH_LIMIT),
-        ("security_headers_everywhere", BARE_500),
-        ("damaged_metadata_rows", LENIENT_METADATA),
-        ("nan_embedding_on_open", NAN_VECTORS_PASS),
-        ("server_side_failures_are_5xx", ALL_400),
-        ("idle_and_trickling_connections", NO_HEADER_DEADLINE),
-        ("nested_json_in_model_files", NO_FILE_DEPTH_LIMIT),
-        ("export_over_an_existing_folder", NO_FOLDER_RULE),
-        ("keyed_retries_compare_values", TEXT_COMPARED),
-        ("blank_and_unsendable_tokens", ANY_TOKEN),
-        ("calibrate_on_a_single_label", ONE_LABEL_CALIBRATES),
+        (collection.test_nan_in_json_output, NAN_STORED, {}),
+        (collection.test_nan_in_json_output, NAN_READ, {}),
+        (service.test_adds_after_a_failing_commit, FAILS_AFTER_COMMIT, {}),
+        (service.test_deeply_nested_bodies, NO_DEPTH_LIMIT, {}),
+        (service.test_security_headers_everywhere, BARE_500, {}),
+        (collection.test_damaged_metadata_rows, LENIENT_METADATA, {}),
+        (collection.test_nan_embedding_on_open, NAN_VECTORS_PASS, {}),
+        (service.test_server_side_failures_are_5xx, ALL_400, {}),
+        (service.test_idle_and_trickling_connections, NO_HEADER_DEADLINE, {}),
+        (files.test_nested_json_in_model_files, NO_FILE_DEPTH_LIMIT, {"name": "config.json"}),
+        (files.test_export_over_an_existing_folder, NO_FOLDER_RULE, {}),
+        (rules.test_keyed_retries_compare_values, TEXT_COMPARED, {}),
+        (rules.test_blank_and_unsendable_tokens, ANY_TOKEN, {}),
+        (rules.test_calibrate_on_a_single_label, ONE_LABEL_CALIBRATES, {}),
     ],
     ids=[
         "nan-stored",
@@ -195,21 +206,11 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
         "one-label-calibrates",
     ],
 )
-def test_a_case_reports_the_fault_it_names(case, mutation, monkeypatch, tmp_path, one_torch_thread):
-    broken(monkeypatch, tmp_path, mutation)
-    result = faults.run(CASES[case])
-    assert not result.survived, f"{case} survived its fault: {result.detail}"
+def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkeypatch, tmp_path):
+    run_broken(test, mutation, monkeypatch, tmp_path, **params)
 
 
-def test_a_failing_commit_shows_as_a_second_store(monkeypatch, tmp_path, one_torch_thread):
-    """The blind spot itself: without keys, an add that fails after its commit is stored twice, and the case says so."""
-    broken(monkeypatch, tmp_path, FAILS_AFTER_COMMIT)
-    result = faults.run(CASES["adds_after_a_failing_commit"])
-    twice = int(result.detail.split(" stored twice")[0])
-    assert twice >= 1 and result.server_500s >= 1
-
-
-@pytest.mark.parametrize("case", ["nan_in_json_output", "adds_after_a_failing_commit"])
-def test_the_cases_once_blind_survive_the_fixed_code(case, one_torch_thread):
-    result = faults.run(CASES[case])
-    assert result.survived, result.detail
+def test_a_failing_commit_shows_as_a_second_store(monkeypatch, tmp_path):
+    """The blind spot itself: without keys, an add that fails after its commit is stored twice, and the test says so."""
+    failed = run_broken(service.test_adds_after_a_failing_commit, FAILS_AFTER_COMMIT, monkeypatch, tmp_path)
+    assert failed.match(r"[1-9]\d* stored twice; answers \[.*500")

@@ -1,0 +1,172 @@
+"""Faults of the command line: files and arguments a user gives, and the model folders dupq reads.
+
+Each test runs ``dupq`` in a subprocess and checks the promise of every command: a mistake is
+one ``error:`` sentence and exit status 2, never a traceback, and nothing is stored or written
+on the way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from faultkit import build, clean, dupq, library_refuses, pairs_file, refused, stored
+
+pytestmark = pytest.mark.faults
+
+
+def test_cli_add_is_idempotent(tmp_path: Path):
+    """`index add --key` run twice stores one question."""
+    folder = build(tmp_path / "c")
+    for _ in range(2):
+        clean(dupq("index", "add", str(folder), "What is the deepest lake on earth?", "--key", "q-1"))
+    assert [t for _, _, t in stored(folder)].count("What is the deepest lake on earth?") == 1
+
+
+def test_every_line_accounted_for(tmp_path: Path):
+    """Unclosed quotes and wrong field counts, each line with its reason (train/evaluate read this way)."""
+    from dupq.data.pairs import read_pairs
+
+    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
+    for i in range(30):
+        q1 = ('"' if i in (4, 17) else "") + f"How do I do thing {i}?"
+        row = [str(i), str(2 * i), str(2 * i + 1), q1, f"What is thing {i}?", str(i % 2)]
+        lines.append("\t".join(row[:4] if i == 9 else row))
+    (tmp_path / "p.tsv").write_text("\n".join(lines) + "\n")
+    pairs, dropped = read_pairs(tmp_path / "p.tsv")
+    assert dropped.reasons == {"unclosed quote": 2, "wrong number of fields": 1}
+    assert len(pairs) + dropped.lines == 30
+    run = dupq("index", "build", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "c"))
+    clean(run)
+    assert b"2 unclosed quote" in run.stderr
+
+
+def test_questions_without_words(tmp_path: Path):
+    """ "???" is refused by every entry point, never stored or called a duplicate."""
+    from fastapi.testclient import TestClient
+
+    from dupq.modeling.model import Model
+    from dupq.service.app import create_app
+
+    folder = build(tmp_path / "c")
+    refused(dupq("index", "add", str(folder), "???"))
+    refused(dupq("search", str(folder), "?!?"))
+    assert library_refuses(lambda: Model.load().similarity("", ""))
+    (tmp_path / "q.txt").write_text("???\n!!!\n...\nHow do I learn Python?\n")
+    clean(dupq("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.json")))
+    assert json.loads((tmp_path / "d.json").read_text()) == []
+    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
+        codes = [
+            c.post("/similarity", json={"q1": "\u001c", "q2": "\u001d"}).status_code,
+            c.post("/search", json={"question": "?!?"}).status_code,
+            c.post("/questions", json={"text": "..."}, headers={"Authorization": "Bearer t"}).status_code,
+        ]
+    assert codes == [422, 422, 422] and len(stored(folder)) == 40
+
+
+def test_not_utf8_on_the_command_line(tmp_path: Path):
+    """`index add C $'Caf\\xe9 question'`."""
+    folder = build(tmp_path / "c")
+    refused(dupq("index", "add", str(folder), b"Caf\xe9 question"))
+    assert len(stored(folder)) == 40
+
+
+def _edited_model(folder: Path, file: str, edit) -> Path:
+    """A copy of the bundled model in ``folder`` with ``edit`` applied to the JSON of its ``file``."""
+    from dupq.modeling.model import BUNDLED
+
+    shutil.copytree(BUNDLED, folder)
+    obj = json.loads((folder / file).read_text())
+    edit(obj)
+    (folder / file).write_text(json.dumps(obj))
+    return folder
+
+
+def _token(vocab):
+    vocab["tokens"][5] = 7
+
+
+# Model folders that predict must refuse in one sentence: (file, edit).
+BAD_MODELS = {
+    "dim a string": ("config.json", lambda c: c["encoder"].update(dim="128")),
+    "dropout 5": ("config.json", lambda c: c["encoder"].update(dropout=5)),
+    "encoder null": ("config.json", lambda c: c.update(encoder=None)),
+    "threshold nan": ("config.json", lambda c: c.update(threshold=math.nan)),
+    "threshold_info a string": ("config.json", lambda c: c.update(threshold_info="dev")),
+    "number token": ("vocab.json", _token),
+    "max_tokens -1": ("vocab.json", lambda v: v.update(max_tokens=-1)),
+    "tokens a string": ("vocab.json", lambda v: v.update(tokens="abc")),
+    "no tokens": ("vocab.json", lambda v: v.pop("tokens")),
+    "head a list": ("config.json", lambda c: c.update(head=[])),
+    "head a string": ("config.json", lambda c: c.update(head="mlp")),
+    "head kind 5": ("config.json", lambda c: c["head"].update(kind=5)),
+    # Huge sizes, and a calibration that overflows.
+    "dim 65536": ("config.json", lambda c: c["encoder"].update(dim=65536)),
+    "head hidden 1e9": ("config.json", lambda c: c["head"].update(hidden=10**9)),
+    "vocab_size 1e9": ("config.json", lambda c: c["encoder"].update(vocab_size=10**9)),
+    "calibration a 1e308": ("config.json", lambda c: c["calibration"].update(a=1e308)),
+}
+
+
+@pytest.mark.parametrize("fault", BAD_MODELS)
+def test_bad_model_files(tmp_path: Path, fault):
+    """config.json and vocab.json with wrong types, sizes the machine cannot hold, thresholds out of range."""
+    model = _edited_model(tmp_path / "m", *BAD_MODELS[fault])
+    refused(dupq("predict", "How do I learn Python?", "How can I learn Python?", "--model", str(model)))
+
+
+def test_bad_metrics_file_and_thresholds(tmp_path: Path):
+    """metrics.json not an object (evaluate, report); a dedup threshold out of range."""
+    model = _edited_model(tmp_path / "m", "config.json", lambda c: None)
+    (model / "metrics.json").write_text("[1, 2]")
+    refused(dupq("evaluate", str(model)))
+    refused(dupq("report", str(model), "--out", str(tmp_path / "r")))
+    (tmp_path / "q.txt").write_text("How do I learn Python?\nHow can I learn Python?\n")
+    for threshold in ("5", "nan"):
+        refused(dupq("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.json"), "--threshold", threshold))
+
+
+def test_messages_name_the_real_problem(tmp_path: Path):
+    """A file where a folder is needed (and the reverse); a header-only file for index add."""
+    folder = build(tmp_path / "c")
+    (tmp_path / "h.tsv").write_text("question\tanswer\n")
+    refused(dupq("search", str(tmp_path / "h.tsv"), "How?"), "a file, not a folder")
+    refused(dupq("index", "add", str(folder), "--file", str(tmp_path)), "a folder, not a file")
+    refused(dupq("index", "add", str(folder), "--file", str(tmp_path / "h.tsv")), "holds no questions")
+    refused(dupq("predict", "How?", "Why?", "--model", str(tmp_path / "h.tsv")), "model folder")
+
+
+def test_links_out_of_a_model_folder(tmp_path: Path):
+    """A sentence-transformers model folder whose subfolder links to a pickle outside it is refused before loading."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "pytorch_model.bin").write_bytes(b"not loaded: a pickle can run code")
+    model = tmp_path / "m"
+    files = model / "sentence-transformers"
+    files.mkdir(parents=True)
+    (files / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": "x"}]')
+    (files / "model.safetensors").write_bytes(b"{}")
+    (files / "2_Dense").symlink_to(outside, target_is_directory=True)
+    encoder = {"type": "sentence-transformers", "dim": 384, "folder": "sentence-transformers"}
+    config = {"format": "dupq-model/1", "encoder": encoder, "threshold": 0.5}
+    (model / "config.json").write_text(json.dumps(config))
+    refused(dupq("predict", "How?", "Why?", "--model", str(model)), saying="outside")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--seed", "-1"],
+        ["--seed", "1" * 24],
+        ["--dim", "1000000"],
+        ["--threads", "100000"],
+        ["--batch-size", str(10**9)],
+    ],
+    ids=["seed -1", "seed 1e24", "dim 1e6", "threads 1e5", "batch 1e9"],
+)
+def test_sizes_on_the_command_line(tmp_path: Path, extra):
+    """A seed, width, batch or thread count the machine cannot hold is one sentence, before any data is read."""
+    refused(dupq("train", "--data", str(pairs_file(tmp_path)), "--out", str(tmp_path / "x"), "--epochs", "1", *extra))

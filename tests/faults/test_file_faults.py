@@ -1,0 +1,170 @@
+"""Faults of the files and folders dupq reads and writes: nesting that breaks a parser, folders that
+a command would overwrite, teacher vectors a run would throw away, adds a re-encoding would miss.
+
+The rules these tests hold are each in one place: :func:`dupq.core.files.read_json` (every JSON
+file), :func:`dupq.core.files.check_new_folder` (every command that writes a folder), the teacher
+cache's ``extend`` (:func:`dupq.training.distil.teacher.teach`) and :mod:`dupq.search.reencode`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import faultkit
+import numpy as np
+import pytest
+from faultkit import AUTH, Server, build, clean, dupq, refused, stored, synthetic
+
+from dupq_lab.serving import free_port
+from dupq_lab.serving import http as request
+
+pytestmark = pytest.mark.faults
+
+NESTED = "[" * 1000 + "]" * 1000  # Python's parser recurses once a level: RecursionError, where it is not checked
+
+
+def _model_copy(tmp: Path) -> Path:
+    from dupq.modeling.model import BUNDLED
+
+    return Path(shutil.copytree(BUNDLED, tmp / "m"))
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "config.json", "vocab.json"])
+def test_nested_json_in_model_files(tmp_path: Path, name):
+    """1,000 nested brackets in a model's metrics.json, config.json or vocab.json: one sentence from info, predict, export."""
+    model = _model_copy(tmp_path)
+    (model / name).write_text(NESTED)
+    refused(dupq("info", str(model)), "nests more than")
+    refused(dupq("predict", "How?", "Why?", "--model", str(model)), "nests more than")
+    refused(dupq("export", str(model), str(tmp_path / "out")), "nests more than")
+
+
+def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
+    """1,000 nested brackets in a collection's manifest.json (search, serve) or a teacher cache's teacher.json."""
+    from dupq.core.files import DupqError
+    from dupq.training.distil.teacher import TeacherCache
+
+    folder = build(tmp_path / "c", n=10)
+    (folder / "manifest.json").write_text(NESTED)
+    refused(dupq("search", str(folder), "How do I learn Python?"), "nests more than")
+    refused(dupq("serve", str(folder), "--port", str(free_port())), "nests more than")
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "teacher.json").write_text(NESTED)
+    with pytest.raises(DupqError, match="nests more than"):
+        TeacherCache.load(tmp_path / "t")
+
+
+def test_export_over_an_existing_folder(tmp_path: Path):
+    """`dupq export` refuses a folder that holds a model or anything else without --overwrite; with it, replaces a model."""
+    model = _model_copy(tmp_path)
+    clean(dupq("export", str(model), str(tmp_path / "e")))
+    before = (tmp_path / "e" / "model.safetensors").read_bytes()
+    refused(dupq("export", str(model), str(tmp_path / "e"), "--half"), "--overwrite")
+    assert (tmp_path / "e" / "model.safetensors").read_bytes() == before
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    refused(dupq("export", str(model), str(tmp_path / "full")), "--overwrite")
+    assert (tmp_path / "full" / "notes.txt").exists()
+    clean(dupq("export", str(model), str(tmp_path / "e"), "--half", "--overwrite"))
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["weights_dtype"] == "float16"
+
+
+def test_commands_that_write_a_folder(tmp_path: Path):
+    """train, report, distil tune, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
+    model = _model_copy(tmp_path)
+    folder = build(tmp_path / "c", n=10)
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
+    for command in (
+        ["train", "--out", str(full), "--epochs", "1"],
+        ["report", str(model), "--out", str(full)],
+        ["distil", "tune", "--out", str(full)],
+        ["adapt", str(tmp_path / "q.txt"), "--out", str(full)],
+        ["index", "build", str(tmp_path / "q.txt"), "--out", str(full)],
+        ["index", "reencode", str(folder), "--model", str(model), "--out", str(full)],
+    ):
+        refused(dupq(*command), "already exists")
+    assert sorted(p.name for p in full.iterdir()) == ["notes.txt"]
+
+
+def _fake_teacher(calls: list[str]):
+    """A deterministic teacher of 16 dimensions that records the texts it encodes."""
+
+    def encode(texts: list[str]) -> np.ndarray:
+        calls.extend(texts)
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little") for t in texts]
+        vectors = np.stack([np.random.default_rng(s).standard_normal(16) for s in seeds]).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    return encode
+
+
+def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
+    """adapt with --cache of a teach run keeps every vector there and encodes only the questions it lacks."""
+    from dupq.modeling.model import Model
+    from dupq.training.adapt import AdaptConfig, adapt
+    from dupq.training.distil.teacher import TeacherCache, teach
+
+    calls: list[str] = []
+    encode = _fake_teacher(calls)
+    taught, mine = synthetic(60), synthetic(40, offset=40)  # 20 in common
+    teach(taught, tmp_path / "cache", encode, "fake")
+    before = TeacherCache.load(tmp_path / "cache")
+    calls.clear()
+    config = AdaptConfig(epochs=1, batch_size=16)
+    cache = tmp_path / "cache"
+    adapt(Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False)
+    after = TeacherCache.load(cache)
+    assert set(before.texts) <= set(after.texts) and set(mine) <= set(after.texts)
+    # the stored vectors, not new ones
+    assert np.array_equal(after.vectors[after.rows(before.texts)].numpy(), before.vectors.numpy())
+    assert sorted(calls) == sorted(set(mine) - set(taught))
+
+
+def test_reencode_while_adding(tmp_path: Path):
+    """`index reencode` of a collection served while 4 writers add to it: every add acknowledged before it says
+    what it copied is in the new collection, and the count it gives is the new one's."""
+    from dupq.modeling.model import BUNDLED
+
+    old, new = build(tmp_path / "old", n=3000), tmp_path / "new"
+    acknowledged: dict[str, float] = {}  # text -> when its 201 came
+    stop = threading.Event()
+    with Server(old, "--workers", "1") as server:
+
+        def writer(n: int) -> None:
+            i = 0
+            while not stop.is_set():
+                text = f"Writer {n} adds question {i} about {n * 1000 + i}?"
+                if request(server.url + "/questions", json.dumps({"text": text}).encode(), AUTH).status == 201:
+                    acknowledged[text] = time.monotonic()
+                i += 1
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(1)
+        started = time.monotonic()
+        command = [*faultkit.DUPQ, "index", "reencode", str(old), "--model", str(BUNDLED), "--out", str(new)]
+        reencode = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=faultkit.ENV)
+        # "copied N questions read at the start and M added to OLD meanwhile", said while it holds the writer lock
+        said = next((line.decode() for line in reencode.stdout if line.startswith(b"copied")), "")
+        copied_at = time.monotonic()
+        errors = reencode.communicate()[1]
+        stop.set()
+        for t in threads:
+            t.join()
+    assert reencode.returncode == 0 and b"Traceback" not in errors, errors[-600:]
+    numbers = [int(w.replace(",", "")) for w in said.split() if w.replace(",", "").isdigit()]
+    texts = {text for _, _, text in stored(new)}
+    assert len(numbers) >= 2 and numbers[0] + numbers[1] == len(texts), said
+    before = [text for text, at in acknowledged.items() if at < copied_at]
+    assert any(acknowledged[text] > started for text in before), "no add was made while it ran"
+    assert [text for text in before if text not in texts] == []
