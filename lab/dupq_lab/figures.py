@@ -193,9 +193,9 @@ EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
 def routes() -> list[list[str]]:
     """docs/results/route_*_dev.json: each route's dev figures, its seeds' in order (" / "), and its training time."""
     commands = {
-        "ood": "python bench/out_of_domain.py",
-        "pairs": "python bench/quora_dev.py",
-        "rows": "python bench/retrieval.py",
+        "ood": "dupq-lab out-of-domain",
+        "pairs": "dupq-lab quora-dev",
+        "rows": "dupq-lab retrieval",
     }
     rows = []
     for files, label in ROUTES:
@@ -209,9 +209,9 @@ def routes() -> list[list[str]]:
         cells = [" / ".join(cell(c, d) for d in data) for c in ROUTE_CELLS]
         rows += [[label, *cells, " / ".join(f"{m:.1f}" if m else "(shipped)" for m in minutes)]] if runs else []
     # Route F trains nothing: the bundled model's vectors joined to static ones; its pairs are the bundled model's.
-    if static := source("static_branch_dev.json | python bench/static_branch.py"):
+    if static := source("static_branch_dev.json | dupq-lab static-branch"):
         chosen = static["systems"]["model + static dim 128 a 0.002 weight 1"]
-        pairs = source("route_bundled_dev.json | python bench/quora_dev.py")
+        pairs = source("route_bundled_dev.json | dupq-lab quora-dev")
         data = {"ood": {"dupq": chosen["help_desk"]}, "rows": {"dupq": chosen["quora"]}, "pairs": pairs}
         label = "F: the bundled model + a static branch (the teacher's vector of each word, SIF-weighted; 128 wide, weight 1)"
         teacher = f"none (teacher: {static['teacher_seconds']:g} s, 2 widths)"
@@ -299,8 +299,8 @@ TABLES: dict[str, Table] = {
             "dupq bundled (labelled recipe + distilled MiniLM) | " + measures("sweep[distil-words-6]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
             "dupq, labelled recipe without the teacher | " + measures("sweep[labelled-mlp-6]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
             "dupq, the duplicates-only model before them | " + measures("sweep[seed-best]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
-            "all-MiniLM-L6-v2 zero-shot (`bench/peers.py`) | " + measures("minilm[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
-            "all-mpnet-base-v2 zero-shot (`bench/peers.py --model-folder`) | " + measures("mpnet[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
+            "all-MiniLM-L6-v2 zero-shot (`dupq-lab peers`) | " + measures("minilm[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
+            "all-mpnet-base-v2 zero-shot (`dupq-lab peers --model-folder`) | " + measures("mpnet[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
         ),
     ),
     "retrieval": Table(  # README: search quality on Quora's held-out rows and on the help desks' test half
@@ -334,10 +334,10 @@ TABLES: dict[str, Table] = {
         header="model | MRR (published) | Recall@1 | MRR, other known duplicates filtered | MRR, any known duplicate",
         data={
             "r": "retrieval.json", "minilm": "peers_minilm.json", "mpnet": "peers_mpnet.json",
-            "mpnet_student": "mpnet_student_retrieval.json | python bench/retrieval.py --model runs/student-mpnet-half",
-            "wide": "wide_student.json | python bench/retrieval.py --model runs/wide256-half",
-            "bilstm": "bilstm_student.json | python bench/retrieval.py --model runs/bilstm-half",
-            "closure": "retrieval_closure.json | python bench/retrieval.py --closure",
+            "mpnet_student": "mpnet_student_retrieval.json | dupq-lab retrieval --model runs/student-mpnet-half",
+            "wide": "wide_student.json | dupq-lab retrieval --model runs/wide256-half",
+            "bilstm": "bilstm_student.json | dupq-lab retrieval --model runs/bilstm-half",
+            "closure": "retrieval_closure.json | dupq-lab retrieval --closure",
         },
         rows=(
             "dupq bundled (distilled from all-MiniLM-L6-v2) | " + measures("r[dupq]", *STAGE_8),

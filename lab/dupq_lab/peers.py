@@ -23,14 +23,13 @@ library's functions:
 * speed: questions per second encoding every distinct test and dev question once, batch 128,
   ``torch.set_num_threads(2)``, tokenising included.
 
-    python bench/peers.py [--model-folder DIR] [--data PATH] [--limit N]
+    dupq-lab peers [--model-folder DIR] [--data PATH] [--limit N]
 
 Prints one JSON line: {"model", "calibration", "test", "retrieval": {"test", "dev"}, "speed", ...}.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -38,12 +37,14 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import Annotated, Optional
 
 import numpy as np
 import torch
+import typer
 
 from dupq.core.files import DupqError
-from dupq.data.pairs import Splits, default_data_path, read_pairs, split_pairs
+from dupq.data.pairs import Splits, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.evaluate import evaluate_scores
 from dupq.evaluation.metrics import expected_calibration_error
@@ -51,6 +52,7 @@ from dupq.evaluation.retrieval import held_out_task, retrieval_measures
 from dupq.modeling.calibration import calibrated
 from dupq.modeling.pretrained import PACKAGE, load_sentence_transformer
 from dupq.modeling.sentence_model import ENCODE_BATCH as BATCH
+from dupq_lab.options import DATA, Data
 
 THREADS = 2  # this project's machine has 2 cores
 
@@ -85,33 +87,24 @@ def cosines(vector: dict[str, np.ndarray], q1: list[str], q2: list[str]) -> np.n
     return np.einsum("nd,nd->n", u, v).astype(np.float64)
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model-folder",
-        type=Path,
-        default=None,
-        help=f"a sentence-transformers folder (default: the one in {PACKAGE})",
-    )
-    parser.add_argument(
-        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
-    )
-    parser.add_argument("--device", default="cpu", help="cpu (the published speed) or cuda")
-    parser.add_argument(
-        "--limit", type=int, default=None, help="use only the first N test and N dev pairs (a quick run)"
-    )
-    return parser.parse_args()
-
-
-def main() -> None:
-    args = parse_args()
+def main(
+    model_folder: Annotated[
+        Optional[Path], typer.Option(help=f"A sentence-transformers folder (default: the one in {PACKAGE}).")
+    ] = None,
+    data: Data = DATA,
+    device: Annotated[str, typer.Option(help="cpu (the published speed) or cuda.")] = "cpu",
+    limit: Annotated[
+        Optional[int], typer.Option(help="Use only the first N test and N dev pairs (a quick run).")
+    ] = None,
+) -> None:
     torch.set_num_threads(THREADS)
     try:
-        encode_texts, name = sentence_encoder(args.model_folder, args.device)
+        encode_texts, name = sentence_encoder(model_folder, device)
     except DupqError as e:
-        sys.exit(f"error: {e}")
-    pairs, _ = read_pairs(args.data or default_data_path())
-    splits = limited(split_pairs(pairs), args.limit)
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from e
+    pairs, _ = read_pairs(data)
+    splits = limited(split_pairs(pairs), limit)
 
     # Every question any yardstick needs is a test or dev question: encode each once, timed.
     texts = list(dict.fromkeys(q for p in (splits.test, splits.dev) for q in p.q1 + p.q2))
@@ -133,13 +126,13 @@ def main() -> None:
     )
 
     try:
-        version = metadata.version(PACKAGE) if args.model_folder is None else None
+        version = metadata.version(PACKAGE) if model_folder is None else None
     except metadata.PackageNotFoundError:
         version = None
     print(
         json.dumps(
             {
-                "model": f"{name} zero-shot" if args.model_folder is None else str(args.model_folder),
+                "model": f"{name} zero-shot" if model_folder is None else str(model_folder),
                 "package": f"{PACKAGE} {version}" if version else None,
                 "dimension": int(vectors.shape[1]),
                 "calibration": {
@@ -158,13 +151,13 @@ def main() -> None:
                     "seconds": round(seconds, 1),
                     "batch_size": BATCH,
                     "threads": THREADS,
-                    "device": args.device,
+                    "device": device,
                 },
-                "limit": args.limit,
+                "limit": limit,
             }
         )
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

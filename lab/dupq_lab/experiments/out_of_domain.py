@@ -6,8 +6,8 @@ searching every old question plus Quora's 19,862 dev questions as distractors). 
 task's measures of a dupq model (``--model``; default the bundled model) and of BM25, and with
 ``--minilm`` (the ``distil`` extra) all-MiniLM-L6-v2 zero-shot's on the same task.
 
-    python bench/out_of_domain.py [--split dev|test] [--model DIR] [--minilm] [--data PATH]
-    python bench/out_of_domain.py --write-questions runs/ood-questions.txt
+    dupq-lab out-of-domain [--split dev|test] [--model DIR] [--minilm] [--data PATH]
+    dupq-lab out-of-domain --write-questions runs/ood-questions.txt
 
 ``--write-questions FILE`` writes, instead, what a help desk adapts on (``dupq adapt FILE``): the
 collection, every old question then the distractors, one a line, never a new question; it prints
@@ -20,15 +20,18 @@ A file or folder that cannot be read is one sentence on stderr and exit status 2
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
 
 from dupq.core.files import DupqError, atomic_write
 from dupq.evaluation.retrieval import RetrievalTask, retrieval_measures
-from dupq.evaluation.tasks import SPLITS, help_desks, shipped_help_desk_task
+from dupq.evaluation.tasks import help_desks, shipped_help_desk_task
 from dupq.modeling.model import Model
+from dupq_lab.options import DATA, Data, ModelFolder
 
 
 def write_questions(task: RetrievalTask, path: Path) -> None:
@@ -38,37 +41,33 @@ def write_questions(task: RetrievalTask, path: Path) -> None:
     atomic_write(path, lines.encode("utf-8"))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=SPLITS, default="dev", help="dev (choose on it) or test (only report it)")
-    parser.add_argument("--model", type=Path, default=None, help="a dupq model folder (default: the bundled model)")
-    parser.add_argument("--minilm", action="store_true", help="also score all-MiniLM-L6-v2 (the distil extra)")
-    parser.add_argument(
-        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
-    )
-    parser.add_argument("--write-questions", type=Path, default=None, help="write the collection, one a line, and stop")
-    args = parser.parse_args()
+def main(
+    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    model: ModelFolder = None,
+    minilm: Annotated[bool, typer.Option(help="Also score all-MiniLM-L6-v2 (the distil extra).")] = False,
+    data: Data = DATA,
+    questions_file: Annotated[
+        Optional[Path], typer.Option("--write-questions", help="Write the collection, one a line, and stop.")
+    ] = None,
+) -> None:
     try:
-        if args.write_questions:
-            task, _ = shipped_help_desk_task(args.data, args.split)
-            write_questions(task, args.write_questions)
-            print(json.dumps({"wrote": str(args.write_questions), "questions": len(task.corpus)}))
-            return 0
-        model = Model.load(args.model)
-        result = help_desks(model, args.data, args.split)
+        if questions_file:
+            task, _ = shipped_help_desk_task(data, split)
+            write_questions(task, questions_file)
+            print(json.dumps({"wrote": str(questions_file), "questions": len(task.corpus)}))
+            return
+        folder, model = model, Model.load(model)
+        result = help_desks(model, data, split)
         result["dupq"] = result.pop("model")
-        if args.minilm:
-            from peers import sentence_encoder
+        if minilm:
+            from dupq_lab.peers import sentence_encoder
 
-            result["minilm"] = retrieval_measures(
-                sentence_encoder()[0], shipped_help_desk_task(args.data, args.split)[0]
-            )
+            result["minilm"] = retrieval_measures(sentence_encoder()[0], shipped_help_desk_task(data, split)[0])
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({**result, "model": str(args.model or "bundled"), "fingerprint": model.fingerprint()}))
-    return 0
+        raise typer.Exit(2) from e
+    print(json.dumps({**result, "model": str(folder or "bundled"), "fingerprint": model.fingerprint()}))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

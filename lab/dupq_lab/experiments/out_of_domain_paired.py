@@ -1,6 +1,6 @@
 """Two models on the help-desk yardstick's dev half, query by query: who finds the old question first where the other does not.
 
-    python bench/out_of_domain_paired.py MODEL [MODEL ...]
+    dupq-lab out-of-domain-paired MODEL [MODEL ...]
 
 Each MODEL (a model folder) is compared with the bundled model on the task of
 ``dupq evaluate --task help-desks --split dev`` (same collection, exact cosine search): the queries whose
@@ -13,8 +13,11 @@ shipped model: p = 0.003), so a route is compared over several seeds. Prints one
 
 from __future__ import annotations
 
-import sys
 from math import comb
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from dupq.evaluation.retrieval import dense_ranking
 from dupq.evaluation.tasks import shipped_help_desk_task
@@ -33,10 +36,10 @@ def sign_test(won: int, lost: int) -> float:
     return min(1.0, 2 * sum(comb(n, k) for k in range(min(won, lost) + 1)) / 2**n) if n else 1.0
 
 
-def main() -> int:
+def main(folders: Annotated[list[Path], typer.Argument(help="Model folders, each against the bundled model.")]) -> None:
     task, _ = shipped_help_desk_task(None, "dev")
     base = first_hits(Model.load(None), task)
-    for folder in sys.argv[1:]:
+    for folder in folders:
         hits = first_hits(Model.load(folder), task)
         won = sum(a and not b for a, b in zip(hits, base))
         lost = sum(b and not a for a, b in zip(hits, base))
@@ -44,8 +47,7 @@ def main() -> int:
             f"{folder}: recall@1 {sum(hits) / len(hits):.4f} against the bundled model's {sum(base) / len(base):.4f}; "
             f"first for {won} queries it misses, misses {lost} it finds (two-sided sign test p = {sign_test(won, lost):.4f})"
         )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

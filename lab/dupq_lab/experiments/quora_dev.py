@@ -3,40 +3,34 @@
 The dev pairs are where ``dupq calibrate`` chose the model's threshold, so the accuracy here is
 the best one on them (optimistic, alike for every model); ROC-AUC needs no threshold.
 
-    python bench/quora_dev.py [--model DIR] [--data PATH]
+    dupq-lab quora-dev [--model DIR] [--data PATH]
 
 Prints one JSON line: {"model", "fingerprint", "pairs", "accuracy", "f1", "roc_auc", "threshold", "threshold_on"}.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
+
+import typer
 
 from dupq.core.files import DupqError
 from dupq.evaluation.tasks import quora_pairs
 from dupq.modeling.model import Model
+from dupq_lab.options import DATA, Data, ModelFolder
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="model folder (default: the bundled model)")
-    parser.add_argument(
-        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
-    )
-    args = parser.parse_args()
+def main(model: ModelFolder = None, data: Data = DATA) -> None:
     try:
-        model = Model.load(args.model)
-        result = quora_pairs(model, args.data, "dev")
+        folder, model = model, Model.load(model)
+        result = quora_pairs(model, data, "dev")
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise typer.Exit(2) from e
     figures = {k: result[k] for k in ("pairs", "accuracy", "f1", "roc_auc", "threshold", "threshold_on")}
-    print(json.dumps({"model": str(args.model or "bundled"), "fingerprint": model.fingerprint(), **figures}))
-    return 0
+    print(json.dumps({"model": str(folder or "bundled"), "fingerprint": model.fingerprint(), **figures}))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

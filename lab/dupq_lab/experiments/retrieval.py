@@ -8,7 +8,7 @@ every known duplicate counts as found (the labels' transitive closure over the w
 to choose on. ``--minilm`` also scores all-MiniLM-L6-v2 zero-shot (the ``distil`` extra; encoding
 the 38,614 questions takes minutes on a 2-core CPU).
 
-    python bench/retrieval.py [--model DIR] [--data PATH] [--split test|dev] [--minilm]
+    dupq-lab retrieval [--model DIR] [--data PATH] [--split test|dev] [--minilm]
 
 Prints one JSON line: {"dupq": {"mrr@10", "ndcg@10", "recall@1", "recall@10", "p@1",
 "mrr@10_question2"}, "bm25": {...}, ["minilm": {...}], "queries", "corpus", "relevant",
@@ -17,47 +17,45 @@ Prints one JSON line: {"dupq": {"mrr@10", "ndcg@10", "recall@1", "recall@10", "p
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
 
 from dupq.core.files import DupqError
-from dupq.data.pairs import default_data_path, read_pairs, recorded_split, split_pairs
+from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import quora_retrieval
 from dupq.modeling.model import Model
+from dupq_lab.options import DATA, Data, ModelFolder
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="model folder (default: the bundled model)")
-    parser.add_argument(
-        "--data", type=Path, default=None, help="Quora pairs file (default: $DUPQ_DATA or ../shared/data/...)"
-    )
-    parser.add_argument(
-        "--split", choices=PARTS, default="test", help="test: test and dev rows (reported); dev: dev rows"
-    )
-    parser.add_argument("--minilm", action="store_true", help="also score all-MiniLM-L6-v2 zero-shot")
-    args = parser.parse_args()
+def main(
+    model: ModelFolder = None,
+    data: Data = DATA,
+    split: Annotated[
+        Literal["test", "dev"], typer.Option(help="test: test and dev rows (reported); dev: dev rows.")
+    ] = "test",
+    minilm: Annotated[bool, typer.Option(help="Also score all-MiniLM-L6-v2 zero-shot.")] = False,
+) -> None:
     try:
-        model = Model.load(args.model)
-        result = quora_retrieval(model, args.data, args.split)
+        folder, model = model, Model.load(model)
+        result = quora_retrieval(model, data, split)
         out = {"dupq": result.pop("model"), "bm25": result.pop("bm25")}
-        if args.minilm:
-            from peers import sentence_encoder
+        if minilm:
+            from dupq_lab.peers import sentence_encoder
 
-            pairs, _ = read_pairs(args.data or default_data_path())
-            task = held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[args.split])
+            pairs, _ = read_pairs(data)
+            task = held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[split])
             out["minilm"] = retrieval_measures(sentence_encoder()[0], task)
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise typer.Exit(2) from e
     del result["parts"], result["k"]
-    summary = {**result, "split": args.split, "model": str(args.model or "bundled")}
+    summary = {**result, "split": split, "model": str(folder or "bundled")}
     print(json.dumps({**out, **summary, "fingerprint": model.fingerprint()}))
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

@@ -16,7 +16,7 @@ For the model alone, the static vectors alone and each joined (``--dim``, ``--we
 this prints the measures of the tasks ``help-desks`` and ``quora-retrieval`` of
 :mod:`dupq.evaluation.tasks` (``--split`` dev or test). Choose on dev; run test only for the choice.
 
-    python bench/static_branch.py [--model DIR] [--split dev|test] [--dim 128 256] [--weight 1 2 3] [--a 0.001 0.002]
+    dupq-lab static-branch [--model DIR] [--split dev|test] [--dim 128 256] [--weight 1 2 3] [--a 0.001 0.002]
 
 Prints one JSON line: {"split", "model", "fingerprint", "words", "teacher_seconds", "systems":
 {name: {"help_desk": {...}, "quora": {...}}}}.
@@ -24,22 +24,23 @@ Prints one JSON line: {"split", "model", "fingerprint", "words", "teacher_second
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import typer
 
 from dupq.core.files import DupqError
-from dupq.data.pairs import default_data_path, read_pairs, recorded_split, split_pairs
+from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.data.tokenizer import Vocabulary
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
+from dupq_lab.options import DATA, Data, ModelFolder, integers
 
 FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
 
@@ -81,33 +82,33 @@ def joined(model_vectors: np.ndarray, static: np.ndarray, weight: float) -> np.n
     return np.concatenate([model_vectors, np.sqrt(weight) * static], axis=1) / np.sqrt(1.0 + weight)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=None, help="a dupq model folder (default: the bundled model)")
-    parser.add_argument("--split", choices=("dev", "test"), default="dev")
-    parser.add_argument("--dim", type=int, nargs="+", default=[128, 256])
-    parser.add_argument("--weight", type=float, nargs="+", default=[1.0, 2.0, 3.0])
-    parser.add_argument("--a", type=float, nargs="+", default=[1e-3, 2e-3])
-    parser.add_argument("--data", type=Path, default=None)
-    args = parser.parse_args()
+def main(
+    model: ModelFolder = None,
+    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    dim: Annotated[str, typer.Option(help="Static branch widths, comma-separated.")] = "128,256",
+    weight: Annotated[str, typer.Option(help="The static branch's weights, comma-separated.")] = "1,2,3",
+    a: Annotated[str, typer.Option(help="SIF's a values, comma-separated.")] = "0.001,0.002",
+    data: Data = DATA,
+) -> None:
     try:
-        model = Model.load(args.model)
+        folder, model = model, Model.load(model)
+        dims, weights, sif = integers(dim), [float(w) for w in weight.split(",")], [float(x) for x in a.split(",")]
         if not isinstance(model.vocab, Vocabulary):
             raise DupqError("the static branch reads a word vocabulary; this model has WordPiece tokens.")
-        pairs, _ = read_pairs(args.data or default_data_path())
+        pairs, _ = read_pairs(data)
         tasks = {
-            "help_desk": shipped_help_desk_task(args.data, args.split)[0],
-            "quora": held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[args.split]),
+            "help_desk": shipped_help_desk_task(data, split)[0],
+            "quora": held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[split]),
         }
         from dupq.training.distil.teacher import load_teacher
 
         encode, _ = load_teacher()
         started = time.perf_counter()
-        tables = {dim: word_table(model.vocab, encode, dim) for dim in args.dim}
+        tables = {dim: word_table(model.vocab, encode, dim) for dim in dims}
         teacher_seconds = round(time.perf_counter() - started, 1)
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise typer.Exit(2) from e
 
     cache: dict[tuple, np.ndarray] = {}  # each text list encoded once per system part
 
@@ -127,10 +128,10 @@ def main() -> int:
         )
 
     systems = {"model": model_vectors}
-    for dim in args.dim:
-        for a in args.a:
+    for dim in dims:
+        for a in sif:
             static = systems[f"static dim {dim} a {a:g}"] = static_of(dim, a)
-            for weight in args.weight:
+            for weight in weights:
                 systems[f"model + static dim {dim} a {a:g} weight {weight:g}"] = (
                     lambda texts, static=static, weight=weight: joined(model_vectors(texts), static(texts), weight)
                 )
@@ -138,8 +139,8 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "split": args.split,
-                "model": str(args.model or "bundled"),
+                "split": split,
+                "model": str(folder or "bundled"),
                 "fingerprint": model.fingerprint(),
                 "words": len(model.vocab.tokens) - FIRST_WORD,
                 "teacher_seconds": teacher_seconds,
@@ -147,8 +148,7 @@ def main() -> int:
             }
         )
     )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    typer.run(main)

@@ -1,7 +1,7 @@
 """`dupq index reencode` of a collection that `dupq serve` serves while writers add to it: are the adds made
 during the re-encoding in the new collection?
 
-    python bench/reencode_while_serving.py [--questions 20000] [--writers 4] [--workers 2]
+    dupq-lab reencode-while-serving [--questions 20000] [--writers 4] [--workers 2]
 
 Builds a collection of synthetic questions (the bundled model) in a temporary folder, serves it,
 starts ``--writers`` clients that add new questions (``POST /questions``) as fast as they are
@@ -14,7 +14,6 @@ collection (0 is the promise). Prints one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import subprocess
@@ -23,6 +22,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from dupq_lab.serving import ServeProcess, http
 
@@ -90,18 +92,17 @@ def measure(tmp: Path, questions: int, writers: int, workers: int, command: list
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", type=int, default=20_000)
-    parser.add_argument("--writers", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+def main(
+    questions: Annotated[int, typer.Option(min=1, help="Questions in the collection re-encoded.")] = 20_000,
+    writers: Annotated[int, typer.Option(min=1, help="Threads adding questions while it re-encodes.")] = 4,
+    workers: Annotated[int, typer.Option(min=1, help="dupq serve --workers.")] = 2,
+) -> None:
     from dupq.modeling.model import BUNDLED
 
     with tempfile.TemporaryDirectory(prefix="dupq-reencode-") as tmp:
-        figures = json.dumps(measure(Path(tmp), args.questions, args.writers, args.workers))
+        figures = json.dumps(measure(Path(tmp), questions, writers, workers))
         print(figures.replace(tmp, "TMP").replace(str(BUNDLED), "BUNDLED"))  # no folder of this machine
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)
