@@ -141,7 +141,8 @@ def head_model_dir(small_splits, tmp_path_factory) -> Path:
     from dupq.training.train import train
 
     out = tmp_path_factory.mktemp("head-model")
-    config = TrainConfig(train_on="labelled", epochs=1, seed=1, lr=0.005, reduction="mean", mask_false_negatives=True)
+    losses = {"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean"}}
+    config = TrainConfig(train_on="labelled", epochs=1, seed=1, lr=0.005, losses=losses, mask_false_negatives=True)
     train(small_splits, out, config, dim=16, head="mlp", split=SMALL_SPLIT.__dict__, log=lambda _: None, progress=False)
     model = Model.load(out)
     calibrate(model, small_splits.dev)

@@ -41,7 +41,7 @@ def train(
     loss: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (triplet, ranking, bce, contrastive, online_contrastive, distil, distil_matrix); default: the recipe's."
+            help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (an unknown name lists them); default: the recipe's."
         ),
     ] = None,
     *,
@@ -83,8 +83,8 @@ def train(
     if master:
         typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
     splits = split_pairs(pairs, split)
-    info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
-    model = run_training(
+    info = {"data": str(path), "command": " ".join(["dupq", *sys.argv[1:]])}
+    run_training(
         splits,
         out,
         config,
@@ -97,7 +97,6 @@ def train(
         split=split.__dict__,
     )
     if master:
-        _calibrate_new_model(model, splits, out)
         typer.echo(f"saved model to {out}")
 
 
@@ -131,15 +130,6 @@ def _losses(specs: Optional[list[str]]) -> dict[str, float]:
         return parse_losses(specs) if specs else {}
     except ValueError as e:
         raise DupqError(f"--loss: {e}.") from None
-
-
-def _calibrate_new_model(model, splits, out: Path) -> None:
-    """Choose the threshold on dev, report on test, store both in ``out`` (when the split has dev and test pairs)."""
-    if len(splits.dev) and len(splits.test):
-        from dupq.evaluation.evaluate import calibrate_and_test, summary_line
-
-        typer.echo(summary_line(calibrate_and_test(model, splits.dev, splits.test)))
-        model.save(out)
 
 
 @command()
