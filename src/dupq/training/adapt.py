@@ -99,28 +99,6 @@ class QuestionBatches:
         )
 
 
-class Anchored(nn.Module):
-    """The model's batch loss plus ``weight * sum (w - w0)^2`` over the encoder's weights (L2-SP).
-
-    Called as :class:`~dupq.training.step.Siamese` is (the ``loss_of`` of the training loop).
-    """
-
-    def __init__(self, model: Siamese, weight: float):
-        super().__init__()
-        self.model, self.weight = model, weight
-        self.start = [p.detach().clone() for p in model.encoder.parameters()]
-
-    def drift(self) -> torch.Tensor:
-        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start."""
-        return sum((p - p0).pow(2).sum() for p, p0 in zip(self.model.encoder.parameters(), self.start))
-
-    def forward(
-        self, batch: Batch, objective, chunks: int, world, bf16: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, per_pair = self.model(batch, objective, chunks, world, bf16)  # the optimised loss, the logged one
-        return (loss + self.weight * self.drift() if self.weight else loss), per_pair
-
-
 def user_questions(source: str, column: str | None = None) -> tuple[list[str], Model | None, Dropped]:
     """``(texts, model, dropped)``: the questions to adapt on, from a questions file or a collection, and
     the lines of a file left out (with their reasons and line numbers).
@@ -279,17 +257,25 @@ def _fine_tune(
     model = Siamese(copy.deepcopy(base.encoder), None, projection)
     before = teacher_agreement(model, vocab, taught)
     source = QuestionBatches(vocab, taught, config.batch_size)
-    objective, anchored = Objective(config.losses()), Anchored(model, config.anchor)
+    objective, start = Objective(config.losses()), [p.detach().clone() for p in model.encoder.parameters()]
     update = Update(torch.optim.Adam(model.parameters(), lr=config.lr, fused=True), model.encoder.embedding)
     history, started = [], time.perf_counter()
+
+    def drift() -> torch.Tensor:
+        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start (the L2-SP penalty)."""
+        return sum((p - p0).pow(2).sum() for p, p0 in zip(model.encoder.parameters(), start))
+
+    def loss_of(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:  # the loss optimised, the loss logged
+        loss, per_row = model(batch, objective, 4, World(), config.bf16)
+        return (loss + config.anchor * drift() if config.anchor else loss), per_row
 
     def after_epoch(epoch: int, done: Epoch) -> bool:
         if not math.isfinite(done.loss_sum):
             raise DupqError(f"the adaptation diverged in epoch {epoch + 1} (loss {done.loss_sum}); try a lower --lr.")
         with torch.no_grad():
-            drift = float(anchored.drift())
-        history.append({"epoch": epoch + 1, "train_loss": done.loss, "drift": drift, "seconds": done.seconds})
-        log(f"epoch {epoch + 1}/{config.epochs}  loss {done.loss:.4f}  drift {drift:.4f}  {done.seconds:.0f}s")
+            moved = float(drift())
+        history.append({"epoch": epoch + 1, "train_loss": done.loss, "drift": moved, "seconds": done.seconds})
+        log(f"epoch {epoch + 1}/{config.epochs}  loss {done.loss:.4f}  drift {moved:.4f}  {done.seconds:.0f}s")
         if (
             epoch + 1 < config.epochs
             and config.minutes
@@ -300,7 +286,7 @@ def _fine_tune(
         return False
 
     loop = Loop(config.epochs, config.lr, config.seed, cosine, progress=progress)
-    fit(loop, model, source, lambda batch: anchored(batch, objective, 4, World(), config.bf16), update, after_epoch)
+    fit(loop, model, source, loss_of, update, after_epoch)
     after = teacher_agreement(model, vocab, taught)
     key = "cosine_to_teacher" if model.projection is not None else "matrix_error"
     log(f"{key.replace('_', ' ')} {before[key]:.4f} -> {after[key]:.4f}")

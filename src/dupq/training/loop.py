@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,11 +45,6 @@ def warmup_linear(warmup: float) -> Callable[[int, int], float]:
 
 
 SCHEDULES = {"constant": constant, "cosine": cosine}  # TrainConfig.lr_schedule -> share of lr at a step
-
-
-class BatchSource(Protocol):
-    def epoch(self, rng: np.random.Generator) -> list[np.ndarray]: ...  # the epoch's batches: rows, each once
-    def batch(self, index: np.ndarray, rng: np.random.Generator) -> Any: ...  # what ``loss_of`` reads
 
 
 @dataclass
@@ -131,13 +126,15 @@ class Update:
 def fit(
     loop: Loop,
     model: nn.Module,
-    source: BatchSource,
+    source: Any,
     loss_of: Callable[[Any], tuple[torch.Tensor, torch.Tensor]],
     update: Update,
     after_epoch: Callable[[int, Epoch], bool | None] = lambda epoch, done: None,
 ) -> None:
-    """Train ``model``: ``loss_of(batch)`` gives ``(the loss optimised, the loss per row logged)``; ``after_epoch(epoch,
-    what it did)`` runs after each epoch (validate, checkpoint, log) and returns True to stop the run."""
+    """Train ``model``. ``source.epoch(rng)`` gives an epoch's batches (row indices, each row once) and
+    ``source.batch(index, rng)`` one batch, which ``loss_of`` turns into ``(the loss optimised, the loss
+    per row logged)``; ``after_epoch(epoch, what it did)`` validates, checkpoints and logs, and returns
+    True to stop the run."""
     steps = len(source.epoch(np.random.default_rng(0)))  # per epoch: the same count whatever the draw
     for epoch in range(loop.first_epoch, loop.epochs):
         rng = np.random.default_rng([loop.seed, epoch])  # the same batches on every rank

@@ -1,31 +1,17 @@
 """Objectives: a weighted sum of losses over one batch's embeddings; each loss one registered class.
 
 An objective reads the batch's question vectors ``v`` (``(N, d)``: q1 rows, q2 rows, extra
-negatives, distil-only rows), its labels and groups, the pair head and the distil projection
-(:class:`Rows`); it never sees a model or a file. Each loss is one class in :data:`LOSSES`
-holding its own arguments and their defaults, and reads the rows it needs from :class:`Rows`;
-the arithmetic is a function of embeddings in :mod:`dupq.training.losses`:
-
-* ``triplet``: the seed's triplet loss with hard negative mining. Anchors are the q2 of the
-  duplicate rows, positives their q1, negatives every other question of the batch;
-* ``ranking``: the multiple-negatives ranking loss over the same rows and candidates;
-* ``bce``: binary cross-entropy of the pair head's logit on every labelled row;
-* ``contrastive`` / ``online_contrastive``: on the cosine of every labelled row;
-* ``distil``: the cosine distance between each taught question's vector (through the learned
-  ``projection`` to the teacher's width) and its teacher vector;
-* ``distil_matrix``: the squared difference between the student's and the teacher's cosine
-  matrices over the batch's taught questions (no projection).
-
-With ``mask_false_negatives`` (mining, decided once for every loss), candidates in the anchor's
-group (same text, known duplicate) are left out of ``triplet`` and ``ranking``.
-
-A loss is named with its weight, or with a table of its weight and arguments:
+negatives, distil-only rows), its labels and groups, the pair head and the distil projection,
+through :class:`Rows`; it never sees a model or a file. Each loss is a class in :data:`LOSSES`
+holding its own arguments and their defaults; its arithmetic is a function of embeddings in
+:mod:`dupq.training.losses`. With ``mask_false_negatives`` (mining, decided once for every loss),
+candidates in the anchor's group (same text, known duplicate) are left out of the ranked losses.
 
 >>> objective = Objective({"triplet": 1.0})          # the seed recipe
 >>> objective = Objective({"bce": 1.0, "triplet": {"weight": 1.0, "reduction": "mean"}}, mask_false_negatives=True)
 
-Adding a loss is one class here (or anywhere) under ``@register("name")``: ``--loss name`` and a
-preset's ``[losses]`` table then reach it.
+Adding a loss is one class under ``@register("name")``: ``--loss name``, a preset's ``[losses]``
+table and ``TrainConfig(losses=...)`` then reach it.
 """
 
 from __future__ import annotations
@@ -143,9 +129,6 @@ class Loss:
             value = getattr(self, f.name)
             if isinstance(value, float | int) and not isinstance(value, bool) and not math.isfinite(value):
                 raise DupqError(f"the {f.name} of a loss must be a finite number, not {value}.")
-
-    def __call__(self, rows: Rows) -> Tensor | None:
-        raise NotImplementedError
 
     def per_pair(self, value: Tensor, pairs: int) -> Tensor:
         """``value`` as a mean over the batch's pairs (the figure the logs show)."""

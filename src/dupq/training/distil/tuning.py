@@ -137,7 +137,8 @@ def fine_tune(
     loop = Loop(config.epochs, config.lr, config.seed, warmup_linear(config.warmup), progress=False)
     fit(loop, model, _Rows(len(anchors), config.batch_size), loss_of, Update(optimizer, clip=1.0), after_epoch)
     model.eval()
-    _save(model, out)
+    with new_folder(out) as tmp:  # written whole, then renamed into place: a killed save leaves the old one
+        model.save(str(tmp))
     log(f"saved the fine-tuned teacher to {out} ({time.perf_counter() - started:.0f}s)")
     return out
 
@@ -165,9 +166,3 @@ def _step_loss(
     return multiple_negatives_ranking_loss(
         vectors[:n], vectors[n : 2 * n], vectors[2 * n :] if hard else None, scale=config.scale, excluded=excluded
     )
-
-
-def _save(model, out: Path) -> None:
-    """Write the model folder whole, then rename it into place (a killed save leaves the old one)."""
-    with new_folder(out) as tmp:
-        model.save(str(tmp))
