@@ -56,14 +56,6 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "mlp-2": ("labelled", SHORT),
     "mlp-nomask-2": ("labelled", {**SHORT, "mask_false_negatives": False, "hard_negatives": False}),
     "mlp-bce-only-2": ("labelled", {**SHORT, "losses": {"bce": 1.0}}),
-    "online-contrastive-2": (
-        "labelled",
-        {**SHORT, "head": "none", "losses": {"online_contrastive": 1.0, "ranking": 1.0, "triplet": TRIPLET}},
-    ),
-    "contrastive-2": (
-        "labelled",
-        {**SHORT, "head": "none", "losses": {"contrastive": 1.0, "ranking": 1.0, "triplet": TRIPLET}},
-    ),
     # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
     "mlp-softbce-2": ("labelled", {**SHORT, "hard_negatives": False, "losses": {**LABELLED_LOSSES, "bce": 0.3}}),
     # Distillation: mlp-2 plus one teacher loss.

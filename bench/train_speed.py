@@ -38,10 +38,10 @@ import torch
 from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
 from dupq.modeling.model import Model
 from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.distributed import World
 from dupq.training.loop import Update
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
-from dupq.training.step import batch_loss
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -84,7 +84,7 @@ def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: in
             if started is not None:
                 rates.append(done / (time.perf_counter() - started))
             done, started = 0, time.perf_counter()
-        update(batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)[0])
+        update(model(source.batch(index, rng), objective, config.chunks, World(), config.bf16)[0])
         done += len(index)
     rates.append(done / (time.perf_counter() - started))
     return float(np.median(rates)), rates, model, vocab

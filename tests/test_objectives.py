@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dupq.core.files import DupqError
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.training.batches import Batch
 from dupq.training.distributed import World
@@ -55,7 +56,7 @@ def test_labelled_objective_ranks_duplicate_rows_against_every_other_question_an
 def test_parse_losses_reads_weights_and_refuses_bad_ones():
     assert parse_losses(["bce", "ranking:0.5"]) == {"bce": 1.0, "ranking": 0.5}
     for bad in (["hinge"], ["bce:x"], ["bce:-1"], ["bce:inf"], []):
-        with pytest.raises(ValueError):
+        with pytest.raises(DupqError, match="^--loss: "):
             parse_losses(bad)
 
 
@@ -141,7 +142,8 @@ def test_a_loss_added_by_one_registered_class_trains_from_its_name(synthetic_pai
         target: float = 1.0
 
         def __call__(self, rows):
-            return (rows.cosines - self.target * rows.batch.labels).pow(2).mean()
+            v1, v2, _ = rows.pairs
+            return ((v1 * v2).sum(-1) - self.target * rows.batch.labels).pow(2).mean()
 
     assert parse_losses(["toy:2"]) == {"toy": 2.0}
     v, batch = _batch([1, 0, 1], list(range(6)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -169,8 +168,8 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
     from dupq.data.tokenizer import Vocabulary
     from dupq.training.batches import PairBatches
     from dupq.training.config import ModelOptions, TrainConfig
+    from dupq.training.distributed import World
     from dupq.training.setup import build_model
-    from dupq.training.step import batch_loss
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
     config = TrainConfig(**LABELLED)
@@ -181,8 +180,8 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
     seen = []
     spy, terms = config.objective(), config.objective().terms
     spy.terms = lambda v, *rest: seen.append(v) or terms(v, *rest)
-    full, _ = batch_loss(model, batch, spy, config.chunks)
-    half, _ = batch_loss(model, batch, spy, config.chunks, bf16=True)
+    full, _ = model(batch, spy, config.chunks, World())
+    half, _ = model(batch, spy, config.chunks, World(), bf16=True)
     assert seen[1].dtype == torch.float32 and half.dtype == torch.float32
     torch.testing.assert_close(seen[1], seen[0], atol=2e-2, rtol=0)
     assert abs(half.item() - full.item()) < 0.02 * abs(full.item())
@@ -306,40 +305,3 @@ def test_a_run_keeps_the_epoch_its_keep_option_names(small_splits, tmp_path, kee
         assert model.metrics["training"]["best_epoch"] == 3
     else:
         assert model.metrics["training"]["best_epoch"] == 1 + min(range(3), key=lambda i: history[i]["val_loss"])
-
-
-@pytest.mark.slow
-def test_dupq_train_and_train_from_python_write_the_same_calibrated_folder(pairs_path, tmp_path):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-    from dupq.data.pairs import read_pairs, split_pairs
-    from dupq.training.presets import configs, read_preset
-
-    preset = tmp_path / "tiny.toml"
-    preset.write_text(
-        'train_on = "labelled"\nhead = "mlp"\nepochs = 2\nbatch_size = 64\nlr = 0.005\nthreads = 1\nseed = 3\n'
-        "train_pool = 3000\ntest = 500\ndev = 500\nlabelled_val = 500\n"
-        '[losses]\nbce = 1.0\ntriplet = { weight = 1.0, reduction = "mean" }\n'
-    )
-    args = ["train", "--preset", str(preset), "--data", str(pairs_path), "--dim", "8", "--no-progress"]
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "cli")])
-    assert result.exit_code == 0, result.output
-    config, options, split = configs({**read_preset(str(preset)), "dim": 8})
-    info = {"data": str(pairs_path), "command": " ".join(["dupq", *sys.argv[1:]])}  # what the command records
-    splits = split_pairs(read_pairs(pairs_path)[0], split)
-    model = train(splits, tmp_path / "py", config, options, extra_info=info, split=split.__dict__, **_quiet())
-    assert model.metrics["calibration"]["dev_pairs"] == 500 and model.threshold_on == "probability"
-    for name in ("config.json", "vocab.json"):
-        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "py" / name).read_bytes(), name
-    a, b = _weights(tmp_path / "cli"), _weights(tmp_path / "py")
-    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-
-    def untimed(folder):  # the epochs' seconds and pairs per second differ from run to run
-        metrics = json.loads((folder / "metrics.json").read_text())
-        for epoch in metrics["training"]["history"]:
-            del epoch["seconds"], epoch["pairs_per_s"]
-        return metrics
-
-    assert untimed(tmp_path / "cli") == untimed(tmp_path / "py")
-    assert "test" in untimed(tmp_path / "py") and "threshold" in result.output  # tested on the test pairs, and said

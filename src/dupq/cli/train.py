@@ -63,7 +63,9 @@ def train(
 
     chosen = {**train_fields, **model_fields, **split_fields, "threads": threads}
     if loss:
-        chosen["losses"] = _losses(loss)
+        from dupq.training.objectives import parse_losses
+
+        chosen["losses"] = parse_losses(loss)
     typed = {name for name in chosen if _typed(ctx, "loss" if name == "losses" else name)}
     preset_values = _preset(ctx, preset, typed) if preset else {}
     chosen.update(preset_values)
@@ -120,16 +122,6 @@ def _preset(ctx: typer.Context, preset: str, typed: set[str]) -> dict[str, Any]:
                 raise DupqError(f"the preset {preset} sets {name} = {value!r}: {e.format_message()}") from None
         values[name] = value
     return values
-
-
-def _losses(specs: Optional[list[str]]) -> dict[str, float]:
-    """``--loss`` values as TrainConfig.losses; none: empty, the recipe's losses."""
-    from dupq.training.objectives import parse_losses
-
-    try:
-        return parse_losses(specs) if specs else {}
-    except ValueError as e:
-        raise DupqError(f"--loss: {e}.") from None
 
 
 @command()

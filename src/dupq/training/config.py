@@ -35,13 +35,9 @@ KEEPS = ("best", "loss", "last")  # which epoch's weights the model folder keeps
 DEVICES = ("cpu", "cuda")
 
 
-# Options that may differ when a run is resumed: they change how it runs, not what it learns.
-RESUMABLE = {
-    "epochs",
-    "threads",
-    "device",
-    "chunks",
-}  # chunks: the same sums to float rounding (a checkpoint from chunks 4)
+# Options that may differ when a run is resumed: they change how it runs, not what it learns (chunks: the
+# same sums to float rounding, a checkpoint from chunks 4).
+RESUMABLE = {"epochs", "threads", "device", "chunks"}
 
 
 # Fields renamed since runs recorded them: old name -> new (a model's metrics.json, a checkpoint).

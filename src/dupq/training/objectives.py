@@ -29,14 +29,14 @@ from dupq.core.files import DupqError
 from dupq.modeling.heads import PairHead
 from dupq.training.batches import Batch, false_negatives
 from dupq.training.losses import (
-    contrastive_loss,
     distillation_loss,
     multiple_negatives_ranking_loss,
-    online_contrastive_loss,
     pair_bce_loss,
     similarity_matching_loss,
     triplet_loss,
 )
+
+Projection = Callable[[Tensor], Tensor] | None  # the student's vectors -> the teacher's width (the distil loss)
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Rows:
     v: Tensor  # (N, d) every question of the batch
     batch: Batch
     head: PairHead | None = None
-    projection: Callable[[Tensor], Tensor] | None = None  # the student's vectors -> the teacher's width
+    projection: Projection = None
     mask_false_negatives: bool = False
 
     @cached_property
@@ -88,11 +88,6 @@ class Rows:
         """At least one duplicate row and one candidate beyond its positive."""
         anchors, positives, others, _ = self.ranked
         return len(anchors) >= 1 and len(positives) + len(others) >= 2
-
-    @cached_property
-    def cosines(self) -> Tensor:
-        v1, v2, _ = self.pairs
-        return (v1 * v2).sum(-1)  # (B,) the vectors are unit length
 
     @cached_property
     def taught(self) -> tuple[Tensor, Tensor]:
@@ -206,26 +201,6 @@ class Ranking(Loss):
         )
 
 
-@register("contrastive")
-@dataclass
-class Contrastive(Loss):
-    """:func:`~dupq.training.losses.contrastive_loss` on the cosine of every labelled row."""
-
-    margin: float = 0.5  # cosine distance non-duplicates are pushed beyond
-
-    def __call__(self, rows: Rows) -> Tensor | None:
-        return contrastive_loss(rows.cosines, rows.batch.labels, self.margin)
-
-
-@register("online_contrastive")
-@dataclass
-class OnlineContrastive(Contrastive):
-    """:func:`~dupq.training.losses.online_contrastive_loss`: the contrastive loss on the batch's hard rows."""
-
-    def __call__(self, rows: Rows) -> Tensor | None:
-        return online_contrastive_loss(rows.cosines, rows.batch.labels, self.margin)
-
-
 @register("bce")
 @dataclass
 class Bce(Loss):
@@ -241,15 +216,18 @@ class Bce(Loss):
 
 
 def parse_losses(specs: list[str]) -> dict[str, float]:
-    """``["bce", "ranking:0.5"]`` -> ``{"bce": 1.0, "ranking": 0.5}``; raises ValueError naming a bad entry."""
+    """``--loss`` values, ``["bce", "ranking:0.5"]`` -> ``{"bce": 1.0, "ranking": 0.5}``; a bad one is one sentence."""
     losses: dict[str, float] = {}
-    for spec in specs:
-        name, _, weight = spec.partition(":")
-        try:
-            losses[name.strip()] = float(weight) if weight else 1.0
-        except ValueError:
-            raise ValueError(f"the weight of {name} must be a number, not {weight!r}") from None
-    Objective(losses)
+    try:
+        for spec in specs:
+            name, _, weight = spec.partition(":")
+            try:
+                losses[name.strip()] = float(weight) if weight else 1.0
+            except ValueError:
+                raise ValueError(f"the weight of {name} must be a number, not {weight!r}") from None
+        Objective(losses)
+    except ValueError as e:
+        raise DupqError(f"--loss: {e}.") from None
     return losses
 
 
@@ -278,26 +256,12 @@ class Objective:
             except TypeError:
                 takes = ", ".join(f.name for f in fields(LOSSES[name])) or "no argument"
                 raise ValueError(f"the {name} loss takes a weight and {takes}, not {sorted(arguments)}") from None
+        losses = [loss for _, loss in self.parts.values()]
+        self.needs_head = any(loss.needs_head for loss in losses)  # the model needs a pair head
+        self.needs_teacher = any(loss.needs_teacher for loss in losses)  # the run needs teacher vectors
+        self.projects = any(loss.projects for loss in losses)  # the model needs a projection to the teacher
 
-    @property
-    def needs_head(self) -> bool:
-        return any(loss.needs_head for _, loss in self.parts.values())
-
-    @property
-    def needs_teacher(self) -> bool:
-        return any(loss.needs_teacher for _, loss in self.parts.values())
-
-    @property
-    def projects(self) -> bool:
-        return any(loss.projects for _, loss in self.parts.values())
-
-    def __call__(
-        self,
-        v: Tensor,
-        batch: Batch,
-        head: PairHead | None = None,
-        projection: Callable[[Tensor], Tensor] | None = None,
-    ) -> Tensor:
+    def __call__(self, v: Tensor, batch: Batch, head: PairHead | None = None, projection: Projection = None) -> Tensor:
         """The weighted loss of one batch whose questions encode to ``v`` (``(N, d)``, :class:`Batch`'s rows)."""
         return self.total(self.terms(v, batch, head, projection), v)
 
@@ -317,13 +281,7 @@ class Objective:
         zero = next(iter(terms.values())).new_zeros(()) if terms else torch.zeros(())
         return sum((self.parts[name][1].per_pair(t, pairs) for name, t in terms.items()), zero).detach()
 
-    def terms(
-        self,
-        v: Tensor,
-        batch: Batch,
-        head: PairHead | None = None,
-        projection: Callable[[Tensor], Tensor] | None = None,
-    ) -> dict[str, Tensor]:
+    def terms(self, v: Tensor, batch: Batch, head: PairHead | None = None, projection: Projection = None) -> dict:
         """Each loss of the objective on one batch, weighted: loss name -> ``weight * loss`` (a scalar)."""
         rows = Rows(v, batch, head, projection, self.mask_false_negatives)
         terms = {}

@@ -100,13 +100,6 @@ def loss_of_vectors(
     return objective.total(terms, v), objective.per_pair(terms, batch.size)
 
 
-def batch_loss(
-    model: Siamese, batch: Batch, objective: Objective, chunks: int, world: World = World(), bf16: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One batch's ``(loss, loss per pair)``: :func:`encode_batch`, then :func:`loss_of_vectors`."""
-    return loss_of_vectors(model, encode_batch(model, batch, chunks, world, bf16), batch, objective)
-
-
 @dataclass
 class Validation:
     """What one epoch scored on the held-out pairs; ``better`` compares two epochs."""
@@ -183,5 +176,6 @@ class Siamese(nn.Module):
     def forward(
         self, batch: Batch, objective: Objective, chunks: int, world: World, bf16: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss, loss per pair)`` of one batch (:func:`batch_loss`): the call DDP wraps to average gradients."""
-        return batch_loss(self, batch, objective, chunks, world, bf16)
+        """``(loss, loss per pair)`` of one batch: :func:`encode_batch`, then :func:`loss_of_vectors`; the call
+        DDP wraps to average gradients."""
+        return loss_of_vectors(self, encode_batch(self, batch, chunks, world, bf16), batch, objective)

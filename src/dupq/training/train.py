@@ -219,19 +219,13 @@ def train(
         check_dev_labels(splits.dev.labels)
     check_device(config.device)
     joined = join(world, config.device)
-    master = world.master
-    run = Run(
-        splits, out, config, options, resume, split, extra_info, log if master else _silent, progress and master, world
-    )
+    log, progress = (log, progress) if world.master else (lambda _: None, False)  # rank 0 alone logs
+    run = Run(splits, out, config, options, resume, split, extra_info, log, progress, world)
     try:
         return _run(run)
     finally:
         if joined:
             torch.distributed.destroy_process_group()
-
-
-def _silent(_: str) -> None:
-    """The log of a rank other than 0."""
 
 
 def _run(run: Run) -> Model:
