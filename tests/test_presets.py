@@ -26,14 +26,7 @@ runner = CliRunner()
 # Options of the bundled run that are a loss's arguments now, and ablation options removed since, at the
 # value that turned them off.
 MOVED = {"margin": "triplet", "reduction": "triplet", "symmetric": "triplet", "scale": "ranking"}
-REMOVED = {
-    "contrastive_margin": 0.5,
-    "ema": 0.0,
-    "bucket": 1,
-    "bidirectional": False,
-    "pooling": "mean",
-    "head_hidden": 256,
-}
+REMOVED = dict(contrastive_margin=0.5, ema=0.0, bucket=1, bidirectional=False, pooling="mean", head_hidden=256)
 
 
 def test_bundled_preset_is_the_recipe_that_trained_the_bundled_model():

@@ -30,7 +30,7 @@ distillation losses see.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -85,17 +85,8 @@ class Batch:
     distil_only: int = 0  # U: trailing rows that are no pair's question nor anyone's negative
 
     def to(self, device: str | torch.device) -> Batch:
-        moved = [None if t is None else t.to(device) for t in (self.teacher, self.taught)]
-        return Batch(
-            self.ids.to(device),
-            self.lengths.to(device),
-            self.labels.to(device),
-            self.groups.to(device),
-            self.size,
-            moved[0],
-            moved[1],
-            self.distil_only,
-        )
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{k: t.to(device) for k, t in tensors.items() if isinstance(t, Tensor)})
 
 
 class PairBatches:

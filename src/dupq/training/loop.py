@@ -7,7 +7,7 @@ and logs, and may stop the run. What a batch is and how its loss is computed are
 sentence-transformers model's texts. Everything random is derived from ``(seed, epoch)``, so an
 epoch run after a resume draws the same batches and dropout masks as in a run never interrupted.
 
->>> fit(Loop(epochs=5, lr=0.01, seed=0), model, source, model, Update(optimizer))   # doctest: +SKIP
+>>> fit(Loop(epochs=5, lr=0.01, seed=0), model, source, loss_of, Update(optimizer), after_epoch)   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -76,17 +76,14 @@ class Epoch:
 class Update:
     """One optimiser update from a batch's loss: clear the gradients, backward, (clip,) the optimiser's step.
 
-    Given the model's word ``embedding``, its gradient is kept sparse. The table is most of the
-    parameters (tens of thousands of rows) but a batch touches a few thousand of its rows. Its
-    dense gradient would be a fresh table-sized tensor every step, allocated and zero-filled, then
-    summed into; here the table's lookup gives the batch's rows only (``nn.Embedding(sparse=True)``),
-    they are added into one buffer of the table's shape kept across steps, the optimiser reads that
-    buffer as the table's gradient (Adam moves every row, as with the dense gradient), and
-    afterwards only the rows added are zeroed again. The same sums as the dense gradient, up to the
-    order in which a word's repeats are added (float rounding); bench/train_step.py measures the
-    time saved. A gradient that arrives dense (another loss term reads the whole table, as
-    ``dupq adapt``'s anchor does) is used as it is. Among several processes DDP sums the sparse
-    rows of every rank before the buffer sees them.
+    Given the model's word ``embedding``, its gradient stays sparse: the table is most of the
+    parameters but a batch touches a few thousand rows, so the lookup gives those rows only
+    (``nn.Embedding(sparse=True)``), they are added into one buffer of the table's shape kept across
+    steps, the optimiser reads it as the table's gradient (Adam moves every row, as with the dense
+    gradient), and only the rows added are zeroed again: the dense gradient's sums without a fresh
+    table-sized tensor per step (bench/train_step.py measures the time saved). A gradient that
+    arrives dense (``dupq adapt``'s anchor reads the whole table) is used as it is; among several
+    processes DDP sums the sparse rows of every rank before the buffer sees them.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, embedding: nn.Embedding | None = None, clip: float = 0.0):
