@@ -110,17 +110,10 @@ def _begin(run: Run, teacher_dim: int | None) -> _RunState:
             f"the checkpoint {ckpt_path} does not fit this run ({str(e).strip().splitlines()[0]}); start again with --overwrite."
         ) from None
     run.log(f"resuming {ckpt_path} after epoch {meta['epoch']}")
-    best_val = Validation(**meta["best_val"]) if meta.get("best_val") else None
-    return _RunState(
-        vocab,
-        model,
-        meta["history"],
-        meta["epoch"],
-        optim_state,
-        best_state,
-        meta.get("best_epoch", meta["epoch"]),
-        best_val,
-    )
+    state = _RunState(vocab, model, meta["history"], start_epoch=meta["epoch"], optim_state=optim_state)
+    state.best_state, state.best_epoch = best_state, meta.get("best_epoch", meta["epoch"])
+    state.best_val = Validation(**meta["best_val"]) if meta.get("best_val") else None
+    return state
 
 
 def _record_epoch(run: Run, state: _RunState, val: Validation, epoch: int, done: Epoch) -> None:
@@ -219,8 +212,8 @@ def train(
         check_dev_labels(splits.dev.labels)
     check_device(config.device)
     joined = join(world, config.device)
-    log, progress = (log, progress) if world.master else (lambda _: None, False)  # rank 0 alone logs
-    run = Run(splits, out, config, options, resume, split, extra_info, log, progress, world)
+    run = Run(splits, out, config, options, resume=resume, split=split, extra_info=extra_info, world=world)
+    run.log, run.progress = (log, progress) if world.master else (lambda _: None, False)  # rank 0 alone logs
     try:
         return _run(run)
     finally:
@@ -255,9 +248,8 @@ def _run(run: Run) -> Model:
     optimizer = torch.optim.Adam(param_groups(model, config.word_lr), lr=config.lr, fused=True)
     if state.optim_state is not None:
         optimizer.load_state_dict(state.optim_state)
-    update = Update(
-        optimizer, model.encoder.embedding
-    )  # before DDP wraps the model: DDP reads which gradients are sparse
+    # before DDP wraps the model: DDP reads which gradients are sparse
+    update = Update(optimizer, model.encoder.embedding)
     loss_of = distributed_loss(model, config, world)
 
     def step(batch):
