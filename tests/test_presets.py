@@ -17,15 +17,13 @@ from dupq.data.pairs import SplitConfig
 from dupq.modeling.model import BUNDLED
 from dupq.training.config import ModelOptions, TrainConfig, renamed
 from dupq.training.objectives import Objective
-from dupq.training.presets import CONFIGS, PRESETS, configs, read_preset, to_toml
+from dupq.training.presets import CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
 from test_cli_train import _captured_configs, _other_value, one_error_line
 
 runner = CliRunner()
 
 
-# Options of the bundled run that are a loss's arguments now, and ablation options removed since, at the
-# value that turned them off.
-MOVED = {"margin": "triplet", "reduction": "triplet", "symmetric": "triplet", "scale": "ranking"}
+# Ablation options of the bundled run removed since, at the value that turned them off.
 REMOVED = dict(contrastive_margin=0.5, ema=0.0, bucket=1, bidirectional=False, pooling="mean", head_hidden=256)
 
 
@@ -34,7 +32,7 @@ def test_bundled_preset_is_the_recipe_that_trained_the_bundled_model():
     built = configs(read_preset("bundled"))
     records = (renamed(recorded["train"]), recorded["options"], recorded["split"])  # "teacher" is teacher_vectors now
     losses = {name: {"weight": weight} for name, weight in records[0].pop("losses").items()}
-    for name, loss in MOVED.items():
+    for name, loss in LOSS_ARGUMENTS.items():  # options of the bundled run that are a loss's arguments now
         losses[loss][name] = records[0].pop(name)
     assert Objective(losses).parts == built[0].objective().parts
     compared = 0
@@ -148,7 +146,7 @@ def test_show_prints_what_the_preset_and_the_flags_set_and_trains_nothing(tmp_pa
         ("[losses]\ntriplet = { margin = nan }", "margin"),
         ("[losses]\ntriplet = { reduction = 'max' }", "reduction"),
         ("[losses]\nranking = { margin = 1 }", "margin"),
-        ("margin = 0.3", "margin"),
+        ("margin = 0.3", "triplet = { weight = 1.0, margin = 0.3 } in its [losses] table"),
         ('teacher = "runs/teacher"', "teacher_vectors"),  # the old name, as old metrics.json files say it
         ('recipe = "labelled"', "train_on"),
         ("batch_sizes = 32", "batch_size"),

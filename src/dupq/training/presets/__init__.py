@@ -22,8 +22,8 @@ set the options that have no command-line flag (``train_on``, ``chunks``, a loss
 way to state a whole recipe; a flag typed on the command line overrides the preset's value.
 
 >>> train, model, split = configs(read_preset("labelled"))
->>> train.train_on, model.head, train.losses
-('labelled', 'mlp', {'bce': 1.0, 'ranking': 1.0, 'triplet': 1.0})
+>>> train.train_on, model.head, train.losses["triplet"]
+('labelled', 'mlp', {'weight': 1.0, 'reduction': 'mean', 'symmetric': True})
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ CONFIGS = (TrainConfig, ModelOptions, SplitConfig)  # the dataclasses a preset's
 KEYS = {f.name: config for config in CONFIGS for f in fields(config)}  # field name -> its dataclass
 _HINTS = {name: kind for config in CONFIGS for name, kind in get_type_hints(config).items()}  # field name -> type
 _DEPTH = 8  # `extends` chains longer than this are a loop
+# Options that became a loss's arguments (dupq.training.objectives): a preset that sets one is told where it went.
+LOSS_ARGUMENTS = {"margin": "triplet", "reduction": "triplet", "symmetric": "triplet", "scale": "ranking"}
 
 
 def preset_path(name: str, beside: Path | None = None) -> Path:
@@ -102,6 +104,12 @@ def _check_key(path: Path, key: str, value: Any) -> None:
         except ValueError as e:
             raise DupqError(f"the preset {path}: {e}.") from None
         return
+    if key in LOSS_ARGUMENTS:
+        loss = LOSS_ARGUMENTS[key]
+        raise DupqError(
+            f"the preset {path} sets {key!r}, an argument of the {loss} loss now: "
+            f"write {loss} = {{ weight = 1.0, {key} = {_value(value)} }} in its [losses] table."
+        )
     if key not in KEYS:
         hint = RENAMED.get(key) or _suggestion(key)
         raise DupqError(
