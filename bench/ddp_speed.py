@@ -26,13 +26,14 @@ import torch.multiprocessing as mp
 
 from dupq.data.pairs import SplitConfig, default_data_path, read_pairs, split_pairs
 from dupq.training.distributed import World, join
-from dupq.training.step import Update, distributed_loss
+from dupq.training.loop import Update
+from dupq.training.step import distributed_loss
 from train_speed import RECIPES, training_parts
 
 
 def _steps(splits, recipe: str, steps: int, world: World) -> dict:
     config, _, model, source, objective, optimizer = training_parts(splits, *RECIPES[recipe])
-    update = Update(model, optimizer)  # before DDP wraps the model
+    update = Update(optimizer, model.encoder.embedding)  # before DDP wraps the model
     loss_of = distributed_loss(model, config, world)
     rng = np.random.default_rng(0)
     batches = source.epoch(rng)[: steps + 5]

@@ -1,12 +1,12 @@
 """Where a training step's time goes, per recipe and batching variant; prints one JSON line.
 
-    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16 8,1,dense]
+    python bench/train_step.py [--recipe labelled] [--steps 40] [--threads 1] [--variants 4 8 16 32 8,bf16 16,bf16 8,dense]
 
-For each variant ``CHUNKS,BUCKET[,bf16]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
-``TrainConfig.bucket``: batches per length-sorted bucket; ``bf16``: forward under
+For each variant ``CHUNKS[,bf16][,dense]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
+``bf16``: forward under
 ``torch.autocast("cpu", torch.bfloat16)``, as `dupq train --bf16`; ``dense``: the plain update, ``zero_grad``,
 ``backward``, Adam's ``step`` on a dense gradient of the whole word table, instead of
-:class:`dupq.training.step.Update`, the loop's), the milliseconds per step spent making
+:class:`dupq.training.loop.Update`, the loop's), the milliseconds per step spent making
 the batch, encoding it (embedding + LSTM + pooling), in the objective, in backward and in Adam's
 step, the pairs per second they add up to, and the tokens the LSTM ran over: ``real`` (the
 questions' own) against ``padded`` (what the length-sorted chunks were padded to). It answers
@@ -26,14 +26,15 @@ import numpy as np
 import torch
 
 from dupq.data.pairs import default_data_path, read_pairs, split_pairs
-from dupq.training.step import Update, encode_in_chunks
+from dupq.training.loop import Update
+from dupq.training.step import encode_in_chunks
 from train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 
 
 class PlainUpdate:
-    """The update before :class:`~dupq.training.step.Update` (the ``dense`` variant): autograd's dense
+    """The update before :class:`~dupq.training.loop.Update` (the ``dense`` variant): autograd's dense
     gradient of the whole word table, built afresh every step; the same two calls as ``Update``'s."""
 
     def __init__(self, optimizer: torch.optim.Optimizer):
@@ -47,15 +48,13 @@ class PlainUpdate:
         self.optimizer.step()
 
 
-def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False, dense: bool = False) -> dict:
+def profile(splits, recipe: str, chunks: int, steps: int, bf16: bool = False, dense: bool = False) -> dict:
     """Mean milliseconds per phase over ``steps`` steps after 5 warm-up steps, and token counts."""
     train_kw, model_kw = RECIPES[recipe]
-    config, _, model, source, objective, optimizer = training_parts(
-        splits, {**train_kw, "chunks": chunks, "bucket": bucket}, model_kw
-    )
+    config, _, model, source, objective, optimizer = training_parts(splits, {**train_kw, "chunks": chunks}, model_kw)
     rng = np.random.default_rng(0)
     model.train()
-    update = PlainUpdate(optimizer) if dense else Update(model, optimizer)
+    update = PlainUpdate(optimizer) if dense else Update(optimizer, model.encoder.embedding)
     spent = dict.fromkeys(PHASES, 0.0)
     real = padded = pairs = 0
     for step, index in enumerate(source.epoch(rng)[: steps + 5]):
@@ -82,7 +81,6 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
     total = sum(spent.values())
     return {
         "chunks": chunks,
-        "bucket": bucket,
         "bf16": bf16,
         "dense": dense,
         "ms_per_step": {k: round(v / steps * 1000, 1) for k, v in spent.items()},
@@ -100,8 +98,8 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         nargs="+",
-        default=["4,1", "8,1", "16,1", "32,1", "2,16", "8,1,bf16", "16,1,bf16"],
-        help="CHUNKS,BUCKET[,bf16][,dense]",
+        default=["4", "8", "16", "32", "8,bf16", "16,bf16"],
+        help="CHUNKS[,bf16][,dense]",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -110,11 +108,11 @@ def main() -> None:
     splits = split_pairs(pairs)
     rows = []
     for variant in args.variants:
-        chunks, bucket, *rest = variant.split(",")
+        chunks, *rest = variant.split(",")
         unknown = set(rest) - {"bf16", "dense"}
         if unknown:
-            parser.error(f"a variant is CHUNKS,BUCKET[,bf16][,dense], not {variant!r}")
-        rows.append(profile(splits, args.recipe, int(chunks), int(bucket), args.steps, "bf16" in rest, "dense" in rest))
+            parser.error(f"a variant is CHUNKS[,bf16][,dense], not {variant!r}")
+        rows.append(profile(splits, args.recipe, int(chunks), args.steps, "bf16" in rest, "dense" in rest))
     print(
         json.dumps(
             {
