@@ -38,13 +38,17 @@ from pathlib import Path
 WORDS = {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2}
 SHORT = {"epochs": 2}  # ablations: two epochs each, the same budget
 # The labelled recipe's own losses spelled out, to add a distillation loss to them.
-LABELLED_LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}
+TRIPLET = {"weight": 1.0, "reduction": "mean", "symmetric": True}  # the labelled recipe's triplet loss
+LABELLED_LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": TRIPLET}
 TEACHER = {"teacher_vectors": "runs/teacher"}  # `dupq distil teach --out runs/teacher` first
 
 # name -> (the package's preset it starts from, the options it changes): `dupq train --preset NAME.toml`
 CONFIGS: dict[str, tuple[str, dict]] = {
     "seed": ("seed", {}),
-    "seed-best": ("seed", {**WORDS, "symmetric": True}),  # the previous bundled model
+    "seed-best": (
+        "seed",
+        {**WORDS, "losses": {"triplet": {"weight": 1.0, "symmetric": True}}},
+    ),  # the previous bundled model
     # Six epochs: the pair head against a scaled cosine.
     "labelled-cos-6": ("labelled", {"head": "cosine"}),
     "labelled-mlp-6": ("labelled", {}),
@@ -52,17 +56,6 @@ CONFIGS: dict[str, tuple[str, dict]] = {
     "mlp-2": ("labelled", SHORT),
     "mlp-nomask-2": ("labelled", {**SHORT, "mask_false_negatives": False, "hard_negatives": False}),
     "mlp-bce-only-2": ("labelled", {**SHORT, "losses": {"bce": 1.0}}),
-    "online-contrastive-2": (
-        "labelled",
-        {**SHORT, "head": "none", "losses": {"online_contrastive": 1.0, "ranking": 1.0, "triplet": 1.0}},
-    ),
-    "contrastive-2": (
-        "labelled",
-        {**SHORT, "head": "none", "losses": {"contrastive": 1.0, "ranking": 1.0, "triplet": 1.0}},
-    ),
-    "mlp-maxpool-2": ("labelled", {**SHORT, "pooling": "max"}),
-    "mlp-bilstm-2": ("labelled", {**SHORT, "bidirectional": True}),
-    "mlp-ema-2": ("labelled", {**SHORT, "ema": 0.999}),
     # Less pull from the pair loss on the encoder, no labelled hard negatives: a more lenient cosine?
     "mlp-softbce-2": ("labelled", {**SHORT, "hard_negatives": False, "losses": {**LABELLED_LOSSES, "bce": 0.3}}),
     # Distillation: mlp-2 plus one teacher loss.
@@ -88,15 +81,16 @@ def command(name: str) -> str:
     preset, changes = CONFIGS[name]
     flagged = {f.name for config in DATACLASSES for f in flag_fields(config)}
     words = [f"dupq train --preset {preset}"]
+    tables = any(isinstance(w, dict) for w in changes.get("losses", {}).values())  # a loss's arguments: no flag
     for key, value in changes.items():
         option = "--" + key.replace("_", "-")
-        if key == "losses":
+        if key == "losses" and not tables:
             words += [f"--loss {loss}:{weight:g}" for loss, weight in value.items()]
         elif key in flagged:
             words.append(option if value is True else f"--no-{option[2:]}" if value is False else f"{option} {value}")
-    others = {k: v for k, v in changes.items() if k not in flagged and k != "losses"}
+    others = {k: v for k, v in changes.items() if k not in flagged and (k != "losses" or tables)}
     if others:  # options without a flag: what the run's preset file adds
-        words.append("+ " + "; ".join(to_toml(others).splitlines()))
+        words.append("+ " + "; ".join(line for line in to_toml(others).splitlines() if line))
     return " ".join(words)
 
 

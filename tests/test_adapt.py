@@ -156,7 +156,7 @@ def test_a_failed_run_leaves_no_half_folder_and_the_old_one_intact(
             return word_teacher(part)
 
     elif fails_in == "training":
-        monkeypatch.setattr(adapt_module, "_train_epoch", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+        monkeypatch.setattr(adapt_module, "fit", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     else:
         real_save = Model.save
 

@@ -14,12 +14,10 @@ import torch
 
 from dupq.training.losses import (
     closest_negative,
-    contrastive_loss,
     cosine_similarity,
     distillation_loss,
     mean_negative,
     multiple_negatives_ranking_loss,
-    online_contrastive_loss,
     pair_bce_loss,
     similarity_matching_loss,
     similarity_matrix,
@@ -246,22 +244,6 @@ def test_ranking_loss_matches_naive_loop(symmetric):
     assert got == pytest.approx(expected, rel=1e-10)
 
 
-def test_contrastive_losses_match_naive_loops():
-    g = torch.Generator().manual_seed(5)
-    cos = torch.rand(40, generator=g, dtype=torch.float64) * 2 - 1
-    labels = (torch.rand(40, generator=g) < 0.4).long()
-    m = 0.5
-    naive = (
-        sum(0.5 * ((1 - c) ** 2 if y else max(m - (1 - c), 0) ** 2) for c, y in zip(cos.tolist(), labels.tolist())) / 40
-    )
-    assert contrastive_loss(cos, labels, m).item() == pytest.approx(naive, rel=1e-10)
-    d = [1 - c for c in cos.tolist()]
-    pos = [x for x, y in zip(d, labels.tolist()) if y]
-    neg = [x for x, y in zip(d, labels.tolist()) if not y]
-    online = sum(x * x for x in pos if x > min(neg)) + sum(max(m - x, 0) ** 2 for x in neg if x < max(pos))
-    assert online_contrastive_loss(cos, labels, m).item() == pytest.approx(online, rel=1e-10)
-
-
 def test_pair_bce_matches_formula():
     logits = torch.tensor([-3.0, -0.2, 0.0, 1.5, 4.0], dtype=torch.float64)
     labels = torch.tensor([0, 1, 0, 1, 1])
@@ -283,8 +265,6 @@ def test_labelled_losses_gradients():
     g = torch.Generator().manual_seed(1)
     cos = (torch.rand(12, generator=g, dtype=torch.float64) * 1.8 - 0.9).requires_grad_()
     labels = torch.tensor([1, 0] * 6)
-    assert torch.autograd.gradcheck(lambda c: contrastive_loss(c, labels), (cos,))
-    assert torch.autograd.gradcheck(lambda c: online_contrastive_loss(c, labels), (cos,))
     assert torch.autograd.gradcheck(lambda c: pair_bce_loss(4 * c, labels), (cos,))
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dupq.core.files import DupqError
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.training.batches import Batch
+from dupq.training.distributed import World
 from dupq.training.losses import multiple_negatives_ranking_loss, pair_bce_loss, triplet_loss
 from dupq.training.objectives import Objective, parse_losses
 
@@ -54,7 +56,7 @@ def test_labelled_objective_ranks_duplicate_rows_against_every_other_question_an
 def test_parse_losses_reads_weights_and_refuses_bad_ones():
     assert parse_losses(["bce", "ranking:0.5"]) == {"bce": 1.0, "ranking": 0.5}
     for bad in (["hinge"], ["bce:x"], ["bce:-1"], ["bce:inf"], []):
-        with pytest.raises(ValueError):
+        with pytest.raises(DupqError, match="^--loss: "):
             parse_losses(bad)
 
 
@@ -87,22 +89,70 @@ def test_training_and_validation_log_the_same_loss_for_the_same_batch(small_spli
     validation (e.g. 0.95).
     """
     from dupq.training.config import ModelOptions, TrainConfig
-    from dupq.training.step import Update, encode_batch, validate
-    from dupq.training.train import _train_epoch
+    from dupq.training.loop import Loop, Update, fit
+    from dupq.training.step import encode_batch, validate
 
-    config = TrainConfig(train_on="labelled", losses=losses, reduction=reduction, lr=0.0, epochs=1)
+    if "triplet" in losses:
+        losses = {**losses, "triplet": {"weight": losses["triplet"], "reduction": reduction}}
+    config = TrainConfig(train_on="labelled", losses=losses, lr=0.0, epochs=1)
     model, source = _one_batch_run(small_splits, config, ModelOptions(dim=16, head=head))
-    update = Update(model, torch.optim.Adam(model.parameters(), lr=0.0))
-    loss_sum, pairs, _ = _train_epoch(model, None, update, source, config.objective(), config, 0, 1, False)
+    update, done = Update(torch.optim.Adam(model.parameters(), lr=0.0), model.encoder.embedding), []
+    loss_of = lambda batch: model(batch, config.objective(), config.chunks, World())  # noqa: E731
+    fit(
+        Loop(1, 0.0, 0, progress=False),
+        model,
+        source,
+        loss_of,
+        update,
+        lambda epoch, epoch_loss: done.append(epoch_loss),
+    )
+    loss_sum, pairs = done[0].loss_sum, done[0].rows
     validated = validate(model, source, config)  # the same pairs, in another order: the same batch
     assert pairs == 96 and loss_sum / pairs == pytest.approx(validated.loss, rel=1e-5)
 
     batch = source.batch(torch.arange(96).numpy(), None)
     v = encode_batch(model, batch, config.chunks)
     by_hand = {
-        name: weight * Objective({name: 1.0}, reduction=reduction)(v, batch, model.head).item()
-        for name, weight in losses.items()
+        name: (spec["weight"] if name == "triplet" else spec)
+        * Objective({name: {"reduction": reduction} if name == "triplet" else 1.0})(v, batch, model.head).item()
+        for name, spec in losses.items()
     }
     if reduction == "sum" and "triplet" in by_hand:
         by_hand["triplet"] /= 96
     assert validated.loss == pytest.approx(sum(by_hand.values()), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_loss_added_by_one_registered_class_trains_from_its_name(synthetic_pairs, tmp_path, monkeypatch):
+    """The whole diff of adding a loss: the class below. Its name then reaches --loss, presets and train()."""
+    from dataclasses import dataclass
+
+    from dupq.data.pairs import SplitConfig, split_pairs
+    from dupq.training import objectives
+    from dupq.training.config import TrainConfig
+    from dupq.training.train import train
+
+    monkeypatch.setattr(objectives, "LOSSES", dict(objectives.LOSSES))  # the registry as it was, after the test
+
+    @objectives.register("toy")
+    @dataclass
+    class Toy(objectives.Loss):
+        """Squared distance of each labelled pair's cosine from ``target`` times its label."""
+
+        target: float = 1.0
+
+        def __call__(self, rows):
+            v1, v2, _ = rows.pairs
+            return ((v1 * v2).sum(-1) - self.target * rows.batch.labels).pow(2).mean()
+
+    assert parse_losses(["toy:2"]) == {"toy": 2.0}
+    v, batch = _batch([1, 0, 1], list(range(6)))
+    by_hand = sum(((v[i] @ v[3 + i]).item() - 0.5 * y) ** 2 for i, y in enumerate([1, 0, 1])) / 3
+    assert Objective({"toy": {"weight": 2.0, "target": 0.5}})(v, batch).item() == pytest.approx(2 * by_hand)
+    split = SplitConfig(train_pool=3_000, test=500, dev=500, labelled_val=500)
+    config = TrainConfig(train_on="labelled", losses={"toy": {"target": 0.9}}, epochs=3, batch_size=64, lr=0.01)
+    quiet = {"split": split.__dict__, "log": lambda _: None, "progress": False}
+    model = train(split_pairs(synthetic_pairs, split), tmp_path / "m", config, dim=8, **quiet)
+    history = model.metrics["training"]["history"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert model.metrics["training"]["train"]["losses"] == {"toy": {"target": 0.9}}

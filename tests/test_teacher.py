@@ -219,9 +219,8 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
         train_on="labelled",
         epochs=2,
         lr=0.01,
-        reduction="mean",
         teacher_vectors=str(tmp_path / "teacher"),
-        losses={"bce": 1.0, "triplet": 1.0, "distil": 5.0, "distil_matrix": 1.0},
+        losses={"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0, "distil_matrix": 1.0},
         distil_questions=8,
         batch_size=32,
     )

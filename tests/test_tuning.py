@@ -11,7 +11,8 @@ import torch
 
 from dupq.core.files import DupqError
 from dupq.data.pairs import Pairs, SplitConfig, labelled_split, read_pairs, split_pairs
-from dupq.training.distil.tuning import TuneConfig, _lr_factor, tuning_pairs
+from dupq.training.distil.tuning import TuneConfig, tuning_pairs
+from dupq.training.loop import warmup_linear
 from synthetic import write_pairs
 
 HAS_TEACHER = (
@@ -51,7 +52,7 @@ def test_tuning_pairs_are_the_duplicates_each_with_a_labelled_non_duplicate_wher
 
 def test_learning_rate_warms_up_linearly_then_decays_to_zero():
     total, warmup = 100, 0.1
-    factors = [_lr_factor(step, total, warmup) for step in range(total)]
+    factors = [warmup_linear(warmup)(step, total) for step in range(total)]
     assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
     assert factors[10:] == pytest.approx([(total - s) / 90 for s in range(10, total)])
     assert max(factors) == 1.0 and factors[-1] > 0

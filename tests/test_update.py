@@ -11,8 +11,9 @@ import torch
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches
 from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.distributed import World
+from dupq.training.loop import Update
 from dupq.training.setup import build_model
-from dupq.training.step import Update, batch_loss
 
 
 def _run(small_splits, train: dict, head: str, steps: int, extra=None):
@@ -23,16 +24,16 @@ def _run(small_splits, train: dict, head: str, steps: int, extra=None):
     model = build_model(vocab, config, ModelOptions(dim=16, head=head))
     reference = copy.deepcopy(model)
     source = PairBatches(vocab, pairs, batch_size=32)
-    update = Update(model, torch.optim.Adam(model.parameters(), lr=0.01, fused=True))
+    update = Update(torch.optim.Adam(model.parameters(), lr=0.01, fused=True), model.encoder.embedding)
     dense = torch.optim.Adam(reference.parameters(), lr=0.01, fused=True)
     objective = config.objective()
     rng = np.random.default_rng(0)
     batches = [source.batch(index, rng) for index in source.epoch(rng)][:steps]
     assert len(batches) == steps
     for batch in batches:
-        loss = batch_loss(model, batch, objective, chunks=4)[0]
+        loss = model(batch, objective, 4, World())[0]
         update(loss + (extra(model) if extra else 0))
-        ref_loss = batch_loss(reference, batch, objective, chunks=4)[0]
+        ref_loss = reference(batch, objective, 4, World())[0]
         dense.zero_grad(set_to_none=True)
         (ref_loss + (extra(reference) if extra else 0)).backward()
         assert reference.encoder.embedding.weight.grad.layout == torch.strided  # the plain update's dense gradient
@@ -65,9 +66,9 @@ def test_update_leaves_no_gradient_behind(small_splits):
     pairs = small_splits.pool
     vocab = Vocabulary.build(pairs.q1 + pairs.q2)
     model = build_model(vocab, config, ModelOptions(dim=8))
-    update = Update(model, torch.optim.Adam(model.parameters(), lr=0.01))
+    update = Update(torch.optim.Adam(model.parameters(), lr=0.01), model.encoder.embedding)
     source = PairBatches(vocab, pairs, batch_size=16)
     rng = np.random.default_rng(1)
-    update(batch_loss(model, source.batch(source.epoch(rng)[0], rng), config.objective(), chunks=2)[0])
+    update(model(source.batch(source.epoch(rng)[0], rng), config.objective(), 2, World())[0])
     assert model.encoder.embedding.weight.grad is None
     assert not update.buffer.any()

@@ -27,14 +27,15 @@ import typer
 
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.training.distributed import World, join
-from dupq.training.step import Update, distributed_loss
+from dupq.training.loop import Update
+from dupq.training.step import distributed_loss
 from dupq_lab.options import DATA, Data
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 
 def _steps(splits, recipe: str, steps: int, world: World) -> dict:
     config, _, model, source, objective, optimizer = training_parts(splits, *RECIPES[recipe])
-    update = Update(model, optimizer)  # before DDP wraps the model
+    update = Update(optimizer, model.encoder.embedding)  # before DDP wraps the model
     loss_of = distributed_loss(model, config, world)
     rng = np.random.default_rng(0)
     batches = source.epoch(rng)[: steps + 5]

@@ -1,6 +1,6 @@
 """Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
-    dupq-lab train-speed [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--bidirectional] [--encode 200000] [--keras]
+    dupq-lab train-speed [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--encode 200000] [--keras]
 
 train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
 every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
@@ -16,8 +16,8 @@ seed recipe's own pairs (dupq-lab keras-seed, in a child process with as many th
 same way) right after the seed recipe, and ``seed_vs_keras``, the ratio of the two rates.
 
 encode_questions_per_s: Model.encode on distinct questions, tokenising included, with the
-labelled recipe's encoder (the bundled model's shape; ``--dim`` and ``--bidirectional`` change it
-for every recipe, as ``dupq train``'s options of those names do).
+labelled recipe's encoder (the bundled model's shape; ``--dim`` changes it for every recipe, as
+``dupq train --dim`` does).
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ import typer
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.modeling.model import Model
 from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.distributed import World
+from dupq.training.loop import Update
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
-from dupq.training.step import Update, batch_loss
 from dupq_lab.options import DATA, Data
 
 
@@ -67,18 +68,14 @@ def training_parts(splits, train_kw: dict, model_kw: dict):
     return config, vocab, model, source, config.objective(), optimizer
 
 
-def pairs_per_second(
-    splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int, bidirectional: bool = False
-):
+def pairs_per_second(splits, train_kw: dict, model_kw: dict, steps: int, dim: int, repeats: int):
     """Pairs per second over ``steps`` optimizer steps after 10 warm-up steps, the median of ``repeats``
     such windows (one after another, on the next batches: a shared 2-core VM varies by ~10 % run to
     run); returns (median rate, every window's rate, built model, vocab)."""
-    config, vocab, model, source, objective, optimizer = training_parts(
-        splits, train_kw, {**model_kw, "dim": dim, "bidirectional": bidirectional}
-    )
+    config, vocab, model, source, objective, optimizer = training_parts(splits, train_kw, {**model_kw, "dim": dim})
     rng = np.random.default_rng(0)
     model.train()
-    update = Update(model, optimizer)
+    update = Update(optimizer, model.encoder.embedding)
     batches = []
     while len(batches) < 10 + steps * repeats:  # the seed recipe's epoch is ~340 batches: take the next epoch's
         batches += list(source.epoch(rng))
@@ -89,7 +86,7 @@ def pairs_per_second(
             if started is not None:
                 rates.append(done / (time.perf_counter() - started))
             done, started = 0, time.perf_counter()
-        update(batch_loss(model, source.batch(index, rng), objective, config.chunks, bf16=config.bf16)[0])
+        update(model(source.batch(index, rng), objective, config.chunks, World(), config.bf16)[0])
         done += len(index)
     rates.append(done / (time.perf_counter() - started))
     return float(np.median(rates)), rates, model, vocab
@@ -118,7 +115,6 @@ def main(
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps per timed window.")] = 200,
     repeats: Annotated[int, typer.Option(min=1, help="Timed windows per recipe; the median is reported.")] = 3,
     dim: Annotated[int, typer.Option(min=1, help="The LSTM's width.")] = 128,
-    bidirectional: Annotated[bool, typer.Option(help="A bidirectional LSTM (vectors 2 x dim wide).")] = False,
     encode: Annotated[int, typer.Option(min=1, help="Distinct questions encoded for the encoding rate.")] = 200_000,
     keras: Annotated[bool, typer.Option(help="Also time the seeds' Keras model (the keras extra).")] = False,
 ) -> None:
@@ -127,9 +123,7 @@ def main(
     splits = split_pairs(pairs)
     rates, windows, seeds = {}, {}, {}
     for name, (train_kw, model_kw) in RECIPES.items():
-        rates[name], windows[name], built, vocab = pairs_per_second(
-            splits, train_kw, model_kw, steps, dim, repeats, bidirectional
-        )
+        rates[name], windows[name], built, vocab = pairs_per_second(splits, train_kw, model_kw, steps, dim, repeats)
         if name == "seed" and keras:  # next to the seed recipe's windows, so a change in load hits both
             seeds = keras_rate(splits.train, steps, repeats)
             seeds["seed_vs_keras"] = round(rates["seed"] / seeds["keras_seed_pairs_per_s"], 2)
@@ -154,7 +148,6 @@ def main(
                 "tokenize_questions_per_s": round(tokenize_rate),
                 "vocab_size": len(vocab),
                 "dim": dim,
-                **({"bidirectional": True} if bidirectional else {}),
                 "batch_size": TrainConfig().batch_size,
                 "train_steps": steps,
                 "repeats": repeats,

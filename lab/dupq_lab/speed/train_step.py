@@ -1,12 +1,12 @@
 """Where a training step's time goes, per recipe and batching variant; prints one JSON line.
 
-    dupq-lab train-step [--recipe labelled] [--steps 40] [--threads 1] [--variants 4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16 8,1,dense]
+    dupq-lab train-step [--recipe labelled] [--steps 40] [--threads 1] [--variants "4 8 16 32 8,bf16 16,bf16 8,dense"]
 
-For each variant ``CHUNKS,BUCKET[,bf16]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
-``TrainConfig.bucket``: batches per length-sorted bucket; ``bf16``: forward under
+For each variant ``CHUNKS[,bf16][,dense]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
+``bf16``: forward under
 ``torch.autocast("cpu", torch.bfloat16)``, as `dupq train --bf16`; ``dense``: the plain update, ``zero_grad``,
 ``backward``, Adam's ``step`` on a dense gradient of the whole word table, instead of
-:class:`dupq.training.step.Update`, the loop's), the milliseconds per step spent making
+:class:`dupq.training.loop.Update`, the loop's), the milliseconds per step spent making
 the batch, encoding it (embedding + LSTM + pooling), in the objective, in backward and in Adam's
 step, the pairs per second they add up to, and the tokens the LSTM ran over: ``real`` (the
 questions' own) against ``padded`` (what the length-sorted chunks were padded to). It answers
@@ -27,7 +27,8 @@ import torch
 import typer
 
 from dupq.data.pairs import read_pairs, split_pairs
-from dupq.training.step import Update, encode_in_chunks
+from dupq.training.loop import Update
+from dupq.training.step import encode_in_chunks
 from dupq_lab.options import DATA, Data, Threads
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
@@ -35,7 +36,7 @@ PHASES = ("batch", "encode", "objective", "backward", "optimizer")
 
 
 class PlainUpdate:
-    """The update before :class:`~dupq.training.step.Update` (the ``dense`` variant): autograd's dense
+    """The update before :class:`~dupq.training.loop.Update` (the ``dense`` variant): autograd's dense
     gradient of the whole word table, built afresh every step; the same two calls as ``Update``'s."""
 
     def __init__(self, optimizer: torch.optim.Optimizer):
@@ -49,15 +50,13 @@ class PlainUpdate:
         self.optimizer.step()
 
 
-def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: bool = False, dense: bool = False) -> dict:
+def profile(splits, recipe: str, chunks: int, steps: int, bf16: bool = False, dense: bool = False) -> dict:
     """Mean milliseconds per phase over ``steps`` steps after 5 warm-up steps, and token counts."""
     train_kw, model_kw = RECIPES[recipe]
-    config, _, model, source, objective, optimizer = training_parts(
-        splits, {**train_kw, "chunks": chunks, "bucket": bucket}, model_kw
-    )
+    config, _, model, source, objective, optimizer = training_parts(splits, {**train_kw, "chunks": chunks}, model_kw)
     rng = np.random.default_rng(0)
     model.train()
-    update = PlainUpdate(optimizer) if dense else Update(model, optimizer)
+    update = PlainUpdate(optimizer) if dense else Update(optimizer, model.encoder.embedding)
     spent = dict.fromkeys(PHASES, 0.0)
     real = padded = pairs = 0
     for step, index in enumerate(source.epoch(rng)[: steps + 5]):
@@ -84,7 +83,6 @@ def profile(splits, recipe: str, chunks: int, bucket: int, steps: int, bf16: boo
     total = sum(spent.values())
     return {
         "chunks": chunks,
-        "bucket": bucket,
         "bf16": bf16,
         "dense": dense,
         "ms_per_step": {k: round(v / steps * 1000, 1) for k, v in spent.items()},
@@ -98,9 +96,7 @@ def main(
     recipe: Annotated[str, typer.Option(help="seed or labelled.")] = "labelled",
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps profiled per variant.")] = 40,
     threads: Threads = 1,
-    variants: Annotated[
-        str, typer.Option(help="Space-separated CHUNKS,BUCKET[,bf16][,dense].")
-    ] = "4,1 8,1 16,1 32,1 2,16 8,1,bf16 16,1,bf16",
+    variants: Annotated[str, typer.Option(help="Space-separated CHUNKS[,bf16][,dense].")] = "4 8 16 32 8,bf16 16,bf16",
 ) -> None:
     torch.set_num_threads(threads)
 
@@ -108,11 +104,11 @@ def main(
     splits = split_pairs(pairs)
     rows = []
     for variant in variants.split():
-        chunks, bucket, *rest = variant.split(",")
+        chunks, *rest = variant.split(",")
         unknown = set(rest) - {"bf16", "dense"}
         if unknown:
-            raise typer.BadParameter(f"a variant is CHUNKS,BUCKET[,bf16][,dense], not {variant!r}")
-        rows.append(profile(splits, recipe, int(chunks), int(bucket), steps, "bf16" in rest, "dense" in rest))
+            raise typer.BadParameter(f"a variant is CHUNKS[,bf16][,dense], not {variant!r}")
+        rows.append(profile(splits, recipe, int(chunks), steps, "bf16" in rest, "dense" in rest))
     print(
         json.dumps(
             {

@@ -41,7 +41,7 @@ def train(
     loss: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (triplet, ranking, bce, contrastive, online_contrastive, distil, distil_matrix); default: the recipe's."
+            help="A loss and its weight, e.g. --loss bce --loss ranking:0.5 (an unknown name lists them); default: the recipe's."
         ),
     ] = None,
     *,
@@ -63,7 +63,9 @@ def train(
 
     chosen = {**train_fields, **model_fields, **split_fields, "threads": threads}
     if loss:
-        chosen["losses"] = _losses(loss)
+        from dupq.training.objectives import parse_losses
+
+        chosen["losses"] = parse_losses(loss)
     typed = {name for name in chosen if _typed(ctx, "loss" if name == "losses" else name)}
     preset_values = _preset(ctx, preset, typed) if preset else {}
     chosen.update(preset_values)
@@ -83,8 +85,8 @@ def train(
     if master:
         typer.echo(f"read {len(pairs):,} pairs from {path}; {dropped}")
     splits = split_pairs(pairs, split)
-    info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
-    model = run_training(
+    info = {"data": str(path), "command": " ".join(["dupq", *sys.argv[1:]])}
+    run_training(
         splits,
         out,
         config,
@@ -97,7 +99,6 @@ def train(
         split=split.__dict__,
     )
     if master:
-        _calibrate_new_model(model, splits, out)
         typer.echo(f"saved model to {out}")
 
 
@@ -121,25 +122,6 @@ def _preset(ctx: typer.Context, preset: str, typed: set[str]) -> dict[str, Any]:
                 raise DupqError(f"the preset {preset} sets {name} = {value!r}: {e.format_message()}") from None
         values[name] = value
     return values
-
-
-def _losses(specs: Optional[list[str]]) -> dict[str, float]:
-    """``--loss`` values as TrainConfig.losses; none: empty, the recipe's losses."""
-    from dupq.training.objectives import parse_losses
-
-    try:
-        return parse_losses(specs) if specs else {}
-    except ValueError as e:
-        raise DupqError(f"--loss: {e}.") from None
-
-
-def _calibrate_new_model(model, splits, out: Path) -> None:
-    """Choose the threshold on dev, report on test, store both in ``out`` (when the split has dev and test pairs)."""
-    if len(splits.dev) and len(splits.test):
-        from dupq.evaluation.evaluate import calibrate_and_test, summary_line
-
-        typer.echo(summary_line(calibrate_and_test(model, splits.dev, splits.test)))
-        model.save(out)
 
 
 @command()

@@ -7,7 +7,7 @@ its options from these fields (``dupq.cli.common.config_options``) and the datac
 choices and range in ``__post_init__`` (:func:`check_options`), so a value a command line
 would refuse is refused from Python too, in the same words. A field declared with ``cli=False``
 is an option of the config (a preset file sets it, ``--show`` prints it) without a command-line
-flag: the ablations that lost stay reachable without crowding ``--help``. A field made with
+flag: a recipe's settings stay reachable without crowding ``--help``. A field made with
 plain ``field`` (``TrainConfig.chunks``) is not an option.
 
 >>> from dataclasses import dataclass

@@ -30,8 +30,8 @@ any word's; ``metrics.json`` counts how many of the questions' words that is. A 
 teacher's WordPiece tokens (:class:`dupq.data.wordpiece.WordPieceVocabulary`) cuts such a word into
 pieces it holds; only a word no piece spells is [UNK], and that is what it counts.
 
-The loop is :func:`dupq.training.train._train_epoch` (the progress bar, Adam, the learning-rate
-schedule) over :class:`QuestionBatches`, the same steps ``dupq train`` takes; the result is written through
+The loop is ``dupq train``'s, :func:`dupq.training.loop.fit` (the progress bar, Adam, the learning-rate
+schedule), over :class:`QuestionBatches`; the result is written through
 :func:`~dupq.core.files.new_folder`, so a killed or failed run leaves no half folder.
 
 >>> model = adapt(Model.load(), texts, "runs/adapted", encode, "all-MiniLM-L6-v2")   # doctest: +SKIP
@@ -59,16 +59,18 @@ from dupq.data.tokenizer import check_questions
 from dupq.data.wordpiece import AnyVocabulary
 from dupq.modeling.model import Model
 from dupq.training.batches import Batch, length_batches
-from dupq.training.config import AdaptConfig, TrainConfig
+from dupq.training.config import AdaptConfig
 from dupq.training.distil.teacher import TeacherCache, teach
-from dupq.training.step import Siamese, Update, encode_in_chunks
-from dupq.training.train import _train_epoch
+from dupq.training.distributed import World
+from dupq.training.loop import Epoch, Loop, Update, cosine, fit
+from dupq.training.objectives import Objective
+from dupq.training.step import Siamese, encode_in_chunks
 
 
 class QuestionBatches:
     """Random batches of the taught questions, each once an epoch, as rows only the distillation losses see.
 
-    A batch source for :func:`dupq.training.train._train_epoch` (``epoch``, ``batch``), as
+    A batch source for :func:`dupq.training.loop.fit` (``epoch``, ``batch``), as
     :class:`~dupq.training.batches.PairBatches` is for labelled pairs.
     """
 
@@ -81,7 +83,7 @@ class QuestionBatches:
         return len(self.cache)
 
     def epoch(self, rng: np.random.Generator) -> list[np.ndarray]:
-        return length_batches(self.encoded.lengths, self.batch_size, rng, 1)
+        return length_batches(self.encoded.lengths, self.batch_size, rng)
 
     def batch(self, index: np.ndarray, rng: np.random.Generator) -> Batch:
         ids, lengths = self.encoded.padded(index)  # (U, L), (U,)
@@ -95,28 +97,6 @@ class QuestionBatches:
             torch.ones(len(index), dtype=torch.bool),
             len(index),
         )
-
-
-class Anchored(nn.Module):
-    """The model's batch loss plus ``weight * sum (w - w0)^2`` over the encoder's weights (L2-SP).
-
-    Called as :class:`~dupq.training.step.Siamese` is (the ``loss_of`` of the training loop).
-    """
-
-    def __init__(self, model: Siamese, weight: float):
-        super().__init__()
-        self.model, self.weight = model, weight
-        self.start = [p.detach().clone() for p in model.encoder.parameters()]
-
-    def drift(self) -> torch.Tensor:
-        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start."""
-        return sum((p - p0).pow(2).sum() for p, p0 in zip(self.model.encoder.parameters(), self.start))
-
-    def forward(
-        self, batch: Batch, objective, chunks: int, world, bf16: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, per_pair = self.model(batch, objective, chunks, world, bf16)  # the optimised loss, the logged one
-        return (loss + self.weight * self.drift() if self.weight else loss), per_pair
 
 
 def user_questions(source: str, column: str | None = None) -> tuple[list[str], Model | None, Dropped]:
@@ -277,31 +257,41 @@ def _fine_tune(
     model = Siamese(copy.deepcopy(base.encoder), None, projection)
     before = teacher_agreement(model, vocab, taught)
     source = QuestionBatches(vocab, taught, config.batch_size)
-    train_config = TrainConfig(
-        losses=config.losses(), epochs=config.epochs, lr=config.lr, reduction="mean", symmetric=True,
-        lr_schedule="cosine", seed=config.seed, teacher_vectors=taught.info["teacher"], bf16=config.bf16, chunks=4,
-    )  # fmt: skip
-    objective, loss_of = train_config.objective(), Anchored(model, config.anchor)
-    update = Update(model, torch.optim.Adam(model.parameters(), lr=config.lr, fused=True))
-    steps_per_epoch = len(source.epoch(np.random.default_rng(0)))
+    objective, start = Objective(config.losses()), [p.detach().clone() for p in model.encoder.parameters()]
+    update = Update(torch.optim.Adam(model.parameters(), lr=config.lr, fused=True), model.encoder.embedding)
     history, started = [], time.perf_counter()
-    for epoch in range(config.epochs):
-        if config.minutes and history and time.perf_counter() - started + history[-1]["seconds"] > 60 * config.minutes:
-            log(f"stopping after {epoch} epochs: another would pass --minutes {config.minutes:g}")
-            break
-        loss_sum, count, seconds = _train_epoch(
-            model, None, update, source, objective, train_config, epoch, steps_per_epoch, progress, loss_of
-        )
-        if not math.isfinite(loss_sum):
-            raise DupqError(f"the adaptation diverged in epoch {epoch + 1} (loss {loss_sum}); try a lower --lr.")
+
+    def drift() -> torch.Tensor:
+        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start (the L2-SP penalty)."""
+        return sum((p - p0).pow(2).sum() for p, p0 in zip(model.encoder.parameters(), start))
+
+    def loss_of(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:  # the loss optimised, the loss logged
+        loss, per_row = model(batch, objective, 4, World(), config.bf16)
+        return (loss + config.anchor * drift() if config.anchor else loss), per_row
+
+    def after_epoch(epoch: int, done: Epoch) -> bool:
+        if not math.isfinite(done.loss_sum):
+            raise DupqError(f"the adaptation diverged in epoch {epoch + 1} (loss {done.loss_sum}); try a lower --lr.")
         with torch.no_grad():
-            drift = float(loss_of.drift())
-        history.append({"epoch": epoch + 1, "train_loss": loss_sum / count, "drift": drift, "seconds": seconds})
-        log(f"epoch {epoch + 1}/{config.epochs}  loss {loss_sum / count:.4f}  drift {drift:.4f}  {seconds:.0f}s")
+            moved = float(drift())
+        history.append({"epoch": epoch + 1, "train_loss": done.loss, "drift": moved, "seconds": done.seconds})
+        log(f"epoch {epoch + 1}/{config.epochs}  loss {done.loss:.4f}  drift {moved:.4f}  {done.seconds:.0f}s")
+        if (
+            epoch + 1 < config.epochs
+            and config.minutes
+            and time.perf_counter() - started + done.seconds > 60 * config.minutes
+        ):
+            log(f"stopping after {epoch + 1} epochs: another would pass --minutes {config.minutes:g}")
+            return True
+        return False
+
+    loop = Loop(config.epochs, config.lr, config.seed, cosine, progress=progress)
+    fit(loop, model, source, loss_of, update, after_epoch)
     after = teacher_agreement(model, vocab, taught)
     key = "cosine_to_teacher" if model.projection is not None else "matrix_error"
     log(f"{key.replace('_', ' ')} {before[key]:.4f} -> {after[key]:.4f}")
-    record = {"steps": steps_per_epoch * len(history), "epochs_run": len(history), "history": history}
+    steps = len(source.epoch(np.random.default_rng(0))) * len(history)
+    record = {"steps": steps, "epochs_run": len(history), "history": history}
     return model.encoder.cpu(), {**record, "before": before, "after": after}
 
 

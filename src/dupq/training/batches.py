@@ -30,7 +30,7 @@ distillation losses see.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,23 +45,13 @@ if TYPE_CHECKING:  # only named in a type hint: the teacher's cache is made in t
     from dupq.training.distil.teacher import TeacherCache
 
 
-def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket: int) -> list[np.ndarray]:
-    """Shuffled batches of indices, every index once.
-
-    Shuffle, cut into buckets of ``bucket * batch_size``, sort each bucket by length, cut it into
-    batches, and shuffle the batch order. With ``bucket`` 1 (the default) a bucket is one batch, so
-    batches are random samples (only ordered by length inside); with ``bucket`` > 1 a batch's
-    members have similar lengths (less padding, but easier in-batch negatives). Batches smaller
-    than 2 are dropped (no negatives).
-    """
+def length_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random batches of indices, every index once, each ordered by length inside (batches of 1 are
+    dropped: no negatives). Batches of similar lengths would pad less, but their in-batch negatives
+    are easier (-1.3 test accuracy, docs/experiments/1-4-duplicates-only.md)."""
     order = rng.permutation(len(lengths))
-    batches = []
-    span = max(1, bucket) * batch_size
-    for start in range(0, len(order), span):
-        chunk = order[start : start + span]
-        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
-    batches = [b for b in batches if len(b) >= 2]
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = [b[np.argsort(lengths[b], kind="stable")] for b in batches if len(b) >= 2]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -95,17 +85,8 @@ class Batch:
     distil_only: int = 0  # U: trailing rows that are no pair's question nor anyone's negative
 
     def to(self, device: str | torch.device) -> Batch:
-        moved = [None if t is None else t.to(device) for t in (self.teacher, self.taught)]
-        return Batch(
-            self.ids.to(device),
-            self.lengths.to(device),
-            self.labels.to(device),
-            self.groups.to(device),
-            self.size,
-            moved[0],
-            moved[1],
-            self.distil_only,
-        )
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{k: t.to(device) for k, t in tensors.items() if isinstance(t, Tensor)})
 
 
 class PairBatches:
@@ -121,7 +102,6 @@ class PairBatches:
         vocab: AnyVocabulary,
         pairs: Pairs,
         batch_size: int,
-        bucket: int = 1,
         groups: dict[str, int] | None = None,
         hard_negatives: Pairs | None = None,
         teacher: TeacherCache | None = None,
@@ -132,7 +112,7 @@ class PairBatches:
         self.q2: Encoded = vocab.encode(pairs.q2)
         self.lengths = np.maximum(self.q1.lengths, self.q2.lengths)
         self.labels = torch.as_tensor(pairs.labels, dtype=torch.float32)
-        self.batch_size, self.bucket = batch_size, bucket
+        self.batch_size = batch_size
         self.groups = groups
         if groups is not None:
             self.g1 = np.array([groups.get(t, -1 - i) for i, t in enumerate(pairs.q1)], dtype=np.int64)
@@ -155,7 +135,7 @@ class PairBatches:
 
     def epoch(self, rng: np.random.Generator) -> list[np.ndarray]:
         """This epoch's batches: rows of ``pairs``, every row once."""
-        return length_batches(self.lengths, self.batch_size, rng, self.bucket)
+        return length_batches(self.lengths, self.batch_size, rng)
 
     def batch(self, index: np.ndarray, rng: np.random.Generator) -> Batch:
         """The encoded questions, labels and groups of the rows ``index``."""

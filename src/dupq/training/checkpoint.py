@@ -34,12 +34,9 @@ def save_checkpoint(
     best: dict[str, torch.Tensor],
     optimizer: torch.optim.Optimizer,
     meta: dict[str, Any],
-    ema: Siamese | None = None,
 ) -> None:
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors.update({f"best.{k}": v.detach().contiguous() for k, v in best.items()})
-    if ema is not None:
-        tensors.update({f"ema.{k}": v.detach().contiguous() for k, v in ema.state_dict().items()})
     state = optimizer.state_dict()
     for pid, slots in state["state"].items():
         for name, value in slots.items():
@@ -56,10 +53,7 @@ def save_checkpoint(
 def load_checkpoint(
     path: Path,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
-    """Returns ``(meta, model_state, best_state, optimizer_state)`` from a checkpoint file.
-
-    ``meta["ema_state"]`` holds the moving average's weights when the run keeps one.
-    """
+    """Returns ``(meta, model_state, best_state, optimizer_state)`` from a checkpoint file."""
     try:
         with safe_open(path, "pt") as f:
             meta = parse_json((f.metadata() or {})["dupq"], "its metadata", path)
@@ -74,7 +68,6 @@ def load_checkpoint(
         )
     model_state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     best_state = {k.removeprefix("best."): v for k, v in tensors.items() if k.startswith("best.")}
-    meta["ema_state"] = {k.removeprefix("ema."): v for k, v in tensors.items() if k.startswith("ema.")}
     slots: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
@@ -100,7 +93,7 @@ def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
         )
 
 
-def _check_resume(
+def check_resume(
     meta: dict[str, Any], config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None
 ) -> None:
     """Refuse to resume with options that differ from the checkpoint's, naming the first one."""

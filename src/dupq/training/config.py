@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from dupq.core.files import DupqError
-from dupq.core.formats import MAX_DIM, MAX_HIDDEN
+from dupq.core.formats import MAX_DIM
 from dupq.core.options import check_options, label, option
 from dupq.data.wordpiece import TOKENIZERS
-from dupq.modeling.architecture import ENCODER_TYPES, HEADS, POOLINGS
+from dupq.modeling.architecture import ENCODER_TYPES, HEADS
 
 if TYPE_CHECKING:
     from dupq.training.objectives import Objective
@@ -28,9 +28,6 @@ SOURCES = ("duplicates", "labelled")  # where training pairs come from (dupq.tra
 DEFAULT_LOSSES = {"duplicates": {"triplet": 1.0}, "labelled": {"bce": 1.0, "ranking": 1.0, "triplet": 1.0}}
 
 
-REDUCTIONS = ("sum", "mean")
-
-
 LR_SCHEDULES = ("constant", "cosine")
 KEEPS = ("best", "loss", "last")  # which epoch's weights the model folder keeps (Validation.better)
 
@@ -38,13 +35,9 @@ KEEPS = ("best", "loss", "last")  # which epoch's weights the model folder keeps
 DEVICES = ("cpu", "cuda")
 
 
-# Options that may differ when a run is resumed: they change how it runs, not what it learns.
-RESUMABLE = {
-    "epochs",
-    "threads",
-    "device",
-    "chunks",
-}  # chunks: the same sums to float rounding (a checkpoint from chunks 4)
+# Options that may differ when a run is resumed: they change how it runs, not what it learns (chunks: the
+# same sums to float rounding, a checkpoint from chunks 4).
+RESUMABLE = {"epochs", "threads", "device", "chunks"}
 
 
 # Fields renamed since runs recorded them: old name -> new (a model's metrics.json, a checkpoint).
@@ -60,8 +53,8 @@ def renamed(recorded: dict[str, Any]) -> dict[str, Any]:
 class TrainConfig:
     """How the encoder is trained; the defaults are the seed recipe. Each option's help text is its ``dupq train --help``.
 
-    Options with ``cli=False`` are ablations that did not make the bundled recipe (docs/experiments/
-    has their rows) or settings that the recipe's preset fixes: a preset file sets them.
+    Options with ``cli=False`` are settings that a recipe's preset fixes: a preset file sets them.
+    The ablations that lost are gone; docs/experiments/ keeps their rows.
     """
 
     train_on: str = option(
@@ -70,23 +63,12 @@ class TrainConfig:
         choices=SOURCES,
         cli=False,
     )
-    # loss -> weight; empty: the source's DEFAULT_LOSSES. Not an option field: `--loss NAME[:WEIGHT]` is repeated
-    losses: dict[str, float] = field(default_factory=dict)
+    # loss -> weight, or a table of its weight and arguments (dupq.training.objectives); empty: the source's
+    # DEFAULT_LOSSES. Not an option field: `--loss NAME[:WEIGHT]` is repeated
+    losses: dict[str, Any] = field(default_factory=dict)
     epochs: int = option(5, "Passes over the training pairs.", min=1)
     batch_size: int = option(256, "Pairs per batch (in-batch negatives = batch size - 1).", min=2, max=65_536)
     lr: float = option(0.01, "Adam learning rate.", min=0.0)
-    margin: float = option(0.25, "Triplet loss margin (the seed's alpha).", cli=False)
-    # Adam makes sum and mean nearly equivalent for the triplet loss alone; mean weighs it like the other losses
-    reduction: str = option("sum", "Triplet loss over a batch: sum (seed) or mean.", choices=REDUCTIONS, cli=False)
-    symmetric: bool = option(
-        False, "Triplet loss in both directions of the similarity matrix (q1 rows as anchors too).", cli=False
-    )
-    scale: float = option(
-        20.0, "Ranking loss: scale of the cosines in its softmax (an inverse temperature).", cli=False
-    )
-    contrastive_margin: float = option(
-        0.5, "(Online) contrastive loss: distance non-duplicates are pushed beyond.", cli=False
-    )
     mask_false_negatives: bool = option(
         False, "Leave the anchor's own question and its known duplicates out of its negatives.", cli=False
     )
@@ -102,11 +84,6 @@ class TrainConfig:
     lr_schedule: str = option(
         "constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES, cli=False
     )
-    ema: float = option(
-        0.0,
-        "Keep (validate, save) a moving average of the weights with this decay per step, e.g. 0.999; 0: off.",
-        cli=False,
-    )
     seed: int = option(0, "Random seed (initialisation, shuffling, dropout).", min=0, max=2**32 - 1)
     keep: str = option(
         "best",
@@ -115,8 +92,6 @@ class TrainConfig:
         choices=KEEPS,
         cli=False,
     )
-    # >1 groups similar lengths: faster, but -1.3 test accuracy (negatives as long as the anchor are easier)
-    bucket: int = option(1, "Batches per length-sorted bucket (1: random batches, as the seed).", min=1, cli=False)
     # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 8 is the fastest of
     # 4/8/16/32 for the seed recipe on a 2-core CPU (`python bench/train_step.py --recipe seed`: 8,930 pairs/s
     # against 8,091 at 16); for the labelled recipe 8 and 16 are within noise, and its preset keeps 16:
@@ -141,13 +116,13 @@ class TrainConfig:
         if not self.losses:
             self.losses = dict(DEFAULT_LOSSES[self.train_on])
         for f in fields(self):
-            if f.name in ("lr", "word_lr", "margin", "scale", "contrastive_margin") and not math.isfinite(
-                getattr(self, f.name)
-            ):
+            if f.name in ("lr", "word_lr") and not math.isfinite(getattr(self, f.name)):
                 raise DupqError(f"{label(f)} must be a finite number, not {getattr(self, f.name)}.")
-        if not 0.0 <= self.ema < 1.0:
-            raise DupqError(f"ema must be in [0, 1), not {self.ema}.")
-        if self.objective().needs_teacher != bool(self.teacher_vectors):
+        try:
+            objective = self.objective()
+        except ValueError as e:
+            raise DupqError(f"losses: {e}.") from None
+        if objective.needs_teacher != bool(self.teacher_vectors):
             raise DupqError(
                 "the distil losses need --teacher-vectors (a folder made by `dupq distil teach`)"
                 if self.teacher_vectors == ""
@@ -157,15 +132,7 @@ class TrainConfig:
     def objective(self) -> Objective:
         from dupq.training.objectives import Objective  # torch: imported when training, not by the CLI's options
 
-        return Objective(
-            self.losses,
-            self.margin,
-            self.reduction,
-            self.symmetric,
-            self.scale,
-            self.contrastive_margin,
-            self.mask_false_negatives,
-        )
+        return Objective(self.losses, self.mask_false_negatives)
 
 
 @dataclass
@@ -196,17 +163,12 @@ class ModelOptions:
         cli=False,
     )
     min_count: int = option(1, "Keep words seen at least this often in the vocabulary (words only).", min=1, cli=False)
-    bidirectional: bool = option(False, "Bidirectional recurrent layer: vectors twice as wide, ~2x slower.", cli=False)
     dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9, cli=False)
-    pooling: str = option(
-        "mean", "mean (the seed) or max over the recurrent layer's outputs.", choices=POOLINGS, cli=False
-    )
     head: str = option(
         "none",
         "Pair head: none, cosine (a scaled cosine) or mlp (over [|u-v|, u*v, cos]); bce needs one (cosine by default).",
         choices=("none", *HEADS),
     )
-    head_hidden: int = option(256, "Hidden width of the mlp head.", min=1, max=MAX_HIDDEN, cli=False)
     word_init: str = option(
         "",
         "Start word embeddings from a teacher's vectors of each word (or WordPiece token): 'teacher' "

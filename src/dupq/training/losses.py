@@ -18,11 +18,9 @@ to duplicate any row) can be appended as columns: ``S`` becomes ``(B, B + M)``. 
 text again, or a known duplicate of it) from both the mean and the closest negative.
 
 Beyond the seed, the losses that learn from *labelled* pairs (both labels) and the ranking loss
-of sentence-transformers are here too, each a function of embeddings or cosines:
+of sentence-transformers are here too, each a function of embeddings:
 
 * :func:`multiple_negatives_ranking_loss`: softmax cross-entropy over in-batch candidates;
-* :func:`contrastive_loss` and :func:`online_contrastive_loss`: pull duplicates together, push
-  labelled non-duplicates beyond a margin (all pairs, or only the hard ones);
 * :func:`pair_bce_loss`: binary cross-entropy on a pair logit (a scaled cosine or a pair head).
 """
 
@@ -183,43 +181,6 @@ def multiple_negatives_ranking_loss(
         back = logits[:, : len(anchors)].T  # (B, B): positive i over every anchor
         loss = (loss + F.cross_entropy(back, target)) / 2
     return loss
-
-
-def contrastive_loss(cosines: Tensor, labels: Tensor, margin: float = 0.5) -> Tensor:
-    """Contrastive loss on cosine distances ``d = 1 - cos`` of labelled pairs, mean over pairs.
-
-    ``L = 1/2 [y d^2 + (1 - y) relu(margin - d)^2]``: duplicates are pulled together, and
-    non-duplicates pushed until they are ``margin`` apart (Hadsell, Chopra & LeCun 2006,
-    *Dimensionality Reduction by Learning an Invariant Mapping*; sentence-transformers'
-    ``ContrastiveLoss`` with its cosine distance).
-
-    >>> round(contrastive_loss(torch.tensor([1.0, 0.9]), torch.tensor([1.0, 0.0])).item(), 4)
-    0.04
-    """
-    distance = 1 - cosines  # (N,)
-    y = labels.to(cosines.dtype)
-    return 0.5 * (y * distance.pow(2) + (1 - y) * F.relu(margin - distance).pow(2)).mean()
-
-
-def online_contrastive_loss(cosines: Tensor, labels: Tensor, margin: float = 0.5) -> Tensor:
-    """Contrastive loss over the batch's *hard* pairs only, summed (sentence-transformers'
-    ``OnlineContrastiveLoss``, used with the ranking loss for its Quora duplicate model).
-
-    With cosine distances ``d = 1 - cos``, the hard positives are duplicates farther apart than the
-    closest non-duplicate, and the hard negatives non-duplicates closer than the farthest
-    duplicate (with one side empty or single, the other side's mean stands in):
-    ``L = sum_{hard pos} d^2 + sum_{hard neg} relu(margin - d)^2``.
-
-    >>> round(online_contrastive_loss(torch.tensor([0.4, 0.9, 0.8]), torch.tensor([1, 0, 1])).item(), 4)
-    0.52
-    """
-    distance = 1 - cosines  # (N,)
-    pos, neg = distance[labels == 1], distance[labels == 0]
-    if not len(pos) or not len(neg):
-        return distance.sum() * 0.0
-    hard_neg = neg[neg < (pos.max() if len(pos) > 1 else neg.mean())]
-    hard_pos = pos[pos > (neg.min() if len(neg) > 1 else pos.mean())]
-    return hard_pos.pow(2).sum() + F.relu(margin - hard_neg).pow(2).sum()
 
 
 def pair_bce_loss(logits: Tensor, labels: Tensor) -> Tensor:

@@ -63,10 +63,8 @@ def batch_sources(
     hard = splits.pool.take(splits.pool.labels == 0) if config.hard_negatives else None
     if hard is not None and config.train_on == "labelled":
         hard = hard.take(np.isin(hard.rows, train_pairs.rows))  # never a validation pair's question
-    train_source = PairBatches(
-        vocab, train_pairs, config.batch_size, config.bucket, groups, hard, teacher, config.distil_questions
-    )
-    val_source = PairBatches(vocab, val_pairs, config.batch_size, config.bucket, groups, teacher=teacher)
+    train_source = PairBatches(vocab, train_pairs, config.batch_size, groups, hard, teacher, config.distil_questions)
+    val_source = PairBatches(vocab, val_pairs, config.batch_size, groups, teacher=teacher)
     duplicates = int(train_pairs.labels.sum())
     line = f"train {len(train_pairs):,} pairs ({duplicates:,} duplicates) | validation {len(val_pairs):,} pairs"
     if train_source.partners is not None:
@@ -97,15 +95,13 @@ def build_model(
     vocab: AnyVocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None
 ) -> Siamese:
     torch.manual_seed(config.seed)
-    encoder = ENCODERS[options.encoder](
-        EncoderConfig(len(vocab), options.dim, options.bidirectional, options.dropout, options.pooling)
-    )
+    encoder = ENCODERS[options.encoder](EncoderConfig(len(vocab), options.dim, dropout=options.dropout))
     head = None
     if options.head != "none" or config.objective().needs_head:
         kind = "cosine" if options.head == "none" else options.head
-        head = PairHead(HeadConfig(kind, encoder.config.out_dim, options.head_hidden))
+        head = PairHead(HeadConfig(kind, encoder.config.out_dim))
     projection = None
-    if "distil" in config.losses:
+    if config.objective().projects:
         if teacher_dim is None:
             raise ValueError("the distil loss needs the teacher's width for its projection")
         projection = nn.Linear(encoder.config.out_dim, teacher_dim, bias=False)
@@ -136,7 +132,7 @@ def init_word_embeddings(encoder: Encoder, vocab: AnyVocabulary, teacher: str, l
     )
 
 
-def _check_device(name: str) -> None:
+def check_device(name: str) -> None:
     try:
         device = torch.device(name)
         torch.empty(0, device=device)

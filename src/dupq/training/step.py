@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +18,6 @@ from dupq.training.distributed import World, gather, share
 from dupq.training.objectives import Objective
 
 
-def _lr_factor(config: TrainConfig, step: int, total: int) -> float:
-    if config.lr_schedule == "cosine":
-        return 0.5 * (1 + math.cos(math.pi * step / max(1, total)))
-    return 1.0
-
-
 def param_groups(model: nn.Module, word_lr: float) -> list[dict]:
     """Adam's parameter groups: the word embeddings at ``word_lr`` times the learning rate (``share``), the rest at it.
 
@@ -38,53 +31,6 @@ def param_groups(model: nn.Module, word_lr: float) -> list[dict]:
     words = [p for name, p in named if name.endswith("embedding.weight")]
     rest = [p for name, p in named if not name.endswith("embedding.weight")]
     return [{"params": words, "share": word_lr}, {"params": rest, "share": 1.0}]
-
-
-class Update:
-    """One optimiser update from a batch's loss: clear the gradients, backward, the optimiser's step.
-
-    The word-embedding table is most of the parameters (tens of thousands of rows) but a batch
-    touches a few thousand of its rows. Its dense gradient would be a fresh table-sized tensor
-    every step, allocated and zero-filled, then summed into; here the table's lookup gives the
-    batch's rows only (``nn.Embedding(sparse=True)``), they are added into one buffer of the
-    table's shape kept across steps, the optimiser reads that buffer as the table's gradient
-    (Adam moves every row, as with the dense gradient), and afterwards only the rows added are
-    zeroed again. The same sums as the dense gradient, up to the order in which a word's
-    repeats are added (float rounding); bench/train_step.py measures the time saved.
-
-    A gradient that arrives dense (another loss term reads the whole table, as ``dupq adapt``'s
-    anchor does) is used as it is. Among several processes DDP sums the sparse rows of every
-    rank before the buffer sees them.
-    """
-
-    def __init__(self, model: Siamese, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
-        embedding = model.encoder.embedding
-        embedding.sparse = True
-        self.table = embedding.weight
-        self.buffer = torch.zeros_like(self.table)
-
-    def __call__(self, loss: torch.Tensor) -> None:
-        self.backward(loss)
-        self.step()
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Clear the gradients, then ``loss.backward()``: the table's gradient holds the batch's rows."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-
-    def step(self) -> None:
-        """The optimiser's step, the table's rows added into the buffer for it and zeroed after it."""
-        grad = self.table.grad
-        rows = None
-        if grad is not None and grad.is_sparse:
-            rows = grad._indices()[0]
-            self.buffer.index_add_(0, rows, grad._values())
-            self.table.grad = self.buffer
-        self.optimizer.step()
-        if rows is not None:
-            self.buffer.index_fill_(0, rows, 0.0)
-            self.table.grad = None
 
 
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
@@ -152,13 +98,6 @@ def loss_of_vectors(
     """
     terms = objective.terms(v, batch, model.head, model.projection)
     return objective.total(terms, v), objective.per_pair(terms, batch.size)
-
-
-def batch_loss(
-    model: Siamese, batch: Batch, objective: Objective, chunks: int, world: World = World(), bf16: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One batch's ``(loss, loss per pair)``: :func:`encode_batch`, then :func:`loss_of_vectors`."""
-    return loss_of_vectors(model, encode_batch(model, batch, chunks, world, bf16), batch, objective)
 
 
 @dataclass
@@ -237,5 +176,6 @@ class Siamese(nn.Module):
     def forward(
         self, batch: Batch, objective: Objective, chunks: int, world: World, bf16: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss, loss per pair)`` of one batch (:func:`batch_loss`): the call DDP wraps to average gradients."""
-        return batch_loss(self, batch, objective, chunks, world, bf16)
+        """``(loss, loss per pair)`` of one batch: :func:`encode_batch`, then :func:`loss_of_vectors`; the call
+        DDP wraps to average gradients."""
+        return loss_of_vectors(self, encode_batch(self, batch, chunks, world, bf16), batch, objective)

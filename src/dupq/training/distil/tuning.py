@@ -37,6 +37,7 @@ from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import Pairs
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.training.batches import false_negatives
+from dupq.training.loop import Epoch, Loop, Update, fit, warmup_linear
 from dupq.training.losses import multiple_negatives_ranking_loss
 
 
@@ -84,10 +85,18 @@ def tuning_pairs(pool: Pairs, rng: np.random.Generator) -> tuple[list[str], list
     return anchors, positives, negatives
 
 
-def _lr_factor(step: int, total: int, warmup: float) -> float:
-    """Linear warm-up over ``warmup * total`` steps, then linear decay to 0 (sentence-transformers' default)."""
-    ramp = max(1, int(warmup * total))
-    return (step + 1) / ramp if step < ramp else max(0.0, (total - step) / max(1, total - ramp))
+class _Rows:
+    """Batches of duplicate-pair rows for the loop: each row once an epoch, in random order; no partial batch."""
+
+    def __init__(self, n: int, batch_size: int):
+        self.n, self.batch_size = n, batch_size
+
+    def epoch(self, rng: np.random.Generator) -> list[np.ndarray]:
+        order = rng.permutation(self.n)
+        return [order[b * self.batch_size : (b + 1) * self.batch_size] for b in range(self.n // self.batch_size)]
+
+    def batch(self, index: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return index
 
 
 def fine_tune(
@@ -110,39 +119,26 @@ def fine_tune(
         raise DupqError(f"the pool holds {len(anchors)} duplicate pairs, fewer than one batch of {config.batch_size}.")
     groups = duplicate_groups(list({*pool.q1, *pool.q2}), pool.q1, pool.q2, pool.labels)
     steps_per_epoch = len(anchors) // config.batch_size
-    total = config.epochs * steps_per_epoch
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     log(
         f"fine-tuning {name} on {len(anchors):,} duplicate pairs ({sum(n is not None for n in negatives):,} with a hard negative), "
         f"{config.epochs} epoch(s) of {steps_per_epoch:,} steps"
     )
-    started, step = time.perf_counter(), 0
-    model.train()
-    for epoch in range(config.epochs):
-        order = rng.permutation(len(anchors))
-        for b in range(steps_per_epoch):
-            rows = order[b * config.batch_size : (b + 1) * config.batch_size]
-            for group in optimizer.param_groups:
-                group["lr"] = config.lr * _lr_factor(step, total, config.warmup)
-            loss = _step_loss(
-                model,
-                [anchors[i] for i in rows],
-                [positives[i] for i in rows],
-                [negatives[i] for i in rows] if config.hard_negatives else [],
-                groups,
-                config,
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            if step % 100 == 0 or step == total:
-                log(
-                    f"epoch {epoch + 1} step {step:,}/{total:,} loss {loss.item():.4f} ({time.perf_counter() - started:.0f}s)"
-                )
+    started = time.perf_counter()
+
+    def loss_of(rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        hard = [negatives[i] for i in rows] if config.hard_negatives else []
+        loss = _step_loss(model, [anchors[i] for i in rows], [positives[i] for i in rows], hard, groups, config)
+        return loss, loss.detach()
+
+    def after_epoch(epoch: int, done: Epoch) -> None:
+        log(f"epoch {epoch + 1}/{config.epochs} loss {done.loss:.4f} ({time.perf_counter() - started:.0f}s)")
+
+    loop = Loop(config.epochs, config.lr, config.seed, warmup_linear(config.warmup), progress=False)
+    fit(loop, model, _Rows(len(anchors), config.batch_size), loss_of, Update(optimizer, clip=1.0), after_epoch)
     model.eval()
-    _save(model, out)
+    with new_folder(out) as tmp:  # written whole, then renamed into place: a killed save leaves the old one
+        model.save(str(tmp))
     log(f"saved the fine-tuned teacher to {out} ({time.perf_counter() - started:.0f}s)")
     return out
 
@@ -170,9 +166,3 @@ def _step_loss(
     return multiple_negatives_ranking_loss(
         vectors[:n], vectors[n : 2 * n], vectors[2 * n :] if hard else None, scale=config.scale, excluded=excluded
     )
-
-
-def _save(model, out: Path) -> None:
-    """Write the model folder whole, then rename it into place (a killed save leaves the old one)."""
-    with new_folder(out) as tmp:
-        model.save(str(tmp))

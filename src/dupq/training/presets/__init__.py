@@ -2,7 +2,8 @@
 
 A preset sets fields of :class:`~dupq.training.config.TrainConfig`,
 :class:`~dupq.training.config.ModelOptions` and :class:`~dupq.data.pairs.SplitConfig` by their
-names, and the losses as a ``[losses]`` table (name = weight); a field it leaves out keeps its
+names, and the losses as a ``[losses]`` table (name = weight, or name = an inline table of
+``weight`` and the loss's arguments, ``triplet = { weight = 1.0, reduction = "mean" }``); a field it leaves out keeps its
 default. ``extends = "NAME"`` starts from another preset (a name, or a path beside the file) and
 changes a few of its values, as ``bundled`` adds the teacher to ``labelled``:
 
@@ -17,12 +18,12 @@ changes a few of its values, as ``bundled`` adds the teacher to ``labelled``:
 The package ships three (``PRESETS``): ``seed`` (the seed notebook's recipe: ``dupq train``'s
 defaults), ``labelled`` (every labelled pair of the pool, an mlp pair head; ``make demo``) and
 ``bundled`` (``labelled`` plus the distilled teacher: the bundled model's recipe). A preset may
-set the options that have no command-line flag (the ablations, ``chunks``), so a file is the one
+set the options that have no command-line flag (``train_on``, ``chunks``, a loss's arguments), so a file is the one
 way to state a whole recipe; a flag typed on the command line overrides the preset's value.
 
 >>> train, model, split = configs(read_preset("labelled"))
->>> train.train_on, model.head, train.losses
-('labelled', 'mlp', {'bce': 1.0, 'ranking': 1.0, 'triplet': 1.0})
+>>> train.train_on, model.head, train.losses["triplet"]
+('labelled', 'mlp', {'weight': 1.0, 'reduction': 'mean', 'symmetric': True})
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ CONFIGS = (TrainConfig, ModelOptions, SplitConfig)  # the dataclasses a preset's
 KEYS = {f.name: config for config in CONFIGS for f in fields(config)}  # field name -> its dataclass
 _HINTS = {name: kind for config in CONFIGS for name, kind in get_type_hints(config).items()}  # field name -> type
 _DEPTH = 8  # `extends` chains longer than this are a loop
+# Options that became a loss's arguments (dupq.training.objectives): a preset that sets one is told where it went.
+LOSS_ARGUMENTS = {"margin": "triplet", "reduction": "triplet", "symmetric": "triplet", "scale": "ranking"}
 
 
 def preset_path(name: str, beside: Path | None = None) -> Path:
@@ -92,15 +95,21 @@ def _suggestion(key: str) -> str | None:
 def _check_key(path: Path, key: str, value: Any) -> None:
     """Refuse a key that names no option, or a value of another kind than its field's."""
     if key == "losses":
-        from dupq.training.objectives import parse_losses  # torch: imported when a preset names losses, not by the CLI
+        from dupq.training.objectives import Objective  # torch: imported when a preset names losses, not by the CLI
 
-        if not isinstance(value, dict) or not all(of_kind(w, float) for w in value.values()):
+        if not isinstance(value, dict) or not all(of_kind(w, float) or isinstance(w, dict) for w in value.values()):
             raise DupqError(f"the preset {path} sets losses to {value!r}; write a [losses] table of name = weight.")
         try:
-            parse_losses([f"{name}:{weight}" for name, weight in value.items()])
+            Objective(value)
         except ValueError as e:
             raise DupqError(f"the preset {path}: {e}.") from None
         return
+    if key in LOSS_ARGUMENTS:
+        loss = LOSS_ARGUMENTS[key]
+        raise DupqError(
+            f"the preset {path} sets {key!r}, an argument of the {loss} loss now: "
+            f"write {loss} = {{ weight = 1.0, {key} = {_value(value)} }} in its [losses] table."
+        )
     if key not in KEYS:
         hint = RENAMED.get(key) or _suggestion(key)
         raise DupqError(
@@ -119,7 +128,7 @@ def configs(values: dict[str, Any]) -> tuple[TrainConfig, ModelOptions, SplitCon
     """
     values = {k: float(v) if _HINTS.get(k) is float and of_kind(v, float) else v for k, v in values.items()}
     if "losses" in values:
-        values["losses"] = {name: float(weight) for name, weight in values["losses"].items()}
+        values["losses"] = {n: w if isinstance(w, dict) else float(w) for n, w in values["losses"].items()}
     built = [config(**{k: v for k, v in values.items() if KEYS.get(k) is config}) for config in CONFIGS]
     return built[0], built[1], built[2]
 
@@ -140,6 +149,8 @@ def to_toml(values: dict[str, Any], defaults: dict[str, Any] | None = None) -> s
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):  # a loss's table: { weight = 1.0, reduction = "mean" }
+        return "{ " + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, float):
         return repr(value)  # 0.005, 1e-05, 5.0: TOML floats (never inf or nan here: the configs refuse them)
     return json.dumps(value)
