@@ -174,7 +174,7 @@ def hnsw(efs: tuple[int, ...] = (16, 24, 32, 40, 48, 64)) -> list[list[str]]:
     return [["efSearch", *rows[0]], *rows[1:]]
 
 
-ROUTES = [  # (files: one per training seed, label); the presets are in bench/presets/
+ROUTES = [  # (files: one per training seed, label); the presets are in lab/presets/
     (["route_bundled_dev.json"], "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
     (["route_0_dev.json", "route_0_s1_dev.json", "route_0_s2_dev.json"], "0: the bundled recipe trained again as the routes were"),
     (["route_a_dev.json", "route_a_s1_dev.json", "route_a_s2_dev.json"], "A: + transfer set (128 taught questions a batch)"),

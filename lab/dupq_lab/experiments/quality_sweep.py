@@ -1,7 +1,7 @@
 """Train and judge several recipes; one JSON line per recipe (the tables of docs/experiments/).
 
-    python bench/quality_sweep.py --out runs/sweep --only labelled,labelled-cos [--jobs 2 --threads 1]
-    python bench/quality_sweep.py --list
+    dupq-lab quality-sweep --out runs/sweep --only labelled,labelled-cos [--jobs 2 --threads 1]
+    dupq-lab quality-sweep --list
 
 Each configuration is a preset of the package (``seed``, ``labelled``, ``bundled``) and the options
 it changes, written as a preset file beside the run (``runs/sweep/NAME.toml``, ``extends`` the
@@ -10,7 +10,7 @@ is not the test pairs:
 
 * ``dev_accuracy``: accuracy on the dev pairs at the threshold chosen there (what `dupq train`
   stores in the model);
-* ``dev_mrr@10``, ``dev_ndcg@10``: retrieval on the dev rows alone (`bench/retrieval.py --split dev`);
+* ``dev_mrr@10``, ``dev_ndcg@10``: retrieval on the dev rows alone (`dupq-lab retrieval --split dev`);
 * ``val_accuracy``: the best epoch's accuracy on the pool pairs held out for validation.
 
 ``clean_accuracy`` and ``clean_roc_auc`` are the hand-written pairs of ``dupq evaluate --task clean-pairs``
@@ -25,7 +25,6 @@ A configuration whose model folder is already complete is judged again without r
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import subprocess
@@ -33,6 +32,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dupq_lab.options import DATA, Data, Threads
 
 # What the seed recipe's best run (the bundled model before stage 5) added to it: its tokenizer and regularisation.
 WORDS = {"lowercase": True, "oov_buckets": 4096, "min_count": 2, "dropout": 0.2}
@@ -140,7 +144,7 @@ def judge(name: str, folder: Path, data: str, threads: int) -> dict:
     }
 
 
-def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = False) -> dict:
+def run_one(name: str, data: Path, out: Path, threads: int, train_only: bool = False) -> dict:
     from dupq.training.presets import to_toml
 
     folder = out / name
@@ -170,32 +174,31 @@ def run_one(name: str, data: str, out: Path, threads: int, train_only: bool = Fa
     return {"name": name, "trained": str(folder)} if train_only else judge(name, folder, data, threads)
 
 
-def main() -> None:
-    from dupq.data.pairs import default_data_path
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(default_data_path()))
-    parser.add_argument("--out", type=Path, default=Path("runs/sweep"))
-    parser.add_argument("--jobs", type=int, default=1, help="configurations trained side by side")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads per configuration")
-    parser.add_argument("--only", default="", help="comma-separated configuration names (default: all)")
-    parser.add_argument("--list", action="store_true", help="print the configurations and stop")
-    parser.add_argument("--train-only", action="store_true", help="train the configurations, judge nothing")
-    args = parser.parse_args()
-    if args.list:
+def main(
+    data: Data = DATA,
+    out: Annotated[Path, typer.Option(help="Folder of the trained configurations and their results.")] = Path(
+        "runs/sweep"
+    ),
+    jobs: Annotated[int, typer.Option(min=1, help="Configurations trained side by side.")] = 1,
+    threads: Threads = 2,
+    only: Annotated[str, typer.Option(help="Comma-separated configuration names (default: all).")] = "",
+    list_: Annotated[bool, typer.Option("--list", help="Print the configurations and stop.")] = False,
+    train_only: Annotated[bool, typer.Option(help="Train the configurations, judge nothing.")] = False,
+) -> None:
+    if list_:
         for name in CONFIGS:
             print(f"{name}: {command(name)}")
         return
-    names = [n for n in args.only.split(",") if n] or list(CONFIGS)
+    names = [n for n in only.split(",") if n] or list(CONFIGS)
     unknown = set(names) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown configuration(s): {', '.join(sorted(unknown))}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_one, n, args.data, args.out, args.threads, args.train_only): n for n in names}
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_one, n, data, out, threads, train_only): n for n in names}
         for future in as_completed(futures):
             print(json.dumps(future.result()), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)
