@@ -1,1 +1,1 @@
-"""Experiments whose rows stay in docs/experiments: calibration, the help desks' thresholds, pair words."""
+"""Experiments whose rows stay in docs/experiments: the yardsticks' scripts (quora-dev, retrieval, out-of-domain, clean-pairs), the sweep, the static branch, calibration, pair words."""
