@@ -43,19 +43,19 @@ bundled: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Every figure of README.md and docs/**/*.md (update_docs.py with no file: all of them): tables and the
+# Every figure of README.md and docs/**/*.md (`dupq-lab figures` with no file: all of them): tables and the
 # training/timing blocks from their inputs in docs/results/, the quick console blocks (the bundled model's
 # answers) by running their commands. A minute or two.
 figures: install
-	$(BIN)/python bench/update_docs.py
+	$(BIN)/dupq-lab figures
 
 # Run the training and timing commands of the `saved` blocks again (hours; needs the Quora file), rewrite their
-# docs/results/*.json, then the figures; `python bench/update_docs.py --measure --only TEXT` reruns one.
+# docs/results/*.json, then the figures; `dupq-lab figures --measure --only TEXT` reruns one.
 measurements: install
-	$(BIN)/python bench/update_docs.py --measure
+	$(BIN)/dupq-lab figures --measure
 
 bench: install
-	$(BIN)/python bench/train_speed.py
+	$(BIN)/dupq-lab train-speed
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

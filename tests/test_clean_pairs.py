@@ -1,4 +1,4 @@
-"""The hand-written clean pairs (``dupq evaluate --task clean-pairs``) and the script ``bench/clean_pairs.py``."""
+"""The hand-written clean pairs (``dupq evaluate --task clean-pairs``) and the script ``dupq-lab clean-pairs``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import re
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +18,6 @@ from dupq.evaluation.tasks import CLEAN_PAIRS as PAIRS
 from dupq.evaluation.tasks import judged_clean_pairs
 from dupq.modeling.verdict import on_cosines
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "bench" / "clean_pairs.py"
 LABEL = {"paraphrase": "1", "near_miss": "0"}
 
 
@@ -119,7 +116,10 @@ def test_dupq_evaluate_task_clean_pairs_matches_a_naive_recount():
 
 def test_script_says_one_sentence_for_a_bad_model_folder(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--model", str(tmp_path / "absent")], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "dupq_lab.experiments.clean_pairs", "--model", str(tmp_path / "absent")],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 2
     assert done.stdout == ""

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from dupq_lab.update_docs import MARK, doc_files, same_within_noise
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-from update_docs import MARK, doc_files, same_within_noise  # noqa: E402
 
 
 def update_docs(*args: str, data: Path | None = None) -> subprocess.CompletedProcess:
-    """bench/update_docs.py with ``args``; ``data`` is where it is told the Quora file is (default: as dupq finds it)."""
+    """``dupq-lab figures`` with ``args``; ``data`` is where it is told the Quora file is (default: as dupq finds it)."""
     env = {**os.environ, **({"DUPQ_DATA": str(data)} if data else {})}
     return subprocess.run(
-        [sys.executable, str(REPO / "bench/update_docs.py"), *args],
+        [sys.executable, "-m", "dupq_lab.update_docs", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

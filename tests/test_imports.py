@@ -1,6 +1,6 @@
 """Commands import what they use: judging a pair and searching with the bundled LSTM model never import torch.
 
-``import torch`` costs seconds, the arithmetic of one judgement milliseconds (bench/cold_start.py):
+``import torch`` costs seconds, the arithmetic of one judgement milliseconds (dupq-lab cold-start):
 each command runs in a fresh interpreter that reports, once it is done, whether torch was imported.
 A command that encodes many questions at once does import it (torch's batched LSTM is faster
 there); that run shows the check can see torch come in.

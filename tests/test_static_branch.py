@@ -1,24 +1,18 @@
-"""bench/static_branch.py: the static sentence vectors joined to a model's, against naive references."""
+"""dupq-lab static-branch: the static sentence vectors joined to a model's, against naive references."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dupq.data.tokenizer import Vocabulary
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture(scope="module")
 def branch():
-    spec = importlib.util.spec_from_file_location("static_branch", BENCH / "static_branch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from dupq_lab.experiments import static_branch
+
+    return static_branch
 
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]

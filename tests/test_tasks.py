@@ -8,12 +8,10 @@ task is recounted pair by pair on a model trained on synthetic pairs.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
 import zlib
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,8 +23,6 @@ from dupq.core.files import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation import tasks
 from dupq.modeling.model import ENCODE_BATCH, Model
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def normalised(text: str) -> str:
@@ -92,9 +88,8 @@ def test_a_broken_help_desk_file_is_one_sentence_naming_its_line(tmp_path):
 
 
 def test_write_questions_writes_the_collection_one_a_line_and_never_a_new_question(tmp_path):
-    spec = importlib.util.spec_from_file_location("out_of_domain", REPO / "bench" / "out_of_domain.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from dupq_lab.experiments import out_of_domain as script
+
     file = tasks.HelpDeskPairs(
         domains=["home"] * 3,
         splits=["dev", "test", "dev"],

@@ -430,7 +430,7 @@ def test_the_teachers_tokenizer_gives_the_teachers_ids_without_cls_and_sep():
 def test_route_d_is_the_bundled_recipe_with_the_teachers_tokens():
     from dupq.training.presets import configs, read_preset
 
-    path = str(Path(__file__).resolve().parents[1] / "bench" / "presets" / "route-d.toml")
+    path = str(Path(__file__).resolve().parents[1] / "lab" / "presets" / "route-d.toml")
     route = read_preset(path)
     # the routes' teacher cache (the pool and the transfer set), as every route preset of stage 9 names it
     assert route == {**read_preset("bundled"), "tokenizer": "wordpiece", "teacher_vectors": "runs/teacher-transfer"}

@@ -59,7 +59,7 @@ def distil_teach(
     bf16: Annotated[
         bool,
         typer.Option(
-            help="Run the teacher under bfloat16 autocast (faster on CPUs with AMX or AVX512-BF16; bench/teacher_speed.py measures it)."
+            help="Run the teacher under bfloat16 autocast (faster on CPUs with AMX or AVX512-BF16; dupq-lab teacher-speed measures it)."
         ),
     ] = True,
     device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")] = "cpu",

@@ -4,7 +4,7 @@ A search encodes one question and judges its ten hits. For that little arithmeti
 most of its time elsewhere: dispatching a dozen small operators, and for the LSTM, oneDNN
 reordering the recurrent weights on every call (``ONEDNN_VERBOSE=1`` lists two reorders around
 each recurrence). Within a search, that work also pushes the index's and SQLite's data out of the
-CPU's caches, so the rest of the search pays for it again. ``bench/single_search.py`` times whole
+CPU's caches, so the rest of the search pays for it again. ``dupq-lab single-search`` times whole
 searches with these kernels and with torch in one run (figures in docs/scale.md).
 
 The torch modules stay the definition (:class:`~dupq.modeling.encoders.Encoder`,
@@ -33,7 +33,7 @@ from dupq.modeling.architecture import EncoderConfig, HeadConfig
 if TYPE_CHECKING:
     from torch import nn
 
-FEW_QUESTIONS = 8  # questions per call up to which the NumPy recurrence beats torch's (bench/single_search.py)
+FEW_QUESTIONS = 8  # questions per call up to which the NumPy recurrence beats torch's (dupq-lab single-search)
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
 Weights = Mapping[str, np.ndarray]  # a module's float32 weights by state-dict name ("lstm.weight_hh_l0", "scale")
 

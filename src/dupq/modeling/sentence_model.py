@@ -43,7 +43,7 @@ from dupq.modeling.model import READERS, Model, check_list
 from dupq.modeling.pretrained import load_sentence_transformer
 
 SUBFOLDER = "sentence-transformers"  # where a model folder keeps the transformer
-ENCODE_BATCH = 128  # questions per forward pass, as bench/peers.py measured MiniLM
+ENCODE_BATCH = 128  # questions per forward pass, as dupq-lab peers measured MiniLM
 
 
 class SentenceModel(Model):

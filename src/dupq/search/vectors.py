@@ -126,7 +126,7 @@ class IndexConfig:
     """Which FAISS index a collection keeps; saved in its manifest."""
 
     kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
-    # HNSW, chosen by bench/hnsw_sweep.py on Quora's 537,617 questions (the bundled model) with the query
+    # HNSW, chosen by dupq-lab hnsw-sweep on Quora's 537,617 questions (the bundled model) with the query
     # sample of seed 1: recall@10 at least 0.99 two standard errors down (0.9939 +- 0.0010), then the fewest
     # bytes a question, then the fastest walk (~0.08 ms); seed 0's queries, only reported, give 0.9936.
     # A well-built graph, not a wide search, is what Quora's many near-identical questions need:
@@ -138,7 +138,7 @@ class IndexConfig:
     )
     ef_construction: int = 200  # candidates while linking: more = better graph, slower build
     ef_search: int = 40  # candidates while searching (at least k are kept): more = better recall, slower queries
-    # IVF-PQ (see bench/search_speed.py for the figures on Quora's 537k questions):
+    # IVF-PQ (see dupq-lab search-speed for the figures on Quora's 537k questions):
     nlist: int = 1024  # coarse lists: more = fewer vectors scanned per probe, more to train and keep (d floats each)
     pq_m: int = 32  # one-byte codes per vector (must divide the width): more = finer scores, more memory
     nprobe: int = 128  # lists scanned per query: more = better recall, slower queries (Quora, 500 held-out queries: 64 -> 0.93, 128 -> 0.96 recall@10)
@@ -297,7 +297,7 @@ class VectorIndex:
         (the graph walk or the lists skip the others), widened in proportion to what the filter
         removes: HNSW's ``efSearch`` and IVF's ``nprobe`` divided by the allowed share, so that as
         many allowed candidates are weighed as an unfiltered search weighs. Recall against the
-        exact filtered search: bench/filtered_search.py.
+        exact filtered search: dupq-lab filtered-search.
         """
         ids = np.flatnonzero(allowed)  # (A,)
         if not len(ids):

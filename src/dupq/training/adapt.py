@@ -18,7 +18,7 @@ What keeps Quora's skills is how far the weights move: the learning rate and the
 optionally a penalty holding them near the starting model's (``anchor * sum (w - w0)^2``, the
 L2-SP penalty of Li, Grandvalet & Davoine 2018, *Explicit Inductive Bias for Transfer Learning
 with Convolutional Networks*). The defaults are the point chosen on the out-of-domain yardstick's
-dev half (``bench/out_of_domain.py``); the penalty, Quora duplicate pairs mixed in under the triplet
+dev half (``dupq-lab out-of-domain``); the penalty, Quora duplicate pairs mixed in under the triplet
 loss, rewordings of the questions as more teacher targets and batches of teacher neighbours were
 measured there too and did no better than fewer steps, so they are not in. The pair head, its
 calibration and threshold are the starting model's, unchanged: no labelled pair of the help desk

@@ -93,7 +93,7 @@ class TrainConfig:
         cli=False,
     )
     # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 8 is the fastest of
-    # 4/8/16/32 for the seed recipe on a 2-core CPU (`python bench/train_step.py --recipe seed`: 8,930 pairs/s
+    # 4/8/16/32 for the seed recipe on a 2-core CPU (`dupq-lab train-step --recipe seed`: 8,930 pairs/s
     # against 8,091 at 16); for the labelled recipe 8 and 16 are within noise, and its preset keeps 16:
     # docs/experiments/5-labelled-pairs.md, "What a labelled training step costs"
     chunks: int = 8

@@ -81,7 +81,7 @@ class Update:
     (``nn.Embedding(sparse=True)``), they are added into one buffer of the table's shape kept across
     steps, the optimiser reads it as the table's gradient (Adam moves every row, as with the dense
     gradient), and only the rows added are zeroed again: the dense gradient's sums without a fresh
-    table-sized tensor per step (bench/train_step.py measures the time saved). A gradient that
+    table-sized tensor per step (dupq-lab train-step measures the time saved). A gradient that
     arrives dense (``dupq adapt``'s anchor reads the whole table) is used as it is; among several
     processes DDP sums the sparse rows of every rank before the buffer sees them.
     """

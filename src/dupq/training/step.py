@@ -39,7 +39,7 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
     A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
     max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
     and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) in
-    less time (bench/train_step.py measures it), without making the batch's questions (the
+    less time (dupq-lab train-step measures it), without making the batch's questions (the
     in-batch negatives) share a length. The slices' word ids are looked up in one call and the
     vectors normalised in one, so the embedding table gets one gradient per batch and the small
     operations of a step are not repeated per slice.

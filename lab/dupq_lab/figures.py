@@ -1,0 +1,403 @@
+"""Every Markdown table of README.md and docs/: one declaration each (:data:`TABLES`), one renderer (:func:`render`).
+
+A page asks for a table by name, ``<!-- regenerate: table NAME -->`` (``dupq-lab figures`` writes it). A
+:class:`Table` names its inputs in docs/results/ (:func:`source`) and holds its header and rows as
+Markdown rows of templates (`` | `` between cells): Python format strings over those inputs, ``{name[key][key]:spec}``, where the spec ``.4f~``
+drops trailing zeros and ``bytes`` writes a size in MB, GB or TB. A cell whose input or key is
+missing is ``-``, and a row whose every cell but its labels is ``-`` is left out. ``each`` repeats the
+rows once per item of an input (the item is ``it``, its key ``key``). A table that is arithmetic
+rather than lookups (a pivot, a plan) is a small function referenced from its entry. Nothing is
+measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dupq_lab.options import RESULTS
+
+
+def saved(name: str) -> list[dict]:
+    """A saved measurement, docs/results/NAME: ``[{"command": ..., "output": [line, ...]}, ...]``."""
+    return json.loads((RESULTS / name).read_text())
+
+
+def printed(entry: dict) -> dict:
+    """The JSON line a saved command printed last (a row on stderr after it is skipped)."""
+    return json.loads(next(line for line in reversed(entry["output"]) if line.startswith("{")))
+
+
+def source(spec: str):
+    """One input: ``FILE`` (the JSON its last command printed), ``FILE | COMMAND`` (that command, else the first starting so),
+    ``FILE *`` (every command's), ``*.jsonl`` (the sweeps' rows, by name); None where FILE is missing."""
+    if spec == "*.jsonl":
+        lines = (line for path in sorted(RESULTS.glob("*.jsonl")) for line in path.read_text().splitlines())
+        return {row["name"]: row for line in lines if line.strip() for row in [json.loads(line)]}
+    name, _, command = (part.strip() for part in spec.partition("|"))
+    name, every = name.removesuffix(" *"), name.endswith(" *")
+    if not (RESULTS / name).is_file():
+        return None
+    entries = saved(name)
+    if every:
+        return [printed(e) for e in entries]
+    exact = [e for e in entries if e["command"] == command] or [e for e in entries if e["command"].startswith(command)]
+    return printed(exact[0] if command else entries[-1])
+
+
+def human(n_bytes: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:,.1f} {unit}"
+    return f"{n_bytes:,.0f} B"
+
+
+class _Cells(string.Formatter):
+    def format_field(self, value, spec: str) -> str:
+        if value is None:
+            raise KeyError("null")
+        if spec == "bytes":
+            return human(value)
+        if spec.endswith("~"):
+            return format(value, spec[:-1]).rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+        return format(value, spec)
+
+
+def cell(template: str, data: dict) -> str:
+    """``template`` filled from ``data``; ``-`` where an input or a key is missing."""
+    try:
+        return _Cells().vformat(template, (), data)
+    except (KeyError, IndexError, TypeError):
+        return "-"
+
+
+@dataclass(frozen=True)
+class Table:
+    header: str = ""  # the column labels, in order, " | " between them (templates too)
+    rows: tuple[str, ...] = ()  # each row's cells, " | " between them, the first its label
+    data: dict[str, str | Callable] = field(default_factory=dict)  # name -> source() spec, or a function of none
+    each: str = ""  # the rows again for every item of this input (``it``; ``key`` where it is a dict)
+    labels: int = 1  # the cells that name a row; a row whose other cells are all "-" is left out
+    render: Callable[[], list[list[str]]] | None = None  # a table of arithmetic: its header and rows, by itself
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
+    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    return [line(header), line(["---"] * len(header)), *map(line, rows)]
+
+
+def render(name: str) -> list[str]:
+    """The Markdown lines of table ``name``."""
+    table = TABLES[name]
+    if table.render:
+        header, *rows = table.render()
+        return markdown(header, rows)
+    data = {key: spec() if callable(spec) else source(spec) for key, spec in table.data.items()}
+    items = data[table.each] if table.each else [None]
+    items = items.items() if isinstance(items, dict) else enumerate(items)
+    rows = [
+        [cell(c, {**data, "it": it, "key": key}) for c in row.split(" | ")] for key, it in items for row in table.rows
+    ]
+    kept = [r for r in rows if any(c != "-" for c in r[table.labels :])]
+    return markdown([cell(h, data) for h in table.header.split(" | ")], kept)
+
+
+# -- the tables that are arithmetic ---------------------------------------------------------------------------
+
+
+def adapt() -> list[list[str]]:
+    """The saved `dupq adapt` run: what its printed lines say, and the help-desk dev Recall@1 before and after."""
+    text = "\n".join(saved("adapt.json")[-1]["output"])
+    questions = re.search(r"adapting the .* to ([\d,]+) questions", text).group(1)
+    teacher, tuning = re.search(r"\(teacher (\d+)s, fine-tuning (\d+)s\)", text).groups()
+    before, after = re.search(r"cosine to the teacher ([\d.]+) -> ([\d.]+)", text).groups()
+    recall = [source(f"out_of_domain{s}_dev.json")["dupq"]["recall@1"] for s in ("", "_adapted")]
+    header = ["questions", "teacher", "fine-tuning", "cosine to the teacher", "help-desk dev Recall@1"]
+    return [
+        header,
+        [questions, f"{teacher} s", f"{tuning} s", f"{before} -> {after}", "{:.3f} -> {:.3f}".format(*recall)],
+    ]
+
+
+INDEXES = {"flat": "flat (exact)", "hnsw": "hnsw", "ivfpq": "ivfpq + exact re-ranking"}
+TARGET_BYTES, TARGET_RECALL = 48, 0.95  # the target of a compressed index, per question
+
+
+def indexes() -> list[dict]:
+    """docs/results/search_speed.json's indexes, each with its label (its settings) and its bytes on disk."""
+    result, found = json.loads((RESULTS / "search_speed.json").read_text()), []
+    for kind in (k for k in INDEXES if k in result):
+        r, s, label = result[kind], result[kind].get("settings"), INDEXES[kind]
+        if kind == "hnsw" and s:
+            label += f" (M {s['hnsw_m']}, efConstruction {s['ef_construction']}, efSearch {s['ef_search']})"
+        elif kind == "ivfpq" and s:
+            label += f" (nlist {s['nlist']}, {s['pq_m']} bytes/code, nprobe {s['nprobe']}, re-rank {s['rerank']})"
+        found.append({**r, "label": label, "on_disk": r["size_mb"] * 2**20})
+    return found
+
+
+def search_memory() -> list[list[str]]:
+    """Each index's measured bytes a question (its FAISS file) at 10M and 100M questions, and the SQLite store's."""
+    result = json.loads((RESULTS / "search_speed.json").read_text())
+    n, kinds = result["questions"], [k for k in INDEXES if k in result]
+    scaled = lambda b: [f"{b:,}", human(b * n), human(b * 1e7), human(b * 1e8)]  # noqa: E731
+    rows = []
+    for kind in kinds:
+        b, recall = result[kind]["bytes_per_question"], result[kind]["recall@10"]
+        rows.append([INDEXES[kind], *scaled(b), "yes" if b <= TARGET_BYTES and recall >= TARGET_RECALL else "no"])
+    first = result[kinds[0]]  # every kind's folder holds the same store: the first one's, less its index
+    rows.append(
+        ["SQLite store (on disk)", *scaled(round(first["size_mb"] * 2**20 / n - first["bytes_per_question"])), ""]
+    )
+    header = ["index (in memory)", "bytes/question", f"{n:,} questions", "10M questions", "100M questions"]
+    return [header + [f"<= {TARGET_BYTES} B/question at recall@10 >= {TARGET_RECALL}"], *rows]
+
+
+def hnsw(efs: tuple[int, ...] = (16, 24, 32, 40, 48, 64)) -> list[list[str]]:
+    """The saved HNSW sweeps: a row per efSearch, a column per graph; the run of seed 1 chose, seed 0 reports."""
+    key = ("m", "ef_construction", "ef_search")
+    runs = [[json.loads(line) for line in e["output"]] for e in saved("hnsw_sweep.json")]
+    choose, report = ({tuple(r[k] for k in key): r for r in lines if "m" in r} for lines in runs)
+    chosen = tuple(runs[0][-1]["chosen"][k] for k in key) if runs[0][-1]["chosen"] else None
+    graphs = sorted({k[:2] for k in choose})
+    rows = [[f"M {m}, efConstruction {efc}: recall@10 (choosing / other queries), p50" for m, efc in graphs]]
+    for ef in sorted(set(efs) & {k[2] for k in choose}):
+        cells = []
+        for g in graphs:
+            c, r = choose.get((*g, ef)), report.get((*g, ef))
+            text = c and f"{c['recall@10']:.4f} / {r['recall@10']:.4f}, {r['p50_us']:.0f} µs"
+            cells.append("-" if c is None else f"**{text}** (chosen)" if (*g, ef) == chosen else text)
+        rows.append([str(ef), *cells])
+    return [["efSearch", *rows[0]], *rows[1:]]
+
+
+ROUTES = [  # (files: one per training seed, label); the presets are in lab/presets/
+    (["route_bundled_dev.json"], "bundled model (labelled + distil on Quora's pool, word_init teacher)"),
+    (["route_0_dev.json", "route_0_s1_dev.json", "route_0_s2_dev.json"], "0: the bundled recipe trained again as the routes were"),
+    (["route_a_dev.json", "route_a_s1_dev.json", "route_a_s2_dev.json"], "A: + transfer set (128 taught questions a batch)"),
+    (["route_b_dev.json"], "B: + word embeddings at 0.1 x lr"),
+    (["route_c_dev.json"], "C: A and B"),
+    (["route_d_dev.json"], "D: + the teacher's WordPiece vocabulary, its token vectors as the start"),
+    (["route_e_dev.json"], "E (a ceiling): A's teacher and data, the distil loss alone"),
+]  # fmt: skip
+ROUTE_CELLS = (  # each a saved command's printed JSON: help desks dev, Quora dev pairs, Quora dev rows
+    "{ood[dupq][recall@1]:.4f}", "{ood[dupq][mrr@10]:.4f}", "{pairs[accuracy]:.4f}", "{pairs[roc_auc]:.4f}",
+    "{rows[dupq][mrr@10]:.4f}",
+)  # fmt: skip
+EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
+
+
+def routes() -> list[list[str]]:
+    """docs/results/route_*_dev.json: each route's dev figures, its seeds' in order (" / "), and its training time."""
+    commands = {
+        "ood": "dupq-lab out-of-domain",
+        "pairs": "dupq-lab quora-dev",
+        "rows": "dupq-lab retrieval",
+    }
+    rows = []
+    for files, label in ROUTES:
+        runs = [f for f in files if (RESULTS / f).is_file()]
+        data = [{k: source(f"{f} | {c}") for k, c in commands.items()} for f in runs]
+        minutes = [
+            sum(float(m.group(1)) for e in saved(f) if e["command"].startswith("dupq train") for line in e["output"]
+                if (m := EPOCH_SECONDS.match(line))) / 60
+            for f in runs
+        ]  # fmt: skip
+        cells = [" / ".join(cell(c, d) for d in data) for c in ROUTE_CELLS]
+        rows += [[label, *cells, " / ".join(f"{m:.1f}" if m else "(shipped)" for m in minutes)]] if runs else []
+    # Route F trains nothing: the bundled model's vectors joined to static ones; its pairs are the bundled model's.
+    if static := source("static_branch_dev.json | dupq-lab static-branch"):
+        chosen = static["systems"]["model + static dim 128 a 0.002 weight 1"]
+        pairs = source("route_bundled_dev.json | dupq-lab quora-dev")
+        data = {"ood": {"dupq": chosen["help_desk"]}, "rows": {"dupq": chosen["quora"]}, "pairs": pairs}
+        label = "F: the bundled model + a static branch (the teacher's vector of each word, SIF-weighted; 128 wide, weight 1)"
+        teacher = f"none (teacher: {static['teacher_seconds']:g} s, 2 widths)"
+        rows.append([label, *(cell(c, data) for c in ROUTE_CELLS), teacher])
+    header = ["route", "help desks dev: Recall@1", "MRR@10", "Quora dev pairs: accuracy", "ROC-AUC"]
+    return [header + ["Quora dev rows: retrieval MRR@10", "training minutes (2 threads)"], *rows]
+
+
+def dedup_speed() -> list[list[str]]:
+    """docs/results/dedup_speed.json: dupq's and SemHash's grouping side by side, then dupq alone on every question."""
+    lines = [json.loads(x) for e in saved("dedup_speed.json") for x in e["output"] if x.startswith("{")]
+    runs = [x for x in lines if "dupq grouping (cosine)" in x]  # the side-by-side rows, as each size ended
+    names = [k for k in runs[0] if k != "questions"]
+
+    def timing(m: dict) -> str:
+        return f"{m.get('group_seconds', m['seconds'])} / {m.get('group_cpu_seconds', m['cpu_seconds'])} / {m['peak_gb']:.2f}"
+
+    rows = [[f"{run['questions']:,}", *(timing(run[k]) for k in names)] for run in runs]
+    rows += [
+        [f"{a['questions']:,} (all)", timing(a), *["not run"] * (len(names) - 1)] for x in lines if (a := x.get("all"))
+    ]
+    return [["questions", *(f"{k}: wall s / CPU s / peak GB" for k in names)], *rows]
+
+
+def dedup_plan(n: int = 100_000_000, dim: int = 128) -> list[list[str]]:
+    """The 100M-question plan, from the scale run's largest archive: hours of one core, then minutes on a cluster."""
+    big = dedup("dedup_scale.json")["runs"][-1]
+    core_us = big["cpu_microseconds_per_question"]  # CPU time a question, all threads together
+    core_minutes = n * core_us / 1e6 / 60
+    vectors_gb = n * (4 * dim + 8) / 1e9  # float32 vectors + list ids: the inverted file, spread over the tasks
+    minutes = f"minutes for 100M questions (at the {big['questions']:,}-question run's {core_us:.0f} CPU µs a question: {core_minutes / 60:.1f} core-hours)"
+    rows = [
+        [f"{k} nodes x {c} cores", str(k * c), f"{core_minutes / (k * c):.1f}", f"{vectors_gb:.0f} GB"]
+        for k, c in ((4, 16), (16, 16), (32, 32))
+    ]
+    return [["cluster", "cores", minutes, "vectors + lists in the object store"], *rows]
+
+
+def median_run() -> dict:
+    """The run of docs/results/train_speed.json (each a fresh process) whose Keras ratio is their median."""
+    runs = source("train_speed.json *")
+    return sorted(runs, key=lambda run: run["seed_vs_keras"])[len(runs) // 2]
+
+
+def dedup(name: str) -> dict:
+    """What a saved `dupq-lab dedup-scale` run printed as its result (its rows on stderr are left out)."""
+    lines = (json.loads(line) for e in saved(name) for line in e["output"] if line.startswith("{"))
+    return next(x for x in lines if "machine" in x)
+
+
+def sweep(name: str) -> list[dict]:
+    """A sweep's rows (docs/results/NAME, one JSON line a configuration), ordered by what chose among them: dev accuracy."""
+    rows = [json.loads(line) for line in (RESULTS / name).read_text().splitlines() if line.strip()]
+    return sorted(rows, key=lambda r: r.get("dev_accuracy") or 0)
+
+
+# -- the declarations -----------------------------------------------------------------------------------------
+
+
+def measures(system: str, *keys: str, spec: str = ".4f") -> str:
+    """The cells of ``system``'s measures ``keys`` (default: the retrieval measures), each as ``spec`` writes it."""
+    keys = keys or ("mrr@10", "ndcg@10", "recall@1", "recall@10", "p@1")
+    return " | ".join(f"{{{system}[{k}]:{spec}}}" for k in keys)
+
+
+def heldout(task: str, name: str) -> list[str]:
+    """One retrieval task's rows (its saved result ``name``): a system each, the adapted model from its own file."""
+    systems = [(f"{name}[dupq]", "dupq bundled"), (f"{name}_adapted[dupq]", "dupq bundled, adapted (`dupq adapt`)")]
+    systems += [(f"{name}[minilm]", "all-MiniLM-L6-v2 zero-shot"), (f"{name}[bm25]", "BM25 (bm25s)")]
+    return [f"{task} | {label} | {measures(system)}" for system, label in systems]
+
+
+# fmt: off
+SWEEP = (
+    "configuration | command | val acc. | dev acc. | dev MRR | dev MRR@10 | test acc. | ROC-AUC | ECE | test MRR | test MRR@10 | clean acc. | clean AUC | best epoch | train s",
+    "{it[name]} | `{it[command]}` | {it[val_accuracy]} | {it[dev_accuracy]} | {it[dev_mrr]} | {it[dev_mrr@10]} | {it[test_accuracy]} | {it[roc_auc]} | {it[test_ece]} | {it[test_mrr]} | {it[test_mrr@10]} | {it[clean_accuracy]} | {it[clean_roc_auc]} | {it[best_epoch]} | {it[train_seconds]}",
+)
+SIDE = "{{s[{0}][search_per_s]:,.0f}} | {{s[{0}][search_p50_ms]:.1f}} / {{s[{0}][search_p99_ms]:.1f}} ms | {{s[{0}][mixed_search_per_s]:,.0f}}, {{s[{0}][mixed_p99_ms]:.1f}} ms | {{s[{0}][in_process_per_s]:,.0f}}/s, p50 {{s[{0}][in_process_p50_ms]:.2f}} ms | {{s[{0}][kill9_lost]}} / {{s[{0}][kill9_acked]:,}}"
+STAGE_8 = ("mrr", "recall@1", "mrr_filtered", "mrr_any")
+TABLES: dict[str, Table] = {
+    "summary": Table(  # README: the models on the seed's test pairs, at the dev-chosen threshold
+        header="model | accuracy | ROC-AUC | ECE",
+        data={"sweep": "*.jsonl", "minilm": "peers_minilm.json", "mpnet": "peers_mpnet.json"},
+        rows=(
+            "dupq bundled (labelled recipe + distilled MiniLM) | " + measures("sweep[distil-words-6]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
+            "dupq, labelled recipe without the teacher | " + measures("sweep[labelled-mlp-6]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
+            "dupq, the duplicates-only model before them | " + measures("sweep[seed-best]", "test_accuracy", "roc_auc", "test_ece", spec=".4f~"),
+            "all-MiniLM-L6-v2 zero-shot (`dupq-lab peers`) | " + measures("minilm[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
+            "all-mpnet-base-v2 zero-shot (`dupq-lab peers --model-folder`) | " + measures("mpnet[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
+        ),
+    ),
+    "retrieval": Table(  # README: search quality on Quora's held-out rows and on the help desks' test half
+        header="system | Quora MRR@10 | Quora nDCG@10 | Quora Recall@10 | help desk Recall@1 | help desk MRR@10",
+        data={"q": "retrieval_heldout.json", "h": "out_of_domain_test.json", "adapted": "out_of_domain_adapted_test.json"},
+        rows=tuple(
+            f"{label} | {measures(f'q[{k}]', 'mrr@10', 'ndcg@10', 'recall@10', spec='.3f')} | {measures(h, 'recall@1', 'mrr@10', spec='.3f')}"
+            for k, h, label in (
+                ("dupq", "h[dupq]", "dupq bundled"),
+                ("adapted", "adapted[dupq]", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
+                ("minilm", "h[minilm]", "all-MiniLM-L6-v2 zero-shot"),
+                ("bm25", "h[bm25]", "BM25 (bm25s)"),
+            )
+        ),
+    ),
+    "heldout": Table(  # docs/experiments/9: every retrieval measure of each task, a row per system
+        header="task | system | MRR@10 | nDCG@10 | Recall@1 | Recall@10 | P@1",
+        labels=2,
+        data={
+            "quora": "retrieval_heldout.json",
+            **{f"{s}{a}": f"out_of_domain{a}_{s}.json" for s in ("dev", "test") for a in ("", "_adapted")},
+            **{f"{s}_questions": lambda s=s: sum(source(f"out_of_domain_{s}.json")[k] for k in ("old_questions", "distractors")) for s in ("dev", "test")},
+        },
+        rows=(
+            *heldout("Quora test+dev rows: {quora[queries]:,} queries, {quora[corpus]:,} questions", "quora"),
+            *heldout("help desks, dev half: {dev[queries]} queries, {dev_questions:,} questions", "dev"),
+            *heldout("help desks, test half: {test[queries]} queries, {test_questions:,} questions", "test"),
+        ),
+    ),
+    "retrieval-stage-8": Table(  # docs/experiments/8: question2's rank, every model measured at stage 8 (a record)
+        header="model | MRR (published) | Recall@1 | MRR, other known duplicates filtered | MRR, any known duplicate",
+        data={
+            "r": "retrieval.json", "minilm": "peers_minilm.json", "mpnet": "peers_mpnet.json",
+            "mpnet_student": "mpnet_student_retrieval.json | dupq-lab retrieval --model runs/student-mpnet-half",
+            "wide": "wide_student.json | dupq-lab retrieval --model runs/wide256-half",
+            "bilstm": "bilstm_student.json | dupq-lab retrieval --model runs/bilstm-half",
+            "closure": "retrieval_closure.json | dupq-lab retrieval --closure",
+        },
+        rows=(
+            "dupq bundled (distilled from all-MiniLM-L6-v2) | " + measures("r[dupq]", *STAGE_8),
+            "dupq, the same recipe distilled from all-mpnet-base-v2 | " + measures("mpnet_student[dupq]", *STAGE_8),
+            "dupq, the same recipe at width 256 | " + measures("wide[dupq]", *STAGE_8),
+            "dupq, the same recipe with a bidirectional LSTM | " + measures("bilstm[dupq]", *STAGE_8),
+            "BM25 | " + measures("r[bm25]", *STAGE_8),
+            "all-MiniLM-L6-v2 zero-shot | " + measures("minilm[retrieval][test]", *STAGE_8),
+            "all-mpnet-base-v2 zero-shot | " + measures("mpnet[retrieval][test]", *STAGE_8),
+            "oracle: every known duplicate first, in random order | {r[ceiling]:.4f} | - | 1 | 1",
+            "the same oracle, duplicates of duplicates known too (`--closure`) | {closure[ceiling]:.4f} | - | 1 | 1",
+        ),
+    ),
+    "speed": Table(  # README: the service and training, each against its before in one run
+        header="on the 2-core CPU VM | before (main at {s[baseline][label]}) | now | ratio",
+        data={"s": "service_side_by_side.json", "runs": lambda: len(source("train_speed.json *")), "t": median_run},
+        rows=(
+            "`dupq serve`, 16 clients searching 537,617 questions (HNSW): searches/s | {s[baseline][search_per_s]:,.0f} | {s[current][search_per_s]:,.0f} | {s[search_per_s_ratio]:.2f}x",
+            "the same: p99 searching / searching while adding | {s[baseline][search_p99_ms]:.0f} / {s[baseline][mixed_p99_ms]:.0f} ms | {s[current][search_p99_ms]:.0f} / {s[current][mixed_p99_ms]:.0f} ms | ",
+            "one search in process (encode, HNSW, hits), p50 | {s[baseline][in_process_p50_ms]:.2f} ms | {s[current][in_process_p50_ms]:.2f} ms | {s[in_process_per_s_ratio]:.2f}x",
+            "training, the seed recipe: pairs/s (before: the seeds' Keras model; the median of {runs} runs) | {t[keras_seed_pairs_per_s]:,} | {t[train_pairs_per_s][seed]:,} | {t[seed_vs_keras]:.2f}x",
+            "encoding questions/s (the bundled model's shape) |  | {t[encode_questions_per_s]:,} | ",
+        ),
+    ),
+    "service": Table(  # docs/serve.md: the side-by-side service run, a row per side
+        header="code | searches/s | p50 / p99 | with adds: searches/s, p99 | in-process single search | kill -9: lost / acked",
+        data={"s": "service_side_by_side.json"},
+        rows=(
+            "main at {s[baseline][label]}, one process | " + SIDE.format("baseline"),
+            "this code, `dupq serve` default workers | " + SIDE.format("current"),
+            "ratio | {s[search_per_s_ratio]:.2f}x |  |  | {s[in_process_per_s_ratio]:.2f}x | ",
+        ),
+    ),
+    "dedup-quality": Table(  # docs/dedup.md: each grouping's pairwise precision, recall and F1 on dev and test
+        header="grouping | dev P / R / F1 | test P / R / F1 | groups | largest group | pairs its groups imply",
+        data={"r": lambda: dedup("dedup_quality.json")["groupings"]}, each="r",
+        rows=("{key} | {it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f} | {it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f} | {it[groups]:,} | {it[largest]:,} | {it[implied_pairs]:,}",),
+    ),
+    "dedup-scale": Table(  # docs/dedup.md: the cost a question of grouping synthetic archives
+        header="questions | grouping: wall s | wall µs a question | CPU s | CPU µs a question | grouped | peak GB",
+        data={"r": lambda: dedup("dedup_scale.json")["runs"]}, each="r",
+        rows=("{it[questions]:,} | {it[group_seconds]} | {it[microseconds_per_question]} | {it[group_cpu_seconds]} | {it[cpu_microseconds_per_question]} | {it[grouped]:,} | {it[peak_gb]:.2f}",),
+    ),
+    "dedup-beams": Table(  # docs/scale.md: each HNSW beam of the probes, its cost and what it finds
+        header="HNSW beam (efSearch) | CPU µs a question | neighbours above cosine {r[cosine]} found",
+        data={"r": lambda: dedup("dedup_beams.json"), "beams": lambda: dedup("dedup_beams.json")["beams"]}, each="beams",
+        rows=("{it[beam]} x nprobe ({it[efSearch]}) | {it[cpu_microseconds_per_question]} | {it[close_neighbours_found]}",),
+    ),
+    "search-speed": Table(  # docs/collections.md: each index of every Quora question: build, size, latency, recall
+        header="index | build | on disk (store + index) | single query p50 / p99 (search alone p50) | batches of 256 | recall@10 vs exact",
+        data={"i": indexes}, each="i",
+        rows=("{it[label]} | {it[build_s]} s | {it[on_disk]:bytes} | {it[p50_ms]} / {it[p99_ms]} ms ({it[index_p50_ms]} ms) | {it[batch256_qps]:,} q/s | {it[recall@10]}",),
+    ),
+    "labelled-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("labelled.jsonl")}, each="rows"),
+    "distil-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("distil.jsonl")}, each="rows"),
+    "dedup-speed": Table(render=dedup_speed),
+    "dedup-plan": Table(render=dedup_plan),
+    "adapt": Table(render=adapt),
+    "search-memory": Table(render=search_memory),
+    "hnsw": Table(render=hnsw),
+    "routes": Table(render=routes),
+}
+# fmt: on

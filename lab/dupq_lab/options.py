@@ -1,0 +1,37 @@
+"""What the lab's commands share: the repository they measure and write into, and the options several take.
+
+The options are typer's ``Annotated`` types, as dupq's own commands declare theirs: a command takes
+``model: ModelFolder = None`` and gets ``--model`` with its help.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dupq.data.pairs import default_data_path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "docs" / "results"  # the saved measurements the figures are rendered from
+DATA = default_data_path()
+WORK = REPO / "runs" / "bench-service"
+
+ModelFolder = Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")]
+Data = Annotated[Path, typer.Option(help="Quora pairs file (default: $DUPQ_DATA, else the shared one).")]
+Seed = Annotated[int, typer.Option(help="Random seed (which questions are sampled).")]
+Threads = Annotated[int, typer.Option(min=1, help="CPU threads (torch's, FAISS's).")]
+CollectionFolder = Annotated[
+    Optional[Path],
+    typer.Option(help="Collection to measure (default: one of every Quora question, built in --work once)."),
+]
+Work = Annotated[Path, typer.Option(help="Folder of the built collection (and of a load test's copy and logs).")]
+Index = Annotated[str, typer.Option(help="Index kind of a collection built here: flat, hnsw or ivfpq.")]
+Seconds = Annotated[float, typer.Option(min=0.0, help="Length of each timed window.")]
+Rounds = Annotated[int, typer.Option(min=1, help="Timed windows (rounds) of each variant; the median is reported.")]
+
+
+def integers(text: str) -> list[int]:
+    """``"16,32,64"`` as ``[16, 32, 64]``: the lists of values a sweep takes."""
+    return [int(x) for x in text.split(",") if x]

@@ -1,0 +1,132 @@
+"""Filtered (scoped) search on every distinct Quora question: recall@10 against the exact filtered search, and its cost.
+
+Each question gets a synthetic metadata field ``group``, an integer drawn uniformly from 0..999
+(seeded); a filter on ``group`` keeps 50 %, 5 % or 0.1 % of the collection. For each filter and a
+seeded sample of stored questions as queries:
+
+* ``recall@10``: share of the collection's top 10 whose exact score reaches the exact 10th score
+  among the questions the filter keeps (:func:`dupq.search.vectors.search` over their stored
+  vectors; ties broken either way count);
+* ``p50_ms`` / ``p99_ms``: ``Collection.nearest(vector, 10, where=...)`` one query at a time, after
+  the filter's matching ids were read once (``first_filter_ms``: that read, SQLite's
+  ``json_extract`` over every row); ``unfiltered_p50_ms`` for the same queries without a filter.
+
+    dupq-lab filtered-search [--index hnsw] [--queries 200] [--keep DIR]
+
+Prints one JSON line. The collection is built in a temporary folder (removed at the end) unless
+``--keep DIR`` names one (built there once, reused after).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import torch
+import typer
+
+from dupq.data.questions import read_questions
+from dupq.modeling.model import Model
+from dupq.search.collection import Collection
+from dupq.search.vectors import search
+from dupq_lab.options import DATA, Data, Index, Seed
+
+FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
+
+
+def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, kept: np.ndarray) -> float:
+    """Mean share of each row of ``found`` (ids) whose exact score reaches the exact 10th among ``kept`` ids."""
+    best, _ = search(queries, vectors[kept], 10)  # (Q, 10)
+    shares = []
+    for q, ids in enumerate(found):
+        ids = ids[ids >= 0]
+        scores = vectors[ids] @ queries[q]
+        shares.append(float(np.sum(scores >= best[q, -1] - 1e-6)) / best.shape[1])
+    return float(np.mean(shares))
+
+
+def timed(fn, items) -> list[float]:
+    seconds = []
+    for item in items:
+        t = time.perf_counter()
+        fn(item)
+        seconds.append(time.perf_counter() - t)
+    return seconds
+
+
+def main(
+    data: Data = DATA,
+    seed: Seed = 0,
+    index: Index = "hnsw",
+    queries: Annotated[
+        int, typer.Option(min=1, help="Queries timed and compared with the exact filtered search.")
+    ] = 200,
+    keep: Annotated[Optional[Path], typer.Option(help="Build the collection here once and reuse it.")] = None,
+) -> None:
+    torch.set_num_threads(1)
+    folder = keep or Path(tempfile.mkdtemp()) / "quora"
+    rng = np.random.default_rng(seed)
+    build_s = None
+    if not folder.exists():
+        qs = read_questions(data)
+        groups = rng.integers(0, 1000, len(qs.texts))
+        started = time.perf_counter()
+        Collection.build(
+            folder,
+            qs.texts,
+            Model.load(),
+            keys=qs.keys,
+            metadata=[{"group": int(g)} for g in groups],
+            index=index,
+        ).close()
+        build_s = round(time.perf_counter() - started, 1)
+    try:
+        with Collection.open(folder) as coll:
+            vectors = coll.stored_vectors()  # (N, d), in id order: a built collection's ids are 0..N-1
+            rows = coll.stored_rows()
+            group = np.array([meta["group"] for _, _, _, meta in rows])
+            picked = np.random.default_rng(seed + 1).choice(len(vectors), queries, replace=False)
+            query_vectors = vectors[picked]  # (Q, d)
+            coll.nearest(query_vectors[:5], 10)  # warm-up
+            plain = timed(lambda q: coll.nearest(q[None], 10), query_vectors)
+            results = {}
+            for name, kept_groups in FILTERS.items():
+                where = {"group": list(range(kept_groups))}
+                t = time.perf_counter()
+                coll.nearest(query_vectors[:1], 10, where=where)  # reads the matching ids once
+                first = time.perf_counter() - t
+                seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), query_vectors)
+                found = coll.nearest(query_vectors, 10, where=where)[1]
+                kept = np.flatnonzero(group < kept_groups)
+                assert np.isin(found[found >= 0], kept).all(), "a hit outside the filter"
+                results[name] = {
+                    "kept": int(len(kept)),
+                    "recall@10": round(recall_at_10(found, query_vectors, vectors, kept), 4),
+                    "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
+                    "p99_ms": round(float(np.percentile(seconds, 99)) * 1000, 3),
+                    "first_filter_ms": round(first * 1000, 1),
+                }
+            out = {
+                "questions": len(vectors),
+                "index": coll.manifest["index"]["kind"],
+                "queries": queries,
+                "filters": results,
+                "unfiltered_p50_ms": round(float(np.percentile(plain, 50)) * 1000, 3),
+                "build_s": build_s,
+                "threads": 1,
+                "machine": platform.machine(),
+            }
+    finally:
+        if keep is None:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,26 @@
+"""``dupq-lab``: every measurement is a command whose options parse, and the figures' renderer fills what it finds."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from dupq_lab.cli import COMMANDS, app
+from dupq_lab.figures import cell
+
+
+def test_the_lab_lists_every_measurement():
+    listed = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0 and all(name in listed.output for name in COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_command_imports_and_declares_its_options(name):
+    shown = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and f"Usage: dupq-lab {name}" in shown.output, shown.output
+
+
+def test_a_cell_is_a_dash_where_its_input_or_key_is_missing():
+    data = {"r": {"dupq": {"mrr@10": 0.71234, "ece": 0.0070}}, "none": None}
+    assert cell("{r[dupq][mrr@10]:.3f} / {r[dupq][ece]:.4f~}", data) == "0.712 / 0.007"
+    assert [cell(t, data) for t in ("{r[bm25][mrr@10]:.3f}", "{none[x]}", "{gone}")] == ["-", "-", "-"]
