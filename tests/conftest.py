@@ -132,6 +132,14 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def _fault_tests_on_one_thread(request):
+    """What a fault test (tests/faults, marked ``faults``) encodes in this process, it encodes on one
+    thread, as its `dupq` subprocesses do."""
+    if request.node.get_closest_marker("faults"):
+        request.getfixturevalue("one_torch_thread")
+
+
 @pytest.fixture(scope="session")
 def head_model_dir(small_splits, tmp_path_factory) -> Path:
     """A labelled-recipe model with an mlp pair head (dim 16, one epoch), calibrated on the small split's dev pairs."""
