@@ -1,6 +1,7 @@
 # Quick start:  make demo   (install; train the bundled model's recipe without its teacher, evaluate it, write the report)
 #               make test   (install, then run the test suite)
-# make bundled: the bundled model itself (needs the .[distil] extra: teacher vectors first, then the same training with them)
+# make bundled: the bundled model itself (needs the .[distil] extra: teacher vectors first, then the same training with them,
+# then its static branch: the teacher's vector of each word)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -38,7 +39,8 @@ bundled: install
 	$(BIN)/dupq train --preset bundled --out runs/bundled --overwrite --no-progress
 	$(BIN)/dupq export runs/bundled runs/bundled-half --half --overwrite
 	$(BIN)/dupq calibrate runs/bundled-half
-	$(BIN)/dupq evaluate runs/bundled-half
+	$(BIN)/dupq distil branch --model runs/bundled-half --out runs/bundled-branch --overwrite --dim 128 --a 0.002 --weight 2 --no-pieces --threads 0
+	$(BIN)/dupq evaluate runs/bundled-branch
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -190,8 +190,59 @@ def one_error_line(result) -> str:
 
 
 @pytest.fixture
-def fake_teacher(monkeypatch):
+def fake_teacher(monkeypatch, tmp_path):
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None, device="cpu": (word_teacher, "words"))
+    monkeypatch.setenv("DUPQ_DATA", str(tmp_path / "no-quora-here.tsv"))  # a small desk mixes in nothing here
+
+
+def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_model_dir, texts, tmp_path, fake_teacher):
+    from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
+    from synthetic import write_pairs
+
+    quora = write_pairs(tmp_path / "quora.tsv", 400, seed=9)
+    desk = tmp_path / "desk.txt"
+    desk.write_text("\n".join(texts[:40]))
+    out = tmp_path / "adapted"
+    args = ["adapt", str(desk), "--out", str(out), "--model", str(head_model_dir), "--epochs", "1"]
+    result = runner.invoke(app, [*args, "--data", str(quora), "--mix", "100"])
+    assert result.exit_code == 0, result.output
+    assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in result.output
+    assert "cosine to the teacher on your 40 questions" in result.output and "on all 100 taught" in result.output
+    assert Model.load(out).metrics["adaptation"]["mixed_in"] == 60
+    taught = teacher_module.TeacherCache.load(tmp_path / "adapted.teacher").texts
+    splits = split_pairs(read_pairs(quora)[0], SplitConfig(train_pool=100, test=10, dev=10))
+    held_out = {q for part in (splits.test, splits.dev) for q in (*part.q1, *part.q2)}
+    assert taught[:40] == texts[:40] and len(taught) == 100 and not held_out & set(taught[40:])
+    pool = list(dict.fromkeys(q for a, b in zip(splits.pool.q1, splits.pool.q2) for q in (a, b)))
+    assert taught[40:] == [q for q in pool if q not in set(texts[:40]) | held_out][:60]  # the pool's first, in order
+
+    result = runner.invoke(app, [*args, "--overwrite"])  # no Quora file: it says so and goes on
+    assert result.exit_code == 0 and "no Quora file at" in result.output, result.output
+    assert Model.load(out).metrics["adaptation"]["mixed_in"] == 0
+
+
+def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_path):
+    from dupq.modeling.static import StaticBranch, StaticConfig
+    from dupq.training.distil.branch import with_branch
+
+    base = Model.load(head_model_dir)
+    table = np.random.default_rng(0).normal(size=(len(base.vocab), 3)).astype(np.float32)
+    base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
+    adapted = adapt(base, texts[:64], tmp_path / "a", word_teacher, "w", CONFIG, log=silent, progress=False)
+    loaded = Model.load(tmp_path / "a")
+    assert loaded.static is not None and loaded.out_dim == 16 + 3
+    np.testing.assert_allclose(loaded.static.words, table)
+    assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
+
+
+def test_the_agreement_line_says_why_a_figure_fell():
+    from dupq.training.adapt import agreement_line
+
+    before = {"own_cosine": 0.98, "cosine_to_teacher": 0.98, "matrix_error": 0.1}
+    fell = agreement_line(before, {**before, "own_cosine": 0.86}, 146, 146, True)
+    assert "0.9800 before, 0.8600 after" in fell and "Lower after" in fell and "taught" not in fell
+    rose = agreement_line(before, {**before, "own_cosine": 0.99, "cosine_to_teacher": 0.99}, 10, 30, True)
+    assert "Lower" not in rose and "on all 30 taught: 0.9800 -> 0.9900" in rose
 
 
 def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher):

@@ -123,10 +123,13 @@ def test_bundled_model_search_path_matches_torch():
     model = Model.load(BUNDLED)
     questions = ["How can I improve my English speaking?", "What is the best way to lose weight fast?"]
     ids, lengths = model.vocab.encode(questions).padded(np.arange(2))
-    np.testing.assert_allclose(model.encode(questions), _torch_vectors(model.encoder, ids, lengths), atol=2e-6)
+    d = model.config.out_dim  # the encoder's half of a vector joined with the static branch
+    own = model.static.model_half(model.encode(questions), d)
+    np.testing.assert_allclose(own, _torch_vectors(model.encoder, ids, lengths), atol=2e-6)
     u, v = model.encode(questions[:1] * 2), model.encode(questions)
     with torch.inference_mode():
-        expected = model.head(torch.from_numpy(u), torch.from_numpy(v)).double().numpy()
+        halves = (torch.from_numpy(model.static.model_half(x, d)) for x in (u, v))
+        expected = model.head(*halves).double().numpy()
     np.testing.assert_allclose(model.logits_from_vectors(u, v), expected, atol=1e-5)
 
 

@@ -389,3 +389,25 @@ def test_links_inside_the_folder_load(folder, tmp_path, reference):
     (copy / "sentence-transformers" / "loop").symlink_to(copy, target_is_directory=True)  # walked once, not forever
     texts = ["How do I learn Python?", "Why is the sky blue?"]
     np.testing.assert_allclose(Model.load(copy).encode(texts), reference(texts), atol=1e-5)
+
+
+def test_a_joined_export_encodes_the_teacher_and_the_student_joined_and_survives_a_copy(
+    data, folder, reference, tmp_path
+):
+    """`dupq distil export --join bundled --join-weight 0.5`: vectors [t, sqrt(w) u] / sqrt(1 + w), the student inside."""
+    out = tmp_path / "joined"
+    args = ["distil", "export", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
+    result = CliRunner().invoke(app, [*args, "--join", "bundled", "--join-weight", "0.5"])
+    assert result.exit_code == 0, result.output
+    model, bundled = Model.load(out), Model.load()
+    texts = ["How do I learn Python?", "Why is the sky blue?", "my tap drips, what do I do"]
+    t, u = reference(texts), bundled.encode(texts)
+    expected = np.concatenate([t, np.sqrt(0.5) * u], axis=1) / np.sqrt(1.5)
+    np.testing.assert_allclose(model.encode(texts), expected, atol=1e-5)
+    assert model.out_dim == t.shape[1] + u.shape[1]
+    assert model.metrics["training"]["join"] == {"model": bundled.fingerprint(), "weight": 0.5}
+    model.save(tmp_path / "copy")
+    copy = Model.load(tmp_path / "copy")
+    assert copy.fingerprint() == model.fingerprint() != Model.load(folder).fingerprint()  # the join encodes too
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "bad"), "--join", str(out)])
+    assert "--join takes a dupq LSTM or GRU model" in one_error_line(result)

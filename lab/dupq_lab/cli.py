@@ -42,6 +42,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "out-of-domain-paired": "experiments.out_of_domain_paired",
     "clean-pairs": "experiments.clean_pairs",
     "static-branch": "experiments.static_branch",
+    "tiers": "experiments.tiers",
     "quality-sweep": "experiments.quality_sweep",
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",

@@ -122,6 +122,28 @@ def adapt() -> list[list[str]]:
     ]
 
 
+def branch(name: str) -> list[list[str]]:
+    """docs/experiments/10: each system of every saved dupq-lab static-branch run in ``name``, in the runs' order."""
+    header = ["model", "system", "help desks: Recall@1", "MRR@10", "Quora rows: MRR@10"]
+    rows = [
+        [run["model"], system, f"{r['help_desk']['recall@1']:.4f}", f"{r['help_desk']['mrr@10']:.4f}", f"{r['quora']['mrr@10']:.4f}"]
+        for run in source(f"{name} *") or []
+        for system, r in run["systems"].items()
+    ]  # fmt: skip
+    return [header, *rows]
+
+
+def tiers(name: str = "tiers_test.json") -> list[list[str]]:
+    """docs/experiments/10: the choice table, a row per tier of every saved dupq-lab tiers run in ``name``, then BM25."""
+    header = ["tier", "help desks, test: Recall@1", "MRR@10", "Quora test+dev rows: MRR@10", "questions/s", "20,000-question collection"]  # fmt: skip
+    runs = source(f"{name} *") or []
+    named = [(tier, row) for run in runs for tier, row in run["tiers"].items()]
+    if runs:
+        named.append(("BM25 (bm25s)", runs[-1]["bm25"]))
+    templates = ["{help_desk[recall@1]:.3f}", "{help_desk[mrr@10]:.3f}", "{quora[mrr@10]:.4f}", "{questions_per_s:,.0f}", "{build_20k_s:,.1f} s"]  # fmt: skip
+    return [header, *([tier, *(cell(t, row) for t in templates)] for tier, row in named)]
+
+
 INDEXES = {"flat": "flat (exact)", "hnsw": "hnsw", "ivfpq": "ivfpq + exact re-ranking"}
 TARGET_BYTES, TARGET_RECALL = 48, 0.95  # the target of a compressed index, per question
 
@@ -399,5 +421,8 @@ TABLES: dict[str, Table] = {
     "search-memory": Table(render=search_memory),
     "hnsw": Table(render=hnsw),
     "routes": Table(render=routes),
+    "branch-sources": Table(render=lambda: branch("static_branch_sources_dev.json")),
+    "branch-adapted-weights": Table(render=lambda: branch("static_branch_adapted_weights_dev.json")),
+    "tiers": Table(render=tiers),
 }
 # fmt: on

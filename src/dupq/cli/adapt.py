@@ -11,6 +11,7 @@ import typer.core
 
 from dupq.cli.common import (
     COLLECTION_HELP,
+    DATA_OPTION,
     QUESTIONS_HELP,
     THREADS,
     Threads,
@@ -39,6 +40,7 @@ def adapt_command(
     ] = None,
     teacher: Teacher = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
+    data: Annotated[Optional[Path], DATA_OPTION] = None,
     *,
     adapt_fields: dict[str, Any],
     cache: Annotated[
@@ -73,7 +75,9 @@ def adapt_command(
     encode, name = load_teacher(teacher, device=teacher_device)
     typer.echo(
         f"adapting {'the bundled model' if base.bundled else base.folder} to {len(texts):,} questions of {source}"
+        + (f", its static branch ({base.static.config.source}) kept as it is" if base.static is not None else "")
     )
+    mixed = _mixed_in(texts, base, config.mix, data)
     info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}
     adapted = adapt(
         base,
@@ -87,6 +91,7 @@ def adapt_command(
         log=typer.echo,
         progress=progress,
         threads=threads,
+        mixed=mixed,
     )
     record = adapted.metrics["adaptation"]
     words = record["words"]
@@ -98,6 +103,28 @@ def adapt_command(
         f"saved model to {out} (teacher {record['seconds']['teacher']:.0f}s, fine-tuning {record['seconds']['fine_tuning']:.0f}s); "
         f"encode a collection again with `dupq index reencode COLLECTION --model {out} --out NEW`"
     )
+
+
+def _mixed_in(texts: list[str], base, mix: int, data: Optional[Path]) -> list[str]:
+    """Quora training questions to add to a small help desk's (``--mix``), saying what was done."""
+    from dupq.data.pairs import default_data_path, read_pairs, recorded_split
+    from dupq.training.adapt import quora_questions
+
+    if len(texts) >= mix:
+        return []
+    path = data or default_data_path()
+    if not path.exists():
+        typer.echo(
+            f"only {len(texts):,} questions, fewer than --mix {mix:,}: no Quora file at {path} to mix in "
+            "(--data PATH), so the student learns from yours alone and may forget what it knew"
+        )
+        return []
+    mixed = quora_questions(read_pairs(path)[0], recorded_split(base.metrics), mix - len(texts), texts)
+    typer.echo(
+        f"only {len(texts):,} questions, fewer than --mix {mix:,}: {len(mixed):,} questions of Quora's training "
+        "pool mixed in (taught and trained on with yours, so that the student keeps what it knew; --mix 0: none)"
+    )
+    return mixed
 
 
 @command(group=index_app, name="reencode")

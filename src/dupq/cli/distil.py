@@ -1,4 +1,4 @@
-"""``dupq distil teach``, ``tune`` and ``export``: the teacher, a pretrained sentence encoder."""
+"""``dupq distil teach``, ``tune``, ``export`` and ``branch``: the teacher, a pretrained sentence encoder."""
 
 from __future__ import annotations
 
@@ -178,12 +178,24 @@ def distil_export(
         typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU)."),
     ] = "cpu",
     overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    join: Annotated[
+        Optional[str],
+        typer.Option(help="A dupq LSTM model folder, or bundled, whose vectors are joined to the teacher's."),
+    ] = None,
+    join_weight: Annotated[
+        Optional[float],
+        typer.Option(
+            min=0.0,
+            help="w of --join: a search's score is (cos_teacher + w cos_lstm) / (1 + w) (default: dev's choice).",
+        ),
+    ] = None,
 ) -> None:
     """Make the teacher itself a dupq model folder (slower than the LSTM, better at finding duplicates): its threshold and calibration chosen on the dev pairs, as dupq train does."""
     from dupq.data.pairs import read_pairs, split_pairs
     from dupq.evaluation.evaluate import summary_line
+    from dupq.modeling.model import Model
     from dupq.modeling.sentence_model import check_new_model_folder
-    from dupq.training.distil.export import export_teacher
+    from dupq.training.distil.export import JOIN_WEIGHT, export_teacher
 
     check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
     path = _data(data)
@@ -192,9 +204,60 @@ def distil_export(
     splits = split_pairs(pairs, split)
     _threads(threads)
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
-    _, record = export_teacher(teacher, out, splits.dev, splits.test, info, device=device, overwrite=overwrite)
+    student = None if join is None else Model.load(None if join == "bundled" else Path(join))
+    weight = JOIN_WEIGHT if join_weight is None else join_weight
+    _, record = export_teacher(
+        teacher,
+        out,
+        splits.dev,
+        splits.test,
+        info,
+        device=device,
+        overwrite=overwrite,
+        join=student,
+        join_weight=weight,
+    )
     typer.echo(summary_line(record))
     typer.echo(f"saved model to {out}")
+
+
+@command(group=distil_app, name="branch")
+def distil_branch(
+    out: Annotated[Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")],
+    model: Annotated[
+        Optional[Path], typer.Option(help="The model to give a static branch (default: the bundled one).")
+    ] = None,
+    source: Annotated[
+        str, typer.Option(help="teacher (its vector of each word alone), or a folder written by model2vec's distill.")
+    ] = "teacher",
+    dim: Annotated[int, typer.Option(min=1, help="Width of the teacher source's vectors (top directions kept).")] = 128,
+    a: Annotated[
+        float, typer.Option(min=1e-9, help="SIF's a: a word's weight is a / (a + its Zipf probability).")
+    ] = 2e-3,
+    weight: Annotated[
+        float, typer.Option(min=0.0, help="w: a search's score is (cos_model + w cos_static) / (1 + w).")
+    ] = 1.0,
+    pieces: Annotated[bool, typer.Option(help="Read a word the vocabulary lacks as its WordPiece pieces.")] = True,
+    teacher: Teacher = None,
+    threads: Threads = THREADS,
+    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+) -> None:
+    """Join a static branch (a per-word table, summed) to a model's vectors: help desks' words it never learned; writes a model folder every command takes."""
+    from dupq.core.files import DupqError, new_folder
+    from dupq.modeling.formats import read_config
+    from dupq.modeling.model import Model
+    from dupq.modeling.sentence_model import check_new_model_folder
+    from dupq.training.distil.branch import branch_model
+
+    check_new_model_folder(out, overwrite)
+    base = Model.load(model)
+    if base.vocab is None:
+        raise DupqError("a static branch joins an LSTM or GRU model; a sentence-transformers folder has none.")
+    _threads(threads)
+    joined = branch_model(base, source, dim, a, weight, pieces, teacher, log=typer.echo)
+    with new_folder(out) as tmp:
+        joined.save(tmp, half=read_config(base.folder).weights_dtype == "float16")
+    typer.echo(f"saved model to {out}: vectors {joined.config.out_dim} + {joined.static.dim} wide, weight {weight:g}")
 
 
 @command(group=distil_app, name="transfer")

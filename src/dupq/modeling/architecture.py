@@ -88,6 +88,8 @@ class SentenceConfig:
     max_seq_length: integer(1, 2**20) | None = None  # word pieces read per question (None: the transformer's own)
     name: StrictStr = ""  # where it came from, for people: a folder, or all-MiniLM-L6-v2 from its package
     folder: Subfolder = "sentence-transformers"  # the subfolder of the model folder that holds the transformer
+    join: Subfolder | None = None  # a subfolder holding a dupq LSTM model whose vectors are joined to the transformer's
+    join_weight: number(0.0, 1e6) = 0.0  # w of the join: a search's score is (cos_transformer + w cos_lstm) / (1 + w)
 
     @property
     def out_dim(self) -> int:

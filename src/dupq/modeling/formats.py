@@ -6,6 +6,7 @@ A trained model is a folder (:mod:`dupq.modeling.model`)::
     metrics.json       how it was trained (split, loss per epoch, world size) and what it scored
     vocab.json         the words (:class:`dupq.data.tokenizer.VocabFile`), or instead of it and the weights:
     model.safetensors  the encoder's and the head's weights (read as NumPy arrays: :func:`read_weights`)
+    static.safetensors the static branch's word table, when config.json names one (dupq.modeling.static)
     sentence-transformers/   a pretrained sentence encoder, JSON and safetensors only
 
 Everything that reads a model folder (:meth:`Model.load <dupq.modeling.model.Model.load>`, the
@@ -52,6 +53,7 @@ from dupq.modeling.architecture import (
     SentenceConfig,
     weight_shapes,
 )
+from dupq.modeling.static import StaticConfig
 from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 
 FORMAT = "dupq-model/1"
@@ -113,6 +115,7 @@ class ModelConfig(BaseModel):
     )
     threshold_info: dict | None = None  # how the threshold was chosen
     weights_dtype: Literal["float32", "float16"] = "float32"  # how model.safetensors stores the weights
+    static: StaticConfig | None = None  # the static branch joined to the vectors (static.safetensors); None: none
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +144,10 @@ class ModelConfig(BaseModel):
                 )
             if self.head is not None and self.head.dim != self.encoder.out_dim:
                 raise corrupt(f"head.dim must be the encoder's width {self.encoder.out_dim}, not {self.head.dim}")
+        elif self.static is not None:
+            raise corrupt(
+                "static names a static branch, which joins an LSTM or GRU model, not a sentence-transformers one"
+            )
         return self
 
     def judging(self) -> dict[str, Any]:

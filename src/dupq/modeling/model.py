@@ -18,6 +18,8 @@ A trained model is a folder: ``config.json`` (architecture, threshold, calibrati
 trained and what it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a
 pretrained sentence encoder instead of the vocabulary and weights; :meth:`Model.load` returns it
 as a :class:`dupq.modeling.sentence_model.SentenceModel`, which every entry point uses like any model.
+A folder may also hold a static branch (``static.safetensors``, :mod:`dupq.modeling.static`) whose
+per-word vectors are joined to the encoder's; the pair head still reads the encoder's half.
 
 Loading a folder imports no torch: the weights are read as NumPy arrays (``safetensors.numpy``)
 and a few questions are encoded, and pairs judged, by the NumPy kernels
@@ -43,11 +45,13 @@ from safetensors.numpy import save
 
 from dupq.core.files import DupqError, atomic_write, check_path, write_json
 from dupq.core.threads import import_torch
-from dupq.data.tokenizer import check_questions
+from dupq.data.tokenizer import Encoded, check_questions
 from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.architecture import EncoderConfig, HeadConfig
 from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics, read_weights
 from dupq.modeling.kernels import Kernels, Stored, arrays
+from dupq.modeling.static import WEIGHTS as STATIC_WEIGHTS
+from dupq.modeling.static import StaticBranch
 from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY, Verdicts, clip_cosines, from_vectors
 
 if TYPE_CHECKING:
@@ -88,6 +92,7 @@ class Model:
         head: PairHead | Stored | None = None,
         calibration: dict[str, float] | None = None,
         threshold_on: str = SIMILARITY,
+        static: StaticBranch | None = None,
     ):
         self.vocab = vocab  # None, like encoder, in a model that brings its own (dupq.modeling.sentence_model)
         # The torch modules, or what Model.load read of them (Stored: NumPy arrays) until torch is needed.
@@ -100,6 +105,7 @@ class Model:
         self.metrics = metrics or {}
         self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
         self.kernels: Kernels | None = Kernels()  # NumPy forward passes on the CPU (None: torch for every one)
+        self.static = static  # the static branch joined to every vector (dupq.modeling.static); None: none
 
     @classmethod
     def create(
@@ -115,6 +121,22 @@ class Model:
 
         config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
         return cls(vocab, ENCODERS[encoder](config))
+
+    def replaced(self, **parts: Any) -> Model:
+        """A new model of this one's parts (vocabulary, encoder, head, static branch, metrics) and judging
+        settings, with ``parts`` (the constructor's arguments) put in their place."""
+        kept = {
+            "vocab": self.vocab,
+            "encoder": self._encoder,
+            "threshold": self.threshold,
+            "threshold_info": self.threshold_info,
+            "metrics": self.metrics,
+            "head": self._head,
+            "calibration": self.calibration,
+            "threshold_on": self.threshold_on,
+            "static": self.static,
+        }
+        return Model(**{**kept, **parts})
 
     @property
     def bundled(self) -> bool:
@@ -152,6 +174,11 @@ class Model:
     def config(self) -> EncoderConfig:
         return self._encoder.config
 
+    @property
+    def out_dim(self) -> int:
+        """The width of :meth:`encode`'s vectors: the encoder's, plus the static branch's."""
+        return self.config.out_dim + (self.static.dim if self.static is not None else 0)
+
     def encoder_config(self) -> dict[str, Any]:
         """What ``config.json`` records of the encoder: its registered type and its config."""
         return {"type": self._encoder.type, **asdict(self.config)}
@@ -174,6 +201,8 @@ class Model:
             if not name.startswith("head."):
                 digest.update(name.encode())
                 digest.update(np.asarray(array, np.float32, order="C").tobytes())
+        if self.static is not None:
+            self.static.digest(digest)
         return digest.hexdigest()[:16]
 
     def encode(self, questions: list[str], batch_size: int = 1024) -> np.ndarray:
@@ -182,20 +211,29 @@ class Model:
         Up to :data:`FEW` questions (a search's queries) are one batch in their own order: the
         same padded batch the sorted path would make, without sorting and scattering it back. Up to
         :data:`~dupq.modeling.kernels.FEW_QUESTIONS` of them go through the NumPy forward pass
-        (:mod:`dupq.modeling.kernels`) where the encoder has one.
+        (:mod:`dupq.modeling.kernels`) where the encoder has one. A model with a static branch
+        joins its vector to the encoder's (:meth:`~dupq.modeling.static.StaticBranch.join`).
         """
         check_list(questions)
         if getattr(self._encoder, "training", False):
             self._encoder.eval()
         encoded = self.vocab.encode(questions)
-        if 0 < len(questions) <= min(FEW, batch_size):
-            ids, lengths = encoded.padded(np.arange(len(questions)))  # (B, L), (B,)
-            kernel = self.kernels and self.kernels.encoder(self._encoder, len(questions))
+        u = self._encoder_vectors(encoded, batch_size)  # (N, d)
+        if self.static is None:
+            return u
+        return self.static.join(u, self.static.vectors(self.vocab, encoded, questions))  # (N, d + e)
+
+    def _encoder_vectors(self, encoded: Encoded, batch_size: int) -> np.ndarray:
+        """The encoder's unit vectors ``(N, d)`` of encoded questions (see :meth:`encode`)."""
+        n = len(encoded)
+        if 0 < n <= min(FEW, batch_size):
+            ids, lengths = encoded.padded(np.arange(n))  # (B, L), (B,)
+            kernel = self.kernels and self.kernels.encoder(self._encoder, n)
             if kernel:
                 return kernel(ids, lengths)
             return self._torch_encode(ids, lengths)
         order = np.argsort(encoded.lengths, kind="stable")
-        out = np.empty((len(questions), self.config.out_dim), dtype=np.float32)
+        out = np.empty((n, self.config.out_dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             index = order[start : start + batch_size]
             out[index] = self._torch_encode(*encoded.padded(index))
@@ -225,6 +263,8 @@ class Model:
 
     def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The uncalibrated pair logit ``(N,)`` of vector pairs: the head's, or the cosine without one."""
+        if self.static is not None:  # the head reads the model's own half of a joined vector
+            u, v = (self.static.model_half(x, self.config.out_dim) for x in (u, v))
         if self._head is None:
             return np.einsum("nd,nd->n", u, v).astype(np.float64)
         u, v = np.asarray(u, np.float32), np.asarray(v, np.float32)
@@ -280,6 +320,10 @@ class Model:
         dtype = np.float16 if half else np.float32
         weights = {k: np.asarray(v, dtype, order="C") for k, v in self.weights().items()}
         atomic_write(folder / "model.safetensors", save(weights, metadata={"format": FORMAT}))
+        if self.static is not None:
+            self.static.save(folder, half)
+        elif (folder / STATIC_WEIGHTS).exists():
+            (folder / STATIC_WEIGHTS).unlink()  # a branch this model no longer has
         self.vocab.save(folder / "vocab.json")
         write_json(folder / "metrics.json", self.metrics)
         self._write_config(folder, np.dtype(dtype).name)
@@ -297,7 +341,8 @@ class Model:
                 "threshold_on": self.threshold_on,
                 "threshold_info": self.threshold_info,
                 "weights_dtype": weights_dtype,
-            },
+            }
+            | ({"static": asdict(self.static.config)} if self.static is not None else {}),
         )
 
     def save_again(self, folder: str | os.PathLike) -> None:
@@ -325,7 +370,8 @@ class Model:
                     f"{folder}: vocab.json has {len(vocab)} {vocab.UNIT} but the config says {config.encoder.vocab_size}."
                 )
             encoder, head = _load_weights(folder, config)
-            model = cls(vocab, encoder, metrics=metrics, head=head, **config.judging())  # torch-free until needed
+            static = None if config.static is None else StaticBranch.load(folder, config.static, len(vocab))
+            model = cls(vocab, encoder, metrics=metrics, head=head, static=static, **config.judging())  # torch-free
         model.folder = folder.resolve()
         return model
 

@@ -38,9 +38,10 @@ import numpy as np
 
 from dupq.core.files import DupqError, check_new_folder, new_folder, readable, write_json
 from dupq.modeling.architecture import SENTENCE_TRANSFORMERS, SentenceConfig
-from dupq.modeling.formats import ModelConfig, check_files, stored_kind
+from dupq.modeling.formats import ModelConfig, check_files, read_config, stored_kind
 from dupq.modeling.model import READERS, Model, check_list
 from dupq.modeling.pretrained import load_sentence_transformer
+from dupq.modeling.static import join_vectors
 
 SUBFOLDER = "sentence-transformers"  # where a model folder keeps the transformer
 ENCODE_BATCH = 128  # questions per forward pass, as dupq-lab peers measured MiniLM
@@ -55,8 +56,11 @@ class SentenceModel(Model):
     :meth:`Model.load <dupq.modeling.model.Model.load>`, make one with :func:`dupq.training.distil.export.export_teacher`.
     """
 
-    def __init__(self, transformer, config: SentenceConfig, files: Path, **judging: Any):
+    def __init__(self, transformer, config: SentenceConfig, files: Path, student: Model | None = None, **judging: Any):
         super().__init__(None, None, **judging)  # no word vocabulary, no LSTM: the transformer brings its own
+        if (student is None) != (config.join is None):
+            raise DupqError("a joined sentence model needs both its student model and the config's join entry.")
+        self.student = student  # a dupq LSTM model whose vectors are joined to the transformer's (config.join)
         self.transformer = transformer
         self._config = config
         self.files = Path(files)
@@ -65,6 +69,10 @@ class SentenceModel(Model):
     @property
     def config(self) -> SentenceConfig:
         return self._config
+
+    @property
+    def out_dim(self) -> int:
+        return self.config.dim + (self.student.out_dim if self.student is not None else 0)
 
     def encoder_config(self) -> dict[str, Any]:
         return {"type": SENTENCE_TRANSFORMERS, **asdict(self.config)}
@@ -78,14 +86,17 @@ class SentenceModel(Model):
                 data = path.read_bytes()
                 digest.update(f"{path.relative_to(self.files).as_posix()}\0{len(data)}\0".encode())
                 digest.update(data)
+            if self.student is not None:  # the joined student and its weight encode too
+                digest.update(f"{self.student.fingerprint()}\0{self.config.join_weight!r}".encode())
             self._fingerprint = digest.hexdigest()[:16]
         return self._fingerprint
 
     def encode(self, questions: list[str], batch_size: int = ENCODE_BATCH) -> np.ndarray:
-        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``."""
+        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``,
+        joined with the student's (:func:`~dupq.modeling.static.join_vectors`) when the folder has one."""
         check_list(questions)
         if not len(questions):
-            return np.zeros((0, self.config.dim), dtype=np.float32)
+            return np.zeros((0, self.out_dim), dtype=np.float32)
         vectors = self.transformer.encode(
             list(questions),
             batch_size=batch_size,
@@ -93,7 +104,10 @@ class SentenceModel(Model):
             convert_to_numpy=True,
             show_progress_bar=False,
         )  # (N, d)
-        return np.asarray(vectors, dtype=np.float32)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if self.student is None:
+            return vectors
+        return join_vectors(vectors, self.student.encode(list(questions)), self.config.join_weight)  # (N, d + e)
 
     def save(self, folder: str | os.PathLike, half: bool = False) -> None:
         """Write the model folder.
@@ -116,6 +130,9 @@ class SentenceModel(Model):
         check_new_model_folder(folder, overwrite=True)
         with new_folder(folder) as tmp:
             shutil.copytree(self.files, tmp / self.config.folder)
+            if self.student is not None:
+                half = self.student.folder is not None and read_config(self.student.folder).weights_dtype == "float16"
+                self.student.save(tmp / self.config.join, half=half)
             readable(tmp)
             self._write_json(tmp)
 
@@ -129,13 +146,18 @@ class SentenceModel(Model):
         encoder; ``judging`` as for the constructor. Use ``Model.load``."""
         sentence = config.encoder
         files = check_files(folder / sentence.folder, folder)
+        student = None
+        if sentence.join is not None:
+            student = Model.load(folder / sentence.join)
+            if student.vocab is None:
+                raise DupqError(f"{folder / sentence.join} must hold a dupq LSTM or GRU model to join.")
         transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
         if width(transformer) != sentence.dim:
             raise DupqError(
                 f"{folder / 'config.json'} is corrupt: encoder.dim is {sentence.dim}, "
                 f"but the model in {files} encodes {width(transformer)} dimensions."
             )
-        return cls(transformer, sentence, files, **judging)
+        return cls(transformer, sentence, files, student, **judging)
 
 
 def width(transformer) -> int:

@@ -117,8 +117,11 @@ def has_probability(model: Judging) -> bool:
 
 
 def needs_vectors(model: Judging) -> bool:
-    """Whether a pair's probability depends on more than its cosine: an mlp pair head reads both vectors."""
-    return _reads_vectors(model.head_config)
+    """Whether a pair's probability depends on more than its cosine: an mlp pair head reads both vectors,
+    and any head of a model with a static branch reads the model's half of them (its cosine is not the search's)."""
+    return _reads_vectors(model.head_config) or (
+        model.head_config is not None and getattr(model, "static", None) is not None
+    )
 
 
 def judging_before_calibration(head: HeadConfig | None) -> dict[str, Any]:

@@ -76,7 +76,7 @@ def new_manifest(model: Model, config: IndexConfig) -> dict:
             "path": None if bundled or model.folder is None else str(model.folder),
             "bundled": bundled,
         },
-        "dim": model.config.out_dim,
+        "dim": model.out_dim,
         "index": asdict(config),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -100,8 +100,8 @@ def model_for(manifest: dict, model: Model | None, where) -> Model:
             f"{where} was built with {built_with} (fingerprint {recorded['fingerprint']}) but {what} has "
             f"fingerprint {given}; search it with the model that built it, or build a new collection."
         )
-    if dim != model.config.out_dim:
+    if dim != model.out_dim:
         raise DupqError(
-            f"the manifest of {where} is corrupt: it says dim {dim}, but its model encodes {model.config.out_dim} dimensions."
+            f"the manifest of {where} is corrupt: it says dim {dim}, but its model encodes {model.out_dim} dimensions."
         )
     return model

@@ -20,8 +20,11 @@ L2-SP penalty of Li, Grandvalet & Davoine 2018, *Explicit Inductive Bias for Tra
 with Convolutional Networks*). The defaults are the point chosen on the out-of-domain yardstick's
 dev half (``dupq-lab out-of-domain``); the penalty, Quora duplicate pairs mixed in under the triplet
 loss, rewordings of the questions as more teacher targets and batches of teacher neighbours were
-measured there too and did no better than fewer steps, so they are not in. The pair head, its
-calibration and threshold are the starting model's, unchanged: no labelled pair of the help desk
+measured there too and did no better than fewer steps, so they are not in. A help desk of fewer
+than ``mix`` questions gets questions of Quora's training pool (never a dev or test one,
+:func:`quora_questions`) taught and trained on with its own, so that a few hundred questions do not
+pull the student away from what it knew. The pair head, its calibration, threshold and static
+branch (:mod:`dupq.modeling.static`) are the starting model's, unchanged: no labelled pair of the help desk
 exists to fit them again on, and Quora's dev pairs would fit them to Quora, not to the help desk.
 
 The student's vocabulary is the starting model's: a word it lacks is hashed into one of its
@@ -124,6 +127,25 @@ def user_questions(source: str, column: str | None = None) -> tuple[list[str], M
     return questions.texts, None, questions.dropped
 
 
+def quora_questions(pairs, split, count: int, exclude: list[str]) -> list[str]:
+    """The first ``count`` distinct questions of the training pool of ``split`` (``pairs``: the Quora file
+    read by :func:`dupq.data.pairs.read_pairs`), in file order, none of ``exclude``; never a question that a dev
+    or test row asks too."""
+    from dupq.data.pairs import split_pairs
+
+    splits = split_pairs(pairs, split)
+    pool = splits.pool
+    held_out = {q for part in (splits.test, splits.dev) for q in (*part.q1, *part.q2)}  # also asked in a held-out row
+    taken, seen = [], set(exclude) | held_out
+    for question in (q for a, b in zip(pool.q1, pool.q2) for q in (a, b)):
+        if len(taken) == count:
+            break
+        if question not in seen and question.strip():
+            seen.add(question)
+            taken.append(question)
+    return taken
+
+
 def distinct_questions(texts: list[str]) -> list[str]:
     """Each question once, in order; fewer than 2 (no batch to learn from) is a :class:`DupqError`."""
     texts = list(dict.fromkeys(check_questions(texts)))
@@ -166,10 +188,11 @@ def fit_projection(encoder: nn.Module, vocab: AnyVocabulary, cache: TeacherCache
 
 @torch.no_grad()
 def teacher_agreement(
-    model: Siamese, vocab: AnyVocabulary, cache: TeacherCache, batch_size: int = 512
+    model: Siamese, vocab: AnyVocabulary, cache: TeacherCache, batch_size: int = 512, own: int | None = None
 ) -> dict[str, float]:
-    """On the taught questions, in fixed batches: the mean cosine of the projected vectors to the teacher's,
-    and the mean squared difference of the in-batch cosine matrices (the two losses, without weights)."""
+    """On the taught questions, in fixed batches: the mean cosine of the projected vectors to the teacher's
+    (over all of them, and ``own_cosine`` over the first ``own``: the user's, before any mixed in), and the
+    mean squared difference of the in-batch cosine matrices (the two losses, without weights)."""
     model.eval()
     encoded = vocab.encode(cache.texts)
     cosines, matrix = [], []
@@ -182,8 +205,10 @@ def teacher_agreement(
         if model.projection is not None:
             cosines.append(nn.functional.cosine_similarity(model.projection(v), t).numpy())
         matrix.append(float((v @ v.T - t @ t.T).pow(2).mean()) * len(index))
+    cosines = np.concatenate(cosines) if cosines else None
     return {
-        "cosine_to_teacher": float(np.concatenate(cosines).mean()) if cosines else None,  # None: no projection
+        "cosine_to_teacher": float(cosines.mean()) if cosines is not None else None,  # None: no projection
+        "own_cosine": float(cosines[: own or len(cosines)].mean()) if cosines is not None else None,
         "matrix_error": sum(matrix) / len(cache),
     }
 
@@ -200,13 +225,16 @@ def adapt(
     log: Callable[[str], None] = print,
     progress: bool = True,
     threads: int | None = None,
+    mixed: list[str] | None = None,
 ) -> Model:
     """Fine-tune ``base`` on ``texts`` towards the teacher ``encode`` (texts -> unit vectors); write the model folder ``out``.
 
     ``cache`` is the folder of the teacher's vectors (default: ``OUT.teacher`` beside ``out``),
     kept so that running again with other settings does not encode the questions again.
     ``info`` is recorded in ``metrics.json`` with the adaptation; ``threads``: torch's CPU threads
-    while fine-tuning (the teacher runs with the caller's). Returns the adapted model.
+    while fine-tuning (the teacher runs with the caller's); ``mixed``: other questions taught and
+    trained on beside ``texts`` (:func:`quora_questions`, for a small help desk). A static branch
+    (:mod:`dupq.modeling.static`) of ``base`` is kept as it is. Returns the adapted model.
     """
     config = config or AdaptConfig()
     if base.encoder is None or base.vocab is None:
@@ -217,14 +245,15 @@ def adapt(
     out = Path(out)
     cache = Path(cache) if cache is not None else out.with_name(out.name + ".teacher")
     started = time.perf_counter()
-    taught = _teach(texts, cache, encode, teacher_name, progress)
+    mixed = [q for q in dict.fromkeys(mixed or ()) if q not in set(texts)]
+    taught = _teach(texts + mixed, cache, encode, teacher_name, progress)
     teacher_seconds = time.perf_counter() - started
     log(f"teacher {teacher_name}: {len(taught):,} questions in {teacher_seconds:.0f}s (kept in {cache})")
     before_threads = torch.get_num_threads()
     torch.set_num_threads(threads or before_threads)
     try:
         started = time.perf_counter()
-        encoder, record = _fine_tune(base, taught, config, log, progress)
+        encoder, record = _fine_tune(base, taught, config, log, progress, own=len(texts))
     finally:
         torch.set_num_threads(before_threads)
     record = {
@@ -235,6 +264,7 @@ def adapt(
         },
         "teacher": teacher_name,
         "questions": len(texts),
+        "mixed_in": len(mixed),
         "words": unknown_words(base.vocab, texts),
         "config": asdict(config),
         **record,
@@ -249,17 +279,23 @@ def adapt(
 
 
 def _fine_tune(
-    base: Model, taught: TeacherCache, config: AdaptConfig, log: Callable[[str], None], progress: bool
+    base: Model, taught: TeacherCache, config: AdaptConfig, log: Callable[[str], None], progress: bool, own: int
 ) -> tuple[nn.Module, dict[str, Any]]:
     """The base encoder fine-tuned on ``taught`` (the loop of ``dupq train``), and what to record of it."""
     vocab = base.vocab
     projection = fit_projection(base.encoder, vocab, taught) if config.distil else None
     model = Siamese(copy.deepcopy(base.encoder), None, projection)
-    before = teacher_agreement(model, vocab, taught)
+    before = teacher_agreement(model, vocab, taught, own=own)
     source = QuestionBatches(vocab, taught, config.batch_size)
     objective, start = Objective(config.losses()), [p.detach().clone() for p in model.encoder.parameters()]
     update = Update(torch.optim.Adam(model.parameters(), lr=config.lr, fused=True), model.encoder.embedding)
     history, started = [], time.perf_counter()
+    steps_per_epoch = len(source.epoch(np.random.default_rng(0)))
+    log(
+        f"{steps_per_epoch} steps an epoch. loss: the mean cosine distance (1 - cosine) from the student's vectors, "
+        "through a linear map to the teacher's width, to the teacher's (0 = same direction); "
+        "drift: the sum of squared changes of the student's weights since the start (how far it moved)"
+    )
 
     def drift() -> torch.Tensor:
         """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start (the L2-SP penalty)."""
@@ -287,12 +323,32 @@ def _fine_tune(
 
     loop = Loop(config.epochs, config.lr, config.seed, cosine, progress=progress)
     fit(loop, model, source, loss_of, update, after_epoch)
-    after = teacher_agreement(model, vocab, taught)
-    key = "cosine_to_teacher" if model.projection is not None else "matrix_error"
-    log(f"{key.replace('_', ' ')} {before[key]:.4f} -> {after[key]:.4f}")
-    steps = len(source.epoch(np.random.default_rng(0))) * len(history)
-    record = {"steps": steps, "epochs_run": len(history), "history": history}
+    after = teacher_agreement(model, vocab, taught, own=own)
+    log(agreement_line(before, after, own, len(taught), model.projection is not None))
+    record = {"steps": steps_per_epoch * len(history), "epochs_run": len(history), "history": history}
     return model.encoder.cpu(), {**record, "before": before, "after": after}
+
+
+def agreement_line(before: dict, after: dict, own: int, taught: int, projected: bool) -> str:
+    """What the agreement with the teacher did, in words: before and after the fine-tuning."""
+    if not projected:
+        return (
+            f"in-batch cosine matrices against the teacher's, mean squared difference (0 = the same): "
+            f"{before['matrix_error']:.4f} before, {after['matrix_error']:.4f} after"
+        )
+    line = (
+        f"cosine to the teacher on your {own:,} questions (the student's vector through the linear map, against the "
+        f"teacher's; 1 = the same direction): {before['own_cosine']:.4f} before, {after['own_cosine']:.4f} after"
+    )
+    if taught > own:
+        line += f"; on all {taught:,} taught: {before['cosine_to_teacher']:.4f} -> {after['cosine_to_teacher']:.4f}"
+    if after["own_cosine"] < before["own_cosine"]:
+        line += (
+            ". Lower after: the map was fitted by least squares to the starting student on these very questions, and "
+            "with few questions it fits them closely; the trained student moved away from that fit. "
+            "Fewer --epochs or a lower --lr keep it nearer"
+        )
+    return line
 
 
 def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress: bool) -> TeacherCache:
@@ -322,16 +378,7 @@ def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress:
 
 
 def _adapted_model(base: Model, encoder: nn.Module, record: dict[str, Any]) -> Model:
-    """The adapted encoder with the base model's vocabulary, pair head, calibration and threshold."""
+    """The adapted encoder with the base model's vocabulary, pair head, static branch, calibration and threshold."""
     metrics = {k: v for k, v in base.metrics.items() if k != "test"}  # the base's test figures are not this model's
     metrics["adaptation"] = record
-    return Model(
-        base.vocab,
-        encoder.eval(),
-        threshold=base.threshold,
-        threshold_info=base.threshold_info,
-        metrics=metrics,
-        head=base.head,
-        calibration=base.calibration,
-        threshold_on=base.threshold_on,
-    )
+    return base.replaced(encoder=encoder.eval(), head=base.head, metrics=metrics)

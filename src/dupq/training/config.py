@@ -200,6 +200,12 @@ class AdaptConfig:
     )
     distil_matrix: float = option(0.0, "Weight of matching the teacher's in-batch cosine matrix.", min=0.0)
     anchor: float = option(0.0, "Weight of the penalty holding the weights near the starting model's (L2-SP).", min=0.0)
+    mix: int = option(
+        20_000,
+        "When you give fewer questions than this, questions of Quora's training pool (never a dev or test one) "
+        "are added up to this many, so that a small help desk does not pull the student away from what it knows (0: never).",
+        min=0,
+    )
     seed: int = option(0, "Random seed (batches, dropout).")
     bf16: bool = option(False, "Encode under bfloat16 autocast while training (faster on CPUs with bf16 units).")
 

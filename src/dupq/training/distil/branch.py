@@ -1,0 +1,162 @@
+"""Making a static branch (:mod:`dupq.modeling.static`) for a model: the teacher's view of each word, or model2vec's.
+
+Two sources of a per-word table, both from all-MiniLM-L6-v2 and both needing no corpus:
+
+* ``teacher`` (route F of docs/experiments/9-meaning-beyond-quora.md): the teacher encodes each
+  word of the model's vocabulary alone, as ``word_init`` does; the vectors are projected on their
+  top ``dim`` right singular vectors (uncentred: centring drops the direction every word shares,
+  which a sum needs), and each row is weighted ``a / (a + p)``, SIF's weight (Arora, Liang & Ma
+  2017), ``p`` the word's Zipf probability from its rank (the vocabulary is sorted by count and
+  stores no counts). Unknown words: the teacher's vector of each WordPiece token alone, on the
+  same directions.
+* ``model2vec``: a folder written by model2vec's ``distill`` (Tulkens & van Dongen 2024): a
+  table of the teacher's tokens, reduced by PCA and weighted by Zipf already. A word's row is the
+  mean of its pieces' rows; an unknown word's, at encoding time, the same.
+
+>>> words, pieces = teacher_vectors(model.vocab, encode, packaged_teacher() / "tokenizer.json")   # doctest: +SKIP
+>>> branch = teacher_branch(model.vocab, words, pieces, tokenizer_json, dim=128, a=0.002, weight=1.0)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from dupq.core.files import DupqError
+from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.model import Model
+from dupq.modeling.static import StaticBranch, StaticConfig
+
+FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
+SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [UNK], [CLS], [unused12], ...: no text to teach
+
+
+def check_words(model: Model) -> Vocabulary:
+    """The model's word vocabulary; a sentence-transformers or WordPiece model is refused."""
+    if not isinstance(model.vocab, Vocabulary):
+        raise DupqError("a static branch reads a word vocabulary; this model has none (or WordPiece tokens).")
+    if model.head_config is None or model.threshold_on != "probability":
+        raise DupqError(
+            "a static branch changes the cosine; it needs a model whose pair head judges pairs on the probability."
+        )
+    return model.vocab
+
+
+def piece_texts(tokenizer_json: str) -> tuple[np.ndarray, list[str]]:
+    """``(ids, texts)`` of a WordPiece tokenizer's pieces that stand for text (``##ing`` read as ``ing``)."""
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_str(tokenizer_json).get_vocab()
+    kept = sorted((i, t.removeprefix("##")) for t, i in vocab.items() if not SPECIAL.match(t) and t != "##")
+    return np.array([i for i, _ in kept], dtype=np.int64), [t for _, t in kept]
+
+
+def _encode_all(encode: Callable[[list[str]], np.ndarray], texts: list[str]) -> np.ndarray:
+    return np.concatenate([encode(texts[i : i + 4096]) for i in range(0, len(texts), 4096)])
+
+
+def teacher_vectors(
+    vocab: Vocabulary, encode: Callable[[list[str]], np.ndarray], tokenizer_json: str | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The teacher's vector of each word ``(V - 2, T)`` and of each WordPiece piece ``(P, T)`` (zeros for
+    specials; None without a tokenizer), each read alone."""
+    words = _encode_all(encode, vocab.tokens[FIRST_WORD:])
+    if tokenizer_json is None:
+        return words, None
+    ids, texts = piece_texts(tokenizer_json)
+    pieces = np.zeros((int(ids.max()) + 1, words.shape[1]), np.float32)
+    pieces[ids] = _encode_all(encode, texts)
+    return words, pieces
+
+
+def zipf_weights(count: int, a: float) -> np.ndarray:
+    """``(count,)`` SIF weights ``a / (a + p)``, ``p`` the Zipf probability of each rank 1..count."""
+    ranks = np.arange(1, count + 1, dtype=np.float64)
+    p = 1.0 / (ranks * np.sum(1.0 / ranks))
+    return (a / (a + p)).astype(np.float32)
+
+
+def teacher_branch(
+    vocab: Vocabulary,
+    words: np.ndarray,
+    pieces: np.ndarray | None,
+    tokenizer_json: str | None,
+    dim: int,
+    a: float,
+    weight: float,
+    source: str = "all-MiniLM-L6-v2: each word alone, SIF-weighted",
+) -> StaticBranch:
+    """The branch of the teacher's word vectors (:func:`teacher_vectors`) on their top ``dim`` directions."""
+    _, _, vt = np.linalg.svd(words, full_matrices=False)
+    basis = vt[:dim].T  # (T, dim)
+    table = np.zeros((len(vocab), dim), np.float32)  # buckets keep zeros: they stand for no word
+    table[FIRST_WORD : len(vocab.tokens)] = (words @ basis) * zipf_weights(len(words), a)[:, None]
+    projected = None if pieces is None else (pieces @ basis).astype(np.float32)
+    config = StaticConfig(dim=dim, weight=weight, source=f"{source} (a {a:g})", pieces=pieces is not None)
+    return StaticBranch(config, table, projected, tokenizer_json or "")
+
+
+def model2vec_branch(vocab: Vocabulary, folder: Path, weight: float, pieces: bool = True) -> StaticBranch:
+    """The branch of a model2vec model folder (``model.safetensors`` with ``embeddings``, ``tokenizer.json``):
+    each word's row the mean of its pieces' rows."""
+    from tokenizers import Tokenizer
+
+    try:
+        embeddings = load_file(folder / "model.safetensors")["embeddings"].astype(np.float32)  # (P, dim)
+        tokenizer_json = (folder / "tokenizer.json").read_text(encoding="utf-8")
+    except (OSError, KeyError, ValueError) as e:
+        raise DupqError(f"{folder} is not a model2vec model folder ({e}).") from None
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    table = np.zeros((len(vocab), embeddings.shape[1]), np.float32)
+    words = vocab.tokens[FIRST_WORD:]
+    for row, encoding in enumerate(tokenizer.encode_batch(words, add_special_tokens=False), start=FIRST_WORD):
+        if encoding.ids:
+            table[row] = embeddings[encoding.ids].mean(0)
+    config = StaticConfig(dim=embeddings.shape[1], weight=weight, source=f"model2vec {folder.name}", pieces=pieces)
+    return StaticBranch(config, table, embeddings if pieces else None, tokenizer_json if pieces else "")
+
+
+def with_branch(model: Model, branch: StaticBranch | None, info: dict | None = None) -> Model:
+    """``model`` with ``branch`` joined to its vectors (None: without one); the rest is the model's."""
+    metrics = dict(model.metrics)
+    if info is not None:
+        metrics["static_branch"] = info
+    return model.replaced(metrics=metrics, static=branch)
+
+
+def branch_model(
+    model: Model,
+    source: str,
+    dim: int = 128,
+    a: float = 2e-3,
+    weight: float = 1.0,
+    pieces: bool = True,
+    teacher: str | None = None,
+    log: Callable[[str], None] = print,
+) -> Model:
+    """``model`` with a new static branch of ``source`` (``"teacher"``, or a model2vec folder) joined at ``weight``."""
+    import time
+
+    from dupq.modeling.pretrained import packaged_teacher
+    from dupq.training.distil.teacher import load_teacher
+
+    vocab = check_words(model)
+    started = time.perf_counter()
+    if source == "teacher":
+        encode, name = load_teacher(teacher)
+        tokenizer = (packaged_teacher() if teacher is None else Path(teacher)) / "tokenizer.json"
+        if pieces and not tokenizer.is_file():
+            raise DupqError(f"the teacher's pieces need its {tokenizer}; pass --no-pieces for a teacher without one.")
+        tokenizer_json = tokenizer.read_text(encoding="utf-8") if pieces else None
+        words, piece_vectors = teacher_vectors(vocab, encode, tokenizer_json)
+        branch = teacher_branch(vocab, words, piece_vectors, tokenizer_json, dim, a, weight, f"{name}: each word alone")
+    else:
+        branch = model2vec_branch(vocab, Path(source), weight, pieces)
+    seconds = time.perf_counter() - started
+    log(f"static branch from {branch.config.source}: {len(vocab.tokens) - FIRST_WORD:,} words in {seconds:.0f}s")
+    info = {"config": {**branch.config.__dict__}, "a": a if source == "teacher" else None, "seconds": seconds}
+    return with_branch(model, branch, info)
