@@ -500,8 +500,8 @@ def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tm
         for q, row in enumerate(hits):
             for h in row:
                 if (q, h.id) in judged:
-                    assert (
-                        h.probability == pytest.approx(judged[q, h.id][0], abs=1e-6)
+                    assert (  # float32 head arithmetic in batches of other sizes: BLAS may round otherwise
+                        h.probability == pytest.approx(judged[q, h.id][0], abs=1e-5)
                         and h.duplicate == judged[q, h.id][1]
                     )
     (tmp_path / "pq" / INDEX_FILE).unlink()  # the cache is rebuilt from the store, trained the same way
@@ -545,7 +545,7 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
 
 def stored_texts(coll: Collection) -> list[str]:
     """Every stored question's text, read back from the store by the ids a search over all of them finds."""
-    everything = coll.nearest(np.zeros((1, coll.model.config.out_dim), np.float32), k=len(coll))[1][0]
+    everything = coll.nearest(np.zeros((1, coll.model.out_dim), np.float32), k=len(coll))[1][0]
     return [row[1] for row in coll._backend.rows([int(i) for i in everything]).values()]
 
 

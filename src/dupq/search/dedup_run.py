@@ -322,7 +322,7 @@ def _encode(work: Work, model: Model, engine: Engine, progress: Progress) -> Non
         return
     if not work.path("vectors.npy").is_file():
         np.lib.format.open_memmap(
-            work.path("vectors.npy"), mode="w+", dtype=np.float32, shape=(n, model.config.dim)
+            work.path("vectors.npy"), mode="w+", dtype=np.float32, shape=(n, model.out_dim)
         ).flush()
     vectors = work.vectors
     progress("encode", done, n)
