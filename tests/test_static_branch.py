@@ -294,6 +294,27 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
     assert not imports_torch("search", str(built), "end my subscription")
 
 
+
+def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
+    """`dupq export M OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
+    from typer.testing import CliRunner
+
+    from dupq.cli import app
+
+    base = Model.load(head_model_dir)
+    table = np.random.default_rng(0).normal(size=(len(base.vocab), 6)).astype(np.float32)
+    with_branch(base, StaticBranch(StaticConfig(dim=6, weight=2.0), table)).save(tmp_path / "m")
+    joined = Model.load(tmp_path / "m")
+    for flag, width in (("--branch", base.out_dim + 6), ("--no-branch", base.out_dim)):
+        out = tmp_path / flag
+        result = CliRunner().invoke(app, ["export", str(tmp_path / "m"), str(out), flag])
+        assert result.exit_code == 0, result.output
+        copy = Model.load(out)
+        assert copy.out_dim == width and copy.encode(["How do I learn Python?"]).shape == (1, width)
+        assert (copy.static is None) == (flag == "--no-branch")
+        assert copy.probability(["How?"], ["Why?"]) == pytest.approx(joined.probability(["How?"], ["Why?"]), abs=1e-6)
+    assert Model.load(tmp_path / "--no-branch").fingerprint() == base.fingerprint() != joined.fingerprint()
+
 # The lab's experiment (dupq-lab static-branch) keeps its own small functions; they are held to the same references.
 
 

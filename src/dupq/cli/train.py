@@ -126,19 +126,29 @@ def _preset(ctx: typer.Context, preset: str, typed: set[str]) -> dict[str, Any]:
 
 @command()
 def export(
-    model: Annotated[Path, typer.Argument(help="Model folder to copy.")],
+    model: Annotated[Path, typer.Argument(help="Model folder to copy (bundled: the bundled model).")],
     out: Annotated[Path, typer.Argument(help="Folder to write (config, vocabulary, weights, metrics; no checkpoint).")],
     half: Annotated[bool, typer.Option(help="Store the weights as float16 (half the size).")] = False,
+    branch: Annotated[
+        bool,
+        typer.Option(
+            help="Keep the static branch; --no-branch leaves it out: vectors as wide as the encoder's (half a "
+            "collection's or a dedup run's memory for the bundled model), the ranking the model had without it."
+        ),
+    ] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace the model folder OUT if it exists.")] = False,
 ) -> None:
     """Write a compact copy of a model folder, e.g. the float16 model bundled with the package."""
     from dupq.modeling.model import Model
     from dupq.modeling.sentence_model import check_new_model_folder
 
-    if out.resolve() == model.resolve():
+    bundled = str(model) == "bundled"
+    if not bundled and out.resolve() == model.resolve():
         raise DupqError("export needs a different output folder than the model it copies.")
     check_new_model_folder(out, overwrite)
-    copy = Model.load(model)
+    copy = Model.load(None if bundled else model)
+    if not branch and copy.static is not None:
+        copy = copy.replaced(static=None)
     with new_folder(out) as tmp:  # written beside OUT, then renamed into place: a failed export leaves OUT as it was
         copy.save(tmp, half=half)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
