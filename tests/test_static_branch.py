@@ -201,12 +201,16 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     assert Model.load(tmp_path / "again").out_dim == base.out_dim + 6
 
 
-def test_summed_rows_match_a_loop_over_each_question_even_empty_ones():
+@pytest.mark.parametrize("copies", [1, 20])  # 7 questions are summed row by row, 140 by one sparse product
+def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
+    from dupq.modeling.static import FEW_SUMS
+
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
     table = np.random.default_rng(2).normal(size=(len(vocab), 3)).astype(np.float32)
-    texts = ["", "How do I fix a leaking tap?", "", "", "sky", "zzz qqq", ""]
+    texts = ["", "How do I fix a leaking tap?", "", "", "sky", "zzz qqq", ""] * copies
+    assert (len(texts) > FEW_SUMS) == (copies > 1)
     encoded = vocab.encode(texts)
-    assert (encoded.lengths == 0).sum() == 4  # empty questions between and at both ends
+    assert (encoded.lengths == 0).sum() == 4 * copies  # empty questions between and at both ends
     expected = np.zeros((len(texts), 3))
     for i in range(len(texts)):
         for token in encoded[i]:
@@ -294,7 +298,6 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
     assert not imports_torch("search", str(built), "end my subscription")
 
 
-
 def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
     """`dupq export M OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
     from typer.testing import CliRunner
@@ -314,6 +317,7 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
         assert (copy.static is None) == (flag == "--no-branch")
         assert copy.probability(["How?"], ["Why?"]) == pytest.approx(joined.probability(["How?"], ["Why?"]), abs=1e-6)
     assert Model.load(tmp_path / "--no-branch").fingerprint() == base.fingerprint() != joined.fingerprint()
+
 
 # The lab's experiment (dupq-lab static-branch) keeps its own small functions; they are held to the same references.
 

@@ -50,6 +50,7 @@ from dupq.data.tokenizer import Encoded
 WEIGHTS = "static.safetensors"
 TOKENIZER = "static-tokenizer.json"
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
+FEW_SUMS = 64  # questions summed row by row (reduceat); more are one sparse product
 KEPT_WORDS = 100_000  # unknown words whose piece vector is remembered (a search's words recur)
 
 
@@ -60,8 +61,18 @@ def join_vectors(u: np.ndarray, s: np.ndarray, weight: float) -> np.ndarray:
 
 
 def summed_rows(table: np.ndarray, encoded: Encoded) -> np.ndarray:
-    """``(N, dim)``: for each question, the sum of the rows of ``table`` its ids pick (zeros for an empty one)."""
+    """``(N, dim)``: for each question, the sum of the rows of ``table`` its ids pick (zeros for an empty one).
+
+    Many questions are one sparse product, ``counts (N, V) @ table``: ``np.add.reduceat`` over the
+    gathered rows costs 25 times more there (1 s against 0.04 s for 50,000 questions), and SciPy's
+    import is paid only then, never by a command that judges or searches a few.
+    """
     n, dim = len(encoded), table.shape[1]
+    if n > FEW_SUMS:
+        from scipy.sparse import csr_matrix
+
+        counts = csr_matrix((np.ones(len(encoded.flat), np.float32), encoded.flat, encoded.offsets), (n, len(table)))
+        return np.asarray(counts @ table, dtype=np.float32)
     out = np.zeros((n, dim), np.float32)
     lengths = encoded.lengths
     filled = lengths > 0
