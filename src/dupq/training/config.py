@@ -189,7 +189,7 @@ class ModelOptions:
 class AdaptConfig:
     """How the student is fine-tuned on the user's questions; each help text is its ``dupq adapt --help``."""
 
-    epochs: int = option(8, "Passes over your questions.", min=1)
+    epochs: int = option(24, "Passes over your questions.", min=1)
     minutes: float = option(
         0.0, "Stop before an epoch that would end after this many minutes of fine-tuning (0: no limit).", min=0.0
     )
