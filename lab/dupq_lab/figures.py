@@ -113,8 +113,8 @@ def adapt() -> list[list[str]]:
     text = "\n".join(saved("adapt.json")[-1]["output"])
     questions = re.search(r"adapting the .* to ([\d,]+) questions", text).group(1)
     teacher, tuning = re.search(r"\(teacher (\d+)s, fine-tuning (\d+)s\)", text).groups()
-    before, after = re.search(r"cosine to the teacher ([\d.]+) -> ([\d.]+)", text).groups()
-    recall = [source(f"out_of_domain{s}_dev.json")["dupq"]["recall@1"] for s in ("", "_adapted")]
+    before, after = re.search(r"cosine to the teacher on your .*: ([\d.]+) before, ([\d.]+) after", text).groups()
+    recall = [source(f"out_of_domain_{s}_dev.json")["dupq"]["recall@1"] for s in ("branch", "adapted_branch")]
     header = ["questions", "teacher", "fine-tuning", "cosine to the teacher", "help-desk dev Recall@1"]
     return [
         header,
@@ -133,14 +133,37 @@ def branch(name: str) -> list[list[str]]:
     return [header, *rows]
 
 
+def tiers_runs(name: str) -> list[dict]:
+    """The summary line of each saved ``dupq-lab tiers`` run in ``name`` (its stdout; the per-tier progress lines
+    on stderr, printed after it, are skipped)."""
+    if not (RESULTS / name).is_file():
+        return []
+    lines = (line for entry in saved(name) for line in entry["output"] if line.startswith('{"split"'))
+    return [json.loads(line) for line in lines]
+
+
 def tiers(name: str = "tiers_test.json") -> list[list[str]]:
     """docs/experiments/10: the choice table, a row per tier of every saved dupq-lab tiers run in ``name``, then BM25."""
     header = ["tier", "help desks, test: Recall@1", "MRR@10", "Quora test+dev rows: MRR@10", "questions/s", "20,000-question collection"]  # fmt: skip
-    runs = source(f"{name} *") or []
+    runs = tiers_runs(name)
     named = [(tier, row) for run in runs for tier, row in run["tiers"].items()]
+    named = [  # a transformer's joins (--join) follow it, each a row of its own
+        item
+        for tier, row in named
+        for item in [(tier, row), *((f"{tier}, {k}", v) for k, v in row.items() if k.startswith("joined with"))]
+    ]
     if runs:
         named.append(("BM25 (bm25s)", runs[-1]["bm25"]))
     templates = ["{help_desk[recall@1]:.3f}", "{help_desk[mrr@10]:.3f}", "{quora[mrr@10]:.4f}", "{questions_per_s:,.0f}", "{build_20k_s:,.1f} s"]  # fmt: skip
+    return [header, *([tier, *(cell(t, row) for t in templates)] for tier, row in named)]
+
+
+def tiers_dev(name: str) -> list[list[str]]:
+    """docs/experiments/10: a row per tier of the saved dev-half dupq-lab tiers run in ``name`` (help desks and Quora)."""
+    header = ["model", "help desks, dev: Recall@1", "MRR@10", "Quora dev rows: MRR@10"]
+    runs = tiers_runs(name)
+    named = [(tier, row) for run in runs for tier, row in run["tiers"].items()]
+    templates = ["{help_desk[recall@1]:.4f}", "{help_desk[mrr@10]:.4f}", "{quora[mrr@10]:.4f}"]
     return [header, *([tier, *(cell(t, row) for t in templates)] for tier, row in named)]
 
 
@@ -325,19 +348,6 @@ TABLES: dict[str, Table] = {
             "all-mpnet-base-v2 zero-shot (`dupq-lab peers --model-folder`) | " + measures("mpnet[test]", "accuracy", "roc_auc", "expected_calibration_error", spec=".4f~") + " (Platt)",
         ),
     ),
-    "retrieval": Table(  # README: search quality on Quora's held-out rows and on the help desks' test half
-        header="system | Quora MRR@10 | Quora nDCG@10 | Quora Recall@10 | help desk Recall@1 | help desk MRR@10",
-        data={"q": "retrieval_heldout.json", "h": "out_of_domain_test.json", "adapted": "out_of_domain_adapted_test.json"},
-        rows=tuple(
-            f"{label} | {measures(f'q[{k}]', 'mrr@10', 'ndcg@10', 'recall@10', spec='.3f')} | {measures(h, 'recall@1', 'mrr@10', spec='.3f')}"
-            for k, h, label in (
-                ("dupq", "h[dupq]", "dupq bundled"),
-                ("adapted", "adapted[dupq]", "dupq bundled, adapted to the help desk's old questions (`dupq adapt`)"),
-                ("minilm", "h[minilm]", "all-MiniLM-L6-v2 zero-shot"),
-                ("bm25", "h[bm25]", "BM25 (bm25s)"),
-            )
-        ),
-    ),
     "heldout": Table(  # docs/experiments/9: every retrieval measure of each task, a row per system
         header="task | system | MRR@10 | nDCG@10 | Recall@1 | Recall@10 | P@1",
         labels=2,
@@ -424,5 +434,6 @@ TABLES: dict[str, Table] = {
     "branch-sources": Table(render=lambda: branch("static_branch_sources_dev.json")),
     "branch-adapted-weights": Table(render=lambda: branch("static_branch_adapted_weights_dev.json")),
     "tiers": Table(render=tiers),
+    "adapt-epochs": Table(render=lambda: tiers_dev("adapt_epochs_dev.json")),
 }
 # fmt: on

@@ -2,7 +2,8 @@
 
 Each ``--tier NAME=FOLDER`` is a dupq model folder (``bundled`` for the bundled model, an LSTM
 with or without its static branch, an adapted one, a sentence-transformers folder from ``dupq
-distil export``; ``st:FOLDER`` a sentence-transformers folder as it ships); ``--minilm`` adds
+distil export``; ``st:FOLDER`` a sentence-transformers folder as it ships; ``nobranch:FOLDER`` a
+dupq folder, or ``bundled``, without its static branch); ``--minilm`` adds
 all-MiniLM-L6-v2 zero-shot (the ``distil`` extra) and BM25 comes from ``bm25s``. For each it prints
 the measures of the task ``help-desks`` of :mod:`dupq.evaluation.tasks` (``--split`` half), with
 ``--quora`` those of ``quora-retrieval`` (the dev rows with ``--split dev``, the test and dev rows
@@ -80,6 +81,16 @@ def sentence_model(folder: Path | None) -> Model:
     return SentenceModel(transformer, config, packaged_teacher() if folder is None else folder)
 
 
+def joined_model(transformer: Model, student: Model, weight: float) -> Model:
+    """The sentence model ``transformer`` joined with ``student`` at ``weight``, as ``dupq distil export --join`` writes it."""
+    from dataclasses import replace
+
+    from dupq.modeling.sentence_model import SentenceModel
+
+    config = replace(transformer.config, join="student", join_weight=weight)
+    return SentenceModel(transformer.transformer, config, transformer.files, student)
+
+
 def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
     """Questions a second of ``model.encode``, and (``build``) the seconds a 20,000-question flat collection takes to build."""
     from dupq.search.collection import Collection
@@ -123,6 +134,9 @@ def main(
             folders[name] = folder
             if folder.startswith("st:"):  # a sentence-transformers folder as it ships, not yet a dupq folder
                 tiers[name] = sentence_model(Path(folder.removeprefix("st:")))
+            elif folder.startswith("nobranch:"):  # a dupq model folder without its static branch
+                plain = folder.removeprefix("nobranch:")
+                tiers[name] = Model.load(None if plain == "bundled" else plain).replaced(static=None)
             else:
                 tiers[name] = Model.load(None if folder == "bundled" else folder)
         if minilm:
@@ -145,6 +159,10 @@ def main(
             for w in weights:
                 joined = lambda texts, w=w, e=encode, s=student: join_vectors(e(texts), s(texts), w)  # noqa: E731
                 row[f"joined with bundled, weight {w:g}"] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
+                if measure_speed:  # the joined folder as `dupq distil export --join bundled` writes it
+                    row[f"joined with bundled, weight {w:g}"].update(
+                        speed(joined_model(model, bundled, w), questions, build)
+                    )
         out[name] = {**row, "fingerprint": model.fingerprint(), "folder": folders[name]}
         print(json.dumps({name: out[name]}), file=sys.stderr, flush=True)  # progress: a tier at a time
     bm25 = {t: retrieval_measures(None, k) for t, k in tasks.items()}

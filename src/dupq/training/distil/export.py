@@ -16,7 +16,7 @@ from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, check_new_model_folder, width
 
 STUDENT = "student"  # the subfolder of a joined model that holds the LSTM model
-JOIN_WEIGHT = 0.1  # --join's default w: on the help-desk dev half every join cost, the least at 0.1 (docs/experiments/10-help-desks-first.md)
+JOIN_WEIGHT = 0.25  # --join's default w: the best mean of the help-desk and Quora dev MRR@10 (docs/experiments/10-help-desks-first.md)
 
 
 def export_teacher(
