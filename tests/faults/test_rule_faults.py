@@ -59,6 +59,10 @@ def test_worker_cannot_open_its_collection(tmp_path: Path):
     """`serve --workers 2`, the folder moved, a worker killed: the new worker says one sentence, the server stops with one."""
     folder = build(tmp_path / "c", n=20)
     with Server(folder, "--workers", "2") as server:
+        # The server answers once one worker is up: wait for both, or the other one finds the folder gone too.
+        deadline = time.monotonic() + 120
+        while server.stderr().count("Application startup complete") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
         # a worker, not multiprocessing's resource tracker
         worker = next(c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes())
