@@ -243,16 +243,14 @@ def distil_branch(
     overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
 ) -> None:
     """Join a static branch (a per-word table, summed) to a model's vectors: help desks' words it never learned; writes a model folder every command takes."""
-    from dupq.core.files import DupqError, new_folder
+    from dupq.core.files import new_folder
     from dupq.modeling.formats import read_config
     from dupq.modeling.model import Model
     from dupq.modeling.sentence_model import check_new_model_folder
     from dupq.training.distil.branch import branch_model
 
     check_new_model_folder(out, overwrite)
-    base = Model.load(model)
-    if base.vocab is None:
-        raise DupqError("a static branch joins an LSTM or GRU model; a sentence-transformers folder has none.")
+    base = Model.load(model)  # branch_model refuses a model without a word vocabulary, in one sentence
     _threads(threads)
     joined = branch_model(base, source, dim, a, weight, pieces, teacher, log=typer.echo)
     with new_folder(out) as tmp:
