@@ -43,6 +43,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "clean-pairs": "experiments.clean_pairs",
     "static-branch": "experiments.static_branch",
     "tiers": "experiments.tiers",
+    "adapt-seeds": "experiments.adapt_seeds",
     "quality-sweep": "experiments.quality_sweep",
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",

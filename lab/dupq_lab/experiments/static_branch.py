@@ -30,8 +30,6 @@ import time
 from typing import Annotated, Literal
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 import typer
 
 from dupq.core.files import DupqError
@@ -40,46 +38,9 @@ from dupq.data.tokenizer import Vocabulary
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
+from dupq.modeling.static import join_vectors
+from dupq.training.distil.branch import FIRST_WORD, teacher_branch, teacher_vectors
 from dupq_lab.options import DATA, Data, ModelFolder, integers
-
-FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
-
-
-def word_table(vocab: Vocabulary, encode, dim: int) -> np.ndarray:
-    """``(V, dim)``: the teacher's vector of each vocabulary word, alone, on its top ``dim`` directions (uncentred)."""
-    words = vocab.tokens[FIRST_WORD:]
-    vectors = np.concatenate([encode(words[i : i + 4096]) for i in range(0, len(words), 4096)])  # (V - 2, T)
-    _, _, vt = np.linalg.svd(vectors, full_matrices=False)
-    table = np.zeros((len(vocab.tokens), dim), dtype=np.float32)
-    table[FIRST_WORD:] = vectors @ vt[:dim].T
-    return table
-
-
-def zipf_weights(vocab: Vocabulary, a: float) -> np.ndarray:
-    """``(V,)`` SIF weights ``a / (a + p)``, ``p`` the Zipf probability of the word's rank; 0 for padding and unknown."""
-    ranks = np.arange(1, len(vocab.tokens) - FIRST_WORD + 1, dtype=np.float64)
-    p = 1.0 / (ranks * np.sum(1.0 / ranks))
-    weights = np.zeros(len(vocab.tokens), dtype=np.float32)
-    weights[FIRST_WORD:] = a / (a + p)
-    return weights
-
-
-def static_vectors(vocab: Vocabulary, table: np.ndarray, weights: np.ndarray, texts: list[str]) -> np.ndarray:
-    """``(N, dim)`` unit vectors: each text's weighted sum of its known words' rows (zeros for a text with none)."""
-    encoded = vocab.encode(texts)
-    ids = [np.asarray(row, dtype=np.int64) for row in (encoded[i] for i in range(len(texts)))]
-    ids = [row[row < len(vocab.tokens)] for row in ids]  # unknown-word buckets have no teacher vector
-    flat = torch.from_numpy(np.concatenate(ids)) if ids else torch.zeros(0, dtype=torch.int64)
-    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum([len(r) for r in ids])[:-1]]).astype(np.int64))
-    summed = F.embedding_bag(
-        flat, torch.from_numpy(table), offsets, mode="sum", per_sample_weights=torch.from_numpy(weights)[flat]
-    )
-    return F.normalize(summed, dim=-1).numpy()
-
-
-def joined(model_vectors: np.ndarray, static: np.ndarray, weight: float) -> np.ndarray:
-    """``[u, sqrt(w) s] / sqrt(1 + w)``: dot products ``(cos_u + w cos_s) / (1 + w)``."""
-    return np.concatenate([model_vectors, np.sqrt(weight) * static], axis=1) / np.sqrt(1.0 + weight)
 
 
 def main(
@@ -104,7 +65,8 @@ def main(
 
         encode, _ = load_teacher()
         started = time.perf_counter()
-        tables = {dim: word_table(model.vocab, encode, dim) for dim in dims}
+        words, _ = teacher_vectors(model.vocab, encode, None)  # (V - 2, T): each word alone
+        branches = {(d, x): teacher_branch(model.vocab, words, None, None, d, x, 1.0) for d in dims for x in sif}
         teacher_seconds = round(time.perf_counter() - started, 1)
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -122,9 +84,9 @@ def main(
         return memo(("model",), texts, lambda: model.encode(texts, ENCODE_BATCH))
 
     def static_of(dim: int, a: float):
-        weights = zipf_weights(model.vocab, a)
+        branch = branches[dim, a]  # its table holds the SIF weights; unknown-word buckets are zeros
         return lambda texts: memo(
-            ("static", dim, a), texts, lambda: static_vectors(model.vocab, tables[dim], weights, texts)
+            ("static", dim, a), texts, lambda: branch.vectors(model.vocab, model.vocab.encode(texts), texts)
         )
 
     systems = {"model": model_vectors}
@@ -133,7 +95,9 @@ def main(
             static = systems[f"static dim {dim} a {a:g}"] = static_of(dim, a)
             for weight in weights:
                 systems[f"model + static dim {dim} a {a:g} weight {weight:g}"] = (
-                    lambda texts, static=static, weight=weight: joined(model_vectors(texts), static(texts), weight)
+                    lambda texts, static=static, weight=weight: join_vectors(
+                        model_vectors(texts), static(texts), weight
+                    )
                 )
     out = {name: {t: retrieval_measures(f, task) for t, task in tasks.items()} for name, f in systems.items()}
     print(
