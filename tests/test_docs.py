@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,27 @@ def test_a_saved_block_is_written_from_its_results_file_and_measured_again_on_de
     results.write_text(json.dumps([{"command": "echo measured", "output": ["typed"]}]))  # the inputs changed
     assert update_docs(str(doc), "--check").returncode == 1
     assert update_docs(str(doc)).returncode == 0 and "typed" in doc.read_text()
+
+
+def test_a_block_measured_on_the_gpu_machine_is_kept_on_one_without_a_gpu(tmp_path, monkeypatch):
+    results = tmp_path / "echo_device.json"
+    results.write_text(json.dumps([{"command": "echo here", "output": ["there"]}]))
+    doc = tmp_path / "DOC.md"
+    doc.write_text(f"<!-- regenerate: saved {results} -->\n```console\n$ echo here\nthere\n```\n")
+    bare = tmp_path / "bin"  # a PATH with no nvidia-smi, whatever this machine has
+    bare.mkdir()
+    for tool in ("bash", "echo"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", f"{bare}:{Path(sys.executable).parent}")
+
+    done = update_docs(str(doc), "--measure")
+    assert done.returncode == 0 and "no GPU" not in done.stdout and "has none" in done.stderr
+    assert json.loads(results.read_text())[0]["output"] == ["there"]  # not measured again here
+    other = tmp_path / "echo.json"
+    other.write_text(results.read_text())
+    doc.write_text(doc.read_text().replace(str(results), str(other)))
+    assert update_docs(str(doc), "--measure").returncode == 0
+    assert json.loads(other.read_text())[0]["output"] == ["here"]  # a plain saved block is measured again
 
 
 def test_make_test_says_when_the_distil_tests_were_skipped_and_why(tmp_path):

@@ -44,6 +44,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "static-branch": "experiments.static_branch",
     "tiers": "experiments.tiers",
     "adapt-seeds": "experiments.adapt_seeds",
+    "small-desk": "experiments.small_desk",
     "quality-sweep": "experiments.quality_sweep",
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",

@@ -122,6 +122,23 @@ def adapt() -> list[list[str]]:
     ]
 
 
+def small_desk() -> list[list[str]]:
+    """docs/experiments/10: the saved dupq-lab small-desk runs (dev, then test): Recall@1 of each model, by split."""
+    runs = {
+        (row["mix"], e["command"].rsplit(" ", 1)[-1]): row
+        for e in saved("small_desk.json")
+        for row in (json.loads(line) for line in e["output"] if line.startswith("{"))
+    }
+    names = {"before": "before adapting (the bundled model)", 0: "dupq adapt --mix 0 (the desk alone)"}
+    header = ["model", "the desk alone, dev: Recall@1", "test", "among 19,862 Quora questions, dev", "test"]
+    rows = [
+        [names[mix] if mix in names else f"dupq adapt (the default: Quora mixed in up to {mix:,})"]
+        + [f"{runs.get((mix, split), {}).get(t, {}).get('recall@1', float('nan')):.3f}" for t in ("desk", "with_distractors") for split in ("dev", "test")]
+        for mix in dict.fromkeys(m for m, _ in runs)
+    ]  # fmt: skip
+    return [header, *rows]
+
+
 def branch(name: str) -> list[list[str]]:
     """docs/experiments/10: each system of every saved dupq-lab static-branch run in ``name``, in the runs' order."""
     header = ["model", "system", "help desks: Recall@1", "MRR@10", "Quora rows: MRR@10"]
@@ -435,5 +452,6 @@ TABLES: dict[str, Table] = {
     "branch-adapted-weights": Table(render=lambda: branch("static_branch_adapted_weights_dev.json")),
     "tiers": Table(render=tiers),
     "adapt-epochs": Table(render=lambda: tiers_dev("adapt_epochs_dev.json")),
+    "small-desk": Table(render=small_desk),
 }
 # fmt: on

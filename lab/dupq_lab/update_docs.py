@@ -18,8 +18,9 @@ A console block whose commands train or time things (minutes to hours, and never
 is marked ``<!-- regenerate: saved FILE -->``: FILE (in docs/results/) keeps what its commands
 printed, ``[{"command": ..., "output": [line, ...]}, ...]``, and the block is written from FILE
 like a table, exactly. ``--measure`` runs such a block's commands (the measurement named in the
-block) and rewrites FILE first; a block whose commands run on a GPU (``--device cuda``) is kept
-as it is on a machine without one. ``--only TEXT`` runs only the console blocks (live, or saved
+block) and rewrites FILE first; a block whose commands run on a GPU (``--device cuda``), or whose
+FILE ends in ``_device.json`` (measured on the lent GPU machine, its CPUs included), is kept as it is
+on a machine without one. ``--only TEXT`` runs only the console blocks (live, or saved
 under ``--measure``) whose commands contain TEXT; tables and saved blocks are always rendered.
 ``--check`` writes nothing and exits 1 when a block's output would change beyond float noise: the
 text between numbers must be equal, integers (counts) too, and every other number within a
@@ -73,8 +74,9 @@ def run(command: str) -> list[str]:
 def measured(commands: list[str], saved: str, measure: bool, only: str) -> list[str]:
     """The lines of a saved block: ``$ command`` and its output, from ``saved`` (run again first under ``measure``)."""
     path = REPO / saved
-    if measure and any("--device cuda" in c for c in commands) and shutil.which("nvidia-smi") is None:
-        print(f"keeping {saved}: its commands need a GPU (--device cuda) and this machine has none", file=sys.stderr)
+    on_device = any("--device cuda" in c for c in commands) or path.name.endswith("_device.json")
+    if measure and on_device and shutil.which("nvidia-smi") is None:
+        print(f"keeping {saved}: it was measured on a machine with a GPU and this machine has none", file=sys.stderr)
         measure = False
     if measure and (not only or any(only in c for c in commands)):
         runs = []

@@ -27,9 +27,9 @@ from dupq.core.files import DupqError
 from dupq.evaluation.retrieval import retrieval_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq_lab.options import DATA, REPO, Data
+from dupq_lab.options import DATA, Data
 
-WORK = REPO / "runs" / "adapt-seeds"
+WORK = Path("runs/adapt-seeds")  # in the repository, where dupq-lab figures runs
 
 
 def seeds_of(text: str) -> list[int]:

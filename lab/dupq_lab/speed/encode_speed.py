@@ -1,6 +1,6 @@
 """How fast model folders encode questions, side by side on the same questions; prints one JSON line.
 
-    dupq-lab encode-speed [MODEL ...] [--bundled] [--questions 200000] [--rounds 3]
+    dupq-lab encode-speed [MODEL ...] [--bundled] [--questions 200000] [--rounds 3] [--threads 0]
 
 For each MODEL (a model folder) and the bundled model (``--bundled``, or no MODEL), ``Model.encode`` on the first
 ``--questions`` distinct questions of the Quora file, tokenising included, and its vocabulary's
@@ -41,7 +41,10 @@ def main(
     data: Data = DATA,
     questions: Annotated[int, typer.Option(min=1, help="Distinct questions encoded.")] = 200_000,
     rounds: Rounds = 3,
+    threads: Annotated[int, typer.Option(min=0, help="torch's CPU threads (0: its default, one per core).")] = 0,
 ) -> None:
+    if threads:
+        torch.set_num_threads(threads)
     pairs, models = read_pairs(data)[0], models or []
     texts = list(dict.fromkeys(pairs.q1 + pairs.q2))[:questions]
     names = ([None] if bundled or not models else []) + models
