@@ -235,6 +235,49 @@ def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_pa
     assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
 
 
+def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through_its_projection(
+    head_model_dir, texts, tmp_path
+):
+    from dupq.training.distil.branch import teacher_branch, with_branch
+
+    base = Model.load(head_model_dir)
+    vocab = base.vocab
+    words = word_teacher(vocab.tokens[2:]).astype(np.float64)  # the teacher's vector of each word alone
+    base = with_branch(base, teacher_branch(vocab, words, None, None, dim=10, a=1e9, weight=1.5))  # weights all but 1
+    new = list(dict.fromkeys(w for t in texts[:290] for w in vocab.words(t) if not vocab.known(w)))
+    assert new  # the fixture's vocabulary lacks a few words of the questions
+    said: list[str] = []
+    adapt(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
+    branch = Model.load(tmp_path / "a").static
+
+    assert branch.added_words == new and branch.config.added == len(new)
+    basis = np.linalg.svd(words, full_matrices=False)[2][:10].T  # the branch's own projection
+    np.testing.assert_allclose(branch.added, word_teacher(new) @ basis, atol=1e-5)
+    np.testing.assert_allclose(branch.words, base.static.words)  # the table itself is kept
+    record = Model.load(tmp_path / "a").metrics["adaptation"]["branch_words"]
+    assert record["words"] == len(new) and record["map_cosine"] > 0.9999
+    assert any(f"learned {len(new)} words" in line for line in said)
+    text = next(t for t in texts[:290] if any(not vocab.known(w) for w in vocab.words(t)))
+    s = branch.vectors(vocab, vocab.encode([text]), [text])[0]
+    expected = sum(  # known words: their rows; the new ones: their taught rows
+        branch.words[vocab.index[w]] if vocab.known(w) else branch.added[new.index(w)] for w in vocab.words(text)
+    )
+    np.testing.assert_allclose(s, expected / np.linalg.norm(expected), atol=1e-5)
+
+
+def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_model_dir, texts, tmp_path):
+    from dupq.modeling.static import StaticBranch, StaticConfig
+    from dupq.training.distil.branch import with_branch
+
+    base = Model.load(head_model_dir)
+    table = np.random.default_rng(0).normal(size=(len(base.vocab), 3)).astype(np.float32)  # no teacher's map
+    base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
+    said: list[str] = []
+    adapt(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
+    assert Model.load(tmp_path / "a").static.added_words == []
+    assert any("keeps its table: its rows are not a linear map of this teacher's" in line for line in said)
+
+
 def test_the_agreement_line_says_why_a_figure_fell():
     from dupq.training.adapt import agreement_line
 

@@ -1,5 +1,5 @@
-"""The static branch (dupq.modeling.static, dupq.training.distil.branch) against naive references, and in a model;
-then the lab's static-branch experiment (dupq-lab static-branch) against its own."""
+"""The static branch (dupq.modeling.static, dupq.training.distil.branch) against naive references, and in a model
+(dupq-lab static-branch builds its tables with the same functions)."""
 
 from __future__ import annotations
 
@@ -319,58 +319,53 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
     assert Model.load(tmp_path / "--no-branch").fingerprint() == base.fingerprint() != joined.fingerprint()
 
 
-# The lab's experiment (dupq-lab static-branch) keeps its own small functions; they are held to the same references.
-
-
-@pytest.fixture(scope="module")
-def lab():
-    from dupq_lab.experiments import static_branch
-
-    return static_branch
-
-
-def test_lab_zipf_weights_follow_the_rank_and_skip_padding_and_unknown(lab):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True)
-    a = 1e-2
-    weights = lab.zipf_weights(vocab, a)
-    n = len(vocab.tokens) - 2
-    harmonic = sum(1 / r for r in range(1, n + 1))
-    expected = [0.0, 0.0] + [a / (a + 1 / (r * harmonic)) for r in range(1, n + 1)]
-    np.testing.assert_allclose(weights, expected, rtol=1e-6)
-
-
-def test_lab_word_table_keeps_the_teachers_inner_products_at_full_width_and_their_best_uncentred_rank_k_below(lab):
+def test_teacher_branch_below_full_width_keeps_the_best_uncentred_rank_k_inner_products():
     vocab = Vocabulary.build(QUESTIONS, lowercase=True)
     vectors = fake_teacher(vocab.tokens[2:]).astype(np.float64)
-    table = lab.word_table(vocab, fake_teacher, dim=12)
-    assert not table[:2].any()
-    np.testing.assert_allclose(table[2:] @ table[2:].T, vectors @ vectors.T, atol=1e-5)
+    table = teacher_branch(vocab, vectors, None, None, dim=3, a=1e12, weight=1.0).words[2:]  # SIF weights all but 1
     u, sigma, _ = np.linalg.svd(vectors, full_matrices=False)  # Eckart-Young: the best rank-3 Gram matrix
-    best = (u[:, :3] * sigma[:3] ** 2) @ u[:, :3].T
-    table = lab.word_table(vocab, fake_teacher, dim=3)
-    np.testing.assert_allclose(table[2:] @ table[2:].T, best, atol=1e-5)
+    np.testing.assert_allclose(table @ table.T, (u[:, :3] * sigma[:3] ** 2) @ u[:, :3].T, atol=1e-5)
 
 
-def test_lab_static_vectors_are_the_weighted_sum_of_known_words_normalised(lab):
-    vocab = Vocabulary.build(QUESTIONS[:3], lowercase=True, oov_buckets=4)
-    table = np.random.default_rng(0).normal(size=(len(vocab.tokens), 5)).astype(np.float32)
-    weights = lab.zipf_weights(vocab, 1e-3)
-    texts = ["How do I fix a leaking sink?", "Totally unknown words here", "", "why IS the sky blue"]
-    got = lab.static_vectors(vocab, table, weights, texts)
-    for text, row in zip(texts, got):
-        total = np.zeros(5)
-        for word in vocab.words(text):
-            if vocab.known(word):
-                i = vocab.index[word]
-                total += weights[i] * table[i]
-        norm = np.linalg.norm(total)
-        np.testing.assert_allclose(row, total / norm if norm else total, atol=1e-6)
+def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerprint(tmp_path):
+    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    plain = with_branch(small_model(vocab), branch_of(vocab, pieces=True))
+    rows = np.random.default_rng(5).normal(size=(2, 5)).astype(np.float32)
+    taught = plain.replaced(static=plain.static.with_added(["subscription", "zzz"], rows))
+    texts = ["gym subscription tap", "zzz zzz", "qqq tap", "How do I fix a tap?"]
+    got = taught.static.vectors(vocab, vocab.encode(texts), texts)
+    base = plain.static.vectors(vocab, vocab.encode(texts), texts)
+    np.testing.assert_allclose(got[3], base[3])  # no unknown word: as before
+    expected = summed_rows(plain.static.words, vocab.encode(texts[:3]))
+    expected[0] += rows[0] + plain.static.unknown_word("gym") * (not vocab.known("gym"))
+    expected[1] += 2 * rows[1]
+    expected[2] += plain.static.unknown_word("qqq")  # not taught: its pieces, as before
+    np.testing.assert_allclose(got[:3], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
+
+    taught.save(tmp_path / "m")
+    loaded = Model.load(tmp_path / "m")
+    assert loaded.static.added_words == ["subscription", "zzz"] and loaded.static.config.added == 2
+    np.testing.assert_allclose(loaded.encode(texts), taught.encode(texts), atol=1e-6)
+    assert loaded.fingerprint() == taught.fingerprint() != plain.fingerprint()
+    again = taught.static.with_added(["zzz"], rows[:1])  # a word taught again takes its new row
+    assert again.added_words == ["subscription", "zzz"] and np.allclose(again.added[1], rows[0])
+
+    plain.save(tmp_path / "p")  # a branch taught no word writes no added entry: older folders read the same
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert "added" not in config["static"] and not (tmp_path / "p" / "static-words.json").exists()
 
 
-def test_lab_joined_vectors_are_unit_and_their_dot_is_the_weighted_mean_of_cosines(lab):
-    rng = np.random.default_rng(1)
-    u, s = (rng.normal(size=(6, d)) for d in (4, 3))
-    u, s = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (u, s))
-    j = lab.joined(u, s, 2.5)
-    np.testing.assert_allclose(np.linalg.norm(j, axis=1), 1.0, atol=1e-12)
-    np.testing.assert_allclose(j @ j.T, (u @ u.T + 2.5 * (s @ s.T)) / 3.5, atol=1e-12)
+@pytest.mark.parametrize("damage", ["missing", "fewer words", "not a list"])
+def test_a_damaged_static_words_file_is_one_sentence(damage, tmp_path):
+    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    plain = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
+    rows = np.ones((2, 5), np.float32)
+    plain.replaced(static=plain.static.with_added(["qqq", "zzz"], rows)).save(tmp_path / "m")
+    path = tmp_path / "m" / "static-words.json"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_text('["qqq"]' if damage == "fewer words" else '{"qqq": 0, "zzz": 1}')
+    with pytest.raises(DupqError, match="static-words.json") as caught:
+        Model.load(tmp_path / "m")
+    assert "\n" not in str(caught.value)

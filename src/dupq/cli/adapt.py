@@ -75,7 +75,11 @@ def adapt_command(
     encode, name = load_teacher(teacher, device=teacher_device)
     typer.echo(
         f"adapting {'the bundled model' if base.bundled else base.folder} to {len(texts):,} questions of {source}"
-        + (f", its static branch ({base.static.config.source}) kept as it is" if base.static is not None else "")
+        + (
+            f", its static branch ({base.static.config.source}) kept and taught your new words"
+            if base.static is not None
+            else ""
+        )
     )
     mixed = _mixed_in(texts, base, config.mix, data)
     info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}

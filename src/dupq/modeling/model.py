@@ -342,7 +342,7 @@ class Model:
                 "threshold_info": self.threshold_info,
                 "weights_dtype": weights_dtype,
             }
-            | ({"static": asdict(self.static.config)} if self.static is not None else {}),
+            | ({"static": self.static.config_json()} if self.static is not None else {}),
         )
 
     def save_again(self, folder: str | os.PathLike) -> None:

@@ -11,8 +11,10 @@ buckets), so it costs one table lookup per word:
 
     s = normalise(sum_i words[id_i] + sum_j mean(pieces[piece] for piece in unknown word j))
 
-A word the vocabulary lacks is cut into the teacher's WordPiece pieces (when the branch has them),
-and its vector is the mean of its pieces' rows. The model's unit vector ``u`` and ``s`` are joined
+A word the vocabulary lacks has its own row when the branch was taught it (``dupq adapt`` adds
+the teacher's vector of each word of a help desk's questions that the vocabulary lacks); else it
+is cut into the teacher's WordPiece pieces (when the branch has them), and its vector is the mean
+of its pieces' rows. The model's unit vector ``u`` and ``s`` are joined
 as ``[u, sqrt(w) s] / sqrt(1 + w)``: a unit vector whose dot products are
 ``(cos_u + w cos_s) / (1 + w)``, so collections and FAISS search it like any vector. Pairs are
 still judged by the pair head on ``u``, which :meth:`StaticBranch.model_half` recovers exactly.
@@ -21,8 +23,9 @@ Everything here is NumPy, like the kernels (:mod:`dupq.modeling.kernels`): loadi
 branch and encoding a few questions imports no torch.
 
 In a model folder (:mod:`dupq.modeling.formats`): ``config.json``'s ``static`` entry
-(:class:`StaticConfig`), ``static.safetensors`` (``words``, and ``pieces`` with
-``static-tokenizer.json`` when unknown words are cut into pieces). ``dupq distil branch`` makes one
+(:class:`StaticConfig`), ``static.safetensors`` (``words``; ``pieces`` with
+``static-tokenizer.json`` when unknown words are cut into pieces; ``added`` with ``static-words.json``,
+the words it was taught, one row each). ``dupq distil branch`` makes one
 (:mod:`dupq.training.distil.branch`).
 
 >>> branch = StaticBranch(StaticConfig(dim=2), np.eye(4, 2, dtype=np.float32))
@@ -49,6 +52,8 @@ from dupq.data.tokenizer import Encoded
 
 WEIGHTS = "static.safetensors"
 TOKENIZER = "static-tokenizer.json"
+ADDED = "static-words.json"  # the words the vocabulary lacks that the branch was taught, in the rows' order
+MAX_ADDED = 10_000_000
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
 FEW_SUMS = 64  # questions summed row by row (reduceat); more are one sparse product
 KEPT_WORDS = 100_000  # unknown words whose piece vector is remembered (a search's words recur)
@@ -90,20 +95,38 @@ class StaticConfig:
     weight: number(0.0, 1e6) = 1.0  # w: a search's score is (cos_model + w cos_static) / (1 + w)
     source: StrictStr = ""  # where the table came from, for people (the teacher, model2vec, ...)
     pieces: StrictBool = False  # unknown words are cut into WordPiece pieces (static-tokenizer.json)
+    added: bounded(0, MAX_ADDED) = 0  # words the vocabulary lacks with a row of their own (static-words.json)
 
 
 class StaticBranch:
-    """The table (``words`` ``(V, dim)``, one row per id of the vocabulary) and the unknown words' pieces."""
+    """The table (``words`` ``(V, dim)``, one row per id of the vocabulary), the unknown words' pieces, and the
+    words it was taught that the vocabulary lacks (``added_words``, their rows ``added`` ``(A, dim)``)."""
 
     def __init__(
-        self, config: StaticConfig, words: np.ndarray, pieces: np.ndarray | None = None, tokenizer_json: str = ""
+        self,
+        config: StaticConfig,
+        words: np.ndarray,
+        pieces: np.ndarray | None = None,
+        tokenizer_json: str = "",
+        added_words: list[str] | None = None,
+        added: np.ndarray | None = None,
     ):
         if config.pieces != (pieces is not None) or config.pieces != bool(tokenizer_json):
             raise DupqError("a static branch's pieces need both the pieces table and the tokenizer.")
+        added_words = list(added_words or ())
+        if (
+            config.added != len(added_words)
+            or (added is None and added_words)
+            or len(set(added_words)) < len(added_words)
+        ):
+            raise DupqError("a static branch's added words need one row each, and each word once.")
         self.config = config
         self.words = np.ascontiguousarray(words, dtype=np.float32)  # (V, dim)
         self.pieces = None if pieces is None else np.ascontiguousarray(pieces, dtype=np.float32)  # (P, dim)
         self.tokenizer_json = tokenizer_json
+        self.added_words = added_words
+        self.added = np.ascontiguousarray(np.zeros((0, config.dim)) if added is None else added, dtype=np.float32)
+        self._added_row = {word: i for i, word in enumerate(added_words)}  # word -> its row of ``added``
         self._tokenizer = None
         self._unknown: dict[str, np.ndarray] = {}  # word -> the mean of its pieces' rows
 
@@ -114,7 +137,7 @@ class StaticBranch:
     def vectors(self, vocab, encoded: Encoded, questions: list[str]) -> np.ndarray:
         """Unit static vectors ``(N, dim)`` of ``questions`` (``encoded``: their ids from ``vocab``)."""
         summed = summed_rows(self.words, encoded)  # (N, dim)
-        if self.pieces is not None and len(encoded.flat):
+        if (self.pieces is not None or self.added_words) and len(encoded.flat):
             known = len(getattr(vocab, "tokens", ()))
             question_of = np.repeat(np.arange(len(encoded)), encoded.lengths)  # (total_tokens,)
             lacking = (encoded.flat >= known) | (encoded.flat == getattr(vocab, "unknown_id", -1))
@@ -126,7 +149,13 @@ class StaticBranch:
         return summed / norms
 
     def unknown_word(self, word: str) -> np.ndarray:
-        """``(dim,)`` the mean of the rows of ``word``'s pieces (zeros when no piece spells it)."""
+        """``(dim,)`` the row the branch was taught for ``word``, else the mean of the rows of its pieces (zeros when
+        it has none)."""
+        row = self._added_row.get(word)
+        if row is not None:
+            return self.added[row]
+        if self.pieces is None:
+            return np.zeros(self.dim, np.float32)
         vector = self._unknown.get(word)
         if vector is None:
             if self._tokenizer is None:
@@ -139,6 +168,15 @@ class StaticBranch:
                 self._unknown[word] = vector
         return vector
 
+    def with_added(self, words: list[str], rows: np.ndarray) -> StaticBranch:
+        """This branch taught ``words`` (ones the vocabulary lacks), ``rows`` ``(len(words), dim)`` their vectors;
+        a word it knew already takes its new row."""
+        kept = [i for i, word in enumerate(self.added_words) if word not in set(words)]
+        added_words = [self.added_words[i] for i in kept] + list(words)
+        added = np.concatenate([self.added[kept], np.asarray(rows, np.float32).reshape(len(words), self.dim)])
+        config = StaticConfig(**{**asdict(self.config), "added": len(added_words)})
+        return StaticBranch(config, self.words, self.pieces, self.tokenizer_json, added_words, added)
+
     def join(self, u: np.ndarray, s: np.ndarray) -> np.ndarray:
         """The model's vectors ``u`` ``(N, d)`` joined with the static ones ``s`` (:func:`join_vectors`)."""
         return join_vectors(u, s, self.config.weight)
@@ -147,13 +185,20 @@ class StaticBranch:
         """The model's own unit vectors ``(N, d)`` from joined ones ``(N, d + dim)``."""
         return np.ascontiguousarray(np.asarray(x, np.float32)[:, :d] * np.float32(np.sqrt(1.0 + self.config.weight)))
 
+    def config_json(self) -> dict:
+        """``config.json``'s ``static`` entry (``added`` only when the branch was taught words: older folders lack it)."""
+        return {k: v for k, v in asdict(self.config).items() if k != "added" or v}
+
     def digest(self, digest) -> None:
         """Add the branch to a model's fingerprint ``digest`` (hashlib)."""
-        digest.update(json.dumps(asdict(self.config)).encode())
+        digest.update(json.dumps(self.config_json()).encode())
         digest.update(self.words.tobytes())
         if self.pieces is not None:
             digest.update(self.pieces.tobytes())
             digest.update(hashlib.sha256(self.tokenizer_json.encode()).digest())
+        if self.added_words:
+            digest.update(json.dumps(self.added_words).encode())
+            digest.update(self.added.tobytes())
 
     def save(self, folder: Path, half: bool) -> None:
         """Write ``static.safetensors`` (and ``static-tokenizer.json``) into ``folder``; float16 with ``half``."""
@@ -164,30 +209,53 @@ class StaticBranch:
             atomic_write(folder / TOKENIZER, self.tokenizer_json.encode("utf-8"))
         elif (folder / TOKENIZER).exists():
             (folder / TOKENIZER).unlink()  # pieces this branch no longer has
+        if self.added_words:
+            tables["added"] = self.added.astype(dtype)
+            atomic_write(folder / ADDED, json.dumps(self.added_words, ensure_ascii=False).encode("utf-8"))
+        elif (folder / ADDED).exists():
+            (folder / ADDED).unlink()  # words this branch no longer has
         atomic_write(folder / WEIGHTS, save(tables))
 
     @classmethod
     def load(cls, folder: Path, config: StaticConfig, rows: int) -> StaticBranch:
         """The branch that ``config`` (``config.json``'s ``static`` entry) describes; ``rows``: the vocabulary's ids."""
         path = folder / WEIGHTS
-        for needed in (path, folder / TOKENIZER) if config.pieces else (path,):
-            if not needed.is_file():
-                raise DupqError(f"{folder} is incomplete: its config names a static branch but {needed} is missing.")
+        needed = [path] + [folder / TOKENIZER] * config.pieces + [folder / ADDED] * bool(config.added)
+        for file in needed:
+            if not file.is_file():
+                raise DupqError(f"{folder} is incomplete: its config names a static branch but {file} is missing.")
         try:
             tables = load_file(path)
             tokenizer_json = (folder / TOKENIZER).read_text(encoding="utf-8") if config.pieces else ""
+            added_words = json.loads((folder / ADDED).read_text(encoding="utf-8")) if config.added else []
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise DupqError(f"{path} is corrupt ({e}).") from None
-        words, pieces = tables.get("words"), tables.get("pieces")
+        words, pieces, added = tables.get("words"), tables.get("pieces"), tables.get("added")
         if words is None or words.shape != (rows, config.dim) or (config.pieces and pieces is None):
             raise DupqError(f"{path} does not match {folder / 'config.json'}: it needs words of {rows} x {config.dim}.")
         if pieces is not None and (pieces.ndim != 2 or pieces.shape[1] != config.dim):
             raise DupqError(f"{path} does not match {folder / 'config.json'}: pieces must be {config.dim} wide.")
+        if config.added and (
+            added is None
+            or added.shape != (config.added, config.dim)
+            or not isinstance(added_words, list)
+            or len(added_words) != config.added
+            or not all(isinstance(w, str) for w in added_words)
+        ):
+            raise DupqError(
+                f"{folder} does not match its config: its static branch needs {config.added} added words in "
+                f"{ADDED} and their {config.added} x {config.dim} rows."
+            )
         if any(t.dtype.kind != "f" for t in tables.values()):
             raise DupqError(f"{path} is corrupt: its tables must be floating-point numbers.")
         if not all(np.isfinite(t).all() for t in tables.values()):
             raise DupqError(f"{path} is corrupt: it holds numbers that are not finite.")
         pieces = pieces if config.pieces else None  # a table the config does not use is left unread
         return cls(
-            config, words.astype(np.float32), None if pieces is None else pieces.astype(np.float32), tokenizer_json
+            config,
+            words.astype(np.float32),
+            None if pieces is None else pieces.astype(np.float32),
+            tokenizer_json,
+            added_words,
+            None if not config.added else added.astype(np.float32),
         )

@@ -23,9 +23,11 @@ loss, rewordings of the questions as more teacher targets and batches of teacher
 measured there too and did no better than fewer steps, so they are not in. A help desk of fewer
 than ``mix`` questions gets questions of Quora's training pool (never a dev or test one,
 :func:`quora_questions`) taught and trained on with its own, so that a few hundred questions do not
-pull the student away from what it knew. The pair head, its calibration, threshold and static
-branch (:mod:`dupq.modeling.static`) are the starting model's, unchanged: no labelled pair of the help desk
-exists to fit them again on, and Quora's dev pairs would fit them to Quora, not to the help desk.
+pull the student away from what it knew. The pair head, its calibration and threshold are the
+starting model's, unchanged: no labelled pair of the help desk exists to fit them again on, and
+Quora's dev pairs would fit them to Quora, not to the help desk. A static branch
+(:mod:`dupq.modeling.static`) keeps its table and learns the help desk's words that the vocabulary
+lacks, each the teacher's vector of the word alone (:func:`dupq.training.distil.branch.taught_words`).
 
 The student's vocabulary is the starting model's: a word it lacks is hashed into one of its
 unknown-word buckets (:class:`dupq.data.tokenizer.Vocabulary`), whose vectors are trained here like
@@ -61,8 +63,10 @@ from dupq.data.pairs import Dropped
 from dupq.data.tokenizer import check_questions
 from dupq.data.wordpiece import AnyVocabulary
 from dupq.modeling.model import Model
+from dupq.modeling.static import StaticBranch
 from dupq.training.batches import Batch, length_batches
 from dupq.training.config import AdaptConfig
+from dupq.training.distil.branch import taught_words
 from dupq.training.distil.teacher import TeacherCache, teach
 from dupq.training.distributed import World
 from dupq.training.loop import Epoch, Loop, Update, cosine, fit
@@ -234,7 +238,8 @@ def adapt(
     ``info`` is recorded in ``metrics.json`` with the adaptation; ``threads``: torch's CPU threads
     while fine-tuning (the teacher runs with the caller's); ``mixed``: other questions taught and
     trained on beside ``texts`` (:func:`quora_questions`, for a small help desk). A static branch
-    (:mod:`dupq.modeling.static`) of ``base`` is kept as it is. Returns the adapted model.
+    (:mod:`dupq.modeling.static`) of ``base`` is taught the words of ``texts`` that its vocabulary lacks.
+    Returns the adapted model.
     """
     config = config or AdaptConfig()
     if base.encoder is None or base.vocab is None:
@@ -271,7 +276,10 @@ def adapt(
         "seconds": {"teacher": teacher_seconds, "fine_tuning": time.perf_counter() - started},
         **(info or {}),
     }
-    adapted = _adapted_model(base, encoder, record)
+    branch = base.static
+    if branch is not None:
+        branch, record["branch_words"] = _teach_branch(branch, base.vocab, texts, encode, log)
+    adapted = _adapted_model(base, encoder, record, branch)
     with new_folder(out) as tmp:
         adapted.save(tmp)
     adapted.folder = out.resolve()
@@ -377,8 +385,27 @@ def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress:
         return teach(texts, cache, encode_with_bar, name, extend=True).subset(texts)
 
 
-def _adapted_model(base: Model, encoder: nn.Module, record: dict[str, Any]) -> Model:
-    """The adapted encoder with the base model's vocabulary, pair head, static branch, calibration and threshold."""
+def _teach_branch(
+    branch: StaticBranch, vocab: AnyVocabulary, texts: list[str], encode: Callable[[list[str]], np.ndarray], log
+) -> tuple[StaticBranch, dict[str, Any]]:
+    """The static branch taught the words of ``texts`` (the user's own) that the vocabulary lacks, and what was done."""
+    new = list(dict.fromkeys(w for text in texts for w in vocab.words(text) if not vocab.known(w)))
+    if not new:
+        return branch, {"words": 0}
+    taught, info = taught_words(branch, vocab, new, encode)
+    if taught is None:
+        log(f"the static branch keeps its table: {info['why']}, so your {len(new):,} new words stay unknown to it")
+        return branch, info
+    log(
+        f"the static branch learned {len(new):,} words of your questions that the vocabulary lacks: the teacher's "
+        f"vector of each word alone, through the map from the teacher's word vectors to the branch's rows "
+        f"(fitted on {info['fitted_on']:,} of its words; cosine {info['map_cosine']:.4f}, 1 = exact)"
+    )
+    return taught, info
+
+
+def _adapted_model(base: Model, encoder: nn.Module, record: dict[str, Any], branch: StaticBranch | None) -> Model:
+    """The adapted encoder and static branch with the base model's vocabulary, pair head, calibration and threshold."""
     metrics = {k: v for k, v in base.metrics.items() if k != "test"}  # the base's test figures are not this model's
     metrics["adaptation"] = record
-    return base.replaced(encoder=encoder.eval(), head=base.head, metrics=metrics)
+    return base.replaced(encoder=encoder.eval(), head=base.head, metrics=metrics, static=branch)

@@ -13,6 +13,10 @@ Two sources of a per-word table, both from all-MiniLM-L6-v2 and both needing no 
   table of the teacher's tokens, reduced by PCA and weighted by Zipf already. A word's row is the
   mean of its pieces' rows; an unknown word's, at encoding time, the same.
 
+A help desk's own words that the vocabulary lacks are taught to a branch afterwards (``dupq adapt``
+calls :func:`taught_words`): the teacher's vector of each, alone, through the map from the
+teacher's word vectors to the branch's rows, each word a row of its own.
+
 >>> words, pieces = teacher_vectors(model.vocab, encode, packaged_teacher() / "tokenizer.json")   # doctest: +SKIP
 >>> branch = teacher_branch(model.vocab, words, pieces, tokenizer_json, dim=128, a=0.002, weight=1.0)  # doctest: +SKIP
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -32,6 +37,8 @@ from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch, StaticConfig
 
 FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
+FIT_WORDS = 4_000  # known words the teacher's map to a branch's rows is fitted on (taught_words)
+FIT_COSINE = 0.9  # below this, a branch's rows are not the teacher's word vectors through a linear map
 SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [UNK], [CLS], [unused12], ...: no text to teach
 
 
@@ -98,6 +105,40 @@ def teacher_branch(
     projected = None if pieces is None else (pieces @ basis).astype(np.float32)
     config = StaticConfig(dim=dim, weight=weight, source=f"{source} (a {a:g})", pieces=pieces is not None)
     return StaticBranch(config, table, projected, tokenizer_json or "")
+
+
+def taught_words(
+    branch: StaticBranch,
+    vocab: Vocabulary,
+    words: list[str],
+    encode: Callable[[list[str]], np.ndarray],
+    sample: int = FIT_WORDS,
+) -> tuple[StaticBranch | None, dict[str, Any]]:
+    """``branch`` taught ``words`` (ones ``vocab`` lacks): each row the teacher's vector of the word alone, through
+    the linear map from the teacher's word vectors to the branch's rows.
+
+    The map is fitted by least squares on up to ``sample`` words of the vocabulary's rarer half, whose
+    SIF weights are all but 1, as a word rarer than every one of the vocabulary's is: for a branch of
+    the same teacher's words (:func:`teacher_branch`) it is the branch's projection, recovered to the
+    rounding of float16. Returns ``(None, why)`` where the rows are not such a map of this teacher's
+    vectors (their mean cosine to the map's below :data:`FIT_COSINE`: another teacher's or
+    model2vec's table), else ``(branch, {"words", "fitted_on", "map_cosine"})``.
+    """
+    rare = np.arange(FIRST_WORD + (len(vocab.tokens) - FIRST_WORD) // 2, len(vocab.tokens))
+    picked = np.unique(np.linspace(0, len(rare) - 1, min(sample, len(rare))).astype(np.int64)) if len(rare) else rare
+    picked = rare[picked]
+    teacher = _encode_all(encode, [vocab.tokens[i] for i in picked]) if len(picked) else np.zeros((0, 1))
+    if len(picked) < 2 * teacher.shape[1]:
+        return None, {"why": f"the vocabulary has {len(picked)} rare words, too few to fit the teacher's map"}
+    rows = branch.words[picked]
+    mapping = np.linalg.lstsq(teacher.astype(np.float64), rows.astype(np.float64), rcond=None)[0]  # (T, dim)
+    fitted = teacher @ mapping
+    norms = np.linalg.norm(fitted, axis=1) * np.linalg.norm(rows, axis=1)
+    cosine = float(np.mean(np.sum(fitted * rows, axis=1)[norms > 0] / norms[norms > 0]))
+    if cosine < FIT_COSINE:
+        return None, {"why": f"its rows are not a linear map of this teacher's word vectors (cosine {cosine:.3f})"}
+    taught = branch.with_added(words, (_encode_all(encode, words) @ mapping).astype(np.float32))
+    return taught, {"words": len(words), "fitted_on": len(picked), "map_cosine": round(cosine, 4)}
 
 
 def model2vec_branch(vocab: Vocabulary, folder: Path, weight: float, pieces: bool = True) -> StaticBranch:
