@@ -171,7 +171,8 @@ class StaticBranch:
     def with_added(self, words: list[str], rows: np.ndarray) -> StaticBranch:
         """This branch taught ``words`` (ones the vocabulary lacks), ``rows`` ``(len(words), dim)`` their vectors;
         a word it knew already takes its new row."""
-        kept = [i for i, word in enumerate(self.added_words) if word not in set(words)]
+        taught = set(words)
+        kept = [i for i, word in enumerate(self.added_words) if word not in taught]
         added_words = [self.added_words[i] for i in kept] + list(words)
         added = np.concatenate([self.added[kept], np.asarray(rows, np.float32).reshape(len(words), self.dim)])
         config = StaticConfig(**{**asdict(self.config), "added": len(added_words)})
