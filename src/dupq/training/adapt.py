@@ -158,12 +158,18 @@ def distinct_questions(texts: list[str]) -> list[str]:
     return texts
 
 
-def unknown_words(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
-    """How many distinct words of ``texts`` (and word occurrences) the vocabulary lacks."""
+def word_counts(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
+    """Each word of ``texts`` (as the vocabulary splits them), in the order first seen, and how often it occurs."""
     seen: dict[str, int] = {}
     for text in texts:
         for word in vocab.words(text):
             seen[word] = seen.get(word, 0) + 1
+    return seen
+
+
+def unknown_words(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
+    """How many distinct words of ``texts`` (and word occurrences) the vocabulary lacks."""
+    seen = word_counts(vocab, texts)
     missing = {w: n for w, n in seen.items() if not vocab.known(w)}
     return {
         "distinct_words": len(seen),
@@ -389,7 +395,7 @@ def _teach_branch(
     branch: StaticBranch, vocab: AnyVocabulary, texts: list[str], encode: Callable[[list[str]], np.ndarray], log
 ) -> tuple[StaticBranch, dict[str, Any]]:
     """The static branch taught the words of ``texts`` (the user's own) that the vocabulary lacks, and what was done."""
-    new = list(dict.fromkeys(w for text in texts for w in vocab.words(text) if not vocab.known(w)))
+    new = [w for w in word_counts(vocab, texts) if not vocab.known(w)]
     if not new:
         return branch, {"words": 0}
     taught, info = taught_words(branch, vocab, new, encode)
