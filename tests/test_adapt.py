@@ -18,7 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.training import adapt as adapt_module
@@ -406,7 +406,7 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
     ones) is re-encoded whole: the stored question is copied, not refused; a new add still meets the rule."""
     import sqlite3
 
-    from dupq.data.tokenizer import MAX_QUESTION
+    from dupq.data.questions import MAX_QUESTION
     from dupq.search.folder import DATABASE
 
     model = Model.load(head_model_dir)

@@ -1,4 +1,4 @@
-"""dupq.modeling.calibration: the beta fit against scikit-learn's logistic regression, the dev threshold against a loop."""
+"""dupq.modeling.probability: the beta fit against scikit-learn's logistic regression, the dev threshold against a loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sklearn.linear_model import LogisticRegression
 
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.metrics import expected_calibration_error
-from dupq.modeling.calibration import beta_features, calibrated
+from dupq.modeling.probability import beta_features, calibrated
 
 
 def test_beta_calibration_matches_scikit_learn_logistic_regression_on_its_features():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.cli.common import THREADS
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.options import flag, flag_fields, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection, Hit, KeyConflict
 from dupq.search.folder import DATABASE, INDEX_FILE

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.search.collection import Collection
 from dupq.search.folder import DATABASE, INDEX_FILE
 

@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, held_out, read_pairs, split_pairs
 from synthetic import EMPTY_ROWS, NA_ROW, make_rows
 

@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
 from dupq.data.pairs import SplitConfig, split_pairs
-from dupq.modeling.formats import read_metrics
+from dupq.modeling.folder_format import read_metrics
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distributed import World, join
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
@@ -235,7 +235,7 @@ def _other_data(splits):
 
 def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: list[int]) -> None:
 
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
 
     _environment(rank, world, port)
     results = {}

@@ -291,7 +291,7 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
 
 
 def test_a_ray_address_out_of_reach_is_one_sentence():
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
     from dupq.search.dedup_ray import _reachable
 
     with (

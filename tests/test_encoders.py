@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.architecture import ENCODER_TYPES, weight_shapes
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool

@@ -22,7 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError, new_folder
+from dupq.core.errors import DupqError
+from dupq.core.files import new_folder
 from dupq.data.pairs import read_pairs
 from dupq.data.questions import read_questions
 from dupq.data.tables import RowWriter

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
 from dupq.search import vectors as vector_module
 from dupq.search.backend import check_where, matches

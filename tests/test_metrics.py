@@ -8,7 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn import metrics as skm
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.evaluation.evaluate import pair_scores
 from dupq.evaluation.metrics import (
     best_threshold,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.model import Model
@@ -150,7 +150,7 @@ def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir
 
     from safetensors.torch import load_file, save_file
 
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
 
     nan = shutil.copytree(tiny_model_dir, tmp_path / "nan")
     weights = load_file(str(nan / "model.safetensors"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.training.batches import Batch
 from dupq.training.distributed import World

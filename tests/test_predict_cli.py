@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from cli_model import cli_model
 from dupq.cli import app
 from dupq.core.files import read_json
-from dupq.data.tokenizer import MAX_QUESTION
+from dupq.data.questions import MAX_QUESTION
 from dupq.modeling.model import Model
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.options import option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.modeling.model import BUNDLED

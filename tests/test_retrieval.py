@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli_model import cli_model
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, Splits, read_pairs
 from dupq.evaluation.retrieval import (
     RetrievalTask,

@@ -1,5 +1,5 @@
 """The files dupq reads back are read through one loader and their pydantic formats (dupq.core.formats,
-dupq.modeling.formats, dupq.search.manifest): a wrong type or range is one sentence naming the file and the field."""
+dupq.modeling.folder_format, dupq.search.manifest): a wrong type or range is one sentence naming the file and the field."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError, to_json
+from dupq.core.errors import DupqError
+from dupq.core.files import to_json
 from dupq.core.formats import check_format
-from dupq.modeling.formats import FORMAT, Metrics, ModelConfig, check_threshold
+from dupq.modeling.folder_format import FORMAT, Metrics, ModelConfig, check_threshold
 from dupq.modeling.model import BUNDLED, Model
 from dupq.search.manifest import check_manifest
 
@@ -189,7 +190,7 @@ def test_the_probability_never_overflows():
 
     import numpy as np
 
-    from dupq.modeling.calibration import calibrated
+    from dupq.modeling.probability import calibrated
 
     logits = np.array([-1e4, -60.0, -1.0, 0.0, 0.3, 1.0, 60.0, 1e4])
     for a, b, c in [(1e6, 1e6, 0.0), (-1e6, -1e6, 1e6), (1e6, -1e6, -1e6), (0.35, 1.05, -1.57)]:

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.modeling.model import Model

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from servicekit import build_collection, milvus_or_skip, questions
 
 TOKEN = "s3cret-token"

@@ -132,7 +132,7 @@ FILTERS = st.dictionaries(
 def test_the_schema_and_check_where_agree_on_every_filter(where):
     from pydantic import ValidationError
 
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
     from dupq.search.backend import check_where
     from dupq.service.schemas import SearchRequest
 

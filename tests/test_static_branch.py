@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.pre_tokenizers import Whitespace
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
@@ -267,7 +267,7 @@ def test_a_damaged_static_safetensors_is_one_sentence(damage, words, tmp_path):
 
 def test_a_sentence_model_config_with_a_static_entry_is_refused():
     from dupq.core.formats import check_format
-    from dupq.modeling.formats import FORMAT, ModelConfig
+    from dupq.modeling.folder_format import FORMAT, ModelConfig
 
     config = {"format": FORMAT, "encoder": {"type": "sentence-transformers", "dim": 4}, "static": {"dim": 3}}
     with pytest.raises(DupqError, match="static names a static branch"):

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from cli_model import cli_model
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation import tasks
 from dupq.modeling.model import ENCODE_BATCH, Model

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, SplitConfig, split_pairs
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches

@@ -131,7 +131,7 @@ VOCAB_FAULTS = {  # each used to load (or fail with a traceback) and change ever
 def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
     import json
 
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
 
     path = tmp_path / "vocab.json"
     Vocabulary.build(["How do I cook rice?", "Why is the sky blue?"], oov_buckets=8).save(path)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig
 from dupq.training.batches import length_batches
 from dupq.training.config import TrainConfig

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.config import TrainConfig
 from dupq.training.distil.transfer import (

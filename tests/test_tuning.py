@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, SplitConfig, labelled_split, read_pairs, split_pairs
 from dupq.training.distil.tuning import TuneConfig, tuning_pairs
 from dupq.training.loop import warmup_linear

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.search.vectors import IndexConfig, VectorIndex, rerank, search, training_size
 
 

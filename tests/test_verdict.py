@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
 from dupq.modeling.model import Model
 from synthetic import make_rows, write_pairs

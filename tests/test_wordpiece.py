@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data import wordpiece
 from dupq.data.tokenizer import Vocabulary
 from dupq.data.wordpiece import TOKENIZER, WordPieceVocabulary, load_vocabulary

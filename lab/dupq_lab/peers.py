@@ -43,14 +43,14 @@ import numpy as np
 import torch
 import typer
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Splits, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.evaluate import evaluate_scores
 from dupq.evaluation.metrics import expected_calibration_error
 from dupq.evaluation.retrieval import held_out_task, retrieval_measures
-from dupq.modeling.calibration import calibrated
 from dupq.modeling.pretrained import PACKAGE, load_sentence_transformer
+from dupq.modeling.probability import calibrated
 from dupq.modeling.sentence_model import ENCODE_BATCH as BATCH
 from dupq_lab.options import DATA, Data
 

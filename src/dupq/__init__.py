@@ -1,6 +1,6 @@
 """dupq: find duplicate questions with a Siamese LSTM."""
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 
 __all__ = ["DupqError", "Model"]

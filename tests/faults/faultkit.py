@@ -110,7 +110,7 @@ def strict_json(text: bytes | str) -> bool:
 
 def library_refuses(call) -> bool:
     """Whether ``call()`` raises dupq's one-sentence error."""
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
 
     try:
         call()

@@ -47,7 +47,7 @@ def test_nested_json_in_model_files(tmp_path: Path, name):
 
 def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
     """1,000 nested brackets in a collection's manifest.json (search, serve) or a teacher cache's teacher.json."""
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
     from dupq.training.distil.teacher import TeacherCache
 
     folder = build(tmp_path / "c", n=10)

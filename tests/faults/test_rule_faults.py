@@ -1,7 +1,7 @@
 """Faults of the rules every entry point shares: a question, a key, a retry, a bearer token, a dev split a
 threshold can be chosen on, a worker that cannot start, and the smaller sentences around them.
 
-Each rule lives in one function (:func:`dupq.data.tokenizer.check_question`,
+Each rule lives in one function (:func:`dupq.data.questions.check_question`,
 :func:`dupq.data.questions.check_key`, :func:`dupq.search.rows.same_metadata`,
 :func:`dupq.service.app.write_token`, :func:`dupq.evaluation.evaluate.check_dev_labels`); a test
 runs it through the command line, the library and the service alike.
@@ -146,7 +146,7 @@ def test_one_key_rule(tmp_path: Path):
 
 def test_preset_and_teacher_sentences(tmp_path: Path):
     """A preset with a byte-order mark reads; `test_size` suggests `test`; teacher vectors at a file say it is a file."""
-    from dupq.core.files import DupqError
+    from dupq.core.errors import DupqError
     from dupq.training.distil.teacher import TeacherCache
 
     (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbfepochs = 2\n")

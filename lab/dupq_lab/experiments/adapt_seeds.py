@@ -23,7 +23,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.evaluation.retrieval import retrieval_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model

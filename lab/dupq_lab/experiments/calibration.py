@@ -21,8 +21,8 @@ from dupq.data.pairs import read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.evaluation.evaluate import pair_scores
 from dupq.evaluation.metrics import expected_calibration_error
-from dupq.modeling.calibration import calibrated
 from dupq.modeling.model import Model
+from dupq.modeling.probability import calibrated
 from dupq_lab.options import DATA, Data, ModelFolder
 
 

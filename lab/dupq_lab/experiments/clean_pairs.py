@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import typer
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, default_data_path, read_pairs, split_pairs
 from dupq.evaluation.calibration import threshold_record
 from dupq.evaluation.tasks import CLEAN_PAIRS, clean_pairs, judged_clean_pairs

@@ -27,7 +27,8 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from dupq.core.files import DupqError, atomic_write
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write
 from dupq.evaluation.retrieval import RetrievalTask, retrieval_measures
 from dupq.evaluation.tasks import help_desks, shipped_help_desk_task
 from dupq.modeling.model import Model

@@ -15,7 +15,7 @@ import sys
 
 import typer
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.evaluation.tasks import quora_pairs
 from dupq.modeling.model import Model
 from dupq_lab.options import DATA, Data, ModelFolder

@@ -23,7 +23,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from dupq.core.files import DupqError, atomic_write
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write
 from dupq.evaluation.retrieval import retrieval_measures
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model

@@ -37,7 +37,7 @@ from typing import Annotated, Literal, Optional
 import numpy as np
 import typer
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import quora_distractors, shipped_help_desk_task

@@ -1,6 +1,6 @@
 """What every ``dupq`` command shares: the app, one-sentence errors, options declared once.
 
-Every command turns a :class:`~dupq.core.files.DupqError` (a mistake the user can fix) into one
+Every command turns a :class:`~dupq.core.errors.DupqError` (a mistake the user can fix) into one
 sentence on stderr and exit status 2; a traceback means a bug in dupq. Options that several
 commands take (the data file, the model folder, the threads and their one default) are declared
 here, once.
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Optional, get_type_hints
 import typer
 import typer.core
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.options import flag, flag_fields
 
 try:  # typer vendors click since 0.2x; before, it used the click package
@@ -195,7 +195,7 @@ def _threads(threads: int) -> None:
 
 
 def _threshold(value: Optional[float], option: str = "--threshold") -> Optional[float]:
-    from dupq.modeling.formats import check_threshold
+    from dupq.modeling.folder_format import check_threshold
 
     return None if value is None else check_threshold(value, option)
 

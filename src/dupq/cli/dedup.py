@@ -9,7 +9,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command
-from dupq.core.files import DupqError, check_target
+from dupq.core.errors import DupqError
+from dupq.core.files import check_target
 
 
 @command(name="dedup")
@@ -127,8 +128,7 @@ def dedup_command(
 
 def _source(questions, collection, model, column, key_column):
     """The records to group, what identifies them for resuming, the model, and the file's dropped lines."""
-    from dupq.data.pairs import Dropped
-    from dupq.data.questions import stream_questions
+    from dupq.data.questions import Dropped, stream_questions
     from dupq.modeling.model import Model
     from dupq.search.dedup_run import Record
 

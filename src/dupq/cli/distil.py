@@ -244,7 +244,7 @@ def distil_branch(
 ) -> None:
     """Join a static branch (a per-word table, summed) to a model's vectors: help desks' words it never learned; writes a model folder every command takes."""
     from dupq.core.files import new_folder
-    from dupq.modeling.formats import read_config
+    from dupq.modeling.folder_format import read_config
     from dupq.modeling.model import Model
     from dupq.modeling.sentence_model import check_new_model_folder
     from dupq.training.distil.branch import branch_model

@@ -18,7 +18,8 @@ from dupq.cli.common import (
     app,
     command,
 )
-from dupq.core.files import DupqError, check_new_folder, to_json
+from dupq.core.errors import DupqError
+from dupq.core.files import check_new_folder, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -132,8 +133,7 @@ def index_add(
 
     With keys, running the same command again (after a crash, say) stores nothing twice.
     """
-    from dupq.data.questions import check_key, read_questions
-    from dupq.data.tokenizer import check_question
+    from dupq.data.questions import check_key, check_question, read_questions
     from dupq.modeling.model import Model
     from dupq.search.collection import Collection
 
@@ -191,8 +191,7 @@ def search_command(
     """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
     from dataclasses import asdict
 
-    from dupq.data.questions import read_questions
-    from dupq.data.tokenizer import check_question
+    from dupq.data.questions import check_question, read_questions
     from dupq.modeling.model import Model
     from dupq.search.collection import Collection
 

@@ -11,7 +11,8 @@ import typer
 import typer.core
 
 from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS, Threads, _data, _threads, _threshold, command
-from dupq.core.files import DupqError, check_new_folder, to_json
+from dupq.core.errors import DupqError
+from dupq.core.files import check_new_folder, to_json
 
 
 @command()
@@ -162,8 +163,8 @@ def predict(
     threads: Threads = THREADS,
 ) -> None:
     """Say whether two questions are duplicates: their similarity, probability and the verdict."""
+    from dupq.data.questions import check_question
     from dupq.data.text import open_lines
-    from dupq.data.tokenizer import check_question
     from dupq.modeling.model import Model
     from dupq.modeling.predict import judge, judge_stream, verdict_text
     from dupq.modeling.verdict import verdict_json

@@ -11,7 +11,8 @@ import typer
 import typer.core
 
 from dupq.cli.common import THREADS, Threads, UsageError, _data, command, config_options
-from dupq.core.files import DupqError, new_folder
+from dupq.core.errors import DupqError
+from dupq.core.files import new_folder
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, PRESETS, configs, read_preset, to_toml

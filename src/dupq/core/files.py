@@ -1,4 +1,4 @@
-"""Small file helpers shared by every stage: the user-facing error and crash-safe writes.
+"""Small file helpers shared by every stage: crash-safe writes and checked reads.
 
 Anything dupq writes that a user would hate to lose (a model, a checkpoint, an index) goes
 through :func:`atomic_write`: the bytes land in a temporary file in the same folder, are
@@ -21,15 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_FILE_DEPTH, json_depth
-
-
-class DupqError(Exception):
-    """A mistake the user can fix (bad path, column, file or argument).
-
-    The message is one sentence naming what is wrong and where; the CLI prints it and
-    exits with status 2 instead of showing a traceback.
-    """
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:

@@ -18,7 +18,7 @@ plain ``field`` (``TrainConfig.chunks``) is not an option.
 ...         check_options(self)
 >>> Demo("min")
 Traceback (most recent call last):
-dupq.core.files.DupqError: --pooling must be one of mean, max, not 'min'.
+dupq.core.errors.DupqError: --pooling must be one of mean, max, not 'min'.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import Field, field, fields
 from typing import Any, get_type_hints
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 
 
 def option(

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import csv
 import os
-from collections import Counter, deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError, atomic_output
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_output
 from dupq.core.options import check_options, option
-from dupq.data.text import header_names, open_text, reading
+from dupq.data.questions import Dropped
+from dupq.data.text import delimiter_of, header_names, open_text, reading, table_rows
 
 REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
 DEFAULT_DATA = Path("..") / "shared" / "data" / "quora_duplicate_questions.tsv.gz"
@@ -64,107 +64,15 @@ class Pairs:
         )
 
 
-@dataclass
-class Dropped:
-    """Rows a reader could not use: the count by reason, the physical lines they took, the first few ids."""
-
-    reasons: Counter = field(default_factory=Counter)
-    examples: list[str] = field(default_factory=list)  # "id (reason)", at most `keep`
-    keep: int = 5
-    lines: int = 0  # physical lines of the file in the dropped rows (a quoted field can span several)
-
-    def add(self, row_id: str, reason: str, lines: int = 1) -> None:
-        self.reasons[reason] += 1
-        self.lines += lines
-        if len(self.examples) < self.keep:
-            self.examples.append(f"{row_id} ({reason})")
-
-    @property
-    def count(self) -> int:
-        return sum(self.reasons.values())
-
-    def _reasons(self) -> str:
-        return ", ".join(f"{n} {reason}" for reason, n in self.reasons.most_common())
-
-    def why(self) -> str:
-        """The reasons and the first examples: ``"2 empty question; first: 105780 (empty question), ..."``."""
-        return f"{self._reasons()}; first: {', '.join(self.examples)}"
-
-    def __str__(self) -> str:
-        if not self.count:
-            return "no rows dropped"
-        span = f" over {self.lines} lines" if self.lines != self.count else ""
-        return f"dropped {self.count} unusable rows{span} ({self._reasons()}); first: {', '.join(self.examples)}"
-
-
 def default_data_path() -> Path:
     """``$DUPQ_DATA`` if set, else ``../shared/data/quora_duplicate_questions.tsv.gz``."""
     env = os.environ.get("DUPQ_DATA")
     return Path(env) if env else DEFAULT_DATA
 
 
-def delimiter_of(path: Path) -> str | None:
-    """The field delimiter a file's name promises (``.tsv``, ``.csv``, gzipped or not), None for any other name."""
-    name = path.name.removesuffix(".gz").lower()
-    return "\t" if name.endswith(".tsv") else "," if name.endswith(".csv") else None
-
-
 def _delimiter(path: Path, header_line: str) -> str:
     """A pairs file's delimiter: its name's, else a tab if its header holds one, else a comma."""
     return delimiter_of(path) or ("\t" if "\t" in header_line else ",")
-
-
-def table_rows(
-    f, delimiter: str, width: int, dropped: Dropped, first_line: int = 2
-) -> Iterator[tuple[int, int, list[str]]]:
-    """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
-
-    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
-    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
-    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
-    line up to the next quote (or the end of the file) into one row, and two stray quotes would
-    even pair up into a row of the right width. So rows are read strictly (a closing quote must
-    end its field), and a row that breaks that, or spans several lines with the wrong number of
-    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
-    on the line after it. A quoting slip within one line is read leniently, as before.
-    """
-    source, pushed_back = iter(f), deque()
-    taken: list[str] = []  # the physical lines of the row being read
-
-    def lines() -> Iterator[str]:
-        while True:
-            line = pushed_back.popleft() if pushed_back else next(source, None)
-            if line is None:
-                return
-            taken.append(line)
-            yield line
-
-    number = first_line
-    while True:
-        try:
-            for row in csv.reader(lines(), delimiter=delimiter, strict=True):
-                span = len(taken)
-                if len(row) == width:
-                    yield number, span, row
-                elif span > 1:
-                    raise csv.Error("a quoted field ran over lines")
-                else:
-                    dropped.add(f"line {number}", "wrong number of fields" if row else "blank line")
-                number += span
-                taken.clear()
-            return
-        except csv.Error:
-            first, rest = taken[0], taken[1:]
-            taken.clear()
-            pushed_back.extendleft(reversed(rest))
-            row = (
-                [] if rest else next(csv.reader([first], delimiter=delimiter), [])
-            )  # a slip within one line: read leniently
-            if len(row) == width:
-                yield number, 1, row
-            else:
-                dropped.add(f"line {number}", "unclosed quote" if rest or '"' in first else "wrong number of fields")
-            number += 1
 
 
 def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:

@@ -15,7 +15,7 @@ a stream (:func:`stream_questions`), so a file of millions never has to fit in m
 The other fields of a row (an answer, a URL, ...) are its metadata; ``--key-column`` names its key.
 
 Every line is accounted for: a question, or a reason it was left out (a blank line, an empty
-question, one with no words (see :func:`dupq.data.tokenizer.check_question`), a row with the wrong
+question, one with no words (see :func:`check_question`), a row with the wrong
 number of fields or an unclosed quote), counted in ``Questions.dropped``; none is stored. A file
 that cannot be read as a whole is refused in one sentence: not UTF-8, a line over the cap, a header
 naming a column twice (:mod:`dupq.data.text`), or a key given to two lines.
@@ -25,17 +25,94 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dupq.core.files import DupqError, check_path
-from dupq.data.pairs import Dropped, delimiter_of, table_rows
-from dupq.data.text import header_names, open_text, reading
-from dupq.data.tokenizer import MAX_QUESTION, check_question
+from dupq.core.errors import DupqError
+from dupq.core.files import check_path
+from dupq.data.text import delimiter_of, header_names, open_text, reading, table_rows
+from dupq.data.tokenizer import STRIP
 
 MAX_KEY = 200  # characters in a key (a question's id: a qid, an Idempotency-Key)
 KEY_PATTERN = r"^[!-~]+$"  # printable ASCII without spaces: what a client can send back in a retry, as written
+
+
+MAX_QUESTION = 1000  # characters in one question a user gives (the CLI, the library, the service alike)
+
+
+def check_question(text: str, where: str = "the question", longest: int | None = MAX_QUESTION) -> str:
+    """``text`` if it is a question dupq can encode, else a :class:`DupqError` naming ``where`` it came from.
+
+    The one rule every entry point applies (the CLI, the library, the service): a question is
+    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates), at most
+    :data:`MAX_QUESTION` characters long, and holds at least one word once punctuation and blanks
+    are stripped. A question with no words would get
+    the padding vector, so any two such "questions" ("???", "!!!", a control character) would
+    look identical, with similarity 1.0. ``longest=None`` lifts the length rule, for questions a
+    collection stored already (one stored before the rule is re-encoded whole, not refused).
+
+    >>> check_question("???", "question 1")
+    Traceback (most recent call last):
+    dupq.core.errors.DupqError: question 1 has no words, only punctuation or blanks; give the text of the question.
+    """
+    if not isinstance(text, str):
+        raise DupqError(f"{where} is a {type(text).__name__}, not text.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DupqError(f"{where} is not valid UTF-8 text (undecodable byte at character {e.start + 1}).") from None
+    if not text.strip():
+        raise DupqError(f"{where} is empty; give the text of the question.")
+    if longest is not None and len(text) > longest:
+        raise DupqError(f"{where} is {len(text):,} characters long; a question has at most {longest:,}.")
+    if not text.translate(STRIP).split():
+        raise DupqError(f"{where} has no words, only punctuation or blanks; give the text of the question.")
+    return text
+
+
+def check_questions(texts: Sequence[str], what: str = "question", longest: int | None = MAX_QUESTION) -> list[str]:
+    """:func:`check_question` on each of ``texts`` (a list, not one string), naming ``what N``."""
+    if isinstance(texts, str):
+        raise DupqError(f"give a list of {what}s, not a single string.")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        check_question(t, f"{what} {i + 1}", longest)
+    return texts
+
+
+@dataclass
+class Dropped:
+    """Rows a reader could not use: the count by reason, the physical lines they took, the first few ids."""
+
+    reasons: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)  # "id (reason)", at most `keep`
+    keep: int = 5
+    lines: int = 0  # physical lines of the file in the dropped rows (a quoted field can span several)
+
+    def add(self, row_id: str, reason: str, lines: int = 1) -> None:
+        self.reasons[reason] += 1
+        self.lines += lines
+        if len(self.examples) < self.keep:
+            self.examples.append(f"{row_id} ({reason})")
+
+    @property
+    def count(self) -> int:
+        return sum(self.reasons.values())
+
+    def _reasons(self) -> str:
+        return ", ".join(f"{n} {reason}" for reason, n in self.reasons.most_common())
+
+    def why(self) -> str:
+        """The reasons and the first examples: ``"2 empty question; first: 105780 (empty question), ..."``."""
+        return f"{self._reasons()}; first: {', '.join(self.examples)}"
+
+    def __str__(self) -> str:
+        if not self.count:
+            return "no rows dropped"
+        span = f" over {self.lines} lines" if self.lines != self.count else ""
+        return f"dropped {self.count} unusable rows{span} ({self._reasons()}); first: {', '.join(self.examples)}"
 
 
 def check_key(key, where: str = "the key") -> str:

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import BinaryIO
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula

@@ -39,12 +39,12 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, StrictBool, field_validator, model_validator
 
-from dupq.core.files import DupqError, write_json
+from dupq.core.errors import DupqError
+from dupq.core.files import write_json
 from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, checked, corrupt, integer, read_format
 
 PAD, UNK = "[PAD]", "[UNK]"
-MAX_QUESTION = 1000  # characters in one question a user gives (the CLI, the library, the service alike)
-_STRIP = str.maketrans("", "", string.punctuation)  # Keras' strip_punctuation set, exactly
+STRIP = str.maketrans("", "", string.punctuation)  # Keras' strip_punctuation set, exactly
 
 
 @dataclass
@@ -78,46 +78,6 @@ class Encoded:
         take = np.minimum(starts[:, None] + cols[None, :], max(len(self.flat) - 1, 0))
         ids = np.where(real, self.flat[take] if len(self.flat) else 0, 0)  # (B, L)
         return ids, np.maximum(lengths, 1)
-
-
-def check_question(text: str, where: str = "the question", longest: int | None = MAX_QUESTION) -> str:
-    """``text`` if it is a question dupq can encode, else a :class:`DupqError` naming ``where`` it came from.
-
-    The one rule every entry point applies (the CLI, the library, the service): a question is
-    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates), at most
-    :data:`MAX_QUESTION` characters long, and holds at least one word once punctuation and blanks
-    are stripped. A question with no words would get
-    the padding vector, so any two such "questions" ("???", "!!!", a control character) would
-    look identical, with similarity 1.0. ``longest=None`` lifts the length rule, for questions a
-    collection stored already (one stored before the rule is re-encoded whole, not refused).
-
-    >>> check_question("???", "question 1")
-    Traceback (most recent call last):
-    dupq.core.files.DupqError: question 1 has no words, only punctuation or blanks; give the text of the question.
-    """
-    if not isinstance(text, str):
-        raise DupqError(f"{where} is a {type(text).__name__}, not text.")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise DupqError(f"{where} is not valid UTF-8 text (undecodable byte at character {e.start + 1}).") from None
-    if not text.strip():
-        raise DupqError(f"{where} is empty; give the text of the question.")
-    if longest is not None and len(text) > longest:
-        raise DupqError(f"{where} is {len(text):,} characters long; a question has at most {longest:,}.")
-    if not text.translate(_STRIP).split():
-        raise DupqError(f"{where} has no words, only punctuation or blanks; give the text of the question.")
-    return text
-
-
-def check_questions(texts: Sequence[str], what: str = "question", longest: int | None = MAX_QUESTION) -> list[str]:
-    """:func:`check_question` on each of ``texts`` (a list, not one string), naming ``what N``."""
-    if isinstance(texts, str):
-        raise DupqError(f"give a list of {what}s, not a single string.")
-    texts = list(texts)
-    for i, t in enumerate(texts):
-        check_question(t, f"{what} {i + 1}", longest)
-    return texts
 
 
 class Vocabulary:
@@ -154,7 +114,7 @@ class Vocabulary:
 
     def words(self, question: str) -> list[str]:
         """The standardised words of one question, before the vocabulary lookup."""
-        text = question.translate(_STRIP)
+        text = question.translate(STRIP)
         if self.lowercase:
             text = text.lower()
         return text.split()[: self.max_tokens]

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from dupq.core.files import DupqError, atomic_write, read_json, write_json
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write, read_json, write_json
 from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, check_format, integer
 from dupq.data.tokenizer import PAD, Encoded, VocabFile, Vocabulary
 

@@ -2,7 +2,7 @@
 
 Beta calibration, ``p = sigmoid(a ln s - b ln(1 - s) + c)`` with ``s = sigmoid(logit)`` (Kull,
 Silva Filho & Flach 2017). :func:`fit_calibration` fits ``a, b, c`` on dev pairs' logits and
-labels; :func:`dupq.modeling.calibration.calibrated` applies them (the model does, for every
+labels; :func:`dupq.modeling.probability.calibrated` applies them (the model does, for every
 probability it reports). :func:`threshold_record` chooses the threshold on dev scores with
 :func:`dupq.evaluation.metrics.best_threshold`. Pure numpy: :func:`dupq.evaluation.evaluate.calibrate`
 gives them a model's dev pairs, and :func:`dupq.evaluation.metrics.expected_calibration_error`
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from dupq.evaluation.metrics import best_threshold, check_scores
-from dupq.modeling.calibration import beta_features
+from dupq.modeling.probability import beta_features
 
 
 def _logistic_fit(features: np.ndarray, labels: np.ndarray, iterations: int = 100) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 :func:`evaluate` asks a :class:`~dupq.modeling.model.Model` for the scores of a split's pairs and reports
 the metrics of :mod:`dupq.evaluation.metrics` at the model's threshold. :func:`calibrate` has the model's
-threshold chosen (and :mod:`dupq.modeling.calibration`'s probability map fitted) on the **dev** pairs,
+threshold chosen (and :mod:`dupq.modeling.probability`'s probability map fitted) on the **dev** pairs,
 and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
 flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does that; this
 module does not). :func:`calibrate_and_test` keeps both records in ``model.metrics``; the split
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free

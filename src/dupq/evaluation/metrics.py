@@ -8,9 +8,9 @@ and the confusion matrix with rows = true label 0/1 and columns = predicted 0/1:
      [FN, TP]]          the seed's model: [[4872, 1510], [1309, 2549]], accuracy 0.7247
 
 Every function takes ``scores`` (N,) floats and ``labels`` (N,) 0/1 and knows nothing of a
-model and no file: :mod:`dupq.evaluation.evaluate` asks a model for the scores and :mod:`dupq.modeling.calibration`
+model and no file: :mod:`dupq.evaluation.evaluate` asks a model for the scores and :mod:`dupq.modeling.probability`
 maps its logits to probabilities. :func:`best_threshold` chooses a threshold on whatever pairs it
-is given; :func:`dupq.modeling.calibration.threshold_record` gives it the dev pairs, never the reported ones.
+is given; :func:`dupq.modeling.probability.threshold_record` gives it the dev pairs, never the reported ones.
 
 ROC-AUC and average precision follow scikit-learn's definitions exactly, tied scores included:
 the curves have one point per *distinct* score, so pairs with equal scores move together.
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.verdict import above
 
 METRICS = ("accuracy", "f1")  # what best_threshold can maximise

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from dupq.core.files import DupqError, atomic_write
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import SUMMARY, evaluate_scores, pair_verdicts
 from dupq.evaluation.metrics import expected_calibration_error, precision_recall_curve, reliability, roc_curve

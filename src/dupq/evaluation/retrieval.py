@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import Pairs, Splits, recorded_split, split_pairs
 from dupq.modeling.model import ENCODE_BATCH, Model

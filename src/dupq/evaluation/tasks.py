@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, SplitConfig, default_data_path, held_out, read_pairs, split_pairs
 from dupq.evaluation.evaluate import evaluate
 from dupq.evaluation.metrics import threshold_free

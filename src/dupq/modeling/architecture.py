@@ -1,6 +1,6 @@
 """What a model is made of, without torch: the encoder's and the pair head's configs, and their weights' shapes.
 
-``config.json`` names the parts (:mod:`dupq.modeling.formats` reads it into these dataclasses) and
+``config.json`` names the parts (:mod:`dupq.modeling.folder_format` reads it into these dataclasses) and
 ``model.safetensors`` holds their weights under the names of the torch modules' state dicts
 (:class:`~dupq.modeling.encoders.Encoder`, :class:`~dupq.modeling.heads.PairHead`, the
 definition). Loading a model to judge or search reads both and runs the NumPy kernels
@@ -35,7 +35,7 @@ SENTENCE_TRANSFORMERS = "sentence-transformers"  # a model folder holding a pret
 class EncoderConfig:
     """Architecture of the shared question encoder (any registered type).
 
-    The annotations are also ``config.json``'s format (:mod:`dupq.modeling.formats` reads the
+    The annotations are also ``config.json``'s format (:mod:`dupq.modeling.folder_format` reads the
     ``encoder`` entry into this class): a stored size outside them is refused before anything is built.
     """
 
@@ -58,7 +58,7 @@ class EncoderConfig:
 class HeadConfig:
     """How a pair of question vectors becomes a duplicate logit (judging pairs; search keeps the cosine).
 
-    The annotations are also ``config.json``'s format for its ``head`` entry (:mod:`dupq.modeling.formats`).
+    The annotations are also ``config.json``'s format for its ``head`` entry (:mod:`dupq.modeling.folder_format`).
     """
 
     kind: Literal[HEADS] = (

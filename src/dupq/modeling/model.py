@@ -9,7 +9,7 @@ Judging a *pair* can use more than the cosine. A model trained on labelled pairs
 :class:`PairHead` that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small
 network over ``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a
 beta calibration ``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, fitted on the
-dev pairs (:func:`dupq.modeling.calibration.fit_calibration`), so that :meth:`Model.probability` is a
+dev pairs (:func:`dupq.modeling.probability.fit_calibration`), so that :meth:`Model.probability` is a
 probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
@@ -43,12 +43,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from safetensors.numpy import save
 
-from dupq.core.files import DupqError, atomic_write, check_path, write_json
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write, check_path, write_json
 from dupq.core.threads import import_torch
-from dupq.data.tokenizer import Encoded, check_questions
+from dupq.data.questions import check_questions
+from dupq.data.tokenizer import Encoded
 from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.architecture import EncoderConfig, HeadConfig
-from dupq.modeling.formats import FORMAT, ModelConfig, read_config, read_metrics, read_weights
+from dupq.modeling.folder_format import FORMAT, ModelConfig, read_config, read_metrics, read_weights
 from dupq.modeling.kernels import Kernels, Stored, arrays
 from dupq.modeling.static import WEIGHTS as STATIC_WEIGHTS
 from dupq.modeling.static import StaticBranch
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from dupq.modeling.heads import PairHead
 
 # Readers of model folders whose encoder is not one of ENCODERS: encoder type -> reader(folder, config,
-# metrics=..., **judging), config a dupq.modeling.formats.ModelConfig. dupq.modeling.sentence_model
+# metrics=..., **judging), config a dupq.modeling.folder_format.ModelConfig. dupq.modeling.sentence_model
 # registers "sentence-transformers" (the package's __init__ imports it, so every Model.load sees it).
 READERS: dict[str, Callable[..., Model]] = {}
 ENCODE_BATCH = 128  # questions per forward pass when scoring pairs in bulk

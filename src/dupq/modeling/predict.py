@@ -19,8 +19,8 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from dupq.core.files import DupqError
-from dupq.data.tokenizer import check_question
+from dupq.core.errors import DupqError
+from dupq.data.questions import check_question
 from dupq.modeling.model import ENCODE_BATCH, Model
 from dupq.modeling.verdict import PROBABILITY, from_vectors, verdict_json
 

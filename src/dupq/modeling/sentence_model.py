@@ -16,7 +16,7 @@ The folder, written by :func:`dupq.training.distil.export.export_teacher` (``dup
 
 No pickle: the subfolder must hold JSON and safetensors only (a ``.bin``, ``.pt``, ``.pkl``, ...
 file is refused before anything is loaded, and so is a link that leads outside the model folder:
-:func:`dupq.modeling.formats.check_files`), and sentence-transformers runs no code of the folder
+:func:`dupq.modeling.folder_format.check_files`), and sentence-transformers runs no code of the folder
 (``trust_remote_code`` stays off). Nothing is downloaded (:func:`dupq.modeling.pretrained.load_sentence_transformer`).
 sentence-transformers is imported only when such a folder is loaded or made: the optional
 ``distil`` extra, not the base install.
@@ -36,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from dupq.core.files import DupqError, check_new_folder, new_folder, readable, write_json
+from dupq.core.errors import DupqError
+from dupq.core.files import check_new_folder, new_folder, readable, write_json
 from dupq.modeling.architecture import SENTENCE_TRANSFORMERS, SentenceConfig
-from dupq.modeling.formats import ModelConfig, check_files, read_config, stored_kind
+from dupq.modeling.folder_format import ModelConfig, check_files, read_config, stored_kind
 from dupq.modeling.model import READERS, Model, check_list
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.static import join_vectors

@@ -22,7 +22,7 @@ still judged by the pair head on ``u``, which :meth:`StaticBranch.model_half` re
 Everything here is NumPy, like the kernels (:mod:`dupq.modeling.kernels`): loading a model with a
 branch and encoding a few questions imports no torch.
 
-In a model folder (:mod:`dupq.modeling.formats`): ``config.json``'s ``static`` entry
+In a model folder (:mod:`dupq.modeling.folder_format`): ``config.json``'s ``static`` entry
 (:class:`StaticConfig`), ``static.safetensors`` (``words``; ``pieces`` with
 ``static-tokenizer.json`` when unknown words are cut into pieces; ``added`` with ``static-words.json``,
 the words it was taught, one row each). ``dupq distil branch`` makes one
@@ -45,7 +45,8 @@ from pydantic import StrictBool, StrictStr
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
-from dupq.core.files import DupqError, atomic_write
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write
 from dupq.core.formats import MAX_OUT_DIM, number
 from dupq.core.formats import integer as bounded
 from dupq.data.tokenizer import Encoded

@@ -38,9 +38,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.architecture import HeadConfig
-from dupq.modeling.calibration import calibrated
+from dupq.modeling.probability import calibrated
 
 SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
 THRESHOLD_ON = (SIMILARITY, PROBABILITY)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 
 Row = tuple  # (key or None, text, metadata as JSON text or None)
 Where = dict[str, list]  # field -> the values it may hold (any of them)

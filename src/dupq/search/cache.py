@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, file_lock, read_json, write_json
+from dupq.core.errors import DupqError
+from dupq.core.files import file_lock, read_json, write_json
 from dupq.search.store import SQLiteStore
 from dupq.search.vectors import IndexConfig, VectorIndex
 

@@ -34,7 +34,7 @@ import faiss
 import numpy as np
 from faiss.contrib.ivf_tools import add_preassigned, search_preassigned
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 
 FLAT_LISTS = 4096  # up to this many lists, centroids are searched exactly (one matrix product)
 PROBE_BEAM = 3  # past FLAT_LISTS, HNSW's efSearch is this times nprobe (docs/scale.md measures each beam)

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dupq.core.files import DupqError
-from dupq.data.tokenizer import MAX_QUESTION, check_questions
+from dupq.core.errors import DupqError
+from dupq.data.questions import MAX_QUESTION, check_questions
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import clip_cosines, from_cosines
 from dupq.search.backend import Backend, check_where

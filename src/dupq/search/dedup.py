@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dupq.core.files import DupqError
-from dupq.data.tokenizer import check_questions
-from dupq.modeling.formats import check_threshold
+from dupq.core.errors import DupqError
+from dupq.data.questions import check_questions
+from dupq.modeling.folder_format import check_threshold
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import SIMILARITY, from_cosines, on_cosines
 from dupq.search.candidates import CandidateConfig, neighbour_blocks

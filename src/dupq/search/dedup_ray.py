@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 from dupq.search.candidates import exact_neighbours as exact
 from dupq.search.candidates import list_index, query_order, search_lists

@@ -34,7 +34,8 @@ from typing import Protocol
 
 import numpy as np
 
-from dupq.core.files import DupqError, atomic_output, read_json, write_json
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_output, read_json, write_json
 from dupq.data.tables import RowWriter, format_of
 from dupq.modeling.model import Model
 from dupq.search.candidates import CandidateConfig, list_index, probes, query_order, search_lists, train_centroids

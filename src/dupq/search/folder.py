@@ -36,16 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import (
-    DupqError,
-    check_new_folder,
-    check_path,
-    file_lock,
-    new_folder,
-    read_json,
-    remove_stale,
-    write_json,
-)
+from dupq.core.errors import DupqError
+from dupq.core.files import check_new_folder, check_path, file_lock, new_folder, read_json, remove_stale, write_json
 from dupq.search import store as sqlite
 from dupq.search.backend import Backend, Where
 from dupq.search.cache import INDEX_FILE, FaissCache, saved_generation

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, StrictBool, StrictStr, field_validator
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.formats import MAX_COUNT, MAX_OUT_DIM, FilePath, check_format, corrupt, integer, wanted
 from dupq.modeling.model import Model
 from dupq.search.vectors import IndexConfig  # its own checks give the index settings' ranges

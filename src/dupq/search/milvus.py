@@ -47,7 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, _alive, parse_json
+from dupq.core.errors import DupqError
+from dupq.core.files import _alive, parse_json
 from dupq.search import milvus_schema as milvus
 from dupq.search.backend import Backend, Row, Where
 from dupq.search.manifest import FORMAT, check_manifest

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 
 DEFAULT_NAME = "dupq"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.search.vectors import IndexConfig
 
 MAX_TEXT = 65_535  # bytes of a VARCHAR: a question's text or its metadata's JSON

@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from dupq.core.files import DupqError, file_lock
+from dupq.core.errors import DupqError
+from dupq.core.files import file_lock
 from dupq.modeling.model import Model
 from dupq.search.collection import Collection
 from dupq.search.location import Location

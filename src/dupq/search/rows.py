@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
 from dupq.data.questions import check_key
 

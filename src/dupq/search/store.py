@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError, file_lock
+from dupq.core.errors import DupqError
+from dupq.core.files import file_lock
 from dupq.search.backend import Row, Where
 from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey, failure, same_metadata
 

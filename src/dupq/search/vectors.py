@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from dupq.core.files import DupqError, atomic_write
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write
 
 KINDS = ("flat", "hnsw", "ivfpq")
 NBITS = 8  # bits per product-quantizer code: 256 centroids per sub-vector, one byte each

@@ -58,7 +58,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.predict import judge
 from dupq.search.location import Location
 from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey

@@ -6,9 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
-from dupq.core.files import DupqError
-from dupq.data.questions import KEY_PATTERN, MAX_KEY
-from dupq.data.tokenizer import MAX_QUESTION, check_question
+from dupq.core.errors import DupqError
+from dupq.data.questions import KEY_PATTERN, MAX_KEY, MAX_QUESTION, check_question
 from dupq.modeling.verdict import clip_cosines
 from dupq.search.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
 

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.service.connections import KEEP_ALIVE, allow_many_connections
 
 PARENT_CHECK_S = 0.5  # how often a worker checks that its supervisor is still there
@@ -56,7 +56,7 @@ def worker_app(factory: Callable[[], object], threads: int, parent: int):
 
 
 class StartupSentence:
-    """An ASGI app whose failed startup says one sentence: a :class:`~dupq.core.files.DupqError` of
+    """An ASGI app whose failed startup says one sentence: a :class:`~dupq.core.errors.DupqError` of
     its lifespan (the collection cannot be opened) is logged as its message, not as Starlette's
     traceback; any other failure keeps its traceback (a bug)."""
 

@@ -58,9 +58,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from dupq.core.files import DupqError, new_folder
-from dupq.data.pairs import Dropped
-from dupq.data.tokenizer import check_questions
+from dupq.core.errors import DupqError
+from dupq.core.files import new_folder
+from dupq.data.questions import Dropped, check_questions
 from dupq.data.wordpiece import AnyVocabulary
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch

@@ -15,11 +15,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save
 
-from dupq.core.files import DupqError, atomic_write, check_new_folder, parse_json
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write, check_new_folder, parse_json
 from dupq.core.options import label, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
-from dupq.modeling.formats import stored_kind
+from dupq.modeling.folder_format import stored_kind
 from dupq.training.config import CHECKPOINT, RESUMABLE, ModelOptions, TrainConfig, renamed
 from dupq.training.step import Siamese
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.formats import MAX_DIM
 from dupq.core.options import check_options, label, option
 from dupq.data.wordpiece import TOKENIZERS

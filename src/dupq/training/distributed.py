@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.distributed.nn.functional import all_gather
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.options import flag, is_option
 from dupq.data.pairs import SplitConfig, Splits
 

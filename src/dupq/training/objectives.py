@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.modeling.heads import PairHead
 from dupq.training.batches import Batch, false_negatives
 from dupq.training.losses import (

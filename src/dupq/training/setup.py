@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import SplitConfig, Splits, labelled_split
 from dupq.data.tokenizer import Vocabulary

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from dupq.core.files import DupqError, remove_stale
+from dupq.core.errors import DupqError
+from dupq.core.files import remove_stale
 from dupq.data.pairs import Splits
 from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
 from dupq.modeling.model import Model

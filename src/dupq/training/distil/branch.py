@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch, StaticConfig

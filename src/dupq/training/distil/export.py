@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dupq.core.files import DupqError, new_folder, readable
+from dupq.core.errors import DupqError
+from dupq.core.files import new_folder, readable
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import calibrate_and_test
 from dupq.modeling.encoders import SentenceConfig
-from dupq.modeling.formats import check_files, read_config
+from dupq.modeling.folder_format import check_files, read_config
 from dupq.modeling.model import Model
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, check_new_model_folder, width

@@ -38,7 +38,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save
 
-from dupq.core.files import DupqError, atomic_write, check_new_folder, parse_json, read_json, remove_stale
+from dupq.core.errors import DupqError
+from dupq.core.files import atomic_write, check_new_folder, parse_json, read_json, remove_stale
 from dupq.modeling.pretrained import load_sentence_transformer
 
 INFO = "teacher.json"

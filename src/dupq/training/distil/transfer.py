@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 
 PARTS = ("noun", "verb", "adj", "adv")  # WordNet's data.<part> files

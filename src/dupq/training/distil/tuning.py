@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dupq.core.files import DupqError, new_folder
+from dupq.core.errors import DupqError
+from dupq.core.files import new_folder
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import Pairs
 from dupq.modeling.pretrained import load_sentence_transformer

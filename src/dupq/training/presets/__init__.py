@@ -36,7 +36,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from dupq.core.files import DupqError
+from dupq.core.errors import DupqError
 from dupq.core.options import KINDS, of_kind
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import RENAMED, ModelOptions, TrainConfig

@@ -19,7 +19,7 @@ annotations bound every size. Keys a format does not know are ignored (a newer d
 
 >>> check_format(ModelConfig, {"format": FORMAT, "encoder": {"vocab_size": 10, "dim": "128"}}, "m/config.json")
 Traceback (most recent call last):
-dupq.core.files.DupqError: m/config.json is corrupt: encoder.dim must be an integer from 1 to 4096, not '128'.
+dupq.core.errors.DupqError: m/config.json is corrupt: encoder.dim must be an integer from 1 to 4096, not '128'.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from pydantic import (
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
-from dupq.core.files import DupqError, read_json
+from dupq.core.errors import DupqError
+from dupq.core.files import read_json
 from dupq.core.formats import MAX_COUNT, MAX_EMBEDDING, check_format, corrupt, inside, integer, number, sentence
 from dupq.modeling.architecture import (
     ENCODER_TYPES,
@@ -77,7 +78,7 @@ def check_threshold(value: Any, where: str) -> float:
 
 
 class Calibration(BaseModel):
-    """The beta map of :func:`dupq.modeling.calibration.calibrated`, fitted on dev pairs."""
+    """The beta map of :func:`dupq.modeling.probability.calibrated`, fitted on dev pairs."""
 
     method: Literal["beta"] = "beta"
     a: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of ln s
