@@ -81,7 +81,7 @@ def head_model_dir(texts, tmp_path_factory):
     return out
 
 
-CONFIG = AdaptConfig(epochs=8, batch_size=32, lr=0.001, distil=1.0, distil_matrix=1.0, anchor=0.001)
+CONFIG = AdaptConfig(epochs=8, batch_size=32, lr=0.001, distil=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_the_library_refuses_what_it_cannot_adapt(head_model_dir, texts, tmp_pat
     base = Model.load(head_model_dir)
     with pytest.raises(DupqError, match="at least 2 distinct questions"):
         adapt(base, [texts[0], texts[0]], tmp_path / "a", word_teacher, "words", log=silent, progress=False)
-    with pytest.raises(DupqError, match="needs a distillation loss"):
+    with pytest.raises(DupqError, match="needs the distillation loss"):
         AdaptConfig(distil=0.0)
     with pytest.raises(DupqError, match="finite"):
         AdaptConfig(lr=float("nan"))
@@ -282,9 +282,9 @@ def test_the_agreement_line_says_why_a_figure_fell():
     from dupq.training.adapt import agreement_line
 
     before = {"own_cosine": 0.98, "cosine_to_teacher": 0.98, "matrix_error": 0.1}
-    fell = agreement_line(before, {**before, "own_cosine": 0.86}, 146, 146, True)
+    fell = agreement_line(before, {**before, "own_cosine": 0.86}, 146, 146)
     assert "0.9800 before, 0.8600 after" in fell and "Lower after" in fell and "taught" not in fell
-    rose = agreement_line(before, {**before, "own_cosine": 0.99, "cosine_to_teacher": 0.99}, 10, 30, True)
+    rose = agreement_line(before, {**before, "own_cosine": 0.99, "cosine_to_teacher": 0.99}, 10, 30)
     assert "Lower" not in rose and "on all 30 taught: 0.9800 -> 0.9900" in rose
 
 
@@ -304,16 +304,7 @@ def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher
         "not a dupq collection": ["adapt", str(plain_folder), "--out", str(tmp_path / "o"), *model],
         "at least 2 distinct questions": ["adapt", str(one), "--out", str(tmp_path / "o"), *model],
         "already exists": ["adapt", str(good), "--out", str(taken), *model],
-        "needs a distillation loss": [
-            "adapt",
-            str(good),
-            "--out",
-            str(tmp_path / "o"),
-            "--distil",
-            "0",
-            "--distil-matrix",
-            "0",
-        ],
+        "needs the distillation loss": ["adapt", str(good), "--out", str(tmp_path / "o"), "--distil", "0"],
         "must be finite": ["adapt", str(good), "--out", str(tmp_path / "o"), "--lr", "inf"],
         "need a .csv, .tsv, .jsonl or .parquet file": [
             "adapt",
@@ -378,12 +369,11 @@ def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
 
 
 def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts, tmp_path):
-    config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9, distil=0.0, distil_matrix=1.0)
+    config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9)
     lines: list[str] = []
     model = adapt(Model.load(head_model_dir), texts, tmp_path / "a", word_teacher, "w", config, log=lines.append)
     record = model.metrics["adaptation"]
     assert record["epochs_run"] == 1 and len(record["history"]) == 1  # the first epoch always runs
-    assert record["after"]["cosine_to_teacher"] is None  # no projection without the distil loss
     assert any("stopping after 1 epochs" in line for line in lines)
     json.loads((tmp_path / "a" / "metrics.json").read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
 

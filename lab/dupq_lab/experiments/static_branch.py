@@ -55,7 +55,7 @@ def main(
         folder, model = model, Model.load(model)
         dims, weights, sif = integers(dim), [float(w) for w in weight.split(",")], [float(x) for x in a.split(",")]
         if not isinstance(model.vocab, Vocabulary):
-            raise DupqError("the static branch reads a word vocabulary; this model has WordPiece tokens.")
+            raise DupqError("the static branch reads a word vocabulary; this model has none.")
         pairs, _ = read_pairs(data)
         tasks = {
             "help_desk": shipped_help_desk_task(data, split)[0],

@@ -1,7 +1,7 @@
 """The user-facing :class:`Model`: vocabulary + question encoder + pair head + threshold.
 
 One encoder with shared weights reads both questions of a pair (a Siamese network); which encoder
-(the LSTM, a GRU, ...) is a registered part named in ``config.json``, see
+(the LSTM today) is a registered part named in ``config.json``, see
 :mod:`dupq.modeling.encoders`. Two questions are compared by the dot product of their unit vectors, which
 is their cosine similarity: search uses nothing else.
 
@@ -13,8 +13,7 @@ dev pairs (:func:`dupq.modeling.probability.fit_calibration`), so that :meth:`Mo
 probability one can read as such.
 
 A trained model is a folder: ``config.json`` (architecture, threshold, calibration),
-``vocab.json`` (with ``tokenizer.json`` beside it for the teacher's WordPiece tokens,
-:mod:`dupq.data.wordpiece`), ``model.safetensors`` (weights) and ``metrics.json`` (how it was
+``vocab.json`` (the words, :mod:`dupq.data.tokenizer`), ``model.safetensors`` (weights) and ``metrics.json`` (how it was
 trained and what it scored). A folder whose encoder type is ``"sentence-transformers"`` holds a
 pretrained sentence encoder instead of the vocabulary and weights; :meth:`Model.load` returns it
 as a :class:`dupq.modeling.sentence_model.SentenceModel`, which every entry point uses like any model.
@@ -47,8 +46,7 @@ from dupq.core.errors import DupqError
 from dupq.core.files import atomic_write, check_path, write_json
 from dupq.core.threads import import_torch
 from dupq.data.questions import check_questions
-from dupq.data.tokenizer import Encoded
-from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
+from dupq.data.tokenizer import Encoded, Vocabulary
 from dupq.modeling.architecture import EncoderConfig, HeadConfig
 from dupq.modeling.folder_format import FORMAT, ModelConfig, read_config, read_metrics, read_weights
 from dupq.modeling.kernels import Kernels, Stored, arrays
@@ -86,7 +84,7 @@ class Model:
 
     def __init__(
         self,
-        vocab: AnyVocabulary | None,
+        vocab: Vocabulary | None,
         encoder: Encoder | Stored | None,
         threshold: float = SEED_THRESHOLD,
         threshold_info: dict[str, Any] | None = None,
@@ -112,17 +110,16 @@ class Model:
     @classmethod
     def create(
         cls,
-        vocab: AnyVocabulary,
+        vocab: Vocabulary,
         dim: int = 128,
         bidirectional: bool = False,
         dropout: float = 0.0,
-        encoder: str = "lstm",
     ) -> Model:
-        """An untrained model with a fresh encoder of the registered type ``encoder`` (see :data:`dupq.modeling.encoders.ENCODERS`)."""
-        from dupq.modeling.encoders import ENCODERS
+        """An untrained model with a fresh LSTM encoder (:class:`dupq.modeling.encoders.Encoder`)."""
+        from dupq.modeling.encoders import Encoder
 
         config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
-        return cls(vocab, ENCODERS[encoder](config))
+        return cls(vocab, Encoder(config))
 
     def replaced(self, **parts: Any) -> Model:
         """A new model of this one's parts (vocabulary, encoder, head, static branch, metrics) and judging
@@ -366,7 +363,7 @@ class Model:
         if reader is not None:  # a model that brings its own encoder (dupq.modeling.sentence_model)
             model = reader(folder, config, metrics=metrics, **config.judging())
         else:
-            vocab = load_vocabulary(folder / "vocab.json")
+            vocab = Vocabulary.load(folder / "vocab.json")
             if len(vocab) != config.encoder.vocab_size:
                 raise DupqError(
                     f"{folder}: vocab.json has {len(vocab)} {vocab.UNIT} but the config says {config.encoder.vocab_size}."

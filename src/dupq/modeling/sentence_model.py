@@ -151,7 +151,7 @@ class SentenceModel(Model):
         if sentence.join is not None:
             student = Model.load(folder / sentence.join)
             if student.vocab is None:
-                raise DupqError(f"{folder / sentence.join} must hold a dupq LSTM or GRU model to join.")
+                raise DupqError(f"{folder / sentence.join} must hold a dupq LSTM model to join.")
         transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
         if width(transformer) != sentence.dim:
             raise DupqError(

@@ -43,9 +43,9 @@ SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [UNK], [CLS], [unused12],
 
 
 def check_words(model: Model) -> Vocabulary:
-    """The model's word vocabulary; a sentence-transformers or WordPiece model is refused."""
+    """The model's word vocabulary; a sentence-transformers model is refused."""
     if not isinstance(model.vocab, Vocabulary):
-        raise DupqError("a static branch reads a word vocabulary; this model has none (or WordPiece tokens).")
+        raise DupqError("a static branch reads a word vocabulary; this model has none.")
     if model.head_config is None or model.threshold_on != "probability":
         raise DupqError(
             "a static branch changes the cosine; it needs a model whose pair head judges pairs on the probability."

@@ -58,7 +58,7 @@ def export_teacher(
         config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
         if join is not None:
             if join.vocab is None:
-                raise DupqError("--join takes a dupq LSTM or GRU model (a folder or bundled), not a sentence model.")
+                raise DupqError("--join takes a dupq LSTM model (a folder or bundled), not a sentence model.")
             config = SentenceConfig(config.dim, config.max_seq_length, name, join=STUDENT, join_weight=join_weight)
             join.save(
                 tmp / STUDENT, half=join.folder is not None and read_config(join.folder).weights_dtype == "float16"
