@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection, Hit, KeyConflict
+from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
+from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection, Hit, KeyConflict
-from dupq.search.folder import DATABASE, INDEX_FILE
-from dupq.search.vectors import search
 
 
 def distinct(splits, n: int, skip: int = 0) -> list[str]:
@@ -275,20 +275,20 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.search.cache
-    import dupq.search.collection
+    import dupq.collection.collection
+    import dupq.collection.folder.cache
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(20), bundled).close()
-    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
-    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)  # ... on a full disk
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)  # ... on a full disk
     new = synthetic(5, offset=20)
     with Collection.open(folder, bundled) as coll:
         ids = coll.add(new[:3], keys=["a", "b", None])
         assert ids == [20, 21, 22] and "No space left" in coll.cache_error
         assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
         assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
-        with pytest.raises(dupq.search.collection.KeyConflict, match="'a' is stored already"):
+        with pytest.raises(dupq.collection.collection.KeyConflict, match="'a' is stored already"):
             coll.add([new[4]], keys=["a"])
         assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
     assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
@@ -298,15 +298,15 @@ def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bu
 
 
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.search.cache
+    import dupq.collection.folder.cache
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
     table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
     runner = CliRunner()
-    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
     for _ in range(2):  # the second run is a user re-running the command after the first "failed"
         result = runner.invoke(
             app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"]
@@ -473,7 +473,7 @@ def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_mo
 
 
 def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
-    from dupq.search.vectors import IndexConfig, training_size
+    from dupq.index.vectors import IndexConfig, training_size
 
     config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.config.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
     texts = distinct(small_splits, training_size(config) + 300)
@@ -519,9 +519,9 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
     tmp_path, tiny_model, texts, blob_rows, monkeypatch
 ):
     """Folders written with big rows (before) and small rows (now) read back the same vectors, by id and by range."""
-    import dupq.search.store
+    import dupq.collection.folder.store
 
-    monkeypatch.setattr(dupq.search.store, "BLOB_ROWS", blob_rows)
+    monkeypatch.setattr(dupq.collection.folder.store, "BLOB_ROWS", blob_rows)
     folder = tmp_path / "c"
     Collection.build(folder, texts[:700], tiny_model).close()
     monkeypatch.undo()  # adds to an old folder go in small rows beside its big one

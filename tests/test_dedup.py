@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.search import candidates, dedup_run
-from dupq.search.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
-from dupq.search.clusters import Edges, components, leader, star
-from dupq.search.dedup import DedupConfig, dedup
+from dupq.dedup import candidates
+from dupq.dedup import run as dedup_run
+from dupq.dedup.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
+from dupq.dedup.clusters import Edges, components, leader, star
+from dupq.dedup.memory import DedupConfig, dedup
 
 
 def edges_above(vectors: np.ndarray, threshold: float) -> Edges:
@@ -255,7 +256,7 @@ def test_a_changed_run_starts_over(tmp_path, tiny_model):
 
 
 def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     texts = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "How can I learn python"]
     Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]).close()
@@ -292,7 +293,7 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
 
 def test_a_ray_address_out_of_reach_is_one_sentence():
     from dupq.core.errors import DupqError
-    from dupq.search.dedup_ray import _reachable
+    from dupq.dedup.ray_engine import _reachable
 
     with (
         socket.socket() as listener

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.architecture import ENCODER_TYPES, weight_shapes
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
 from dupq.training.batches import PairBatches
 from dupq.training.losses import triplet_loss
 

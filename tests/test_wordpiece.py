@@ -390,7 +390,7 @@ def test_dupq_adapt_a_wordpiece_model_counts_the_words_it_reads_as_unknown(small
 def test_a_collection_and_the_service_search_with_a_wordpiece_model(small_file, tmp_path):
     from fastapi.testclient import TestClient
 
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
     from dupq.service.app import create_app
 
     model = small_model(small_file, dim=16, seed=3)

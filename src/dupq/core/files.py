@@ -247,7 +247,7 @@ def check_path(path: str | os.PathLike, what: str, *, folder: bool) -> Path:
 
 _TEMP = re.compile(r"^\..+\.(\d+)-[^.]+\.tmp$")  # atomic_write's temporary files: .NAME.PID-RANDOM.tmp
 _OLD_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # the same before they held a process id
-_BUILDING = re.compile(r"^\..+\.building-(\d+)$")  # a collection being built (dupq.search.collection)
+_BUILDING = re.compile(r"^\..+\.building-(\d+)$")  # a collection being built (dupq.collection.collection)
 
 
 def _alive(pid: int) -> bool:

@@ -22,13 +22,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from dupq.collection.collection import Collection
+from dupq.collection.folder.store import WRITER_LOCK
+from dupq.collection.location import Location
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
+from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
-from dupq.search.location import Location
-from dupq.search.store import WRITER_LOCK
-from dupq.search.vectors import IndexConfig
 
 HELD_ROUND = 256  # questions changed meanwhile that are copied with the writers held (more: another round first)
 

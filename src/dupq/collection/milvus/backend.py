@@ -47,15 +47,15 @@ from pathlib import Path
 
 import numpy as np
 
+from dupq.collection.backend import Backend, Row, Where
+from dupq.collection.folder.store import PARAMETERS, place
+from dupq.collection.manifest import FORMAT, check_manifest
+from dupq.collection.milvus import schema as milvus
+from dupq.collection.milvus.address import Address, parse
+from dupq.collection.rows import StoreFailure, UnknownKey, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import _alive, parse_json
-from dupq.search import milvus_schema as milvus
-from dupq.search.backend import Backend, Row, Where
-from dupq.search.manifest import FORMAT, check_manifest
-from dupq.search.milvus_address import Address, parse
-from dupq.search.rows import StoreFailure, UnknownKey, same_metadata
-from dupq.search.store import PARAMETERS, place
-from dupq.search.vectors import IndexConfig
+from dupq.index.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
 PROPERTY = "dupq.manifest"  # the collection property that holds the manifest (JSON)

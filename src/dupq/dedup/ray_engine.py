@@ -1,7 +1,7 @@
 """``dupq dedup --ray ADDRESS``: the encoding and the search of a run as Ray tasks.
 
 The driver (the machine that runs the command) streams the input, keeps the work folder and writes
-the output exactly as on one machine (:mod:`dupq.search.dedup_run`); what it hands to the cluster is
+the output exactly as on one machine (:mod:`dupq.dedup.run`); what it hands to the cluster is
 the arithmetic:
 
 * **encode**: chunks of texts, each a task that encodes them with the model (shipped once as the
@@ -10,7 +10,7 @@ the arithmetic:
   are trained on the driver from a sample of 32 per list);
 * **search**: blocks of queries taken in the order of their list, as on one machine; each task gets
   its queries and the vectors of exactly the lists they probe, builds the same inverted file over
-  them (:func:`dupq.search.candidates.list_index`) and returns the judged duplicate pairs. A query
+  them (:func:`dupq.dedup.candidates.list_index`) and returns the judged duplicate pairs. A query
   sees the same lists as on one machine, so the groups are the same (up to the order of equal scores).
 
 At most ``2 x`` the cluster's CPUs tasks are in flight, so the driver's memory stays bounded; results
@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.errors import DupqError
+from dupq.dedup.candidates import exact_neighbours as exact
+from dupq.dedup.candidates import list_index, query_order, search_lists
+from dupq.dedup.clusters import Edges
+from dupq.dedup.memory import DedupConfig, judge
+from dupq.dedup.run import SEARCH_BLOCK, Work, partition
 from dupq.modeling.model import Model
-from dupq.search.candidates import exact_neighbours as exact
-from dupq.search.candidates import list_index, query_order, search_lists
-from dupq.search.clusters import Edges
-from dupq.search.dedup import DedupConfig, judge
-from dupq.search.dedup_run import SEARCH_BLOCK, Work, partition
 
 _MODELS: dict[str, Model] = {}  # one loaded model per worker process, by the bytes' fingerprint
 
@@ -61,7 +61,7 @@ def _encode(files, name, texts):
 
 
 def _probes(vectors, centroids, nprobe):
-    from dupq.search.candidates import probes
+    from dupq.dedup.candidates import probes
 
     return probes(vectors, centroids, nprobe)
 

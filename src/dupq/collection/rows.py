@@ -1,6 +1,6 @@
 """What a stored row may hold, checked on the way in and on the way out, and how a store fails.
 
-Every store (:mod:`dupq.search.store`'s SQLite, :mod:`dupq.search.milvus`) takes its rows through
+Every store (:mod:`dupq.collection.folder.store`'s SQLite, :mod:`dupq.collection.milvus.backend`) takes its rows through
 :func:`check_metadata` and :func:`check_keys` before it stores them, reads metadata back through
 :func:`read_metadata`, and reports its own failures (a full disk, a lock held too long, a damaged
 file) as :class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.

@@ -9,16 +9,16 @@ stage after another, each recorded in ``state.json`` only once its files are com
    found without a dictionary of every text (a repeated key is refused the same way);
 2. **encode**: unit vectors written into ``vectors.npy`` a chunk at a time, the count recorded after
    each chunk: a killed run goes on from the last chunk;
-3. **search**: each question's candidates (:mod:`dupq.search.candidates`), judged as the model judges
+3. **search**: each question's candidates (:mod:`dupq.dedup.candidates`), judged as the model judges
    pairs, the duplicates appended to an edge file a block at a time, recorded after each block;
-4. **group** and **write**: the edges made into groups (:mod:`dupq.search.clusters`) and the groups
+4. **group** and **write**: the edges made into groups (:mod:`dupq.dedup.clusters`) and the groups
    streamed to the output through a temporary file renamed into place (:mod:`dupq.data.tables`).
 
 Memory grows linearly: the vectors and the index (``(4d + 8)`` bytes a question), the edges and the
 per-question arrays; never a matrix of pairs. A run started again with the same input, model and
 options resumes; with anything else it starts over. The work folder is removed after the output is
 written. ``engine`` does the encoding and the search: this machine (:class:`Local`) or a Ray cluster
-(:mod:`dupq.search.dedup_ray`).
+(:mod:`dupq.dedup.ray_engine`).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import numpy as np
 from dupq.core.errors import DupqError
 from dupq.core.files import atomic_output, read_json, write_json
 from dupq.data.tables import RowWriter, format_of
+from dupq.dedup.candidates import CandidateConfig, list_index, probes, query_order, search_lists, train_centroids
+from dupq.dedup.candidates import exact_neighbours as exact
+from dupq.dedup.clusters import CLUSTERERS, Clusters, Edges
+from dupq.dedup.memory import DedupConfig, judge
 from dupq.modeling.model import Model
-from dupq.search.candidates import CandidateConfig, list_index, probes, query_order, search_lists, train_centroids
-from dupq.search.candidates import exact_neighbours as exact
-from dupq.search.clusters import CLUSTERERS, Clusters, Edges
-from dupq.search.dedup import DedupConfig, judge
 
 ENCODE_CHUNK = 16_384  # questions encoded between two records of progress
 SEARCH_BLOCK = 16_384  # queries searched and judged between two records of progress

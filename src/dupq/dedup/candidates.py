@@ -1,7 +1,7 @@
 """Each question's nearest neighbours among all the others, in memory that grows linearly.
 
 Deduplicating ``N`` questions needs, for each, its ``k`` most similar others; the pairs among them
-that the model judges duplicates are the edges the groups are made of (:mod:`dupq.search.clusters`).
+that the model judges duplicates are the edges the groups are made of (:mod:`dupq.dedup.clusters`).
 
 * Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked inside).
 * Above it the questions are **partitioned** (an inverted file, Jégou, Douze & Schmid 2011, as
@@ -18,7 +18,7 @@ that the model judges duplicates are the edges the groups are made of (:mod:`dup
 
 The lists a query probes (:func:`probes`) come from the centroids alone, so a task that holds only
 those lists finds what the whole index finds: :func:`search_lists` is the same search over a part,
-which is how the Ray run (:mod:`dupq.search.dedup_ray`) spreads it over machines.
+which is how the Ray run (:mod:`dupq.dedup.ray_engine`) spreads it over machines.
 
 >>> v = np.eye(3, dtype=np.float32)
 >>> exact_neighbours(v, v, 2)[1][:, 0].tolist()

@@ -1,16 +1,16 @@
 """Grouping a corpus into groups of duplicate questions (cleaning a forum's archive).
 
 Three steps, each its own module: every question's candidate neighbours
-(:mod:`dupq.search.candidates`: exact below a size, partitioned above it, so memory grows linearly);
+(:mod:`dupq.dedup.candidates`: exact below a size, partitioned above it, so memory grows linearly);
 each candidate pair judged as the model judges pairs (:mod:`dupq.modeling.verdict`: the model's score,
 its calibrated probability for the bundled model, above the threshold), the duplicates being the
-edges; and the edges made into groups (:mod:`dupq.search.clusters`: star clusters by default, so
+edges; and the edges made into groups (:mod:`dupq.dedup.clusters`: star clusters by default, so
 every member is a duplicate of its representative). Questions with the same text are duplicates
 whatever the model says (score 1.0), as SemHash groups exact copies first.
 
 A representative gathers at most ``neighbours`` members found from its side, plus those that found
 it; raise ``neighbours`` where one question is asked hundreds of times. :func:`dedup` is the whole
-run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.search.dedup_run`.
+run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`.
 
 >>> from dupq.modeling.model import Model
 >>> clusters = dedup(["How do I learn Python?", "How can I learn Python?", "Why is the sky blue?"], Model.load())
@@ -26,11 +26,11 @@ import numpy as np
 
 from dupq.core.errors import DupqError
 from dupq.data.questions import check_questions
+from dupq.dedup.candidates import CandidateConfig, neighbour_blocks
+from dupq.dedup.clusters import CLUSTERERS, METHODS, Clusters, Edges
 from dupq.modeling.folder_format import check_threshold
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import SIMILARITY, from_cosines, on_cosines
-from dupq.search.candidates import CandidateConfig, neighbour_blocks
-from dupq.search.clusters import CLUSTERERS, METHODS, Clusters, Edges
 
 JUDGE_CHUNK = 32_768  # candidate pairs judged at once
 
@@ -40,7 +40,7 @@ class DedupConfig:
     """How a corpus is grouped into duplicates."""
 
     threshold: float | None = None  # a pair is a duplicate when the model's score is above it; None: the model's own
-    method: str = "star"  # "star", "components" or "leader" (SemHash's rule): see dupq.search.clusters
+    method: str = "star"  # "star", "components" or "leader" (SemHash's rule): see dupq.dedup.clusters
     on: str | None = None  # the score judged: None, the model's own; "similarity", the cosine alone (faster)
     candidates: CandidateConfig = field(default_factory=CandidateConfig)  # how neighbours are found
 

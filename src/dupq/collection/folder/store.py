@@ -1,9 +1,9 @@
 """A folder collection's questions and their embeddings: SQLite (:class:`SQLiteStore`).
 
 The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
-of models or search; :class:`~dupq.search.folder.FolderBackend` joins it and the FAISS index.
+of models or search; :class:`~dupq.collection.folder.backend.FolderBackend` joins it and the FAISS index.
 
-What it guarantees (the backend's promises, :mod:`dupq.search.backend`, rest on these):
+What it guarantees (the backend's promises, :mod:`dupq.collection.backend`, rest on these):
 
 * an add, a removal and an update are each **one transaction**: when it returns, the change is
   durable and seen by any reader; if it raises or the process dies first, none of it is applied.
@@ -20,7 +20,7 @@ SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
     removed (id INTEGER PRIMARY KEY)                              -- removed ids, filtered out of searches
 
 Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
-(:mod:`dupq.search.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
+(:mod:`dupq.collection.folder.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
 vector (IVF-PQ re-ranking reads 100 per query) then touches a few pages, where a 65,536-vector
 row (as collections written before held) made SQLite walk its overflow pages up to the offset.
 Rows of any size are read correctly, so old collections open unchanged.
@@ -42,10 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dupq.collection.backend import Row, Where
+from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey, failure, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
-from dupq.search.backend import Row, Where
-from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey, failure, same_metadata
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +402,7 @@ class SQLiteStore:
         return self._read(lambda db: _find(db, keys))
 
     def matching(self, where: Where) -> np.ndarray:
-        """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.search.backend.matches`), sorted."""
+        """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.collection.backend.matches`), sorted."""
         clauses, params = [], []
         for field, values in where.items():
             path = f'$."{field}"'  # field names are letters, digits and _ (backend.FIELD)

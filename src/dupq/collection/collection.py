@@ -1,10 +1,10 @@
 """A persistent, searchable question collection: a backend that keeps the questions, and the model.
 
-A collection joins a **backend** (:class:`~dupq.search.backend.Backend`), which stores every
+A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`), which stores every
 question, its key, metadata and embedding and searches the embeddings, and the model that
-encodes them. Where it lives picks the backend (:class:`~dupq.search.location.Location`): a
-folder is kept by SQLite and FAISS (:mod:`dupq.search.folder`), ``milvus:PATH.db`` or
-``milvus+http://HOST:19530?collection=NAME`` by Milvus (:mod:`dupq.search.milvus`). Nothing
+encodes them. Where it lives picks the backend (:class:`~dupq.collection.location.Location`): a
+folder is kept by SQLite and FAISS (:mod:`dupq.collection.folder.backend`), ``milvus:PATH.db`` or
+``milvus+http://HOST:19530?collection=NAME`` by Milvus (:mod:`dupq.collection.milvus.backend`). Nothing
 here asks which.
 
 **Crash safety.** An add, a removal and an update are each one transaction of the backend:
@@ -42,15 +42,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dupq.collection.backend import Backend, check_where
+from dupq.collection.location import Location
+from dupq.collection.manifest import model_for, new_manifest
+from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
 from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
+from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import clip_cosines, from_cosines
-from dupq.search.backend import Backend, check_where
-from dupq.search.location import Location
-from dupq.search.manifest import model_for, new_manifest
-from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
-from dupq.search.vectors import IndexConfig
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Collection:
 
         ``keys`` are the caller's unique ids for the questions (None for a question without one);
         ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
-        exactly; at least :func:`~dupq.search.vectors.training_size` questions), or an :class:`IndexConfig`.
+        exactly; at least :func:`~dupq.index.vectors.training_size` questions), or an :class:`IndexConfig`.
         ``stored``: the texts are another collection's questions (a re-encoding), so one stored before
         the 1,000-character rule is kept whole rather than refused; the other rules of a question hold.
         """
