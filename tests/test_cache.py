@@ -37,7 +37,7 @@ def test_the_vectors_of_ids_are_the_added_ones(kind):
 def test_a_collection_reads_its_hits_vectors_from_the_index(tmp_path, tiny_model, kind):
     with Collection.build(tmp_path / "c", texts(200), tiny_model, index=kind) as coll:
         ids = np.array([5, 199, 0, 5])
-        np.testing.assert_array_equal(coll._backend.vectors(ids), coll.stored_vectors()[ids])
+        np.testing.assert_array_equal(coll.stored_vectors(ids), coll.stored_vectors()[ids])
 
 
 def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, tiny_model, monkeypatch):
@@ -192,7 +192,7 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
             coll.remove(keys[40:90])  # 30 %
             wait_for(lambda: json.loads((folder / "manifest.json").read_text()).get("rebuilt") == 1)  # published
             assert coll._backend.cache.index.stored == 210  # swapped in before it was published
-            dim, config = coll._backend.manifest["dim"], IndexConfig(**coll._backend.manifest["index"])
+            dim, config = coll.manifest["dim"], IndexConfig(**coll.manifest["index"])
             saved = VectorIndex.load(
                 folder / INDEX_FILE,
                 dim,

@@ -44,7 +44,7 @@ def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, smal
 
 
 def test_dedup_joins_pairs_by_probability(head_model, small_splits):
-    from dupq.dedup.memory import DedupConfig, dedup
+    from dupq.dedup.grouping import DedupConfig, dedup
 
     texts = questions(small_splits, 400)
     threshold = 0.6

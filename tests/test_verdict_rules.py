@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.dedup.memory import judge
+from dupq.dedup.grouping import judge
 from dupq.evaluation.metrics import binary_metrics
 from dupq.modeling.predict import Verdict
 from dupq.modeling.verdict import SIMILARITY, above, clip_cosines, from_cosines, on_cosines, verdict_json

@@ -122,7 +122,7 @@ def child(kind: str, n: int, threshold: float, synthetic: bool = False, save: st
         vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
     start, cpu = time.perf_counter(), time.process_time()
     if kind.startswith("dupq"):
-        from dupq.dedup.memory import DedupConfig, dedup_vectors
+        from dupq.dedup.grouping import DedupConfig, dedup_vectors
         from dupq.modeling.model import Model
 
         model = Model.load()
@@ -169,7 +169,7 @@ def quality(cosines: list[float]) -> dict:
     from dupq.data.pairs import default_data_path, held_out
     from dupq.dedup.candidates import neighbour_blocks
     from dupq.dedup.clusters import CLUSTERERS, Edges
-    from dupq.dedup.memory import DedupConfig, judge
+    from dupq.dedup.grouping import DedupConfig, judge
     from dupq.evaluation.grouping import pairwise
     from dupq.modeling.model import Model
 

@@ -94,7 +94,7 @@ def dedup_command(
     10,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
     where it stopped when started again with the same arguments. Each output row carries the question's key, its
     group, whether it is the group's representative, and its score with the representative (score_is: which score)."""
-    from dupq.dedup.memory import DedupConfig
+    from dupq.dedup.grouping import DedupConfig
     from dupq.dedup.run import run
 
     _threads(threads)

@@ -27,6 +27,7 @@ metadata's value is one of the values (JSON scalars compared as Python compares 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -163,6 +164,15 @@ class Backend(ABC):
     @abstractmethod
     def all_rows(self) -> list[tuple[int, Row]]:
         """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
+
+    def indexed(self) -> int:
+        """How many vectors the search index holds (by default the stored questions: the store searches itself)."""
+        return self.count()
+
+    def writers_held(self) -> contextlib.AbstractContextManager:
+        """A context in which the writers of other processes wait (a copy's last round reads with it held);
+        by default none is held (Milvus has no such lock, and its last round is not held)."""
+        return contextlib.nullcontext()
 
     def refreshed(self) -> float | None:
         """When (``time.time()``) this process's index last caught up with the store; None when it never lags."""

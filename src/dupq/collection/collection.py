@@ -174,10 +174,24 @@ class Collection:
     def __len__(self) -> int:
         return self._backend.count()
 
-    def stored_vectors(self) -> np.ndarray:
-        """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the store, not the index)."""
+    def writers_held(self):
+        """A context in which other processes' writers to this collection wait (for a copy's last round)."""
         self._check_open()
-        return self._backend.all_vectors()
+        return self._backend.writers_held()
+
+    @property
+    def indexed(self) -> int:
+        """How many vectors the search index holds (removed questions' too, until it is built again)."""
+        self._check_open()
+        return self._backend.indexed()
+
+    def stored_vectors(self, ids=None) -> np.ndarray:
+        """The stored embeddings, read from the store, not the index: of ``ids`` ``(len(ids), d)`` float32, or
+        (None) of every stored question ``(N, d)`` in id order."""
+        self._check_open()
+        if ids is None:
+            return self._backend.all_vectors()
+        return self._backend.vectors(np.asarray(ids, dtype=np.int64))
 
     def stored_rows(self) -> list[tuple[int, str | None, str, dict | None]]:
         """Every stored question as ``(id, key, text, metadata)``, in id order: what a build with another model takes."""

@@ -21,16 +21,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dupq.collection.milvus.address import is_lite, is_milvus
+
 # kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
 BACKENDS = {
     "folder": "dupq.collection.folder.backend:FolderBackend",
     "milvus": "dupq.collection.milvus.backend:MilvusBackend",
 }
-
-
-def is_milvus(location) -> bool:
-    """Whether ``location`` (text) names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``)."""
-    return isinstance(location, str) and location.startswith(("milvus:", "milvus+"))
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ class Location:
     @property
     def one_process(self) -> bool:
         """Whether one process at a time may open it (milvus-lite's file): ``dupq serve`` then runs one worker."""
-        return self.text.startswith("milvus:")
+        return self.kind == "milvus" and is_lite(self.text)
 
     def holds_collection(self) -> bool:
         """Whether a collection seems to be there (a folder with a manifest; a Milvus location is asked when opened)."""

@@ -28,11 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.dedup.candidates import exact_neighbours as exact
-from dupq.dedup.candidates import list_index, query_order, search_lists
+from dupq.dedup.candidates import Corpus, Plan
 from dupq.dedup.clusters import Edges
-from dupq.dedup.memory import DedupConfig, judge
-from dupq.dedup.run import SEARCH_BLOCK, Work, partition
+from dupq.dedup.grouping import DedupConfig, block_edges
 from dupq.modeling.model import Model
 
 _MODELS: dict[str, Model] = {}  # one loaded model per worker process, by the bytes' fingerprint
@@ -66,23 +64,10 @@ def _probes(vectors, centroids, nprobe):
     return probes(vectors, centroids, nprobe)
 
 
-class _ByKey:
-    """Vectors looked up by global question number: ``ids`` sorted, ``vectors[i]`` the vector of ``ids[i]``."""
-
-    def __init__(self, ids: np.ndarray, vectors: np.ndarray):
-        self.ids, self.vectors = ids, vectors
-
-    def __getitem__(self, wanted: np.ndarray) -> np.ndarray:
-        return self.vectors[np.searchsorted(self.ids, wanted)]
-
-
 def _search(files, name, threshold, on, k, rows, queries, query_probes, corpus, corpus_ids, corpus_lists, centroids):
-    model = _model(files, name)
-    if centroids is None:  # exact: the whole corpus
-        scores, ids = exact(queries, corpus, k)
-    else:
-        scores, ids = search_lists(list_index(centroids, corpus, corpus_ids, corpus_lists), queries, query_probes, k)
-    return judge(model, _ByKey(corpus_ids, corpus), rows, scores, ids, threshold, on)
+    """:func:`~dupq.dedup.grouping.block_edges` on a worker, the model loaded once there."""
+    where = Corpus(corpus, corpus_ids, corpus_lists, centroids)
+    return block_edges(_model(files, name), threshold, on, k, rows, queries, query_probes, where)
 
 
 def _listens(host: str, port: int, timeout: float) -> OSError | None:
@@ -162,36 +147,23 @@ class RayEngine:
             out[lo : lo + len(p)] = p
         return out
 
-    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]:
+    def search(
+        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+    ) -> Iterator[tuple[int, Edges]]:
+        """The plan's blocks as tasks: each gets its queries and what they are searched among (every question,
+        put once; or the vectors of the lists its queries probe)."""
         files, name = self._model_ref(model)
-        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
-        n, c = len(vectors), config.candidates
-        t, k, run = config.threshold_for(model), c.neighbours + 1, self._remote["_search"].remote
-        if not c.partitioned(n):
-            everything, ids = self.ray.put(np.asarray(vectors)), np.arange(n)
+        t, k, run = config.threshold_for(model), searched.k, self._remote["_search"].remote
+        everything = self.ray.put(np.asarray(vectors)) if searched.centroids is None else None
+        centroids = None if searched.centroids is None else self.ray.put(searched.centroids)
 
-            def exact_block(lo):
-                rows = np.arange(lo, min(n, lo + SEARCH_BLOCK))
-                return run(files, name, t, config.on, k, rows, vectors[rows], None, everything, ids, None, None)
-
-            calls = ((b, lambda lo=lo: exact_block(lo)) for b, lo in enumerate(range(0, n, SEARCH_BLOCK)) if b >= start)
-            yield from self._ordered(calls)
-            return
-        centroids, probed = partition(work, c, self.probes)
-        lists = np.asarray(probed[:, 0])
-        order = query_order(lists)
-        bounds = np.searchsorted(lists[order], np.arange(len(centroids) + 1))
-        centroids_ref = self.ray.put(centroids)
-
-        def block(lo):
-            rows = order[lo : lo + SEARCH_BLOCK]
-            wanted = np.unique(np.asarray(probed[rows]))
-            corpus_ids = np.sort(np.concatenate([order[bounds[j] : bounds[j + 1]] for j in wanted]))
+        def task(rows):
+            queries, probed = vectors[rows], searched.probes_of(rows)
+            if everything is not None:
+                return run(files, name, t, config.on, k, rows, queries, probed, everything, None, None, None)
+            part = searched.corpus(vectors, rows)
             return run(
-                files, name, t, config.on, k, rows, vectors[rows], np.asarray(probed[rows]),
-                vectors[corpus_ids], corpus_ids, lists[corpus_ids], centroids_ref,
-            )  # fmt: skip
+                files, name, t, config.on, k, rows, queries, probed, part.vectors, part.ids, part.lists, centroids
+            )
 
-        yield from self._ordered(
-            (b, lambda lo=lo: block(lo)) for b, lo in enumerate(range(0, n, SEARCH_BLOCK)) if b >= start
-        )
+        yield from self._ordered((number, lambda rows=rows: task(rows)) for number, rows in searched.blocks(start))

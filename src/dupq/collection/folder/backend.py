@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 
 from dupq.collection.backend import Backend, Where
-from dupq.collection.folder import store as sqlite
+from dupq.collection.folder import sqlite
 from dupq.collection.folder.cache import INDEX_FILE, FaissCache, saved_generation
 from dupq.collection.folder.locks import SharedLock
-from dupq.collection.folder.store import SQLiteStore
+from dupq.collection.folder.store import WRITER_LOCK, SQLiteStore
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.core.errors import DupqError
 from dupq.core.files import check_new_folder, check_path, file_lock, new_folder, read_json, remove_stale, write_json
@@ -190,6 +190,13 @@ class FolderBackend(Backend):
             return
         with self._write_lock:
             self._catch_up()
+
+    def indexed(self) -> int:
+        return len(self.cache)
+
+    def writers_held(self):
+        """The folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it)."""
+        return file_lock(self.folder / WRITER_LOCK)
 
     def refreshed(self) -> float:
         return self.cache.refreshed

@@ -8,22 +8,12 @@ What it guarantees (the backend's promises, :mod:`dupq.collection.backend`, rest
 * an add, a removal and an update are each **one transaction**: when it returns, the change is
   durable and seen by any reader; if it raises or the process dies first, none of it is applied.
 * **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
-  id; the same key with another text or metadata raises :class:`KeyConflict`
-  (:func:`place` is the rule, shared by both stores).
+  id; the same key with another text or metadata raises :class:`~dupq.collection.rows.KeyConflict`
+  (:func:`~dupq.collection.rows.place` is the rule, shared by both stores).
 * Ids are what :meth:`SQLiteStore.add` answered, for as long as the row is stored (a new text
   for a key is a new id; the old one joins ``removed``, and its vector stays).
 
-SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
-
-    questions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, text, metadata JSON)
-    embeddings (start INTEGER PRIMARY KEY, count, vectors BLOB)   -- (count, d) float32 of ids start..
-    removed (id INTEGER PRIMARY KEY)                              -- removed ids, filtered out of searches
-
-Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
-(:mod:`dupq.collection.folder.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
-vector (IVF-PQ re-ranking reads 100 per query) then touches a few pages, where a 65,536-vector
-row (as collections written before held) made SQLite walk its overflow pages up to the offset.
-Rows of any size are read correctly, so old collections open unchanged.
+The tables and the SQL they are read and written with are :mod:`dupq.collection.folder.sqlite`.
 
 >>> store = SQLiteStore(Path("runs/faq/questions.sqlite"), dim=128)      # doctest: +SKIP
 >>> store.add(["How do I learn Python?"], [None], [None], vectors)        # doctest: +SKIP
@@ -33,214 +23,24 @@ Rows of any size are read correctly, so old collections open unchanged.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from dupq.collection.backend import Row, Where
-from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey, failure, same_metadata
+from dupq.collection.folder import sqlite
+from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
+from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
 
 log = logging.getLogger(__name__)
 
-BLOB_ROWS = (
-    64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
-)
 WRITER_LOCK = "writer.lock"  # beside the database: held by the process adding to it
-PARAMETERS = 900  # ids bound in one SQL statement (SQLite's limit is 999 in old builds)
-BUSY_TIMEOUT = 30.0  # seconds a write waits while another process holds the write lock, then fails as "busy"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS questions (
-    id INTEGER PRIMARY KEY,   -- 0, 1, 2, ...: the FAISS position
-    key TEXT UNIQUE,          -- the caller's id (e.g. a Quora qid), or NULL
-    text TEXT NOT NULL,
-    metadata TEXT             -- a JSON object, or NULL
-);
-CREATE TABLE IF NOT EXISTS embeddings (
-    start INTEGER PRIMARY KEY,  -- id of the first question in the block
-    count INTEGER NOT NULL,
-    vectors BLOB NOT NULL       -- (count, dim) float32, row-major
-);
-CREATE TABLE IF NOT EXISTS removed (
-    id INTEGER PRIMARY KEY      -- a removed question: its vector stays in embeddings, FAISS filters it out
-);
-"""
-
-
-def place(
-    texts: list[str],
-    meta: list[str | None],
-    keys: list[str | None],
-    stored: dict[str, tuple[int, str, str | None]],
-    new_id: Callable[[int, str | None], int],
-) -> tuple[list[int], list[int]]:
-    """The id of each question, and the positions of those to store (the key rule of every store).
-
-    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen
-    there, or earlier in the same call, keeps its id (:class:`KeyConflict` if its text or metadata
-    differ); ``new_id(n, key)`` is the id of the ``n``-th new question.
-    """
-    stored = dict(stored)
-    ids, new = [], []
-    given: dict[str, int] = {}  # the keys new in this call: the question that brought each
-    for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
-        if key is not None and key in stored:
-            i, stored_text, stored_meta = stored[key]
-            same = stored_text == text and same_metadata(stored_meta, m)
-            if not same and key in given:  # no id is taken: nothing is stored
-                raise KeyConflict(
-                    f"the key {key!r} is given to questions {given[key] + 1} and {j + 1} of one add, "
-                    "with another question or metadata; nothing was stored."
-                )
-            if not same:
-                raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
-            ids.append(i)
-            continue
-        ids.append(new_id(len(new), key))
-        new.append(j)
-        if key is not None:
-            stored[key], given[key] = (ids[-1], text, m), j
-    return ids, new
-
-
-def read_only_mount(path: Path) -> bool:
-    """Whether ``path`` lies on a file system mounted read-only (nothing can change the file there)."""
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-
-
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection to the database at ``path``: read-write, or read-only where it cannot be written.
-
-    On a read-only mount SQLite cannot create the WAL's ``-shm`` file, so a plain open fails; the
-    file is then opened ``immutable`` (nothing can change it there, so no locks are needed). A file
-    this process may not write elsewhere is opened ``mode=ro``. Either way searches work, and an
-    add fails as a :class:`StoreFailure` with reason ``"read-only"``.
-    """
-    db = _connect(path)
-    db.text_factory = _text
-    return db
-
-
-def _text(data: bytes) -> str | bytes:
-    """A TEXT value as ``str``; bytes that are not UTF-8 stay bytes, for the reader to call the row damaged."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    uri = None
-    if read_only_mount(path):
-        uri = f"{path.absolute().as_uri()}?immutable=1"
-    elif not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
-        uri = f"{path.absolute().as_uri()}?mode=ro"
-    try:
-        if uri is not None:
-            return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
-    except sqlite3.DatabaseError as e:
-        raise DupqError(f"{path} cannot be read as a SQLite database ({e}).") from None
-    return db
-
-
-def insert(db: sqlite3.Connection, start: int, texts, keys, metadata, vectors: np.ndarray) -> None:
-    """Insert questions ``start, start + 1, ...`` and their embeddings, ``BLOB_ROWS`` a row (inside the caller's transaction)."""
-    if not np.isfinite(vectors).all():  # a NaN vector is never found again: store none
-        raise DupqError("the model encoded a question to NaN or infinity; nothing was stored.")
-    ids = range(start, start + len(texts))
-    db.executemany(
-        "INSERT INTO questions (id, key, text, metadata) VALUES (?, ?, ?, ?)", zip(ids, keys, texts, metadata)
-    )
-    for lo in range(0, len(vectors), BLOB_ROWS):
-        block = np.ascontiguousarray(vectors[lo : lo + BLOB_ROWS], dtype=np.float32)
-        db.execute(
-            "INSERT INTO embeddings (start, count, vectors) VALUES (?, ?, ?)", (start + lo, len(block), block.tobytes())
-        )
-
-
-def stored_vectors(db: sqlite3.Connection, lo: int, hi: int, dim: int) -> Iterator[np.ndarray]:
-    """The stored embeddings of questions ``lo .. hi - 1``, in order, a row at a time."""
-    rows = db.execute(
-        "SELECT start, count, vectors FROM embeddings WHERE start + count > ? AND start < ? ORDER BY start", (lo, hi)
-    )
-    for start, count, blob in rows:
-        if not isinstance(blob, bytes) or len(blob) != count * dim * 4:
-            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
-            raise sqlite3.DatabaseError(
-                f"the embeddings from question {start} hold {size} bytes, not {count} x {dim} float32"
-            )
-        block = np.frombuffer(blob, dtype=np.float32).reshape(count, dim)
-        _check_finite(block, start)
-        yield block[max(lo - start, 0) : hi - start]
-
-
-def _check_finite(vectors: np.ndarray, first_id, ids=None) -> None:
-    """A stored embedding holding NaN or infinity matches no query: refuse it as damage, never index it."""
-    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
-    if len(bad):
-        i = int(ids[bad[0]]) if ids is not None else first_id + int(bad[0])
-        raise sqlite3.DatabaseError(f"the stored embedding of question {i} holds NaN or infinity")
-
-
-def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
-    """The stored embeddings of ``ids``, ``(len(ids), d)``, each read alone from its row's BLOB.
-
-    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of one vector without reading its
-    whole row: this is how an ivfpq collection re-ranks its short list while memory holds codes
-    only. SQLite walks a BLOB's overflow pages up to the offset, so the cost grows with the row:
-    a vector deep in a 65,536-vector row (older collections) costs milliseconds, one in a row of
-    :data:`BLOB_ROWS` a few page reads.
-    """
-    out = np.empty((len(ids), dim), dtype=np.float32)
-    for n, i in enumerate(np.asarray(ids).tolist()):
-        start = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (i,)).fetchone()
-        if start is None:
-            raise sqlite3.DatabaseError(f"no stored embedding for question {i}")
-        with db.blobopen("embeddings", "vectors", start[0], readonly=True) as blob:
-            blob.seek((i - start[0]) * dim * 4)
-            data = blob.read(dim * 4)
-        if len(data) != dim * 4:
-            raise sqlite3.DatabaseError(f"the embedding of question {i} is cut short")
-        out[n] = np.frombuffer(data, dtype=np.float32)
-    _check_finite(out, None, ids)
-    return out
-
-
-@contextmanager
-def building(path: Path, where: str) -> Iterator[sqlite3.Connection]:
-    """A new database at ``path`` for a build, filled in one transaction, committed and synced when the block ends.
-
-    It is written unsynced and fsynced once at the end (the build's folder appears only after).
-    A database error (a full disk) is one :class:`DupqError` naming ``where``, the collection being built.
-    """
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=OFF")
-        db.executescript(SCHEMA)
-        db.execute("BEGIN")
-        yield db
-        db.execute("COMMIT")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    except sqlite3.DatabaseError as e:
-        raise DupqError(f"cannot build the collection {where} ({e}).") from None
-    finally:
-        db.close()
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
 
 
 class SQLiteStore:
@@ -277,7 +77,7 @@ class SQLiteStore:
     def extent(self) -> int:
         """The next id: how many vectors the embeddings hold (removed questions' included)."""
         try:
-            return _extent(self._db)
+            return sqlite.extent(self._db)
         except sqlite3.DatabaseError as e:
             raise failure("read", self.path, e) from None
 
@@ -356,19 +156,19 @@ class SQLiteStore:
 
     def remove(self, keys: list[str]) -> list[int]:
         with self._transaction("remove from") as db:
-            stored = _find(db, keys)
+            stored = sqlite.find(db, keys)
             missing = [k for k in keys if k not in stored]
             if missing:
                 raise UnknownKey(
                     f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
                 )
             ids = sorted({stored[k][0] for k in keys})
-            _remove_ids(db, ids)
+            sqlite.remove_ids(db, ids)
         return [stored[k][0] for k in keys]
 
     def update(self, key: str, text: str | None, metadata: str | None, vector) -> int:
         with self._transaction("update") as db:
-            stored = _find(db, [key])
+            stored = sqlite.find(db, [key])
             if key not in stored:
                 raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
             i, old_text, old_meta = stored[key]
@@ -378,15 +178,15 @@ class SQLiteStore:
                 if not same_metadata(metadata, old_meta):
                     db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (metadata, i))
                 return i
-            _remove_ids(db, [i])
-            i = _extent(db)
+            sqlite.remove_ids(db, [i])
+            i = sqlite.extent(db)
             insert(db, i, [text], [key], [metadata], np.asarray(vector, np.float32).reshape(1, self.dim))
         return i
 
     def edit(self, key: str, change, others: list[str]) -> tuple[int, str | None]:
         """``key``'s metadata read, changed and written back in one ``BEGIN IMMEDIATE`` transaction (see Backend.edit)."""
         with self._transaction("update") as db:
-            stored = _find(db, [key, *others])
+            stored = sqlite.find(db, [key, *others])
             missing = [k for k in [key, *others] if k not in stored]
             if missing:
                 raise UnknownKey(
@@ -399,7 +199,7 @@ class SQLiteStore:
         return i, new
 
     def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:
-        return self._read(lambda db: _find(db, keys))
+        return self._read(lambda db: sqlite.find(db, keys))
 
     def matching(self, where: Where) -> np.ndarray:
         """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.collection.backend.matches`), sorted."""
@@ -427,8 +227,8 @@ class SQLiteStore:
 
     def _place(self, db, texts, meta, keys) -> tuple[list[int], list[int]]:
         """:func:`place` with the stored keys and the next id read inside the add's transaction."""
-        stored = _find(db, sorted({k for k in keys if k is not None}))
-        start = _extent(db)
+        stored = sqlite.find(db, sorted({k for k in keys if k is not None}))
+        start = sqlite.extent(db)
         return place(texts, meta, keys, stored, lambda n, key: start + n)
 
     def rows(self, ids) -> dict[int, Row]:
@@ -446,18 +246,18 @@ class SQLiteStore:
         return self._read(read)
 
     def vectors_by_id(self, ids) -> np.ndarray:
-        return self._read(lambda db: vectors_by_id(db, np.asarray(ids, dtype=np.int64), self.dim))
+        return self._read(lambda db: sqlite.vectors_by_id(db, np.asarray(ids, dtype=np.int64), self.dim))
 
     def vectors(self, lo: int, hi: int) -> Iterator[np.ndarray]:
         """The vectors of ids ``lo .. hi - 1`` a row at a time, read on the writer's connection (writes must not overlap)."""
         try:
-            yield from stored_vectors(self._db, lo, hi, self.dim)
+            yield from sqlite.stored_vectors(self._db, lo, hi, self.dim)
         except sqlite3.DatabaseError as e:
             raise failure("read", self.path, e) from None
 
     def all_vectors(self) -> np.ndarray:
         """The vectors of the stored questions (not the removed ones), ``(N, d)``, in id order."""
-        return self._read(lambda db: _live_vectors(db, self.dim))[1]
+        return self._read(lambda db: sqlite.live_vectors(db, self.dim))[1]
 
     def live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """``ids (N,)`` and ``vectors (N, d)`` of the stored questions, read in one transaction on a connection
@@ -465,7 +265,7 @@ class SQLiteStore:
         db = connect(self.path)
         try:
             db.execute("BEGIN")
-            return _live_vectors(db, self.dim)
+            return sqlite.live_vectors(db, self.dim)
         except sqlite3.DatabaseError as e:
             raise failure("read", self.path, e) from None
         finally:
@@ -479,32 +279,3 @@ class SQLiteStore:
         self._db.close()
         with self._reader_lock:
             self._reader.close()
-
-
-def _live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order."""
-    live = np.array([i for (i,) in db.execute("SELECT id FROM questions ORDER BY id")], dtype=np.int64)
-    blocks = list(stored_vectors(db, 0, _extent(db), dim))
-    every = np.concatenate(blocks) if blocks else np.zeros((0, dim), np.float32)
-    return live, every[live]
-
-
-def _extent(db: sqlite3.Connection) -> int:
-    return db.execute("SELECT COALESCE(MAX(start + count), 0) FROM embeddings").fetchone()[0]
-
-
-def _find(db: sqlite3.Connection, keys) -> dict[str, tuple[int, str, str | None]]:
-    """``{key: (id, text, metadata)}`` of the stored ``keys``."""
-    keys, found = list(keys), {}
-    for lo in range(0, len(keys), PARAMETERS):
-        part = keys[lo : lo + PARAMETERS]
-        query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
-        found.update((key, tuple(row)) for key, *row in db.execute(query, part))
-    return found
-
-
-def _remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
-    for lo in range(0, len(ids), PARAMETERS):
-        part = ids[lo : lo + PARAMETERS]
-        db.execute(f"DELETE FROM questions WHERE id IN ({','.join('?' * len(part))})", part)
-        db.executemany("INSERT OR IGNORE INTO removed (id) VALUES (?)", [(i,) for i in part])

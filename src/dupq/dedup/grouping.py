@@ -20,13 +20,15 @@ run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.dedup
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dupq.core.errors import DupqError
 from dupq.data.questions import check_questions
-from dupq.dedup.candidates import CandidateConfig, neighbour_blocks
+from dupq.dedup.candidates import CandidateConfig, Corpus, Plan, plan
 from dupq.dedup.clusters import CLUSTERERS, METHODS, Clusters, Edges
 from dupq.modeling.folder_format import check_threshold
 from dupq.modeling.model import Model
@@ -96,16 +98,51 @@ def judge(
     return Edges(*(np.concatenate(x) for x in zip(*((e.a, e.b, e.score) for e in parts))))
 
 
+def block_edges(
+    model: Model, threshold: float, on: str | None, k: int, rows, queries, query_probes, corpus: Corpus
+) -> Edges:
+    """The duplicates found from one block of query ``rows`` (``queries``: their vectors; ``query_probes``: their
+    lists, partitioned): their ``k`` candidates in ``corpus`` judged (:func:`judge`). Every engine maps this
+    over the blocks of a run's plan: in memory, on this machine, or as Ray tasks."""
+    scores, ids = corpus.search(queries, query_probes, k)
+    return judge(model, corpus, rows, scores, ids, threshold, on)
+
+
+def search_blocks(
+    model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int = 0
+) -> Iterator[tuple[int, Edges]]:
+    """``(number, edges)`` of each block of ``searched`` from ``start`` on, in this process (one index over every
+    question, built once): :func:`block_edges` mapped over the plan's blocks."""
+    threshold, corpus = config.threshold_for(model), searched.corpus(vectors)
+    for number, rows in searched.blocks(start):
+        q = searched.probes_of(rows)
+        yield number, block_edges(model, threshold, config.on, searched.k, rows, vectors[rows], q, corpus)
+
+
+def text_hash(text: str) -> int:
+    """An 8-byte hash of a text: equal texts are found by their hashes, without a dictionary of every text."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+def same_pairs(hashes: np.ndarray, get: Callable[[int], str]) -> Iterator[tuple[int, int]]:
+    """Pairs ``(first, later)`` of equal strings, found through equal ``hashes`` (a collision is checked)."""
+    order = np.argsort(hashes, kind="stable")
+    h = hashes[order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    ends = np.r_[starts[1:], len(h)]
+    for lo, hi in zip(starts[ends - starts > 1], ends[ends - starts > 1]):
+        firsts: dict[str, int] = {}
+        for i in order[lo:hi]:
+            j = firsts.setdefault(get(int(i)), int(i))
+            if j != i:
+                yield j, int(i)
+
+
 def same_text(texts: list[str]) -> Edges:
     """Questions of identical text, each joined to the first of its kind (score 1.0)."""
-    first: dict[str, int] = {}
-    a, b = [], []
-    for i, t in enumerate(texts):
-        j = first.setdefault(t, i)
-        if j != i:
-            a.append(j)
-            b.append(i)
-    return Edges(np.array(a, np.int64), np.array(b, np.int64), np.ones(len(a), np.float32))
+    hashes = np.array([text_hash(t) for t in texts], dtype=np.int64)
+    pairs = np.asarray(list(same_pairs(hashes, texts.__getitem__)), dtype=np.int64).reshape(-1, 2)
+    return Edges(pairs[:, 0], pairs[:, 1], np.ones(len(pairs), np.float32))
 
 
 def dedup_vectors(
@@ -113,10 +150,8 @@ def dedup_vectors(
 ) -> Clusters:
     """Group questions already encoded as ``vectors (N, d)`` (``extra``: edges known otherwise, such as equal texts)."""
     config = config or DedupConfig()
-    threshold = config.threshold_for(model)
     parts = [extra] if extra is not None else []
-    for rows, scores, ids in neighbour_blocks(vectors, config.candidates):
-        parts.append(judge(model, vectors, rows, scores, ids, threshold, config.on))
+    parts += [edges for _, edges in search_blocks(model, config, vectors, plan(vectors, config.candidates))]
     return CLUSTERERS[config.method](Edges.join(parts), len(vectors))
 
 
