@@ -18,9 +18,9 @@ import torch
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
 from dupq.training import adapt as adapt_module
 from dupq.training.adapt import AdaptConfig, adapt, user_questions
 from dupq.training.distil import teacher as teacher_module
@@ -396,8 +396,8 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
     ones) is re-encoded whole: the stored question is copied, not refused; a new add still meets the rule."""
     import sqlite3
 
+    from dupq.collection.folder.backend import DATABASE
     from dupq.data.questions import MAX_QUESTION
-    from dupq.search.folder import DATABASE
 
     model = Model.load(head_model_dir)
     old, texts = tmp_path / "old", ["How do I cook rice?", "What is the sea?", "Why is the sky blue?"]
@@ -420,7 +420,7 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
 def test_reencode_copies_what_changed_meanwhile(head_model_dir, tmp_path, monkeypatch):
     """Adds, text and metadata updates and removals committed to the old collection while the new one is
     built all reach it: the new collection holds what the old one holds at the end, row for row."""
-    from dupq.search import reencode as reencode_module
+    from dupq.collection import reencode as reencode_module
 
     model = Model.load(head_model_dir)
     old = tmp_path / "old"

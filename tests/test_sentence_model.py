@@ -129,7 +129,7 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
 
 
 def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(folder, splits, reference, tmp_path):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     texts = list(dict.fromkeys(splits.pool.q1 + splits.pool.q2))[:40]
     queries = splits.test.q1[:5]
@@ -181,7 +181,7 @@ def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, split
 def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
     from fastapi.testclient import TestClient
 
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
     from dupq.service.app import create_app
 
     texts = list(dict.fromkeys(splits.pool.q1))[:20]

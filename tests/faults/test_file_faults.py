@@ -3,7 +3,7 @@ a command would overwrite, teacher vectors a run would throw away, adds a re-enc
 
 The rules these tests hold are each in one place: :func:`dupq.core.files.read_json` (every JSON
 file), :func:`dupq.core.files.check_new_folder` (every command that writes a folder), the teacher
-cache's ``extend`` (:func:`dupq.training.distil.teacher.teach`) and :mod:`dupq.search.reencode`.
+cache's ``extend`` (:func:`dupq.training.distil.teacher.teach`) and :mod:`dupq.collection.reencode`.
 """
 
 from __future__ import annotations

@@ -106,8 +106,8 @@ def user_questions(source: str, column: str | None = None) -> tuple[list[str], M
     and the model it was built with (the natural base); a file is read as
     :func:`dupq.data.questions.read_questions` reads it (``column`` of a CSV/TSV file), with no model.
     """
+    from dupq.collection.collection import Collection, Location
     from dupq.data.questions import read_questions
-    from dupq.search.collection import Collection, Location
 
     location = Location.parse(source)
     if location.holds_collection():
