@@ -2,7 +2,7 @@
 
 The collection holds the first distinct questions of the small split's pool, plus a few
 questions written here (one with HTML in it, to check the page shows it as text). The live
-server is :mod:`dupq_lab.serving`'s, the harness the fault tests (tests/faults) use too.
+server is :mod:`support.serving`'s, the harness the fault tests (tests/faults) use too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dupq.data.pairs import Splits
-from dupq_lab.serving import LiveServer, free_port
+from support.serving import LiveServer, free_port
 
 __all__ = ["EXTRA", "LiveServer", "build_collection", "free_port", "milvus_or_skip", "questions"]
 

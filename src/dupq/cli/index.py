@@ -317,7 +317,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
-    from dupq.service.app import serve as run_server
+    from dupq.service.server import serve as run_server
     from dupq.service.workers import default_workers
 
     run_server(
