@@ -118,9 +118,9 @@ patch(collection, "read_metadata", lambda text: (json.loads(text) if text else {
 """
 
 NAN_VECTORS_PASS = """
-import dupq.collection.folder.store as store
+import dupq.collection.folder.sqlite as sqlite
 
-patch(store, "_check_finite", lambda *args, **kwargs: None)
+patch(sqlite, "_check_finite", lambda *args, **kwargs: None)
 """
 
 ALL_400 = """
@@ -153,8 +153,10 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_fo
 
 TEXT_COMPARED = """
 import dupq.collection.folder.store as store
+import dupq.collection.rows as rows
 
-patch(store, "same_metadata", lambda a, b: a == b)
+for module in (rows, store):  # the key rule (place) and the folder's update both compare
+    patch(module, "same_metadata", lambda a, b: a == b)
 """
 
 ANY_TOKEN = """
