@@ -211,19 +211,24 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
         )
     )
     assert "nowhere is not a folder" in line and not (tmp_path / "m").exists()
-    line = one_error_line(runner.invoke(app, ["distil", "teacher-model", "--data", str(data), "--out", str(folder), *SPLIT]))
+    line = one_error_line(
+        runner.invoke(app, ["distil", "teacher-model", "--data", str(data), "--out", str(folder), *SPLIT])
+    )
     assert "already exists and is not empty; pass --overwrite" in line
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
     line = one_error_line(
         runner.invoke(
-            app, ["distil", "teacher-model", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT]
+            app,
+            ["distil", "teacher-model", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT],
         )
     )
     assert "not a dupq model folder" in line and (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
     line = one_error_line(runner.invoke(app, ["train", "--data", str(data), "--out", str(folder), *SPLIT]))
     assert "already exists and is not empty" in line  # the one folder rule, before what the folder holds
-    assert one_error_line(runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"])).count("--half")
+    assert one_error_line(
+        runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"])
+    ).count("--half")
 
     def broken(name: str, edit) -> Path:
         copy = shutil.copytree(folder, tmp_path / name)

@@ -196,7 +196,8 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
         assert hits[0].text == "How do I cancel a subscription?"
         brute = joined.encode([h.text for h in hits]) @ joined.encode(["How do I cancel a subscription?"])[0]
         np.testing.assert_allclose([h.score for h in hits], brute, atol=1e-5)
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "again"), "--model", str(out)])
+    again = ["distil", "branch", str(out), *args[3:], "--out", str(tmp_path / "again")]
+    result = CliRunner().invoke(app, again)
     assert result.exit_code == 0, result.output  # a branch replaces the one a model has
     assert Model.load(tmp_path / "again").out_dim == base.out_dim + 6
 
