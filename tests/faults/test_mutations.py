@@ -192,7 +192,7 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
         (service.test_server_side_failures_are_5xx, ALL_400, {}),
         (service.test_idle_and_trickling_connections, NO_HEADER_DEADLINE, {}),
         (files.test_nested_json_in_model_files, NO_FILE_DEPTH_LIMIT, {"name": "config.json"}),
-        (files.test_export_over_an_existing_folder, NO_FOLDER_RULE, {}),
+        (files.test_compact_over_an_existing_folder, NO_FOLDER_RULE, {}),
         (rules.test_keyed_retries_compare_values, TEXT_COMPARED, {}),
         (rules.test_blank_and_unsendable_tokens, ANY_TOKEN, {}),
         (rules.test_calibrate_on_a_single_label, ONE_LABEL_CALIBRATES, {}),

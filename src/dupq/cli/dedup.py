@@ -8,37 +8,33 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command
+from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command, model_option, threshold_option
 from dupq.core.errors import DupqError
 from dupq.core.files import check_target
 
 
-@command(name="dedup")
+@command(name="dedup", refused={"--collection": "the QUESTIONS argument (a collection folder)"})
 def dedup_command(
     questions: Annotated[
-        Optional[Path],
+        Path,
         typer.Argument(
             help="Questions: a text file (one a line), CSV/TSV with a header (see --column), JSON lines (.jsonl), "
-            "Parquet, or the Quora pairs file; .gz ok."
+            "Parquet, or the Quora pairs file; .gz ok. Or a collection folder: its questions, stored vectors and keys."
         ),
-    ] = None,
+    ],
     out: Annotated[
         Path,
         typer.Option(
             help="Where to write the groups, one row per member: FILE.csv, FILE.jsonl, FILE.json or FILE.parquet."
         ),
     ] = ...,
-    collection: Annotated[
-        Optional[Path],
-        typer.Option(help="Instead of a file, a collection folder: its questions, stored vectors and keys."),
-    ] = None,
     model: Annotated[
-        Optional[Path], typer.Option(help="Model folder (default: the bundled model, or the collection's).")
+        Optional[Path], model_option("Model folder (default: the bundled model, or the collection's).")
     ] = None,
     threshold: Annotated[
         Optional[float],
-        typer.Option(
-            help="A pair is a duplicate when its score is above this: the model's score (its calibrated probability "
+        threshold_option(
+            "A pair is a duplicate when its score is above this: the model's score (its calibrated probability "
             "for the bundled model), or the cosine with --on similarity; each row's score_is says which "
             "(default: the model's threshold; --on similarity needs one)."
         ),
@@ -87,7 +83,7 @@ def dedup_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars with the time left.")] = True,
     threads: Threads = THREADS,
 ) -> None:
-    """Group the questions of a file (or a collection) into duplicates: every member of a group is a duplicate of
+    """Group the questions of a file (or a collection folder) into duplicates: every member of a group is a duplicate of
     its representative, so all but the representative could go.
 
     Memory grows linearly with the questions: files are streamed, neighbours are found by exact search up to
@@ -98,8 +94,7 @@ def dedup_command(
     from dupq.dedup.run import run
 
     _threads(threads)
-    if (questions is None) == (collection is None):
-        raise DupqError("give either a questions file or --collection DIR to deduplicate.")
+    collection = questions if questions.is_dir() else None
     if collection is not None and (column or key_column):
         raise DupqError("--column and --key-column are for files; a collection's questions carry their keys.")
     from dupq.data.tables import format_of
