@@ -147,6 +147,7 @@ def index_reencode(
     """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
     import time
 
+    from dupq.collection.location import Location
     from dupq.collection.reencode import reencode
     from dupq.modeling.model import Model
 
@@ -154,5 +155,5 @@ def index_reencode(
     started = time.perf_counter()
     with reencode(collection, Model.load(model), out, index, log=typer.echo) as new:
         typer.echo(
-            f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
+            f"encoded {len(new):,} questions of {Location.parse(collection)} with {model} into {new.location} in {time.perf_counter() - started:.1f}s"
         )

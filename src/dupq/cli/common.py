@@ -165,7 +165,8 @@ def _option_annotation(f: Field, kind: type) -> Any:
 
 
 COLLECTION_HELP = (
-    "Collection: a folder (from `dupq index build`), or milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME."
+    "Collection: a folder (from `dupq index build`), milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, "
+    "or postgresql://USER@HOST:PORT/DB?table=NAME."
 )
 
 

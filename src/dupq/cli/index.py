@@ -251,7 +251,9 @@ def index_remove(
 
     with Collection.open(collection) as coll:
         ids = coll.remove(keys)
-        typer.echo(f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {collection}; {len(coll):,} remain")
+        typer.echo(
+            f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {coll.location}; {len(coll):,} remain"
+        )
 
 
 @command(group=index_app, name="update")
@@ -280,7 +282,7 @@ def index_update(
         raise DupqError(f"--metadata is not JSON ({e}).") from None
     with Collection.open(collection, Model.load(model) if model else None) as coll:
         i = coll.update(key, text=text, metadata=meta)
-        typer.echo(f"updated the question {key} of {collection}: id {i}")
+        typer.echo(f"updated the question {key} of {coll.location}: id {i}")
 
 
 @command(group=index_app, name="decisions")
@@ -295,7 +297,7 @@ def index_decisions(
     with Collection.open(collection) as coll:
         pairs = coll.decisions()
     write_pairs(out, pairs)
-    typer.echo(f"wrote {len(pairs):,} decisions of {collection} to {out}")
+    typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
 @command()

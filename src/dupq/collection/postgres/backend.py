@@ -201,7 +201,9 @@ class PostgresBackend(Backend):
         where = parse(location.address)
         config = IndexConfig(**manifest["index"])
         if config.kind not in ("flat", "hnsw"):
-            raise DupqError(f"a Postgres collection keeps a flat or an hnsw index, not {config.kind}; choose one of those.")
+            raise DupqError(
+                f"a Postgres collection keeps a flat or an hnsw index, not {config.kind}; choose one of those."
+            )
         connections = _Connections(where)
         conn = connections.connect(vector=False)
         try:
@@ -229,7 +231,9 @@ class PostgresBackend(Backend):
                 conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(BUILD_MEMORY)))
                 for statement in schema.indexes(where.table, config, count):
                     conn.execute(statement)
-                conn.execute(sql.SQL("INSERT INTO {manifest} (manifest) VALUES (%s)").format(**n), [json.dumps(manifest)])
+                conn.execute(
+                    sql.SQL("INSERT INTO {manifest} (manifest) VALUES (%s)").format(**n), [json.dumps(manifest)]
+                )
         except DupqError:
             conn.close()
             connections.close()
@@ -269,7 +273,9 @@ class PostgresBackend(Backend):
     def count(self) -> int:
         from psycopg import sql
 
-        return self._read("count the questions of", sql.SQL("SELECT count(*) FROM {t}").format(**self.n), fetch="one")[0]
+        return self._read("count the questions of", sql.SQL("SELECT count(*) FROM {t}").format(**self.n), fetch="one")[
+            0
+        ]
 
     def find(self, keys) -> dict[str, tuple[int, str, str | None]]:
         return self.connections.run("read", lambda conn: self._find(conn, list(keys)), retry=True)
@@ -277,7 +283,9 @@ class PostgresBackend(Backend):
     def _find(self, conn, keys: list[str], lock: bool = False) -> dict[str, tuple[int, str, str | None]]:
         from psycopg import sql
 
-        query = sql.SQL("SELECT key, id, text, metadata::text FROM {t} WHERE key = ANY(%s)" + (" FOR UPDATE" if lock else ""))
+        query = sql.SQL(
+            "SELECT key, id, text, metadata::text FROM {t} WHERE key = ANY(%s)" + (" FOR UPDATE" if lock else "")
+        )
         found = {}
         for lo in range(0, len(keys), PARAMETERS):
             for key, i, text, meta in conn.execute(query.format(**self.n), [keys[lo : lo + PARAMETERS]]):
@@ -320,7 +328,9 @@ class PostgresBackend(Backend):
         """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1 (see the module's text)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         ef = self._ef(k, where)  # None: exact
-        found = self.connections.run("search", lambda conn: [self._one(conn, q, k, where, ef) for q in vectors], retry=True)
+        found = self.connections.run(
+            "search", lambda conn: [self._one(conn, q, k, where, ef) for q in vectors], retry=True
+        )
         width = max((len(hits) for hits in found), default=0)
         scores = np.zeros((len(vectors), width), np.float32)
         ids = np.full((len(vectors), width), -1, np.int64)
@@ -423,9 +433,7 @@ class PostgresBackend(Backend):
             "ON CONFLICT (key) DO NOTHING RETURNING id"
         ).format(**self.n)
         with conn.cursor() as cur:
-            cur.executemany(
-                query, [(ids[j], keys[j], texts[j], metadata[j], vectors[j]) for j in new], returning=True
-            )
+            cur.executemany(query, [(ids[j], keys[j], texts[j], metadata[j], vectors[j]) for j in new], returning=True)
             inserted = set()
             while True:
                 inserted.update(i for (i,) in cur.fetchall())
@@ -450,7 +458,9 @@ class PostgresBackend(Backend):
             removed = dict(conn.execute(query, [list(keys)]).fetchall())
             missing = [k for k in keys if k not in removed]
             if missing:
-                raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed.")
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
+                )
         self._counts.clear()
         return [removed[k] for k in keys]
 
@@ -482,7 +492,9 @@ class PostgresBackend(Backend):
             stored = self._find(conn, [key, *others], lock=True)
             missing = [k for k in [key, *others] if k not in stored]
             if missing:
-                raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed.")
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
+                )
             i, _, old = stored[key]
             new = change(old)
             if not same_metadata(new, old):
@@ -548,7 +560,12 @@ def _read_manifest(conn, where: Address) -> dict:
         raise DupqError(
             f"no collection {where.table!r} in {where.text}; build one with `dupq index build --out {where.text}`."
         )
-    columns = {c for (c,) in conn.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0", [table])}
+    columns = {
+        c
+        for (c,) in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0", [table]
+        )
+    }
     if manifest is None or not schema.COLUMNS <= columns:
         raise DupqError(
             f"the table {where.table!r} in {where.text} was not made by dupq (it lacks {schema.COLUMNS - columns or {where.table + '_manifest'}}); "

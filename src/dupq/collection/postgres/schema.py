@@ -53,9 +53,7 @@ def indexes(table: str, config, start: int) -> list[sql.Composed]:
     """The sequence (from ``start``), the metadata's GIN index and, for an hnsw collection, the HNSW index."""
     n = names(table)
     out = [
-        sql.SQL("CREATE SEQUENCE {ids} MINVALUE 0 START {start} OWNED BY {t}.id").format(
-            start=sql.Literal(start), **n
-        ),
+        sql.SQL("CREATE SEQUENCE {ids} MINVALUE 0 START {start} OWNED BY {t}.id").format(start=sql.Literal(start), **n),
         sql.SQL("CREATE INDEX {meta_index} ON {t} USING gin (metadata jsonb_path_ops)").format(**n),
     ]
     if config.kind == "hnsw":
