@@ -29,8 +29,10 @@ def dedup_command(
         ),
     ] = ...,
     collection: Annotated[
-        Optional[Path],
-        typer.Option(help="Instead of a file, a collection folder: its questions, stored vectors and keys."),
+        Optional[str],
+        typer.Option(
+            help="Instead of a file, a collection (folder or location): its questions, stored vectors and keys."
+        ),
     ] = None,
     model: Annotated[
         Optional[Path], typer.Option(help="Model folder (default: the bundled model, or the collection's).")
@@ -141,11 +143,18 @@ def _source(questions, collection, model, column, key_column):
             m = coll.model
         finally:
             coll.close()
-        records = [Record(text, str(i) if key is None else key, vectors[i]) for i, key, text, _ in rows]
-        stat = Path(collection).stat()
+        records = [  # the stored vectors are in id order, as the rows are (a database's ids may have gaps)
+            Record(text, str(i) if key is None else key, vector) for (i, key, text, _), vector in zip(rows, vectors)
+        ]
+        where = coll.location
+        stat = where.path.stat() if where.path is not None else None
         return (
             records,
-            {"collection": str(Path(collection).resolve()), "count": len(records), "mtime": stat.st_mtime_ns},
+            {
+                "collection": str(where.path.resolve()) if where.path is not None else str(where),
+                "count": len(records),
+                "mtime": stat and stat.st_mtime_ns,
+            },
             m,
             None,
         )
