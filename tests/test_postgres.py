@@ -91,10 +91,9 @@ def test_the_password_is_never_shown(postgres, tiny_model, tiny_model_dir, tmp_p
 def scram_user(postgres_server, tmp_path):
     """A role ``desk`` that logs in with the password SECRET (the server trusts everyone else), and a database
     ``desk`` it owns, where it may not create the pgvector extension (only a superuser may)."""
-    import pgserver
+    from pgserver.postgres_server import PostgresServer
 
-    pgdata = pgserver.get_server.__globals__["PostgresServer"]._instances
-    (server,) = pgdata.values()
+    (server,) = PostgresServer._instances.values()  # the session's one server
     hba = server.pgdata / "pg_hba.conf"
     if "desk" not in hba.read_text():
         hba.write_text("local all desk scram-sha-256\n" + hba.read_text())
