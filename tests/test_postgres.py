@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from urllib.parse import quote
 
 import numpy as np
@@ -35,8 +36,8 @@ def texts_of(n: int, offset: int = 0) -> list[str]:
     return [f"How do I fix error {i} in the help desk app?" for i in range(offset, offset + n)]
 
 
-def with_password(location: str, user: str = "postgres", password: str = SECRET) -> str:
-    return location.replace("postgresql://postgres@", f"postgresql://{user}:{quote(password, safe='')}@")
+def with_password(location: str) -> str:
+    return location.replace("postgresql://postgres@", f"postgresql://postgres:{quote(SECRET, safe='')}@")
 
 
 def run_sql(server: str, *statements: str) -> None:
@@ -103,14 +104,23 @@ def scram_user(postgres_server, tmp_path):
             "CREATE DATABASE desk OWNER desk",
             "SELECT pg_reload_conf()",
         )
-    return postgres_server.replace("/postgres?", "/desk?").replace("postgresql://postgres@", "postgresql://desk@")
+    import psycopg
+
+    desk = postgres_server.replace("/postgres?", "/desk?").replace("postgresql://postgres@", "postgresql://desk@")
+    for _ in range(50):  # the server reads pg_hba.conf again soon after pg_reload_conf(), not at once
+        try:
+            psycopg.connect(desk).close()
+        except psycopg.OperationalError:
+            return desk
+        time.sleep(0.1)
+    pytest.fail("the server did not start asking desk for its password")
 
 
 def test_a_wrong_password_a_missing_extension_and_a_stranger_s_table_are_one_sentence_each(
     postgres, scram_user, tiny_model, monkeypatch
 ):
     runner = CliRunner()
-    wrong = with_password(scram_user, "desk", "not-the-" + SECRET) + "&table=faq"
+    wrong = scram_user.replace("//desk@", f"//desk:{quote('not-the-' + SECRET, safe='')}@") + "&table=faq"
     said = runner.invoke(app, ["search", wrong, "How?"])
     assert said.exit_code == 2 and "password is wrong" in said.output and SECRET not in said.output
     assert said.output.count("\n") == 1, said.output
