@@ -16,10 +16,11 @@ from dupq.core.files import check_target
 @command(name="dedup", refused={"--collection": "the QUESTIONS argument (a collection folder)"})
 def dedup_command(
     questions: Annotated[
-        Path,
+        str,
         typer.Argument(
             help="Questions: a text file (one a line), CSV/TSV with a header (see --column), JSON lines (.jsonl), "
-            "Parquet, or the Quora pairs file; .gz ok. Or a collection folder: its questions, stored vectors and keys."
+            "Parquet, or the Quora pairs file; .gz ok. Or a collection (a folder, milvus:..., postgresql://...): its questions, "
+            "stored vectors and keys."
         ),
     ],
     out: Annotated[
@@ -94,7 +95,11 @@ def dedup_command(
     from dupq.dedup.run import run
 
     _threads(threads)
-    collection = questions if questions.is_dir() else None
+    from dupq.collection.location import Location
+
+    where = Location.parse(questions)
+    collection = where if where.kind != "folder" or Path(questions).is_dir() else None
+    questions = Path(questions) if collection is None else questions
     if collection is not None and (column or key_column):
         raise DupqError("--column and --key-column are for files; a collection's questions carry their keys.")
     from dupq.data.tables import format_of
@@ -136,11 +141,18 @@ def _source(questions, collection, model, column, key_column):
             m = coll.model
         finally:
             coll.close()
-        records = [Record(text, str(i) if key is None else key, vectors[i]) for i, key, text, _ in rows]
-        stat = Path(collection).stat()
+        records = [  # the stored vectors are in id order, as the rows are (a database's ids may have gaps)
+            Record(text, str(i) if key is None else key, vector) for (i, key, text, _), vector in zip(rows, vectors)
+        ]
+        where = coll.location
+        stat = where.path.stat() if where.path is not None else None
         return (
             records,
-            {"collection": str(Path(collection).resolve()), "count": len(records), "mtime": stat.st_mtime_ns},
+            {
+                "collection": str(where.path.resolve()) if where.path is not None else str(where),
+                "count": len(records),
+                "mtime": stat and stat.st_mtime_ns,
+            },
             m,
             None,
         )

@@ -169,14 +169,15 @@ def index_reencode(
     """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
     import time
 
+    from dupq.collection.location import Location
     from dupq.collection.reencode import reencode
     from dupq.modeling.model import Model
 
     _threads(threads)
     started = time.perf_counter()
     with reencode(collection, Model.load(model), out, index, log=typer.echo) as new:
-        typer.echo(
-            f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
+        typer.echo(  # the locations as shown: a password in a postgresql:// location is never printed
+            f"encoded {len(new):,} questions of {Location.parse(collection)} with {model} into {new.location} in {time.perf_counter() - started:.1f}s"
         )
 
 
@@ -262,7 +263,9 @@ def index_remove(
 
     with Collection.open(collection) as coll:
         ids = coll.remove(keys)
-        typer.echo(f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {collection}; {len(coll):,} remain")
+        typer.echo(
+            f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {coll.location}; {len(coll):,} remain"
+        )
 
 
 @command(group=index_app, name="update")
@@ -289,7 +292,7 @@ def index_update(
         raise DupqError(f"--metadata is not JSON ({e}).") from None
     with Collection.open(collection, Model.load(model) if model else None) as coll:
         i = coll.update(key, text=text, metadata=meta)
-        typer.echo(f"updated the question {key} of {collection}: id {i}")
+        typer.echo(f"updated the question {key} of {coll.location}: id {i}")
 
 
 @command(group=index_app, name="decisions")
@@ -304,7 +307,7 @@ def index_decisions(
     with Collection.open(collection) as coll:
         pairs = coll.decisions()
     write_pairs(out, pairs)
-    typer.echo(f"wrote {len(pairs):,} decisions of {collection} to {out}")
+    typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
 @command()
