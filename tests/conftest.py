@@ -163,10 +163,20 @@ def head_model(head_model_dir):
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory):
     """A private PostgreSQL 16 with pgvector for the session (pgserver), or a skip saying why (an error under CI)."""
+    import shutil
+    import tempfile
+
     from servicekit import postgres_or_skip
 
-    with postgres_or_skip(tmp_path_factory.mktemp("postgres")) as uri:
-        yield uri
+    # Not under pytest's own temporary root: pytest makes it private (0700) at every session's start, and the server
+    # runs as another user (pgserver's, when the tests run as root) that must reach its data folder.
+    folder = Path(tempfile.mkdtemp(prefix="dupq-postgres-"))
+    folder.chmod(0o755)
+    try:
+        with postgres_or_skip(folder) as uri:
+            yield uri
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -107,7 +107,9 @@ def scram_user(postgres_server, tmp_path):
     import psycopg
 
     desk = postgres_server.replace("/postgres?", "/desk?").replace("postgresql://postgres@", "postgresql://desk@")
-    for _ in range(50):  # the server reads pg_hba.conf again soon after pg_reload_conf(), not at once
+    for _ in range(
+        600
+    ):  # the server reads pg_hba.conf again soon after pg_reload_conf(), not at once (a busy machine: later)
         try:
             psycopg.connect(desk).close()
         except psycopg.OperationalError:
@@ -238,7 +240,7 @@ def test_two_writers_and_a_killed_one_store_each_key_once(postgres, tiny_model, 
 
 @pytest.mark.slow
 def test_serve_with_two_workers_and_dedup_from_the_table(postgres, tiny_model, tmp_path):
-    from dupq_lab.serving import ServeProcess, http
+    from support.serving import ServeProcess, http
 
     texts = texts_of(40) + ["How can I reset my password?", "How do I reset my password?"]
     keys = [f"k{i}" for i in range(len(texts))]
