@@ -195,7 +195,7 @@ def search_command(
     where: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number is a number)."
+            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number or true/false matches it and its text)."
         ),
     ] = None,
     threads: Threads = THREADS,
@@ -237,20 +237,16 @@ def search_command(
 
 
 def _where(pairs: list[str]) -> dict[str, list]:
-    """``--where FIELD=VALUE`` options as a filter: a value that reads as a JSON number or boolean is one, else text."""
-    import json
+    """``--where FIELD=VALUE`` options as a filter (:func:`~dupq.collection.backend.where_from_text`)."""
+    from dupq.collection.backend import where_from_text
 
-    scope: dict[str, list] = {}
+    split = []
     for pair in pairs:
         field, eq, value = pair.partition("=")
         if not eq or not field:
             raise DupqError(f"--where takes FIELD=VALUE, not {pair!r}.")
-        try:
-            parsed = json.loads(value)
-        except (ValueError, RecursionError):  # text, however deeply it nests brackets
-            parsed = value
-        scope.setdefault(field, []).append(parsed if isinstance(parsed, (int, float)) else value)
-    return scope
+        split.append((field, value))
+    return where_from_text(split)
 
 
 @command(group=index_app, name="remove")
