@@ -280,7 +280,7 @@ def test_train_preset_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path
     assert result.exit_code == 0, result.output
     assert json.loads((out / "config.json").read_text())["encoder"]["type"] == "gru"
     model = Model.load(out)
-    assert isinstance(model.encoder, GRUEncoder) and model.metrics["training"]["options"]["encoder"] == "gru"
+    assert isinstance(model.encoder.network, GRUEncoder) and model.metrics["training"]["options"]["encoder"] == "gru"
     weights = load_file(out / "model.safetensors")
     assert weights["gru.weight_ih_l0"].shape == (3 * dim, dim)  # three gates' input weights (an LSTM has four)
     assert not any(name.startswith("lstm.") for name in weights)

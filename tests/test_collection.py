@@ -111,7 +111,7 @@ def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
 
 
 def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
-    other = Model.create(tiny_model.vocab, dim=32)
+    other = Model.create(tiny_model.encoder.vocab, dim=32)
     with pytest.raises(DupqError, match=rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"):
         Collection.open(built, other)
     with pytest.raises(DupqError, match="does not exist"):
@@ -137,7 +137,7 @@ def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
 
 def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):
     other_dir = tmp_path / "other-model"
-    Model.create(tiny_model.vocab, dim=32).save(other_dir)
+    Model.create(tiny_model.encoder.vocab, dim=32).save(other_dir)
     runner = CliRunner()
     cases = {
         "different model": ["search", str(built), "How?", "--model", str(other_dir)],

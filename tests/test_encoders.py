@@ -66,7 +66,7 @@ def test_a_gru_model_trains_saves_loads_and_searches(small_splits, tmp_path):
     vocab = Vocabulary.build(duplicates.q1 + duplicates.q2)
     torch.manual_seed(0)
     model = Model.create(vocab, dim=16, encoder="gru")
-    encoder = model.encoder.train()
+    encoder = model.encoder.network.train()
     source, rng = PairBatches(vocab, duplicates, batch_size=64), np.random.default_rng(0)
     held = [source.batch(np.arange(i, i + 64), rng) for i in range(0, 640, 64)]  # pairs not trained on below
     before = _mean_triplet_loss(encoder.eval(), held)
@@ -84,13 +84,13 @@ def test_a_gru_model_trains_saves_loads_and_searches(small_splits, tmp_path):
     config = json.loads((tmp_path / "gru" / "config.json").read_text())
     assert config["encoder"]["type"] == "gru"
     loaded = Model.load(tmp_path / "gru")
-    assert isinstance(loaded.encoder, GRUEncoder) and loaded.fingerprint() == model.fingerprint()
+    assert isinstance(loaded.encoder.network, GRUEncoder) and loaded.fingerprint() == model.fingerprint()
     texts = list(dict.fromkeys(duplicates.q2[:300]))
     np.testing.assert_array_equal(loaded.encode(texts), model.encode(texts))
 
     Collection.build(tmp_path / "faq", texts, loaded).close()
     with Collection.open(tmp_path / "faq") as collection:  # no model given: the recorded GRU folder is loaded
-        assert isinstance(collection.model.encoder, GRUEncoder)
+        assert isinstance(collection.model.encoder.network, GRUEncoder)
         hits = collection.search(texts[:20], k=3)
     brute = np.argsort(-(model.encode(texts[:20]) @ model.encode(texts).T), axis=1)[:, :3]  # (20, 3)
     assert [[h.text for h in row] for row in hits] == [[texts[i] for i in row] for row in brute]
@@ -103,7 +103,7 @@ def test_a_folder_without_an_encoder_type_loads_as_the_lstm(tiny_model_dir, tmp_
     config["encoder"].pop("type", None)
     (old / "config.json").write_text(json.dumps(config))
     model, reference = Model.load(old), Model.load(tiny_model_dir)
-    assert type(model.encoder) is Encoder and model.fingerprint() == reference.fingerprint()
+    assert type(model.encoder.network) is Encoder and model.fingerprint() == reference.fingerprint()
 
     config["encoder"]["type"] = "transformer"
     (old / "config.json").write_text(json.dumps(config))

@@ -218,7 +218,7 @@ def test_cli_keys_remove_update_where_and_decisions(location, tmp_path, tiny_mod
     assert calibrated.exit_code == 0 and "calibrated on 20 pairs" in calibrated.output, calibrated.output
     from dupq.modeling.model import Model
 
-    assert Model.load(model).threshold_info["dev_pairs"] == 20  # the threshold was chosen on the desk's pairs
+    assert Model.load(model).judge.threshold_info["dev_pairs"] == 20  # the threshold was chosen on the desk's pairs
 
 
 TOKEN = "live-token"

@@ -183,7 +183,7 @@ def test_word_lr_zero_leaves_the_word_embeddings_where_they_started(small_splits
         out = tmp_path / f"m-{word_lr}-{lr}"
         config = TrainConfig(epochs=1, seed=1, lr=lr, word_lr=word_lr)
         train(small_splits, out, config, dim=8, log=lambda _: None, progress=False)
-        return {k: v.clone() for k, v in Model.load(out).encoder.state_dict().items()}
+        return {k: v.clone() for k, v in Model.load(out).encoder.network.state_dict().items()}
 
     frozen_a, frozen_b, moving = trained(0.0, 0.01), trained(0.0, 0.02), trained(1.0, 0.01)
     assert torch_equal(frozen_a["embedding.weight"], frozen_b["embedding.weight"])

@@ -30,6 +30,7 @@ from dupq.data import wordpiece
 from dupq.data.tokenizer import Vocabulary
 from dupq.data.wordpiece import TOKENIZER, WordPieceVocabulary, load_vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
+from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.training import setup as training_setup
 from dupq.training.config import ModelOptions
@@ -182,7 +183,7 @@ def test_words_and_known_words_as_wordpiece_pieces_them(small_file):
 def small_model(path: Path, dim: int = 8, seed: int = 0) -> Model:
     torch.manual_seed(seed)
     vocab = WordPieceVocabulary.from_file(path, max_tokens=32)
-    return Model(vocab, Encoder(EncoderConfig(len(vocab), dim)), metrics={"made": "here"})
+    return Model(LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), dim))), metrics={"made": "here"})
 
 
 def test_a_model_folder_round_trip_encodes_identically(small_file, tmp_path):
@@ -191,15 +192,18 @@ def test_a_model_folder_round_trip_encodes_identically(small_file, tmp_path):
     assert {"vocab.json", TOKENIZER, "config.json", "model.safetensors"} <= {p.name for p in (tmp_path / "m").iterdir()}
     assert json.loads((tmp_path / "m" / "vocab.json").read_text()) == {"tokenizer": "wordpiece", "max_tokens": 32}
     again = Model.load(tmp_path / "m")
-    assert isinstance(again.vocab, WordPieceVocabulary) and again.vocab.tokens == model.vocab.tokens
-    assert again.vocab.max_tokens == 32 and again.fingerprint() == model.fingerprint()
+    assert (
+        isinstance(again.encoder.vocab, WordPieceVocabulary)
+        and again.encoder.vocab.tokens == model.encoder.vocab.tokens
+    )
+    assert again.encoder.vocab.max_tokens == 32 and again.fingerprint() == model.fingerprint()
     np.testing.assert_array_equal(again.encode(QUESTIONS), model.encode(QUESTIONS))
     # the saved tokenizer pads and truncates nothing: what the folder says is what it does
     assert json.loads((tmp_path / "m" / TOKENIZER).read_text())["padding"] is None
     result = runner.invoke(app, ["export", str(tmp_path / "m"), str(tmp_path / "half"), "--half"])
     assert result.exit_code == 0, result.output
     half = Model.load(tmp_path / "half")
-    assert isinstance(half.vocab, WordPieceVocabulary)
+    assert isinstance(half.encoder.vocab, WordPieceVocabulary)
     np.testing.assert_allclose(half.encode(QUESTIONS), model.encode(QUESTIONS), atol=5e-3)
 
 
@@ -212,7 +216,7 @@ def test_an_old_word_folder_loads_as_before(tiny_model_dir, tmp_path):
     assert type(vocab) is Vocabulary and vars(vocab) == vars(plain)
     write_tokenizer(folder)  # a stray tokenizer.json (a folder that held a WordPiece model once) changes nothing
     model = Model.load(folder)
-    assert type(model.vocab) is Vocabulary and model.vocab.tokens == plain.tokens
+    assert type(model.encoder.vocab) is Vocabulary and model.encoder.vocab.tokens == plain.tokens
     model.save(folder)
     assert (folder / "vocab.json").read_bytes() == before
 
@@ -220,7 +224,7 @@ def test_an_old_word_folder_loads_as_before(tiny_model_dir, tmp_path):
 def test_a_word_folder_saved_over_a_wordpiece_one_is_a_word_folder(small_file, tiny_model_dir, tmp_path):
     small_model(small_file).save(tmp_path / "m")
     Model.load(tiny_model_dir).save(tmp_path / "m")
-    assert type(Model.load(tmp_path / "m").vocab) is Vocabulary
+    assert type(Model.load(tmp_path / "m").encoder.vocab) is Vocabulary
 
 
 TOKENIZER_FAULTS = {
@@ -310,7 +314,7 @@ def test_dupq_train_with_wordpiece_writes_a_folder_every_command_reads(
     assert result.exit_code == 0, result.output
     model = Model.load(out)
     size = len(WordPieceVocabulary.from_file(training_setup.packaged_teacher() / TOKENIZER))
-    assert isinstance(model.vocab, WordPieceVocabulary) and model.config.vocab_size == size
+    assert isinstance(model.encoder.vocab, WordPieceVocabulary) and model.encoder.config.vocab_size == size
     assert f"vocabulary: {size:,} WordPiece tokens" in result.output
     assert model.metrics["training"]["options"]["tokenizer"] == "wordpiece"
     vectors = model.encode(["How do I learn Python?", "How can I learn Python?", "Unaffable 😀 42"])
@@ -339,11 +343,11 @@ def test_word_init_starts_each_token_from_the_teacher_and_leaves_the_special_one
     splits, split = synthetic_splits()
     config = TrainConfig(train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32)  # lr 0: the start
     kw = {"dim": 6, "tokenizer": "wordpiece", "split": split, "log": lambda _: None, "progress": False}
-    plain = train(splits, tmp_path / "plain", config, **kw).encoder.embedding.weight.detach()
+    plain = train(splits, tmp_path / "plain", config, **kw).encoder.network.embedding.weight.detach()
     lines: list[str] = []
     start = train(
         splits, tmp_path / "w", config, **{**kw, "word_init": "teacher", "log": lines.append}
-    ).encoder.embedding.weight.detach()
+    ).encoder.network.embedding.weight.detach()
     expected = naive_teachable(small_teacher)
     ids = sorted(expected)
     rest = [i for i in range(len(plain)) if i not in expected]
@@ -368,7 +372,10 @@ def test_dupq_adapt_a_wordpiece_model_counts_the_words_it_reads_as_unknown(small
     result = runner.invoke(app, [*args, "--epochs", "1", "--batch-size", "16", "--no-progress"])
     assert result.exit_code == 0, result.output
     adapted = Model.load(tmp_path / "a")
-    assert isinstance(adapted.vocab, WordPieceVocabulary) and adapted.vocab.tokens == Model.load(base).vocab.tokens
+    assert (
+        isinstance(adapted.encoder.vocab, WordPieceVocabulary)
+        and adapted.encoder.vocab.tokens == Model.load(base).encoder.vocab.tokens
+    )
     tokenizer = Tokenizer.from_file(str(small_file))
     seen: dict[str, int] = {}
     for text in texts:
@@ -459,4 +466,4 @@ def test_a_checkpoint_from_before_the_option_resumes_only_with_its_own_vocabular
     with pytest.raises(DupqError, match="--resume with tokenizer wordpiece but .*vocab.json holds words"):
         train(splits, tmp_path / "m", TrainConfig(epochs=2, batch_size=32), resume=True, tokenizer="wordpiece", **kw)
     resumed = train(splits, tmp_path / "m", TrainConfig(epochs=2, batch_size=32), resume=True, **kw)
-    assert type(resumed.vocab) is Vocabulary and len(resumed.metrics["training"]["history"]) == 2
+    assert type(resumed.encoder.vocab) is Vocabulary and len(resumed.metrics["training"]["history"]) == 2
