@@ -475,7 +475,7 @@ def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_mo
 def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
     from dupq.search.vectors import IndexConfig, training_size
 
-    config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.config.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
+    config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
     texts = distinct(small_splits, training_size(config) + 300)
     queries = ["How do I learn Python fast?", *texts[:40:4]]
     with Collection.build(tmp_path / "flat", texts[:-300], tiny_model) as flat:

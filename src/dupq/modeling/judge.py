@@ -68,11 +68,6 @@ class Judge:
         """Whether it gives ``P(duplicate)``: it has a calibration or a pair head."""
         return self.calibration is not None or self._head is not None
 
-    @property
-    def reads_vectors(self) -> bool:
-        """Whether its logit reads more than the cosine: an mlp head reads both vectors."""
-        return self._head is not None and self._head.config.kind == "mlp"
-
     def weights(self) -> dict[str, np.ndarray]:
         """The head's weights under their ``model.safetensors`` names (``head.`` first), float32 NumPy arrays."""
         if self._head is None:

@@ -118,8 +118,8 @@ def has_probability(model: Judging) -> bool:
 def needs_vectors(model: Judging) -> bool:
     """Whether a pair's probability depends on more than its cosine: an mlp pair head reads both vectors,
     and any head of a model with a static branch reads the model's half of them (its cosine is not the search's)."""
-    judge = model.judge
-    return judge.reads_vectors or (judge.head_config is not None and not model.encoder.cosine_is_judged)
+    head = model.judge.head_config
+    return _reads_vectors(head) or (head is not None and not model.encoder.cosine_is_judged)
 
 
 def pair_logits(model: Judging, u: np.ndarray, v: np.ndarray) -> np.ndarray:
