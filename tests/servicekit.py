@@ -37,8 +37,8 @@ def questions(splits: Splits, n: int) -> list[str]:
 
 def build_collection(folder: Path | str, model_dir: Path, texts: list[str]) -> Path | str:
     """A flat collection of ``texts`` in ``folder`` (or a Milvus location); each question's metadata is its position."""
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
 
     collection = Collection.build(
         folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))]

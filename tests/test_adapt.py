@@ -18,9 +18,9 @@ import torch
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
 from dupq.training import adapt as adapt_module
 from dupq.training.adapt import AdaptConfig, adapt, user_questions
 from dupq.training.distil import teacher as teacher_module
@@ -84,7 +84,7 @@ def head_model_dir(texts, tmp_path_factory):
     return out
 
 
-CONFIG = AdaptConfig(epochs=8, batch_size=32, lr=0.001, distil=1.0, distil_matrix=1.0, anchor=0.001)
+CONFIG = AdaptConfig(epochs=8, batch_size=32, lr=0.001, distil=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_the_library_refuses_what_it_cannot_adapt(head_model_dir, texts, tmp_pat
     base = Model.load(head_model_dir)
     with pytest.raises(DupqError, match="at least 2 distinct questions"):
         adapt(base, [texts[0], texts[0]], tmp_path / "a", word_teacher, "words", log=silent, progress=False)
-    with pytest.raises(DupqError, match="needs a distillation loss"):
+    with pytest.raises(DupqError, match="needs the distillation loss"):
         AdaptConfig(distil=0.0)
     with pytest.raises(DupqError, match="finite"):
         AdaptConfig(lr=float("nan"))
@@ -288,9 +288,9 @@ def test_the_agreement_line_says_why_a_figure_fell():
     from dupq.training.adapt import agreement_line
 
     before = {"own_cosine": 0.98, "cosine_to_teacher": 0.98, "matrix_error": 0.1}
-    fell = agreement_line(before, {**before, "own_cosine": 0.86}, 146, 146, True)
+    fell = agreement_line(before, {**before, "own_cosine": 0.86}, 146, 146)
     assert "0.9800 before, 0.8600 after" in fell and "Lower after" in fell and "taught" not in fell
-    rose = agreement_line(before, {**before, "own_cosine": 0.99, "cosine_to_teacher": 0.99}, 10, 30, True)
+    rose = agreement_line(before, {**before, "own_cosine": 0.99, "cosine_to_teacher": 0.99}, 10, 30)
     assert "Lower" not in rose and "on all 30 taught: 0.9800 -> 0.9900" in rose
 
 
@@ -310,16 +310,7 @@ def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher
         "not a dupq collection": ["adapt", str(plain_folder), "--out", str(tmp_path / "o"), *model],
         "at least 2 distinct questions": ["adapt", str(one), "--out", str(tmp_path / "o"), *model],
         "already exists": ["adapt", str(good), "--out", str(taken), *model],
-        "needs a distillation loss": [
-            "adapt",
-            str(good),
-            "--out",
-            str(tmp_path / "o"),
-            "--distil",
-            "0",
-            "--distil-matrix",
-            "0",
-        ],
+        "needs the distillation loss": ["adapt", str(good), "--out", str(tmp_path / "o"), "--distil", "0"],
         "must be finite": ["adapt", str(good), "--out", str(tmp_path / "o"), "--lr", "inf"],
         "need a .csv, .tsv, .jsonl or .parquet file": [
             "adapt",
@@ -384,12 +375,11 @@ def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
 
 
 def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts, tmp_path):
-    config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9, distil=0.0, distil_matrix=1.0)
+    config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9)
     lines: list[str] = []
     model = adapt(Model.load(head_model_dir), texts, tmp_path / "a", word_teacher, "w", config, log=lines.append)
     record = model.metrics["adaptation"]
     assert record["epochs_run"] == 1 and len(record["history"]) == 1  # the first epoch always runs
-    assert record["after"]["cosine_to_teacher"] is None  # no projection without the distil loss
     assert any("stopping after 1 epochs" in line for line in lines)
     json.loads((tmp_path / "a" / "metrics.json").read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
 
@@ -412,8 +402,8 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
     ones) is re-encoded whole: the stored question is copied, not refused; a new add still meets the rule."""
     import sqlite3
 
+    from dupq.collection.folder.backend import DATABASE
     from dupq.data.questions import MAX_QUESTION
-    from dupq.search.folder import DATABASE
 
     model = Model.load(head_model_dir)
     old, texts = tmp_path / "old", ["How do I cook rice?", "What is the sea?", "Why is the sky blue?"]
@@ -436,7 +426,7 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
 def test_reencode_copies_what_changed_meanwhile(head_model_dir, tmp_path, monkeypatch):
     """Adds, text and metadata updates and removals committed to the old collection while the new one is
     built all reach it: the new collection holds what the old one holds at the end, row for row."""
-    from dupq.search import reencode as reencode_module
+    from dupq.collection import reencode as reencode_module
 
     model = Model.load(head_model_dir)
     old = tmp_path / "old"

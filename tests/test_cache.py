@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 
+from dupq.collection.collection import Collection
+from dupq.collection.folder.cache import INDEX_FILE, REBUILD_SHARE, FaissCache
+from dupq.collection.folder.store import WRITER_LOCK
 from dupq.core.files import file_lock
-from dupq.search.cache import INDEX_FILE, REBUILD_SHARE, FaissCache
-from dupq.search.collection import Collection
-from dupq.search.store import WRITER_LOCK
-from dupq.search.vectors import IndexConfig, VectorIndex, checksum_of
-from dupq.search.vectors import search as exact_search
+from dupq.index.vectors import IndexConfig, VectorIndex, checksum_of
+from dupq.index.vectors import search as exact_search
 
 
 def texts(n: int, offset: int = 0) -> list[str]:
@@ -37,7 +37,7 @@ def test_the_vectors_of_ids_are_the_added_ones(kind):
 def test_a_collection_reads_its_hits_vectors_from_the_index(tmp_path, tiny_model, kind):
     with Collection.build(tmp_path / "c", texts(200), tiny_model, index=kind) as coll:
         ids = np.array([5, 199, 0, 5])
-        np.testing.assert_array_equal(coll._backend.vectors(ids), coll.stored_vectors()[ids])
+        np.testing.assert_array_equal(coll.stored_vectors(ids), coll.stored_vectors()[ids])
 
 
 def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, tiny_model, monkeypatch):
@@ -151,8 +151,8 @@ def test_an_add_that_waits_too_long_for_the_writer_lock_fails_as_busy_and_stores
     tmp_path, tiny_model, monkeypatch
 ):
     """The lock's wait ends as SQLite's did: after BUSY_TIMEOUT, a "busy" failure (the service's 503), nothing stored."""
-    import dupq.search.store as store
-    from dupq.search.rows import StoreFailure
+    import dupq.collection.folder.store as store
+    from dupq.collection.rows import StoreFailure
 
     monkeypatch.setattr(store, "BUSY_TIMEOUT", 0.3)
     folder = tmp_path / "c"
@@ -192,7 +192,7 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
             coll.remove(keys[40:90])  # 30 %
             wait_for(lambda: json.loads((folder / "manifest.json").read_text()).get("rebuilt") == 1)  # published
             assert coll._backend.cache.index.stored == 210  # swapped in before it was published
-            dim, config = coll._backend.manifest["dim"], IndexConfig(**coll._backend.manifest["index"])
+            dim, config = coll.manifest["dim"], IndexConfig(**coll.manifest["index"])
             saved = VectorIndex.load(
                 folder / INDEX_FILE,
                 dim,
@@ -218,7 +218,7 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
 ):
     """The graph's file is renamed into place, then the manifest: a crash between them (here, a failing manifest
     write) leaves a file the manifest does not describe, which the next open rebuilds from the stored vectors."""
-    import dupq.search.cache as cache_module
+    import dupq.collection.folder.cache as cache_module
 
     keys, folder = [f"k{i}" for i in range(200)], tmp_path / "c"
     coll = Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw")

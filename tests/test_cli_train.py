@@ -90,7 +90,7 @@ def test_every_flagged_field_is_an_option_with_its_default_help_and_choices():
     helped = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"}).output
     assert all(flag(f) in helped for config in CONFIGS for f in flag_fields(config))
     preset_only = [f for config in CONFIGS for f in option_fields(config) if not f.metadata["cli"]]
-    assert len(preset_only) >= 10 and not any(flag(f) in params for f in preset_only)
+    assert len(preset_only) >= 9 and not any(flag(f) in params for f in preset_only)
 
 
 def test_train_help_lists_at_most_25_options():
@@ -249,47 +249,6 @@ def test_dupq_train_and_train_from_python_write_the_same_calibrated_folder(pairs
     assert "--resume" in one_error_line(again)
 
 
-@pytest.mark.slow
-def test_train_preset_encoder_gru_writes_a_gru_model_folder(pairs_path, tmp_path, one_torch_thread):
-    from safetensors.torch import load_file
-
-    from cli_model import SPLIT_ARGS, slice_file
-    from dupq.modeling.encoders import GRUEncoder
-    from dupq.modeling.model import Model
-
-    out, dim = tmp_path / "gru", 16
-    args = [
-        "train",
-        "--data",
-        str(slice_file(pairs_path, tmp_path)),
-        "--out",
-        str(out),
-        "--epochs",
-        "1",
-        "--dim",
-        str(dim),
-        "--threads",
-        "1",
-        "--no-progress",
-        *SPLIT_ARGS,
-    ]
-    gru, lstm = tmp_path / "gru.toml", tmp_path / "lstm.toml"  # the encoder is an option without a flag
-    gru.write_text('encoder = "gru"\n')
-    lstm.write_text('encoder = "lstm"\n')
-    result = runner.invoke(app, [*args, "--preset", str(gru)])
-    assert result.exit_code == 0, result.output
-    assert json.loads((out / "config.json").read_text())["encoder"]["type"] == "gru"
-    model = Model.load(out)
-    assert isinstance(model.encoder.network, GRUEncoder) and model.metrics["training"]["options"]["encoder"] == "gru"
-    weights = load_file(out / "model.safetensors")
-    assert weights["gru.weight_ih_l0"].shape == (3 * dim, dim)  # three gates' input weights (an LSTM has four)
-    assert not any(name.startswith("lstm.") for name in weights)
-    vectors = model.encode(["How do I learn Python?", "How can I learn Python?"])
-    assert vectors.shape == (2, dim) and abs(float((vectors**2).sum(1).max()) - 1.0) < 1e-5
-    line = one_error_line(runner.invoke(app, [*args, "--preset", str(lstm), "--resume"]))
-    assert "encoder lstm" in line and "gru" in line  # a resume cannot swap the encoder under the checkpoint
-
-
 def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
     from dupq.modeling.model import Model
 
@@ -316,7 +275,6 @@ ENCODING_COMMANDS = [
     ("dedup",),
     ("serve",),
     ("distil", "teach"),
-    ("distil", "tune"),
     ("distil", "export"),
 ]
 
@@ -337,9 +295,7 @@ def test_every_command_that_encodes_takes_threads_with_the_one_default(path):
     assert "--threads" in line
 
 
-@pytest.mark.parametrize(
-    "path", [("train",), ("distil", "teach"), ("distil", "tune"), ("distil", "export")], ids=" ".join
-)
+@pytest.mark.parametrize("path", [("train",), ("distil", "teach"), ("distil", "export")], ids=" ".join)
 def test_split_options_of_every_command_are_split_configs_fields(path):
     params = {p.name: p for p in _command(path).params}
     split = [f for f in flag_fields(SplitConfig) if f.name in params]

@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection, Hit, KeyConflict
+from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
+from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection, Hit, KeyConflict
-from dupq.search.folder import DATABASE, INDEX_FILE
-from dupq.search.vectors import search
 
 
 def distinct(splits, n: int, skip: int = 0) -> list[str]:
@@ -80,7 +80,7 @@ def test_add_is_durable_and_indexed(tmp_path, texts, tiny_model):
     assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
     # A second handle, opened without closing the first (as after a crash), sees every added row.
     other = Collection.open(folder, tiny_model)
-    assert len(other) == 310 and len(other._backend.cache) == 310
+    assert len(other) == 310 and other.indexed == 310
     assert other.search([texts[309]], k=1)[0][0].id == 309
     # Rows added by another handle are caught up before this one adds its own.
     assert other.add([texts[400]]) == [310]
@@ -99,10 +99,10 @@ def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
     with Collection.open(folder) as coll:
         coll.add(texts[200:250])  # fewer than SAVE_ON_CLOSE rows: index.faiss stays a stale prefix of 200
     with Collection.open(folder) as coll:
-        assert len(coll._backend.cache) == 250 and coll.search([texts[240]], k=1)[0][0].id == 240
+        assert coll.indexed == 250 and coll.search([texts[240]], k=1)[0][0].id == 240
     (folder / INDEX_FILE).write_bytes(b"garbage")
     with Collection.open(folder) as coll:
-        assert len(coll._backend.cache) == 250 and coll.search([texts[10]], k=1)[0][0].id == 10
+        assert coll.indexed == 250 and coll.search([texts[10]], k=1)[0][0].id == 10
     # An index file of another collection (same size, other vectors) is detected and rebuilt.
     Collection.build(tmp_path / "d", texts[1000:1200], tiny_model).close()
     (folder / INDEX_FILE).write_bytes((tmp_path / "d" / INDEX_FILE).read_bytes())
@@ -201,7 +201,7 @@ def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
     for t in threads:
         t.join()
     assert not errors, errors
-    assert len(coll) == len(coll._backend.cache) == 700
+    assert len(coll) == coll.indexed == 700
     stored = {i: text for i, _, text in rows(coll.folder)}
     assert sorted(stored.values()) == sorted(texts[:700])  # every add landed once, whole
     coll.close()
@@ -238,7 +238,7 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
     assert questions == vectors  # every stored question has its embedding, and no more
     assert 500 + len(reported) <= questions < 500 + len(new)  # all acknowledged, not all
     with Collection.open(folder) as coll:
-        assert len(coll) == len(coll._backend.cache) == questions
+        assert len(coll) == coll.indexed == questions
         found = coll.search([new[i - 500] for i in reported], k=10)
         for i, row in zip(reported, found):  # questions the tiny model encodes alike tie at the top
             assert i in {h.id for h in row if h.score > row[0].score - 1e-5}
@@ -275,38 +275,38 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.search.cache
-    import dupq.search.collection
+    import dupq.collection.collection
+    import dupq.collection.folder.cache
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(20), bundled).close()
-    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
-    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)  # ... on a full disk
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)  # ... on a full disk
     new = synthetic(5, offset=20)
     with Collection.open(folder, bundled) as coll:
         ids = coll.add(new[:3], keys=["a", "b", None])
         assert ids == [20, 21, 22] and "No space left" in coll.cache_error
         assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
         assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
-        with pytest.raises(dupq.search.collection.KeyConflict, match="'a' is stored already"):
+        with pytest.raises(dupq.collection.collection.KeyConflict, match="'a' is stored already"):
             coll.add([new[4]], keys=["a"])
         assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
     assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
     monkeypatch.undo()
     with Collection.open(folder, bundled) as coll:  # index.faiss was never rewritten: rebuilt from SQLite
-        assert len(coll._backend.cache) == len(coll) == 24
+        assert coll.indexed == len(coll) == 24
 
 
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.search.cache
+    import dupq.collection.folder.cache
 
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
     table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
     runner = CliRunner()
-    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
     for _ in range(2):  # the second run is a user re-running the command after the first "failed"
         result = runner.invoke(
             app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"]
@@ -352,7 +352,7 @@ def test_the_whole_index_cache_is_checked(tmp_path, bundled, one_torch_thread):
     faiss.write_index(altered, str(folder / INDEX_FILE))
     with Collection.open(folder, bundled) as coll:
         assert coll.search([texts[5]], k=1)[0][0].id == 5  # rebuilt from the stored embeddings
-        assert np.array_equal(coll._backend.vectors([5])[0], -vectors[5])  # the stored vector, not the altered one
+        assert np.array_equal(coll.stored_vectors([5])[0], -vectors[5])  # the stored vector, not the altered one
 
 
 def corrupt(folder: Path, how: str) -> None:
@@ -473,7 +473,7 @@ def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_mo
 
 
 def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
-    from dupq.search.vectors import IndexConfig, training_size
+    from dupq.index.vectors import IndexConfig, training_size
 
     config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
     texts = distinct(small_splits, training_size(config) + 300)
@@ -519,9 +519,9 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
     tmp_path, tiny_model, texts, blob_rows, monkeypatch
 ):
     """Folders written with big rows (before) and small rows (now) read back the same vectors, by id and by range."""
-    import dupq.search.store
+    import dupq.collection.folder.sqlite
 
-    monkeypatch.setattr(dupq.search.store, "BLOB_ROWS", blob_rows)
+    monkeypatch.setattr(dupq.collection.folder.sqlite, "BLOB_ROWS", blob_rows)
     folder = tmp_path / "c"
     Collection.build(folder, texts[:700], tiny_model).close()
     monkeypatch.undo()  # adds to an old folder go in small rows beside its big one
@@ -531,7 +531,7 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
             [tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])]
         )  # (900, d): as stored
         ids = np.random.default_rng(0).permutation(900)[:250]
-        np.testing.assert_array_equal(coll._backend.store.vectors_by_id(ids), reference[ids])
+        np.testing.assert_array_equal(coll.stored_vectors(ids), reference[ids])
         np.testing.assert_array_equal(coll.stored_vectors(), reference)
     with sqlite3.connect(folder / DATABASE) as db:
         sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
@@ -546,7 +546,8 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
 def stored_texts(coll: Collection) -> list[str]:
     """Every stored question's text, read back from the store by the ids a search over all of them finds."""
     everything = coll.nearest(np.zeros((1, coll.model.out_dim), np.float32), k=len(coll))[1][0]
-    return [row[1] for row in coll._backend.rows([int(i) for i in everything]).values()]
+    texts = {i: text for i, _, text, _ in coll.stored_rows()}
+    return [texts[i] for i in sorted({int(i) for i in everything}) if i in texts]
 
 
 def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):

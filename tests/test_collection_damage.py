@@ -22,9 +22,9 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection
+from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
-from dupq.search.collection import Collection
-from dupq.search.folder import DATABASE, INDEX_FILE
 
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 TEXTS = [f"How do I learn about {TOPICS[i % 10]} in step {i}?" for i in range(40)]

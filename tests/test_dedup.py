@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.search import candidates, dedup_run
-from dupq.search.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
-from dupq.search.clusters import Edges, components, leader, star
-from dupq.search.dedup import DedupConfig, dedup
+from dupq.dedup import candidates
+from dupq.dedup import run as dedup_run
+from dupq.dedup.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
+from dupq.dedup.clusters import Edges, components, leader, star
+from dupq.dedup.grouping import DedupConfig, dedup, same_text
 
 
 def edges_above(vectors: np.ndarray, threshold: float) -> Edges:
@@ -148,6 +149,35 @@ def test_dedup_in_memory_matches_star_on_the_judged_pairs(small_splits, tiny_mod
         assert got.label[i] == got.label[len(texts) - 5 + i] >= 0
 
 
+@pytest.mark.parametrize("exact_below", [10_000, 200])  # exact search, and k-means partitions
+def test_in_memory_and_streamed_runs_group_alike(small_splits, tiny_model, tmp_path, exact_below):
+    """One plan, one block function: dedup() in memory and a streamed run give the same groups and scores."""
+    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:400] + small_splits.pool.q2[:400] if q.strip()))
+    texts += texts[:7]  # exact repeats, found by their hashes in both
+    config = DedupConfig(threshold=0.9)
+    config.candidates.exact_below, config.candidates.list_size = exact_below, 50
+    memory = dedup(texts, tiny_model, config)
+    records = [dedup_run.Record(t, str(i)) for i, t in enumerate(texts)]
+    dedup_run.run(records, tmp_path / "run.csv", tiny_model, config, {"f": 1})
+    with open(tmp_path / "run.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    streamed = {int(r["index"]): (int(r["representative"]), round(float(r["score"]), 4)) for r in rows}
+    expected = {
+        i: (int(memory.representative[i]), round(float(memory.score[i]), 4))
+        for group in memory.groups()
+        for i in group.tolist()
+    }
+    assert streamed == expected and memory.count > 7
+
+
+def test_same_text_equals_a_naive_reference():
+    texts = ["a", "b", "a", "c", "b", "a", "", ""]
+    first = {t: texts.index(t) for t in texts}
+    naive = {(first[t], i) for i, t in enumerate(texts) if first[t] != i}
+    edges = same_text(texts)
+    assert set(zip(edges.a.tolist(), edges.b.tolist())) == naive and set(edges.score.tolist()) == {1.0}
+
+
 def run_cli(*args):
     return CliRunner().invoke(app, ["dedup", *map(str, args), "--no-progress"])
 
@@ -255,7 +285,7 @@ def test_a_changed_run_starts_over(tmp_path, tiny_model):
 
 
 def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     texts = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "How can I learn python"]
     Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]).close()
@@ -292,7 +322,7 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
 
 def test_a_ray_address_out_of_reach_is_one_sentence():
     from dupq.core.errors import DupqError
-    from dupq.search.dedup_ray import _reachable
+    from dupq.dedup.ray_engine import _reachable
 
     with (
         socket.socket() as listener

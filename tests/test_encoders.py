@@ -1,23 +1,19 @@
-"""The encoder registry: a GRU trains, saves, loads and searches; folders without an encoder type are the LSTM."""
+"""The encoder registry: its weights' shapes; folders without an encoder type are the LSTM; retired types and
+tokenizers are refused in one sentence."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
 from dupq.core.errors import DupqError
-from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.architecture import ENCODER_TYPES, weight_shapes
-from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, GRUEncoder, pool
+from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, pool
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
-from dupq.training.batches import PairBatches
-from dupq.training.losses import triplet_loss
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -43,59 +39,6 @@ def test_weight_shapes_are_the_torch_modules_state_dicts(kind, bidirectional, he
     assert ENCODER_TYPES == tuple(ENCODERS)  # the torch-free names of the registry
 
 
-def test_gru_encoder_is_embedding_gru_mean_normalise():
-    torch.manual_seed(0)
-    encoder = GRUEncoder(EncoderConfig(vocab_size=20, dim=8)).eval()
-    ids, lengths = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]]), torch.tensor([3, 2])
-    rows = []
-    for row, n in zip(ids, lengths):  # one question at a time, without padding
-        out, _ = encoder.gru(encoder.embedding(row[None, : int(n)]))  # (1, n, 8)
-        rows.append(torch.nn.functional.normalize(out[0].mean(0), dim=-1))
-    torch.testing.assert_close(encoder(ids, lengths), torch.stack(rows))
-    assert ENCODERS == {"lstm": Encoder, "gru": GRUEncoder}
-
-
-def _mean_triplet_loss(encoder, batches):
-    return float(
-        np.mean([triplet_loss(*encoder(b.ids, b.lengths).split(b.size), reduction="mean").item() for b in batches])
-    )
-
-
-def test_a_gru_model_trains_saves_loads_and_searches(small_splits, tmp_path):
-    duplicates = small_splits.train.take(small_splits.train.labels == 1)
-    vocab = Vocabulary.build(duplicates.q1 + duplicates.q2)
-    torch.manual_seed(0)
-    model = Model.create(vocab, dim=16, encoder="gru")
-    encoder = model.encoder.network.train()
-    source, rng = PairBatches(vocab, duplicates, batch_size=64), np.random.default_rng(0)
-    held = [source.batch(np.arange(i, i + 64), rng) for i in range(0, 640, 64)]  # pairs not trained on below
-    before = _mean_triplet_loss(encoder.eval(), held)
-    optimizer = torch.optim.Adam(encoder.parameters(), lr=0.01)
-    for _ in range(60):
-        batch = source.batch(rng.choice(np.arange(640, len(duplicates)), 64, replace=False), rng)
-        loss = triplet_loss(*encoder.train()(batch.ids, batch.lengths).split(batch.size), reduction="mean")
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    after = _mean_triplet_loss(encoder.eval(), held)
-    assert after < before - 0.02, (before, after)
-
-    model.save(tmp_path / "gru")
-    config = json.loads((tmp_path / "gru" / "config.json").read_text())
-    assert config["encoder"]["type"] == "gru"
-    loaded = Model.load(tmp_path / "gru")
-    assert isinstance(loaded.encoder.network, GRUEncoder) and loaded.fingerprint() == model.fingerprint()
-    texts = list(dict.fromkeys(duplicates.q2[:300]))
-    np.testing.assert_array_equal(loaded.encode(texts), model.encode(texts))
-
-    Collection.build(tmp_path / "faq", texts, loaded).close()
-    with Collection.open(tmp_path / "faq") as collection:  # no model given: the recorded GRU folder is loaded
-        assert isinstance(collection.model.encoder.network, GRUEncoder)
-        hits = collection.search(texts[:20], k=3)
-    brute = np.argsort(-(model.encode(texts[:20]) @ model.encode(texts).T), axis=1)[:, :3]  # (20, 3)
-    assert [[h.text for h in row] for row in hits] == [[texts[i] for i in row] for row in brute]
-
-
 def test_a_folder_without_an_encoder_type_loads_as_the_lstm(tiny_model_dir, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(tiny_model_dir, old)
@@ -109,3 +52,21 @@ def test_a_folder_without_an_encoder_type_loads_as_the_lstm(tiny_model_dir, tmp_
     (old / "config.json").write_text(json.dumps(config))
     with pytest.raises(DupqError, match="unknown encoder type 'transformer'"):
         Model.load(old)
+
+
+def test_a_folder_of_a_retired_encoder_or_tokenizer_is_refused_in_one_sentence(tiny_model_dir, tmp_path):
+    """A GRU encoder and the teacher's WordPiece tokens were experiments that lost; their folders name them."""
+    gru, wordpiece = tmp_path / "gru", tmp_path / "wordpiece"
+    shutil.copytree(tiny_model_dir, gru)
+    config = json.loads((gru / "config.json").read_text())
+    config["encoder"]["type"] = "gru"
+    (gru / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DupqError) as gru_error:
+        Model.load(gru)
+    shutil.copytree(tiny_model_dir, wordpiece)
+    (wordpiece / "vocab.json").write_text(json.dumps({"tokenizer": "wordpiece", "max_tokens": 256}))
+    with pytest.raises(DupqError) as wordpiece_error:
+        Model.load(wordpiece)
+    for error, named in ((gru_error, "encoder type 'gru'"), (wordpiece_error, "tokenizer 'wordpiece'")):
+        message = str(error.value)
+        assert named in message and "no longer supported" in message and "\n" not in message, message

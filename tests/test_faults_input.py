@@ -22,13 +22,13 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection, KeyConflict
 from dupq.core.errors import DupqError
 from dupq.core.files import new_folder
 from dupq.data.pairs import read_pairs
 from dupq.data.questions import read_questions
 from dupq.data.tables import RowWriter
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection, KeyConflict
 
 runner = CliRunner()
 BOM = b"\xef\xbb\xbf"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dupq.data.tokenizer import Vocabulary
-from dupq.modeling.encoders import Encoder, EncoderConfig, GRUEncoder
+from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.kernels import FEW_QUESTIONS, HeadKernel, Kernels, LSTMKernel, Stored, arrays
 from dupq.modeling.lstm import LSTMEncoder
@@ -102,7 +102,6 @@ def test_kernels_leave_to_torch_what_they_do_not_cover():
     assert kernels.encoder(_encoder(), FEW_QUESTIONS) is not None
     assert kernels.encoder(_encoder(), FEW_QUESTIONS + 1) is None  # one batched torch call is faster
     assert kernels.encoder(_encoder(bidirectional=True), 1) is None
-    assert kernels.encoder(GRUEncoder(EncoderConfig(vocab_size=VOCAB, dim=16)).eval(), 1) is None
     assert kernels.encoder(_encoder().train(), 1) is None  # dropout is on
     assert kernels.encoder(_encoder().double(), 1) is None
     assert kernels.head(None) is None

@@ -2,7 +2,7 @@
 
 Every test runs on both backends (the ``location`` fixture: a folder, then milvus-lite) and
 compares with a naive reference: a brute-force search over the stored vectors with the filter
-applied row by row (:func:`dupq.search.backend.matches`), or the rows read back.
+applied row by row (:func:`dupq.collection.backend.matches`), or the rows read back.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.backend import check_where, matches
+from dupq.collection.collection import Collection, UnknownKey
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
-from dupq.search import vectors as vector_module
-from dupq.search.backend import check_where, matches
-from dupq.search.collection import Collection, UnknownKey
-from dupq.search.vectors import search as exact_search
+from dupq.index import vectors as vector_module
+from dupq.index.vectors import search as exact_search
 
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
@@ -107,7 +107,7 @@ def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_m
 def test_a_filtered_index_search_finds_what_brute_force_finds(kind, share, monkeypatch):
     """VectorIndex.search with a mask, through the selector (forced) and through the exact scan, against brute force
     over random unit vectors (the graph a real collection has: the small model's many ties make a poor one)."""
-    from dupq.search.vectors import IndexConfig, VectorIndex
+    from dupq.index.vectors import IndexConfig, VectorIndex
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3000, 32)).astype(np.float32)
@@ -258,14 +258,14 @@ def test_http_remove_update_filter_and_decide(location, tiny_model_dir):
 BUILD = """
 import json, sys
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
+from dupq.collection.collection import Collection
 texts, keys, meta = json.load(sys.stdin)
 Collection.build(sys.argv[1], texts, Model.load(sys.argv[2]), keys=keys, metadata=meta, index=sys.argv[3]).close()
 """
 
 CHILD = """
 import sys
-from dupq.search.collection import Collection
+from dupq.collection.collection import Collection
 with Collection.open(sys.argv[1]) as coll:
     for i in range({n}):
         if i % 3 == 2:

@@ -134,8 +134,8 @@ def test_right_to_left_text_cannot_reorder_the_page(browser, tmp_path, tiny_mode
     page's own words after it (the "likely duplicate" badge, the next metadata entry) still read left to right."""
     from playwright.sync_api import expect
 
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
     from dupq.service.app import create_app
 
     flipped = "Why is the sky \u202eblue at noon?"

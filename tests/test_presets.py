@@ -24,7 +24,9 @@ runner = CliRunner()
 
 
 # Ablation options of the bundled run removed since, at the value that turned them off.
-REMOVED = dict(contrastive_margin=0.5, ema=0.0, bucket=1, bidirectional=False, pooling="mean", head_hidden=256)
+REMOVED = dict(
+    contrastive_margin=0.5, ema=0.0, bucket=1, bidirectional=False, pooling="mean", head_hidden=256, distil_questions=0
+)
 
 
 def test_bundled_preset_is_the_recipe_that_trained_the_bundled_model():

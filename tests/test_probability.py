@@ -28,7 +28,7 @@ def test_probability_is_calibrated_on_dev_and_symmetric(head_model, small_splits
 
 
 def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, small_splits, tmp_path):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     texts = questions(small_splits, 150)
     build_collection(tmp_path / "coll", head_model_dir, texts)
@@ -44,7 +44,7 @@ def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, smal
 
 
 def test_dedup_joins_pairs_by_probability(head_model, small_splits):
-    from dupq.search.dedup import DedupConfig, dedup
+    from dupq.dedup.grouping import DedupConfig, dedup
 
     texts = questions(small_splits, 400)
     threshold = 0.6

@@ -1,5 +1,5 @@
 """The files dupq reads back are read through one loader and their pydantic formats (dupq.core.formats,
-dupq.modeling.folder_format, dupq.search.manifest): a wrong type or range is one sentence naming the file and the field."""
+dupq.modeling.folder_format, dupq.collection.manifest): a wrong type or range is one sentence naming the file and the field."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.manifest import check_manifest
 from dupq.core.errors import DupqError
 from dupq.core.files import to_json
 from dupq.core.formats import check_format
 from dupq.modeling.folder_format import FORMAT, Metrics, ModelConfig, check_threshold
 from dupq.modeling.model import BUNDLED, Model
-from dupq.search.manifest import check_manifest
 
 
 @pytest.fixture

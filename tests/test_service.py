@@ -279,13 +279,13 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
     """the cache write fails after every commit; 5 concurrent adds, then retries of each."""
-    import dupq.search.cache
-    import dupq.search.vectors
+    import dupq.collection.folder.cache
+    import dupq.index.vectors
     from dupq.service.app import create_app
 
-    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(
-        dupq.search.vectors,
+        dupq.index.vectors,
         "atomic_write",
         lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")),
     )
@@ -316,7 +316,7 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
 
 
 def test_the_server_sees_adds_of_another_process(client):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     new = "Which river flows through the most countries in the world?"
     with Collection.open(client.app.state.collection.location) as other:

@@ -106,7 +106,7 @@ def not_json(content: bytes) -> bool:
     return bool(constants)
 
 
-# A filter's rule lives in dupq.search.backend (check_where, with FIELD_PATTERN, MAX_FIELDS, MAX_VALUES and
+# A filter's rule lives in dupq.collection.backend (check_where, with FIELD_PATTERN, MAX_FIELDS, MAX_VALUES and
 # NUMBERS); the service's schema says it with the same constants. They must agree on every filter, or a
 # schema-valid request would get a 400 (schemathesis's ST202) and a refused one would reach the store.
 
@@ -132,8 +132,8 @@ FILTERS = st.dictionaries(
 def test_the_schema_and_check_where_agree_on_every_filter(where):
     from pydantic import ValidationError
 
+    from dupq.collection.backend import check_where
     from dupq.core.errors import DupqError
-    from dupq.search.backend import check_where
     from dupq.service.schemas import SearchRequest
 
     try:

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from dupq.search.collection import Collection
-from dupq.search.folder import DATABASE
+from dupq.collection.collection import Collection
+from dupq.collection.folder.backend import DATABASE
 
 TOKEN = "limits-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -121,7 +121,7 @@ def test_a_store_failure_answers_the_whole_batch_at_once():
     """Retrying each request of a failed batch alone helps when one request is bad, not when the disk is full."""
     import asyncio
 
-    from dupq.search.rows import StoreFailure
+    from dupq.collection.rows import StoreFailure
     from dupq.service.batching import Batcher
 
     calls = []

@@ -173,7 +173,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     from typer.testing import CliRunner
 
     from dupq.cli import app
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     source = tmp_path / "m2v"
     source.mkdir()

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dupq.core.errors import DupqError
-from dupq.search.vectors import IndexConfig, VectorIndex, rerank, search, training_size
+from dupq.index.vectors import IndexConfig, VectorIndex, rerank, search, training_size
 
 
 def brute_force(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[list[list[float]], list[list[int]]]:

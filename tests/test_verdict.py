@@ -203,7 +203,7 @@ def test_predict_one_pair_and_a_pairs_stream_give_the_reference_verdict(folder, 
 
 
 def test_the_service_and_search_give_the_reference_verdict(folder, pairs, expected, tmp_path):
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
     from dupq.service.app import create_app
 
     q1, q2, _ = pairs
@@ -227,7 +227,7 @@ def test_the_service_and_search_give_the_reference_verdict(folder, pairs, expect
 
 
 def test_dedup_joins_a_pair_exactly_when_the_verdict_is_duplicate(folder, pairs, expected, tmp_path):
-    from dupq.search.dedup import DedupConfig, dedup
+    from dupq.dedup.grouping import DedupConfig, dedup
 
     q1, q2, _ = pairs
     model = Model.load(folder)

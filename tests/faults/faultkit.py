@@ -58,8 +58,8 @@ def clean(run: subprocess.CompletedProcess) -> None:
 
 def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, metadata: bool = False) -> Path:
     """A collection of ``n`` synthetic questions (keys ``k0, k1, ...`` and metadata ``{"row": i}`` if asked)."""
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
 
     Collection.build(
         folder,

@@ -108,7 +108,7 @@ def test_files_of_killed_writers(tmp_path: Path):
 def test_nan_in_json_output(tmp_path: Path):
     """NaN never reaches JSON: metadata with NaN is refused (library, service); a NaN token another writer
     stored is left out of `search --json` and `/search`; `predict --json` prints strict JSON."""
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     folder = build(tmp_path / "c")
     with Collection.open(folder) as coll:

@@ -3,7 +3,7 @@ a command would overwrite, teacher vectors a run would throw away, adds a re-enc
 
 The rules these tests hold are each in one place: :func:`dupq.core.files.read_json` (every JSON
 file), :func:`dupq.core.files.check_new_folder` (every command that writes a folder), the teacher
-cache's ``extend`` (:func:`dupq.training.distil.teacher.teach`) and :mod:`dupq.search.reencode`.
+cache's ``extend`` (:func:`dupq.training.distil.teacher.teach`) and :mod:`dupq.collection.reencode`.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_export_over_an_existing_folder(tmp_path: Path):
 
 
 def test_commands_that_write_a_folder(tmp_path: Path):
-    """train, report, distil tune, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
+    """train, report, export, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
     model = _model_copy(tmp_path)
     folder = build(tmp_path / "c", n=10)
     full = tmp_path / "full"
@@ -86,7 +86,7 @@ def test_commands_that_write_a_folder(tmp_path: Path):
     for command in (
         ["train", "--out", str(full), "--epochs", "1"],
         ["report", str(model), "--out", str(full)],
-        ["distil", "tune", "--out", str(full)],
+        ["export", str(model), str(full)],
         ["adapt", str(tmp_path / "q.txt"), "--out", str(full)],
         ["index", "build", str(tmp_path / "q.txt"), "--out", str(full)],
         ["index", "reencode", str(folder), "--model", str(model), "--out", str(full)],

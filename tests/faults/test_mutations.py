@@ -53,7 +53,7 @@ def run_broken(test, mutation: str, monkeypatch, tmp_path: Path, **params) -> py
 
 NAN_STORED = """
 import json
-import dupq.search.collection as collection
+import dupq.collection.collection as collection
 import dupq.core.files as files
 import dupq.cli.index as index
 
@@ -67,7 +67,7 @@ patch(index, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 
 NAN_READ = """
 import json
-import dupq.search.collection as collection
+import dupq.collection.collection as collection
 import dupq.core.files as files
 import dupq.cli.index as index
 
@@ -77,7 +77,7 @@ patch(index, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 """
 
 FAILS_AFTER_COMMIT = """
-from dupq.search.collection import Collection
+from dupq.collection.collection import Collection
 
 stored = Collection.add
 
@@ -89,7 +89,7 @@ patch(Collection, "add", add)
 """
 
 NO_DEPTH_LIMIT = """
-import dupq.search.rows as rows
+import dupq.collection.rows as rows
 import dupq.service.middleware as middleware
 
 patch(middleware, "json_depth", lambda text, limit=None: 0)
@@ -112,13 +112,13 @@ patch(SecurityHeaders, "__call__", call)
 
 LENIENT_METADATA = """
 import json
-import dupq.search.collection as collection
+import dupq.collection.collection as collection
 
 patch(collection, "read_metadata", lambda text: (json.loads(text) if text else {}, None))
 """
 
 NAN_VECTORS_PASS = """
-import dupq.search.store as store
+import dupq.collection.folder.store as store
 
 patch(store, "_check_finite", lambda *args, **kwargs: None)
 """
@@ -152,7 +152,7 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_fo
 """
 
 TEXT_COMPARED = """
-import dupq.search.store as store
+import dupq.collection.folder.store as store
 
 patch(store, "same_metadata", lambda a, b: a == b)
 """

@@ -2,7 +2,7 @@
 threshold can be chosen on, a worker that cannot start, and the smaller sentences around them.
 
 Each rule lives in one function (:func:`dupq.data.questions.check_question`,
-:func:`dupq.data.questions.check_key`, :func:`dupq.search.rows.same_metadata`,
+:func:`dupq.data.questions.check_key`, :func:`dupq.collection.rows.same_metadata`,
 :func:`dupq.service.app.write_token`, :func:`dupq.evaluation.evaluate.check_dev_labels`); a test
 runs it through the command line, the library and the service alike.
 """
@@ -106,8 +106,8 @@ def test_one_question_rule(tmp_path: Path):
     left out with its reason."""
     from fastapi.testclient import TestClient
 
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
     from dupq.service.app import create_app
 
     folder = build(tmp_path / "c", n=10)
@@ -129,7 +129,7 @@ def test_one_question_rule(tmp_path: Path):
 def test_one_key_rule(tmp_path: Path):
     """A key the API cannot take ("faq 17", a non-ASCII one, 201 characters) is refused by `index add --key` and the
     library, and a file's line with one is left out with its reason."""
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     folder = build(tmp_path / "c", n=10)
     bad = ["faq 17", "cl\u00e9", "k" * 201]

@@ -30,17 +30,17 @@ def test_adds_after_a_failing_commit(tmp_path: Path, monkeypatch):
     its client if it failed: every question stored once (an add that fails after its commit shows as twice)."""
     from fastapi.testclient import TestClient
 
-    import dupq.search.cache
-    import dupq.search.vectors
+    import dupq.collection.folder.cache
+    import dupq.index.vectors
     from dupq.service.app import create_app
 
     folder = build(tmp_path / "c")
-    monkeypatch.setattr(dupq.search.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
 
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dupq.search.vectors, "atomic_write", full_disk)
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
     new, codes = synthetic(5, offset=100), []
     with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
 
@@ -68,7 +68,7 @@ def _nested(depth: int) -> bytes:
 def test_deeply_nested_bodies(tmp_path: Path):
     """`[` x 30,000 and metadata nested 1,500, 300 or 33 deep: 422 with the security headers, nothing stored;
     32 deep (the limit) is stored and a search returning it answers 200; the library refuses 33 deep too."""
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     folder = build(tmp_path / "c")
     deepest = "How deeply may metadata nest?"
@@ -301,11 +301,13 @@ def test_server_side_failures_are_5xx(tmp_path: Path, monkeypatch):
     the security headers (not a 400, not "cannot rollback"); searches still answer; nothing half stored."""
     from fastapi.testclient import TestClient
 
-    import dupq.search.store
+    import dupq.collection.folder.store
     from dupq.service.app import create_app
 
     folder = build(tmp_path / "c")
-    monkeypatch.setattr(dupq.search.store, "BUSY_TIMEOUT", 1.0, raising=False)  # how long an add waits for the lock
+    monkeypatch.setattr(
+        dupq.collection.folder.store, "BUSY_TIMEOUT", 1.0, raising=False
+    )  # how long an add waits for the lock
     auth = {"Authorization": "Bearer t"}
     with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
         writer = c.app.state.collection._backend.store._db

@@ -31,11 +31,11 @@ from typing import Annotated
 import torch
 import typer
 
+from dupq.collection.collection import Collection
 from dupq.data.pairs import read_pairs, write_pairs
 from dupq.evaluation.evaluate import calibrate, evaluate
 from dupq.evaluation.tasks import HELP_DESKS
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
 
 
 def main(

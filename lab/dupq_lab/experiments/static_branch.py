@@ -34,7 +34,6 @@ import typer
 
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
-from dupq.data.tokenizer import Vocabulary
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
@@ -54,9 +53,7 @@ def main(
     try:
         folder, model = model, Model.load(model)
         dims, weights, sif = integers(dim), [float(w) for w in weight.split(",")], [float(x) for x in a.split(",")]
-        vocab = model.encoder.lstm().vocab
-        if not isinstance(vocab, Vocabulary):
-            raise DupqError("the static branch reads a word vocabulary; this model has WordPiece tokens.")
+        vocab = model.encoder.lstm("the static branch reads a word vocabulary; this model has none.").vocab
         pairs, _ = read_pairs(data)
         tasks = {
             "help_desk": shipped_help_desk_task(data, split)[0],

@@ -94,7 +94,7 @@ def joined_model(transformer: Model, student: Model, weight: float) -> Model:
 
 def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
     """Questions a second of ``model.encode``, and (``build``) the seconds a 20,000-question flat collection takes to build."""
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     model.encode(questions[-256:])  # warm-up: the first call pays for loading and allocation
     started = time.perf_counter()

@@ -34,8 +34,8 @@ TOKEN = "reencode-token"
 
 def measure(tmp: Path, questions: int, writers: int, workers: int, command: list[str] = DUPQ, env=None) -> dict:
     """Serve a new collection of ``questions`` in ``tmp``, add from ``writers`` clients, re-encode it; the figures."""
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import BUNDLED, Model
-    from dupq.search.collection import Collection
 
     env = {**(env or {}), "DUPQ_API_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
     texts = [f"How do I learn about topic {i} in step {i * 7}?" for i in range(questions)]

@@ -179,7 +179,7 @@ def timed_searches(coll, queries: list[str], seconds: float) -> dict:
 def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
     """``Collection.search([q], k=10)`` one query at a time on one thread, here, on ``copy``: searches/s and latency."""
     try:
-        from dupq.search.collection import Collection
+        from dupq.collection.collection import Collection
     except ImportError:  # a tree from before the package had subpackages (a baseline run)
         from dupq.collection import Collection
 

@@ -122,8 +122,8 @@ def child(kind: str, n: int, threshold: float, synthetic: bool = False, save: st
         vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
     start, cpu = time.perf_counter(), time.process_time()
     if kind.startswith("dupq"):
+        from dupq.dedup.grouping import DedupConfig, dedup_vectors
         from dupq.modeling.model import Model
-        from dupq.search.dedup import DedupConfig, dedup_vectors
 
         model = Model.load()
         config = DedupConfig(threshold=threshold, on="similarity") if kind == "dupq" else DedupConfig()
@@ -167,11 +167,11 @@ def speed(sizes: list[int]) -> dict:
 
 def quality(cosines: list[float]) -> dict:
     from dupq.data.pairs import default_data_path, held_out
+    from dupq.dedup.candidates import neighbour_blocks
+    from dupq.dedup.clusters import CLUSTERERS, Edges
+    from dupq.dedup.grouping import DedupConfig, judge
     from dupq.evaluation.grouping import pairwise
     from dupq.modeling.model import Model
-    from dupq.search.candidates import neighbour_blocks
-    from dupq.search.clusters import CLUSTERERS, Edges
-    from dupq.search.dedup import DedupConfig, judge
 
     text, vectors = questions()
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -245,7 +245,7 @@ def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
     """Past FLAT_LISTS lists, the HNSW beam of the probes (efSearch = beam x nprobe) on the synthetic archive:
     its CPU time a question, and the share of a sample's neighbours above the cosine threshold that exact
     probes find which it finds too."""
-    from dupq.search import candidates as c
+    from dupq.dedup import candidates as c
 
     _, real = questions()
     vectors = rotated_blocks(real, n)

@@ -7,7 +7,7 @@ For each MODEL (a model folder) and the bundled model (``--bundled``, or no MODE
 ``encode`` alone. The models take turns, round after round, so that a change in the machine's
 load reaches every model alike; each figure is the median of the rounds. It is the rate that
 `dupq-lab train-speed`'s ``encode_questions_per_s`` measures for a freshly built encoder, here
-for saved models, so that two vocabularies (words and the teacher's WordPiece tokens) compare.
+for saved models.
 """
 
 from __future__ import annotations

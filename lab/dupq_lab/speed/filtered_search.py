@@ -5,7 +5,7 @@ Each question gets a synthetic metadata field ``group``, an integer drawn unifor
 seeded sample of stored questions as queries:
 
 * ``recall@10``: share of the collection's top 10 whose exact score reaches the exact 10th score
-  among the questions the filter keeps (:func:`dupq.search.vectors.search` over their stored
+  among the questions the filter keeps (:func:`dupq.index.vectors.search` over their stored
   vectors; ties broken either way count);
 * ``p50_ms`` / ``p99_ms``: ``Collection.nearest(vector, 10, where=...)`` one query at a time, after
   the filter's matching ids were read once (``first_filter_ms``: that read, SQLite's
@@ -31,10 +31,10 @@ import numpy as np
 import torch
 import typer
 
+from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
+from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
-from dupq.search.vectors import search
 from dupq_lab.options import DATA, Data, Index, Seed
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000

@@ -4,7 +4,7 @@ For each graph (``--m`` x ``--ef-construction``) built over the bundled model's 
 ~537,000 questions, and each ``efSearch`` of ``--ef-search``, one JSON row:
 
 * ``recall@10``: share of the top 10 whose true score reaches the exact 10th score of
-  :func:`dupq.search.vectors.search` (ties broken either way count, as dupq-lab search-speed counts);
+  :func:`dupq.index.vectors.search` (ties broken either way count, as dupq-lab search-speed counts);
 * ``p50_us`` / ``p99_us``: one query at a time, one thread, ``index.search`` alone (the graph walk:
   what efSearch and M change; encoding and building hits are measured by dupq-lab search-speed);
 * ``build_s`` and ``bytes_per_question`` of the graph.
@@ -31,8 +31,8 @@ import torch
 import typer
 
 from dupq.data.questions import read_questions
+from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq.search.vectors import search
 from dupq_lab.options import DATA, Data, ModelFolder, integers
 
 

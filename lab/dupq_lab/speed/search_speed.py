@@ -13,7 +13,7 @@ For each index kind (flat = exact, hnsw = approximate, ivfpq = compressed and re
   (``encode_p50_ms``) and the FAISS search (``index_p50_ms``);
 * batches: ``coll.search(batch, k=10)`` over batches of 256: queries per second;
 * ``recall@10``: share of its top 10 whose true score reaches the exact 10th score of
-  :func:`dupq.search.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
+  :func:`dupq.index.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
 
     dupq-lab search-speed --model runs/model [--data PATH] [--index flat,hnsw,ivfpq] [--query-seed 0]
 
@@ -39,11 +39,11 @@ import numpy as np
 import torch
 import typer
 
+from dupq.collection.collection import Collection
+from dupq.collection.folder.backend import INDEX_FILE
 from dupq.data.questions import read_questions
+from dupq.index.vectors import IndexConfig, search
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
-from dupq.search.folder import INDEX_FILE
-from dupq.search.vectors import IndexConfig, search
 from dupq_lab.options import DATA, Data, ModelFolder
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}

@@ -29,9 +29,9 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
-from dupq.search.collection import Collection
 from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Rounds, Seconds, Seed, Work
 from dupq_lab.service.service_load import built, one_thread, timed_searches
 

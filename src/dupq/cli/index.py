@@ -62,10 +62,10 @@ def index_build(
     """Store the questions of a file, their embeddings and a search index in a new collection (a folder, or Milvus)."""
     import time
 
+    from dupq.collection.collection import Collection, Location
     from dupq.data.questions import read_questions
+    from dupq.index.vectors import IndexConfig
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection, Location
-    from dupq.search.vectors import IndexConfig
 
     _threads(threads)
     config = IndexConfig(kind=index)
@@ -133,9 +133,9 @@ def index_add(
 
     With keys, running the same command again (after a crash, say) stores nothing twice.
     """
+    from dupq.collection.collection import Collection
     from dupq.data.questions import check_key, check_question, read_questions
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
 
     _threads(threads)
     if (question is None) == (file is None):
@@ -191,9 +191,9 @@ def search_command(
     """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
     from dataclasses import asdict
 
+    from dupq.collection.collection import Collection
     from dupq.data.questions import check_question, read_questions
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
 
     _threads(threads)
     if (question is None) == (queries is None):
@@ -247,7 +247,7 @@ def index_remove(
     keys: Annotated[list[str], typer.Argument(help="The keys of the questions to remove.")],
 ) -> None:
     """Remove questions by key, in one transaction: no search finds them once this prints (a key not stored removes nothing)."""
-    from dupq.search.collection import Collection
+    from dupq.collection.collection import Collection
 
     with Collection.open(collection) as coll:
         ids = coll.remove(keys)
@@ -271,8 +271,8 @@ def index_update(
     """Change a stored question's text or metadata by key, in one transaction (the same change again writes nothing)."""
     import json
 
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
 
     try:
         meta = None if metadata is None else json.loads(metadata)
@@ -289,8 +289,8 @@ def index_decisions(
     out: Annotated[Path, typer.Option(help="The pairs file to write (TSV in the Quora file's columns).")],
 ) -> None:
     """Write the moderators' decisions as labelled pairs, which `dupq calibrate --pairs` and `dupq train` take."""
+    from dupq.collection.collection import Collection
     from dupq.data.pairs import write_pairs
-    from dupq.search.collection import Collection
 
     with Collection.open(collection) as coll:
         pairs = coll.decisions()

@@ -241,4 +241,4 @@ def report(
     )
 
 
-# Collections: store old questions, search them, deduplicate a corpus (dupq.search.collection, dupq.search.dedup).
+# Collections: store old questions, search them, deduplicate a corpus (dupq.collection.collection, dupq.dedup.grouping).

@@ -247,10 +247,11 @@ def check_path(path: str | os.PathLike, what: str, *, folder: bool) -> Path:
 
 _TEMP = re.compile(r"^\..+\.(\d+)-[^.]+\.tmp$")  # atomic_write's temporary files: .NAME.PID-RANDOM.tmp
 _OLD_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # the same before they held a process id
-_BUILDING = re.compile(r"^\..+\.building-(\d+)$")  # a collection being built (dupq.search.collection)
+_BUILDING = re.compile(r"^\..+\.building-(\d+)$")  # a collection being built (dupq.collection.collection)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (this one, or another user's): a file it left is not stale."""
     if pid == os.getpid():
         return True
     try:
@@ -276,9 +277,9 @@ def remove_stale(folder: str | os.PathLike, old: float = 3600.0) -> list[Path]:
     for entry in entries:
         temp, building, legacy = _TEMP.match(entry.name), _BUILDING.match(entry.name), _OLD_TEMP.match(entry.name)
         try:
-            if temp and entry.is_file() and not _alive(int(temp.group(1))):
+            if temp and entry.is_file() and not alive(int(temp.group(1))):
                 entry.unlink()
-            elif building and entry.is_dir() and not _alive(int(building.group(1))):
+            elif building and entry.is_dir() and not alive(int(building.group(1))):
                 shutil.rmtree(entry)
             elif legacy and not temp and entry.is_file() and time.time() - entry.stat().st_mtime > old:
                 entry.unlink()

@@ -2,7 +2,7 @@
 
 Every file dupq reads back (a model's ``config.json``, ``metrics.json`` and ``vocab.json``, a
 collection's ``manifest.json``) has a pydantic format, declared beside the code that uses it
-(:mod:`dupq.modeling.folder_format`, :mod:`dupq.data.tokenizer`, :mod:`dupq.search.manifest`), and is
+(:mod:`dupq.modeling.folder_format`, :mod:`dupq.data.tokenizer`, :mod:`dupq.collection.manifest`), and is
 read through :func:`read_format` or :func:`check_format`. A wrong type or an out-of-range value
 anywhere becomes one :class:`DupqError` sentence naming the file and the field, instead of a
 traceback later, deep in the code that uses it (a ``"128"`` as a width, a list where the pair

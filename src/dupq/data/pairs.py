@@ -29,8 +29,8 @@ import numpy as np
 from dupq.core.errors import DupqError
 from dupq.core.files import atomic_output
 from dupq.core.options import check_options, option
-from dupq.data.questions import Dropped
-from dupq.data.text import delimiter_of, header_names, open_text, reading, table_rows
+from dupq.data.questions import Dropped, table_rows
+from dupq.data.text import delimiter_of, header_names, open_text, reading
 
 REQUIRED_COLUMNS = ("question1", "question2", "is_duplicate")
 DEFAULT_DATA = Path("..") / "shared" / "data" / "quora_duplicate_questions.tsv.gz"

@@ -23,16 +23,17 @@ naming a column twice (:mod:`dupq.data.text`), or a key given to two lines.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dupq.core.errors import DupqError
 from dupq.core.files import check_path
-from dupq.data.text import delimiter_of, header_names, open_text, reading, table_rows
+from dupq.data.text import delimiter_of, header_names, open_text, reading
 from dupq.data.tokenizer import STRIP
 
 MAX_KEY = 200  # characters in a key (a question's id: a qid, an Idempotency-Key)
@@ -113,6 +114,59 @@ class Dropped:
             return "no rows dropped"
         span = f" over {self.lines} lines" if self.lines != self.count else ""
         return f"dropped {self.count} unusable rows{span} ({self._reasons()}); first: {', '.join(self.examples)}"
+
+
+def table_rows(
+    f, delimiter: str, width: int, dropped: Dropped, first_line: int = 2
+) -> Iterator[tuple[int, int, list[str]]]:
+    """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
+
+    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
+    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
+    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
+    line up to the next quote (or the end of the file) into one row, and two stray quotes would
+    even pair up into a row of the right width. So rows are read strictly (a closing quote must
+    end its field), and a row that breaks that, or spans several lines with the wrong number of
+    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
+    on the line after it. A quoting slip within one line is read leniently, as before.
+    """
+    source, pushed_back = iter(f), deque()
+    taken: list[str] = []  # the physical lines of the row being read
+
+    def lines() -> Iterator[str]:
+        while True:
+            line = pushed_back.popleft() if pushed_back else next(source, None)
+            if line is None:
+                return
+            taken.append(line)
+            yield line
+
+    number = first_line
+    while True:
+        try:
+            for row in csv.reader(lines(), delimiter=delimiter, strict=True):
+                span = len(taken)
+                if len(row) == width:
+                    yield number, span, row
+                elif span > 1:
+                    raise csv.Error("a quoted field ran over lines")
+                else:
+                    dropped.add(f"line {number}", "wrong number of fields" if row else "blank line")
+                number += span
+                taken.clear()
+            return
+        except csv.Error:
+            first, rest = taken[0], taken[1:]
+            taken.clear()
+            pushed_back.extendleft(reversed(rest))
+            row = (
+                [] if rest else next(csv.reader([first], delimiter=delimiter), [])
+            )  # a slip within one line: read leniently
+            if len(row) == width:
+                yield number, 1, row
+            else:
+                dropped.add(f"line {number}", "unclosed quote" if rest or '"' in first else "wrong number of fields")
+            number += 1
 
 
 def check_key(key, where: str = "the key") -> str:

@@ -22,16 +22,11 @@ import gzip
 import io
 import sys
 import zlib
-from collections import deque
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from dupq.core.errors import DupqError
-
-if TYPE_CHECKING:
-    from dupq.data.questions import Dropped
 
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: the longest line (without its line end) any input file may hold
 BOM = codecs.BOM_UTF8
@@ -146,56 +141,3 @@ def delimiter_of(path: Path) -> str | None:
     """The field delimiter a file's name promises (``.tsv``, ``.csv``, gzipped or not), None for any other name."""
     name = path.name.removesuffix(".gz").lower()
     return "\t" if name.endswith(".tsv") else "," if name.endswith(".csv") else None
-
-
-def table_rows(
-    f, delimiter: str, width: int, dropped: Dropped, first_line: int = 2
-) -> Iterator[tuple[int, int, list[str]]]:
-    """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
-
-    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
-    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
-    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
-    line up to the next quote (or the end of the file) into one row, and two stray quotes would
-    even pair up into a row of the right width. So rows are read strictly (a closing quote must
-    end its field), and a row that breaks that, or spans several lines with the wrong number of
-    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
-    on the line after it. A quoting slip within one line is read leniently, as before.
-    """
-    source, pushed_back = iter(f), deque()
-    taken: list[str] = []  # the physical lines of the row being read
-
-    def lines() -> Iterator[str]:
-        while True:
-            line = pushed_back.popleft() if pushed_back else next(source, None)
-            if line is None:
-                return
-            taken.append(line)
-            yield line
-
-    number = first_line
-    while True:
-        try:
-            for row in csv.reader(lines(), delimiter=delimiter, strict=True):
-                span = len(taken)
-                if len(row) == width:
-                    yield number, span, row
-                elif span > 1:
-                    raise csv.Error("a quoted field ran over lines")
-                else:
-                    dropped.add(f"line {number}", "wrong number of fields" if row else "blank line")
-                number += span
-                taken.clear()
-            return
-        except csv.Error:
-            first, rest = taken[0], taken[1:]
-            taken.clear()
-            pushed_back.extendleft(reversed(rest))
-            row = (
-                [] if rest else next(csv.reader([first], delimiter=delimiter), [])
-            )  # a slip within one line: read leniently
-            if len(row) == width:
-                yield number, 1, row
-            else:
-                dropped.add(f"line {number}", "unclosed quote" if rest or '"' in first else "wrong number of fields")
-            number += 1

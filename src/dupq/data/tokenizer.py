@@ -16,15 +16,11 @@ only in words never seen in training ("Worldpay" / "Mijireh") no longer encode i
 Why not Hugging Face ``tokenizers`` for words: it expresses this exactly (a ``Replace`` normaliser,
 ``WhitespaceSplit``, ``WordLevel``) and gives the same ids, but on this 2-core machine it
 encodes 500,000 Quora questions in 5.2 s against 2.7 s for ``str.translate`` + ``str.split`` +
-a dict lookup, which are C code already; so the lighter path wins. The other vocabulary, the
-teacher's subword tokens (:mod:`dupq.data.wordpiece`), is a different case: there ``tokenizers``
-does work that Python's string methods cannot (WordPiece's longest-match pieces, BERT's exact
-normaliser), and is the one way to match the teacher's tokens; it is imported only there.
+a dict lookup, which are C code already; so the lighter path wins.
 
 Encoded questions are *ragged*: one flat id array plus offsets, padded per batch on demand.
 The vocabulary is saved as ``vocab.json`` (the words in id order) beside the model; its format
-is :class:`VocabFile`. A ``vocab.json`` that names ``"tokenizer": "wordpiece"`` is the subword
-vocabulary's instead; :func:`dupq.data.wordpiece.load_vocabulary` reads either.
+is :class:`VocabFile`.
 """
 
 from __future__ import annotations
@@ -35,13 +31,14 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, StrictBool, field_validator, model_validator
 
 from dupq.core.errors import DupqError
 from dupq.core.files import write_json
-from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, checked, corrupt, integer, read_format
+from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, checked, corrupt, integer, read_format, sentence
 
 PAD, UNK = "[PAD]", "[UNK]"
 STRIP = str.maketrans("", "", string.punctuation)  # Keras' strip_punctuation set, exactly
@@ -88,7 +85,6 @@ class Vocabulary:
     [4, 2, 3, 1]
     """
 
-    kind = "words"  # ModelOptions.tokenizer's name for it
     UNIT = "words"  # what its ids stand for, in messages
     unknown_id = 1  # an unknown word's id when there are no buckets
 
@@ -209,6 +205,17 @@ class VocabFile(BaseModel):
     max_tokens: integer(1, MAX_TOKENS)  # words kept per question
     oov_buckets: integer(0, MAX_VOCAB) = 0  # ids that unknown words hash into, after the words
     tokens: list[checked(str, _word, "a non-empty string")]  # the words in id order, [PAD] and [UNK] first
+
+    @model_validator(mode="before")
+    @classmethod
+    def _words_only(cls, stored: Any) -> Any:
+        """Refuse the vocabulary of a tokenizer this dupq no longer reads (the teacher's WordPiece tokens)."""
+        if isinstance(stored, dict) and stored.get("tokenizer", "words") != "words":
+            raise sentence(
+                f"its tokenizer {stored['tokenizer']!r} is no longer supported (this dupq reads word vocabularies "
+                "only); train the model again with words."
+            )
+        return stored
 
     @field_validator("tokens")
     @classmethod

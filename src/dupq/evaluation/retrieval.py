@@ -16,7 +16,7 @@ The task is BEIR's Quora task and sentence-transformers' Quora split, on dupq's 
 the default (test and dev rows) is the reported one.
 
 A system ranks the collection for each query (:func:`dense_ranking` for unit vectors, by
-:func:`dupq.search.vectors.search`, exact; :func:`bm25_ranking` with the ``bm25s`` package), and
+:func:`dupq.index.vectors.search`, exact; :func:`bm25_ranking` with the ``bm25s`` package), and
 :func:`ranking_measures` scores its top ``k`` with trec_eval's measures through ``pytrec_eval``:
 MRR@10 (``recip_rank`` of a top-10 run), nDCG@10 (``ndcg_cut_10``), Recall@1 and Recall@10 (the
 share of a query's relevant questions in its top 1 / 10) and P@1. The run given to trec_eval
@@ -41,8 +41,8 @@ import numpy as np
 from dupq.core.errors import DupqError
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import Pairs, Splits, recorded_split, split_pairs
+from dupq.index.vectors import search
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq.search.vectors import search
 
 K = 10  # the cut-off of MRR@10 and nDCG@10, and how many each query retrieves
 QUERY_BLOCK = 1024  # queries searched at once (memory: QUERY_BLOCK x corpus scores and sort keys)
@@ -126,7 +126,7 @@ def _cut_off(task: RetrievalTask, k: int) -> int:
 def dense_ranking(encode: Encode, task: RetrievalTask, k: int = K) -> np.ndarray:
     """``(Q, k)`` corpus indices, best first, by the inner product of ``encode``'s unit vectors.
 
-    Exact search (:func:`dupq.search.vectors.search`: ties go to the lower index). A query that is
+    Exact search (:func:`dupq.index.vectors.search`: ties go to the lower index). A query that is
     in the collection uses the collection's vector of it: each text is encoded once.
     """
     k = _cut_off(task, k)

@@ -23,8 +23,8 @@ from pydantic import StrictBool, StrictStr
 from dupq.core.formats import MAX_DIM, MAX_HIDDEN, MAX_OUT_DIM, MAX_VOCAB, checked, integer, number
 
 # The registered encoder types (dupq.modeling.encoders.ENCODERS: one torch class each) -> the gate
-# blocks of their recurrent layer's weights: i, f, g, o for an LSTM; r, z, n for a GRU.
-GATES = {"lstm": 4, "gru": 3}
+# blocks of their recurrent layer's weights: i, f, g, o for an LSTM.
+GATES = {"lstm": 4}
 ENCODER_TYPES = tuple(GATES)
 POOLINGS = ("mean", "max")
 HEADS = ("cosine", "mlp")
@@ -98,7 +98,7 @@ class SentenceConfig:
 
 def weight_shapes(kind: str, encoder: EncoderConfig, head: HeadConfig | None) -> dict[str, tuple[int, ...]]:
     """The name and shape of every weight in ``model.safetensors`` of a model with an encoder of type
-    ``kind`` and a pair ``head`` (its names prefixed ``head.``): torch's ``nn.LSTM`` / ``nn.GRU``
+    ``kind`` and a pair ``head`` (its names prefixed ``head.``): torch's ``nn.LSTM``
     names, one ``_reverse`` set more for a bidirectional layer."""
     d, rows = encoder.dim, GATES[kind] * encoder.dim
     shapes = {"embedding.weight": (encoder.vocab_size, d)}

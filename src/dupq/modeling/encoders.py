@@ -84,13 +84,4 @@ class Encoder(nn.Module):
         return pool(out, lengths, self.config.pooling)
 
 
-class GRUEncoder(Encoder):
-    """``Embedding -> GRU -> pooling -> L2 normalise`` (Cho et al. 2014, *Learning Phrase Representations
-    using RNN Encoder-Decoder*): two gates instead of the LSTM's three and no cell state, so 3/4 of
-    its recurrent weights and of its work per token."""
-
-    type = "gru"
-    layer = nn.GRU
-
-
-ENCODERS: dict[str, type[Encoder]] = {cls.type: cls for cls in (Encoder, GRUEncoder)}
+ENCODERS: dict[str, type[Encoder]] = {cls.type: cls for cls in (Encoder,)}

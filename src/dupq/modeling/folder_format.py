@@ -60,6 +60,7 @@ from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 FORMAT = "dupq-model/1"
 ROUNDING = 1e-6  # float32 cosines can exceed 1 by an ulp or two, and a threshold chosen among them too
 KNOWN = (*ENCODER_TYPES, SENTENCE_TRANSFORMERS)  # every encoder type a config.json may name
+RETIRED = ("gru",)  # encoder types of older dupq versions, refused by name
 # Calibration numbers beyond this are no fit to dev pairs (the bundled model's are below 2) and would
 # overflow the probability; a beta map this steep is a step function anyway.
 MAX_CALIBRATION = 1e6
@@ -126,6 +127,8 @@ class ModelConfig(BaseModel):
         if not isinstance(encoder, dict):
             return config  # the encoder's own format refuses it
         kind = encoder.get("type", "lstm")
+        if kind in RETIRED:
+            raise sentence(f"encoder type {kind!r} (encoder.type) is no longer supported; train the model again.")
         if not isinstance(kind, str) or kind not in KNOWN:  # a list or an object as the type is unknown too
             raise sentence(
                 f"unknown encoder type {kind!r} (encoder.type); this dupq knows "
@@ -146,9 +149,7 @@ class ModelConfig(BaseModel):
             if self.head is not None and self.head.dim != self.encoder.out_dim:
                 raise corrupt(f"head.dim must be the encoder's width {self.encoder.out_dim}, not {self.head.dim}")
         elif self.static is not None:
-            raise corrupt(
-                "static names a static branch, which joins an LSTM or GRU model, not a sentence-transformers one"
-            )
+            raise corrupt("static names a static branch, which joins an LSTM model, not a sentence-transformers one")
         return self
 
     def judging(self) -> dict[str, Any]:

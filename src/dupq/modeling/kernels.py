@@ -15,7 +15,7 @@ state-dict names: a torch module's (views of its parameters), or a model folder'
 ``model.safetensors`` holds them (:class:`Stored`), so that a model loaded to judge and search
 needs no torch at all (:meth:`dupq.modeling.model.Model.load`). :class:`Kernels` prepares the
 weights once and prepares a module's again whenever a parameter changes (training,
-``load_state_dict``). It answers None where torch must run: a GRU or bidirectional encoder,
+``load_state_dict``). It answers None where torch must run: a bidirectional encoder,
 weights not float32 on the CPU, a module in training mode, or more than :data:`FEW_QUESTIONS`
 questions to encode, where one batched torch call is faster.
 """
@@ -45,7 +45,7 @@ Weights = Mapping[str, np.ndarray]  # a module's float32 weights by state-dict n
 class Stored:
     """A module as a model folder stores it, without torch: its registered type, config and weights.
 
-    ``type`` is the encoder's ("lstm", "gru") or ``"head"``; what the kernels read of a module
+    ``type`` is the encoder's ("lstm") or ``"head"``; what the kernels read of a module
     (``type``, ``config``) has the same names on :class:`~dupq.modeling.encoders.Encoder`. Stored
     weights never change: a model that trains builds the torch module from them first.
     """

@@ -27,8 +27,7 @@ from safetensors.numpy import save
 from dupq.core.errors import DupqError
 from dupq.core.files import atomic_write
 from dupq.core.threads import import_torch
-from dupq.data.tokenizer import Encoded
-from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
+from dupq.data.tokenizer import Encoded, Vocabulary
 from dupq.modeling.architecture import EncoderConfig
 from dupq.modeling.encoding import TextEncoder
 from dupq.modeling.folder_format import FORMAT, ModelConfig, read_weights
@@ -48,7 +47,7 @@ class LSTMEncoder(TextEncoder):
     """``vocab`` -> ``network`` (a torch :class:`~dupq.modeling.encoders.Encoder`, or its :class:`Stored`
     weights until torch is needed) -> unit vectors, joined with ``branch``'s when it has one."""
 
-    def __init__(self, vocab: AnyVocabulary, network: Encoder | Stored, branch: StaticBranch | None = None):
+    def __init__(self, vocab: Vocabulary, network: Encoder | Stored, branch: StaticBranch | None = None):
         self.vocab = vocab
         self._network = network.eval() if not isinstance(network, Stored) else network
         self.branch = branch  # the static branch joined to every vector (dupq.modeling.static); None: none
@@ -168,7 +167,7 @@ class LSTMEncoder(TextEncoder):
 def read_lstm(folder: Path, config: ModelConfig) -> tuple[LSTMEncoder, Stored | None]:
     """The LSTM encoder of ``folder`` and its stored pair head (None: none), torch-free: the vocabulary, the
     checked weights of ``model.safetensors`` (the head's under ``head.``) and the static branch."""
-    vocab = load_vocabulary(folder / "vocab.json")
+    vocab = Vocabulary.load(folder / "vocab.json")
     if len(vocab) != config.encoder.vocab_size:
         raise DupqError(
             f"{folder}: vocab.json has {len(vocab)} {vocab.UNIT} but the config says {config.encoder.vocab_size}."

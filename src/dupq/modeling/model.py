@@ -30,7 +30,7 @@ import numpy as np
 from dupq.core.errors import DupqError
 from dupq.core.files import check_path, new_folder, readable, write_json
 from dupq.data.questions import check_questions
-from dupq.data.wordpiece import AnyVocabulary
+from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.architecture import EncoderConfig
 from dupq.modeling.encoding import READERS, TextEncoder, check_list
 from dupq.modeling.folder_format import FORMAT, check_new_model_folder, read_config, read_metrics
@@ -61,17 +61,16 @@ class Model:
     @classmethod
     def create(
         cls,
-        vocab: AnyVocabulary,
+        vocab: Vocabulary,
         dim: int = 128,
         bidirectional: bool = False,
         dropout: float = 0.0,
-        encoder: str = "lstm",
     ) -> Model:
-        """An untrained model with a fresh network of the registered type ``encoder`` (see :data:`dupq.modeling.encoders.ENCODERS`)."""
-        from dupq.modeling.encoders import ENCODERS
+        """An untrained model with a fresh LSTM encoder (:class:`dupq.modeling.encoders.Encoder`)."""
+        from dupq.modeling.encoders import Encoder
 
         config = EncoderConfig(vocab_size=len(vocab), dim=dim, bidirectional=bidirectional, dropout=dropout)
-        return cls(LSTMEncoder(vocab, ENCODERS[encoder](config)))
+        return cls(LSTMEncoder(vocab, Encoder(config)))
 
     @property
     def bundled(self) -> bool:

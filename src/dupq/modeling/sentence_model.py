@@ -160,7 +160,7 @@ def read_transformer(folder: Path, config: ModelConfig) -> tuple[TransformerEnco
     student = None
     if sentence.join is not None:
         student = Model.load(folder / sentence.join)
-        student.encoder.lstm(f"{folder / sentence.join} must hold a dupq LSTM or GRU model to join.")
+        student.encoder.lstm(f"{folder / sentence.join} must hold a dupq LSTM model to join.")
     transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
     if width(transformer) != sentence.dim:
         raise DupqError(

@@ -58,10 +58,10 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
+from dupq.collection.location import Location
+from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey
 from dupq.core.errors import DupqError
 from dupq.modeling.predict import judge
-from dupq.search.location import Location
-from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey
 from dupq.service import metrics
 from dupq.service.batching import Batcher
 from dupq.service.connections import allow_many_connections, server_config
@@ -90,8 +90,8 @@ log = logging.getLogger(__name__)
 
 def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
     """The collection in ``collection_dir`` (a folder or a Milvus location), with the model in ``model_dir`` if one is given."""
+    from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.search.collection import Collection
 
     return Collection.open(collection_dir, Model.load(model_dir) if model_dir is not None else None)
 
@@ -229,7 +229,7 @@ def answer_to(e: DupqError) -> tuple[int, str, dict[str, str]]:
     """The HTTP status, detail and headers of a library error: the one place where store errors become statuses.
 
     The caller's mistake is a 4xx with the library's sentence (409 for a key stored with another
-    question, 400 otherwise); a :class:`~dupq.search.rows.StoreFailure` is the server's own: 507
+    question, 400 otherwise); a :class:`~dupq.collection.rows.StoreFailure` is the server's own: 507
     for a full disk, 503 for a busy, unreachable or read-only store (with ``Retry-After`` where
     waiting helps), else 500, each with a sentence of :data:`STORE_ANSWERS`.
     """

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 
+from dupq.collection.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
 from dupq.core.errors import DupqError
 from dupq.data.questions import KEY_PATTERN, MAX_KEY, MAX_QUESTION, check_question
 from dupq.modeling.verdict import clip_cosines
-from dupq.search.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
 
 MAX_K = 100  # results of one search
 
@@ -68,7 +68,7 @@ class SimilarityResponse(BaseModel):
     threshold_on: str  # "similarity" or "probability": what the threshold is compared with
 
 
-# check_where's rule (dupq.search.backend), as a schema says it: a filter's field names, values and sizes
+# check_where's rule (dupq.collection.backend), as a schema says it: a filter's field names, values and sizes
 FilterValue = (
     StrictStr
     | StrictBool

@@ -13,7 +13,7 @@ store is the one truth they share: an add is one SQLite transaction, ids come fr
 key already stored stores nothing (across processes too, as SQLite serialises the writers), and
 before every search a worker compares SQLite's ``data_version`` and catches its index up from the
 stored embeddings, so every worker sees the others' committed adds at its next search. Writes of
-``index.faiss`` are serialised by :mod:`dupq.search.cache`.
+``index.faiss`` are serialised by :mod:`dupq.collection.folder.cache`.
 
 A worker whose parent disappears (a ``kill -9`` of the supervisor) shuts itself down, so no
 orphan keeps serving the port. A worker that cannot open the collection (its folder moved or
@@ -42,7 +42,7 @@ HEALTH_CHECK_S = 60  # a worker that does not answer the supervisor's ping for t
 def default_workers(location) -> int:
     """One worker per core (each runs its searches on one core); one for a milvus-lite file, which
     one process opens at a time."""
-    from dupq.search.location import Location
+    from dupq.collection.location import Location
 
     return 1 if Location.parse(location).one_process else os.cpu_count() or 1
 

@@ -5,21 +5,15 @@ A model trained on Quora knows Quora's words as Quora's labels used them; a help
 has its old questions but no labels. :func:`adapt` lets the teacher (a pretrained sentence
 encoder, all-MiniLM-L6-v2 by default) encode those questions once, into a resumable cache
 (:func:`dupq.training.distil.teacher.teach`), and fine-tunes the student on them with the
-distillation losses of :mod:`dupq.training.objectives`:
+``distil`` loss of :mod:`dupq.training.objectives`: the cosine distance between each question's
+vector, through a linear projection to the teacher's width, and the teacher's vector. The
+projection starts as the least-squares map from the starting student's vectors to the teacher's,
+so the first steps move the encoder, not a random projection.
 
-* ``distil``: the cosine distance between each question's vector, through a linear projection to
-  the teacher's width, and the teacher's vector. The projection starts as the least-squares map
-  from the starting student's vectors to the teacher's, so the first steps move the encoder, not
-  a random projection;
-* ``distil_matrix``: the squared difference between the student's and the teacher's cosine
-  matrices over a batch (what retrieval ranks by; no projection).
-
-What keeps Quora's skills is how far the weights move: the learning rate and the epochs, and
-optionally a penalty holding them near the starting model's (``anchor * sum (w - w0)^2``, the
-L2-SP penalty of Li, Grandvalet & Davoine 2018, *Explicit Inductive Bias for Transfer Learning
-with Convolutional Networks*). The defaults are the point chosen on the out-of-domain yardstick's
-dev half (``dupq-lab out-of-domain``); the penalty, Quora duplicate pairs mixed in under the triplet
-loss, rewordings of the questions as more teacher targets and batches of teacher neighbours were
+What keeps Quora's skills is how far the weights move: the learning rate and the epochs. The
+defaults are the point chosen on the out-of-domain yardstick's dev half (``dupq-lab
+out-of-domain``); matching the teacher's matrix of cosines, a penalty holding the weights near the
+starting model's (L2-SP), Quora duplicate pairs mixed in under the triplet loss, rewordings of the questions as more teacher targets and batches of teacher neighbours were
 measured there too and did no better than fewer steps, so they are not in. A help desk of fewer
 than ``mix`` questions gets questions of Quora's training pool (never a dev or test one,
 :func:`quora_questions`) taught and trained on with its own, so that a few hundred questions do not
@@ -31,9 +25,7 @@ lacks, each the teacher's vector of the word alone (:func:`dupq.training.distil.
 
 The student's vocabulary is the starting model's: a word it lacks is hashed into one of its
 unknown-word buckets (:class:`dupq.data.tokenizer.Vocabulary`), whose vectors are trained here like
-any word's; ``metrics.json`` counts how many of the questions' words that is. A model of the
-teacher's WordPiece tokens (:class:`dupq.data.wordpiece.WordPieceVocabulary`) cuts such a word into
-pieces it holds; only a word no piece spells is [UNK], and that is what it counts.
+any word's; ``metrics.json`` counts how many of the questions' words that is.
 
 The loop is ``dupq train``'s, :func:`dupq.training.loop.fit` (the progress bar, Adam, the learning-rate
 schedule), over :class:`QuestionBatches`; the result is written through
@@ -61,7 +53,7 @@ from torch import nn
 from dupq.core.errors import DupqError
 from dupq.core.files import new_folder
 from dupq.data.questions import Dropped, check_questions
-from dupq.data.wordpiece import AnyVocabulary
+from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch
 from dupq.training.batches import Batch, length_batches
@@ -73,9 +65,7 @@ from dupq.training.loop import Epoch, Loop, Update, cosine, fit
 from dupq.training.objectives import Objective
 from dupq.training.step import Siamese, encode_in_chunks
 
-NOT_ADAPTABLE = (
-    "adaptation fine-tunes a dupq LSTM or GRU model; a sentence-transformers model folder cannot be adapted."
-)
+NOT_ADAPTABLE = "adaptation fine-tunes a dupq LSTM model; a sentence-transformers model folder cannot be adapted."
 
 
 class QuestionBatches:
@@ -85,7 +75,7 @@ class QuestionBatches:
     :class:`~dupq.training.batches.PairBatches` is for labelled pairs.
     """
 
-    def __init__(self, vocab: AnyVocabulary, cache: TeacherCache, batch_size: int):
+    def __init__(self, vocab: Vocabulary, cache: TeacherCache, batch_size: int):
         self.cache = cache
         self.encoded = vocab.encode(cache.texts)
         self.batch_size = batch_size
@@ -118,8 +108,8 @@ def user_questions(source: str, column: str | None = None) -> tuple[list[str], M
     and the model it was built with (the natural base); a file is read as
     :func:`dupq.data.questions.read_questions` reads it (``column`` of a CSV/TSV file), with no model.
     """
+    from dupq.collection.collection import Collection, Location
     from dupq.data.questions import read_questions
-    from dupq.search.collection import Collection, Location
 
     location = Location.parse(source)
     if location.holds_collection():
@@ -162,7 +152,7 @@ def distinct_questions(texts: list[str]) -> list[str]:
     return texts
 
 
-def word_counts(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
+def word_counts(vocab: Vocabulary, texts: list[str]) -> dict[str, int]:
     """Each word of ``texts`` (as the vocabulary splits them), in the order first seen, and how often it occurs."""
     seen: dict[str, int] = {}
     for text in texts:
@@ -171,7 +161,7 @@ def word_counts(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
     return seen
 
 
-def unknown_words(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
+def unknown_words(vocab: Vocabulary, texts: list[str]) -> dict[str, int]:
     """How many distinct words of ``texts`` (and word occurrences) the vocabulary lacks."""
     seen = word_counts(vocab, texts)
     missing = {w: n for w, n in seen.items() if not vocab.known(w)}
@@ -184,7 +174,7 @@ def unknown_words(vocab: AnyVocabulary, texts: list[str]) -> dict[str, int]:
 
 
 @torch.no_grad()
-def fit_projection(encoder: nn.Module, vocab: AnyVocabulary, cache: TeacherCache) -> nn.Linear:
+def fit_projection(encoder: nn.Module, vocab: Vocabulary, cache: TeacherCache) -> nn.Linear:
     """The least-squares linear map from the encoder's vectors of the taught questions to the teacher's."""
     encoder.eval()
     encoded = vocab.encode(cache.texts)
@@ -202,11 +192,11 @@ def fit_projection(encoder: nn.Module, vocab: AnyVocabulary, cache: TeacherCache
 
 @torch.no_grad()
 def teacher_agreement(
-    model: Siamese, vocab: AnyVocabulary, cache: TeacherCache, batch_size: int = 512, own: int | None = None
+    model: Siamese, vocab: Vocabulary, cache: TeacherCache, batch_size: int = 512, own: int | None = None
 ) -> dict[str, float]:
     """On the taught questions, in fixed batches: the mean cosine of the projected vectors to the teacher's
     (over all of them, and ``own_cosine`` over the first ``own``: the user's, before any mixed in), and the
-    mean squared difference of the in-batch cosine matrices (the two losses, without weights)."""
+    mean squared difference of the in-batch cosine matrices (how far the student's similarities are from the teacher's)."""
     model.eval()
     encoded = vocab.encode(cache.texts)
     cosines, matrix = [], []
@@ -299,7 +289,7 @@ def _fine_tune(
     """The base encoder fine-tuned on ``taught`` (the loop of ``dupq train``), and what to record of it."""
     lstm = base.encoder.lstm()
     vocab, network = lstm.vocab, lstm.network
-    projection = fit_projection(network, vocab, taught) if config.distil else None
+    projection = fit_projection(network, vocab, taught)
     model = Siamese(copy.deepcopy(network), None, projection)
     before = teacher_agreement(model, vocab, taught, own=own)
     source = QuestionBatches(vocab, taught, config.batch_size)
@@ -314,12 +304,11 @@ def _fine_tune(
     )
 
     def drift() -> torch.Tensor:
-        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start (the L2-SP penalty)."""
+        """``sum (w - w0)^2`` over the encoder's weights: how far it moved from the start."""
         return sum((p - p0).pow(2).sum() for p, p0 in zip(model.encoder.parameters(), start))
 
     def loss_of(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:  # the loss optimised, the loss logged
-        loss, per_row = model(batch, objective, 4, World(), config.bf16)
-        return (loss + config.anchor * drift() if config.anchor else loss), per_row
+        return model(batch, objective, 4, World(), config.bf16)
 
     def after_epoch(epoch: int, done: Epoch) -> bool:
         if not math.isfinite(done.loss_sum):
@@ -340,18 +329,13 @@ def _fine_tune(
     loop = Loop(config.epochs, config.lr, config.seed, cosine, progress=progress)
     fit(loop, model, source, loss_of, update, after_epoch)
     after = teacher_agreement(model, vocab, taught, own=own)
-    log(agreement_line(before, after, own, len(taught), model.projection is not None))
+    log(agreement_line(before, after, own, len(taught)))
     record = {"steps": steps_per_epoch * len(history), "epochs_run": len(history), "history": history}
     return model.encoder.cpu(), {**record, "before": before, "after": after}
 
 
-def agreement_line(before: dict, after: dict, own: int, taught: int, projected: bool) -> str:
+def agreement_line(before: dict, after: dict, own: int, taught: int) -> str:
     """What the agreement with the teacher did, in words: before and after the fine-tuning."""
-    if not projected:
-        return (
-            f"in-batch cosine matrices against the teacher's, mean squared difference (0 = the same): "
-            f"{before['matrix_error']:.4f} before, {after['matrix_error']:.4f} after"
-        )
     line = (
         f"cosine to the teacher on your {own:,} questions (the student's vector through the linear map, against the "
         f"teacher's; 1 = the same direction): {before['own_cosine']:.4f} before, {after['own_cosine']:.4f} after"
@@ -394,7 +378,7 @@ def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress:
 
 
 def _teach_branch(
-    branch: StaticBranch, vocab: AnyVocabulary, texts: list[str], encode: Callable[[list[str]], np.ndarray], log
+    branch: StaticBranch, vocab: Vocabulary, texts: list[str], encode: Callable[[list[str]], np.ndarray], log
 ) -> tuple[StaticBranch, dict[str, Any]]:
     """The static branch taught the words of ``texts`` (the user's own) that the vocabulary lacks, and what was done."""
     new = [w for w in word_counts(vocab, texts) if not vocab.known(w)]

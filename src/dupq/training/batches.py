@@ -23,9 +23,7 @@ once, outside the loss).
 
 **Teacher vectors.** Given a :class:`~dupq.training.distil.teacher.TeacherCache`, a batch also carries the
 teacher's vector of each of its questions that was taught (``Batch.teacher``, ``Batch.taught``),
-for the distillation losses; ``distil_questions`` appends that many taught questions drawn at
-random from the whole cache (the user's unlabelled ones included) as rows that only the
-distillation losses see.
+for the distillation losses.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ import torch
 from torch import Tensor
 
 from dupq.data.pairs import Pairs
-from dupq.data.tokenizer import Encoded
-from dupq.data.wordpiece import AnyVocabulary
+from dupq.data.tokenizer import Encoded, Vocabulary
 
 if TYPE_CHECKING:  # only named in a type hint: the teacher's cache is made in training.distil
     from dupq.training.distil.teacher import TeacherCache
@@ -72,7 +69,7 @@ def false_negatives(anchor_groups: Tensor, column_groups: Tensor) -> Tensor:
 class Batch:
     """The questions of one step, encoded together: q1 rows, q2 rows, M extra negatives, then U questions to distil only.
 
-    ``N = 2B + M + U`` rows in all.
+    ``N = 2B + M + U`` rows in all (``dupq adapt``'s batches are U rows alone).
     """
 
     ids: Tensor  # (N, L) token ids, right-padded
@@ -94,18 +91,17 @@ class PairBatches:
 
     ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it,
     where the pool has one (drawn from ``rng``); rows without one get none. ``teacher`` attaches
-    each question's teacher vector; ``distil_questions`` appends that many random taught questions.
+    each question's teacher vector.
     """
 
     def __init__(
         self,
-        vocab: AnyVocabulary,
+        vocab: Vocabulary,
         pairs: Pairs,
         batch_size: int,
         groups: dict[str, int] | None = None,
         hard_negatives: Pairs | None = None,
         teacher: TeacherCache | None = None,
-        distil_questions: int = 0,
     ):
         self.pairs = pairs
         self.q1: Encoded = vocab.encode(pairs.q1)
@@ -122,13 +118,10 @@ class PairBatches:
             self.g2 = -1 - len(pairs) - np.arange(len(pairs), dtype=np.int64)
         self.partners = None if hard_negatives is None else _Partners(vocab, hard_negatives, pairs, groups)
         self.teacher = teacher
-        self.distil_questions = distil_questions if teacher is not None else 0
         if teacher is not None:
             self.t1, self.t2 = teacher.rows(pairs.q1), teacher.rows(pairs.q2)
             if self.partners is not None:
                 self.partners.teacher_rows = teacher.rows(self.partners.texts)
-        if self.distil_questions:
-            self.taught_encoded: Encoded = vocab.encode(teacher.texts)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -150,11 +143,6 @@ class PairBatches:
                 groups.append(self.partners.groups[chosen])
                 if self.teacher is not None:
                     rows.append(self.partners.teacher_rows[chosen])
-        if self.distil_questions:
-            drawn = rng.integers(len(self.teacher), size=self.distil_questions)
-            blocks.append(self.taught_encoded.padded(drawn))
-            groups.append(np.full(len(drawn), np.iinfo(np.int64).min, dtype=np.int64))  # never compared: not ranked
-            rows.append(drawn)
         width = max(ids.shape[1] for ids, _ in blocks)
         ids = np.concatenate([np.pad(ids, ((0, 0), (0, width - ids.shape[1]))) for ids, _ in blocks])  # (N, L)
         lengths = np.concatenate([lengths for _, lengths in blocks])  # (N,)
@@ -171,14 +159,13 @@ class PairBatches:
             len(index),
             teacher,
             taught,
-            self.distil_questions,
         )
 
 
 class _Partners:
     """For each duplicate row of ``pairs``, the questions labelled *not* a duplicate of either of its questions."""
 
-    def __init__(self, vocab: AnyVocabulary, non_duplicates: Pairs, pairs: Pairs, groups: dict[str, int] | None):
+    def __init__(self, vocab: Vocabulary, non_duplicates: Pairs, pairs: Pairs, groups: dict[str, int] | None):
         self.texts = texts = list(dict.fromkeys(non_duplicates.q1 + non_duplicates.q2))
         self.teacher_rows = np.full(len(texts), -1, dtype=np.int64)  # set by PairBatches when it has a teacher
         position = {t: i for i, t in enumerate(texts)}

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dupq.core.errors import DupqError
 from dupq.core.formats import MAX_DIM
 from dupq.core.options import check_options, label, option
-from dupq.data.wordpiece import TOKENIZERS
-from dupq.modeling.architecture import ENCODER_TYPES, HEADS
+from dupq.modeling.architecture import HEADS
 
 if TYPE_CHECKING:
     from dupq.training.objectives import Objective
@@ -29,7 +28,6 @@ DEFAULT_LOSSES = {"duplicates": {"triplet": 1.0}, "labelled": {"bce": 1.0, "rank
 
 
 LR_SCHEDULES = ("constant", "cosine")
-KEEPS = ("best", "loss", "last")  # which epoch's weights the model folder keeps (Validation.better)
 
 
 DEVICES = ("cpu", "cuda")
@@ -75,23 +73,10 @@ class TrainConfig:
     hard_negatives: bool = option(
         False, "Per duplicate row, add a question labelled not its duplicate as a negative.", cli=False
     )
-    word_lr: float = option(
-        1.0,
-        "Learning rate of the word embeddings, as a share of lr: below 1 keeps a teacher start (word_init) closer.",
-        min=0.0,
-        cli=False,
-    )
     lr_schedule: str = option(
         "constant", "constant, or cosine (decay to 0 over the run).", choices=LR_SCHEDULES, cli=False
     )
     seed: int = option(0, "Random seed (initialisation, shuffling, dropout).", min=0, max=2**32 - 1)
-    keep: str = option(
-        "best",
-        "Which epoch the model folder keeps: best (highest validation accuracy; without labelled "
-        "validation pairs, lowest loss), loss (lowest validation loss) or last.",
-        choices=KEEPS,
-        cli=False,
-    )
     # length-sorted LSTM calls per batch: cuts padding, keeps the batch's questions random. 8 is the fastest of
     # 4/8/16/32 for the seed recipe on a 2-core CPU (`dupq-lab train-step --recipe seed`: 8,930 pairs/s
     # against 8,091 at 16); for the labelled recipe 8 and 16 are within noise, and its preset keeps 16:
@@ -102,9 +87,6 @@ class TrainConfig:
         "Encode under bfloat16 autocast while training: ~2x faster on a CPU with bf16 units; weights and losses stay float32.",
     )
     teacher_vectors: str = option("", "Teacher vectors made by `dupq distil teach`, for the distil losses.")
-    distil_questions: int = option(
-        0, "Per batch, this many random taught questions seen by the distil losses only.", min=0, max=65_536, cli=False
-    )
     # torch CPU threads; 0 leaves torch's setting alone. `dupq train --threads` (one default for every command) sets it
     threads: int = 0
     device: str = option(
@@ -116,8 +98,8 @@ class TrainConfig:
         if not self.losses:
             self.losses = dict(DEFAULT_LOSSES[self.train_on])
         for f in fields(self):
-            if f.name in ("lr", "word_lr") and not math.isfinite(getattr(self, f.name)):
-                raise DupqError(f"{label(f)} must be a finite number, not {getattr(self, f.name)}.")
+            if f.name == "lr" and not math.isfinite(self.lr):
+                raise DupqError(f"{label(f)} must be a finite number, not {self.lr}.")
         try:
             objective = self.objective()
         except ValueError as e:
@@ -145,24 +127,15 @@ class ModelOptions:
         min=1,
         max=MAX_DIM,
     )
-    # wordpiece: a word Quora never used still reaches pieces with a meaning (docs/distil.md); it brings its own
-    # case folding and has no unknown-word buckets, so lowercase, oov_buckets and min_count do not apply to it
-    tokenizer: str = option(
-        "words",
-        "words: the training questions' words (the seed); wordpiece: the teacher's 30,522 WordPiece tokens "
-        "(all-MiniLM-L6-v2's tokenizer, from the distil extra).",
-        choices=TOKENIZERS,
-        cli=False,
-    )
-    lowercase: bool = option(False, "Fold case before the vocabulary lookup (words only).", cli=False)
+    lowercase: bool = option(False, "Fold case before the vocabulary lookup.", cli=False)
     oov_buckets: int = option(
         0,
-        "Hash unknown words into this many extra ids (0: one shared id, as the seed; words only).",
+        "Hash unknown words into this many extra ids (0: one shared id, as the seed).",
         min=0,
         max=2**20,  # rows of the embedding table beside the vocabulary's: 2**20 x 128 floats is 0.5 GB
         cli=False,
     )
-    min_count: int = option(1, "Keep words seen at least this often in the vocabulary (words only).", min=1, cli=False)
+    min_count: int = option(1, "Keep words seen at least this often in the vocabulary.", min=1, cli=False)
     dropout: float = option(0.0, "Dropout on word embeddings.", min=0.0, max=0.9, cli=False)
     head: str = option(
         "none",
@@ -171,14 +144,8 @@ class ModelOptions:
     )
     word_init: str = option(
         "",
-        "Start word embeddings from a teacher's vectors of each word (or WordPiece token): 'teacher' "
+        "Start word embeddings from a teacher's vectors of each word: 'teacher' "
         "(the packaged MiniLM) or a sentence-transformers folder; '': random (the seed).",
-    )
-    encoder: str = option(
-        "lstm",
-        "The question encoder: lstm (the seed) or gru (no cell state: 3/4 of the LSTM's recurrent work).",
-        choices=ENCODER_TYPES,
-        cli=False,
     )
 
     def __post_init__(self) -> None:
@@ -198,8 +165,6 @@ class AdaptConfig:
     distil: float = option(
         1.0, "Weight of the cosine distance to the teacher's vectors (through a projection).", min=0.0
     )
-    distil_matrix: float = option(0.0, "Weight of matching the teacher's in-batch cosine matrix.", min=0.0)
-    anchor: float = option(0.0, "Weight of the penalty holding the weights near the starting model's (L2-SP).", min=0.0)
     mix: int = option(
         20_000,
         "When you give fewer questions than this, questions of Quora's training pool (never a dev or test one) "
@@ -211,12 +176,11 @@ class AdaptConfig:
 
     def __post_init__(self) -> None:
         check_options(self)
-        if not all(math.isfinite(v) for v in (self.lr, self.distil, self.distil_matrix, self.anchor, self.minutes)):
-            raise DupqError("the adaptation's learning rate, weights and minutes must be finite numbers.")
-        if self.distil == 0 and self.distil_matrix == 0:
-            raise DupqError("adaptation needs a distillation loss: give --distil or --distil-matrix a positive weight.")
+        if not all(math.isfinite(v) for v in (self.lr, self.distil, self.minutes)):
+            raise DupqError("the adaptation's learning rate, weight and minutes must be finite numbers.")
+        if self.distil == 0:
+            raise DupqError("adaptation needs the distillation loss: give --distil a positive weight.")
 
     def losses(self) -> dict[str, float]:
         """The objective's losses (:mod:`dupq.training.objectives`)."""
-        named = {"distil": self.distil, "distil_matrix": self.distil_matrix}
-        return {k: v for k, v in named.items() if v > 0}
+        return {"distil": self.distil}

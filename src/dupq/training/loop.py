@@ -1,11 +1,10 @@
-"""The one training loop: ``dupq train``, ``dupq adapt`` and the teacher's fine-tuning are configurations of it.
+"""The one training loop: ``dupq train`` and ``dupq adapt`` are configurations of it.
 
 Per epoch: draw the batches from ``(seed, epoch)``, then per step set the learning rate from the
 schedule, compute the batch's loss, update; after the epoch, ``after_epoch`` validates, checkpoints
 and logs, and may stop the run. What a batch is and how its loss is computed are the caller's
-(``loss_of``): a batch of pairs through the Siamese LSTM, a batch of a help desk's questions, a
-sentence-transformers model's texts. Everything random is derived from ``(seed, epoch)``, so an
-epoch run after a resume draws the same batches and dropout masks as in a run never interrupted.
+(``loss_of``): a batch of pairs through the Siamese LSTM, or a batch of a help desk's questions.
+Everything random is derived from ``(seed, epoch)``, so an epoch run after a resume draws the same batches and dropout masks as in a run never interrupted.
 
 >>> fit(Loop(epochs=5, lr=0.01, seed=0), model, source, loss_of, Update(optimizer), after_epoch)   # doctest: +SKIP
 """
@@ -74,7 +73,7 @@ class Epoch:
 
 
 class Update:
-    """One optimiser update from a batch's loss: clear the gradients, backward, (clip,) the optimiser's step.
+    """One optimiser update from a batch's loss: clear the gradients, backward, the optimiser's step.
 
     Given the model's word ``embedding``, its gradient stays sparse: the table is most of the
     parameters but a batch touches a few thousand rows, so the lookup gives those rows only
@@ -82,12 +81,11 @@ class Update:
     steps, the optimiser reads it as the table's gradient (Adam moves every row, as with the dense
     gradient), and only the rows added are zeroed again: the dense gradient's sums without a fresh
     table-sized tensor per step (dupq-lab train-step measures the time saved). A gradient that
-    arrives dense (``dupq adapt``'s anchor reads the whole table) is used as it is; among several
-    processes DDP sums the sparse rows of every rank before the buffer sees them.
+    arrives dense is used as it is; among several processes DDP sums the sparse rows of every rank before the buffer sees them.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, embedding: nn.Embedding | None = None, clip: float = 0.0):
-        self.optimizer, self.clip = optimizer, clip
+    def __init__(self, optimizer: torch.optim.Optimizer, embedding: nn.Embedding | None = None):
+        self.optimizer = optimizer
         self.table = self.buffer = None
         if embedding is not None:
             embedding.sparse = True
@@ -111,9 +109,6 @@ class Update:
             rows = grad._indices()[0]
             self.buffer.index_add_(0, rows, grad._values())
             self.table.grad = self.buffer
-        if self.clip:
-            params = [p for group in self.optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self.clip)
         self.optimizer.step()
         if rows is not None:
             self.buffer.index_fill_(0, rows, 0.0)
@@ -153,7 +148,7 @@ def fit(
             for step, index in enumerate(batches):
                 share = loop.schedule(epoch * steps + step, steps * loop.epochs)
                 for group in update.optimizer.param_groups:
-                    group["lr"] = loop.lr * group.get("share", 1.0) * share
+                    group["lr"] = loop.lr * share
                 loss, per_row = loss_of(source.batch(index, rng))
                 update(loss)
                 done.loss_sum += per_row.item() * len(index)

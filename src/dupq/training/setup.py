@@ -14,10 +14,8 @@ from dupq.core.errors import DupqError
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.pairs import SplitConfig, Splits, labelled_split
 from dupq.data.tokenizer import Vocabulary
-from dupq.data.wordpiece import TOKENIZER, AnyVocabulary, WordPieceVocabulary
-from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig
+from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
-from dupq.modeling.pretrained import packaged_teacher
 from dupq.training.batches import PairBatches
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distil.teacher import TeacherCache
@@ -47,7 +45,7 @@ def _labelled_val(split: dict[str, Any] | None) -> int:
 def batch_sources(
     splits: Splits,
     config: TrainConfig,
-    vocab: AnyVocabulary,
+    vocab: Vocabulary,
     split: dict[str, Any] | None,
     teacher: TeacherCache | None = None,
 ) -> tuple[PairBatches, PairBatches, str]:
@@ -63,7 +61,7 @@ def batch_sources(
     hard = splits.pool.take(splits.pool.labels == 0) if config.hard_negatives else None
     if hard is not None and config.train_on == "labelled":
         hard = hard.take(np.isin(hard.rows, train_pairs.rows))  # never a validation pair's question
-    train_source = PairBatches(vocab, train_pairs, config.batch_size, groups, hard, teacher, config.distil_questions)
+    train_source = PairBatches(vocab, train_pairs, config.batch_size, groups, hard, teacher)
     val_source = PairBatches(vocab, val_pairs, config.batch_size, groups, teacher=teacher)
     duplicates = int(train_pairs.labels.sum())
     line = f"train {len(train_pairs):,} pairs ({duplicates:,} duplicates) | validation {len(val_pairs):,} pairs"
@@ -76,12 +74,8 @@ def batch_sources(
 
 def build_vocabulary(
     splits: Splits, config: TrainConfig, options: ModelOptions, split: dict[str, Any] | None
-) -> AnyVocabulary:
-    """The run's vocabulary: the words of its training questions, or the teacher's WordPiece tokens
-    (``options.tokenizer``), which no question changes."""
-    if options.tokenizer == "wordpiece":
-        teacher = packaged_teacher("the wordpiece tokenizer (all-MiniLM-L6-v2's)", otherwise="")
-        return WordPieceVocabulary.from_file(teacher / TOKENIZER)
+) -> Vocabulary:
+    """The run's vocabulary: the words of its training questions (the pool's duplicates, or its labelled pairs)."""
     if config.train_on == "labelled":
         pairs, _ = labelled_split(splits.pool, _labelled_val(split))
     else:
@@ -92,10 +86,10 @@ def build_vocabulary(
 
 
 def build_model(
-    vocab: AnyVocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None
+    vocab: Vocabulary, config: TrainConfig, options: ModelOptions, teacher_dim: int | None = None
 ) -> Siamese:
     torch.manual_seed(config.seed)
-    encoder = ENCODERS[options.encoder](EncoderConfig(len(vocab), options.dim, dropout=options.dropout))
+    encoder = Encoder(EncoderConfig(len(vocab), options.dim, dropout=options.dropout))
     head = None
     if options.head != "none" or config.objective().needs_head:
         kind = "cosine" if options.head == "none" else options.head
@@ -108,9 +102,9 @@ def build_model(
     return Siamese(encoder, head, projection)
 
 
-def init_word_embeddings(encoder: Encoder, vocab: AnyVocabulary, teacher: str, log: Callable[[str], None]) -> None:
-    """Start the vocabulary's words or tokens from the teacher's vectors of each (``vocab.teachable()``:
-    not padding, the unknown id, the buckets or a tokenizer's special tokens, which keep the random start).
+def init_word_embeddings(encoder: Encoder, vocab: Vocabulary, teacher: str, log: Callable[[str], None]) -> None:
+    """Start the vocabulary's words from the teacher's vectors of each (``vocab.teachable()``:
+    not padding, the unknown id or the buckets, which keep the random start).
 
     ``teacher`` is "teacher" (the packaged all-MiniLM-L6-v2) or a sentence-transformers folder;
     see :func:`dupq.training.distil.teacher.word_vectors`. The scale matches the random start it

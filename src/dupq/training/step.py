@@ -18,21 +18,6 @@ from dupq.training.distributed import World, gather, share
 from dupq.training.objectives import Objective
 
 
-def param_groups(model: nn.Module, word_lr: float) -> list[dict]:
-    """Adam's parameter groups: the word embeddings at ``word_lr`` times the learning rate (``share``), the rest at it.
-
-    One group when ``word_lr`` is 1, as before the option (a checkpoint's optimizer state then loads).
-    Below 1 the embeddings move less from their start: with ``word_init`` the teacher's view of
-    each word, which the labelled losses otherwise reshape towards Quora's pairings alone.
-    """
-    if word_lr == 1.0:
-        return [{"params": list(model.parameters())}]
-    named = list(model.named_parameters())
-    words = [p for name, p in named if name.endswith("embedding.weight")]
-    rest = [p for name, p in named if not name.endswith("embedding.weight")]
-    return [{"params": words, "share": word_lr}, {"params": rest, "share": 1.0}]
-
-
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
     """``encoder(ids, lengths)`` computed as ``chunks`` recurrent calls on length-sorted slices of the batch.
 
@@ -108,17 +93,13 @@ class Validation:
     accuracy: float | None = None  # at the best threshold on the validation pairs (labelled only)
     roc_auc: float | None = None
 
-    def key(self, keep: str = "best") -> float:
-        """What ``keep`` (:attr:`TrainConfig.keep <dupq.training.config.TrainConfig.keep>`) maximises."""
-        return self.accuracy if self.accuracy is not None and keep == "best" else -self.loss
+    def key(self) -> float:
+        """What the kept epoch maximises: the validation accuracy, or without labelled pairs minus the loss."""
+        return self.accuracy if self.accuracy is not None else -self.loss
 
-    def better(self, other: Validation | None, keep: str = "best") -> bool:
-        """Whether this epoch replaces ``other``, the kept one so far: by ``keep``'s measure, or always ("last").
-
-        "loss" is for a recipe whose accuracy measures something it does not train, as a student
-        taught by the distil loss alone, judged by an untrained pair head or by its cosine.
-        """
-        return other is None or keep == "last" or self.key(keep) > other.key(keep)
+    def better(self, other: Validation | None) -> bool:
+        """Whether this epoch replaces ``other``, the kept one so far."""
+        return other is None or self.key() > other.key()
 
 
 def validate(model: Siamese, source: PairBatches, config: TrainConfig) -> Validation:

@@ -31,7 +31,7 @@ import torch
 from dupq.core.errors import DupqError
 from dupq.core.files import remove_stale
 from dupq.data.pairs import Splits
-from dupq.data.wordpiece import AnyVocabulary, load_vocabulary
+from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.judge import Judge
 from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
@@ -48,7 +48,7 @@ from dupq.training.setup import (
     init_word_embeddings,
     load_teacher_cache,
 )
-from dupq.training.step import Siamese, Validation, distributed_loss, param_groups, validate
+from dupq.training.step import Siamese, Validation, distributed_loss, validate
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Run:
 class _RunState:
     """Where a run stands: built fresh, or read back from its checkpoint."""
 
-    vocab: AnyVocabulary
+    vocab: Vocabulary
     model: Siamese
     history: list[dict[str, Any]] = field(default_factory=list)
     start_epoch: int = 0
@@ -99,12 +99,7 @@ def _begin(run: Run, teacher_dim: int | None) -> _RunState:
         return _RunState(vocab, model)
     meta, model_state, best_state, optim_state = load_checkpoint(ckpt_path)
     check_resume(meta, config, options, run.split)
-    vocab = load_vocabulary(out / "vocab.json")
-    if vocab.kind != options.tokenizer:  # a checkpoint from before the option records none
-        raise DupqError(
-            f"--resume with tokenizer {options.tokenizer} but {out / 'vocab.json'} holds {vocab.kind}; "
-            f"resume with the same options or start again with --overwrite."
-        )
+    vocab = Vocabulary.load(out / "vocab.json")
     model = build_model(vocab, config, options, teacher_dim)
     try:
         model.load_state_dict(model_state)
@@ -133,7 +128,7 @@ def _record_epoch(run: Run, state: _RunState, val: Validation, epoch: int, done:
         record.update(val_accuracy=val.accuracy, val_roc_auc=val.roc_auc)
         shown += f"  val accuracy {val.accuracy:.4f}  val ROC-AUC {val.roc_auc:.4f}"
     state.history.append(record)
-    if val.better(state.best_val, run.config.keep):
+    if val.better(state.best_val):
         state.best_val, state.best_epoch = val, epoch + 1
         state.best_state = {k: v.detach().clone() for k, v in state.model.state_dict().items()}
     run.log(
@@ -246,7 +241,7 @@ def _run(run: Run) -> Model:
     run.log(f"vocabulary: {state.vocab.summary()} | {line}" + (f" | {world.size} processes" if world.size > 1 else ""))
 
     model, objective = state.model.to(config.device), config.objective()
-    optimizer = torch.optim.Adam(param_groups(model, config.word_lr), lr=config.lr, fused=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)
     if state.optim_state is not None:
         optimizer.load_state_dict(state.optim_state)
     # before DDP wraps the model: DDP reads which gradients are sparse

@@ -41,15 +41,13 @@ from dupq.modeling.static import StaticBranch, StaticConfig
 FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
 FIT_WORDS = 4_000  # known words the teacher's map to a branch's rows is fitted on (taught_words)
 FIT_COSINE = 0.9  # below this, a branch's rows are not the teacher's word vectors through a linear map
-NO_WORDS = "a static branch reads a word vocabulary; this model has none (or WordPiece tokens)."
+NO_WORDS = "a static branch reads a word vocabulary; this model has none."
 SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [UNK], [CLS], [unused12], ...: no text to teach
 
 
 def check_words(model: Model) -> Vocabulary:
-    """The model's word vocabulary; a sentence-transformers or WordPiece model is refused."""
+    """The model's word vocabulary; a sentence-transformers model is refused."""
     vocab = model.encoder.lstm(NO_WORDS).vocab
-    if not isinstance(vocab, Vocabulary):
-        raise DupqError(NO_WORDS)
     if model.judge.head_config is None or model.threshold_on != "probability":
         raise DupqError(
             "a static branch changes the cosine; it needs a model whose pair head judges pairs on the probability."

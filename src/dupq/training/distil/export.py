@@ -58,7 +58,7 @@ def export_teacher(
         config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
         encoder: TransformerEncoder | JoinedEncoder = TransformerEncoder(transformer, config, files)
         if join is not None:
-            join.encoder.lstm("--join takes a dupq LSTM or GRU model (a folder or bundled), not a sentence model.")
+            join.encoder.lstm("--join takes a dupq LSTM model (a folder or bundled), not a sentence model.")
             config = SentenceConfig(config.dim, config.max_seq_length, name, join=STUDENT, join_weight=join_weight)
             join.save(tmp / STUDENT, half=None)  # at the precision its folder stores
             join = Model.load(tmp / STUDENT)

@@ -1,7 +1,7 @@
 """Each question's nearest neighbours among all the others, in memory that grows linearly.
 
 Deduplicating ``N`` questions needs, for each, its ``k`` most similar others; the pairs among them
-that the model judges duplicates are the edges the groups are made of (:mod:`dupq.search.clusters`).
+that the model judges duplicates are the edges the groups are made of (:mod:`dupq.dedup.clusters`).
 
 * Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked inside).
 * Above it the questions are **partitioned** (an inverted file, Jégou, Douze & Schmid 2011, as
@@ -18,7 +18,7 @@ that the model judges duplicates are the edges the groups are made of (:mod:`dup
 
 The lists a query probes (:func:`probes`) come from the centroids alone, so a task that holds only
 those lists finds what the whole index finds: :func:`search_lists` is the same search over a part,
-which is how the Ray run (:mod:`dupq.search.dedup_ray`) spreads it over machines.
+which is how the Ray run (:mod:`dupq.dedup.ray_engine`) spreads it over machines.
 
 >>> v = np.eye(3, dtype=np.float32)
 >>> exact_neighbours(v, v, 2)[1][:, 0].tolist()
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import faiss
 import numpy as np
@@ -37,6 +38,7 @@ from faiss.contrib.ivf_tools import add_preassigned, search_preassigned
 from dupq.core.errors import DupqError
 
 FLAT_LISTS = 4096  # up to this many lists, centroids are searched exactly (one matrix product)
+BLOCK = 16_384  # queries searched and judged at once
 PROBE_BEAM = 3  # past FLAT_LISTS, HNSW's efSearch is this times nprobe (docs/scale.md measures each beam)
 
 
@@ -149,29 +151,100 @@ def query_order(first_list: np.ndarray) -> np.ndarray:
     return np.argsort(first_list, kind="stable")
 
 
+@dataclass
+class Plan:
+    """How a run's queries are searched, decided once: in blocks of ``block`` query rows, exactly among all
+    the questions (``centroids`` None) or among the lists each probes (``probed``, the first its own)."""
+
+    n: int  # questions
+    k: int  # candidates per query, itself among them
+    block: int = BLOCK  # query rows per block
+    centroids: np.ndarray | None = None  # (P, d) the lists' centroids; None: exact
+    probed: np.ndarray | None = None  # (N, nprobe) int32 the lists each question probes
+
+    @property
+    def order(self) -> np.ndarray:
+        """The query rows in the order they are searched: by their own list, so consecutive ones scan the same lists."""
+        return np.arange(self.n) if self.probed is None else query_order(np.asarray(self.probed[:, 0]))
+
+    def blocks(self, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+        """``(number, rows)`` of each block from ``start`` on (a resumed run skips the blocks it recorded)."""
+        order = self.order
+        for number, lo in enumerate(range(0, self.n, self.block)):
+            if number >= start:
+                yield number, order[lo : lo + self.block]
+
+    @cached_property
+    def _lists(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each question's own list, the questions by list, and where each list starts among them."""
+        lists = np.asarray(self.probed[:, 0])
+        order = query_order(lists)
+        return lists, order, np.searchsorted(lists[order], np.arange(len(self.centroids) + 1))
+
+    def probes_of(self, rows: np.ndarray) -> np.ndarray | None:
+        return None if self.probed is None else np.asarray(self.probed[rows])
+
+    def corpus(self, vectors: np.ndarray, rows: np.ndarray | None = None) -> Corpus:
+        """What queries are searched among: every question, or (``rows`` given, partitioned) the questions of the
+        lists those rows probe, which find what the whole index finds (how the Ray run ships a block)."""
+        if self.probed is None or rows is None:
+            lists = None if self.probed is None else np.asarray(self.probed[:, 0])
+            return Corpus(vectors, None, lists, self.centroids)
+        lists, order, bounds = self._lists
+        wanted = np.unique(np.asarray(self.probed[rows]))
+        ids = np.sort(np.concatenate([order[bounds[j] : bounds[j + 1]] for j in wanted]))
+        return Corpus(np.asarray(vectors[ids]), ids, lists[ids], self.centroids)
+
+
+def plan(vectors: np.ndarray, config: CandidateConfig, partition=None, block: int = BLOCK) -> Plan:
+    """The :class:`Plan` of ``vectors (N, d)``: exact up to ``exact_below`` questions, partitioned above it with
+    the centroids and probes that ``partition(vectors, config)`` gives (by default trained here, :func:`partition`)."""
+    n, k = len(vectors), config.neighbours + 1
+    if not config.partitioned(n):
+        return Plan(n, k, block)
+    centroids, probed = (partition or _partition)(vectors, config)
+    return Plan(n, k, block, centroids, probed)
+
+
+def _partition(vectors: np.ndarray, config: CandidateConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The k-means centroids of ``vectors`` and the lists each probes."""
+    centroids = train_centroids(vectors, config)
+    return centroids, probes(vectors, centroids, config.nprobe)
+
+
+class Corpus:
+    """The vectors queries are searched among, under their global ids (``ids`` None: all of them, ids their rows),
+    with each one's own list and the lists' ``centroids`` when partitioned. The index is built at the first search."""
+
+    def __init__(self, vectors, ids: np.ndarray | None, lists: np.ndarray | None, centroids: np.ndarray | None):
+        self.vectors, self.ids, self.lists, self.centroids = vectors, ids, lists, centroids
+        self._index = None
+
+    def __getitem__(self, wanted: np.ndarray) -> np.ndarray:
+        """The vectors of global ids ``wanted`` (the judge reads a pair's two)."""
+        return self.vectors[wanted if self.ids is None else np.searchsorted(self.ids, wanted)]
+
+    def search(self, queries: np.ndarray, query_probes: np.ndarray | None, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's ``k`` best by inner product (among its probed lists when partitioned): ``scores, ids (Q, k')``."""
+        if self.centroids is None:
+            return exact_neighbours(queries, self.vectors, k)
+        if self._index is None:
+            ids = np.arange(len(self.vectors)) if self.ids is None else self.ids
+            self._index = list_index(self.centroids, self.vectors, ids, self.lists)
+        return search_lists(self._index, queries, query_probes, k)
+
+
 def neighbour_blocks(
-    vectors: np.ndarray, config: CandidateConfig, block: int = 16_384, start: int = 0
+    vectors: np.ndarray, config: CandidateConfig, block: int = BLOCK, start: int = 0
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``(rows, scores, ids)`` for blocks of query rows, covering every row once: each row's
     ``neighbours + 1`` best candidates (itself among them) by inner product, -1 where fewer.
 
     ``start`` skips the first blocks (a resumed run); blocks are fixed by ``N`` and the config."""
-    n = len(vectors)
-    k = config.neighbours + 1
-    if not config.partitioned(n):
-        for lo in range(start * block, n, block):
-            rows = np.arange(lo, min(n, lo + block))
-            s, i = exact_neighbours(vectors[rows], vectors, k)
-            yield rows, *_padded(s, i, k)
-        return
-    centroids = train_centroids(vectors, config)
-    probed = probes(vectors, centroids, config.nprobe)
-    index = list_index(centroids, vectors, np.arange(n), probed[:, 0])
-    order = query_order(probed[:, 0])
-    for lo in range(start * block, n, block):
-        rows = order[lo : lo + block]
-        s, i = search_lists(index, vectors[rows], probed[rows], k)
-        yield rows, s, i
+    searched = plan(vectors, config, block=block)
+    corpus = searched.corpus(vectors)
+    for _, rows in searched.blocks(start):
+        yield rows, *_padded(*corpus.search(vectors[rows], searched.probes_of(rows), searched.k), searched.k)
 
 
 def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

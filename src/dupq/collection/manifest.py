@@ -17,8 +17,8 @@ from pydantic import BaseModel, StrictBool, StrictStr, field_validator
 
 from dupq.core.errors import DupqError
 from dupq.core.formats import MAX_COUNT, MAX_OUT_DIM, FilePath, check_format, corrupt, integer, wanted
+from dupq.index.vectors import IndexConfig  # its own checks give the index settings' ranges
 from dupq.modeling.model import Model
-from dupq.search.vectors import IndexConfig  # its own checks give the index settings' ranges
 
 
 class _ModelRecord(BaseModel):
@@ -30,7 +30,7 @@ class _ModelRecord(BaseModel):
 class Manifest(BaseModel):
     """A collection's ``manifest.json`` (keys it does not know are left alone)."""
 
-    format: StrictStr  # the collection format (dupq.search.collection.FORMAT)
+    format: StrictStr  # the collection format (dupq.collection.collection.FORMAT)
     model: _ModelRecord
     dim: integer(1, MAX_OUT_DIM)  # the stored vectors' width, the model's
     index: dict  # IndexConfig's fields

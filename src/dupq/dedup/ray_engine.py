@@ -1,7 +1,7 @@
 """``dupq dedup --ray ADDRESS``: the encoding and the search of a run as Ray tasks.
 
 The driver (the machine that runs the command) streams the input, keeps the work folder and writes
-the output exactly as on one machine (:mod:`dupq.search.dedup_run`); what it hands to the cluster is
+the output exactly as on one machine (:mod:`dupq.dedup.run`); what it hands to the cluster is
 the arithmetic:
 
 * **encode**: chunks of texts, each a task that encodes them with the model (shipped once as the
@@ -10,7 +10,7 @@ the arithmetic:
   are trained on the driver from a sample of 32 per list);
 * **search**: blocks of queries taken in the order of their list, as on one machine; each task gets
   its queries and the vectors of exactly the lists they probe, builds the same inverted file over
-  them (:func:`dupq.search.candidates.list_index`) and returns the judged duplicate pairs. A query
+  them (:func:`dupq.dedup.candidates.list_index`) and returns the judged duplicate pairs. A query
   sees the same lists as on one machine, so the groups are the same (up to the order of equal scores).
 
 At most ``2 x`` the cluster's CPUs tasks are in flight, so the driver's memory stays bounded; results
@@ -28,12 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.errors import DupqError
+from dupq.dedup.candidates import Corpus, Plan
+from dupq.dedup.clusters import Edges
+from dupq.dedup.grouping import DedupConfig, block_edges
 from dupq.modeling.model import Model
-from dupq.search.candidates import exact_neighbours as exact
-from dupq.search.candidates import list_index, query_order, search_lists
-from dupq.search.clusters import Edges
-from dupq.search.dedup import DedupConfig, judge
-from dupq.search.dedup_run import SEARCH_BLOCK, Work, partition
 
 _MODELS: dict[str, Model] = {}  # one loaded model per worker process, by the bytes' fingerprint
 
@@ -61,28 +59,15 @@ def _encode(files, name, texts):
 
 
 def _probes(vectors, centroids, nprobe):
-    from dupq.search.candidates import probes
+    from dupq.dedup.candidates import probes
 
     return probes(vectors, centroids, nprobe)
 
 
-class _ByKey:
-    """Vectors looked up by global question number: ``ids`` sorted, ``vectors[i]`` the vector of ``ids[i]``."""
-
-    def __init__(self, ids: np.ndarray, vectors: np.ndarray):
-        self.ids, self.vectors = ids, vectors
-
-    def __getitem__(self, wanted: np.ndarray) -> np.ndarray:
-        return self.vectors[np.searchsorted(self.ids, wanted)]
-
-
 def _search(files, name, threshold, on, k, rows, queries, query_probes, corpus, corpus_ids, corpus_lists, centroids):
-    model = _model(files, name)
-    if centroids is None:  # exact: the whole corpus
-        scores, ids = exact(queries, corpus, k)
-    else:
-        scores, ids = search_lists(list_index(centroids, corpus, corpus_ids, corpus_lists), queries, query_probes, k)
-    return judge(model, _ByKey(corpus_ids, corpus), rows, scores, ids, threshold, on)
+    """:func:`~dupq.dedup.grouping.block_edges` on a worker, the model loaded once there."""
+    where = Corpus(corpus, corpus_ids, corpus_lists, centroids)
+    return block_edges(_model(files, name), threshold, on, k, rows, queries, query_probes, where)
 
 
 def _listens(host: str, port: int, timeout: float) -> OSError | None:
@@ -162,36 +147,23 @@ class RayEngine:
             out[lo : lo + len(p)] = p
         return out
 
-    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]:
+    def search(
+        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+    ) -> Iterator[tuple[int, Edges]]:
+        """The plan's blocks as tasks: each gets its queries and what they are searched among (every question,
+        put once; or the vectors of the lists its queries probe)."""
         files, name = self._model_ref(model)
-        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
-        n, c = len(vectors), config.candidates
-        t, k, run = config.threshold_for(model), c.neighbours + 1, self._remote["_search"].remote
-        if not c.partitioned(n):
-            everything, ids = self.ray.put(np.asarray(vectors)), np.arange(n)
+        t, k, run = config.threshold_for(model), searched.k, self._remote["_search"].remote
+        everything = self.ray.put(np.asarray(vectors)) if searched.centroids is None else None
+        centroids = None if searched.centroids is None else self.ray.put(searched.centroids)
 
-            def exact_block(lo):
-                rows = np.arange(lo, min(n, lo + SEARCH_BLOCK))
-                return run(files, name, t, config.on, k, rows, vectors[rows], None, everything, ids, None, None)
-
-            calls = ((b, lambda lo=lo: exact_block(lo)) for b, lo in enumerate(range(0, n, SEARCH_BLOCK)) if b >= start)
-            yield from self._ordered(calls)
-            return
-        centroids, probed = partition(work, c, self.probes)
-        lists = np.asarray(probed[:, 0])
-        order = query_order(lists)
-        bounds = np.searchsorted(lists[order], np.arange(len(centroids) + 1))
-        centroids_ref = self.ray.put(centroids)
-
-        def block(lo):
-            rows = order[lo : lo + SEARCH_BLOCK]
-            wanted = np.unique(np.asarray(probed[rows]))
-            corpus_ids = np.sort(np.concatenate([order[bounds[j] : bounds[j + 1]] for j in wanted]))
+        def task(rows):
+            queries, probed = vectors[rows], searched.probes_of(rows)
+            if everything is not None:
+                return run(files, name, t, config.on, k, rows, queries, probed, everything, None, None, None)
+            part = searched.corpus(vectors, rows)
             return run(
-                files, name, t, config.on, k, rows, vectors[rows], np.asarray(probed[rows]),
-                vectors[corpus_ids], corpus_ids, lists[corpus_ids], centroids_ref,
-            )  # fmt: skip
+                files, name, t, config.on, k, rows, queries, probed, part.vectors, part.ids, part.lists, centroids
+            )
 
-        yield from self._ordered(
-            (b, lambda lo=lo: block(lo)) for b, lo in enumerate(range(0, n, SEARCH_BLOCK)) if b >= start
-        )
+        yield from self._ordered((number, lambda rows=rows: task(rows)) for number, rows in searched.blocks(start))

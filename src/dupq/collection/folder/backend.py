@@ -4,15 +4,15 @@
 
     manifest.json      format, the model that built it (fingerprint + folder), dim, index config
     questions.sqlite   the source of truth: every question and its embedding (WAL journal)
-    index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.search.cache`)
+    index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.collection.folder.cache`)
 
-The store (:class:`~dupq.search.store.SQLiteStore`) is the truth: an add, a removal or an update
+The store (:class:`~dupq.collection.folder.store.SQLiteStore`) is the truth: an add, a removal or an update
 is one of its transactions; the FAISS index follows after the commit. A question's id is its
 FAISS position. FAISS cannot take a vector out of HNSW (and removing one from a flat index
 renumbers the rest), so a removed id is marked (the store's ``removed`` table) and every search
 filters it out with a selector; a new text for a key is a new id, the old one marked.
 
-Once removed questions are a fifth of an HNSW graph (:data:`~dupq.search.cache.REBUILD_SHARE`),
+Once removed questions are a fifth of an HNSW graph (:data:`~dupq.collection.folder.cache.REBUILD_SHARE`),
 a thread builds a graph of the others from a snapshot of the store (no lock held meanwhile; one
 process at a time, by ``rebuild.lock``), swaps it in, catches it up with what was written
 meanwhile and publishes it as ``index.faiss`` (temporary file, rename); the other processes load
@@ -36,15 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
+from dupq.collection.backend import Backend, Where
+from dupq.collection.folder import sqlite
+from dupq.collection.folder.cache import INDEX_FILE, FaissCache, saved_generation
+from dupq.collection.folder.locks import SharedLock
+from dupq.collection.folder.store import WRITER_LOCK, SQLiteStore
+from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.core.errors import DupqError
 from dupq.core.files import check_new_folder, check_path, file_lock, new_folder, read_json, remove_stale, write_json
-from dupq.search import store as sqlite
-from dupq.search.backend import Backend, Where
-from dupq.search.cache import INDEX_FILE, FaissCache, saved_generation
-from dupq.search.locks import SharedLock
-from dupq.search.manifest import FORMAT, check_manifest
-from dupq.search.store import SQLiteStore
-from dupq.search.vectors import IndexConfig, VectorIndex
+from dupq.index.vectors import IndexConfig, VectorIndex
 
 MANIFEST, DATABASE = "manifest.json", "questions.sqlite"
 REBUILD_LOCK = "rebuild.lock"  # held by the one process that is building the graph again
@@ -190,6 +190,13 @@ class FolderBackend(Backend):
             return
         with self._write_lock:
             self._catch_up()
+
+    def indexed(self) -> int:
+        return len(self.cache)
+
+    def writers_held(self):
+        """The folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it)."""
+        return file_lock(self.folder / WRITER_LOCK)
 
     def refreshed(self) -> float:
         return self.cache.refreshed

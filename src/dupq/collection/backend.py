@@ -1,10 +1,10 @@
 """What keeps a collection: the interface every backend implements whole, and the filter rule they share.
 
 A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and
-searches the vectors. :class:`~dupq.search.collection.Collection` joins a backend and the model
+searches the vectors. :class:`~dupq.collection.collection.Collection` joins a backend and the model
 (it encodes, judges and builds hits); it never asks which backend it holds
-(:class:`~dupq.search.location.Location` picks it). Two exist: a folder kept by SQLite and FAISS
-(:mod:`dupq.search.folder`) and Milvus (:mod:`dupq.search.milvus`).
+(:class:`~dupq.collection.location.Location` picks it). Two exist: a folder kept by SQLite and FAISS
+(:mod:`dupq.collection.folder.backend`) and Milvus (:mod:`dupq.collection.milvus.backend`).
 
 What every backend guarantees (the collection's promises rest on these):
 
@@ -14,9 +14,9 @@ What every backend guarantees (the collection's promises rest on these):
   and seen by every reader, in every process, at its next search; if they raise or the process
   dies first, none of it is applied.
 * **Keys make retries idempotent**: adding a stored key with the same question stores nothing
-  and answers the stored id (another text raises :class:`~dupq.search.rows.KeyConflict`); an
+  and answers the stored id (another text raises :class:`~dupq.collection.rows.KeyConflict`); an
   update to what is stored already changes nothing; a key not stored is
-  :class:`~dupq.search.rows.UnknownKey`.
+  :class:`~dupq.collection.rows.UnknownKey`.
 * **A filter loses nothing**: :meth:`Backend.search` with ``where`` answers the ``k`` best of the
   rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
   however few match.
@@ -27,6 +27,7 @@ metadata's value is one of the values (JSON scalars compared as Python compares 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -98,7 +99,7 @@ def _scalar(value) -> bool:
 class Backend(ABC):
     """Rows and their vectors by id, searched by inner product. Thread-safe; the collection serialises writes."""
 
-    manifest: dict  # the collection's manifest (dupq.search.manifest)
+    manifest: dict  # the collection's manifest (dupq.collection.manifest)
     exact: bool  # whether search scores are exact inner products
     cache_error: str | None = None  # why a cache could not be written (the rows are stored all the same)
 
@@ -163,6 +164,15 @@ class Backend(ABC):
     @abstractmethod
     def all_rows(self) -> list[tuple[int, Row]]:
         """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
+
+    def indexed(self) -> int:
+        """How many vectors the search index holds (by default the stored questions: the store searches itself)."""
+        return self.count()
+
+    def writers_held(self) -> contextlib.AbstractContextManager:
+        """A context in which the writers of other processes wait (a copy's last round reads with it held);
+        by default none is held (Milvus has no such lock, and its last round is not held)."""
+        return contextlib.nullcontext()
 
     def refreshed(self) -> float | None:
         """When (``time.time()``) this process's index last caught up with the store; None when it never lags."""

@@ -2,9 +2,9 @@
 
 A location is written as text (a command's argument, a service's setting) or given as a path:
 
-* ``runs/faq`` (any path): a folder, kept by SQLite and FAISS (:mod:`dupq.search.folder`);
+* ``runs/faq`` (any path): a folder, kept by SQLite and FAISS (:mod:`dupq.collection.folder.backend`);
 * ``milvus:PATH.db`` (milvus-lite) or ``milvus+http(s)://HOST:PORT?collection=NAME`` (a server):
-  a Milvus collection (:mod:`dupq.search.milvus`).
+  a Milvus collection (:mod:`dupq.collection.milvus.backend`).
 
 :meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it.
 Nothing above this module asks which backend a collection has: a third backend is one module
@@ -21,13 +21,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dupq.collection.milvus.address import is_lite, is_milvus
+
 # kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
-BACKENDS = {"folder": "dupq.search.folder:FolderBackend", "milvus": "dupq.search.milvus:MilvusBackend"}
-
-
-def is_milvus(location) -> bool:
-    """Whether ``location`` (text) names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``)."""
-    return isinstance(location, str) and location.startswith(("milvus:", "milvus+"))
+BACKENDS = {
+    "folder": "dupq.collection.folder.backend:FolderBackend",
+    "milvus": "dupq.collection.milvus.backend:MilvusBackend",
+}
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,14 @@ class Location:
     @property
     def one_process(self) -> bool:
         """Whether one process at a time may open it (milvus-lite's file): ``dupq serve`` then runs one worker."""
-        return self.text.startswith("milvus:")
+        return self.kind == "milvus" and is_lite(self.text)
 
     def holds_collection(self) -> bool:
         """Whether a collection seems to be there (a folder with a manifest; a Milvus location is asked when opened)."""
         return self.backend().holds(self)
 
     def backend(self) -> type:
-        """The :class:`~dupq.search.backend.Backend` subclass that keeps collections of this kind."""
+        """The :class:`~dupq.collection.backend.Backend` subclass that keeps collections of this kind."""
         module, name = BACKENDS[self.kind].split(":")
         return getattr(importlib.import_module(module), name)
 

@@ -1,16 +1,16 @@
 """Grouping a corpus into groups of duplicate questions (cleaning a forum's archive).
 
 Three steps, each its own module: every question's candidate neighbours
-(:mod:`dupq.search.candidates`: exact below a size, partitioned above it, so memory grows linearly);
+(:mod:`dupq.dedup.candidates`: exact below a size, partitioned above it, so memory grows linearly);
 each candidate pair judged as the model judges pairs (:mod:`dupq.modeling.verdict`: the model's score,
 its calibrated probability for the bundled model, above the threshold), the duplicates being the
-edges; and the edges made into groups (:mod:`dupq.search.clusters`: star clusters by default, so
+edges; and the edges made into groups (:mod:`dupq.dedup.clusters`: star clusters by default, so
 every member is a duplicate of its representative). Questions with the same text are duplicates
 whatever the model says (score 1.0), as SemHash groups exact copies first.
 
 A representative gathers at most ``neighbours`` members found from its side, plus those that found
 it; raise ``neighbours`` where one question is asked hundreds of times. :func:`dedup` is the whole
-run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.search.dedup_run`.
+run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`.
 
 >>> from dupq.modeling.model import Model
 >>> clusters = dedup(["How do I learn Python?", "How can I learn Python?", "Why is the sky blue?"], Model.load())
@@ -20,17 +20,19 @@ run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.searc
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dupq.core.errors import DupqError
 from dupq.data.questions import check_questions
+from dupq.dedup.candidates import CandidateConfig, Corpus, Plan, plan
+from dupq.dedup.clusters import CLUSTERERS, METHODS, Clusters, Edges
 from dupq.modeling.folder_format import check_threshold
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import SIMILARITY, from_cosines, on_cosines
-from dupq.search.candidates import CandidateConfig, neighbour_blocks
-from dupq.search.clusters import CLUSTERERS, METHODS, Clusters, Edges
 
 JUDGE_CHUNK = 32_768  # candidate pairs judged at once
 
@@ -40,7 +42,7 @@ class DedupConfig:
     """How a corpus is grouped into duplicates."""
 
     threshold: float | None = None  # a pair is a duplicate when the model's score is above it; None: the model's own
-    method: str = "star"  # "star", "components" or "leader" (SemHash's rule): see dupq.search.clusters
+    method: str = "star"  # "star", "components" or "leader" (SemHash's rule): see dupq.dedup.clusters
     on: str | None = None  # the score judged: None, the model's own; "similarity", the cosine alone (faster)
     candidates: CandidateConfig = field(default_factory=CandidateConfig)  # how neighbours are found
 
@@ -96,16 +98,51 @@ def judge(
     return Edges(*(np.concatenate(x) for x in zip(*((e.a, e.b, e.score) for e in parts))))
 
 
+def block_edges(
+    model: Model, threshold: float, on: str | None, k: int, rows, queries, query_probes, corpus: Corpus
+) -> Edges:
+    """The duplicates found from one block of query ``rows`` (``queries``: their vectors; ``query_probes``: their
+    lists, partitioned): their ``k`` candidates in ``corpus`` judged (:func:`judge`). Every engine maps this
+    over the blocks of a run's plan: in memory, on this machine, or as Ray tasks."""
+    scores, ids = corpus.search(queries, query_probes, k)
+    return judge(model, corpus, rows, scores, ids, threshold, on)
+
+
+def search_blocks(
+    model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int = 0
+) -> Iterator[tuple[int, Edges]]:
+    """``(number, edges)`` of each block of ``searched`` from ``start`` on, in this process (one index over every
+    question, built once): :func:`block_edges` mapped over the plan's blocks."""
+    threshold, corpus = config.threshold_for(model), searched.corpus(vectors)
+    for number, rows in searched.blocks(start):
+        q = searched.probes_of(rows)
+        yield number, block_edges(model, threshold, config.on, searched.k, rows, vectors[rows], q, corpus)
+
+
+def text_hash(text: str) -> int:
+    """An 8-byte hash of a text: equal texts are found by their hashes, without a dictionary of every text."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+def same_pairs(hashes: np.ndarray, get: Callable[[int], str]) -> Iterator[tuple[int, int]]:
+    """Pairs ``(first, later)`` of equal strings, found through equal ``hashes`` (a collision is checked)."""
+    order = np.argsort(hashes, kind="stable")
+    h = hashes[order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    ends = np.r_[starts[1:], len(h)]
+    for lo, hi in zip(starts[ends - starts > 1], ends[ends - starts > 1]):
+        firsts: dict[str, int] = {}
+        for i in order[lo:hi]:
+            j = firsts.setdefault(get(int(i)), int(i))
+            if j != i:
+                yield j, int(i)
+
+
 def same_text(texts: list[str]) -> Edges:
     """Questions of identical text, each joined to the first of its kind (score 1.0)."""
-    first: dict[str, int] = {}
-    a, b = [], []
-    for i, t in enumerate(texts):
-        j = first.setdefault(t, i)
-        if j != i:
-            a.append(j)
-            b.append(i)
-    return Edges(np.array(a, np.int64), np.array(b, np.int64), np.ones(len(a), np.float32))
+    hashes = np.array([text_hash(t) for t in texts], dtype=np.int64)
+    pairs = np.asarray(list(same_pairs(hashes, texts.__getitem__)), dtype=np.int64).reshape(-1, 2)
+    return Edges(pairs[:, 0], pairs[:, 1], np.ones(len(pairs), np.float32))
 
 
 def dedup_vectors(
@@ -113,10 +150,8 @@ def dedup_vectors(
 ) -> Clusters:
     """Group questions already encoded as ``vectors (N, d)`` (``extra``: edges known otherwise, such as equal texts)."""
     config = config or DedupConfig()
-    threshold = config.threshold_for(model)
     parts = [extra] if extra is not None else []
-    for rows, scores, ids in neighbour_blocks(vectors, config.candidates):
-        parts.append(judge(model, vectors, rows, scores, ids, threshold, config.on))
+    parts += [edges for _, edges in search_blocks(model, config, vectors, plan(vectors, config.candidates))]
     return CLUSTERERS[config.method](Edges.join(parts), len(vectors))
 
 

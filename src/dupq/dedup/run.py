@@ -9,21 +9,20 @@ stage after another, each recorded in ``state.json`` only once its files are com
    found without a dictionary of every text (a repeated key is refused the same way);
 2. **encode**: unit vectors written into ``vectors.npy`` a chunk at a time, the count recorded after
    each chunk: a killed run goes on from the last chunk;
-3. **search**: each question's candidates (:mod:`dupq.search.candidates`), judged as the model judges
+3. **search**: each question's candidates (:mod:`dupq.dedup.candidates`), judged as the model judges
    pairs, the duplicates appended to an edge file a block at a time, recorded after each block;
-4. **group** and **write**: the edges made into groups (:mod:`dupq.search.clusters`) and the groups
+4. **group** and **write**: the edges made into groups (:mod:`dupq.dedup.clusters`) and the groups
    streamed to the output through a temporary file renamed into place (:mod:`dupq.data.tables`).
 
 Memory grows linearly: the vectors and the index (``(4d + 8)`` bytes a question), the edges and the
 per-question arrays; never a matrix of pairs. A run started again with the same input, model and
 options resumes; with anything else it starts over. The work folder is removed after the output is
 written. ``engine`` does the encoding and the search: this machine (:class:`Local`) or a Ray cluster
-(:mod:`dupq.search.dedup_ray`).
+(:mod:`dupq.dedup.ray_engine`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from array import array
@@ -37,14 +36,13 @@ import numpy as np
 from dupq.core.errors import DupqError
 from dupq.core.files import atomic_output, read_json, write_json
 from dupq.data.tables import RowWriter, format_of
+from dupq.dedup.candidates import BLOCK, CandidateConfig, Plan, plan, probes, train_centroids
+from dupq.dedup.clusters import CLUSTERERS, Clusters, Edges
+from dupq.dedup.grouping import DedupConfig, same_pairs, search_blocks, text_hash
 from dupq.modeling.model import Model
-from dupq.search.candidates import CandidateConfig, list_index, probes, query_order, search_lists, train_centroids
-from dupq.search.candidates import exact_neighbours as exact
-from dupq.search.clusters import CLUSTERERS, Clusters, Edges
-from dupq.search.dedup import DedupConfig, judge
 
 ENCODE_CHUNK = 16_384  # questions encoded between two records of progress
-SEARCH_BLOCK = 16_384  # queries searched and judged between two records of progress
+SEARCH_BLOCK = BLOCK  # queries searched and judged between two records of progress
 COLUMNS = ["cluster", "representative", "index", "key", "score", "score_is", "text"]
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -67,7 +65,11 @@ class Engine(Protocol):
 
     def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]: ...
 
-    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]: ...
+    def probes(self, vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray: ...
+
+    def search(
+        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+    ) -> Iterator[tuple[int, Edges]]: ...
 
 
 @dataclass
@@ -165,24 +167,6 @@ class _StringWriter:
             f.close()
 
 
-def _hash(s: str) -> int:
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
-
-
-def _same(hashes: np.ndarray, get: Callable[[int], str]) -> Iterator[tuple[int, int]]:
-    """Pairs ``(first, later)`` of equal strings, found through equal hashes (a collision is checked)."""
-    order = np.argsort(hashes, kind="stable")
-    h = hashes[order]
-    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
-    ends = np.r_[starts[1:], len(h)]
-    for lo, hi in zip(starts[ends - starts > 1], ends[ends - starts > 1]):
-        firsts: dict[str, int] = {}
-        for i in order[lo:hi]:
-            j = firsts.setdefault(get(int(i)), int(i))
-            if j != i:
-                yield j, int(i)
-
-
 class Local:
     """Encoding and search on this machine."""
 
@@ -190,24 +174,12 @@ class Local:
         for lo, texts in chunks:
             yield lo, model.encode(texts)
 
-    def search(self, work: Work, model: Model, config: DedupConfig, start: int) -> Iterator[tuple[int, Edges]]:
-        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
-        n, c, t = len(vectors), config.candidates, config.threshold_for(model)
-        k = c.neighbours + 1
-        if not c.partitioned(n):
-            for block, lo in enumerate(range(0, n, SEARCH_BLOCK)):
-                if block >= start:
-                    rows = np.arange(lo, min(n, lo + SEARCH_BLOCK))
-                    yield block, judge(model, vectors, rows, *exact(vectors[rows], vectors, k), t, config.on)
-            return
-        centroids, probed = partition(work, c)
-        index = list_index(centroids, vectors, np.arange(n), probed[:, 0])
-        order = query_order(probed[:, 0])
-        for block, lo in enumerate(range(0, n, SEARCH_BLOCK)):
-            if block >= start:
-                rows = order[lo : lo + SEARCH_BLOCK]
-                scores, ids = search_lists(index, vectors[rows], probed[rows], k)
-                yield block, judge(model, vectors, rows, scores, ids, t, config.on)
+    probes = staticmethod(probes)
+
+    def search(
+        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+    ) -> Iterator[tuple[int, Edges]]:
+        yield from search_blocks(model, config, vectors, searched, start)
 
 
 def partition(work: Work, config: CandidateConfig, probing=probes) -> tuple[np.ndarray, np.ndarray]:
@@ -288,8 +260,8 @@ def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     for i, r in enumerate(records):
         texts.add(r.text)
         keys.add(r.key)
-        text_hashes.append(_hash(r.text))
-        key_hashes.append(_hash(r.key))
+        text_hashes.append(text_hash(r.text))
+        key_hashes.append(text_hash(r.key))
         if r.vector is not None:
             given.append(r.vector)
         if i % 65_536 == 0:
@@ -298,13 +270,13 @@ def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     keys.close()
     n = len(text_hashes)
     th, kh = np.frombuffer(text_hashes, np.int64), np.frombuffer(key_hashes, np.int64)
-    repeated = next(_same(kh, work.strings("keys").read()), None)
+    repeated = next(same_pairs(kh, work.strings("keys").read()), None)
     if repeated is not None:
         key = work.strings("keys").read()(repeated[0])
         raise DupqError(
             f"the key {key!r} names two questions (numbers {repeated[0]} and {repeated[1]}); give each its own."
         )
-    same = np.asarray(list(_same(th, work.strings("texts").read())), dtype=np.int64).reshape(-1, 2)
+    same = np.asarray(list(same_pairs(th, work.strings("texts").read())), dtype=np.int64).reshape(-1, 2)
     np.save(work.path("same_text.npy"), same)
     if given:
         np.save(work.path("vectors.npy"), np.stack(given).astype(np.float32))
@@ -351,7 +323,9 @@ def _search(work: Work, model: Model, config: DedupConfig, engine: Engine, progr
         files.append(open(path, "ab"))
     try:
         progress("search", start * SEARCH_BLOCK, n)
-        for block, edges in engine.search(work, model, config, start):
+        vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
+        searched = plan(vectors, config.candidates, lambda v, c: partition(work, c, engine.probes), SEARCH_BLOCK)
+        for block, edges in engine.search(model, config, vectors, searched, start):
             for f, values, (_, dtype) in zip(files, (edges.a, edges.b, edges.score), EDGE_FILES):
                 f.write(values.astype(dtype).tobytes())
                 f.flush()

@@ -19,16 +19,12 @@ such lock: its last round is not held.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
-from dupq.core.files import file_lock
+from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.search.collection import Collection
-from dupq.search.location import Location
-from dupq.search.store import WRITER_LOCK
-from dupq.search.vectors import IndexConfig
 
 HELD_ROUND = 256  # questions changed meanwhile that are copied with the writers held (more: another round first)
 
@@ -61,7 +57,7 @@ def reencode(
                 if sum(map(len, later)) <= HELD_ROUND:
                     break
                 added, changed = (a + b for a, b in zip((added, changed), _copy(new, later, copied)))
-            with _writers_held(old.location):
+            with old.writers_held():
                 added, changed = (a + b for a, b in zip((added, changed), _copy(new, _changes(old, copied), copied)))
                 if log is not None:
                     log(
@@ -104,13 +100,3 @@ def _copy(new: Collection, changes: tuple[list[tuple], list[int]], copied: dict[
     if removed:
         new.remove(removed)
     return len(fresh), len(updated) + len(removed)
-
-
-@contextlib.contextmanager
-def _writers_held(location: Location) -> Iterator[None]:
-    """The old folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it); Milvus has none."""
-    if location.path is None:
-        yield
-        return
-    with file_lock(location.path / WRITER_LOCK):
-        yield

@@ -1,10 +1,10 @@
 """A persistent, searchable question collection: a backend that keeps the questions, and the model.
 
-A collection joins a **backend** (:class:`~dupq.search.backend.Backend`), which stores every
+A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`), which stores every
 question, its key, metadata and embedding and searches the embeddings, and the model that
-encodes them. Where it lives picks the backend (:class:`~dupq.search.location.Location`): a
-folder is kept by SQLite and FAISS (:mod:`dupq.search.folder`), ``milvus:PATH.db`` or
-``milvus+http://HOST:19530?collection=NAME`` by Milvus (:mod:`dupq.search.milvus`). Nothing
+encodes them. Where it lives picks the backend (:class:`~dupq.collection.location.Location`): a
+folder is kept by SQLite and FAISS (:mod:`dupq.collection.folder.backend`), ``milvus:PATH.db`` or
+``milvus+http://HOST:19530?collection=NAME`` by Milvus (:mod:`dupq.collection.milvus.backend`). Nothing
 here asks which.
 
 **Crash safety.** An add, a removal and an update are each one transaction of the backend:
@@ -42,15 +42,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dupq.collection.backend import Backend, check_where
+from dupq.collection.location import Location
+from dupq.collection.manifest import model_for, new_manifest
+from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
 from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
+from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import clip_cosines, from_cosines
-from dupq.search.backend import Backend, check_where
-from dupq.search.location import Location
-from dupq.search.manifest import model_for, new_manifest
-from dupq.search.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
-from dupq.search.vectors import IndexConfig
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Collection:
 
         ``keys`` are the caller's unique ids for the questions (None for a question without one);
         ``index`` is ``"flat"`` (exact), ``"hnsw"`` (approximate) or ``"ivfpq"`` (compressed, re-ranked
-        exactly; at least :func:`~dupq.search.vectors.training_size` questions), or an :class:`IndexConfig`.
+        exactly; at least :func:`~dupq.index.vectors.training_size` questions), or an :class:`IndexConfig`.
         ``stored``: the texts are another collection's questions (a re-encoding), so one stored before
         the 1,000-character rule is kept whole rather than refused; the other rules of a question hold.
         """
@@ -174,10 +174,24 @@ class Collection:
     def __len__(self) -> int:
         return self._backend.count()
 
-    def stored_vectors(self) -> np.ndarray:
-        """Every stored question's embedding, ``(N, d)`` float32, in id order (read from the store, not the index)."""
+    def writers_held(self):
+        """A context in which other processes' writers to this collection wait (for a copy's last round)."""
         self._check_open()
-        return self._backend.all_vectors()
+        return self._backend.writers_held()
+
+    @property
+    def indexed(self) -> int:
+        """How many vectors the search index holds (removed questions' too, until it is built again)."""
+        self._check_open()
+        return self._backend.indexed()
+
+    def stored_vectors(self, ids=None) -> np.ndarray:
+        """The stored embeddings, read from the store, not the index: of ``ids`` ``(len(ids), d)`` float32, or
+        (None) of every stored question ``(N, d)`` in id order."""
+        self._check_open()
+        if ids is None:
+            return self._backend.all_vectors()
+        return self._backend.vectors(np.asarray(ids, dtype=np.int64))
 
     def stored_rows(self) -> list[tuple[int, str | None, str, dict | None]]:
         """Every stored question as ``(id, key, text, metadata)``, in id order: what a build with another model takes."""

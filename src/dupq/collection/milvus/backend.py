@@ -47,15 +47,14 @@ from pathlib import Path
 
 import numpy as np
 
+from dupq.collection.backend import Backend, Row, Where
+from dupq.collection.manifest import FORMAT, check_manifest
+from dupq.collection.milvus import schema as milvus
+from dupq.collection.milvus.address import Address, parse
+from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, place, same_metadata
 from dupq.core.errors import DupqError
-from dupq.core.files import _alive, parse_json
-from dupq.search import milvus_schema as milvus
-from dupq.search.backend import Backend, Row, Where
-from dupq.search.manifest import FORMAT, check_manifest
-from dupq.search.milvus_address import Address, parse
-from dupq.search.rows import StoreFailure, UnknownKey, same_metadata
-from dupq.search.store import PARAMETERS, place
-from dupq.search.vectors import IndexConfig
+from dupq.core.files import alive, parse_json
+from dupq.index.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
 PROPERTY = "dupq.manifest"  # the collection property that holds the manifest (JSON)
@@ -244,7 +243,7 @@ class MilvusBackend(Backend):
         pattern = re.compile(rf"{re.escape(self.location.name)}__building_{_host()}_(\d+)")
         for name in self._call("read", self.client.list_collections):
             found = pattern.fullmatch(name)
-            if found and not _alive(int(found.group(1))):
+            if found and not alive(int(found.group(1))):
                 self._call("drop a stale build in", self.client.drop_collection, name)
 
     def count(self) -> int:

@@ -1,19 +1,22 @@
 """What a stored row may hold, checked on the way in and on the way out, and how a store fails.
 
-Every store (:mod:`dupq.search.store`'s SQLite, :mod:`dupq.search.milvus`) takes its rows through
-:func:`check_metadata` and :func:`check_keys` before it stores them, reads metadata back through
-:func:`read_metadata`, and reports its own failures (a full disk, a lock held too long, a damaged
-file) as :class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.
+Every store (:mod:`dupq.collection.folder.store`'s SQLite, :mod:`dupq.collection.milvus.backend`) takes its rows through
+:func:`check_metadata` and :func:`check_keys` before it stores them, gives ids by the key rule
+(:func:`place`), reads metadata back through :func:`read_metadata`, and reports its own failures
+(a full disk, a lock held too long, a damaged file) as :class:`StoreFailure`, whose ``reason`` the
+service turns into an HTTP status.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
+from collections.abc import Callable
 
 from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
 from dupq.data.questions import check_key
+
+PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit is 999 in old builds)
 
 
 class KeyConflict(DupqError):
@@ -34,24 +37,6 @@ class StoreFailure(DupqError):
     def __init__(self, message: str, reason: str):
         super().__init__(message)
         self.reason = reason  # "full", "busy", "read-only", "unreachable", "damaged" or "failed"
-
-
-# SQLite's primary result codes (the low byte of sqlite_errorcode) that name a reason.
-_SQLITE_REASONS = {13: "full", 5: "busy", 6: "busy", 8: "read-only", 11: "damaged", 26: "damaged"}
-_EXPLAINED = {
-    "full": "the disk is full",
-    "busy": "another process holds its write lock; try again",
-    "read-only": "it is read-only here",
-    "damaged": "the file is damaged; build the collection again from its questions",
-}
-
-
-def failure(doing: str, where, e: sqlite3.Error) -> StoreFailure:
-    """A SQLite error as one sentence naming what failed, where and why, with its reason."""
-    code = getattr(e, "sqlite_errorcode", None)
-    reason = "damaged" if code is None else _SQLITE_REASONS.get(code & 0xFF, "failed")  # no code: our own checks
-    explained = f": {_EXPLAINED[reason]}" if reason in _EXPLAINED else ""
-    return StoreFailure(f"cannot {doing} {where}{explained} ({e}).", reason)
 
 
 def one_each(values, n: int, what: str) -> list:
@@ -150,3 +135,39 @@ def check_keys(keys, n: int) -> list[str | None]:
         if k is not None:
             check_key(k, f"the key of question {i + 1}")
     return keys
+
+
+def place(
+    texts: list[str],
+    meta: list[str | None],
+    keys: list[str | None],
+    stored: dict[str, tuple[int, str, str | None]],
+    new_id: Callable[[int, str | None], int],
+) -> tuple[list[int], list[int]]:
+    """The id of each question, and the positions of those to store (the key rule of every store).
+
+    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen
+    there, or earlier in the same call, keeps its id (:class:`KeyConflict` if its text or metadata
+    differ); ``new_id(n, key)`` is the id of the ``n``-th new question.
+    """
+    stored = dict(stored)
+    ids, new = [], []
+    given: dict[str, int] = {}  # the keys new in this call: the question that brought each
+    for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
+        if key is not None and key in stored:
+            i, stored_text, stored_meta = stored[key]
+            same = stored_text == text and same_metadata(stored_meta, m)
+            if not same and key in given:  # no id is taken: nothing is stored
+                raise KeyConflict(
+                    f"the key {key!r} is given to questions {given[key] + 1} and {j + 1} of one add, "
+                    "with another question or metadata; nothing was stored."
+                )
+            if not same:
+                raise KeyConflict(f"the key {key!r} is stored already (id {i}) with another question or metadata.")
+            ids.append(i)
+            continue
+        ids.append(new_id(len(new), key))
+        new.append(j)
+        if key is not None:
+            stored[key], given[key] = (ids[-1], text, m), j
+    return ids, new

@@ -1,7 +1,7 @@
 """The shape of a dupq collection in Milvus: its schema, index and search settings, and its rows.
 
 One row per question: ``id`` (INT64 primary key), ``key``, ``text``, ``metadata`` (JSON text) and
-``vector`` (FLOAT_VECTOR); :mod:`dupq.search.milvus` stores and searches through these.
+``vector`` (FLOAT_VECTOR); :mod:`dupq.collection.milvus.backend` stores and searches through these.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from dupq.core.errors import DupqError
-from dupq.search.vectors import IndexConfig
+from dupq.index.vectors import IndexConfig
 
 MAX_TEXT = 65_535  # bytes of a VARCHAR: a question's text or its metadata's JSON
 MAX_KEY = 1_024  # bytes of a key

@@ -10,6 +10,17 @@ from urllib.parse import parse_qs, urlsplit
 from dupq.core.errors import DupqError
 
 DEFAULT_NAME = "dupq"
+LITE, SERVER = "milvus:", "milvus+"  # the prefixes of a milvus-lite file and of a server's address
+
+
+def is_milvus(location) -> bool:
+    """Whether ``location`` (text) names a Milvus collection (``milvus:PATH.db``, ``milvus+http(s)://...``)."""
+    return isinstance(location, str) and location.startswith((LITE, SERVER))
+
+
+def is_lite(location: str) -> bool:
+    """Whether a Milvus ``location`` names a milvus-lite file, which one process at a time may open."""
+    return location.startswith(LITE)
 
 
 @dataclass
@@ -24,8 +35,8 @@ class Address:
 
 def parse(location: str) -> Address:
     """A ``milvus:PATH.db`` or ``milvus+http(s)://HOST:PORT?collection=NAME`` location, or a DupqError saying what is wrong."""
-    lite = not location.startswith("milvus+")
-    rest = location.removeprefix("milvus:") if lite else location.removeprefix("milvus+")
+    lite = is_lite(location)
+    rest = location.removeprefix(LITE if lite else SERVER)
     try:
         parts = urlsplit(rest)
     except ValueError as e:  # an unclosed "[" of an IPv6 address, say

@@ -1,6 +1,6 @@
 """The FAISS index of a SQLite-stored collection, and its cache file ``index.faiss``.
 
-The store (:class:`~dupq.search.store.SQLiteStore`) is the truth; the index over its vectors lives in
+The store (:class:`~dupq.collection.folder.store.SQLiteStore`) is the truth; the index over its vectors lives in
 memory and is cached in ``index.faiss`` so that an open need not re-add every vector. The cache
 file is rewritten atomically (temporary file, fsync, rename) now and then; the manifest records
 how many vectors it holds and a CRC-32 of its bytes. :meth:`FaissCache.open` reads it and
@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dupq.collection.folder.store import SQLiteStore
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock, read_json, write_json
-from dupq.search.store import SQLiteStore
-from dupq.search.vectors import IndexConfig, VectorIndex
+from dupq.index.vectors import IndexConfig, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ REBUILD_SHARE = 0.2
 
 
 class FaissCache:
-    """A :class:`~dupq.search.vectors.VectorIndex` over a SQLite store's vectors, with ``index.faiss`` as its cache."""
+    """A :class:`~dupq.index.vectors.VectorIndex` over a SQLite store's vectors, with ``index.faiss`` as its cache."""
 
     def __init__(self, folder: Path, store: SQLiteStore, manifest: dict, index: VectorIndex, saved: int):
         self.folder, self.store, self.manifest = folder, store, manifest  # the manifest is written with the file

@@ -1,0 +1,281 @@
+"""A folder collection's questions and their embeddings: SQLite (:class:`SQLiteStore`).
+
+The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
+of models or search; :class:`~dupq.collection.folder.backend.FolderBackend` joins it and the FAISS index.
+
+What it guarantees (the backend's promises, :mod:`dupq.collection.backend`, rest on these):
+
+* an add, a removal and an update are each **one transaction**: when it returns, the change is
+  durable and seen by any reader; if it raises or the process dies first, none of it is applied.
+* **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
+  id; the same key with another text or metadata raises :class:`~dupq.collection.rows.KeyConflict`
+  (:func:`~dupq.collection.rows.place` is the rule, shared by both stores).
+* Ids are what :meth:`SQLiteStore.add` answered, for as long as the row is stored (a new text
+  for a key is a new id; the old one joins ``removed``, and its vector stays).
+
+The tables and the SQL they are read and written with are :mod:`dupq.collection.folder.sqlite`.
+
+>>> store = SQLiteStore(Path("runs/faq/questions.sqlite"), dim=128)      # doctest: +SKIP
+>>> store.add(["How do I learn Python?"], [None], [None], vectors)        # doctest: +SKIP
+[0]
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from dupq.collection.backend import Row, Where
+from dupq.collection.folder import sqlite
+from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
+from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, place, same_metadata
+from dupq.core.errors import DupqError
+from dupq.core.files import file_lock
+
+log = logging.getLogger(__name__)
+
+WRITER_LOCK = "writer.lock"  # beside the database: held by the process adding to it
+
+
+class SQLiteStore:
+    """The questions and embeddings in one SQLite file: ids ``0, 1, 2, ...`` in order of addition.
+
+    A removed question's row goes and its id joins ``removed``; its vector stays in its embeddings
+    row (the rows of vectors stay whole, so a question's id stays its FAISS position), and the
+    index filters it out. A new text for a key is a new id (the old one removed) in the same
+    transaction. Two connections: one for writes (and the range reads of a catch-up, which the
+    backend makes under its write lock), one for the look-ups of searches.
+    """
+
+    def __init__(self, path: Path, dim: int):
+        self.path, self.dim, self.where = Path(path), dim, str(path)
+        self._db = connect(self.path)
+        self._reader = connect(self.path)
+        self._reader_lock = threading.Lock()
+        try:  # a collection written before removals: the table appears on its first open for writing
+            self._db.execute("CREATE TABLE IF NOT EXISTS removed (id INTEGER PRIMARY KEY)")
+        except sqlite3.DatabaseError:  # read-only: nothing was ever removed from it here
+            pass
+
+    def _read(self, fn):
+        """``fn(reader connection)`` under the reader's lock, a database error as one sentence."""
+        try:
+            with self._reader_lock:
+                return fn(self._reader)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+
+    def count(self) -> int:
+        return self._read(lambda db: db.execute("SELECT COUNT(*) FROM questions").fetchone()[0])
+
+    def extent(self) -> int:
+        """The next id: how many vectors the embeddings hold (removed questions' included)."""
+        try:
+            return sqlite.extent(self._db)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+
+    def check(self) -> int:
+        """The extent, after checking that every question has its embedding (as an open does)."""
+        try:
+            top, vector_count, extent = self._db.execute(
+                "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings), "
+                "(SELECT COALESCE(MAX(start + count), 0) FROM embeddings)"
+            ).fetchone()
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+        if top > vector_count or vector_count != extent:
+            raise DupqError(f"{self.path} is corrupt: it holds {top} questions but {vector_count} embeddings.")
+        return extent
+
+    def version(self) -> int:
+        """SQLite's ``data_version``: it changes whenever another connection (this process's writer or another process) commits."""
+        return self._read(lambda db: db.execute("PRAGMA data_version").fetchone()[0])
+
+    def removed(self) -> np.ndarray:
+        """The removed ids, sorted ``(R,)`` int64."""
+
+        def read(db):
+            try:
+                return np.array([i for (i,) in db.execute("SELECT id FROM removed ORDER BY id")], dtype=np.int64)
+            except sqlite3.OperationalError:  # no such table: opened read-only, written before removals
+                return np.zeros(0, np.int64)
+
+        return self._read(read)
+
+    @contextmanager
+    def _transaction(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any error).
+
+        Writers of other processes (``dupq serve`` workers, ``index add``) wait on
+        :data:`WRITER_LOCK` beside the database, which hands over at once, where SQLite's busy
+        handler would sleep up to 100 ms between tries. After :data:`BUSY_TIMEOUT` seconds of
+        waiting the write fails as ``"busy"`` (the service's 503), as SQLite's own wait does.
+        """
+        with ExitStack() as held:
+            try:
+                held.enter_context(file_lock(self.path.with_name(WRITER_LOCK), timeout=BUSY_TIMEOUT))
+            except TimeoutError:
+                raise StoreFailure(
+                    f"cannot {doing} {self.path}: another process has held its write lock for {BUSY_TIMEOUT:g} s; "
+                    f"nothing was {'stored' if doing == 'add to' else 'changed'}, try again.",
+                    "busy",
+                ) from None
+            except OSError:  # a folder one cannot write to: SQLite says why the write fails
+                pass
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+            except sqlite3.DatabaseError as e:
+                raise failure(doing, self.path, e) from None
+
+    def add(self, texts, keys, metadata, vectors) -> list[int]:
+        with self._transaction("add to") as db:
+            ids, new = self._place(db, texts, metadata, keys)
+            if new:
+                insert(
+                    db,
+                    ids[new[0]],
+                    [texts[j] for j in new],
+                    [keys[j] for j in new],
+                    [metadata[j] for j in new],
+                    vectors[new],
+                )
+        return ids
+
+    def remove(self, keys: list[str]) -> list[int]:
+        with self._transaction("remove from") as db:
+            stored = sqlite.find(db, keys)
+            missing = [k for k in keys if k not in stored]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
+                )
+            ids = sorted({stored[k][0] for k in keys})
+            sqlite.remove_ids(db, ids)
+        return [stored[k][0] for k in keys]
+
+    def update(self, key: str, text: str | None, metadata: str | None, vector) -> int:
+        with self._transaction("update") as db:
+            stored = sqlite.find(db, [key])
+            if key not in stored:
+                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            i, old_text, old_meta = stored[key]
+            text = old_text if text is None else text
+            metadata = old_meta if metadata is None else metadata
+            if text == old_text:  # the same text keeps its id and vector (a retried update changes nothing)
+                if not same_metadata(metadata, old_meta):
+                    db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (metadata, i))
+                return i
+            sqlite.remove_ids(db, [i])
+            i = sqlite.extent(db)
+            insert(db, i, [text], [key], [metadata], np.asarray(vector, np.float32).reshape(1, self.dim))
+        return i
+
+    def edit(self, key: str, change, others: list[str]) -> tuple[int, str | None]:
+        """``key``'s metadata read, changed and written back in one ``BEGIN IMMEDIATE`` transaction (see Backend.edit)."""
+        with self._transaction("update") as db:
+            stored = sqlite.find(db, [key, *others])
+            missing = [k for k in [key, *others] if k not in stored]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
+                )
+            i, _, old = stored[key]
+            new = change(old)
+            if not same_metadata(new, old):
+                db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (new, i))
+        return i, new
+
+    def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:
+        return self._read(lambda db: sqlite.find(db, keys))
+
+    def matching(self, where: Where) -> np.ndarray:
+        """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.collection.backend.matches`), sorted."""
+        clauses, params = [], []
+        for field, values in where.items():
+            path = f'$."{field}"'  # field names are letters, digits and _ (backend.FIELD)
+            # json_extract of an object or array is its JSON text, which must not equal a string filter
+            clauses.append(
+                "CASE WHEN json_valid(metadata) AND json_type(metadata, ?) NOT IN ('object', 'array', 'null') "
+                f"THEN json_extract(metadata, ?) END IN ({','.join('?' * len(values))})"
+            )
+            params += [path, path, *values]
+        query = f"SELECT id FROM questions WHERE {' AND '.join(clauses)} ORDER BY id"
+        return self._read(lambda db: np.array([i for (i,) in db.execute(query, params)], dtype=np.int64))
+
+    def _rollback(self) -> None:
+        """Roll back the write's transaction, if SQLite has not already (it has after a full disk):
+        the error that made the write fail is the one to report, not the rollback's."""
+        if not self._db.in_transaction:
+            return
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            log.warning("rolling back a write to %s failed: %s", self.path, e)
+
+    def _place(self, db, texts, meta, keys) -> tuple[list[int], list[int]]:
+        """:func:`place` with the stored keys and the next id read inside the add's transaction."""
+        stored = sqlite.find(db, sorted({k for k in keys if k is not None}))
+        start = sqlite.extent(db)
+        return place(texts, meta, keys, stored, lambda n, key: start + n)
+
+    def rows(self, ids) -> dict[int, Row]:
+        wanted = sorted(set(ids))
+
+        def read(db):
+            found = {}
+            for lo in range(0, len(wanted), PARAMETERS):
+                part = wanted[lo : lo + PARAMETERS]
+                marks = ",".join("?" * len(part))
+                for i, *row in db.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
+                    found[i] = tuple(row)
+            return found
+
+        return self._read(read)
+
+    def vectors_by_id(self, ids) -> np.ndarray:
+        return self._read(lambda db: sqlite.vectors_by_id(db, np.asarray(ids, dtype=np.int64), self.dim))
+
+    def vectors(self, lo: int, hi: int) -> Iterator[np.ndarray]:
+        """The vectors of ids ``lo .. hi - 1`` a row at a time, read on the writer's connection (writes must not overlap)."""
+        try:
+            yield from sqlite.stored_vectors(self._db, lo, hi, self.dim)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+
+    def all_vectors(self) -> np.ndarray:
+        """The vectors of the stored questions (not the removed ones), ``(N, d)``, in id order."""
+        return self._read(lambda db: sqlite.live_vectors(db, self.dim))[1]
+
+    def live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """``ids (N,)`` and ``vectors (N, d)`` of the stored questions, read in one transaction on a connection
+        of its own: a snapshot for a background rebuild, while searches and writes go on."""
+        db = connect(self.path)
+        try:
+            db.execute("BEGIN")
+            return sqlite.live_vectors(db, self.dim)
+        except sqlite3.DatabaseError as e:
+            raise failure("read", self.path, e) from None
+        finally:
+            db.close()
+
+    def all_rows(self) -> list[tuple[int, Row]]:
+        query = "SELECT id, key, text, metadata FROM questions ORDER BY id"
+        return self._read(lambda db: [(i, tuple(row)) for i, *row in db.execute(query)])
+
+    def close(self) -> None:
+        self._db.close()
+        with self._reader_lock:
+            self._reader.close()

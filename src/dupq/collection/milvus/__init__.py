@@ -1,0 +1,1 @@
+"""A collection in Milvus: milvus-lite in a local file, or a Milvus server (pymilvus, an extra)."""
