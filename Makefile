@@ -37,9 +37,9 @@ bundled: install
 	$(BIN)/python -m pip install --quiet -e ".[distil]"
 	$(BIN)/dupq distil teach --out runs/teacher --threads 0
 	$(BIN)/dupq train --preset bundled --out runs/bundled --overwrite --no-progress
-	$(BIN)/dupq export runs/bundled runs/bundled-half --half --overwrite
+	$(BIN)/dupq compact runs/bundled --out runs/bundled-half --half --overwrite
 	$(BIN)/dupq calibrate runs/bundled-half
-	$(BIN)/dupq distil branch --model runs/bundled-half --out runs/bundled-branch --overwrite --dim 128 --a 0.002 --weight 2 --no-pieces --threads 0
+	$(BIN)/dupq distil branch runs/bundled-half --preset branch --out runs/bundled-branch --overwrite
 	$(BIN)/dupq evaluate runs/bundled-branch
 
 test: install

@@ -160,9 +160,30 @@ def head_model(head_model_dir):
     return Model.load(head_model_dir)
 
 
-@pytest.fixture(params=["sqlite", "milvus"])
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A private PostgreSQL 16 with pgvector for the session (pgserver), or a skip saying why (an error under CI)."""
+    from servicekit import postgres_or_skip
+
+    with postgres_or_skip(tmp_path_factory.mktemp("postgres")) as uri:
+        yield uri
+
+
+@pytest.fixture
+def postgres(request):
+    """A Postgres location of a table no other test uses, on the session's server."""
+    import uuid
+
+    uri = request.getfixturevalue("postgres_server")
+    return f"{uri}&table=t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["sqlite", "milvus", "postgres"])
 def location(request, tmp_path):
-    """Where a test's new collection goes, once for each store: a folder, or a fresh milvus-lite file."""
+    """Where a test's new collection goes, once for each store: a folder, a fresh milvus-lite file, or a new
+    table of the session's Postgres."""
     from servicekit import milvus_or_skip
 
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres")
     return tmp_path / "c" if request.param == "sqlite" else milvus_or_skip(tmp_path / "c.db")

@@ -345,7 +345,9 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
 
     with pytest.raises(DupqError, match="fingerprint"):
         Collection.open(location, adapted)
-    new = f"{location}?collection=adapted" if isinstance(location, str) else tmp_path / "new"  # Milvus: same file
+    new = tmp_path / "new"
+    if isinstance(location, str):  # Milvus: another collection of the same file; Postgres: another table
+        new = f"{location}?collection=adapted" if location.startswith("milvus:") else f"{location}_adapted"
     result = runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", str(new)])
     assert result.exit_code == 0, result.output
     with Collection.open(new) as coll:

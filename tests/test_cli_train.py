@@ -249,18 +249,18 @@ def test_dupq_train_and_train_from_python_write_the_same_calibrated_folder(pairs
     assert "--resume" in one_error_line(again)
 
 
-def test_export_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
+def test_compact_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
     from dupq.modeling.model import Model
 
     out = tmp_path / "exported"
-    result = runner.invoke(app, ["export", str(tiny_model_dir), str(out), "--half"])
+    result = runner.invoke(app, ["compact", str(tiny_model_dir), "--out", str(out), "--half"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "metrics.json", "model.safetensors", "vocab.json"]
     copy = Model.load(out)
     assert copy.threshold == tiny_model.threshold and copy.metrics == tiny_model.metrics
     q = ["How do I learn Python?", "What is the capital of France?"]
     assert abs(copy.similarity(*q) - tiny_model.similarity(*q)) < 0.02
-    assert "different output folder" in one_error_line(runner.invoke(app, ["export", str(out), str(out)]))
+    assert "different --out folder" in one_error_line(runner.invoke(app, ["compact", str(out), "--out", str(out)]))
 
 
 ENCODING_COMMANDS = [
@@ -275,7 +275,7 @@ ENCODING_COMMANDS = [
     ("dedup",),
     ("serve",),
     ("distil", "teach"),
-    ("distil", "export"),
+    ("distil", "teacher-model"),
 ]
 
 
@@ -295,7 +295,7 @@ def test_every_command_that_encodes_takes_threads_with_the_one_default(path):
     assert "--threads" in line
 
 
-@pytest.mark.parametrize("path", [("train",), ("distil", "teach"), ("distil", "export")], ids=" ".join)
+@pytest.mark.parametrize("path", [("train",), ("distil", "teach"), ("distil", "teacher-model")], ids=" ".join)
 def test_split_options_of_every_command_are_split_configs_fields(path):
     params = {p.name: p for p in _command(path).params}
     split = [f for f in flag_fields(SplitConfig) if f.name in params]

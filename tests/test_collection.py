@@ -625,7 +625,7 @@ def test_kill_9_during_a_milvus_add(tmp_path):
         "-c",
         "from dupq.cli import main; main()",
     ]  # one process at a time may hold a milvus-lite file
-    subprocess.run([*dupq, "index", "build", str(first), "--store", where], check=True, capture_output=True)
+    subprocess.run([*dupq, "index", "build", str(first), "--out", where], check=True, capture_output=True)
     proc = subprocess.Popen(
         [*dupq, "index", "add", where, "--file", str(qfile), "--batch-size", "25"],
         stdout=subprocess.PIPE,
@@ -671,8 +671,8 @@ def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_name
         0
     ]
     assert found["text"] == "What is a volcano?" and found["id"] == ids[1]
-    both = runner.invoke(app, ["index", "build", str(qfile), "--out", where, "--store", where])
-    assert both.exit_code == 2 and both.output.startswith("error: give either"), both.output
+    old = runner.invoke(app, ["index", "build", str(qfile), "--store", where])  # --out's twin, refused for a release
+    assert old.exit_code == 2 and old.output.startswith("error: --store is now --out LOCATION"), old.output
 
 
 def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, monkeypatch):
@@ -682,7 +682,7 @@ def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, m
     runner = CliRunner()
     qfile = tmp_path / "faq.csv"
     qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
-    result = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--store", where])
+    result = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
     assert result.exit_code == 0 and "stored 2 questions" in result.output, result.output
     result = runner.invoke(app, ["index", "add", where, "How can I learn Python quickly?", "--key", "p1"])
     added = re.search(r"id (\d+)", result.output)
@@ -700,8 +700,7 @@ def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, m
         "unreachable": runner.invoke(app, ["search", "milvus+http://127.0.0.1:1?collection=faq", "How?"]),
         "malformed": runner.invoke(app, ["serve", "milvus+ftp://somewhere"]),
         "bad name": runner.invoke(app, ["index", "add", f"{where}?collection=9x", "How?"]),
-        "exists": runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--store", where]),
-        "store is a folder": runner.invoke(app, ["index", "build", str(qfile), "--store", str(tmp_path / "f")]),
+        "exists": runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where]),
     }
     for name, result in cases.items():
         assert result.exit_code == 2, (name, result.output)

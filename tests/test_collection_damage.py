@@ -144,8 +144,8 @@ def test_a_collection_on_a_read_only_mount_is_searched(folder, tmp_path):
 
 def test_a_milvus_lite_file_in_use_by_another_process_is_named(tmp_path):
     """milvus-lite opens a file in one process at a time: `index add` beside `serve` says so, in one sentence."""
-    from dupq_lab.serving import ServeProcess
     from servicekit import milvus_or_skip
+    from support.serving import ServeProcess
 
     location = milvus_or_skip(tmp_path / "x.db")
     (tmp_path / "q.txt").write_text("\n".join(TEXTS[:10]) + "\n")

@@ -223,7 +223,7 @@ def test_cli_keys_default_to_line_numbers_and_bad_input_is_one_sentence(tmp_path
     for args, start in (
         ((qfile, "--out", tmp_path / "d.txt"), "error: --out must end in .csv, .jsonl, .json or .parquet"),
         ((tmp_path / "none.txt", "--out", tmp_path / "e.csv"), "error: the questions file"),
-        (("--out", tmp_path / "e.csv"), "error: give either a questions file or --collection"),
+        (("--out", tmp_path / "e.csv"), "error: Missing argument"),
         ((qfile, "--key-column", "id", "--out", tmp_path / "e.csv"), "error: --column and --key-column need"),
         ((qfile, "--out", tmp_path / "missing" / "e.csv"), "error: cannot write"),
     ):
@@ -289,12 +289,12 @@ def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model
 
     texts = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "How can I learn python"]
     Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]).close()
-    r = run_cli("--collection", tmp_path / "c", "--threshold", "0.99", "--out", tmp_path / "d.csv")
+    r = run_cli(tmp_path / "c", "--threshold", "0.99", "--out", tmp_path / "d.csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader((tmp_path / "d.csv").open()))
     assert sorted(x["key"] for x in rows) == ["a", "b"] and "1 of the very same text" in r.output
     r = run_cli(tmp_path / "c", "--collection", tmp_path / "c", "--out", tmp_path / "e.csv")
-    assert r.exit_code == 2 and "either a questions file or --collection" in r.output
+    assert r.exit_code == 2 and r.output.startswith("error: --collection is now the QUESTIONS argument"), r.output
 
 
 def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):

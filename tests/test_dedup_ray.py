@@ -1,6 +1,6 @@
 """`dupq dedup --ray`: a local Ray cluster on 127.0.0.1 gives the groups one machine gives.
 
-The cluster is :func:`dupq_lab.ray_local.local_cluster`'s, the one `dupq-lab dedup-scale ray` measures on.
+The cluster is :func:`support.ray_cluster.local_cluster`'s (the lab's `dupq-lab dedup-scale ray` starts one alike).
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq_lab.ray_local import free_port, local_cluster, same_group_pairs
+from support.ray_cluster import local_cluster, same_group_pairs
+from support.serving import free_port
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

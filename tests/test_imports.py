@@ -64,3 +64,14 @@ def test_a_bulk_encode_does_import_torch(tmp_path):
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("".join(f"How do I learn {n}?\tWhat is the best way to learn {n}?\n" for n in range(9)))
     assert imports_torch("predict", "--pairs", str(pairs))
+
+
+def test_the_service_app_imports_without_torch():
+    """The app factory, its routers and the launcher leave torch to the model: `serve` imports it when it starts."""
+    code = (
+        "import sys\nimport dupq.service.app, dupq.service.server\n"
+        "from dupq.service.app import create_app\ncreate_app('nowhere', token='t').openapi()\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr

@@ -17,7 +17,7 @@ from dupq.data.pairs import SplitConfig
 from dupq.modeling.model import BUNDLED
 from dupq.training.config import ModelOptions, TrainConfig, renamed
 from dupq.training.objectives import Objective
-from dupq.training.presets import CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
+from dupq.training.presets import BRANCH_PRESETS, CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
 from test_cli_train import _captured_configs, _other_value, one_error_line
 
 runner = CliRunner()
@@ -58,7 +58,10 @@ def test_labelled_is_the_bundled_recipe_without_its_teacher_and_seed_is_dupq_tra
     assert bundled.keys() - labelled.keys() == {"teacher_vectors", "word_init"}
     assert bundled["losses"] == {**labelled["losses"], "distil": 5.0}
     assert configs(read_preset("seed")) == (TrainConfig(), ModelOptions(), SplitConfig())
-    assert {p.stem for p in BUNDLED.parents[1].joinpath("training", "presets").glob("*.toml")} == set(PRESETS)
+    assert {p.stem for p in BUNDLED.parents[1].joinpath("training", "presets").glob("*.toml")} == {
+        *PRESETS,
+        *BRANCH_PRESETS,
+    }
 
 
 def test_a_preset_file_extends_another_beside_it(tmp_path):
@@ -171,3 +174,34 @@ def test_unknown_preset_names_the_ones_there_are():
     assert all(name in line for name in PRESETS)
     with pytest.raises(DupqError, match="no preset"):
         read_preset("labelled.yaml")
+
+
+def _branch_settings(monkeypatch, tmp_path, *args: str) -> tuple[dict, str]:
+    """What `dupq distil branch ARGS` would build the branch with (the building itself left out), and what it said."""
+    import dupq.training.distil.branch as branch
+
+    seen = {}
+
+    def record(model, source, dim, a, weight, pieces, teacher, log):
+        seen.update(source=source, dim=dim, a=a, weight=weight, pieces=pieces)
+        raise DupqError("recorded")
+
+    monkeypatch.setattr(branch, "branch_model", record)
+    monkeypatch.setattr("dupq.cli.distil._threads", lambda n: seen.update(threads=n))
+    result = runner.invoke(app, ["distil", "branch", *args, "--out", str(tmp_path / "b")])
+    return seen, result.output
+
+
+def test_the_branch_preset_holds_the_bundled_branchs_settings_and_flags_override_it(monkeypatch, tmp_path):
+    bundled = {"source": "teacher", "dim": 128, "a": 0.002, "weight": 2.0, "pieces": False, "threads": 0}
+    assert _branch_settings(monkeypatch, tmp_path, "--preset", "branch")[0] == bundled
+    typed = _branch_settings(monkeypatch, tmp_path, "--preset", "branch", "--weight", "1.5", "--pieces")[0]
+    assert typed == {**bundled, "weight": 1.5, "pieces": True}
+    assert _branch_settings(monkeypatch, tmp_path)[0]["weight"] == 1.0  # no preset: the flags' defaults
+    (tmp_path / "mine.toml").write_text("dim = 64\nepochs = 3\n")
+    said = _branch_settings(monkeypatch, tmp_path, "--preset", str(tmp_path / "mine.toml"))[1]
+    assert said.startswith("error: the preset") and "'epochs', which is no option of dupq distil branch" in said
+    (tmp_path / "bad.toml").write_text("dim = 0\n")
+    said = _branch_settings(monkeypatch, tmp_path, "--preset", str(tmp_path / "bad.toml"))[1]
+    assert said.startswith("error: the preset") and "dim = 0" in said
+    assert "no preset 'labelled'" in _branch_settings(monkeypatch, tmp_path, "--preset", "labelled")[1]

@@ -224,7 +224,10 @@ def test_a_task_without_relevant_questions_or_queries_is_refused():
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize(
     "words, first_row, parts",
-    [(["--retrieval"], 8_000, ["test", "dev"]), (["--task", "quora-retrieval", "--split", "dev"], 9_000, ["dev"])],
+    [
+        (["--task", "quora-retrieval"], 8_000, ["test", "dev"]),
+        (["--task", "quora-retrieval", "--split", "dev"], 9_000, ["dev"]),
+    ],
 )
 def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory, words, first_row, parts):
     folder, data = cli_model(

@@ -1,4 +1,4 @@
-"""A sentence-transformers model as a dupq model (`dupq distil export`): its vectors against
+"""A sentence-transformers model as a dupq model (`dupq distil teacher-model`): its vectors against
 sentence-transformers' own, its dev threshold against a brute-force loop, a collection's search
 against brute-force top-k, the CLI and the service on it, its refusals, and no half-written
 folder. Needs the ``distil`` extra (sentence-transformers and the packaged all-MiniLM-L6-v2);
@@ -53,7 +53,7 @@ def folder(data, tmp_path_factory) -> Path:
     """The packaged all-MiniLM-L6-v2 exported by the command line."""
     out = tmp_path_factory.mktemp("st-model") / "minilm"
     result = CliRunner().invoke(
-        app, ["distil", "export", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
+        app, ["distil", "teacher-model", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
     )
     assert result.exit_code == 0, result.output
     return out
@@ -147,7 +147,7 @@ def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(f
     ) as coll:  # no model given: the recorded folder is loaded, its fingerprint checked
         assert [[h.id for h in row] for row in coll.search(queries, k=5)] == want.tolist()
     copy = tmp_path / "copy"
-    assert CliRunner().invoke(app, ["export", str(folder), str(copy)]).exit_code == 0
+    assert CliRunner().invoke(app, ["compact", str(folder), "--out", str(copy)]).exit_code == 0
     assert Model.load(copy).fingerprint() == Model.load(folder).fingerprint()  # a copy searches the same collection
     result = CliRunner().invoke(
         app, ["search", str(tmp_path / "c"), queries[0], "-k", "5", "--json", "--model", str(copy)]
@@ -203,31 +203,35 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
             app,
             [
                 "distil",
-                "export",
+                "teacher-model",
+                str(tmp_path / "nowhere"),
                 "--data",
                 str(data),
                 "--out",
                 str(tmp_path / "m"),
-                "--teacher",
-                str(tmp_path / "nowhere"),
                 *SPLIT,
             ],
         )
     )
     assert "nowhere is not a folder" in line and not (tmp_path / "m").exists()
-    line = one_error_line(runner.invoke(app, ["distil", "export", "--data", str(data), "--out", str(folder), *SPLIT]))
+    line = one_error_line(
+        runner.invoke(app, ["distil", "teacher-model", "--data", str(data), "--out", str(folder), *SPLIT])
+    )
     assert "already exists and is not empty; pass --overwrite" in line
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
     line = one_error_line(
         runner.invoke(
-            app, ["distil", "export", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT]
+            app,
+            ["distil", "teacher-model", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT],
         )
     )
     assert "not a dupq model folder" in line and (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
     line = one_error_line(runner.invoke(app, ["train", "--data", str(data), "--out", str(folder), *SPLIT]))
     assert "already exists and is not empty" in line  # the one folder rule, before what the folder holds
-    assert one_error_line(runner.invoke(app, ["export", str(folder), str(tmp_path / "half"), "--half"])).count("--half")
+    assert one_error_line(
+        runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"])
+    ).count("--half")
 
     def broken(name: str, edit) -> Path:
         copy = shutil.copytree(folder, tmp_path / name)
@@ -402,9 +406,9 @@ def test_links_inside_the_folder_load(folder, tmp_path, reference):
 def test_a_joined_export_encodes_the_teacher_and_the_student_joined_and_survives_a_copy(
     data, folder, reference, tmp_path
 ):
-    """`dupq distil export --join bundled --join-weight 0.5`: vectors [t, sqrt(w) u] / sqrt(1 + w), the student inside."""
+    """`dupq distil teacher-model --join bundled --join-weight 0.5`: vectors [t, sqrt(w) u] / sqrt(1 + w), the student inside."""
     out = tmp_path / "joined"
-    args = ["distil", "export", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
+    args = ["distil", "teacher-model", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
     result = CliRunner().invoke(app, [*args, "--join", "bundled", "--join-weight", "0.5"])
     assert result.exit_code == 0, result.output
     model, bundled = Model.load(out), Model.load()

@@ -326,12 +326,12 @@ def test_the_server_sees_adds_of_another_process(client):
 
 
 def test_scores_are_clamped_and_refusals_are_json(client, monkeypatch):
-    import dupq.service.app
+    import dupq.service.routes.similarity as route
 
     judged = {"similarity": 1.0000001, "probability": None, "duplicate": True, "threshold": 0.7}  # float32 rounding
-    monkeypatch.setattr(dupq.service.app, "judge", lambda model, a, b: [judged])
+    monkeypatch.setattr(route, "judge", lambda model, a, b: [judged])
     assert client.post("/similarity", json={"q1": "How?", "q2": "Why?"}).json()["similarity"] == 1.0
-    monkeypatch.setattr(dupq.service.app, "judge", lambda model, a, b: 1 / 0)  # a bug: still a JSON answer
+    monkeypatch.setattr(route, "judge", lambda model, a, b: 1 / 0)  # a bug: still a JSON answer
     r = TestClient(client.app, raise_server_exceptions=False).post("/similarity", json={"q1": "How?", "q2": "Why?"})
     assert r.status_code == 500 and r.json() == {"detail": "internal error; the server log has the details."}
     for r in (client.get("/nowhere"), client.put("/search"), client.get("/static/nothing.js")):

@@ -163,7 +163,7 @@ def closed_after(sock: socket.socket, started: float, limit: float, trickle: byt
 def test_idle_and_trickling_connections_are_closed(folder):
     """`dupq serve` as a user runs it: a connection must deliver a request's headers within 10 s (old: never closed)."""
     from dupq.service.connections import HEADER_TIMEOUT, KEEP_ALIVE
-    from dupq_lab.serving import ServeProcess
+    from support.serving import ServeProcess
 
     with ServeProcess(folder) as server:
         started = time.monotonic()
@@ -185,7 +185,7 @@ def test_idle_and_trickling_connections_are_closed(folder):
 def test_a_request_whose_headers_arrive_in_time_is_answered(folder):
     """The deadline cuts only what is late: a client that pauses under it is served, on the same connection too."""
     from dupq.service.app import create_app
-    from dupq_lab.serving import LiveServer
+    from support.serving import LiveServer
 
     with LiveServer(create_app(folder, token=TOKEN), header_timeout=1.0) as server:
         sock = connect(server.port, b"GET /health HTTP/1.1\r\n")
@@ -217,7 +217,7 @@ def test_a_request_uvicorn_cannot_parse_gets_the_security_headers(folder, base, 
     connection and carries the headers every other answer carries (old: uvicorn's bare 400)."""
     from dupq.service import connections
     from dupq.service.app import create_app
-    from dupq_lab.serving import LiveServer
+    from support.serving import LiveServer
 
     if base == "h11":  # the protocol uvicorn falls back to without httptools
         from uvicorn.protocols.http.h11_impl import H11Protocol

@@ -180,7 +180,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     save_file({"embeddings": np.random.default_rng(0).normal(size=(len(PIECES), 6)).astype(np.float32)}, str(source / "model.safetensors"))  # fmt: skip
     (source / "tokenizer.json").write_text(tokenizer_json())
     out = tmp_path / "branch"
-    args = ["distil", "branch", "--model", str(head_model_dir), "--source", str(source), "--weight", "1.5"]
+    args = ["distil", "branch", str(head_model_dir), "--source", str(source), "--weight", "1.5"]
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     base, joined = Model.load(head_model_dir), Model.load(out)
@@ -198,7 +198,8 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
         assert hits[0].text == "How do I cancel a subscription?"
         brute = joined.encode([h.text for h in hits]) @ joined.encode(["How do I cancel a subscription?"])[0]
         np.testing.assert_allclose([h.score for h in hits], brute, atol=1e-5)
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "again"), "--model", str(out)])
+    again = ["distil", "branch", str(out), *args[3:], "--out", str(tmp_path / "again")]
+    result = CliRunner().invoke(app, again)
     assert result.exit_code == 0, result.output  # a branch replaces the one a model has
     assert Model.load(tmp_path / "again").out_dim == base.out_dim + 6
 
@@ -301,7 +302,7 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
 
 
 def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
-    """`dupq export M OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
+    """`dupq compact M --out OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
     from typer.testing import CliRunner
 
     from dupq.cli import app
@@ -312,7 +313,7 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
     joined = Model.load(tmp_path / "m")
     for flag, width in (("--branch", base.out_dim + 6), ("--no-branch", base.out_dim)):
         out = tmp_path / flag
-        result = CliRunner().invoke(app, ["export", str(tmp_path / "m"), str(out), flag])
+        result = CliRunner().invoke(app, ["compact", str(tmp_path / "m"), "--out", str(out), flag])
         assert result.exit_code == 0, result.output
         copy = Model.load(out)
         assert copy.out_dim == width and copy.encode(["How do I learn Python?"]).shape == (1, width)

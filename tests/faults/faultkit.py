@@ -9,7 +9,7 @@ test's own process runs on one thread (``tests/conftest.py``), as its subprocess
 
 Every fault test runs ``dupq`` as a user does, in a subprocess, through :data:`DUPQ` and
 :data:`ENV`, read at each call: ``test_mutations.py`` points them at a deliberately broken build
-to show that a test fails on the fault it names. The server harness is :mod:`dupq_lab.serving`.
+to show that a test fails on the fault it names. The server harness is :mod:`support.serving`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dupq_lab.serving import ServeProcess
+from support.serving import ServeProcess
 
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]  # how a test runs `dupq`
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "DUPQ_API_TOKEN": "fault-token"}

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from faultkit import AUTH, Server, build, clean, dupq, library_refuses, refused, stored, strict_json, synthetic
 
-from dupq_lab.serving import free_port
-from dupq_lab.serving import http as request
+from support.serving import free_port
+from support.serving import http as request
 
 pytestmark = pytest.mark.faults
 

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from faultkit import AUTH, Server, build, clean, dupq, refused, stored, synthetic
 
-from dupq_lab.serving import free_port
-from dupq_lab.serving import http as request
+from support.serving import free_port
+from support.serving import http as request
 
 pytestmark = pytest.mark.faults
 
@@ -37,12 +37,12 @@ def _model_copy(tmp: Path) -> Path:
 
 @pytest.mark.parametrize("name", ["metrics.json", "config.json", "vocab.json"])
 def test_nested_json_in_model_files(tmp_path: Path, name):
-    """1,000 nested brackets in a model's metrics.json, config.json or vocab.json: one sentence from info, predict, export."""
+    """1,000 nested brackets in a model's metrics.json, config.json or vocab.json: one sentence from info, predict, compact."""
     model = _model_copy(tmp_path)
     (model / name).write_text(NESTED)
     refused(dupq("info", str(model)), "nests more than")
     refused(dupq("predict", "How?", "Why?", "--model", str(model)), "nests more than")
-    refused(dupq("export", str(model), str(tmp_path / "out")), "nests more than")
+    refused(dupq("compact", str(model), "--out", str(tmp_path / "out")), "nests more than")
 
 
 def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
@@ -60,23 +60,23 @@ def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
         TeacherCache.load(tmp_path / "t")
 
 
-def test_export_over_an_existing_folder(tmp_path: Path):
-    """`dupq export` refuses a folder that holds a model or anything else without --overwrite; with it, replaces a model."""
+def test_compact_over_an_existing_folder(tmp_path: Path):
+    """`dupq compact` refuses a folder that holds a model or anything else without --overwrite; with it, replaces a model."""
     model = _model_copy(tmp_path)
-    clean(dupq("export", str(model), str(tmp_path / "e")))
+    clean(dupq("compact", str(model), "--out", str(tmp_path / "e")))
     before = (tmp_path / "e" / "model.safetensors").read_bytes()
-    refused(dupq("export", str(model), str(tmp_path / "e"), "--half"), "--overwrite")
+    refused(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half"), "--overwrite")
     assert (tmp_path / "e" / "model.safetensors").read_bytes() == before
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
-    refused(dupq("export", str(model), str(tmp_path / "full")), "--overwrite")
+    refused(dupq("compact", str(model), "--out", str(tmp_path / "full")), "--overwrite")
     assert (tmp_path / "full" / "notes.txt").exists()
-    clean(dupq("export", str(model), str(tmp_path / "e"), "--half", "--overwrite"))
+    clean(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half", "--overwrite"))
     assert json.loads((tmp_path / "e" / "config.json").read_text())["weights_dtype"] == "float16"
 
 
 def test_commands_that_write_a_folder(tmp_path: Path):
-    """train, report, export, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
+    """train, report, compact, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
     model = _model_copy(tmp_path)
     folder = build(tmp_path / "c", n=10)
     full = tmp_path / "full"
@@ -86,7 +86,7 @@ def test_commands_that_write_a_folder(tmp_path: Path):
     for command in (
         ["train", "--out", str(full), "--epochs", "1"],
         ["report", str(model), "--out", str(full)],
-        ["export", str(model), str(full)],
+        ["compact", str(model), "--out", str(full)],
         ["adapt", str(tmp_path / "q.txt"), "--out", str(full)],
         ["index", "build", str(tmp_path / "q.txt"), "--out", str(full)],
         ["index", "reencode", str(folder), "--model", str(model), "--out", str(full)],

@@ -104,7 +104,7 @@ def test_unparsable_milvus_address(tmp_path: Path):
     said = "the Milvus location " + MILVUS
     refused(dupq("search", MILVUS, "How do I learn Python?"), said)
     refused(dupq("index", "add", MILVUS, "How do I learn Python?"), said)
-    refused(dupq("index", "build", str(tmp_path / "q.txt"), "--store", MILVUS), said)
+    refused(dupq("index", "build", str(tmp_path / "q.txt"), "--out", MILVUS), said)
 
 
 FORMULAS = ['=HYPERLINK("http://x.example","How do I learn Python?")', "+1+1 how do I add?", "-2+3 why?"]

@@ -3,7 +3,7 @@ threshold can be chosen on, a worker that cannot start, and the smaller sentence
 
 Each rule lives in one function (:func:`dupq.data.questions.check_question`,
 :func:`dupq.data.questions.check_key`, :func:`dupq.collection.rows.same_metadata`,
-:func:`dupq.service.app.write_token`, :func:`dupq.evaluation.evaluate.check_dev_labels`); a test
+:func:`dupq.service.auth.write_token`, :func:`dupq.evaluation.evaluate.check_dev_labels`); a test
 runs it through the command line, the library and the service alike.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from faultkit import Server, build, clean, dupq, library_refuses, refused, stored, synthetic
 
-from dupq_lab.serving import free_port
+from support.serving import free_port
 
 pytestmark = pytest.mark.faults
 

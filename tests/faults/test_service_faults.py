@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from faultkit import AUTH, TOPICS, Server, build, dupq, lacks_headers, library_refuses, refused, stored, synthetic
 
-from dupq_lab.serving import http as request
+from support.serving import http as request
 
 pytestmark = pytest.mark.faults
 

@@ -17,7 +17,7 @@ is not the test pairs:
 (at the model's own threshold), never used to choose.
 
 The test figures (accuracy at the dev threshold, ROC-AUC, expected calibration error, retrieval
-MRR@10 and nDCG@10 on the test and dev rows, as `dupq evaluate --retrieval` reports them) are
+MRR@10 and nDCG@10 on the test and dev rows, as `dupq evaluate --task quora-retrieval` reports them) are
 printed too, for the record, never for choosing. Lines of earlier sweeps hold ``dev_mrr`` and
 ``test_mrr`` instead: question2's rank alone, every rank counted.
 A configuration whose model folder is already complete is judged again without retraining.

@@ -2,7 +2,7 @@
 
 Each ``--tier NAME=FOLDER`` is a dupq model folder (``bundled`` for the bundled model, an LSTM
 with or without its static branch, an adapted one, a sentence-transformers folder from ``dupq
-distil export``; ``st:FOLDER`` a sentence-transformers folder as it ships; ``nobranch:FOLDER`` a
+distil teacher-model``; ``st:FOLDER`` a sentence-transformers folder as it ships; ``nobranch:FOLDER`` a
 dupq folder, or ``bundled``, without its static branch); ``--minilm`` adds
 all-MiniLM-L6-v2 zero-shot (the ``distil`` extra) and BM25 comes from ``bm25s``. For each it prints
 the measures of the task ``help-desks`` of :mod:`dupq.evaluation.tasks` (``--split`` half), with
@@ -11,7 +11,7 @@ with ``--split test``), with ``--speed`` the questions a second ``Model.encode``
 first 2,000 of the help-desk task's Quora distractors (after a warm-up call), with ``--build`` the seconds
 ``Collection.build`` takes for 20,000 of them (a flat collection in a temporary folder, encoding
 included). ``--join W,...`` also scores, for each sentence-transformers tier, its vectors joined with
-the bundled model's at each weight (``dupq distil export --join``'s rule,
+the bundled model's at each weight (``dupq distil teacher-model --join``'s rule,
 :func:`dupq.modeling.static.join_vectors`): how the join weight is chosen on dev.
 
 Vectors are kept in ``--cache`` (default ``runs/tier-vectors``), one file per model fingerprint, so
@@ -82,7 +82,7 @@ def sentence_model(folder: Path | None) -> Model:
 
 
 def joined_model(transformer: Model, student: Model, weight: float) -> Model:
-    """The sentence model ``transformer`` joined with ``student`` at ``weight``, as ``dupq distil export --join`` writes it."""
+    """The sentence model ``transformer`` joined with ``student`` at ``weight``, as ``dupq distil teacher-model --join`` writes it."""
     from dataclasses import replace
 
     from dupq.modeling.sentence_model import JoinedEncoder, TransformerEncoder
@@ -160,7 +160,7 @@ def main(
             for w in weights:
                 joined = lambda texts, w=w, e=encode, s=student: join_vectors(e(texts), s(texts), w)  # noqa: E731
                 row[f"joined with bundled, weight {w:g}"] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
-                if measure_speed:  # the joined folder as `dupq distil export --join bundled` writes it
+                if measure_speed:  # the joined folder as `dupq distil teacher-model --join bundled` writes it
                     row[f"joined with bundled, weight {w:g}"].update(
                         speed(joined_model(model, bundled, w), questions, build)
                     )

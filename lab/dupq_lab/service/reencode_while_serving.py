@@ -26,7 +26,7 @@ from typing import Annotated
 
 import typer
 
-from dupq_lab.serving import ServeProcess, http
+from dupq_lab.launch import post, serving
 
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]
 TOKEN = "reencode-token"
@@ -42,14 +42,14 @@ def measure(tmp: Path, questions: int, writers: int, workers: int, command: list
     Collection.build(tmp / "old", texts, Model.load()).close()
     acknowledged: dict[str, float] = {}  # text -> when its 201 came
     stop = threading.Event()
-    with ServeProcess(tmp / "old", "--workers", str(workers), command=command, env=env) as server:
+    with serving(tmp / "old", "--workers", str(workers), command=command, env=env) as url:
 
         def writer(n: int) -> None:
             i = 0
             while not stop.is_set():
                 text = f"Writer {n} adds question {i} about {n * 1000 + i}?"
                 body = json.dumps({"text": text}).encode()
-                if http(server.url + "/questions", body, {"Authorization": f"Bearer {TOKEN}"}).status == 201:
+                if post(url + "/questions", body, {"Authorization": f"Bearer {TOKEN}"}) == 201:
                     acknowledged[text] = time.monotonic()
                 i += 1
 

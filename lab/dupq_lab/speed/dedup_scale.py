@@ -48,8 +48,8 @@ from typing import Annotated, Literal, Optional
 import numpy as np
 import typer
 
+from dupq_lab.launch import ENV, local_cluster, same_group_pairs
 from dupq_lab.options import integers
-from dupq_lab.ray_local import ENV, local_cluster, same_group_pairs
 
 CACHE = Path("runs/dedup_scale")
 COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)

@@ -1,4 +1,4 @@
-"""``dupq adapt`` and ``dupq index reencode``: fit the model to your own questions, then encode your collection again."""
+"""``dupq adapt``: fit the model to your own questions (``dupq index reencode`` then encodes a collection again)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from dupq.cli.common import (
     _threads,
     command,
     config_options,
+    model_option,
 )
 from dupq.cli.distil import Teacher
-from dupq.cli.index import index_app
 from dupq.training.config import AdaptConfig
 
 
@@ -36,7 +36,7 @@ def adapt_command(
         Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
     ] = Path("runs/adapted"),
     model: Annotated[
-        Optional[Path], typer.Option(help="The model to adapt (default: the collection's model, else the bundled one).")
+        Optional[Path], model_option("The model to adapt (default: the collection's model, else the bundled one).")
     ] = None,
     teacher: Teacher = None,
     column: Annotated[Optional[str], typer.Option(help="The question column of a CSV/TSV file.")] = None,
@@ -126,30 +126,3 @@ def _mixed_in(texts: list[str], base, mix: int, data: Optional[Path]) -> list[st
         "pool mixed in (taught and trained on with yours, so that the student keeps what it knew; --mix 0: none)"
     )
     return mixed
-
-
-@command(group=index_app, name="reencode")
-def index_reencode(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
-    model: Annotated[Path, typer.Option(help="The model folder to encode with (e.g. from dupq adapt).")],
-    out: Annotated[
-        str, typer.Option(help="The new collection: a folder that does not exist yet, or a Milvus location.")
-    ],
-    index: Annotated[
-        Optional[Literal["flat", "hnsw", "ivfpq"]],
-        typer.Option(help="Index kind of the new collection (default: the old one's)."),
-    ] = None,
-    threads: Annotated[int, typer.Option(min=0, help="torch CPU threads (0 = torch's default).")] = 0,
-) -> None:
-    """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
-    import time
-
-    from dupq.collection.reencode import reencode
-    from dupq.modeling.model import Model
-
-    _threads(threads)
-    started = time.perf_counter()
-    with reencode(collection, Model.load(model), out, index, log=typer.echo) as new:
-        typer.echo(
-            f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
-        )

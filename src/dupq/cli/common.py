@@ -90,8 +90,12 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def command(*args, group: typer.Typer | None = None, **kwargs):
-    """``app.command`` (or ``group.command``) whose function reports user mistakes as one sentence and exit 2."""
+def command(*args, group: typer.Typer | None = None, refused: dict[str, str] | None = None, **kwargs):
+    """``app.command`` (or ``group.command``) whose function reports user mistakes as one sentence and exit 2.
+
+    ``refused`` maps an option the command no longer takes to what replaced it
+    (``{"--store": "--out LOCATION"}``): given, it is refused as an unknown option is, naming the new form.
+    """
 
     def register(fn):
         @functools.wraps(fn)
@@ -106,9 +110,37 @@ def command(*args, group: typer.Typer | None = None, **kwargs):
                 typer.echo("interrupted", err=True)
                 raise typer.Exit(130) from None
 
+        if refused:
+            kwargs["cls"] = type("Refusing", (_Refusing,), {"refused": refused})
         return (group or app).command(*args, **kwargs)(run)
 
     return register
+
+
+class _Refusing(typer.core.TyperCommand):
+    """A command that names the replacement of an option it took before (:func:`command`'s ``refused``)."""
+
+    refused: dict[str, str] = {}
+
+    def parse_args(self, ctx, args):
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if name in self.refused:
+                raise UsageError(f"{name} is now {self.refused[name]}", ctx)
+        return super().parse_args(ctx, args)
+
+
+def renamed_command(old: str, new: str, group: typer.Typer | None = None) -> None:
+    """Keep a command's old name (``dupq export``), hidden, as a refusal that names the new one: exit 2."""
+
+    def refuse() -> None:
+        fail(f"`{old}` is now `{new}`.")
+
+    refuse.__doc__ = f"Renamed: {new}."
+    settings = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+    (group or app).command(name=old.split()[-1], hidden=True, context_settings=settings)(refuse)
 
 
 def config_options(**configs: type | tuple[type, tuple[str, ...]]) -> Callable:
@@ -155,6 +187,28 @@ def config_options(**configs: type | tuple[type, tuple[str, ...]]) -> Callable:
     return decorate
 
 
+def typed_option(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave option ``name`` (on the line or through its environment variable), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def preset_values_for(ctx: typer.Context, preset: str, values: dict[str, Any], typed: set[str]) -> dict[str, Any]:
+    """A preset's ``values`` that no typed flag overrides; a value for a flag is checked as that flag checks it."""
+    parameters = {p.name: p for p in ctx.command.params}
+    kept = {}
+    for name, value in values.items():
+        if name in typed:
+            continue
+        if name in parameters:
+            try:
+                value = parameters[name].process_value(ctx, value)
+            except UsageError as e:
+                raise DupqError(f"the preset {preset} sets {name} = {value!r}: {e.format_message()}") from None
+        kept[name] = value
+    return kept
+
+
 def _option_annotation(f: Field, kind: type) -> Any:
     """``Annotated[type, typer.Option(...)]`` for a config field: choices become a ``Literal``, min/max a range."""
     meta = f.metadata
@@ -164,15 +218,49 @@ def _option_annotation(f: Field, kind: type) -> Any:
     return Annotated[kind, typer.Option(*names, help=meta["help"], min=meta["min"], max=meta["max"])]
 
 
+# The options several commands take, declared once. A command's own help may say what its default
+# is (the bundled model, the collection's); the name, the metavar and the checks are these.
+# `docs/cli.md` states the convention and tests/test_cli_convention.py holds every command to it.
+
+MODEL_HELP = "Model folder (default: the bundled model)."
 COLLECTION_HELP = (
-    "Collection: a folder (from `dupq index build`), or milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME."
+    "Collection: a folder (from `dupq index build`), milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, "
+    "or postgresql://USER@HOST:PORT/DB?table=NAME."
 )
+LOCATION_HELP = (
+    "Where the new collection goes: a folder that does not exist yet, or milvus:PATH.db (milvus-lite) or "
+    "milvus+http(s)://HOST:PORT?collection=NAME (token from $DUPQ_MILVUS_TOKEN)."
+)
+THRESHOLD_HELP = "Decision threshold on the model's score (similarity or probability; default: its calibrated one)."
 
 
+def model_option(help: str = MODEL_HELP) -> Any:
+    """``--model MODEL``: a model folder a command uses (the thing it acts on is its argument)."""
+    return typer.Option("--model", metavar="MODEL", help=help)
+
+
+def model_argument(help: str = MODEL_HELP) -> Any:
+    """``MODEL``: the model folder a command acts on (evaluates, rewrites, copies)."""
+    return typer.Argument(metavar="MODEL", help=help)
+
+
+def threshold_option(help: str = THRESHOLD_HELP) -> Any:
+    """``--threshold THRESHOLD``: a score in [-1, 1] above which a pair is a duplicate."""
+    return typer.Option("--threshold", metavar="THRESHOLD", min=-1.0, max=1.0, help=help)
+
+
+def out_location(help: str = LOCATION_HELP) -> Any:
+    """``--out LOCATION``: where a new collection goes (:class:`~dupq.collection.collection.Location` parses it)."""
+    return typer.Option("--out", metavar="LOCATION", help=help)
+
+
+ModelOption = Annotated[Optional[Path], model_option()]
+ModelArgument = Annotated[Optional[Path], model_argument()]
+CollectionArgument = Annotated[str, typer.Argument(metavar="COLLECTION", help=COLLECTION_HELP)]
+Threshold = Annotated[Optional[float], threshold_option()]
 DATA_OPTION = typer.Option(
     help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz"
 )
-MODEL_ARGUMENT = typer.Argument(help="Model folder (default: the bundled model).")
 # One thread: one LSTM step is too small to share (with several threads every step waits on the
 # others), and a training run then gives the same weights run after run. A transformer (the
 # teacher of `dupq distil`, a model it exported) encodes faster with more: pass --threads N.

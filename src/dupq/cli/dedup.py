@@ -8,37 +8,34 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command
+from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command, model_option, threshold_option
 from dupq.core.errors import DupqError
 from dupq.core.files import check_target
 
 
-@command(name="dedup")
+@command(name="dedup", refused={"--collection": "the QUESTIONS argument (a collection folder)"})
 def dedup_command(
     questions: Annotated[
-        Optional[Path],
+        str,
         typer.Argument(
             help="Questions: a text file (one a line), CSV/TSV with a header (see --column), JSON lines (.jsonl), "
-            "Parquet, or the Quora pairs file; .gz ok."
+            "Parquet, or the Quora pairs file; .gz ok. Or a collection (a folder, milvus:..., postgresql://...): its questions, "
+            "stored vectors and keys."
         ),
-    ] = None,
+    ],
     out: Annotated[
         Path,
         typer.Option(
             help="Where to write the groups, one row per member: FILE.csv, FILE.jsonl, FILE.json or FILE.parquet."
         ),
     ] = ...,
-    collection: Annotated[
-        Optional[Path],
-        typer.Option(help="Instead of a file, a collection folder: its questions, stored vectors and keys."),
-    ] = None,
     model: Annotated[
-        Optional[Path], typer.Option(help="Model folder (default: the bundled model, or the collection's).")
+        Optional[Path], model_option("Model folder (default: the bundled model, or the collection's).")
     ] = None,
     threshold: Annotated[
         Optional[float],
-        typer.Option(
-            help="A pair is a duplicate when its score is above this: the model's score (its calibrated probability "
+        threshold_option(
+            "A pair is a duplicate when its score is above this: the model's score (its calibrated probability "
             "for the bundled model), or the cosine with --on similarity; each row's score_is says which "
             "(default: the model's threshold; --on similarity needs one)."
         ),
@@ -87,7 +84,7 @@ def dedup_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars with the time left.")] = True,
     threads: Threads = THREADS,
 ) -> None:
-    """Group the questions of a file (or a collection) into duplicates: every member of a group is a duplicate of
+    """Group the questions of a file (or a collection folder) into duplicates: every member of a group is a duplicate of
     its representative, so all but the representative could go.
 
     Memory grows linearly with the questions: files are streamed, neighbours are found by exact search up to
@@ -98,8 +95,11 @@ def dedup_command(
     from dupq.dedup.run import run
 
     _threads(threads)
-    if (questions is None) == (collection is None):
-        raise DupqError("give either a questions file or --collection DIR to deduplicate.")
+    from dupq.collection.location import Location
+
+    where = Location.parse(questions)
+    collection = where if where.kind != "folder" or Path(questions).is_dir() else None
+    questions = Path(questions) if collection is None else questions
     if collection is not None and (column or key_column):
         raise DupqError("--column and --key-column are for files; a collection's questions carry their keys.")
     from dupq.data.tables import format_of
@@ -141,11 +141,18 @@ def _source(questions, collection, model, column, key_column):
             m = coll.model
         finally:
             coll.close()
-        records = [Record(text, str(i) if key is None else key, vectors[i]) for i, key, text, _ in rows]
-        stat = Path(collection).stat()
+        records = [  # the stored vectors are in id order, as the rows are (a database's ids may have gaps)
+            Record(text, str(i) if key is None else key, vector) for (i, key, text, _), vector in zip(rows, vectors)
+        ]
+        where = coll.location
+        stat = where.path.stat() if where.path is not None else None
         return (
             records,
-            {"collection": str(Path(collection).resolve()), "count": len(records), "mtime": stat.st_mtime_ns},
+            {
+                "collection": str(where.path.resolve()) if where.path is not None else str(where),
+                "count": len(records),
+                "mtime": stat and stat.st_mtime_ns,
+            },
             m,
             None,
         )

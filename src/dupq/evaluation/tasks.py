@@ -10,7 +10,7 @@ decision threshold in place of the model's (tasks that judge pairs only).
   split the model was trained with: accuracy, F1, ROC-AUC, calibration (``dupq evaluate``).
 * ``quora-retrieval``: :func:`~dupq.evaluation.retrieval.evaluate_retrieval`, each held-out
   question searching the test and dev questions (dev: the dev rows alone); MRR@10, nDCG@10,
-  Recall@1/10, P@1, the model's and BM25's (``dupq evaluate --retrieval``).
+  Recall@1/10, P@1, the model's and BM25's (``dupq evaluate --task quora-retrieval``).
 * ``help-desks``: the out-of-domain yardstick ``yardsticks/help_desks.tsv``, written by hand for
   dupq: 420 (new question, old question) pairs from 21 domains of help desks and forums, every
   question invented for this project, none taken from Quora or any data set. Its columns are

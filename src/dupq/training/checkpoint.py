@@ -89,7 +89,7 @@ def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
         check_new_folder(out, overwrite)
     if stored_kind(Path(out)) == SENTENCE_TRANSFORMERS:
         raise DupqError(
-            f"{out} holds a sentence-transformers model (dupq distil export), which dupq train can neither resume "
+            f"{out} holds a sentence-transformers model (dupq distil teacher-model), which dupq train can neither resume "
             f"nor replace; write the LSTM to another --out."
         )
 

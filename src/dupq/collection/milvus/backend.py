@@ -82,7 +82,7 @@ def _client(where: Address, create: bool = False):
             where.file.parent.mkdir(parents=True, exist_ok=True)
         elif not where.file.exists():
             raise DupqError(
-                f"no milvus-lite database at {where.file}; build one with `dupq index build --store {where.text}`."
+                f"no milvus-lite database at {where.file}; build one with `dupq index build QUESTIONS --out {where.text}`."
             )
     try:
         return MilvusClient(
@@ -164,7 +164,7 @@ class MilvusBackend(Backend):
         try:
             if not client.has_collection(where.name):
                 raise DupqError(
-                    f"no collection {where.name!r} in Milvus at {location}; build one with `dupq index build --store {location}`."
+                    f"no collection {where.name!r} in Milvus at {location}; build one with `dupq index build QUESTIONS --out {location}`."
                 )
             properties = client.describe_collection(where.name).get("properties", {})
             try:

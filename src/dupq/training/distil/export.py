@@ -1,4 +1,4 @@
-"""The teacher itself as a dupq model folder, judged as ``dupq train`` judges its models (``dupq distil export``)."""
+"""The teacher itself as a dupq model folder, judged as ``dupq train`` judges its models (``dupq distil teacher-model``)."""
 
 from __future__ import annotations
 

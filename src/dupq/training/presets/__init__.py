@@ -20,6 +20,8 @@ defaults), ``labelled`` (every labelled pair of the pool, an mlp pair head; ``ma
 ``bundled`` (``labelled`` plus the distilled teacher: the bundled model's recipe). A preset may
 set the options that have no command-line flag (``train_on``, ``chunks``, a loss's arguments), so a file is the one
 way to state a whole recipe; a flag typed on the command line overrides the preset's value.
+``dupq distil branch --preset branch`` reads ``branch.toml`` (``BRANCH_PRESETS``), the bundled model's
+static branch, with :func:`read_options`: one key per option of that command.
 
 >>> train, model, split = configs(read_preset("labelled"))
 >>> train.train_on, model.head, train.losses["triplet"]
@@ -42,6 +44,7 @@ from dupq.data.pairs import SplitConfig
 from dupq.training.config import RENAMED, ModelOptions, TrainConfig
 
 PRESETS = ("seed", "labelled", "bundled")
+BRANCH_PRESETS = ("branch",)  # `dupq distil branch --preset`: the bundled model's static branch
 CONFIGS = (TrainConfig, ModelOptions, SplitConfig)  # the dataclasses a preset's keys belong to
 KEYS = {f.name: config for config in CONFIGS for f in fields(config)}  # field name -> its dataclass
 _HINTS = {name: kind for config in CONFIGS for name, kind in get_type_hints(config).items()}  # field name -> type
@@ -50,16 +53,31 @@ _DEPTH = 8  # `extends` chains longer than this are a loop
 LOSS_ARGUMENTS = {"margin": "triplet", "reduction": "triplet", "symmetric": "triplet", "scale": "ranking"}
 
 
-def preset_path(name: str, beside: Path | None = None) -> Path:
-    """The file of a packaged preset (``labelled``), or a ``.toml`` path (relative to ``beside``'s folder)."""
-    if name in PRESETS:
+def preset_path(name: str, beside: Path | None = None, shipped: tuple[str, ...] = PRESETS) -> Path:
+    """The file of a packaged preset (``labelled``, one of ``shipped``), or a ``.toml`` path (relative to ``beside``'s folder)."""
+    if name in shipped:
         return Path(str(resources.files(__package__) / f"{name}.toml"))
     path = Path(name)
     if beside is not None and not path.is_absolute():
         path = beside.parent / path
     if path.suffix != ".toml" or not path.is_file():
-        raise DupqError(f"no preset {name!r}: give one of {', '.join(PRESETS)}, or the path of a .toml file.")
+        raise DupqError(f"no preset {name!r}: give one of {', '.join(shipped)}, or the path of a .toml file.")
     return path
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(
+            path.read_text(encoding="utf-8-sig")
+        )  # a byte-order mark (Windows' editors) is no TOML error
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise DupqError(f"the preset {path} is not valid TOML ({e}).") from None
+
+
+def read_options(name: str, shipped: tuple[str, ...]) -> dict[str, Any]:
+    """A preset of another command than ``dupq train`` (``branch``, one of ``shipped``, or a .toml file):
+    option name -> value, as written; the command checks the names and values as it checks its flags."""
+    return _load(preset_path(name, shipped=shipped))
 
 
 def read_preset(name: str, beside: Path | None = None, _depth: int = 0) -> dict[str, Any]:
@@ -69,12 +87,7 @@ def read_preset(name: str, beside: Path | None = None, _depth: int = 0) -> dict[
     choices when the configs are built (:func:`configs`), as for a typed flag.
     """
     path = preset_path(name, beside)
-    try:
-        values = tomllib.loads(
-            path.read_text(encoding="utf-8-sig")
-        )  # a byte-order mark (Windows' editors) is no TOML error
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise DupqError(f"the preset {path} is not valid TOML ({e}).") from None
+    values = _load(path)
     base = values.pop("extends", None)
     for key in values:
         _check_key(path, key, values[key])

@@ -1,9 +1,9 @@
-"""Running the service for a test or a measurement: in a thread of this process, or as ``dupq serve`` in another.
+"""Running the service for a test: in a thread of this process, or as ``dupq serve`` in another.
 
-The test suite (``tests/``, its fault cases too) and the lab's service measurements start servers
-and talk to them over real sockets; this is their one harness, like ``fastapi.testclient`` is
-FastAPI's. Both kinds of server run under :func:`~dupq.service.connections.server_config`,
-the configuration ``dupq serve`` uses, so what a test measures is what a user runs.
+The test suite (its fault cases too) starts servers and talks to them over real sockets; this is
+its one harness, like ``fastapi.testclient`` is FastAPI's. Both kinds of server run under
+:func:`~dupq.service.connections.server_config`, the configuration ``dupq serve`` uses, so what a
+test checks is what a user runs.
 
 >>> with LiveServer(create_app("runs/faq", token="t")) as server:       # doctest: +SKIP
 ...     http(server.url + "/health").status

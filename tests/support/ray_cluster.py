@@ -1,4 +1,4 @@
-"""A Ray cluster on this machine's loopback address, for `dupq dedup --ray`'s measurement and tests.
+"""A Ray cluster on this machine's loopback address, for the tests of `dupq dedup --ray`.
 
 ``ray start --head`` runs in a temporary folder of its own; afterwards every process whose command
 line names that folder is stopped, so nothing of another cluster on the machine is touched.
@@ -10,7 +10,6 @@ import csv
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,13 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from support.serving import free_port
+
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # the cluster on 127.0.0.1, as the driver expects
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def started_in(folder: str) -> list[int]:

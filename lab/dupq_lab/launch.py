@@ -1,0 +1,125 @@
+"""What the lab's measurements start: ``dupq serve`` in a subprocess, and a Ray head node on 127.0.0.1.
+
+The test suite has fuller harnesses of its own (tests/support); the lab keeps this small copy
+because it imports nothing of the tests.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # the cluster on 127.0.0.1, as the driver expects
+STARTUP = 60.0  # seconds a server may take to start answering
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url: str, body: bytes, headers: dict) -> int:
+    """POST a JSON ``body``; the answer's status (an error status too)."""
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+@contextmanager
+def serving(collection: Path, *extra: str, command: list[str], env: dict | None = None) -> Iterator[str]:
+    """``dupq serve COLLECTION`` (``command`` runs the CLI) on a free loopback port while the ``with`` lasts; its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile()  # not a pipe: a server that logs much would block on a full one
+    proc = subprocess.Popen(
+        [*command, "serve", str(collection), "--port", str(port), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + STARTUP
+        while not _answers(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise SystemExit("the server did not start: " + log.read().decode("utf-8", "replace")[-2000:])
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + "/", method="HEAD"), timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def local_cluster(cpus: int = 2) -> Iterator[str]:
+    """A Ray head node on 127.0.0.1 with ``cpus`` CPUs, as its address ``127.0.0.1:PORT``; stopped on exit.
+
+    ``ray start --head`` runs in a temporary folder of its own; afterwards every process whose
+    command line names that folder is stopped, so nothing of another cluster on the machine is touched.
+    """
+    folder = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    port = free_port()
+    subprocess.run(
+        [Path(sys.executable).with_name("ray"), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+         f"--num-cpus={cpus}", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={folder}"],
+        env=ENV, check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in _started_in(folder):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            time.sleep(2)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _started_in(folder: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and folder.encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def same_group_pairs(path: Path) -> set[tuple[str, str]]:
+    """The pairs of keys that a `dupq dedup` groups file puts in one group."""
+    groups: dict[str, list[str]] = {}
+    for row in csv.DictReader(path.open()):
+        groups.setdefault(row["cluster"], []).append(row["key"])
+    return {(a, b) for g in groups.values() for a in g for b in g if a < b}

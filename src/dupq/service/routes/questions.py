@@ -1,0 +1,82 @@
+"""The writes, behind the bearer token: add a question, update or remove one, and a moderator's decision on one.
+
+Concurrent adds share one commit: :func:`add_many` stores every waiting request's question at once.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.exceptions import HTTPException
+
+from dupq.service import metrics
+from dupq.service.auth import authorised
+from dupq.service.errors import CONFLICT, REFUSED, UNAUTHORISED, UNKNOWN
+from dupq.service.schemas import AddRequest, AddResponse, Changed, DecisionRequest, Key, UpdateRequest
+
+router = APIRouter(dependencies=[Depends(authorised)], responses=REFUSED | UNAUTHORISED)
+
+
+@router.post("/questions", status_code=201, responses=CONFLICT)
+async def add_question(
+    body: AddRequest,
+    request: Request,
+    idempotency_key: Annotated[Key | None, Header(description="Same as the body's key.")] = None,
+) -> AddResponse:
+    """Store a question (and its metadata); it is on disk when this answers.
+
+    With a ``key`` (or an ``Idempotency-Key`` header), sending the same request again stores
+    nothing and answers the stored id: a client may retry after a timeout or an error.
+    """
+    if body.key and idempotency_key and body.key != idempotency_key:
+        raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
+    new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
+    metrics.ADDED.inc()  # a retry of a stored key counts again: requests served, not rows
+    return AddResponse(id=new_id, count=count)
+
+
+@router.delete("/questions/{key}", responses=UNKNOWN)
+async def remove_question(key: Key, request: Request) -> Changed:
+    """Remove the question stored under ``key``: no search of any worker finds it once this answers."""
+    collection = request.app.state.collection
+    await anyio.to_thread.run_sync(collection.remove, [key])
+    metrics.REMOVED.inc()
+    return Changed(key=key, id=None, count=len(collection))
+
+
+@router.put("/questions/{key}", responses=UNKNOWN)
+async def update_question(key: Key, body: UpdateRequest, request: Request) -> Changed:
+    """Give the question of ``key`` a new text and/or metadata (the same again changes nothing)."""
+    collection = request.app.state.collection
+    i = await anyio.to_thread.run_sync(functools.partial(collection.update, key, body.text, body.metadata))
+    metrics.UPDATED.inc()
+    return Changed(key=key, id=i, count=len(collection))
+
+
+@router.post("/questions/{key}/decision", responses=UNKNOWN | CONFLICT)
+async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
+    """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``."""
+    if key in (body.duplicate_of, body.not_duplicate_of):  # a valid request that the stored question refuses
+        raise HTTPException(409, f"a question cannot be judged against itself ({key!r}).")
+    collection = request.app.state.collection
+    decide = functools.partial(
+        collection.decide, key, duplicate_of=body.duplicate_of, not_duplicate_of=body.not_duplicate_of
+    )
+    metadata = await anyio.to_thread.run_sync(decide)
+    metrics.UPDATED.inc()
+    i, _, _ = await anyio.to_thread.run_sync(collection.get, key)
+    return Changed(key=key, id=i, count=len(collection), metadata=metadata)
+
+
+def add_many(collection, items: list[tuple[str, dict, str | None]]) -> list[tuple[int, int]]:
+    """One ``Collection.add`` (one commit) for many ``(text, metadata, key)``.
+
+    ``add`` raises only before its commit (nothing stored), so the batcher's retry of each
+    request alone never stores a question twice.
+    """
+    ids = collection.add([t for t, _, _ in items], [m for _, m, _ in items], [k for _, _, k in items])
+    count = len(collection)
+    return [(i, count) for i in ids]

@@ -1,0 +1,54 @@
+"""``POST /search``: the stored questions most similar to a new one, searched in batches.
+
+Requests that arrive while a search runs wait for the next one and are answered together by
+:func:`search_many`, one ``Collection.search`` per filter (one encoding pass, one FAISS call).
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+
+from dupq.service.schemas import HitOut, SearchRequest, SearchResponse
+
+router = APIRouter()
+
+
+@router.post("/search")
+async def search(body: SearchRequest, request: Request) -> SearchResponse:
+    """The ``k`` stored questions most similar to ``question``, best first."""
+    hits = await request.app.state.searches.submit((body.question, body.k, body.filter))
+    collection = request.app.state.collection
+    return SearchResponse(
+        question=body.question,
+        threshold=collection.threshold,
+        threshold_on=collection.model.threshold_on,
+        results=hits,
+    )
+
+
+def search_many(collection, items: list[tuple[str, int, dict | None]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` per filter among many ``(question, k, filter)``: the largest ``k``, then each cut to its own."""
+    groups: dict[str, list[int]] = {}
+    for n, (_, _, where) in enumerate(items):
+        groups.setdefault(json.dumps(where, sort_keys=True), []).append(n)
+    out: list[list[HitOut]] = [[] for _ in items]
+    for members in groups.values():
+        where = items[members[0]][2]
+        hits = collection.search([items[n][0] for n in members], k=max(items[n][1] for n in members), where=where)
+        for n, row in zip(members, hits):
+            out[n] = [
+                HitOut(
+                    id=h.id,
+                    key=h.key,
+                    duplicate_of=h.duplicate_of,
+                    text=h.text,
+                    score=h.score,
+                    probability=h.probability,
+                    duplicate=h.duplicate,
+                    metadata=h.metadata,
+                )
+                for h in row[: items[n][1]]
+            ]
+    return out
