@@ -160,8 +160,8 @@ def distil_teacher_model(
     """Make the teacher itself a dupq model folder (slower than the LSTM, better at finding duplicates): its threshold and calibration chosen on the dev pairs, as dupq train does."""
     from dupq.data.pairs import read_pairs, split_pairs
     from dupq.evaluation.evaluate import summary_line
+    from dupq.modeling.folder_format import check_new_model_folder
     from dupq.modeling.model import Model
-    from dupq.modeling.sentence_model import check_new_model_folder
     from dupq.training.distil.export import JOIN_WEIGHT, export_teacher
 
     check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
@@ -237,9 +237,8 @@ def distil_branch(
             chosen[n] for n in ("source", "dim", "a", "weight", "pieces", "threads")
         )
     from dupq.core.files import new_folder
-    from dupq.modeling.folder_format import read_config
+    from dupq.modeling.folder_format import check_new_model_folder, read_config
     from dupq.modeling.model import Model
-    from dupq.modeling.sentence_model import check_new_model_folder
     from dupq.training.distil.branch import branch_model
 
     check_new_model_folder(out, overwrite)
@@ -248,4 +247,5 @@ def distil_branch(
     joined = branch_model(base, source, dim, a, weight, pieces, teacher, log=typer.echo)
     with new_folder(out) as tmp:
         joined.save(tmp, half=read_config(base.folder).weights_dtype == "float16")
-    typer.echo(f"saved model to {out}: vectors {joined.config.out_dim} + {joined.static.dim} wide, weight {weight:g}")
+    lstm = joined.encoder.lstm()
+    typer.echo(f"saved model to {out}: vectors {lstm.config.out_dim} + {lstm.branch.dim} wide, weight {weight:g}")

@@ -134,12 +134,12 @@ def calibrate(
         typer.echo(
             f"calibrated on {len(own):,} pairs of {pairs}: threshold {record['threshold']:.3f} on {record['threshold_on']}"
         )
-        m.save_again(model)
+        m.save(model, half=None)  # the weights at the precision they are stored in
         typer.echo(f"saved the threshold in {model / 'config.json'}")
         return
     splits = held_out(m.metrics, _data(data))
     typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
-    m.save_again(model)
+    m.save(model, half=None)
     typer.echo(f"saved the threshold in {model / 'config.json'}")
 
 

@@ -6,7 +6,7 @@ threshold chosen (and :mod:`dupq.modeling.probability`'s probability map fitted)
 and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
 flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does that; this
 module does not). :func:`calibrate_and_test` keeps both records in ``model.metrics``; the split
-comes from :func:`dupq.data.pairs.held_out` and :meth:`Model.save_again <dupq.modeling.model.Model.save_again>` writes the folder.
+comes from :func:`dupq.data.pairs.held_out` and :meth:`Model.save <dupq.modeling.model.Model.save>` writes the folder.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free
+from dupq.modeling import verdict
 from dupq.modeling.model import ENCODE_BATCH, Model
 from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, Verdicts, from_logits
 
@@ -52,7 +53,7 @@ def pair_logits(model: Model, pairs: Pairs, chunk: int = 8192) -> tuple[np.ndarr
         q1, q2 = pairs.q1[start:stop], pairs.q2[start:stop]
         v = model.encode([*q1, *q2], batch_size=ENCODE_BATCH)  # (2n, d)
         u, w = v[: len(q1)], v[len(q1) :]
-        logits[start:stop] = model.logits_from_vectors(u, w)
+        logits[start:stop] = verdict.pair_logits(model, u, w)
         cosines[start:stop] = np.einsum("nd,nd->n", u, w)
     return logits, cosines
 
@@ -107,7 +108,7 @@ def evaluate(model: Model, pairs: Pairs, threshold: float | None = None) -> dict
     judged = pair_verdicts(model, pairs, threshold)
     result = evaluate_scores(judged.score, pairs.labels, judged.threshold)
     result["threshold_on"] = judged.on
-    result["threshold_chosen_on"] = "given" if given else model.threshold_info.get("chosen_on", "unknown")
+    result["threshold_chosen_on"] = "given" if given else model.judge.threshold_info.get("chosen_on", "unknown")
     if judged.probability is not None:
         result["expected_calibration_error"] = expected_calibration_error(judged.probability, pairs.labels)
         result["reliability"] = reliability(judged.probability, pairs.labels)
@@ -138,7 +139,7 @@ def calibrate(model: Model, dev_pairs: Pairs, smooth: bool = False) -> dict[str,
 
     The F1-maximising threshold is found too and kept for reference (a user who cares more
     about finding every duplicate than about being right overall may prefer it). Sets
-    ``model.threshold`` and ``model.threshold_info`` (saved in ``config.json`` by
+    ``model.judge.threshold`` and ``threshold_info`` (saved in ``config.json`` by
     ``model.save``) and returns the calibration record. Never pass test pairs here. ``smooth``: see
     :func:`~dupq.evaluation.calibration.fit_calibration` (for a few pairs).
     """
@@ -147,19 +148,19 @@ def calibrate(model: Model, dev_pairs: Pairs, smooth: bool = False) -> dict[str,
     check_dev_labels(dev_pairs.labels)
     logits, cosines = pair_logits(model, dev_pairs)
     if 0 < dev_pairs.labels.sum() < len(dev_pairs):
-        model.calibration = fit_calibration(logits, dev_pairs.labels, smooth)
+        model.judge.calibration = fit_calibration(logits, dev_pairs.labels, smooth)
     scores = from_logits(model, logits, cosines).score  # with the calibration just fitted
     record = {
         **threshold_record(scores, dev_pairs.labels),
         "dev_accuracy_at_0_7": binary_metrics(scores, dev_pairs.labels, SEED_THRESHOLD)["accuracy"],
         "threshold_on": model.threshold_on,
-        "probability_calibration": model.calibration,
+        "probability_calibration": model.judge.calibration,
         "dev_pairs": len(dev_pairs),
         "dev_rows": [int(dev_pairs.rows.min()), int(dev_pairs.rows.max())],
         "model_fingerprint": model.fingerprint(),
     }
-    model.threshold = record["threshold"]
-    model.threshold_info = record
+    model.judge.threshold = record["threshold"]
+    model.judge.threshold_info = record
     return record
 
 
@@ -210,7 +211,7 @@ def calibrate_on_decisions(model: Model, pairs: Pairs, log=print) -> dict[str, A
         )
     record = calibrate(model, pairs, smooth=True)
     record["decisions"] = {"before": before, "after": after, "too_few": min(duplicates, others) < TRUSTED}
-    model.threshold_info = record
+    model.judge.threshold_info = record
     return record
 
 
