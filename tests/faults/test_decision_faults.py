@@ -167,7 +167,7 @@ def test_calibrate_on_untrustworthy_decisions(tmp_path: Path):
     if run.returncode == 0:  # saved: no pair judged certain (0.0000 or 1.0000) on 24 decisions
         m = Model.load(model)
         pairs, _ = read_pairs(few)
-        p = calibrated(m.calibration, pair_logits(m, pairs)[0])
+        p = calibrated(m.judge.calibration, pair_logits(m, pairs)[0])
         assert 0.001 < p.min() and p.max() < 0.999, p
     else:
         refused(run)
