@@ -21,6 +21,7 @@ from pathlib import Path
 import faultkit
 import pytest
 import test_collection_faults as collection
+import test_dedup_faults as dedup
 import test_file_faults as files
 import test_rule_faults as rules
 import test_service_faults as service
@@ -178,6 +179,46 @@ import dupq.evaluation.evaluate as evaluate
 patch(evaluate, "check_dev_labels", lambda labels: None)
 """
 
+WORK_NOT_MARKED = """
+import dupq.dedup.run as run
+
+patch(run, "MARKER", "state.json")  # any folder holding a state.json taken for dupq's own, as before the marker
+"""
+
+OUTPUT_OVER_INPUT = """
+import sys
+import dupq.core.files as files
+
+rule = files.check_apart
+for module in [m for m in list(sys.modules.values()) if getattr(m, "check_apart", None) is rule]:
+    patch(module, "check_apart", lambda out, *inputs: None)
+"""
+
+KEYS_GUARDED = """
+import dupq.dedup.run as run
+
+patch(run, "VERBATIM", set())  # keys made inert like texts, as before
+"""
+
+VECTORS_BY_POSITION = """
+import numpy as np
+from dupq.collection.collection import Collection
+
+patch(Collection, "stored_vectors", lambda self, ids=None: self._backend.all_vectors()[np.asarray(ids)])
+"""
+
+STALE_OUTPUT_KEPT = """
+import dupq.dedup.run as run
+
+patch(run, "remove_stale", lambda folder, old=3600.0: [])
+"""
+
+CLUSTER_UNWATCHED = """
+import dupq.dedup.ray_engine as engine
+
+patch(engine, "WATCH", 3600.0)  # wait on Ray alone, as before: its fatal log after a minute
+"""
+
 
 @pytest.mark.parametrize(
     "test, mutation, params",
@@ -196,6 +237,14 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
         (rules.test_keyed_retries_compare_values, TEXT_COMPARED, {}),
         (rules.test_blank_and_unsendable_tokens, ANY_TOKEN, {}),
         (rules.test_calibrate_on_a_single_label, ONE_LABEL_CALIBRATES, {}),
+        (dedup.test_a_work_folder_dupq_did_not_make, WORK_NOT_MARKED, {}),
+        (dedup.test_an_output_over_an_input, OUTPUT_OVER_INPUT, {}),
+        (dedup.test_keys_round_trip, KEYS_GUARDED, {}),
+        (dedup.test_dedup_a_living_collection, VECTORS_BY_POSITION, {}),
+        (dedup.test_no_leftovers_of_a_refused_or_killed_run, STALE_OUTPUT_KEPT, {}),
+        pytest.param(
+            dedup.test_a_ray_cluster_that_dies_mid_run, CLUSTER_UNWATCHED, {}, marks=[pytest.mark.ray, pytest.mark.slow]
+        ),
     ],
     ids=[
         "nan-stored",
@@ -212,6 +261,12 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
         "text-compared",
         "any-token",
         "one-label-calibrates",
+        "work-not-marked",
+        "output-over-input",
+        "keys-guarded",
+        "vectors-by-position",
+        "stale-output-kept",
+        "cluster-unwatched",
     ],
 )
 def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkeypatch, tmp_path):

@@ -44,7 +44,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from dupq.core.errors import DupqError
-from dupq.core.files import read_json
+from dupq.core.files import check_new_folder, read_json
 from dupq.core.formats import MAX_COUNT, MAX_EMBEDDING, check_format, corrupt, inside, integer, number, sentence
 from dupq.modeling.architecture import (
     ENCODER_TYPES,
@@ -263,6 +263,18 @@ def stored_kind(folder: Path) -> str | None:
         return check_format(_Header, read_json(folder / "config.json", "config.json"), folder).encoder.type
     except DupqError:
         return None
+
+
+def check_new_model_folder(out: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder: the
+    rule of every command that writes a model folder (compact, distil teacher-model and branch, adapt, train), over
+    :func:`~dupq.core.files.check_new_folder`, the rule of every command that writes a folder. A collection, a
+    report or anything else is never replaced."""
+    check_new_folder(out, overwrite)
+    if out.is_dir() and any(out.iterdir()) and stored_kind(out) is None:
+        raise DupqError(
+            f"{out} exists and is not a dupq model folder; choose another folder (only a model folder is replaced)."
+        )
 
 
 def transformer_files(folder: Path) -> Path | None:

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.core.files import check_new_folder, new_folder, readable, write_json
+from dupq.core.files import new_folder, readable, write_json
 from dupq.modeling.architecture import SENTENCE_TRANSFORMERS, SentenceConfig
-from dupq.modeling.folder_format import ModelConfig, check_files, read_config, stored_kind
+from dupq.modeling.folder_format import ModelConfig, check_files, check_new_model_folder, read_config
 from dupq.modeling.model import READERS, Model, check_list
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.static import join_vectors
@@ -165,16 +165,6 @@ def width(transformer) -> int:
     """The width of a sentence-transformers model's vectors (asked under the method's old name before 6.2)."""
     get = getattr(transformer, "get_embedding_dimension", None) or transformer.get_sentence_embedding_dimension
     return int(get() or len(transformer.encode(["width"])[0]))
-
-
-def check_new_model_folder(out: Path, overwrite: bool) -> None:
-    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder
-    (:func:`~dupq.core.files.check_new_folder`, the rule of every command that writes a folder)."""
-    check_new_folder(out, overwrite)
-    if out.is_dir() and any(out.iterdir()) and stored_kind(out) is None:
-        raise DupqError(
-            f"{out} exists and is not a dupq model folder; choose another folder (only a model folder is replaced)."
-        )
 
 
 READERS[SENTENCE_TRANSFORMERS] = SentenceModel.read

@@ -11,10 +11,10 @@ from dupq.core.files import new_folder, readable
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import calibrate_and_test
 from dupq.modeling.encoders import SentenceConfig
-from dupq.modeling.folder_format import check_files, read_config
+from dupq.modeling.folder_format import check_files, check_new_model_folder, read_config
 from dupq.modeling.model import Model
 from dupq.modeling.pretrained import load_sentence_transformer
-from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, check_new_model_folder, width
+from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, width
 
 STUDENT = "student"  # the subfolder of a joined model that holds the LSTM model
 JOIN_WEIGHT = 0.25  # --join's default w: the best mean of the help-desk and Quora dev MRR@10 (docs/experiments/10-help-desks-first.md)
