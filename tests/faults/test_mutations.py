@@ -219,6 +219,16 @@ import dupq.dedup.ray_engine as engine
 patch(engine, "WATCH", 3600.0)  # wait on Ray alone, as before: its fatal log after a minute
 """
 
+ANY_FOLDER_REPLACED = """
+import sys
+import dupq.core.files as files
+import dupq.modeling.folder_format as folder_format
+
+rule = folder_format.check_new_model_folder
+for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_model_folder", None) is rule]:
+    patch(module, "check_new_model_folder", files.check_new_folder)  # the folder rule alone: --overwrite replaces anything
+"""
+
 
 @pytest.mark.parametrize(
     "test, mutation, params",
@@ -245,6 +255,7 @@ patch(engine, "WATCH", 3600.0)  # wait on Ray alone, as before: its fatal log af
         pytest.param(
             dedup.test_a_ray_cluster_that_dies_mid_run, CLUSTER_UNWATCHED, {}, marks=[pytest.mark.ray, pytest.mark.slow]
         ),
+        (files.test_overwrite_replaces_only_a_model, ANY_FOLDER_REPLACED, {}),
     ],
     ids=[
         "nan-stored",
@@ -267,6 +278,7 @@ patch(engine, "WATCH", 3600.0)  # wait on Ray alone, as before: its fatal log af
         "vectors-by-position",
         "stale-output-kept",
         "cluster-unwatched",
+        "any-folder-replaced",
     ],
 )
 def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkeypatch, tmp_path):
