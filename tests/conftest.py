@@ -160,9 +160,40 @@ def head_model(head_model_dir):
     return Model.load(head_model_dir)
 
 
-@pytest.fixture(params=["sqlite", "milvus"])
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A private PostgreSQL 16 with pgvector for the session (pgserver), or a skip saying why (an error under CI)."""
+    import shutil
+    import tempfile
+
+    from servicekit import postgres_or_skip
+
+    # Not under pytest's own temporary root: pytest makes it private (0700) at every session's start, and the server
+    # runs as another user (pgserver's, when the tests run as root) that must reach its data folder.
+    folder = Path(tempfile.mkdtemp(prefix="dupq-postgres-"))
+    folder.chmod(0o755)
+    try:
+        with postgres_or_skip(folder) as uri:
+            yield uri
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres(request):
+    """A Postgres location of a table no other test uses, on the session's server."""
+    import uuid
+
+    uri = request.getfixturevalue("postgres_server")
+    return f"{uri}&table=t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["sqlite", "milvus", "postgres"])
 def location(request, tmp_path):
-    """Where a test's new collection goes, once for each store: a folder, or a fresh milvus-lite file."""
+    """Where a test's new collection goes, once for each store: a folder, a fresh milvus-lite file, or a new
+    table of the session's Postgres."""
     from servicekit import milvus_or_skip
 
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres")
     return tmp_path / "c" if request.param == "sqlite" else milvus_or_skip(tmp_path / "c.db")

@@ -64,17 +64,20 @@ def head_model_dir(texts, tmp_path_factory):
     from dupq.data.tokenizer import Vocabulary
     from dupq.modeling.encoders import Encoder, EncoderConfig
     from dupq.modeling.heads import HeadConfig, PairHead
+    from dupq.modeling.judge import Judge
+    from dupq.modeling.lstm import LSTMEncoder
 
     torch.manual_seed(0)
     vocab = Vocabulary.build(texts[:-20], lowercase=True, oov_buckets=8)
     model = Model(
-        vocab,
-        Encoder(EncoderConfig(len(vocab), 16, dropout=0.1)),
-        threshold=0.45,
-        threshold_on="probability",
+        LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), 16, dropout=0.1))),
+        Judge(
+            PairHead(HeadConfig("mlp", 16, 8)),
+            calibration={"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5},
+            threshold=0.45,
+            threshold_on="probability",
+        ),
         metrics={"training": {"split": {"train_pool": 100, "test": 10, "dev": 10}}, "test": {"accuracy": 0.5}},
-        head=PairHead(HeadConfig("mlp", 16, 8)),
-        calibration={"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5},
     )
     out = tmp_path_factory.mktemp("base") / "model"
     model.save(out)
@@ -111,11 +114,14 @@ def test_the_adapted_students_vectors_are_closer_to_the_teachers(head_model_dir,
 
 def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_model_dir, adapted_dir, texts):
     base, adapted = Model.load(head_model_dir), Model.load(adapted_dir)
-    assert adapted.vocab.tokens == base.vocab.tokens and adapted.vocab.oov_buckets == base.vocab.oov_buckets
-    for name, weight in base.head.state_dict().items():
-        torch.testing.assert_close(adapted.head.state_dict()[name], weight)
-    assert (adapted.calibration, adapted.threshold, adapted.threshold_on) == (
-        base.calibration,
+    assert (
+        adapted.encoder.vocab.tokens == base.encoder.vocab.tokens
+        and adapted.encoder.vocab.oov_buckets == base.encoder.vocab.oov_buckets
+    )
+    for name, weight in base.judge.head.state_dict().items():
+        torch.testing.assert_close(adapted.judge.head.state_dict()[name], weight)
+    assert (adapted.judge.calibration, adapted.threshold, adapted.threshold_on) == (
+        base.judge.calibration,
         base.threshold,
         base.threshold_on,
     )
@@ -132,10 +138,10 @@ def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_mo
 def test_unknown_words_are_counted_against_a_loop(head_model_dir, texts):
     base = Model.load(head_model_dir)
     extra = ["how do i zorblax a quuxifier?", "Why is the zorblax broken?"]
-    counted = adapt_module.unknown_words(base.vocab, texts + extra)
-    words = [w for t in texts + extra for w in base.vocab.words(t)]
-    assert counted["unknown_distinct"] == len({w for w in words if w not in base.vocab.index}) >= 3
-    assert counted["unknown_occurrences"] == sum(w not in base.vocab.index for w in words)
+    counted = adapt_module.unknown_words(base.encoder.vocab, texts + extra)
+    words = [w for t in texts + extra for w in base.encoder.vocab.words(t)]
+    assert counted["unknown_distinct"] == len({w for w in words if w not in base.encoder.vocab.index}) >= 3
+    assert counted["unknown_occurrences"] == sum(w not in base.encoder.vocab.index for w in words)
 
 
 @pytest.mark.parametrize("fails_in", ["teacher", "training", "saving"])
@@ -226,12 +232,12 @@ def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_pa
     from dupq.training.distil.branch import with_branch
 
     base = Model.load(head_model_dir)
-    table = np.random.default_rng(0).normal(size=(len(base.vocab), 3)).astype(np.float32)
+    table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
     adapted = adapt(base, texts[:64], tmp_path / "a", word_teacher, "w", CONFIG, log=silent, progress=False)
     loaded = Model.load(tmp_path / "a")
-    assert loaded.static is not None and loaded.out_dim == 16 + 3
-    np.testing.assert_allclose(loaded.static.words, table)
+    assert loaded.encoder.branch is not None and loaded.out_dim == 16 + 3
+    np.testing.assert_allclose(loaded.encoder.branch.words, table)
     assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
 
 
@@ -241,19 +247,19 @@ def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through
     from dupq.training.distil.branch import teacher_branch, with_branch
 
     base = Model.load(head_model_dir)
-    vocab = base.vocab
+    vocab = base.encoder.vocab
     words = word_teacher(vocab.tokens[2:]).astype(np.float64)  # the teacher's vector of each word alone
     base = with_branch(base, teacher_branch(vocab, words, None, None, dim=10, a=1e9, weight=1.5))  # weights all but 1
     new = list(dict.fromkeys(w for t in texts[:290] for w in vocab.words(t) if not vocab.known(w)))
     assert new  # the fixture's vocabulary lacks a few words of the questions
     said: list[str] = []
     adapt(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
-    branch = Model.load(tmp_path / "a").static
+    branch = Model.load(tmp_path / "a").encoder.branch
 
     assert branch.added_words == new and branch.config.added == len(new)
     basis = np.linalg.svd(words, full_matrices=False)[2][:10].T  # the branch's own projection
     np.testing.assert_allclose(branch.added, word_teacher(new) @ basis, atol=1e-5)
-    np.testing.assert_allclose(branch.words, base.static.words)  # the table itself is kept
+    np.testing.assert_allclose(branch.words, base.encoder.branch.words)  # the table itself is kept
     record = Model.load(tmp_path / "a").metrics["adaptation"]["branch_words"]
     assert record["words"] == len(new) and record["map_cosine"] > 0.9999
     assert any(f"learned {len(new)} words" in line for line in said)
@@ -270,11 +276,11 @@ def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_mod
     from dupq.training.distil.branch import with_branch
 
     base = Model.load(head_model_dir)
-    table = np.random.default_rng(0).normal(size=(len(base.vocab), 3)).astype(np.float32)  # no teacher's map
+    table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)  # no teacher's map
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
     said: list[str] = []
     adapt(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
-    assert Model.load(tmp_path / "a").static.added_words == []
+    assert Model.load(tmp_path / "a").encoder.branch.added_words == []
     assert any("keeps its table: its rows are not a linear map of this teacher's" in line for line in said)
 
 
@@ -339,7 +345,9 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
 
     with pytest.raises(DupqError, match="fingerprint"):
         Collection.open(location, adapted)
-    new = f"{location}?collection=adapted" if isinstance(location, str) else tmp_path / "new"  # Milvus: same file
+    new = tmp_path / "new"
+    if isinstance(location, str):  # Milvus: another collection of the same file; Postgres: another table
+        new = f"{location}?collection=adapted" if location.startswith("milvus:") else f"{location}_adapted"
     result = runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", str(new)])
     assert result.exit_code == 0, result.output
     with Collection.open(new) as coll:

@@ -111,7 +111,7 @@ def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
 
 
 def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
-    other = Model.create(tiny_model.vocab, dim=32)
+    other = Model.create(tiny_model.encoder.vocab, dim=32)
     with pytest.raises(DupqError, match=rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"):
         Collection.open(built, other)
     with pytest.raises(DupqError, match="does not exist"):
@@ -137,7 +137,7 @@ def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
 
 def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):
     other_dir = tmp_path / "other-model"
-    Model.create(tiny_model.vocab, dim=32).save(other_dir)
+    Model.create(tiny_model.encoder.vocab, dim=32).save(other_dir)
     runner = CliRunner()
     cases = {
         "different model": ["search", str(built), "How?", "--model", str(other_dir)],
@@ -475,7 +475,7 @@ def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_mo
 def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
     from dupq.index.vectors import IndexConfig, training_size
 
-    config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.config.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
+    config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
     texts = distinct(small_splits, training_size(config) + 300)
     queries = ["How do I learn Python fast?", *texts[:40:4]]
     with Collection.build(tmp_path / "flat", texts[:-300], tiny_model) as flat:

@@ -46,7 +46,7 @@ def test_a_folder_without_an_encoder_type_loads_as_the_lstm(tiny_model_dir, tmp_
     config["encoder"].pop("type", None)
     (old / "config.json").write_text(json.dumps(config))
     model, reference = Model.load(old), Model.load(tiny_model_dir)
-    assert type(model.encoder) is Encoder and model.fingerprint() == reference.fingerprint()
+    assert type(model.encoder.network) is Encoder and model.fingerprint() == reference.fingerprint()
 
     config["encoder"]["type"] = "transformer"
     (old / "config.json").write_text(json.dumps(config))

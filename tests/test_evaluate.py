@@ -27,7 +27,7 @@ def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, s
     assert record["dev_accuracy"] == accuracy(dev_scores, dev.labels, model.threshold)
     assert record["dev_accuracy_at_0_7"] == accuracy(dev_scores, dev.labels, 0.7)
     assert record["dev_rows"] == [int(dev.rows.min()), int(dev.rows.max())]
-    assert model.threshold_info["chosen_on"] == "dev pairs"
+    assert model.judge.threshold_info["chosen_on"] == "dev pairs"
 
     result = evaluate(model, test)
     for key in (

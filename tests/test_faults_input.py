@@ -266,7 +266,7 @@ def test_a_write_the_file_system_refuses_names_the_target(tmp_path, monkeypatch)
 
     monkeypatch.setattr(dupq.core.files.tempfile, "mkstemp", read_only)
     with pytest.raises(PermissionError) as e:
-        Model.load(model).save_again(model)  # what `dupq calibrate` does last
+        Model.load(model).save(model, half=None)  # what `dupq calibrate` does last
     assert e.value.filename == str(model / "model.safetensors")
     error = refused(invoke("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.json")), "Permission denied")
     assert str(tmp_path / "d.json") in error and ".tmp" not in error

@@ -12,7 +12,9 @@ from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.kernels import FEW_QUESTIONS, HeadKernel, Kernels, LSTMKernel, Stored, arrays
+from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.verdict import pair_logits
 
 VOCAB = 50
 
@@ -111,7 +113,7 @@ def test_model_encodes_alike_on_both_paths():
     texts = ["How do I learn Python?", "What is the capital of France?", "Why is the sky blue at noon?"]
     vocab = Vocabulary.build(texts)
     torch.manual_seed(4)
-    model = Model(vocab, Encoder(EncoderConfig(vocab_size=len(vocab), dim=16)))
+    model = Model(LSTMEncoder(vocab, Encoder(EncoderConfig(vocab_size=len(vocab), dim=16))))
     bulk = model.encode(texts * 4)[:3]  # 12 questions: above FEW_QUESTIONS, so torch
     assert len(texts) * 4 > FEW_QUESTIONS
     np.testing.assert_allclose(model.encode(texts), bulk, atol=2e-6)
@@ -121,15 +123,15 @@ def test_model_encodes_alike_on_both_paths():
 def test_bundled_model_search_path_matches_torch():
     model = Model.load(BUNDLED)
     questions = ["How can I improve my English speaking?", "What is the best way to lose weight fast?"]
-    ids, lengths = model.vocab.encode(questions).padded(np.arange(2))
-    d = model.config.out_dim  # the encoder's half of a vector joined with the static branch
-    own = model.static.model_half(model.encode(questions), d)
-    np.testing.assert_allclose(own, _torch_vectors(model.encoder, ids, lengths), atol=2e-6)
+    ids, lengths = model.encoder.vocab.encode(questions).padded(np.arange(2))
+    d = model.encoder.config.out_dim  # the network's half of a vector joined with the static branch
+    own = model.encoder.branch.model_half(model.encode(questions), d)
+    np.testing.assert_allclose(own, _torch_vectors(model.encoder.network, ids, lengths), atol=2e-6)
     u, v = model.encode(questions[:1] * 2), model.encode(questions)
     with torch.inference_mode():
-        halves = (torch.from_numpy(model.static.model_half(x, d)) for x in (u, v))
-        expected = model.head(*halves).double().numpy()
-    np.testing.assert_allclose(model.logits_from_vectors(u, v), expected, atol=1e-5)
+        halves = (torch.from_numpy(model.encoder.branch.model_half(x, d)) for x in (u, v))
+        expected = model.judge.head(*halves).double().numpy()
+    np.testing.assert_allclose(pair_logits(model, u, v), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("which", ["bundled", "mlp head, float32"])
@@ -139,19 +141,21 @@ def test_a_loaded_model_judges_on_its_stored_weights_as_torch_does(which, head_m
     write the same bytes."""
     folder = BUNDLED if which == "bundled" else head_model_dir
     stored, modules = Model.load(folder), Model.load(folder)
-    modules.kernels = None  # torch for every pass: the modules are built from the folder's weights
+    modules.encoder.kernels = modules.judge.kernels = None  # torch for every pass: modules built from the weights
     rng = np.random.default_rng(7)
-    words = [t for t in stored.vocab.tokens if t.isalpha()]
+    words = [t for t in stored.encoder.vocab.tokens if t.isalpha()]
     questions = [" ".join(rng.choice(words, rng.integers(1, 20))) for _ in range(FEW_QUESTIONS)]
     got, expected = stored.encode(questions), modules.encode(questions)
     np.testing.assert_allclose(got, expected, atol=2e-6)
     u, v = got[: FEW_QUESTIONS // 2], got[FEW_QUESTIONS // 2 :]
-    np.testing.assert_allclose(stored.logits_from_vectors(u, v), modules.logits_from_vectors(u, v), atol=1e-5)
+    np.testing.assert_allclose(pair_logits(stored, u, v), pair_logits(modules, u, v), atol=1e-5)
     cosines = rng.uniform(-1, 1, 50)
-    np.testing.assert_allclose(stored.logits_from_cosines(cosines), modules.logits_from_cosines(cosines), atol=1e-6)
+    np.testing.assert_allclose(
+        stored.judge.logits_from_cosines(cosines), modules.judge.logits_from_cosines(cosines), atol=1e-6
+    )
     assert stored.fingerprint() == modules.fingerprint()
-    assert isinstance(stored._encoder, Stored) and isinstance(stored._head, Stored)  # no torch module was needed
-    assert not isinstance(modules._encoder, Stored) and not isinstance(modules._head, Stored)
+    assert isinstance(stored.encoder._network, Stored) and isinstance(stored.judge._head, Stored)  # no torch module
+    assert not isinstance(modules.encoder._network, Stored) and not isinstance(modules.judge._head, Stored)
     for half in (False, True):
         stored.save(tmp_path / f"stored{half}", half=half)
         modules.save(tmp_path / f"modules{half}", half=half)

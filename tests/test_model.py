@@ -12,6 +12,7 @@ import torch
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
+from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 
 
@@ -23,7 +24,7 @@ def vocab(small_splits):
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_vector_does_not_depend_on_batch_padding(vocab, small_splits, bidirectional):
     torch.manual_seed(0)
-    model = Model(vocab, Encoder(EncoderConfig(len(vocab), dim=16, bidirectional=bidirectional)))
+    model = Model(LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), dim=16, bidirectional=bidirectional))))
     short = small_splits.test.q1[:20]
     alone = model.encode(short)
     padded = model.encode(short + [" ".join(small_splits.test.q2[:40])], batch_size=64)[
@@ -36,7 +37,7 @@ def test_vector_does_not_depend_on_batch_padding(vocab, small_splits, bidirectio
 def test_encode_matches_a_manual_forward(vocab, small_splits):
     torch.manual_seed(0)
     enc = Encoder(EncoderConfig(len(vocab), dim=8))
-    model = Model(vocab, enc)
+    model = Model(LSTMEncoder(vocab, enc))
     questions = small_splits.test.q2[:10] + [""]
     got = model.encode(questions)
     for i, q in enumerate(questions):
@@ -51,20 +52,20 @@ def test_encode_matches_a_manual_forward(vocab, small_splits):
 def test_a_few_questions_encode_as_the_bulk_path_does(tiny_model, small_splits, monkeypatch, kernels):
     """A search's few queries skip the length sort; through torch their vectors are the bulk path's
     bit for bit, through the NumPy kernels equal to float32 rounding."""
-    import dupq.modeling.model
+    import dupq.modeling.lstm
 
     if not kernels:
-        monkeypatch.setattr(tiny_model, "kernels", None)
+        monkeypatch.setattr(tiny_model.encoder, "kernels", None)
     same = np.testing.assert_array_equal if not kernels else partial(np.testing.assert_allclose, rtol=0, atol=1e-6)
     pool = small_splits.test.q1[:200]
     rng = np.random.default_rng(0)
     batches = [[pool[i] for i in rng.choice(len(pool), n, replace=False)] for n in (1, 2, 3, 7, 30, 64)]
     batches.append(["How?", "", "Why is the sky blue and not green at noon?"])  # an empty question, lengths apart
     fast = [tiny_model.encode(b) for b in batches]
-    monkeypatch.setattr(dupq.modeling.model, "FEW", 0)  # every call takes the sorted, batched path
+    monkeypatch.setattr(dupq.modeling.lstm, "FEW", 0)  # every call takes the sorted, batched path
     for b, got in zip(batches, fast):
         same(got, tiny_model.encode(b))
-    assert tiny_model.encode([]).shape == (0, tiny_model.config.out_dim)
+    assert tiny_model.encode([]).shape == (0, tiny_model.out_dim)
 
 
 def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
@@ -82,21 +83,21 @@ def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
     # float16 storage rounds each weight; loaded, the model computes in float32 with the rounded weights, exactly
     rounded = Model.load(tmp_path / "m")
     with torch.no_grad():
-        for weight in rounded.encoder.parameters():
+        for weight in rounded.encoder.network.parameters():
             weight.copy_(weight.half().float())
     np.testing.assert_array_equal(half.encode(questions), rounded.encode(questions))
     assert not np.array_equal(half.encode(questions), tiny_model.encode(questions))  # the rounding is real
 
 
-def test_save_again_keeps_the_stored_precision(tiny_model_dir, tmp_path, small_splits):
+def test_saving_again_keeps_the_stored_precision(tiny_model_dir, tmp_path, small_splits):
     questions = small_splits.dev.q1[:20]
     for half in (True, False):
         folder = tmp_path / f"half-{half}"
         Model.load(tiny_model_dir).save(folder, half=half)
         model = Model.load(folder)
         before = (folder / "model.safetensors").read_bytes()
-        model.threshold = 0.123
-        model.save_again(folder)
+        model.judge.threshold = 0.123
+        model.save(folder, half=None)
         again = Model.load(folder)
         assert again.threshold == 0.123
         assert json.loads((folder / "config.json").read_text())["weights_dtype"] == ("float16" if half else "float32")
@@ -201,4 +202,4 @@ def test_load_refuses_weights_that_do_not_fit_the_config(tmp_path, head_model_di
 def test_encode_refuses_one_string_instead_of_a_list(tiny_model):
     with pytest.raises(DupqError, match=r"\[question\]"):
         tiny_model.encode("How are you")
-    assert tiny_model.encode(["How are you"]).shape == (1, tiny_model.config.out_dim)
+    assert tiny_model.encode(["How are you"]).shape == (1, tiny_model.out_dim)

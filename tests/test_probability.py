@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 def test_probability_is_calibrated_on_dev_and_symmetric(head_model, small_splits):
     model = head_model
-    assert model.threshold_on == "probability" and model.threshold_info["chosen_on"] == "dev pairs"
-    assert model.calibration["method"] == "beta" and {"a", "b", "c"} <= set(model.calibration)
+    assert model.threshold_on == "probability" and model.judge.threshold_info["chosen_on"] == "dev pairs"
+    assert model.judge.calibration["method"] == "beta" and {"a", "b", "c"} <= set(model.judge.calibration)
     q1, q2 = small_splits.test.q1[:200], small_splits.test.q2[:200]
     p = model.probability(q1, q2)
     assert np.allclose(p, model.probability(q2, q1), atol=1e-6)  # the head reads |u - v| and u * v

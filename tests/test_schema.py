@@ -164,7 +164,7 @@ def test_a_head_that_is_no_object_is_refused(model_dir, head):
 
 def test_a_null_head_is_the_cosine(model_dir):
     edit(model_dir / "config.json", lambda c: c.update(head=None))
-    assert Model.load(model_dir).head is None
+    assert Model.load(model_dir).judge.head is None
 
 
 @pytest.mark.parametrize("value", [1e308, -1e7, 1.5e6, math.nan, math.inf, "0.3", True, None])

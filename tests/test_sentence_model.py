@@ -87,10 +87,10 @@ def one_error_line(result) -> str:
 
 
 def test_its_vectors_are_sentence_transformers_normalised_and_similarity_their_dot_product(folder, splits, reference):
-    from dupq.modeling.sentence_model import SentenceModel
+    from dupq.modeling.sentence_model import TransformerEncoder
 
     model = Model.load(folder)
-    assert isinstance(model, SentenceModel) and model.vocab is None and model.head is None
+    assert isinstance(model.encoder, TransformerEncoder) and model.judge.head is None
     texts = splits.test.q1[:12] + splits.test.q2[:12]
     want = reference(texts)  # (24, 384)
     np.testing.assert_allclose(model.encode(texts), want, atol=1e-5)
@@ -118,10 +118,13 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
     accuracy = [float(np.mean((dev > t) == labels)) for t in cuts]
     best = cuts[accuracy.index(max(accuracy))]
     assert model.threshold == pytest.approx(best, abs=1e-6)
-    assert model.threshold_info["dev_accuracy"] == max(accuracy) and model.threshold_info["chosen_on"] == "dev pairs"
-    assert model.threshold_info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
+    assert (
+        model.judge.threshold_info["dev_accuracy"] == max(accuracy)
+        and model.judge.threshold_info["chosen_on"] == "dev pairs"
+    )
+    assert model.judge.threshold_info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
     fit = fit_calibration(dev, labels)  # the probability map is dupq train's, fitted on the same dev cosines
-    assert [model.calibration[k] for k in "abc"] == pytest.approx([fit[k] for k in "abc"], rel=1e-3, abs=1e-3)
+    assert [model.judge.calibration[k] for k in "abc"] == pytest.approx([fit[k] for k in "abc"], rel=1e-3, abs=1e-3)
     test = cosines(reference, splits.test.q1, splits.test.q2)
     reported = model.metrics["test"]
     assert reported["accuracy"] == pytest.approx(float(np.mean((test > model.threshold) == splits.test.labels)))

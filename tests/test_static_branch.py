@@ -17,6 +17,8 @@ from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
+from dupq.modeling.judge import Judge
+from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch, StaticConfig, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
@@ -41,7 +43,7 @@ def small_model(vocab: Vocabulary, seed: int = 0) -> Model:
     torch.manual_seed(seed)
     encoder = Encoder(EncoderConfig(vocab_size=len(vocab), dim=8))
     head = PairHead(HeadConfig("mlp", 8, 16))
-    return Model(vocab, encoder, head=head, threshold_on="probability", threshold=0.5)
+    return Model(LSTMEncoder(vocab, encoder), Judge(head, threshold_on="probability", threshold=0.5))
 
 
 def branch_of(vocab: Vocabulary, pieces: bool, weight: float = 2.0) -> StaticBranch:
@@ -133,8 +135,8 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
         u = plain.encode(batch)
         joined = model.encode(batch)
         assert joined.shape == (len(batch), 8 + 5) == (len(batch), model.out_dim)
-        s = model.static.vectors(vocab, vocab.encode(batch), batch)
-        np.testing.assert_allclose(joined, model.static.join(u, s), atol=1e-6)
+        s = model.encoder.branch.vectors(vocab, vocab.encode(batch), batch)
+        np.testing.assert_allclose(joined, model.encoder.branch.join(u, s), atol=1e-6)
     a, b = QUESTIONS[:3], QUESTIONS[1:]
     np.testing.assert_allclose(model.probability(a, b), plain.probability(a, b), atol=1e-6)
     sims = np.einsum("nd,nd->n", model.encode(a), model.encode(b))
@@ -149,7 +151,7 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
     loaded.save(tmp_path / "again", half=True)
     assert Model.load(tmp_path / "again").fingerprint() == loaded.fingerprint()
     with_branch(loaded, None).save(tmp_path / "m")  # the same folder without its branch
-    assert not (tmp_path / "m" / "static.safetensors").exists() and Model.load(tmp_path / "m").static is None
+    assert not (tmp_path / "m" / "static.safetensors").exists() and Model.load(tmp_path / "m").encoder.branch is None
 
 
 def test_a_branch_that_does_not_fit_its_config_is_refused(tmp_path):
@@ -182,7 +184,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     result = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     base, joined = Model.load(head_model_dir), Model.load(out)
-    assert joined.out_dim == base.out_dim + 6 and joined.static.config.weight == 1.5
+    assert joined.out_dim == base.out_dim + 6 and joined.encoder.branch.config.weight == 1.5
     a, b = ["How do I fix my gym subscription?", "Why is the sky blue?"], ["fix the tap", "Why is the sea blue?"]
     np.testing.assert_allclose(joined.probability(a, b), base.probability(a, b), atol=1e-3)  # float32 vs rounding
 
@@ -226,7 +228,7 @@ def test_a_models_cosine_is_the_weighted_mean_of_its_two_cosines_by_hand():
     model = with_branch(plain, branch_of(vocab, pieces=False, weight=0.7))
     a, b = QUESTIONS[:2], [QUESTIONS[1], "gym tap fix"]
     cos_u = np.einsum("nd,nd->n", plain.encode(a), plain.encode(b))
-    s_a, s_b = (model.static.vectors(vocab, vocab.encode(x), x) for x in (a, b))
+    s_a, s_b = (model.encoder.branch.vectors(vocab, vocab.encode(x), x) for x in (a, b))
     cos_s = np.einsum("nd,nd->n", s_a, s_b)
     np.testing.assert_allclose(model.similarity(a, b), (cos_u + 0.7 * cos_s) / 1.7, atol=1e-6)
     assert not np.allclose(model.similarity(a, b), plain.similarity(a, b), atol=1e-3)  # the branch counts
@@ -283,7 +285,7 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
     from test_imports import PAIR, imports_torch
 
     base = Model.load(head_model_dir)
-    table = np.random.default_rng(0).normal(size=(len(base.vocab), 5)).astype(np.float32)
+    table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 5)).astype(np.float32)
     pieces = np.random.default_rng(1).normal(size=(len(PIECES), 5)).astype(np.float32)
     branch = StaticBranch(StaticConfig(dim=5, pieces=True), table, pieces, tokenizer_json())
     with_branch(base, branch).save(tmp_path / "m")
@@ -306,7 +308,7 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
     from dupq.cli import app
 
     base = Model.load(head_model_dir)
-    table = np.random.default_rng(0).normal(size=(len(base.vocab), 6)).astype(np.float32)
+    table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 6)).astype(np.float32)
     with_branch(base, StaticBranch(StaticConfig(dim=6, weight=2.0), table)).save(tmp_path / "m")
     joined = Model.load(tmp_path / "m")
     for flag, width in (("--branch", base.out_dim + 6), ("--no-branch", base.out_dim)):
@@ -315,7 +317,7 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
         assert result.exit_code == 0, result.output
         copy = Model.load(out)
         assert copy.out_dim == width and copy.encode(["How do I learn Python?"]).shape == (1, width)
-        assert (copy.static is None) == (flag == "--no-branch")
+        assert (copy.encoder.branch is None) == (flag == "--no-branch")
         assert copy.probability(["How?"], ["Why?"]) == pytest.approx(joined.probability(["How?"], ["Why?"]), abs=1e-6)
     assert Model.load(tmp_path / "--no-branch").fingerprint() == base.fingerprint() != joined.fingerprint()
 
@@ -332,23 +334,23 @@ def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerpr
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
     plain = with_branch(small_model(vocab), branch_of(vocab, pieces=True))
     rows = np.random.default_rng(5).normal(size=(2, 5)).astype(np.float32)
-    taught = plain.replaced(static=plain.static.with_added(["subscription", "zzz"], rows))
+    taught = with_branch(plain, plain.encoder.branch.with_added(["subscription", "zzz"], rows))
     texts = ["gym subscription tap", "zzz zzz", "qqq tap", "How do I fix a tap?"]
-    got = taught.static.vectors(vocab, vocab.encode(texts), texts)
-    base = plain.static.vectors(vocab, vocab.encode(texts), texts)
+    got = taught.encoder.branch.vectors(vocab, vocab.encode(texts), texts)
+    base = plain.encoder.branch.vectors(vocab, vocab.encode(texts), texts)
     np.testing.assert_allclose(got[3], base[3])  # no unknown word: as before
-    expected = summed_rows(plain.static.words, vocab.encode(texts[:3]))
-    expected[0] += rows[0] + plain.static.unknown_word("gym") * (not vocab.known("gym"))
+    expected = summed_rows(plain.encoder.branch.words, vocab.encode(texts[:3]))
+    expected[0] += rows[0] + plain.encoder.branch.unknown_word("gym") * (not vocab.known("gym"))
     expected[1] += 2 * rows[1]
-    expected[2] += plain.static.unknown_word("qqq")  # not taught: its pieces, as before
+    expected[2] += plain.encoder.branch.unknown_word("qqq")  # not taught: its pieces, as before
     np.testing.assert_allclose(got[:3], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
 
     taught.save(tmp_path / "m")
     loaded = Model.load(tmp_path / "m")
-    assert loaded.static.added_words == ["subscription", "zzz"] and loaded.static.config.added == 2
+    assert loaded.encoder.branch.added_words == ["subscription", "zzz"] and loaded.encoder.branch.config.added == 2
     np.testing.assert_allclose(loaded.encode(texts), taught.encode(texts), atol=1e-6)
     assert loaded.fingerprint() == taught.fingerprint() != plain.fingerprint()
-    again = taught.static.with_added(["zzz"], rows[:1])  # a word taught again takes its new row
+    again = taught.encoder.branch.with_added(["zzz"], rows[:1])  # a word taught again takes its new row
     assert again.added_words == ["subscription", "zzz"] and np.allclose(again.added[1], rows[0])
 
     plain.save(tmp_path / "p")  # a branch taught no word writes no added entry: older folders read the same
@@ -361,7 +363,7 @@ def test_a_damaged_static_words_file_is_one_sentence(damage, tmp_path):
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
     plain = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
     rows = np.ones((2, 5), np.float32)
-    plain.replaced(static=plain.static.with_added(["qqq", "zzz"], rows)).save(tmp_path / "m")
+    with_branch(plain, plain.encoder.branch.with_added(["qqq", "zzz"], rows)).save(tmp_path / "m")
     path = tmp_path / "m" / "static-words.json"
     if damage == "missing":
         path.unlink()

@@ -362,11 +362,11 @@ def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
         train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32
     )  # lr 0: the start is what is saved
     kw = {"dim": 6, "oov_buckets": 3, "split": split, "log": lambda _: None, "progress": False}
-    plain = train(splits, tmp_path / "plain", config, **kw).encoder.embedding.weight.detach()
+    plain = train(splits, tmp_path / "plain", config, **kw).encoder.network.embedding.weight.detach()
     lines: list[str] = []
     start = train(
         splits, tmp_path / "w", config, **{**kw, "word_init": "teacher", "log": lines.append}
-    ).encoder.embedding.weight.detach()
+    ).encoder.network.embedding.weight.detach()
     vocab = Vocabulary.load(tmp_path / "w" / "vocab.json")
     words = vocab.tokens[2:]
     rms = float(plain[2:].pow(2).mean().sqrt())

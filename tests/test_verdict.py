@@ -67,7 +67,7 @@ def reference(folder: Path, q1: list[str], q2: list[str]) -> tuple[list[float | 
             logit = float(weights["head.scale"]) * (cos - float(weights["head.bias"]))
         else:
             with torch.no_grad():
-                logit = float(model.head(torch.from_numpy(a[None]), torch.from_numpy(b[None]))[0])
+                logit = float(model.judge.head(torch.from_numpy(a[None]), torch.from_numpy(b[None]))[0])
         if cal is not None:
             ln_s, ln_not_s = -math.log1p(math.exp(-logit)), -math.log1p(math.exp(logit))
             p = 1 / (1 + math.exp(-(cal["a"] * ln_s - cal["b"] * ln_not_s + cal["c"])))

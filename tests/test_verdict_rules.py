@@ -7,27 +7,24 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from dupq.dedup.grouping import judge
 from dupq.evaluation.metrics import binary_metrics
+from dupq.modeling.judge import Judge
 from dupq.modeling.predict import Verdict
 from dupq.modeling.verdict import SIMILARITY, above, clip_cosines, from_cosines, on_cosines, verdict_json
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dupq"
 
 
-@dataclass
 class CosineModel:
-    """A model judged on the cosine, with no probability: the rule reads only these four fields."""
+    """A model judged on the cosine at 0.7, with no probability: the rule reads only its judge."""
 
-    threshold: float = 0.7
-    threshold_on: str = SIMILARITY
-    calibration: None = None
-    head_config: None = None
+    def __init__(self):
+        self.judge = Judge(threshold=0.7, threshold_on=SIMILARITY)
 
 
 def test_above_is_strict_and_metrics_count_with_it():

@@ -24,6 +24,8 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "single-search": "speed.single_search",
     "filtered-search": "speed.filtered_search",
     "hnsw-sweep": "speed.hnsw_sweep",
+    "pgvector-sweep": "speed.pgvector_sweep",
+    "pgvector-speed": "speed.pgvector_speed",
     "predict-stream": "speed.predict_stream",
     "train-speed": "speed.train_speed",
     "keras-seed": "speed.keras_seed",

@@ -21,8 +21,10 @@ from pathlib import Path
 import faultkit
 import pytest
 import test_collection_faults as collection
+import test_decision_faults as decisions
 import test_dedup_faults as dedup
 import test_file_faults as files
+import test_filter_faults as filters
 import test_rule_faults as rules
 import test_service_faults as service
 
@@ -179,6 +181,75 @@ import dupq.evaluation.evaluate as evaluate
 patch(evaluate, "check_dev_labels", lambda labels: None)
 """
 
+DECISION_FIELDS_UNCHECKED = """
+import dupq.collection.collection as collection
+import dupq.collection.rows as rows
+
+for module in (rows, collection):  # any type in the reserved fields, as before the rule
+    patch(module, "decision_problem", lambda metadata: None)
+"""
+
+JUDGED_TEXTS_IGNORED = """
+import dupq.collection.collection as collection
+
+patch(collection, "judged_digest", lambda text, other: "same")
+"""
+
+CYCLES_ALLOWED = """
+from dupq.collection.collection import Collection
+
+patch(Collection, "_refuse_cycle", lambda self, key, canonical: None)
+"""
+
+BARE_CR_UNQUOTED = """
+import csv
+import dupq.data.pairs as pairs
+
+def write_pairs(path, rows):  # the csv module's quoting alone, as before
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\\t", lineterminator="\\n")
+        writer.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
+        writer.writerows((i, *row) for i, row in enumerate(rows))
+
+patch(pairs, "write_pairs", write_pairs)
+"""
+
+DECISIONS_TRUSTED = """
+import dupq.evaluation.evaluate as evaluate
+
+patch(evaluate, "calibrate_on_decisions", lambda model, pairs, log=print: evaluate.calibrate(model, pairs))
+"""
+
+TYPED_FILTER_ONLY = """
+import dupq.collection.backend as backend
+
+def typed(pairs):  # a value that reads as a number is that number alone, as before
+    import json
+    where = {}
+    for field, value in pairs:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        where.setdefault(field, []).append(parsed if isinstance(parsed, (int, float)) else value)
+    return where
+
+patch(backend, "where_from_text", typed)
+"""
+
+NUL_STORED = """
+import dupq.collection.rows as rows
+
+patch(rows, "holds_nul", lambda value: False)
+"""
+
+CONTROL_IN_FILTERS = """
+import re
+import dupq.collection.backend as backend
+
+patch(backend, "TEXT", re.compile(r"(?s).*"))
+"""
+
 WORK_NOT_MARKED = """
 import dupq.dedup.run as run
 
@@ -247,6 +318,14 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_mo
         (rules.test_keyed_retries_compare_values, TEXT_COMPARED, {}),
         (rules.test_blank_and_unsendable_tokens, ANY_TOKEN, {}),
         (rules.test_calibrate_on_a_single_label, ONE_LABEL_CALIBRATES, {}),
+        (decisions.test_reserved_decision_fields, DECISION_FIELDS_UNCHECKED, {}),
+        (decisions.test_decisions_follow_the_texts_judged, JUDGED_TEXTS_IGNORED, {}),
+        (decisions.test_decisions_name_living_questions_without_cycles, CYCLES_ALLOWED, {}),
+        (decisions.test_pair_files_round_trip, BARE_CR_UNQUOTED, {}),
+        (decisions.test_calibrate_on_untrustworthy_decisions, DECISIONS_TRUSTED, {}),
+        (filters.test_typed_filters_on_text_metadata, TYPED_FILTER_ONLY, {}),
+        (filters.test_nul_in_metadata_and_filters, NUL_STORED, {}),
+        (filters.test_control_characters_in_a_milvus_filter, CONTROL_IN_FILTERS, {}),
         (dedup.test_a_work_folder_dupq_did_not_make, WORK_NOT_MARKED, {}),
         (dedup.test_an_output_over_an_input, OUTPUT_OVER_INPUT, {}),
         (dedup.test_keys_round_trip, KEYS_GUARDED, {}),
@@ -272,6 +351,14 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_mo
         "text-compared",
         "any-token",
         "one-label-calibrates",
+        "decision-fields-unchecked",
+        "judged-texts-ignored",
+        "cycles-allowed",
+        "bare-cr-unquoted",
+        "decisions-trusted",
+        "typed-filter-only",
+        "nul-stored",
+        "control-in-filters",
         "work-not-marked",
         "output-over-input",
         "keys-guarded",

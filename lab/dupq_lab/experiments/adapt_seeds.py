@@ -84,7 +84,10 @@ def main(
         for seed in chosen:
             model = Model.load(work / f"seed-{seed}")
             row: dict = {"seed": seed}
-            for name, m in (("", model), ("_no_branch", model.replaced(static=None))):
+            for name, m in (
+                ("", model),
+                ("_no_branch", Model(model.encoder.without_branch(), model.judge, model.metrics)),
+            ):
                 row.update({f"{split}{name}": recall_at_1(m, task) for split, task in tasks.items()})
             print(json.dumps(row), flush=True)
             rows.append(row)

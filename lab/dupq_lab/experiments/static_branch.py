@@ -34,7 +34,6 @@ import typer
 
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
-from dupq.data.tokenizer import Vocabulary
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
@@ -54,8 +53,7 @@ def main(
     try:
         folder, model = model, Model.load(model)
         dims, weights, sif = integers(dim), [float(w) for w in weight.split(",")], [float(x) for x in a.split(",")]
-        if not isinstance(model.vocab, Vocabulary):
-            raise DupqError("the static branch reads a word vocabulary; this model has none.")
+        vocab = model.encoder.lstm("the static branch reads a word vocabulary; this model has none.").vocab
         pairs, _ = read_pairs(data)
         tasks = {
             "help_desk": shipped_help_desk_task(data, split)[0],
@@ -65,8 +63,8 @@ def main(
 
         encode, _ = load_teacher()
         started = time.perf_counter()
-        words, _ = teacher_vectors(model.vocab, encode, None)  # (V - 2, T): each word alone
-        branches = {(d, x): teacher_branch(model.vocab, words, None, None, d, x, 1.0) for d in dims for x in sif}
+        words, _ = teacher_vectors(vocab, encode, None)  # (V - 2, T): each word alone
+        branches = {(d, x): teacher_branch(vocab, words, None, None, d, x, 1.0) for d in dims for x in sif}
         teacher_seconds = round(time.perf_counter() - started, 1)
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -85,9 +83,7 @@ def main(
 
     def static_of(dim: int, a: float):
         branch = branches[dim, a]  # its table holds the SIF weights; unknown-word buckets are zeros
-        return lambda texts: memo(
-            ("static", dim, a), texts, lambda: branch.vectors(model.vocab, model.vocab.encode(texts), texts)
-        )
+        return lambda texts: memo(("static", dim, a), texts, lambda: branch.vectors(vocab, vocab.encode(texts), texts))
 
     systems = {"model": model_vectors}
     for dim in dims:
@@ -106,7 +102,7 @@ def main(
                 "split": split,
                 "model": str(folder or "bundled"),
                 "fingerprint": model.fingerprint(),
-                "words": len(model.vocab.tokens) - FIRST_WORD,
+                "words": len(vocab.tokens) - FIRST_WORD,
                 "teacher_seconds": teacher_seconds,
                 "systems": out,
             }

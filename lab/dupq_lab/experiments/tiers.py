@@ -74,21 +74,22 @@ def sentence_model(folder: Path | None) -> Model:
     """A sentence-transformers folder (None: all-MiniLM-L6-v2 from its package) as a dupq model, unjudged."""
     from dupq.modeling.architecture import SentenceConfig
     from dupq.modeling.pretrained import load_sentence_transformer, packaged_teacher
-    from dupq.modeling.sentence_model import SentenceModel, width
+    from dupq.modeling.sentence_model import TransformerEncoder, width
 
     transformer, name = load_sentence_transformer(None if folder is None else str(folder), needed_by="a tier")
     config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
-    return SentenceModel(transformer, config, packaged_teacher() if folder is None else folder)
+    return Model(TransformerEncoder(transformer, config, packaged_teacher() if folder is None else folder))
 
 
 def joined_model(transformer: Model, student: Model, weight: float) -> Model:
     """The sentence model ``transformer`` joined with ``student`` at ``weight``, as ``dupq distil teacher-model --join`` writes it."""
     from dataclasses import replace
 
-    from dupq.modeling.sentence_model import SentenceModel
+    from dupq.modeling.sentence_model import JoinedEncoder, TransformerEncoder
 
-    config = replace(transformer.config, join="student", join_weight=weight)
-    return SentenceModel(transformer.transformer, config, transformer.files, student)
+    alone = transformer.encoder
+    config = replace(alone.config, join="student", join_weight=weight)
+    return Model(JoinedEncoder(TransformerEncoder(alone.transformer, config, alone.files), student))
 
 
 def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
@@ -136,7 +137,7 @@ def main(
                 tiers[name] = sentence_model(Path(folder.removeprefix("st:")))
             elif folder.startswith("nobranch:"):  # a dupq model folder without its static branch
                 plain = folder.removeprefix("nobranch:")
-                tiers[name] = Model.load(None if plain == "bundled" else plain).replaced(static=None)
+                tiers[name] = Model(Model.load(None if plain == "bundled" else plain).encoder.without_branch())
             else:
                 tiers[name] = Model.load(None if folder == "bundled" else folder)
         if minilm:
@@ -153,7 +154,7 @@ def main(
         row = {t: retrieval_measures(encode, k) for t, k in tasks.items()}
         if measure_speed:
             row.update(speed(model, questions, build))
-        if model.vocab is None and weights:  # a transformer: joined with the bundled model at each weight
+        if model.encoder.copied and weights:  # a transformer: joined with the bundled model at each weight
             bundled = bundled or Model.load()
             student = cached(bundled.encode, bundled.fingerprint(), cache)
             for w in weights:

@@ -55,7 +55,7 @@ def main(
     tokenize = {name: [] for name in models}
     for _ in range(rounds):
         for name, model in models.items():
-            tokenize[name].append(per_second(model.vocab.encode, texts))
+            tokenize[name].append(per_second(model.encoder.lstm().vocab.encode, texts))
             encode[name].append(per_second(model.encode, texts))
     print(
         json.dumps(
@@ -63,7 +63,7 @@ def main(
                 "encode_questions_per_s": {k: round(statistics.median(v)) for k, v in encode.items()},
                 "tokenize_questions_per_s": {k: round(statistics.median(v)) for k, v in tokenize.items()},
                 "tokens_per_question": {
-                    k: round(float(m.vocab.encode(texts).lengths.mean()), 2) for k, m in models.items()
+                    k: round(float(m.encoder.lstm().vocab.encode(texts).lengths.mean()), 2) for k, m in models.items()
                 },
                 "encode_rounds": {k: [round(r) for r in v] for k, v in encode.items()},
                 "questions": len(texts),

@@ -3,7 +3,7 @@
 ``Collection.search([q], k=10)`` one query at a time on one thread (torch's, FAISS's and NumPy's
 BLAS's), over the collection of every Quora question (HNSW, the bundled model; built as
 ``dupq-lab service-load`` builds it when missing). Windows of ``--seconds`` alternate between the model's NumPy kernels
-(:mod:`dupq.modeling.kernels`, the default) and torch for every pass (``model.kernels = None``),
+(:mod:`dupq.modeling.kernels`, the default) and torch for every pass (the encoder's and the judge's ``kernels`` None),
 ``--rounds`` times each, so both meet the same machine; each variant reports the median of its
 windows' p50 and searches/s. ``same_hits`` is the share of ``--check`` queries whose ten hits (ids,
 in order) and verdicts agree between the two. ``encode_ms``: ``Model.encode`` of batches of 1 to 16
@@ -67,7 +67,7 @@ def main(
 
     one_thread()
     queries = random.Random(args.seed).sample(read_questions(args.data).texts, 20_000)
-    variants = {"kernels": Kernels(), "torch": None}
+    variants = {"kernels": (Kernels(), Kernels()), "torch": (None, None)}
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     with Collection.open(built(args)) as coll:
         for q in queries[:200]:  # warm-up: the index's pages, both paths
@@ -75,16 +75,16 @@ def main(
         timed, check = queries[200 : len(queries) - args.check], queries[len(queries) - args.check :]
         found = {}
         for name, kernels in variants.items():
-            coll.model.kernels = kernels
+            coll.model.encoder.kernels, coll.model.judge.kernels = kernels
             found[name] = [hits(coll, q) for q in check]
         for _ in range(args.rounds):
             for name, kernels in variants.items():
-                coll.model.kernels = kernels
+                coll.model.encoder.kernels, coll.model.judge.kernels = kernels
                 runs[name].append(timed_searches(coll, timed, args.seconds))
         questions = len(coll)
         batches = {}
         for name, kernels in variants.items():
-            coll.model.kernels = kernels
+            coll.model.encoder.kernels, coll.model.judge.kernels = kernels
             batches[name] = {size: encode_ms(coll.model, timed, size, args.repeats) for size in (1, 2, 4, 8, 16)}
     result = {
         "machine": {"cpus": os.cpu_count(), "arch": platform.machine()},

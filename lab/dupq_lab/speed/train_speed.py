@@ -37,6 +37,8 @@ import torch
 import typer
 
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
+from dupq.modeling.judge import Judge
+from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distributed import World
@@ -128,7 +130,7 @@ def main(
             seeds = keras_rate(splits.train, steps, repeats)
             seeds["seed_vs_keras"] = round(rates["seed"] / seeds["keras_seed_pairs_per_s"], 2)
 
-    model = Model(vocab, built.encoder, head=built.head)  # the last recipe's: the bundled model's shape
+    model = Model(LSTMEncoder(vocab, built.encoder), Judge(built.head))  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[:encode]
     t0 = time.perf_counter()
     vocab.encode(questions)

@@ -64,7 +64,7 @@ def adapt_command(
     from dupq.core.files import check_apart
     from dupq.modeling.folder_format import check_new_model_folder
     from dupq.modeling.model import Model
-    from dupq.training.adapt import adapt, distinct_questions, user_questions
+    from dupq.training.adapt import NOT_ADAPTABLE, adapt, distinct_questions, user_questions
     from dupq.training.distil.teacher import load_teacher
 
     config = AdaptConfig(**adapt_fields)
@@ -74,15 +74,12 @@ def adapt_command(
     _dropped(source, dropped)
     texts = distinct_questions(texts)
     base = Model.load(model) if model is not None or collection_model is None else collection_model
+    branch = base.encoder.lstm(NOT_ADAPTABLE).branch
     _threads(teacher_threads)
     encode, name = load_teacher(teacher, device=teacher_device)
     typer.echo(
         f"adapting {'the bundled model' if base.bundled else base.folder} to {len(texts):,} questions of {source}"
-        + (
-            f", its static branch ({base.static.config.source}) kept and taught your new words"
-            if base.static is not None
-            else ""
-        )
+        + (f", its static branch ({branch.config.source}) kept and taught your new words" if branch is not None else "")
     )
     mixed = _mixed_in(texts, base, config.mix, data)
     info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}
@@ -104,7 +101,7 @@ def adapt_command(
     words = record["words"]
     typer.echo(
         f"{words['unknown_distinct']:,} of {words['distinct_words']:,} distinct words are outside the model's vocabulary "
-        f"({adapted.vocab.unknown_words_are}, trained with the rest)"
+        f"({adapted.encoder.lstm().vocab.unknown_words_are}, trained with the rest)"
     )
     typer.echo(
         f"saved model to {out} (teacher {record['seconds']['teacher']:.0f}s, fine-tuning {record['seconds']['fine_tuning']:.0f}s); "

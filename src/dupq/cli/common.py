@@ -224,7 +224,8 @@ def _option_annotation(f: Field, kind: type) -> Any:
 
 MODEL_HELP = "Model folder (default: the bundled model)."
 COLLECTION_HELP = (
-    "Collection: a folder (from `dupq index build`), or milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME."
+    "Collection: a folder (from `dupq index build`), milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, "
+    "or postgresql://USER@HOST:PORT/DB?table=NAME."
 )
 LOCATION_HELP = (
     "Where the new collection goes: a folder that does not exist yet, or milvus:PATH.db (milvus-lite) or "

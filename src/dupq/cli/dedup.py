@@ -19,8 +19,8 @@ def dedup_command(
         str,
         typer.Argument(
             help="Questions: a text file (one a line), CSV/TSV with a header (see --column), JSON lines (.jsonl), "
-            "Parquet, or the Quora pairs file; .gz ok. Or a collection (a folder or a Milvus location): its "
-            "questions, stored vectors and keys."
+            "Parquet, or the Quora pairs file; .gz ok. Or a collection (a folder, milvus:..., postgresql://...): its questions, "
+            "stored vectors and keys."
         ),
     ],
     out: Annotated[

@@ -251,4 +251,5 @@ def distil_branch(
     joined = branch_model(base, source, dim, a, weight, pieces, teacher, log=typer.echo)
     with new_folder(out) as tmp:
         joined.save(tmp, half=read_config(base.folder).weights_dtype == "float16")
-    typer.echo(f"saved model to {out}: vectors {joined.config.out_dim} + {joined.static.dim} wide, weight {weight:g}")
+    lstm = joined.encoder.lstm()
+    typer.echo(f"saved model to {out}: vectors {lstm.config.out_dim} + {lstm.branch.dim} wide, weight {weight:g}")

@@ -171,14 +171,15 @@ def index_reencode(
     """Encode every question of a collection again with another model (keys and metadata kept) into a new collection."""
     import time
 
+    from dupq.collection.location import Location
     from dupq.collection.reencode import reencode
     from dupq.modeling.model import Model
 
     _threads(threads)
     started = time.perf_counter()
     with reencode(collection, Model.load(model), out, index, log=typer.echo) as new:
-        typer.echo(
-            f"encoded {len(new):,} questions of {collection} with {model} into {out} in {time.perf_counter() - started:.1f}s"
+        typer.echo(  # the locations as shown: a password in a postgresql:// location is never printed
+            f"encoded {len(new):,} questions of {Location.parse(collection)} with {model} into {new.location} in {time.perf_counter() - started:.1f}s"
         )
 
 
@@ -196,7 +197,7 @@ def search_command(
     where: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number is a number)."
+            help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number or true/false matches it and its text)."
         ),
     ] = None,
     threads: Threads = THREADS,
@@ -238,20 +239,16 @@ def search_command(
 
 
 def _where(pairs: list[str]) -> dict[str, list]:
-    """``--where FIELD=VALUE`` options as a filter: a value that reads as a JSON number or boolean is one, else text."""
-    import json
+    """``--where FIELD=VALUE`` options as a filter (:func:`~dupq.collection.backend.where_from_text`)."""
+    from dupq.collection.backend import where_from_text
 
-    scope: dict[str, list] = {}
+    split = []
     for pair in pairs:
         field, eq, value = pair.partition("=")
         if not eq or not field:
             raise DupqError(f"--where takes FIELD=VALUE, not {pair!r}.")
-        try:
-            parsed = json.loads(value)
-        except (ValueError, RecursionError):  # text, however deeply it nests brackets
-            parsed = value
-        scope.setdefault(field, []).append(parsed if isinstance(parsed, (int, float)) else value)
-    return scope
+        split.append((field, value))
+    return where_from_text(split)
 
 
 @command(group=index_app, name="remove")
@@ -264,7 +261,9 @@ def index_remove(
 
     with Collection.open(collection) as coll:
         ids = coll.remove(keys)
-        typer.echo(f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {collection}; {len(coll):,} remain")
+        typer.echo(
+            f"removed {len(ids)} question{'s' if len(ids) != 1 else ''} from {coll.location}; {len(coll):,} remain"
+        )
 
 
 @command(group=index_app, name="update")
@@ -291,7 +290,7 @@ def index_update(
         raise DupqError(f"--metadata is not JSON ({e}).") from None
     with Collection.open(collection, Model.load(model) if model else None) as coll:
         i = coll.update(key, text=text, metadata=meta)
-        typer.echo(f"updated the question {key} of {collection}: id {i}")
+        typer.echo(f"updated the question {key} of {coll.location}: id {i}")
 
 
 @command(group=index_app, name="decisions")
@@ -307,7 +306,7 @@ def index_decisions(
     with Collection.open(collection) as coll:
         pairs = coll.decisions()
     write_pairs(out, pairs)
-    typer.echo(f"wrote {len(pairs):,} decisions of {collection} to {out}")
+    typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
 @command()

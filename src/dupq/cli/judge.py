@@ -18,6 +18,7 @@ from dupq.cli.common import (
     Threads,
     Threshold,
     _data,
+    _dropped,
     _threads,
     _threshold,
     command,
@@ -114,10 +115,12 @@ def calibrate(
     ] = None,
     threads: Threads = THREADS,
 ) -> None:
-    """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it."""
+    """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it.
+
+    On --pairs (a help desk's decisions) it prints the model's accuracy, ROC-AUC and ECE on them before and
+    after (cross-validated), and refuses a calibration no better than chance or worse than the model's own."""
     from dupq.data.pairs import held_out, read_pairs
-    from dupq.evaluation.evaluate import calibrate as calibrate_on
-    from dupq.evaluation.evaluate import calibrate_and_test, summary_line
+    from dupq.evaluation.evaluate import calibrate_and_test, calibrate_on_decisions, summary_line
     from dupq.modeling.model import Model
 
     _threads(threads)
@@ -125,17 +128,18 @@ def calibrate(
     if pairs is not None:
         if data is not None:
             raise DupqError("give --pairs or --data, not both.")
-        own, _ = read_pairs(pairs)
-        record = calibrate_on(m, own)
+        own, dropped = read_pairs(pairs)
+        _dropped(pairs, dropped)
+        record = calibrate_on_decisions(m, own, log=lambda line: typer.echo(line, err=line.startswith("warning")))
         typer.echo(
             f"calibrated on {len(own):,} pairs of {pairs}: threshold {record['threshold']:.3f} on {record['threshold_on']}"
         )
-        m.save_again(model)
+        m.save(model, half=None)  # the weights at the precision they are stored in
         typer.echo(f"saved the threshold in {model / 'config.json'}")
         return
     splits = held_out(m.metrics, _data(data))
     typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
-    m.save_again(model)
+    m.save(model, half=None)
     typer.echo(f"saved the threshold in {model / 'config.json'}")
 
 

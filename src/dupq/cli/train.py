@@ -138,8 +138,8 @@ def compact(
     check_apart(out, None if bundled else model)
     check_new_model_folder(out, overwrite)
     copy = Model.load(None if bundled else model)
-    if not branch and copy.static is not None:
-        copy = copy.replaced(static=None)
+    if not branch:
+        copy = Model(copy.encoder.without_branch(), copy.judge, copy.metrics)
     with new_folder(out) as tmp:  # written beside OUT, then renamed into place: a failed copy leaves --out as it was
         copy.save(tmp, half=half)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
@@ -159,17 +159,14 @@ def info(
     from dupq.modeling.model import Model
 
     m = Model.load(model)
-    words = (
-        {"vocab_size": len(m.vocab), "lowercase": m.vocab.lowercase} if m.vocab is not None else {}
-    )  # a transformer's are its own
     typer.echo(
         json.dumps(
             {
                 "folder": str(model) if model else "bundled",
-                "encoder": m.encoder_config(),
-                **words,
+                "encoder": m.encoder.config_json(),
+                **m.encoder.info(),
                 "threshold": m.threshold,
-                "threshold_info": m.threshold_info,
+                "threshold_info": m.judge.threshold_info,
                 "fingerprint": m.fingerprint(),
                 "metrics": m.metrics,
             },

@@ -3,8 +3,9 @@
 A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and
 searches the vectors. :class:`~dupq.collection.collection.Collection` joins a backend and the model
 (it encodes, judges and builds hits); it never asks which backend it holds
-(:class:`~dupq.collection.location.Location` picks it). Two exist: a folder kept by SQLite and FAISS
-(:mod:`dupq.collection.folder.backend`) and Milvus (:mod:`dupq.collection.milvus.backend`).
+(:class:`~dupq.collection.location.Location` picks it). Three exist: a folder kept by SQLite and FAISS
+(:mod:`dupq.collection.folder.backend`), Milvus (:mod:`dupq.collection.milvus.backend`) and Postgres
+with pgvector (:mod:`dupq.collection.postgres.backend`).
 
 What every backend guarantees (the collection's promises rest on these):
 
@@ -22,7 +23,12 @@ What every backend guarantees (the collection's promises rest on these):
   however few match.
 
 ``where`` is ``{field: [values]}`` (:func:`check_where`): a row matches when, for every field, its
-metadata's value is one of the values (JSON scalars compared as Python compares them).
+metadata's value is one of the values (JSON scalars compared as Python compares them). A filter's text
+holds no control character (U+0000 to U+001F, U+007F to U+009F): SQLite reads a string only up to
+U+0000, and Milvus's filter expressions take no escape for them, so they are the caller's one
+sentence before any store sees them. Typed on a command line, a value that reads as a number or a
+boolean is also matched as the text it was typed as (:func:`where_from_text`): metadata from a CSV
+file is all text.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ FIELD = re.compile(FIELD_PATTERN)
 MAX_FIELDS = 32  # fields in one filter (with MAX_VALUES each, within SQLite's 32,766 parameters)
 MAX_VALUES = 1_000  # values of one field in a filter
 NUMBERS = (-(2**63), 2**63)  # a filter's numbers: lo < x < hi, what SQLite and Milvus hold in 64 bits
+TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # a filter's text: no control character
+TEXT = re.compile(TEXT_PATTERN)
 
 
 def check_where(where) -> Where | None:
@@ -73,8 +81,28 @@ def check_where(where) -> Where | None:
                 raise DupqError(
                     f"the filter on {field!r} takes strings, booleans and numbers strictly within ±2^63, not {v!r}."
                 )
+            if isinstance(v, str) and not TEXT.fullmatch(v):
+                raise DupqError(f"the filter on {field!r} holds a control character ({v!r}); a filter's text may not.")
         out[field] = values
     return out
+
+
+def where_from_text(pairs: list[tuple[str, str]]) -> Where:
+    """A filter of ``(field, value)`` pairs typed as text (``--where FIELD=VALUE``; a field twice: either value).
+
+    A value that reads as a JSON number or boolean matches that number or boolean and the text as
+    typed too, so ``priority=1`` finds ``1`` and ``"1"`` (a CSV file's metadata is all text)."""
+    import json
+
+    where: dict[str, list] = {}
+    for field, value in pairs:
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):  # text, however deeply it nests brackets
+            parsed = value
+        typed = isinstance(parsed, (bool, int, float)) and _filter_value(parsed)
+        where.setdefault(field, []).extend([parsed, value] if typed else [value])
+    return where
 
 
 def _filter_value(v) -> bool:

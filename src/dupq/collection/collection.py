@@ -21,8 +21,11 @@ the stored id, so a retried add is safe; :meth:`Collection.remove` and :meth:`Co
 take keys, and an update that changes nothing (a retry) writes nothing.
 
 **Moderators' decisions** live in a question's metadata: ``duplicate_of`` (the key of its
-canonical question, shown on every hit of it as :attr:`Hit.duplicate_of`) and
-``not_duplicate_of`` (keys a moderator judged distinct); :meth:`Collection.decide` writes them.
+canonical question, shown on every hit of it as :attr:`Hit.duplicate_of` while that question is
+stored), ``not_duplicate_of`` (keys a moderator judged distinct) and ``judged`` (a digest of the two
+texts of each decision); :meth:`Collection.decide` writes them, and every way in checks their types
+(:func:`~dupq.collection.rows.decision_problem`). A decision follows the texts judged, not only the
+keys: :meth:`Collection.decisions` leaves out one whose side's text changed since.
 
 **Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
 the hits whose metadata match (a list: any of them), and loses none of them (the backend's
@@ -45,7 +48,19 @@ import numpy as np
 from dupq.collection.backend import Backend, check_where
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest
-from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
+from dupq.collection.rows import (
+    DUPLICATE_OF,
+    JUDGED,
+    NOT_DUPLICATE_OF,
+    KeyConflict,
+    StoreFailure,
+    UnknownKey,
+    check_keys,
+    check_metadata,
+    decision_problem,
+    judged_digest,
+    read_metadata,
+)
 from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
 from dupq.index.vectors import IndexConfig
@@ -57,7 +72,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Collection", "Hit", "KeyConflict", "Location", "UnknownKey"]
 
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
-DUPLICATE_OF, NOT_DUPLICATE_OF = "duplicate_of", "not_duplicate_of"  # the metadata fields of moderators' decisions
+LONGEST_CHAIN = 1_000  # canonical questions followed from a new decision's to find a cycle
 
 
 @dataclass
@@ -231,10 +246,16 @@ class Collection:
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
         duplicates = judged.duplicate.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
-        return [
+        hits = [
             self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
             for a, b in zip(bounds, bounds[1:])
         ]
+        canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
+        if canonical:  # a canonical question removed since is no one's any more
+            stored = self._backend.find(sorted(canonical))
+            for h in (h for row in hits for h in row if h.duplicate_of is not None and h.duplicate_of not in stored):
+                h.duplicate_of = None
+        return hits
 
     def _hits(
         self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
@@ -343,21 +364,36 @@ class Collection:
         """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
         canonical question), or not a duplicate of ``not_duplicate_of``; its metadata afterwards.
 
-        Both questions must be stored. A question is a duplicate of one canonical question at a time
-        (a new decision replaces it); judging it distinct from its canonical one clears that. The
-        stored metadata is read and written back in one transaction of the backend, so decisions
-        recorded at once by several workers are all kept.
+        Both questions must be stored, and a duplicate's canonical question may not lead back to it
+        (a cycle is refused). A question is a duplicate of one canonical question at a time (a new
+        decision replaces it); judging it distinct from its canonical one clears that. A digest of
+        the two texts is kept with the decision (``judged``). The stored metadata is read and written
+        back in one transaction of the backend, so decisions recorded at once by several workers are
+        all kept; stored decision fields of the wrong type are refused, never rewritten.
         """
         self._check_open()
         if (duplicate_of is None) == (not_duplicate_of is None):
             raise DupqError("give one decision: duplicate_of or not_duplicate_of.")
         other = duplicate_of if duplicate_of is not None else not_duplicate_of
+        check_keys([key, other], 2)
         if other == key:
             raise DupqError(f"a question cannot be judged against itself ({key!r}).")
+        texts = {k: text for k, (_, text, _) in self._backend.find([key, other]).items()}
+        for k in (key, other):
+            if k not in texts:
+                raise UnknownKey(f"no question with the key {k!r} is stored in {self.location}; nothing was changed.")
+        if duplicate_of is not None:
+            self._refuse_cycle(key, duplicate_of)
+        digest = judged_digest(texts[key], texts[other])
 
         def change(stored: str | None) -> str:
-            metadata = read_metadata(stored)[0]  # damaged metadata reads as {} and is replaced
-            distinct = [k for k in metadata.get(NOT_DUPLICATE_OF, []) if isinstance(k, str)]
+            metadata, damage = read_metadata(stored)  # damaged metadata reads as {} and is replaced
+            problem = decision_problem(metadata)
+            if problem:
+                raise DupqError(
+                    f"the stored metadata of {key!r} {problem}; correct it with an update first (nothing was changed)."
+                )
+            distinct = metadata.get(NOT_DUPLICATE_OF, [])
             if duplicate_of is not None:
                 metadata[DUPLICATE_OF] = duplicate_of
                 distinct = [k for k in distinct if k != duplicate_of]
@@ -369,6 +405,9 @@ class Collection:
                 metadata[NOT_DUPLICATE_OF] = distinct
             else:
                 metadata.pop(NOT_DUPLICATE_OF, None)
+            named = {metadata.get(DUPLICATE_OF), *distinct}
+            judged = {k: v for k, v in metadata.get(JUDGED, {}).items() if k in named} | {other: digest}
+            metadata[JUDGED] = judged
             return check_metadata([metadata], 1)[0] or ""
 
         with self._write_lock:
@@ -376,17 +415,53 @@ class Collection:
             _, stored = self._backend.edit(key, change, [other])
         return read_metadata(stored)[0]
 
+    def _refuse_cycle(self, key: str, canonical: str) -> None:
+        """Refuse ``key`` as a duplicate of ``canonical`` when ``canonical``'s own canonical questions lead back to ``key``."""
+        seen = [key, canonical]
+        for _ in range(LONGEST_CHAIN):
+            found = self._backend.find([seen[-1]]).get(seen[-1])
+            after = read_metadata(found[2])[0].get(DUPLICATE_OF) if found else None
+            if not isinstance(after, str) or after in seen[1:]:
+                return
+            if after == key:
+                chain = " -> ".join([*seen, key])
+                raise DupqError(f"{key!r} cannot be a duplicate of {canonical!r}: that makes a cycle ({chain}).")
+            seen.append(after)
+
     def decisions(self) -> list[tuple[str, str, str, str, int]]:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,
-        1 duplicate / 0 not)``, in id order (a decision naming a question removed since is left out)."""
+        1 duplicate / 0 not)``, in id order.
+
+        Left out, each kind with a warning: a decision naming a question removed since, one whose side's
+        text changed since it was judged (its ``judged`` digest differs; decisions stored before digests
+        were kept have none and are kept), and the decisions of a question whose decision fields are of
+        the wrong type (stored by something that did not check them).
+        """
         rows = self.stored_rows()
         texts = {key: text for _, key, text, _ in rows if key is not None}
-        out = []
+        out, changed, malformed = [], [], []
         for _, key, text, meta in rows:
             if key is None or not meta:
                 continue
-            judged = [(meta.get(DUPLICATE_OF), 1)] + [(k, 0) for k in meta.get(NOT_DUPLICATE_OF, [])]
-            out += [(key, other, text, texts[other], y) for other, y in judged if other in texts]
+            if decision_problem(meta):
+                malformed.append(key)
+                continue
+            judged = meta.get(JUDGED, {})
+            canonical = [(meta[DUPLICATE_OF], 1)] if DUPLICATE_OF in meta else []
+            for other, y in canonical + [(k, 0) for k in meta.get(NOT_DUPLICATE_OF, [])]:
+                if other not in texts:
+                    continue
+                if other in judged and judged[other] != judged_digest(text, texts[other]):
+                    changed.append(f"{key}-{other}")
+                    continue
+                out.append((key, other, text, texts[other], y))
+        for keys, why in (
+            (changed, "a question's text changed since it was judged"),
+            (malformed, "their decision fields are not of the types dupq writes"),
+        ):
+            if keys:
+                first = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+                log.warning("%d decisions of %s are left out: %s (%s).", len(keys), self.location, why, first)
         return out
 
     def close(self) -> None:

@@ -4,7 +4,9 @@ A location is written as text (a command's argument, a service's setting) or giv
 
 * ``runs/faq`` (any path): a folder, kept by SQLite and FAISS (:mod:`dupq.collection.folder.backend`);
 * ``milvus:PATH.db`` (milvus-lite) or ``milvus+http(s)://HOST:PORT?collection=NAME`` (a server):
-  a Milvus collection (:mod:`dupq.collection.milvus.backend`).
+  a Milvus collection (:mod:`dupq.collection.milvus.backend`);
+* ``postgresql://USER@HOST:PORT/DB?table=NAME``: tables in a PostgreSQL database with pgvector
+  (:mod:`dupq.collection.postgres.backend`); a password in it is never shown (``text`` has ``***``).
 
 :meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it.
 Nothing above this module asks which backend a collection has: a third backend is one module
@@ -18,15 +20,17 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dupq.collection.milvus.address import is_lite, is_milvus
+from dupq.collection.postgres.address import is_postgres, redact
 
 # kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
 BACKENDS = {
     "folder": "dupq.collection.folder.backend:FolderBackend",
     "milvus": "dupq.collection.milvus.backend:MilvusBackend",
+    "postgres": "dupq.collection.postgres.backend:PostgresBackend",
 }
 
 
@@ -35,8 +39,9 @@ class Location:
     """A collection's place: its ``kind`` (a key of :data:`BACKENDS`), as written, and its folder (folders only)."""
 
     kind: str
-    text: str  # as the user wrote it: what messages show and what another process is given
+    text: str  # as the user wrote it (a password as ***): what messages show
     path: Path | None = None  # the folder of a folder collection
+    given: str | None = field(default=None, repr=False, compare=False)  # as written, password and all: what connects
 
     @classmethod
     def parse(cls, value: str | os.PathLike | Location) -> Location:
@@ -45,6 +50,8 @@ class Location:
             return value
         if is_milvus(value):
             return cls("milvus", value)
+        if is_postgres(value):
+            return cls("postgres", redact(value), given=value)
         return cls("folder", str(value), Path(value))
 
     @property
@@ -71,6 +78,11 @@ class Location:
         """The :class:`~dupq.collection.backend.Backend` subclass that keeps collections of this kind."""
         module, name = BACKENDS[self.kind].split(":")
         return getattr(importlib.import_module(module), name)
+
+    @property
+    def address(self) -> str:
+        """The location as written, a password included: what a backend connects with (never print it)."""
+        return self.given if self.given is not None else self.text
 
     def __str__(self) -> str:
         return self.text

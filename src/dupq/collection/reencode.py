@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dupq.collection.collection import Collection
+from dupq.collection.location import Location
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
@@ -37,7 +38,8 @@ def reencode(
     ``index`` ("flat", "hnsw", "ivfpq") replaces the source's index kind; by default it is kept.
     ``log`` is told what was copied (read at the start, added meanwhile), before the writers are let go.
     """
-    if str(source) == str(out):
+    source, out = Location.parse(source), Location.parse(out)
+    if source.address == out.address:
         raise DupqError(f"the re-encoded collection needs a new location, not {out} itself.")
     with Collection.open(source) as old:
         rows = old.stored_rows()

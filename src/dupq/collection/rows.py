@@ -5,10 +5,17 @@ Every store (:mod:`dupq.collection.folder.store`'s SQLite, :mod:`dupq.collection
 (:func:`place`), reads metadata back through :func:`read_metadata`, and reports its own failures
 (a full disk, a lock held too long, a damaged file) as :class:`StoreFailure`, whose ``reason`` the
 service turns into an HTTP status.
+
+Three metadata fields are reserved for moderators' decisions (:func:`decision_problem` is their rule):
+``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys) and ``judged`` (``{key: digest}``, the
+:func:`judged_digest` of the two texts each decision was made on, so that a decision whose side
+changed since is known). Metadata holds no U+0000: SQLite's ``json_extract`` reads a string only
+up to it, so ``"acme\\u0000evil"`` would pass the filter ``"acme"``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 
@@ -17,6 +24,8 @@ from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
 from dupq.data.questions import check_key
 
 PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit is 999 in old builds)
+# The metadata fields of moderators' decisions: the canonical question's key, keys judged distinct, what was judged.
+DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED = "duplicate_of", "not_duplicate_of", "judged"
 
 
 class KeyConflict(DupqError):
@@ -61,6 +70,11 @@ def check_metadata(metadata, n: int) -> list[str | None]:
             raise DupqError(f"the metadata of question {i + 1} is a {type(m).__name__}, not a dict.")
         if m is not None and nesting(m, MAX_DEPTH) > MAX_DEPTH:
             raise DupqError(f"the metadata of question {i + 1} nests more than {MAX_DEPTH} levels deep.")
+        if m and holds_nul(m):
+            raise DupqError(f"the metadata of question {i + 1} holds the character U+0000, which metadata may not.")
+        problem = decision_problem(m) if m else None
+        if problem:
+            raise DupqError(f"the metadata of question {i + 1} {problem}.")
         try:
             text = json.dumps(m, ensure_ascii=False, allow_nan=False) if m else None
             if text is not None:
@@ -69,6 +83,49 @@ def check_metadata(metadata, n: int) -> list[str | None]:
             raise DupqError(f"the metadata of question {i + 1} cannot be stored as JSON ({e}).") from None
         out.append(text)
     return out
+
+
+def holds_nul(value) -> bool:
+    """Whether a JSON value holds U+0000 in any string, an object's names included."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    return isinstance(value, list) and any(holds_nul(v) for v in value)
+
+
+def _key(value) -> bool:
+    try:
+        check_key(value)
+    except DupqError:
+        return False
+    return True
+
+
+def decision_problem(metadata: dict) -> str | None:
+    """What is wrong with ``metadata``'s reserved decision fields (as the end of a sentence), None when nothing is.
+
+    ``duplicate_of`` is one key, ``not_duplicate_of`` a list of keys (a CSV's text ``"12"`` is no list:
+    read as one, it named the keys ``"1"`` and ``"2"``), ``judged`` an object of keys and digests.
+    """
+    canonical = metadata.get(DUPLICATE_OF)
+    if DUPLICATE_OF in metadata and not _key(canonical):
+        return f"gives {DUPLICATE_OF} {canonical!r}, which is not one key (it names one question)"
+    distinct = metadata.get(NOT_DUPLICATE_OF)
+    if NOT_DUPLICATE_OF in metadata and not (isinstance(distinct, list) and all(_key(k) for k in distinct)):
+        return f"gives {NOT_DUPLICATE_OF} {distinct!r}, which is not a list of keys"
+    judged = metadata.get(JUDGED)
+    if JUDGED in metadata and not (
+        isinstance(judged, dict) and all(_key(k) and isinstance(v, str) for k, v in judged.items())
+    ):
+        return f"gives {JUDGED} {judged!r}, which is not an object of keys and digests (dupq writes it)"
+    return None
+
+
+def judged_digest(text: str, other: str) -> str:
+    """A short digest of the two texts a decision was made on (which question is which counts)."""
+    both = json.dumps([text, other], ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(both, digest_size=8).hexdigest()
 
 
 class _NotJSON(ValueError):

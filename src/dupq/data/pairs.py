@@ -177,13 +177,19 @@ class Splits:
 
 def write_pairs(path: str | os.PathLike, pairs) -> None:
     """Write ``(qid1, qid2, question1, question2, is_duplicate)`` rows as a tab-separated file in the
-    Quora file's columns (``id`` numbered from 0), atomically, for :func:`read_pairs` to read."""
+    Quora file's columns (``id`` numbered from 0), atomically, for :func:`read_pairs` to read back whole.
+
+    The ``csv`` module quotes a field holding a line feed but not one holding a bare carriage
+    return, which every reader takes for a line end; a row with one is written quoted throughout.
+    """
     import io
 
     text = io.StringIO()
-    writer = csv.writer(text, delimiter="\t", lineterminator="\n")
-    writer.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
-    writer.writerows((i, *row) for i, row in enumerate(pairs))
+    plain = csv.writer(text, delimiter="\t", lineterminator="\n")
+    quoted = csv.writer(text, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_ALL)
+    plain.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
+    for i, row in enumerate(pairs):
+        (quoted if any("\r" in str(value) for value in row) else plain).writerow((i, *row))
     with atomic_output(path) as f:
         f.write(text.getvalue().encode("utf-8"))
 

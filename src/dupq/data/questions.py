@@ -364,6 +364,9 @@ def _table(
             yield Question(row[i], row[k] if k is not None else None, metadata, number)
 
 
+_JSON_TYPES = {bool: "boolean", list: "list", dict: "JSON object"}
+
+
 def _record(obj: dict, column: str, key_column: str | None, where: str, dropped: Dropped) -> Question | None:
     """A JSON object or Parquet row as a question, or None with the reason in ``dropped``."""
     text, key = obj.get(column), obj.get(key_column) if key_column is not None else None
@@ -373,7 +376,10 @@ def _record(obj: dict, column: str, key_column: str | None, where: str, dropped:
     if key_column is not None:
         if isinstance(key, (int, float)) and not isinstance(key, bool):
             key = str(key)
-        if not isinstance(key, str) or not key.strip():
+        if key is not None and not isinstance(key, str):  # true, a list, an object: no key a user gave as one
+            dropped.add(where, f"key is a {_JSON_TYPES.get(type(key), type(key).__name__)}, not text or a number")
+            return None
+        if key is None or not key.strip():
             dropped.add(where, "empty key")
             return None
         if not _valid_key(key):

@@ -470,6 +470,7 @@ def dedup_collection(
     digest = hashlib.blake2b(digest_size=16)
     for i, key, text, _ in rows:
         digest.update(f"{i}\x00{key}\x00{text}\x01".encode())
-    identity = {"collection": str(collection.location), "count": len(rows), "rows": digest.hexdigest()}
+    where = collection.location
+    identity = {"collection": str(where.path.resolve()) if where.path else str(where), "rows": digest.hexdigest()}
     records = (Record(text, str(i) if key is None else key, vectors[j]) for j, (i, key, text, _) in enumerate(rows))
     return run(records, out, collection.model, config, identity, work_folder, engine, progress)

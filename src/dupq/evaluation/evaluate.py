@@ -6,7 +6,7 @@ threshold chosen (and :mod:`dupq.modeling.probability`'s probability map fitted)
 and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
 flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does that; this
 module does not). :func:`calibrate_and_test` keeps both records in ``model.metrics``; the split
-comes from :func:`dupq.data.pairs.held_out` and :meth:`Model.save_again <dupq.modeling.model.Model.save_again>` writes the folder.
+comes from :func:`dupq.data.pairs.held_out` and :meth:`Model.save <dupq.modeling.model.Model.save>` writes the folder.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free
+from dupq.modeling import verdict
 from dupq.modeling.model import ENCODE_BATCH, Model
 from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, Verdicts, from_logits
 
@@ -52,7 +53,7 @@ def pair_logits(model: Model, pairs: Pairs, chunk: int = 8192) -> tuple[np.ndarr
         q1, q2 = pairs.q1[start:stop], pairs.q2[start:stop]
         v = model.encode([*q1, *q2], batch_size=ENCODE_BATCH)  # (2n, d)
         u, w = v[: len(q1)], v[len(q1) :]
-        logits[start:stop] = model.logits_from_vectors(u, w)
+        logits[start:stop] = verdict.pair_logits(model, u, w)
         cosines[start:stop] = np.einsum("nd,nd->n", u, w)
     return logits, cosines
 
@@ -107,7 +108,7 @@ def evaluate(model: Model, pairs: Pairs, threshold: float | None = None) -> dict
     judged = pair_verdicts(model, pairs, threshold)
     result = evaluate_scores(judged.score, pairs.labels, judged.threshold)
     result["threshold_on"] = judged.on
-    result["threshold_chosen_on"] = "given" if given else model.threshold_info.get("chosen_on", "unknown")
+    result["threshold_chosen_on"] = "given" if given else model.judge.threshold_info.get("chosen_on", "unknown")
     if judged.probability is not None:
         result["expected_calibration_error"] = expected_calibration_error(judged.probability, pairs.labels)
         result["reliability"] = reliability(judged.probability, pairs.labels)
@@ -133,33 +134,124 @@ def check_dev_labels(labels: np.ndarray) -> None:
         )
 
 
-def calibrate(model: Model, dev_pairs: Pairs) -> dict[str, Any]:
+def calibrate(model: Model, dev_pairs: Pairs, smooth: bool = False) -> dict[str, Any]:
     """Choose the model's threshold on the **dev** pairs: the one maximising accuracy.
 
     The F1-maximising threshold is found too and kept for reference (a user who cares more
     about finding every duplicate than about being right overall may prefer it). Sets
-    ``model.threshold`` and ``model.threshold_info`` (saved in ``config.json`` by
-    ``model.save``) and returns the calibration record. Never pass test pairs here.
+    ``model.judge.threshold`` and ``threshold_info`` (saved in ``config.json`` by
+    ``model.save``) and returns the calibration record. Never pass test pairs here. ``smooth``: see
+    :func:`~dupq.evaluation.calibration.fit_calibration` (for a few pairs).
     """
     if not len(dev_pairs):
         raise DupqError("there are no dev pairs to calibrate the threshold on; give the split a dev part.")
     check_dev_labels(dev_pairs.labels)
     logits, cosines = pair_logits(model, dev_pairs)
     if 0 < dev_pairs.labels.sum() < len(dev_pairs):
-        model.calibration = fit_calibration(logits, dev_pairs.labels)
+        model.judge.calibration = fit_calibration(logits, dev_pairs.labels, smooth)
     scores = from_logits(model, logits, cosines).score  # with the calibration just fitted
     record = {
         **threshold_record(scores, dev_pairs.labels),
         "dev_accuracy_at_0_7": binary_metrics(scores, dev_pairs.labels, SEED_THRESHOLD)["accuracy"],
         "threshold_on": model.threshold_on,
-        "probability_calibration": model.calibration,
+        "probability_calibration": model.judge.calibration,
         "dev_pairs": len(dev_pairs),
         "dev_rows": [int(dev_pairs.rows.min()), int(dev_pairs.rows.max())],
         "model_fingerprint": model.fingerprint(),
     }
-    model.threshold = record["threshold"]
-    model.threshold_info = record
+    model.judge.threshold = record["threshold"]
+    model.judge.threshold_info = record
     return record
+
+
+FOLDS = 5  # folds of the cross-validation that judges a calibration on a help desk's decisions
+TRUSTED = 50  # decisions of each label below which a calibration fitted on them is said to be too few to trust
+
+
+def calibrate_on_decisions(model: Model, pairs: Pairs, log=print) -> dict[str, Any]:
+    """Calibrate the model on a help desk's own decisions (``dupq index decisions``), if they can be trusted.
+
+    The model's own accuracy, ROC-AUC, ECE and Brier score on the pairs are reported (``log``) beside
+    those of a calibration fitted on them, judged by :data:`FOLDS`-fold cross-validation (each fold
+    scored by a map and a threshold fitted on the others; a fit judged on its own pairs flatters
+    itself). A fit no better than the decisions' share of duplicates (noise, or contradictory
+    decisions: a flat map, under which the model never finds a duplicate again), or worse than the
+    model's own probabilities, is refused and the model left as it was; fewer than :data:`TRUSTED`
+    of a label is said to be too few to trust. Otherwise as :func:`calibrate`, with Platt's
+    smoothed targets, and its record (``"decisions"``: the figures) is returned.
+    """
+    if not len(pairs):
+        raise DupqError("there are no pairs to calibrate on.")
+    check_dev_labels(pairs.labels)
+    y = pairs.labels.astype(np.int64)
+    logits, cosines = pair_logits(model, pairs)
+    own = from_logits(model, logits, cosines)
+    before = _figures(own.score, own.probability, y, own.duplicate)
+    score, probability, verdict = _cross_validated(model, logits, cosines, y)
+    after = _figures(score, probability, y, verdict)
+    duplicates, others = int(y.sum()), int(len(y) - y.sum())
+    log(f"the model's own on these {len(y):,} pairs: {_said(before)}")
+    log(f"calibrated on them ({FOLDS}-fold cross-validated): {_said(after)}")
+    if min(duplicates, others) < TRUSTED:
+        log(
+            f"warning: {duplicates:,} duplicates and {others:,} distinct pairs are too few to trust a calibration "
+            f"(at least {TRUSTED} of each); judge its figures with that in mind."
+        )
+    base = float(np.mean((y - y.mean()) ** 2))  # the Brier score of always saying the share of duplicates
+    if after["brier"] >= base:
+        raise DupqError(
+            f"the calibration fitted on {_decisions_named(len(y))} predicts them no better than their share of duplicates "
+            f"(Brier {after['brier']:.4f} against {base:.4f}): the decisions do not follow the model's scores, so the "
+            "model was left as it was."
+        )
+    if before["brier"] is not None and after["brier"] > before["brier"]:
+        raise DupqError(
+            f"the calibration fitted on {_decisions_named(len(y))} judges them worse than the model's own (Brier "
+            f"{after['brier']:.4f} against {before['brier']:.4f}, cross-validated), so the model was left as it was."
+        )
+    record = calibrate(model, pairs, smooth=True)
+    record["decisions"] = {"before": before, "after": after, "too_few": min(duplicates, others) < TRUSTED}
+    model.judge.threshold_info = record
+    return record
+
+
+def _decisions_named(n: int) -> str:
+    return f"{n:,} decision{'s' if n != 1 else ''}"
+
+
+def _cross_validated(model: Model, logits: np.ndarray, cosines: np.ndarray, y: np.ndarray) -> tuple:
+    """Each pair's score, probability and verdict under a map and threshold fitted on the other folds."""
+    import copy
+
+    order = np.argsort(y, kind="stable")  # (N,) folds stratified by label
+    fold = np.empty(len(y), dtype=np.int64)
+    fold[order] = np.arange(len(y)) % FOLDS
+    score, probability, verdict = np.empty(len(y)), np.empty(len(y)), np.empty(len(y), dtype=bool)
+    for f in range(FOLDS):
+        train, test = fold != f, fold == f
+        fitted = copy.copy(model)
+        fitted.calibration = fit_calibration(logits[train], y[train], smooth=True)
+        seen = from_logits(fitted, logits[train], cosines[train]).score
+        threshold = threshold_record(seen, y[train])["threshold"]
+        judged = from_logits(fitted, logits[test], cosines[test], threshold)
+        score[test], probability[test], verdict[test] = judged.score, judged.probability, judged.duplicate
+    return score, probability, verdict
+
+
+def _figures(score: np.ndarray, probability: np.ndarray | None, y: np.ndarray, verdict: np.ndarray) -> dict:
+    return {
+        "accuracy": float(np.mean(verdict == (y == 1))),
+        "roc_auc": threshold_free(score, y)["roc_auc"],
+        "ece": None if probability is None else expected_calibration_error(probability, y),
+        "brier": None if probability is None else float(np.mean((probability - y) ** 2)),
+    }
+
+
+def _said(figures: dict) -> str:
+    return ", ".join(
+        f"{name} {'n/a' if figures[key] is None else f'{figures[key]:.4f}'}"
+        for name, key in (("accuracy", "accuracy"), ("ROC-AUC", "roc_auc"), ("ECE", "ece"), ("Brier", "brier"))
+    )
 
 
 def calibrate_and_test(model: Model, dev: Pairs, test: Pairs) -> dict[str, Any]:

@@ -261,7 +261,7 @@ def write_report(
         fingerprint=model.fingerprint(),
         threshold=threshold,
         chosen_on=html.escape(
-            str(model.threshold_info.get("chosen_on", "unknown")) if threshold == model.threshold else "given"
+            str(model.judge.threshold_info.get("chosen_on", "unknown")) if threshold == model.threshold else "given"
         ),
         pairs=m["pairs"],
         duplicates=m["duplicates"],

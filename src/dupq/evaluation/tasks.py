@@ -176,7 +176,7 @@ def clean_pairs(model: Model, data: Path | None = None, split: str = "test", thr
         raise DupqError("the clean pairs have no dev half: nothing is chosen on them, so run them with --split test.")
     pairs, _ = read_pairs(CLEAN_PAIRS)  # the kind column repeats the label: paraphrase 1, near_miss 0
     verdicts = model.verdicts(pairs.q1, pairs.q2, threshold)
-    chosen_on = "given" if threshold is not None else model.threshold_info.get("chosen_on", "unknown")
+    chosen_on = "given" if threshold is not None else model.judge.threshold_info.get("chosen_on", "unknown")
     return {
         "sha256": hashlib.sha256(CLEAN_PAIRS.read_bytes()).hexdigest(),
         "kinds": {"paraphrase": int(pairs.labels.sum()), "near_miss": int(len(pairs) - pairs.labels.sum())},

@@ -2,8 +2,8 @@
 
 A model folder's ``config.json`` names its encoder, as sentence-transformers' ``modules.json``
 names each module: ``"encoder": {"type": "lstm", "vocab_size": ..., "dim": ...}``. The type is a
-key of :data:`ENCODERS`; :class:`~dupq.modeling.model.Model`, the collection and the service only call
-``encoder(ids, lengths)`` and read ``encoder.config.out_dim``, so another encoder plugs in by
+key of :data:`ENCODERS`; the LSTM encoder (:class:`~dupq.modeling.lstm.LSTMEncoder`) only calls
+``encoder(ids, lengths)`` and reads ``encoder.config.out_dim``, so another encoder plugs in by
 adding a class here (and its recurrent layer's gate count to :data:`dupq.modeling.architecture.GATES`,
 which names the types without importing torch). A config without a type (every model saved before this registry) is the
 LSTM. Every registered encoder reads the vocabulary's word ids (``vocab.json``), right-padded.

@@ -153,7 +153,7 @@ class ModelConfig(BaseModel):
         return self
 
     def judging(self) -> dict[str, Any]:
-        """How pairs are judged, as :class:`~dupq.modeling.model.Model`'s keyword arguments."""
+        """How pairs are judged, as :class:`~dupq.modeling.judge.Judge`'s keyword arguments (its head aside)."""
         return {
             "threshold": self.threshold,
             "threshold_info": self.threshold_info,

@@ -22,17 +22,20 @@ questions to encode, where one batched torch call is faster.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dupq.core.threads import import_torch
 from dupq.modeling.architecture import EncoderConfig, HeadConfig
 
 if TYPE_CHECKING:
     from torch import nn
 
+_BUILDING = threading.Lock()  # two threads that need a part's torch module at once build it once
 FEW_QUESTIONS = 8  # questions per call up to which the NumPy recurrence beats torch's (dupq-lab single-search)
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
 Weights = Mapping[str, np.ndarray]  # a module's float32 weights by state-dict name ("lstm.weight_hh_l0", "scale")
@@ -183,3 +186,38 @@ class Kernels:
             kept = (state, kind(weights, part.config))
             self._prepared[name] = kept  # one assignment: a search on another thread sees the old or the new
         return kept[1]
+
+
+def build(part: Stored):
+    """The torch module of a stored part, holding its weights (this imports torch): its stored type names
+    the encoder class (:data:`dupq.modeling.encoders.ENCODERS`), or ``"head"`` the pair head."""
+    torch = import_torch()
+    from dupq.modeling.encoders import ENCODERS
+    from dupq.modeling.heads import PairHead
+
+    with torch.inference_mode(False):  # trainable parameters, even when first needed under inference mode
+        module = PairHead(part.config) if part.type == "head" else ENCODERS[part.type](part.config)
+        module.load_state_dict({k: torch.tensor(v) for k, v in part.weights.items()})
+    return module.eval()
+
+
+def build_once(owner: object, name: str):
+    """The torch module that ``owner``'s attribute ``name`` holds, built from its :class:`Stored` weights the first
+    time and kept there (once, whichever thread asks first: this imports torch)."""
+    if isinstance(getattr(owner, name), Stored):
+        with _BUILDING:
+            if isinstance(getattr(owner, name), Stored):
+                setattr(owner, name, build(getattr(owner, name)))
+    return getattr(owner, name)
+
+
+def cpu_arrays(part: nn.Module | Stored) -> dict[str, np.ndarray]:
+    """A part's weights as float32 NumPy arrays: the stored ones, or a torch module's (copied from a GPU, or
+    from float16)."""
+    if isinstance(part, Stored):
+        return part.weights
+    import torch  # a module is given: torch is loaded already
+
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in part.state_dict().values()):
+        return {k: v.detach().float().cpu().numpy() for k, v in part.state_dict().items()}
+    return arrays(part)

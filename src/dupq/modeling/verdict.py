@@ -34,13 +34,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.modeling.architecture import HeadConfig
 from dupq.modeling.probability import calibrated
+
+if TYPE_CHECKING:
+    from dupq.modeling.architecture import HeadConfig
+    from dupq.modeling.encoding import TextEncoder
+    from dupq.modeling.judge import Judge
 
 SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
 THRESHOLD_ON = (SIMILARITY, PROBABILITY)
@@ -53,16 +57,11 @@ Vectors = tuple[np.ndarray, np.ndarray]  # (u, v): the two unit vectors of each 
 
 
 class Judging(Protocol):
-    """What the rule reads of a model: its stored judging settings and its pair logit."""
+    """What the rule reads of a model: its judge (:mod:`dupq.modeling.judge`: head, calibration, threshold)
+    and, of its encoder, which part of a vector the pair head reads."""
 
-    threshold: float  # the model's own threshold
-    threshold_on: str  # SIMILARITY or PROBABILITY
-    calibration: dict[str, float] | None  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs
-    head_config: HeadConfig | None  # the pair head's (None: no head)
-
-    def logits_from_vectors(self, u: np.ndarray, v: np.ndarray) -> np.ndarray: ...  # (N,) uncalibrated
-
-    def logits_from_cosines(self, cosines: np.ndarray) -> np.ndarray: ...  # (N,) uncalibrated, no mlp head
+    judge: Judge
+    encoder: TextEncoder
 
 
 @dataclass(frozen=True)
@@ -113,20 +112,25 @@ def verdict_json(similarity: float, duplicate: bool, threshold: float, probabili
 
 def has_probability(model: Judging) -> bool:
     """Whether the model gives ``P(duplicate)``: it has a calibration or a pair head."""
-    return model.calibration is not None or model.head_config is not None
+    return model.judge.has_probability
 
 
 def needs_vectors(model: Judging) -> bool:
     """Whether a pair's probability depends on more than its cosine: an mlp pair head reads both vectors,
     and any head of a model with a static branch reads the model's half of them (its cosine is not the search's)."""
-    return _reads_vectors(model.head_config) or (
-        model.head_config is not None and getattr(model, "static", None) is not None
-    )
+    head = model.judge.head_config
+    return _reads_vectors(head) or (head is not None and not model.encoder.cosine_is_judged)
+
+
+def pair_logits(model: Judging, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The uncalibrated pair logit ``(N,)`` of the model's vectors ``u``, ``v`` ``(N, d)``: its judge's logit
+    of the part of them that the pair head reads."""
+    return model.judge.logits(model.encoder.judged(u), model.encoder.judged(v))
 
 
 def judging_before_calibration(head: HeadConfig | None) -> dict[str, Any]:
     """How a freshly trained model judges pairs until its threshold is chosen on dev pairs, as
-    :class:`~dupq.modeling.model.Model`'s keyword arguments ``threshold_on``, ``threshold`` and
+    :class:`~dupq.modeling.judge.Judge`'s keyword arguments ``threshold_on``, ``threshold`` and
     ``threshold_info``: on the probability (at 0.5) when an mlp head reads more than the cosine,
     else on the cosine at the seeds' 0.7 (a cosine head's probability is monotone in the cosine)."""
     if _reads_vectors(head):
@@ -148,13 +152,13 @@ def from_vectors(
 
     ``probability=False`` computes the probability only when the verdict compares it."""
     similarity = np.einsum("nd,nd->n", u, v)  # (N,)
-    logits = model.logits_from_vectors(u, v) if _wants_probability(model, probability) else None
+    logits = pair_logits(model, u, v) if _wants_probability(model, probability) else None
     return _decide(model, similarity, logits, threshold)
 
 
 def from_logits(model: Judging, logits: np.ndarray, similarity: np.ndarray, threshold: float | None = None) -> Verdicts:
     """Pairs scored already (``dupq evaluate``, ``report``, the dev threshold): each pair's uncalibrated
-    logit (:meth:`~dupq.modeling.model.Model.logits_from_vectors`) and cosine, ``(N,)`` each."""
+    logit (:func:`pair_logits`) and cosine, ``(N,)`` each."""
     return _decide(model, similarity, logits if has_probability(model) else None, threshold)
 
 
@@ -174,9 +178,9 @@ def from_cosines(
         if needs_vectors(model):
             if vectors is None:
                 raise DupqError("this model's probability needs both question vectors, not only their cosine.")
-            logits = model.logits_from_vectors(*vectors())
+            logits = pair_logits(model, *vectors())
         else:
-            logits = model.logits_from_cosines(cosines)
+            logits = model.judge.logits_from_cosines(cosines)
     return _decide(model, cosines, logits, threshold)
 
 
@@ -191,22 +195,23 @@ def on_cosines(cosines: np.ndarray, threshold: float) -> Verdicts:
 def _decide(model: Judging, similarity: np.ndarray, logits: np.ndarray | None, threshold: float | None) -> Verdicts:
     """The rule itself: the calibrated probability of ``logits`` (None without them), the score that
     ``threshold_on`` names, and ``score > threshold`` (the model's threshold unless one is given)."""
-    threshold = model.threshold if threshold is None else float(threshold)
+    judge = model.judge
+    threshold = judge.threshold if threshold is None else float(threshold)
     similarity = clip_cosines(np.asarray(similarity, dtype=np.float64))
-    probability = None if logits is None else calibrated(model.calibration, logits)
-    if model.threshold_on == PROBABILITY:
+    probability = None if logits is None else calibrated(judge.calibration, logits)
+    if judge.threshold_on == PROBABILITY:
         if probability is None:
             raise DupqError(NO_PROBABILITY)
         score = probability
     else:
         score = similarity
-    return Verdicts(similarity, probability, score, above(score, threshold), threshold, model.threshold_on)
+    return Verdicts(similarity, probability, score, above(score, threshold), threshold, judge.threshold_on)
 
 
 def _wants_probability(model: Judging, asked: bool) -> bool:
     """Whether to compute the probability: the model gives one, and it is asked for or compared by
     the verdict (a model that compares a probability it cannot give is refused in :func:`_decide`)."""
-    return has_probability(model) and (asked or model.threshold_on == PROBABILITY)
+    return has_probability(model) and (asked or model.judge.threshold_on == PROBABILITY)
 
 
 def _reads_vectors(head: HeadConfig | None) -> bool:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
-from dupq.collection.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS
+from dupq.collection.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS, TEXT_PATTERN
 from dupq.core.errors import DupqError
 from dupq.data.questions import KEY_PATTERN, MAX_KEY, MAX_QUESTION, check_question
 from dupq.modeling.verdict import clip_cosines
@@ -70,7 +70,7 @@ class SimilarityResponse(BaseModel):
 
 # check_where's rule (dupq.collection.backend), as a schema says it: a filter's field names, values and sizes
 FilterValue = (
-    StrictStr
+    Annotated[str, Field(strict=True, pattern=TEXT_PATTERN)]
     | StrictBool
     | Annotated[int, Field(strict=True, gt=NUMBERS[0], lt=NUMBERS[1])]
     | Annotated[float, Field(strict=True, allow_inf_nan=False, gt=NUMBERS[0], lt=NUMBERS[1])]

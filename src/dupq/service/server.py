@@ -62,7 +62,7 @@ def serve(
         listener.close()
         raise
     log(
-        f"serving {len(collection):,} questions from {collection_dir} on http://{host}:{port}/ "
+        f"serving {len(collection):,} questions from {collection.location} on http://{host}:{port}/ "
         f"({workers} worker{'s' if workers > 1 else ''}; "
         f"writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
     )

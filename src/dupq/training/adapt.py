@@ -65,6 +65,8 @@ from dupq.training.loop import Epoch, Loop, Update, cosine, fit
 from dupq.training.objectives import Objective
 from dupq.training.step import Siamese, encode_in_chunks
 
+NOT_ADAPTABLE = "adaptation fine-tunes a dupq LSTM model; a sentence-transformers model folder cannot be adapted."
+
 
 class QuestionBatches:
     """Random batches of the taught questions, each once an epoch, as rows only the distillation losses see.
@@ -240,10 +242,7 @@ def adapt(
     Returns the adapted model.
     """
     config = config or AdaptConfig()
-    if base.encoder is None or base.vocab is None:
-        raise DupqError(
-            "adaptation fine-tunes a dupq LSTM model; a sentence-transformers model folder cannot be adapted."
-        )
+    lstm = base.encoder.lstm(NOT_ADAPTABLE)
     texts = distinct_questions(texts)
     out = Path(out)
     cache = Path(cache) if cache is not None else out.with_name(out.name + ".teacher")
@@ -268,15 +267,15 @@ def adapt(
         "teacher": teacher_name,
         "questions": len(texts),
         "mixed_in": len(mixed),
-        "words": unknown_words(base.vocab, texts),
+        "words": unknown_words(lstm.vocab, texts),
         "config": asdict(config),
         **record,
         "seconds": {"teacher": teacher_seconds, "fine_tuning": time.perf_counter() - started},
         **(info or {}),
     }
-    branch = base.static
+    branch = lstm.branch
     if branch is not None:
-        branch, record["branch_words"] = _teach_branch(branch, base.vocab, texts, encode, log)
+        branch, record["branch_words"] = _teach_branch(branch, lstm.vocab, texts, encode, log)
     adapted = _adapted_model(base, encoder, record, branch)
     with new_folder(out) as tmp:
         adapted.save(tmp)
@@ -288,9 +287,10 @@ def _fine_tune(
     base: Model, taught: TeacherCache, config: AdaptConfig, log: Callable[[str], None], progress: bool, own: int
 ) -> tuple[nn.Module, dict[str, Any]]:
     """The base encoder fine-tuned on ``taught`` (the loop of ``dupq train``), and what to record of it."""
-    vocab = base.vocab
-    projection = fit_projection(base.encoder, vocab, taught)
-    model = Siamese(copy.deepcopy(base.encoder), None, projection)
+    lstm = base.encoder.lstm()
+    vocab, network = lstm.vocab, lstm.network
+    projection = fit_projection(network, vocab, taught)
+    model = Siamese(copy.deepcopy(network), None, projection)
     before = teacher_agreement(model, vocab, taught, own=own)
     source = QuestionBatches(vocab, taught, config.batch_size)
     objective, start = Objective(config.losses()), [p.detach().clone() for p in model.encoder.parameters()]
@@ -400,4 +400,4 @@ def _adapted_model(base: Model, encoder: nn.Module, record: dict[str, Any], bran
     """The adapted encoder and static branch with the base model's vocabulary, pair head, calibration and threshold."""
     metrics = {k: v for k, v in base.metrics.items() if k != "test"}  # the base's test figures are not this model's
     metrics["adaptation"] = record
-    return base.replaced(encoder=encoder.eval(), head=base.head, metrics=metrics, static=branch)
+    return Model(base.encoder.lstm().with_network(encoder.eval()).with_branch(branch), copy.copy(base.judge), metrics)

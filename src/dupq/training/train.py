@@ -32,6 +32,8 @@ from dupq.core.errors import DupqError
 from dupq.core.files import remove_stale
 from dupq.data.pairs import Splits
 from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.judge import Judge
+from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import judging_before_calibration
 from dupq.training.checkpoint import check_output_folder, check_resume, load_checkpoint, save_checkpoint
@@ -157,11 +159,9 @@ def _finish(run: Run, state: _RunState, train_pairs: int, val_pairs: int) -> Mod
     }
     model.cpu()
     result = Model(
-        state.vocab,
-        model.encoder,
+        LSTMEncoder(state.vocab, model.encoder),
+        Judge(model.head, **judging_before_calibration(model.head.config if model.head is not None else None)),
         metrics={"training": info},
-        head=model.head,
-        **judging_before_calibration(model.head.config if model.head is not None else None),
     )
     if len(run.splits.dev) and len(run.splits.test):
         from dupq.evaluation.evaluate import calibrate_and_test, summary_line

@@ -17,12 +17,14 @@ A help desk's own words that the vocabulary lacks are taught to a branch afterwa
 calls :func:`taught_words`): the teacher's vector of each, alone, through the map from the
 teacher's word vectors to the branch's rows, each word a row of its own.
 
->>> words, pieces = teacher_vectors(model.vocab, encode, packaged_teacher() / "tokenizer.json")   # doctest: +SKIP
->>> branch = teacher_branch(model.vocab, words, pieces, tokenizer_json, dim=128, a=0.002, weight=1.0)  # doctest: +SKIP
+>>> vocab = model.encoder.lstm().vocab                                                      # doctest: +SKIP
+>>> words, pieces = teacher_vectors(vocab, encode, packaged_teacher() / "tokenizer.json")   # doctest: +SKIP
+>>> branch = teacher_branch(vocab, words, pieces, tokenizer_json, dim=128, a=0.002, weight=1.0)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -39,18 +41,18 @@ from dupq.modeling.static import StaticBranch, StaticConfig
 FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
 FIT_WORDS = 4_000  # known words the teacher's map to a branch's rows is fitted on (taught_words)
 FIT_COSINE = 0.9  # below this, a branch's rows are not the teacher's word vectors through a linear map
+NO_WORDS = "a static branch reads a word vocabulary; this model has none."
 SPECIAL = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [UNK], [CLS], [unused12], ...: no text to teach
 
 
 def check_words(model: Model) -> Vocabulary:
     """The model's word vocabulary; a sentence-transformers model is refused."""
-    if not isinstance(model.vocab, Vocabulary):
-        raise DupqError("a static branch reads a word vocabulary; this model has none.")
-    if model.head_config is None or model.threshold_on != "probability":
+    vocab = model.encoder.lstm(NO_WORDS).vocab
+    if model.judge.head_config is None or model.threshold_on != "probability":
         raise DupqError(
             "a static branch changes the cosine; it needs a model whose pair head judges pairs on the probability."
         )
-    return model.vocab
+    return vocab
 
 
 def piece_texts(tokenizer_json: str) -> tuple[np.ndarray, list[str]]:
@@ -166,7 +168,7 @@ def with_branch(model: Model, branch: StaticBranch | None, info: dict | None = N
     metrics = dict(model.metrics)
     if info is not None:
         metrics["static_branch"] = info
-    return model.replaced(metrics=metrics, static=branch)
+    return Model(model.encoder.lstm().with_branch(branch), copy.copy(model.judge), metrics)
 
 
 def branch_model(

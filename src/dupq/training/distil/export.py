@@ -11,10 +11,10 @@ from dupq.core.files import new_folder, readable
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import calibrate_and_test
 from dupq.modeling.encoders import SentenceConfig
-from dupq.modeling.folder_format import check_files, check_new_model_folder, read_config
+from dupq.modeling.folder_format import check_files, check_new_model_folder
 from dupq.modeling.model import Model
 from dupq.modeling.pretrained import load_sentence_transformer
-from dupq.modeling.sentence_model import SUBFOLDER, SentenceModel, width
+from dupq.modeling.sentence_model import SUBFOLDER, JoinedEncoder, TransformerEncoder, width
 
 STUDENT = "student"  # the subfolder of a joined model that holds the LSTM model
 JOIN_WEIGHT = 0.25  # --join's default w: the best mean of the help-desk and Quora dev MRR@10 (docs/experiments/10-help-desks-first.md)
@@ -30,7 +30,7 @@ def export_teacher(
     overwrite: bool = False,
     join: Model | None = None,
     join_weight: float = 0.0,
-) -> tuple[SentenceModel, dict[str, Any]]:
+) -> tuple[Model, dict[str, Any]]:
     """Make the sentence-transformers model ``teacher`` (default: the packaged all-MiniLM-L6-v2) the
     dupq model folder ``out``, judged as ``dupq train`` judges its models.
 
@@ -56,20 +56,18 @@ def export_teacher(
         check_files(files)
         readable(files)
         config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
+        encoder: TransformerEncoder | JoinedEncoder = TransformerEncoder(transformer, config, files)
         if join is not None:
-            if join.vocab is None:
-                raise DupqError("--join takes a dupq LSTM model (a folder or bundled), not a sentence model.")
+            join.encoder.lstm("--join takes a dupq LSTM model (a folder or bundled), not a sentence model.")
             config = SentenceConfig(config.dim, config.max_seq_length, name, join=STUDENT, join_weight=join_weight)
-            join.save(
-                tmp / STUDENT, half=join.folder is not None and read_config(join.folder).weights_dtype == "float16"
-            )
+            join.save(tmp / STUDENT, half=None)  # at the precision its folder stores
             join = Model.load(tmp / STUDENT)
             info = {**info, "join": {"model": join.fingerprint(), "weight": join_weight}}
-        model = SentenceModel(transformer, config, files, join, metrics={"training": {"teacher": name, **info}})
+            encoder = JoinedEncoder(TransformerEncoder(transformer, config, files), join)
+        model = Model(encoder, metrics={"training": {"teacher": name, **info}})
         record = calibrate_and_test(model, dev, test)
-        model._write_json(tmp)
+        model.folder = tmp.resolve()
+        model.save(tmp)  # into its own folder: config.json and metrics.json only
     model.folder = out.resolve()
-    model.files = model.folder / SUBFOLDER
-    if model.student is not None:
-        model.student.folder = model.folder / STUDENT
+    encoder.moved_to(model.folder)
     return model, record

@@ -1,0 +1,1 @@
+"""A collection kept in PostgreSQL with the pgvector extension (``postgresql://USER@HOST:PORT/DB?table=NAME``)."""

@@ -1,0 +1,577 @@
+"""A collection kept in PostgreSQL with pgvector: one database shared by every writer and server, on every machine.
+
+Location::
+
+    postgresql://USER@HOST:PORT/DB?table=NAME    (password: in the URI, $PGPASSWORD or ~/.pgpass)
+
+The tables are :mod:`dupq.collection.postgres.schema`'s. **Postgres does the search**: pgvector
+orders the rows by inner product (``<#>``), through the HNSW index of an hnsw collection (with
+the manifest's ``hnsw_m``, ``ef_construction`` and ``ef_search``) or by a scan of every row of a
+flat one. Nothing is cached in the process, so every search sees every committed write, from
+any process on any machine.
+
+What holds, as for the other backends (:mod:`dupq.collection.backend`):
+
+* an add, a removal, an update and an edit are each **one transaction**; a writer killed before
+  its commit leaves nothing (the server rolls it back), and a build is one transaction too, so
+  no half collection is ever visible.
+* **Adds are idempotent by key across processes**: the rows go in with ``INSERT ... ON CONFLICT
+  (key) DO NOTHING``; a key another writer stored meanwhile is read back and must hold the same
+  question (else :class:`~dupq.collection.rows.KeyConflict`, and nothing of the add is stored).
+* **A filter loses nothing**: it is JSONB containment on ``metadata`` (the GIN index serves it).
+  pgvector's HNSW filters *after* its walk, which could return fewer than ``k`` rows; so a narrow
+  filter (one the walk would need more than pgvector's 1,000 candidates to fill) is searched
+  exactly, by a scan of the matching rows, and any HNSW search that answers fewer than ``k`` is
+  made again exactly.
+* Writers take a shared advisory lock of the table in each transaction; :meth:`writers_held`
+  takes it exclusively, so that a re-encoding's last round sees every write committed before it.
+
+Ids are ``0, 1, 2, ...`` from a sequence (a rolled-back add leaves a gap); a new text for a key
+keeps the key's id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+
+import numpy as np
+
+from dupq.collection.backend import Backend, Row, Where
+from dupq.collection.manifest import FORMAT, check_manifest
+from dupq.collection.postgres import schema
+from dupq.collection.postgres.address import Address, parse, scrub
+from dupq.collection.rows import PARAMETERS, KeyConflict, StoreFailure, UnknownKey, place, same_metadata
+from dupq.core.errors import DupqError
+from dupq.index.vectors import IndexConfig
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10  # seconds to wait for the server on connecting
+KEPT_CONNECTIONS = 8  # idle connections a process keeps (one per search thread in use)
+COUNTS_KEPT_S = 10.0  # how long a filter's count of matching rows is trusted (it only picks HNSW or a scan)
+BUILD_MEMORY = "1GB"  # maintenance_work_mem while a build makes its HNSW index (faster when the graph fits)
+
+
+def _psycopg():
+    try:
+        import psycopg
+        from pgvector.psycopg import register_vector
+    except ImportError:
+        raise DupqError("the Postgres store needs psycopg and pgvector: pip install 'dupq[postgres]'.") from None
+    return psycopg, register_vector
+
+
+def _reason(e: Exception, where: Address) -> str:
+    message = " ".join(str(e).split()) or type(e).__name__
+    return scrub(message, where)[:300]
+
+
+def failure(doing: str, where: Address, e: Exception) -> DupqError:
+    """A psycopg error as one sentence naming what failed and where (never the password), with its reason.
+
+    A lost or refused connection is ``"unreachable"`` (the service's 503 with Retry-After); a lock
+    or serialisation conflict ``"busy"``; a full disk ``"full"``; a value Postgres cannot hold
+    (a NUL character) the caller's mistake.
+    """
+    import psycopg
+
+    reason = _reason(e, where)
+    if isinstance(e, psycopg.OperationalError) and "password" in reason:
+        return DupqError(f"cannot connect to Postgres at {where.text}: the password is wrong or missing ({reason}).")
+    if isinstance(e, psycopg.DataError):
+        return DupqError(f"cannot {doing} {where.text}: Postgres cannot hold the value given ({reason}).")
+    state = getattr(e, "sqlstate", None) or ""
+    if state == "53100":
+        return StoreFailure(f"cannot {doing} {where.text}: the database's disk is full ({reason}).", "full")
+    if state in ("40001", "40P01", "55P03", "53300"):
+        return StoreFailure(f"cannot {doing} {where.text}: the database is busy; try again ({reason}).", "busy")
+    if state == "25006":
+        return StoreFailure(f"cannot {doing} {where.text}: the database is read-only ({reason}).", "read-only")
+    if isinstance(e, psycopg.OperationalError) or state.startswith(("08", "57P")):
+        return StoreFailure(f"cannot {doing} {where.text}: the server is unreachable ({reason}).", "unreachable")
+    return StoreFailure(f"cannot {doing} {where.text} ({reason}).", "failed")
+
+
+class _Connections:
+    """This process's connections to one database, each handed to one thread at a time.
+
+    A connection the server dropped (a restart, a failover) is thrown away; a read that fails on
+    a kept connection is tried once more on a new one.
+    """
+
+    def __init__(self, where: Address):
+        self.where = where
+        self._idle: list = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def connect(self, vector: bool = True):
+        psycopg, register_vector = _psycopg()
+        try:
+            conn = psycopg.connect(self.where.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        except psycopg.Error as e:
+            raise failure("connect to", self.where, e) from None
+        except Exception as e:  # noqa: BLE001 -- a malformed URI is libpq's ProgrammingError or a ValueError
+            raise DupqError(f"cannot connect to Postgres at {self.where.text} ({_reason(e, self.where)}).") from None
+        if vector:
+            try:
+                register_vector(conn)
+            except psycopg.ProgrammingError:
+                conn.close()
+                raise DupqError(
+                    f"the database at {self.where.text} lacks the pgvector extension; "
+                    "install it there (CREATE EXTENSION vector) and try again."
+                ) from None
+            except psycopg.Error as e:
+                conn.close()
+                raise failure("connect to", self.where, e) from None
+        conn.dupq_ef = None  # the hnsw.ef_search this connection's session has (None: the server's default)
+        return conn
+
+    @contextlib.contextmanager
+    def get(self):
+        with self._lock:
+            if self._closed:
+                raise StoreFailure(f"the collection {self.where.text} is closed.", "unreachable")
+            conn = self._idle.pop() if self._idle else None
+        conn = conn or self.connect()
+        try:
+            yield conn
+        except DupqError:
+            self._put(conn)  # the caller's mistake, its transaction rolled back: the connection is sound
+            raise
+        except BaseException:
+            conn.close()  # in doubt (a failed statement, an interrupted transaction): never reused
+            raise
+        self._put(conn)
+
+    def _put(self, conn) -> None:
+        with self._lock:
+            if self._closed or len(self._idle) >= KEPT_CONNECTIONS or conn.closed:
+                conn.close()
+            else:
+                self._idle.append(conn)
+
+    def run(self, doing: str, fn, retry: bool = False):
+        """``fn(connection)``, a database error as one sentence; ``retry``: a read, tried once more on a new connection
+        when its kept connection was dropped."""
+        import psycopg
+
+        for attempt in (0, 1):
+            try:
+                with self.get() as conn:
+                    return fn(conn)
+            except psycopg.OperationalError as e:
+                if retry and attempt == 0:
+                    continue
+                raise failure(doing, self.where, e) from None
+            except psycopg.Error as e:
+                raise failure(doing, self.where, e) from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class PostgresBackend(Backend):
+    """Questions and vectors in a Postgres table, searched by pgvector."""
+
+    def __init__(self, where: Address, connections: _Connections, manifest: dict):
+        self.address, self.connections, self.manifest = where, connections, manifest
+        self.where, self.dim, self.n = where.text, int(manifest["dim"]), schema.names(where.table)
+        self.config = IndexConfig(**manifest["index"])
+        self.exact = self.config.kind == "flat"
+        self.lock = schema.lock_key(where.table)
+        self._counts: dict[str, tuple[float, int]] = {}  # filter (JSON) -> (when, matching rows)
+
+    # Building and opening.
+
+    @classmethod
+    def build(cls, location, manifest: dict, chunks) -> PostgresBackend:
+        """The tables, rows and indexes of a new collection, in one transaction: visible only when complete."""
+        from psycopg import sql
+
+        where = parse(location.address)
+        config = IndexConfig(**manifest["index"])
+        if config.kind not in ("flat", "hnsw"):
+            raise DupqError(
+                f"a Postgres collection keeps a flat or an hnsw index, not {config.kind}; choose one of those."
+            )
+        connections = _Connections(where)
+        conn = connections.connect(vector=False)
+        try:
+            _ensure_vector(conn, where)
+            _, register_vector = _psycopg()
+            register_vector(conn)
+            n, dim, count = schema.names(where.table), int(manifest["dim"]), 0
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [schema.lock_key(where.table)])
+                taken = conn.execute("SELECT to_regclass(%s)", [sql.Identifier(where.table).as_string(conn)]).fetchone()
+                if taken[0] is not None:
+                    raise DupqError(
+                        f"{where.text} already holds a table {where.table!r}; choose another name (?table=NAME)."
+                    )
+                for statement in schema.create(where.table, dim):
+                    conn.execute(statement)
+                copy_sql = sql.SQL("COPY {t} (id, key, text, metadata, embedding) FROM STDIN WITH (FORMAT BINARY)")
+                with conn.cursor() as cur, cur.copy(copy_sql.format(**n)) as copy:
+                    copy.set_types(["int8", "text", "text", "jsonb", "vector"])
+                    for start, texts, keys, metadata, vectors in chunks:
+                        vectors = np.asarray(vectors, dtype=np.float32)
+                        for j, (text, key, meta) in enumerate(zip(texts, keys, metadata)):
+                            copy.write_row([start + j, key, text, _json(meta), vectors[j]])
+                        count = start + len(texts)
+                conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(BUILD_MEMORY)))
+                for statement in schema.indexes(where.table, config, count):
+                    conn.execute(statement)
+                conn.execute(
+                    sql.SQL("INSERT INTO {manifest} (manifest) VALUES (%s)").format(**n), [json.dumps(manifest)]
+                )
+        except DupqError:
+            conn.close()
+            connections.close()
+            raise
+        except Exception as e:
+            conn.close()
+            connections.close()
+            import psycopg
+
+            if isinstance(e, psycopg.Error):
+                raise failure("build a collection in", where, e) from None
+            raise
+        conn.dupq_ef = None
+        connections._idle.append(conn)
+        return cls(where, connections, manifest)
+
+    @classmethod
+    def open(cls, location) -> PostgresBackend:
+        where = parse(location.address)
+        connections = _Connections(where)
+        try:
+            manifest = connections.run("open", lambda conn: _read_manifest(conn, where), retry=True)
+        except BaseException:
+            connections.close()
+            raise
+        return cls(where, connections, manifest)
+
+    # Reading.
+
+    def _read(self, doing: str, query, params=(), fetch: str = "all"):
+        def run(conn):
+            cur = conn.execute(query, params)
+            return cur.fetchall() if fetch == "all" else cur.fetchone()
+
+        return self.connections.run(doing, run, retry=True)
+
+    def count(self) -> int:
+        from psycopg import sql
+
+        return self._read("count the questions of", sql.SQL("SELECT count(*) FROM {t}").format(**self.n), fetch="one")[
+            0
+        ]
+
+    def find(self, keys) -> dict[str, tuple[int, str, str | None]]:
+        return self.connections.run("read", lambda conn: self._find(conn, list(keys)), retry=True)
+
+    def _find(self, conn, keys: list[str], lock: bool = False) -> dict[str, tuple[int, str, str | None]]:
+        from psycopg import sql
+
+        query = sql.SQL(
+            "SELECT key, id, text, metadata::text FROM {t} WHERE key = ANY(%s)" + (" FOR UPDATE" if lock else "")
+        )
+        found = {}
+        for lo in range(0, len(keys), PARAMETERS):
+            for key, i, text, meta in conn.execute(query.format(**self.n), [keys[lo : lo + PARAMETERS]]):
+                found[key] = (i, text, meta)
+        return found
+
+    def rows(self, ids) -> dict[int, Row]:
+        from psycopg import sql
+
+        query = sql.SQL("SELECT id, key, text, metadata::text FROM {t} WHERE id = ANY(%s)").format(**self.n)
+        wanted = sorted({int(i) for i in ids})
+        return {i: (key, text, meta) for i, key, text, meta in self._read("read", query, [wanted])}
+
+    def vectors(self, ids) -> np.ndarray:
+        from psycopg import sql
+
+        ids = [int(i) for i in np.asarray(ids).ravel()]
+        query = sql.SQL("SELECT id, embedding FROM {t} WHERE id = ANY(%s)").format(**self.n)
+        found = dict(self._read("read", query, [sorted(set(ids))]))
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise DupqError(f"{self.where} holds no question with id {missing[0]}.")
+        return np.array([_array(found[i]) for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
+
+    def all_vectors(self) -> np.ndarray:
+        from psycopg import sql
+
+        rows = self._read("read", sql.SQL("SELECT embedding FROM {t} ORDER BY id").format(**self.n))
+        return np.array([_array(v) for (v,) in rows], dtype=np.float32).reshape(len(rows), self.dim)
+
+    def all_rows(self) -> list[tuple[int, Row]]:
+        from psycopg import sql
+
+        query = sql.SQL("SELECT id, key, text, metadata::text FROM {t} ORDER BY id").format(**self.n)
+        return [(i, (key, text, meta)) for i, key, text, meta in self._read("read", query)]
+
+    # Searching.
+
+    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1 (see the module's text)."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        ef = self._ef(k, where)  # None: exact
+        found = self.connections.run(
+            "search", lambda conn: [self._one(conn, q, k, where, ef) for q in vectors], retry=True
+        )
+        width = max((len(hits) for hits in found), default=0)
+        scores = np.zeros((len(vectors), width), np.float32)
+        ids = np.full((len(vectors), width), -1, np.int64)
+        for q, hits in enumerate(found):
+            for j, (i, score) in enumerate(hits):
+                ids[q, j], scores[q, j] = i, score
+        return scores, ids
+
+    def _ef(self, k: int, where: Where | None) -> int | None:
+        """The ``hnsw.ef_search`` of a search (``ef_search``, at least ``k``, widened by the share a filter keeps),
+        or None where the search is exact: a flat collection, or more candidates than pgvector walks."""
+        if self.config.kind != "hnsw":
+            return None
+        ef = max(self.config.ef_search, k)
+        if where:
+            total, matching = self._matching(None), self._matching(where)
+            if matching == 0:
+                return None
+            ef = int(np.ceil(ef * total / matching))
+        return ef if ef <= schema.MAX_EF_SEARCH else None
+
+    def _matching(self, where: Where | None) -> int:
+        """How many rows match ``where`` (all rows for None), counted at most every :data:`COUNTS_KEPT_S` seconds."""
+        from psycopg import sql
+
+        name = json.dumps(where, sort_keys=True)
+        now = time.monotonic()
+        kept = self._counts.get(name)
+        if kept is not None and now - kept[0] < COUNTS_KEPT_S:
+            return kept[1]
+        condition, params = schema.condition(where)
+        query = sql.SQL("SELECT count(*) FROM {t} WHERE {c}").format(c=condition, **self.n)
+        count = self._read("search", query, params, fetch="one")[0]
+        if len(self._counts) > 64:
+            self._counts.clear()
+        self._counts[name] = (now, count)
+        return count
+
+    def _one(self, conn, q: np.ndarray, k: int, where: Where | None, ef: int | None) -> list[tuple[int, float]]:
+        """One query's ``(id, score)``: through HNSW with ``ef``, then exactly if that answered fewer than ``k``."""
+        from psycopg import sql
+
+        condition, params = schema.condition(where)
+        if ef is not None:
+            if conn.dupq_ef != ef:
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(ef)])
+                conn.dupq_ef = ef
+            query = sql.SQL(
+                "SELECT id, -(embedding <#> %s) FROM {t} WHERE {c} ORDER BY embedding <#> %s LIMIT %s"
+            ).format(c=condition, **self.n)
+            hits = conn.execute(query, [q, *params, q, k]).fetchall()
+            if len(hits) == k:
+                return hits
+        # "+ 0": an order the HNSW index cannot give, so the planner scans the (matching) rows: exact
+        query = sql.SQL(
+            "SELECT id, -(embedding <#> %s) FROM {t} WHERE {c} ORDER BY (embedding <#> %s) + 0, id LIMIT %s"
+        ).format(c=condition, **self.n)
+        return conn.execute(query, [q, *params, q, k]).fetchall()
+
+    # Writing.
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str):
+        """One write transaction on a connection of its own, with the writers' shared lock held (see :meth:`writers_held`)."""
+        import psycopg
+
+        try:
+            with self.connections.get() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [self.lock])
+                yield conn
+        except psycopg.Error as e:
+            raise failure(doing, self.address, e) from None
+
+    def add(self, texts, keys, metadata, vectors) -> list[int]:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        with self._transaction("add to") as conn:
+            stored = self._find(conn, sorted({k for k in keys if k is not None}))
+            ids, new = place(texts, metadata, keys, stored, lambda n, key: -1 - n)  # placeholders until drawn
+            fresh = self._draw(conn, len(new))
+            ids = [fresh[-1 - i] if i < 0 else i for i in ids]
+            if new:
+                ids = self._insert(conn, ids, new, texts, keys, metadata, vectors)
+        return ids
+
+    def _draw(self, conn, n: int) -> list[int]:
+        from psycopg import sql
+
+        if n == 0:
+            return []
+        query = sql.SQL("SELECT nextval(%s) FROM generate_series(1, %s)")
+        return [i for (i,) in conn.execute(query, [self.n["ids"].as_string(conn), n])]
+
+    def _insert(self, conn, ids, new, texts, keys, metadata, vectors) -> list[int]:
+        """Insert the ``new`` rows, ``ON CONFLICT (key) DO NOTHING``; a key another writer committed since this
+        transaction read it is read again and must hold the same question (:func:`place`'s rule)."""
+        from psycopg import sql
+
+        query = sql.SQL(
+            "INSERT INTO {t} (id, key, text, metadata, embedding) VALUES (%s, %s, %s, %s::jsonb, %s) "
+            "ON CONFLICT (key) DO NOTHING RETURNING id"
+        ).format(**self.n)
+        with conn.cursor() as cur:
+            cur.executemany(query, [(ids[j], keys[j], texts[j], metadata[j], vectors[j]) for j in new], returning=True)
+            inserted = set()
+            while True:
+                inserted.update(i for (i,) in cur.fetchall())
+                if not cur.nextset():
+                    break
+        late = [j for j in new if ids[j] not in inserted]
+        if not late:
+            return ids
+        stored = self._find(conn, sorted({keys[j] for j in late}))
+        for j in late:  # every late row has a key: only a key conflicts
+            i, text, meta = stored[keys[j]]
+            if text != texts[j] or not same_metadata(meta, metadata[j]):
+                raise KeyConflict(f"the key {keys[j]!r} is stored already (id {i}) with another question or metadata.")
+            ids = [i if x == ids[j] else x for x in ids]
+        return ids
+
+    def remove(self, keys) -> list[int]:
+        from psycopg import sql
+
+        query = sql.SQL("DELETE FROM {t} WHERE key = ANY(%s) RETURNING key, id").format(**self.n)
+        with self._transaction("remove from") as conn:
+            removed = dict(conn.execute(query, [list(keys)]).fetchall())
+            missing = [k for k in keys if k not in removed]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
+                )
+        self._counts.clear()
+        return [removed[k] for k in keys]
+
+    def update(self, key, text, metadata, vector) -> int:
+        from psycopg import sql
+
+        with self._transaction("update") as conn:
+            stored = self._find(conn, [key], lock=True)
+            if key not in stored:
+                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            i, old_text, old_meta = stored[key]
+            if text is not None and text != old_text:
+                query = sql.SQL("UPDATE {t} SET text = %s, embedding = %s WHERE id = %s").format(**self.n)
+                conn.execute(query, [text, np.asarray(vector, np.float32).reshape(self.dim), i])
+            if metadata is not None and not same_metadata(metadata, old_meta):
+                self._set_metadata(conn, i, metadata)
+        return i
+
+    def _set_metadata(self, conn, i: int, metadata: str | None) -> None:
+        from psycopg import sql
+
+        query = sql.SQL("UPDATE {t} SET metadata = %s::jsonb WHERE id = %s").format(**self.n)
+        conn.execute(query, [metadata or None, i])
+        self._counts.clear()
+
+    def edit(self, key, change, others) -> tuple[int, str | None]:
+        """``key``'s row read ``FOR UPDATE`` (another writer's edit of it waits), changed and written in one transaction."""
+        with self._transaction("update") as conn:
+            stored = self._find(conn, [key, *others], lock=True)
+            missing = [k for k in [key, *others] if k not in stored]
+            if missing:
+                raise UnknownKey(
+                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
+                )
+            i, _, old = stored[key]
+            new = change(old)
+            if not same_metadata(new, old):
+                self._set_metadata(conn, i, new)
+        return i, new
+
+    def writers_held(self):
+        """The table's writer lock, exclusively, on a connection of its own: every writer waits until the context ends."""
+        return self._held()
+
+    @contextlib.contextmanager
+    def _held(self):
+        conn = self.connections.connect(vector=False)
+        try:
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s)", [self.lock])
+            except Exception as e:
+                raise failure("lock the writers of", self.address, e) from None
+            yield
+        finally:
+            conn.close()  # the session's lock goes with it
+
+    def close(self) -> None:
+        self.connections.close()
+
+
+def _json(text: str | None):
+    """Metadata's JSON text as a jsonb value for COPY (sent as it is: no parse and dump again)."""
+    from psycopg.types.json import Jsonb
+
+    return None if text is None else Jsonb(text, dumps=str)
+
+
+def _array(vector) -> np.ndarray:
+    """A vector read from Postgres (pgvector's ``Vector``, or an array in older adapters) as float32 ``(d,)``."""
+    return np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+
+
+def _ensure_vector(conn, where: Address) -> None:
+    """Create the pgvector extension where it is missing, or say in one sentence why it cannot be."""
+    import psycopg
+
+    try:
+        if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+            return
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.Error as e:
+        raise DupqError(
+            f"the database at {where.text} lacks the pgvector extension and it cannot be created here "
+            f"({_reason(e, where)}); install pgvector on the server, or ask its owner to run CREATE EXTENSION vector."
+        ) from None
+
+
+def _read_manifest(conn, where: Address) -> dict:
+    """The manifest of the collection at ``where``, after checking that its table is dupq's."""
+    from psycopg import sql
+
+    n = schema.names(where.table)
+    table, manifest = conn.execute(
+        "SELECT to_regclass(%s), to_regclass(%s)", [n["t"].as_string(conn), n["manifest"].as_string(conn)]
+    ).fetchone()
+    if table is None:
+        raise DupqError(
+            f"no collection {where.table!r} in {where.text}; build one with `dupq index build --out {where.text}`."
+        )
+    columns = {
+        c
+        for (c,) in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0", [table]
+        )
+    }
+    if manifest is None or not schema.COLUMNS <= columns:
+        raise DupqError(
+            f"the table {where.table!r} in {where.text} was not made by dupq (it lacks {schema.COLUMNS - columns or {where.table + '_manifest'}}); "
+            "choose another table (?table=NAME)."
+        )
+    rows = conn.execute(sql.SQL("SELECT manifest FROM {manifest}").format(**n)).fetchall()
+    if len(rows) != 1:
+        raise DupqError(f"{where.text} is not a dupq collection: its manifest table holds {len(rows)} rows, not 1.")
+    return check_manifest(rows[0][0], where.text, FORMAT)
