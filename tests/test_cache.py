@@ -239,3 +239,35 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
     with Collection.open(folder, tiny_model) as again:
         assert len(again) == 100
         check_search(again, texts(3, offset=150), set(keys[:100]))
+
+
+def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_model, caplog):
+    """Undoing the newest quarter (an import, a spam wave) rebuilds the graph once: the rebuilt graph covers the
+    removed tail (it is not added back by the next catch-up), so later single removals, an update and an add
+    rebuild nothing, in this handle, another one or a new open; hits match brute force over the stored vectors."""
+    keys, folder = [f"k{i}" for i in range(200)], tmp_path / "c"
+    queries = texts(4, offset=40) + ["How do I learn topic number 170 well?"]
+    rebuilds = lambda: sum("built again" in r.getMessage() for r in caplog.records)  # noqa: E731
+    caplog.set_level("INFO", logger="dupq.collection.folder.backend")
+    with Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw") as coll:
+        with Collection.open(folder, tiny_model) as other:
+            coll.remove(keys[150:])  # the newest 25 %
+            wait_for(lambda: rebuilds() == 1 and not coll._backend._rebuilding)
+            removed = set(keys[150:])
+            for key in keys[:20]:  # single removals: 20 of the 150 left is under REBUILD_SHARE
+                coll.remove([key])
+                removed.add(key)
+                wait_for(lambda: not coll._backend._rebuilding)
+            coll.update("k30", "Which river flows through the most countries?")
+            coll.add(["What is the tallest mountain on Mars?"], keys=["new"])
+            wait_for(lambda: not coll._backend._rebuilding)
+            assert rebuilds() == 1 and coll._backend.cache.generation == 1
+            assert coll._backend.cache.index.stored == 152  # the 150 kept, the update's new text and the add
+            for handle in (coll, other):
+                check_search(handle, queries, removed)
+                assert handle.search(["What is the tallest mountain on Mars?"], k=1)[0][0].key == "new"
+            assert other._backend.cache.generation == 1 and not other._backend._rebuilding
+    with Collection.open(folder, tiny_model) as again:
+        assert again._backend.cache.index.stored == 152 and len(again._backend.cache.index) == 202
+        check_search(again, queries, removed)
+    assert rebuilds() == 1

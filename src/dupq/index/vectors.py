@@ -13,7 +13,8 @@ similarity and "most similar" is "largest inner product" (maximum inner product 
   :func:`search`). Vectors get consecutive ids ``0, 1, 2, ...`` in the order they are added,
   which is the collection's question id. HNSW cannot take a vector out, so a collection whose
   graph holds many removed questions builds a new one of the others (:meth:`VectorIndex.rebuilt`):
-  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the last.
+  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the store's last one
+  (its extent, kept beside the map: the newest questions may be removed ones, left out).
 * ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011, "Product
   quantization for nearest neighbor search") keeps each vector as ``pq_m`` one-byte codes of its
   residual to one of ``nlist`` coarse centroids, ~40 bytes a question instead of 512, and scans
@@ -195,11 +196,17 @@ class VectorIndex:
         self.faiss, self._graph = index, graph  # the graph is kept: the map does not own it
         self.trained_on: int | None = None  # vectors an ivfpq index was trained on, when this object trained it
         self._ids = faiss.vector_to_array(index.id_map) if self.mapped else None  # (ntotal,) increasing
+        # a mapped index covers ids 0 .. extent - 1: the file does not say how far past its last id, the caller may
+        self._extent = int(self._ids[-1]) + 1 if self.mapped and len(self._ids) else 0
         self._present_mask: np.ndarray | None = None
 
     @classmethod
-    def rebuilt(cls, dim: int, config: IndexConfig, ids: np.ndarray, vectors: np.ndarray) -> VectorIndex:
-        """A new HNSW graph of ``vectors (M, d)`` under their ``ids (M,)`` (increasing): a graph without removed questions."""
+    def rebuilt(
+        cls, dim: int, config: IndexConfig, ids: np.ndarray, vectors: np.ndarray, extent: int | None = None
+    ) -> VectorIndex:
+        """A new HNSW graph of ``vectors (M, d)`` under their ``ids (M,)`` (increasing): a graph without removed
+        questions. It covers ids up to ``extent`` (the store's next id; default: after the last of ``ids``), so
+        removed questions after the last live one are not added back by the next catch-up."""
         graph = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         graph.hnsw.efConstruction = config.ef_construction
         index = cls(dim, config, faiss.IndexIDMap2(graph))
@@ -207,13 +214,19 @@ class VectorIndex:
         if len(ids):
             index.faiss.add_with_ids(_as_matrix(vectors, "vectors"), ids)
         index._ids = ids.copy()
+        index.cover(extent)
         return index
 
+    def cover(self, extent: int | None) -> None:
+        """Say that a mapped index covers ids ``0 .. extent - 1`` (those it lacks are removed ones); never below its last id."""
+        if self.mapped and extent is not None:
+            self._extent = max(self._extent, int(extent))
+
     def __len__(self) -> int:
-        """The id after the last one it holds: ids ``0 .. len - 1`` are in it, but for removed ones a rebuild left out."""
+        """The id after the last one it covers: ids ``0 .. len - 1`` are in it, but for removed ones a rebuild left out."""
         if not self.mapped:
             return self.faiss.ntotal
-        return int(self._ids[-1]) + 1 if len(self._ids) else 0
+        return self._extent
 
     @property
     def stored(self) -> int:
@@ -258,6 +271,7 @@ class VectorIndex:
             ids = np.arange(len(self), len(self) + len(vectors), dtype=np.int64)
             self.faiss.add_with_ids(vectors, ids)
             self._ids = np.concatenate([self._ids, ids])
+            self._extent += len(ids)
             return
         self.faiss.add(vectors)
 
@@ -343,8 +357,11 @@ class VectorIndex:
         return checksum_of(data)
 
     @classmethod
-    def load(cls, path, dim: int, config: IndexConfig, checksum: str | None = None) -> VectorIndex:
-        """Read an index file; a missing, unreadable, altered (``checksum`` given) or mismatched file raises :class:`DupqError`."""
+    def load(
+        cls, path, dim: int, config: IndexConfig, checksum: str | None = None, extent: int | None = None
+    ) -> VectorIndex:
+        """Read an index file; a missing, unreadable, altered (``checksum`` given) or mismatched file raises
+        :class:`DupqError`. ``extent``: the ids a rebuilt graph covers (see :meth:`cover`), from its manifest."""
         try:
             data = np.fromfile(path, dtype=np.uint8)
         except OSError as e:
@@ -361,4 +378,6 @@ class VectorIndex:
             inner = None
         if not isinstance(inner, expected) or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
             raise DupqError(f"the index file {path} is not a {config.kind} inner-product index of {dim} dimensions.")
-        return cls(dim, config, index)
+        loaded = cls(dim, config, index)
+        loaded.cover(extent)
+        return loaded

@@ -201,12 +201,14 @@ def building(path: Path, where: str) -> Iterator[sqlite3.Connection]:
         os.fsync(f.fileno())
 
 
-def live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order."""
+def live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order, and the
+    extent they were read up to (the next id: removed questions may come after the last live one)."""
     live = np.array([i for (i,) in db.execute("SELECT id FROM questions ORDER BY id")], dtype=np.int64)
-    blocks = list(stored_vectors(db, 0, extent(db), dim))
+    end = extent(db)
+    blocks = list(stored_vectors(db, 0, end, dim))
     every = np.concatenate(blocks) if blocks else np.zeros((0, dim), np.float32)
-    return live, every[live]
+    return live, every[live], end
 
 
 def extent(db: sqlite3.Connection) -> int:
