@@ -23,6 +23,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "search-speed": "speed.search_speed",
     "single-search": "speed.single_search",
     "filtered-search": "speed.filtered_search",
+    "removal-cost": "speed.removal_cost",
     "hnsw-sweep": "speed.hnsw_sweep",
     "predict-stream": "speed.predict_stream",
     "train-speed": "speed.train_speed",

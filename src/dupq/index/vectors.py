@@ -41,11 +41,14 @@ from dupq.core.files import atomic_write
 
 KINDS = ("flat", "hnsw", "ivfpq")
 NBITS = 8  # bits per product-quantizer code: 256 centroids per sub-vector, one byte each
-# A filtered search scans the allowed vectors exactly when they are few: at most this share of the
-# index or this many (an exact scan of 20,000 vectors costs about what a widened graph walk does).
+# A filtered search scans the allowed vectors exactly when that costs less than the index's own search
+# with a selector (:func:`scans_exactly`): a flat index when they are at most this share of it,
 EXACT_SHARE = 0.02
-EXACT_ROWS = 20_000
+# an HNSW graph when they are no more than the vectors its widened walk scores (efSearch x 2M links),
 MAX_WIDENED = 4_096  # the widest efSearch a filtered HNSW search is given
+# an ivfpq index when reading them from the store costs no more than its re-ranked short list does
+# (bulk reads of neighbouring ids cost about a quarter of one vector read alone).
+STORED_READS = 4
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -161,6 +164,19 @@ class IndexConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise DupqError(f"{name} must be an integer from {lo} to {hi}, not {value!r}.")
+
+
+def scans_exactly(config: IndexConfig, allowed: int, share: float, k: int) -> bool:
+    """Whether a search kept to ``allowed`` ids (``share`` of the index) scans their vectors exactly: when that
+    scores no more vectors than the index's own search with a selector would (an HNSW walk widened to
+    ``efSearch / share`` scores about ``2M`` neighbours a step), or reads no more from the store than its short
+    list does (ivfpq), or (flat) the ids are a small share of the scan."""
+    if config.kind == "hnsw":
+        walk = min(max(config.ef_search, k) / share, MAX_WIDENED)
+        return allowed <= walk * 2 * config.hnsw_m
+    if config.kind == "ivfpq":
+        return allowed <= STORED_READS * max(config.rerank, k)
+    return share <= EXACT_SHARE
 
 
 def training_size(config: IndexConfig) -> int:
@@ -307,8 +323,8 @@ class VectorIndex:
     def _search_within(self, queries, k, fetch, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The search kept to the ``allowed`` ids, losing none of the hits a filter keeps.
 
-        Few allowed (at most :data:`EXACT_SHARE` of the index, or :data:`EXACT_ROWS`): an exact
-        scan of their vectors (:func:`search`). More: FAISS searches with an ``IDSelectorBitmap``
+        Few allowed (:func:`scans_exactly`): an exact scan of their vectors (:func:`search`), so a
+        search's cost never jumps with the filter's width or one removal. More: FAISS searches with an ``IDSelectorBitmap``
         (the graph walk or the lists skip the others), widened in proportion to what the filter
         removes: HNSW's ``efSearch`` and IVF's ``nprobe`` divided by the allowed share, so that as
         many allowed candidates are weighed as an unfiltered search weighs. Recall against the
@@ -318,7 +334,7 @@ class VectorIndex:
         if not len(ids):
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         share = len(ids) / len(allowed)
-        if len(ids) <= max(EXACT_ROWS, EXACT_SHARE * len(allowed)):
+        if scans_exactly(self.config, len(ids), share, k):
             vectors = self.vectors(ids) if self.exact or fetch is None else fetch(ids)  # (A, d)
             scores, found = search(queries, vectors, k)
             return scores, ids[found]

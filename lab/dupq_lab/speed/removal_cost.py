@@ -1,0 +1,125 @@
+"""Removals from an HNSW collection after undoing its newest questions: their cost and the graph rebuilds they cause.
+
+The first ``--questions`` distinct Quora questions are built into an HNSW collection; the newest
+``--undo`` share of them is removed in one call (an import undone, a spam wave), which removes more
+than a fifth and so rebuilds the graph once in the background. Then ``--removals`` single removals
+of the oldest questions, one at a time, each waited on until any rebuild it started has finished
+(a removal's whole cost, as a server that keeps taking writes pays it):
+
+* ``undo_s``: the undo and its rebuild;
+* ``removals_s``: the single removals and their rebuilds, all together; ``p50_ms`` / ``max_ms`` each;
+* ``rebuilds``: graphs built again in all (counted from the collection's log, not from timing);
+* ``search_ok``: the hits of a sample of queries, after all of it, are the brute-force answer over the
+  stored vectors (ids, allowing ties).
+
+    dupq-lab removal-cost [--questions 20000] [--undo 0.25] [--removals 100]
+
+Prints one JSON line. The collection is built in a temporary folder, removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import torch
+import typer
+
+from dupq.collection.collection import Collection
+from dupq.data.questions import read_questions
+from dupq.index.vectors import search
+from dupq.modeling.model import Model
+from dupq_lab.options import DATA, Data, Seed
+
+
+class Rebuilds(logging.Handler):
+    """Counts the collection's "built again" log lines: one a finished graph rebuild."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += "built again" in record.getMessage()
+
+
+def settled(coll: Collection, seconds: float = 3600.0) -> None:
+    """Wait until no graph rebuild of ``coll`` is under way in this process."""
+    deadline = time.monotonic() + seconds
+    while coll._backend._rebuilding and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def main(
+    data: Data = DATA,
+    seed: Seed = 0,
+    questions: Annotated[int, typer.Option(min=10, help="Distinct questions in the collection.")] = 20_000,
+    undo: Annotated[float, typer.Option(min=0.0, max=0.9, help="Share of the newest removed at once.")] = 0.25,
+    removals: Annotated[int, typer.Option(min=1, help="Single removals timed after the undo.")] = 100,
+) -> None:
+    torch.set_num_threads(1)
+    qs = read_questions(data)
+    texts, keys = qs.texts[:questions], [f"q{i}" for i in range(min(questions, len(qs.texts)))]
+    folder = Path(tempfile.mkdtemp()) / "c"
+    rebuilds = Rebuilds()
+    logger = logging.getLogger("dupq.collection.folder.backend")
+    logger.addHandler(rebuilds)
+    logger.setLevel(logging.INFO)
+    try:
+        started = time.perf_counter()
+        coll = Collection.build(folder, texts, Model.load(), keys=keys, index="hnsw")
+        build_s = time.perf_counter() - started
+        with coll:
+            newest = keys[len(keys) - int(len(keys) * undo) :]
+            started = time.perf_counter()
+            coll.remove(newest)
+            settled(coll)
+            undo_s = time.perf_counter() - started
+            seconds = []
+            started = time.perf_counter()
+            for key in keys[:removals]:
+                t = time.perf_counter()
+                coll.remove([key])
+                settled(coll)
+                seconds.append(time.perf_counter() - t)
+            removals_s = time.perf_counter() - started
+            vectors = coll.stored_vectors()  # (N', d): the live ones, in id order
+            live = np.array([i for i, *_ in coll.stored_rows()])  # (N',) their ids
+            picked = np.random.default_rng(seed).choice(len(vectors), 50, replace=False)
+            found = coll.nearest(vectors[picked], 10)[1]  # (50, 10)
+            best, _ = search(vectors[picked], vectors, 10)
+            stored = dict(zip(live.tolist(), range(len(live))))
+            ok = all(
+                np.isin(row, live).all()
+                and (vectors[[stored[i] for i in row]] @ vectors[q] >= best[n, -1] - 1e-6).all()
+                for n, (q, row) in enumerate(zip(picked, found.tolist()))
+            )
+        out = {
+            "questions": len(keys),
+            "undone": len(newest),
+            "removals": len(seconds),
+            "undo_s": round(undo_s, 2),
+            "removals_s": round(removals_s, 2),
+            "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 2),
+            "max_ms": round(max(seconds) * 1000, 1),
+            "rebuilds": rebuilds.count,
+            "search_ok": bool(ok),
+            "build_s": round(build_s, 1),
+            "threads": 1,
+            "machine": platform.machine(),
+        }
+    finally:
+        logger.removeHandler(rebuilds)
+        shutil.rmtree(folder.parent, ignore_errors=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    typer.run(main)
