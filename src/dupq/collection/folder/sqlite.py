@@ -17,6 +17,7 @@ The store's transactions (:class:`~dupq.collection.folder.store.SQLiteStore`) ar
 
 from __future__ import annotations
 
+import bisect
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from dupq.core.errors import DupqError
 BLOB_ROWS = (
     64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
 )
+SPAN_BYTES = 1 << 20  # a row's wanted vectors are read in one piece when they lie within this many bytes
 BUSY_TIMEOUT = 30.0  # seconds a write waits while another process holds the write lock, then fails as "busy"
 
 SCHEMA = """
@@ -161,41 +163,36 @@ def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarr
     only. SQLite walks a BLOB's overflow pages up to the offset, so the cost grows with the row:
     a vector deep in a 65,536-vector row (older collections) costs milliseconds, one in a row of
     :data:`BLOB_ROWS` a few page reads. The ids are read in id order, each row opened once, and
-    the span from its first wanted vector to its last read at once when they lie close together
-    (a filter's thousands of allowed ids cost about a row read each, not a lookup and an open each).
+    the span from its first wanted vector to its last read at once when it is at most
+    :data:`SPAN_BYTES` (a filter's thousands of allowed ids cost about a row read each, not a
+    lookup and an open each).
     """
     ids = np.asarray(ids, dtype=np.int64)
     out = np.empty((len(ids), dim), dtype=np.float32)
     order = np.argsort(ids, kind="stable")
-    wanted = ids[order].tolist()
+    wanted, places = ids[order].tolist(), order.tolist()  # increasing ids, and where each goes in out
     n, size = 0, dim * 4
     while n < len(wanted):
-        row = db.execute(
-            "SELECT start, count FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (wanted[n],)
-        ).fetchone()
-        if row is None or wanted[n] >= row[0] + row[1]:
+        row = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (wanted[n],))
+        start = (row.fetchone() or (None,))[0]  # the rowid alone: reading the row's other columns costs more
+        if start is None:
             raise sqlite3.DatabaseError(f"no stored embedding for question {wanted[n]}")
-        start, count = row
-        end = n
-        while end < len(wanted) and wanted[end] < start + count:
-            end += 1
-        offsets = [i - start for i in wanted[n:end]]  # (m,) increasing, in this row
         with db.blobopen("embeddings", "vectors", start, readonly=True) as blob:
-            span = offsets[-1] - offsets[0] + 1
-            if span <= 4 * len(offsets):  # dense: one read of the span
-                blob.seek(offsets[0] * size)
-                data = blob.read(span * size)
-                if len(data) != span * size:
-                    raise sqlite3.DatabaseError(f"the embedding of question {start + offsets[-1]} is cut short")
-                block = np.frombuffer(data, dtype=np.float32).reshape(span, dim)
-                out[order[n:end]] = block[np.asarray(offsets) - offsets[0]]
+            end = bisect.bisect_left(wanted, start + len(blob) // size, n)  # wanted[n:end] lie in this row
+            if end == n:  # past the row's last whole vector
+                raise sqlite3.DatabaseError(f"the embedding of question {wanted[n]} is cut short")
+            first, last = wanted[n] - start, wanted[end - 1] - start
+            if (last - first + 1) * size <= SPAN_BYTES:  # close together: one read of the span
+                spans = [(first, last, n, end)]
             else:
-                for j, offset in zip(order[n:end].tolist(), offsets):
-                    blob.seek(offset * size)
-                    data = blob.read(size)
-                    if len(data) != size:
-                        raise sqlite3.DatabaseError(f"the embedding of question {start + offset} is cut short")
-                    out[j] = np.frombuffer(data, dtype=np.float32)
+                spans = [(i - start, i - start, m, m + 1) for m, i in zip(range(n, end), wanted[n:end])]
+            for lo, hi, a, b in spans:
+                blob.seek(lo * size)
+                data = blob.read((hi - lo + 1) * size)
+                if len(data) != (hi - lo + 1) * size:
+                    raise sqlite3.DatabaseError(f"the embedding of question {start + hi} is cut short")
+                block = np.frombuffer(data, dtype=np.float32).reshape(-1, dim)  # (hi - lo + 1, d)
+                out[places[a:b]] = block[[i - start - lo for i in wanted[a:b]]]
         n = end
     _check_finite(out, None, ids)
     return out
