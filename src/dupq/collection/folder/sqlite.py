@@ -191,8 +191,8 @@ def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarr
                 data = blob.read((hi - lo + 1) * size)
                 if len(data) != (hi - lo + 1) * size:
                     raise sqlite3.DatabaseError(f"the embedding of question {start + hi} is cut short")
-                block = np.frombuffer(data, dtype=np.float32).reshape(-1, dim)  # (hi - lo + 1, d)
-                out[places[a:b]] = block[[i - start - lo for i in wanted[a:b]]]
+                for m in range(a, b):
+                    out[places[m]] = np.frombuffer(data, np.float32, dim, (wanted[m] - start - lo) * size)
         n = end
     _check_finite(out, None, ids)
     return out
