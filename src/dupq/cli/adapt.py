@@ -60,11 +60,14 @@ def adapt_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
+    from dupq.collection.location import Location
+    from dupq.core.files import check_apart
     from dupq.modeling.folder_format import check_new_model_folder
     from dupq.training.adapt import adapt, base_model, user_questions
 
     config = AdaptConfig(**adapt_fields)
     check_new_model_folder(out, overwrite)
+    check_apart(out, Location.parse(source).local_path, model)
     texts, collection_model, dropped = user_questions(source, column)
     _dropped(source, dropped)
     _threads(teacher_threads)
