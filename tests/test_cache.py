@@ -257,23 +257,23 @@ def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_mo
     with Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw") as coll:
         with Collection.open(folder, tiny_model) as other:
             coll.remove(keys[150:])  # the newest 25 %
-            wait_for(lambda: rebuilds() == 1 and not coll._backend._rebuilding)
+            wait_for(lambda: rebuilds() == 1 and not coll.index_stats().rebuilding)
             removed = set(keys[150:])
             for key in keys[:20]:  # single removals: 20 of the 150 left is under REBUILD_SHARE
                 coll.remove([key])
                 removed.add(key)
-                wait_for(lambda: not coll._backend._rebuilding)
+                wait_for(lambda: not coll.index_stats().rebuilding)
             coll.update("k30", "Which river flows through the most countries?")
             coll.add(["What is the tallest mountain on Mars?"], keys=["new"])
-            wait_for(lambda: not coll._backend._rebuilding)
-            assert rebuilds() == 1 and coll._backend.cache.generation == 1
-            assert coll._backend.cache.index.stored == 152  # the 150 kept, the update's new text and the add
+            wait_for(lambda: not coll.index_stats().rebuilding)
+            assert rebuilds() == 1 and coll.index_stats().generation == 1
+            assert coll.index_stats().vectors == 152  # the 150 kept, the update's new text and the add
             for handle in (coll, other):
                 check_search(handle, queries, removed)
                 assert handle.search(["What is the tallest mountain on Mars?"], k=1)[0][0].key == "new"
-            assert other._backend.cache.generation == 1 and not other._backend._rebuilding
+            assert other.index_stats().generation == 1 and not other.index_stats().rebuilding
     with Collection.open(folder, tiny_model) as again:
-        assert again._backend.cache.index.stored == 152 and len(again._backend.cache.index) == 202
+        assert again.index_stats().vectors == 152 and len(folder_cache(again).index) == 202  # ids up to 201
         check_search(again, queries, removed)
     assert rebuilds() == 1
 
@@ -322,7 +322,7 @@ def test_stored_vectors_read_in_bulk_are_the_stored_ones(tmp_path, tiny_model):
     """The store reads many ids a row at a time (dense runs in one read, scattered ids one by one): any order,
     repeats, across rows; the answer is every vector as stored."""
     with Collection.build(tmp_path / "c", texts(300), tiny_model) as coll:
-        every, store = coll.stored_vectors(), coll._backend.store
+        every, store = coll.stored_vectors(), folder_store(coll)
         rng = np.random.default_rng(0)
         for ids in (
             rng.permutation(300),  # dense: whole rows

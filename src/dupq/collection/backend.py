@@ -134,6 +134,7 @@ class IndexStats:
     removed: int  # of those, removed questions' (every search filters them out)
     generation: int  # how many times the graph was built again without its removed questions (0: never)
     exact: bool  # whether search scores are exact inner products
+    rebuilding: bool = False  # a thread of this process is building the graph again now
 
 
 class Backend(ABC):

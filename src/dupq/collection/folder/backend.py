@@ -196,7 +196,9 @@ class FolderBackend(Backend):
 
     def index_stats(self) -> IndexStats:
         cache = self.cache
-        return IndexStats(cache.config.kind, cache.index.stored, cache.removed_held, cache.generation, cache.exact)
+        return IndexStats(
+            cache.config.kind, cache.index.stored, cache.removed_held, cache.generation, cache.exact, self._rebuilding
+        )
 
     def writers_held(self):
         """The folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it)."""
