@@ -430,11 +430,11 @@ TABLES: dict[str, Table] = {
         ),
     ),
     "pg-two-servers": Table(  # docs/collections.md: two `dupq serve` on one table, each killed with kill -9 once
-        header="adds acknowledged | lost | stored twice | adds/s | requests sent / unanswered | stale searches after a remove / an update",
+        header="adds acknowledged | lost | stored twice | adds/s | requests sent / unanswered | killed, then down for | stale searches after a remove / an update",
         data={"r": "pg_two_servers.json"},
         labels=0,
         rows=(
-            "{r[acknowledged]:,} of {r[adds]:,} | {r[lost]} | {r[twice]} | {r[adds_per_s]:,.0f} | {r[requests][sent]:,} / {r[requests][unanswered]:,} | {r[remove][stale]} of {r[remove][probes]} / {r[update][stale]} of {r[update][probes]}",
+            "{r[acknowledged]:,} of {r[adds]:,} | {r[lost]} | {r[twice]} | {r[adds_per_s]:,.0f} | {r[requests][sent]:,} / {r[requests][unanswered]:,} | {r[restarts][0][down_s]:.0f} s, {r[restarts][1][down_s]:.0f} s | {r[remove][stale]} of {r[remove][probes]} / {r[update][stale]} of {r[update][probes]}",
         ),
     ),
     "dedup-quality": Table(  # docs/dedup.md: each grouping's pairwise precision, recall and F1 on dev and test
