@@ -118,11 +118,11 @@ def measure(location: str, start: Callable[[], AbstractContextManager], adds: in
         for n in range(2):
             while len(acknowledged) < adds * (n + 1) // 3 and any(t.is_alive() for t in threads):
                 time.sleep(0.02)
-            killed_at = time.monotonic()
+            killed_at, before = time.monotonic(), len(acknowledged)
             kill_hard(servers[n].proc.pid)
             servers[n] = stack.enter_context(start())
             urls[n] = servers[n].url
-            restarts.append({"after_acknowledged": len(acknowledged), "down_s": round(time.monotonic() - killed_at, 1)})
+            restarts.append({"after_acknowledged": before, "down_s": round(time.monotonic() - killed_at, 1)})
         for t in threads:
             t.join()
         adding_s = time.monotonic() - started
