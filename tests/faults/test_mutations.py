@@ -182,23 +182,25 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
 """
 
 DECISION_FIELDS_UNCHECKED = """
-import dupq.collection.collection as collection
+import dupq.collection.decisions as decisions
 import dupq.collection.rows as rows
 
-for module in (rows, collection):  # any type in the reserved fields, as before the rule
+for module in (rows, decisions):  # any type in the reserved fields, as before the rule
     patch(module, "decision_problem", lambda metadata: None)
 """
 
 JUDGED_TEXTS_IGNORED = """
 import dupq.collection.collection as collection
+import dupq.collection.decisions as decisions
 
-patch(collection, "judged_digest", lambda text, other: "same")
+for module in (collection, decisions):  # the digest kept at a decision and the one compared on reading
+    patch(module, "judged_digest", lambda text, other: "same")
 """
 
 CYCLES_ALLOWED = """
-from dupq.collection.collection import Collection
+import dupq.collection.collection as collection
 
-patch(Collection, "_refuse_cycle", lambda self, key, canonical: None)
+patch(collection, "refuse_cycle", lambda find, key, canonical: None)
 """
 
 BARE_CR_UNQUOTED = """

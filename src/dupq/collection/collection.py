@@ -46,18 +46,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from dupq.collection.backend import Backend, IndexStats, check_where
+from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest
 from dupq.collection.rows import (
     DUPLICATE_OF,
-    JUDGED,
-    NOT_DUPLICATE_OF,
     KeyConflict,
     StoreFailure,
     UnknownKey,
     check_keys,
     check_metadata,
-    decision_problem,
     judged_digest,
     read_metadata,
 )
@@ -72,7 +70,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Collection", "Hit", "IndexStats", "KeyConflict", "Location", "StoreFailure", "UnknownKey"]
 
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
-LONGEST_CHAIN = 1_000  # canonical questions followed from a new decision's to find a cycle
 
 
 @dataclass
@@ -389,50 +386,16 @@ class Collection:
             if k not in texts:
                 raise UnknownKey(f"no question with the key {k!r} is stored in {self.location}; nothing was changed.")
         if duplicate_of is not None:
-            self._refuse_cycle(key, duplicate_of)
+            refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
         digest = judged_digest(texts[key], texts[other])
 
         def change(stored: str | None) -> str:
-            metadata, damage = read_metadata(stored)  # damaged metadata reads as {} and is replaced
-            problem = decision_problem(metadata)
-            if problem:
-                raise DupqError(
-                    f"the stored metadata of {key!r} {problem}; correct it with an update first (nothing was changed)."
-                )
-            distinct = metadata.get(NOT_DUPLICATE_OF, [])
-            if duplicate_of is not None:
-                metadata[DUPLICATE_OF] = duplicate_of
-                distinct = [k for k in distinct if k != duplicate_of]
-            else:
-                if metadata.get(DUPLICATE_OF) == not_duplicate_of:
-                    del metadata[DUPLICATE_OF]
-                distinct = [*dict.fromkeys([*distinct, not_duplicate_of])]
-            if distinct:
-                metadata[NOT_DUPLICATE_OF] = distinct
-            else:
-                metadata.pop(NOT_DUPLICATE_OF, None)
-            named = {metadata.get(DUPLICATE_OF), *distinct}
-            judged = {k: v for k, v in metadata.get(JUDGED, {}).items() if k in named} | {other: digest}
-            metadata[JUDGED] = judged
-            return check_metadata([metadata], 1)[0] or ""
+            return recorded(stored, key, other, duplicate_of is not None, digest)
 
         with self._write_lock:
             self._check_open()
             _, stored = self._backend.edit(key, change, [other])
         return read_metadata(stored)[0]
-
-    def _refuse_cycle(self, key: str, canonical: str) -> None:
-        """Refuse ``key`` as a duplicate of ``canonical`` when ``canonical``'s own canonical questions lead back to ``key``."""
-        seen = [key, canonical]
-        for _ in range(LONGEST_CHAIN):
-            found = self._backend.find([seen[-1]]).get(seen[-1])
-            after = read_metadata(found[2])[0].get(DUPLICATE_OF) if found else None
-            if not isinstance(after, str) or after in seen[1:]:
-                return
-            if after == key:
-                chain = " -> ".join([*seen, key])
-                raise DupqError(f"{key!r} cannot be a duplicate of {canonical!r}: that makes a cycle ({chain}).")
-            seen.append(after)
 
     def decisions(self) -> list[tuple[str, str, str, str, int]]:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,
@@ -443,32 +406,7 @@ class Collection:
         were kept have none and are kept), and the decisions of a question whose decision fields are of
         the wrong type (stored by something that did not check them).
         """
-        rows = self.stored_rows()
-        texts = {key: text for _, key, text, _ in rows if key is not None}
-        out, changed, malformed = [], [], []
-        for _, key, text, meta in rows:
-            if key is None or not meta:
-                continue
-            if decision_problem(meta):
-                malformed.append(key)
-                continue
-            judged = meta.get(JUDGED, {})
-            canonical = [(meta[DUPLICATE_OF], 1)] if DUPLICATE_OF in meta else []
-            for other, y in canonical + [(k, 0) for k in meta.get(NOT_DUPLICATE_OF, [])]:
-                if other not in texts:
-                    continue
-                if other in judged and judged[other] != judged_digest(text, texts[other]):
-                    changed.append(f"{key}-{other}")
-                    continue
-                out.append((key, other, text, texts[other], y))
-        for keys, why in (
-            (changed, "a question's text changed since it was judged"),
-            (malformed, "their decision fields are not of the types dupq writes"),
-        ):
-            if keys:
-                first = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
-                log.warning("%d decisions of %s are left out: %s (%s).", len(keys), self.location, why, first)
-        return out
+        return decision_pairs(self.stored_rows(), str(self.location))
 
     def close(self) -> None:
         """Write the index cache if many rows are missing from it, and release the backend."""

@@ -1,0 +1,105 @@
+"""Moderators' decisions on a collection's questions: how one is recorded in a question's metadata, and read back.
+
+A decision lives in the judged question's metadata, in the reserved fields of :mod:`dupq.collection.rows`:
+``duplicate_of`` (its one canonical question), ``not_duplicate_of`` (questions judged distinct) and ``judged``
+(a digest of both texts as they were judged, per other key). :func:`recorded` is the change one decision makes,
+:func:`refuse_cycle` keeps canonical questions from leading back to the judged one, and :func:`decision_pairs`
+reads every decision back as a labelled pair, leaving out (with a warning) what no longer holds. The
+:class:`~dupq.collection.collection.Collection` applies them in one transaction of its backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from dupq.collection.rows import (
+    DUPLICATE_OF,
+    JUDGED,
+    NOT_DUPLICATE_OF,
+    check_metadata,
+    decision_problem,
+    judged_digest,
+    read_metadata,
+)
+from dupq.core.errors import DupqError
+
+log = logging.getLogger(__name__)
+
+LONGEST_CHAIN = 1_000  # canonical questions followed from a new decision's to find a cycle
+
+
+def recorded(stored: str | None, key: str, other: str, duplicate: bool, digest: str) -> str:
+    """The metadata of ``key`` (stored as JSON text) once it is judged a duplicate of ``other`` (or distinct
+    from it), as JSON text; stored decision fields of the wrong type are refused, never rewritten."""
+    metadata, _ = read_metadata(stored)  # damaged metadata reads as {} and is replaced
+    problem = decision_problem(metadata)
+    if problem:
+        raise DupqError(
+            f"the stored metadata of {key!r} {problem}; correct it with an update first (nothing was changed)."
+        )
+    distinct = metadata.get(NOT_DUPLICATE_OF, [])
+    if duplicate:
+        metadata[DUPLICATE_OF] = other
+        distinct = [k for k in distinct if k != other]
+    else:
+        if metadata.get(DUPLICATE_OF) == other:
+            del metadata[DUPLICATE_OF]
+        distinct = [*dict.fromkeys([*distinct, other])]
+    if distinct:
+        metadata[NOT_DUPLICATE_OF] = distinct
+    else:
+        metadata.pop(NOT_DUPLICATE_OF, None)
+    named = {metadata.get(DUPLICATE_OF), *distinct}
+    metadata[JUDGED] = {k: v for k, v in metadata.get(JUDGED, {}).items() if k in named} | {other: digest}
+    return check_metadata([metadata], 1)[0] or ""
+
+
+def refuse_cycle(find: Callable[[str], tuple | None], key: str, canonical: str) -> None:
+    """Refuse ``key`` as a duplicate of ``canonical`` when ``canonical``'s own canonical questions lead back to
+    ``key``; ``find(k)`` is the stored ``(id, text, metadata)`` of a key, None when none is stored."""
+    seen = [key, canonical]
+    for _ in range(LONGEST_CHAIN):
+        found = find(seen[-1])
+        after = read_metadata(found[2])[0].get(DUPLICATE_OF) if found else None
+        if not isinstance(after, str) or after in seen[1:]:
+            return
+        if after == key:
+            chain = " -> ".join([*seen, key])
+            raise DupqError(f"{key!r} cannot be a duplicate of {canonical!r}: that makes a cycle ({chain}).")
+        seen.append(after)
+
+
+def decision_pairs(rows, where: str) -> list[tuple[str, str, str, str, int]]:
+    """Every decision between two stored questions of ``rows`` (``(id, key, text, metadata)``) as ``(key, other
+    key, text, other text, 1 duplicate / 0 not)``, in the rows' order.
+
+    Left out, each kind with a warning naming ``where``: a decision naming a question removed since, one whose
+    side's text changed since it was judged (its ``judged`` digest differs; decisions stored before digests were
+    kept have none and are kept), and the decisions of a question whose decision fields are of the wrong type.
+    """
+    texts = {key: text for _, key, text, _ in rows if key is not None}
+    out, changed, malformed = [], [], []
+    for _, key, text, meta in rows:
+        if key is None or not meta:
+            continue
+        if decision_problem(meta):
+            malformed.append(key)
+            continue
+        judged = meta.get(JUDGED, {})
+        canonical = [(meta[DUPLICATE_OF], 1)] if DUPLICATE_OF in meta else []
+        for other, y in canonical + [(k, 0) for k in meta.get(NOT_DUPLICATE_OF, [])]:
+            if other not in texts:
+                continue
+            if other in judged and judged[other] != judged_digest(text, texts[other]):
+                changed.append(f"{key}-{other}")
+                continue
+            out.append((key, other, text, texts[other], y))
+    for keys, why in (
+        (changed, "a question's text changed since it was judged"),
+        (malformed, "their decision fields are not of the types dupq writes"),
+    ):
+        if keys:
+            first = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+            log.warning("%d decisions of %s are left out: %s (%s).", len(keys), where, why, first)
+    return out
