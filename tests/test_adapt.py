@@ -24,6 +24,7 @@ from dupq.modeling.model import Model
 from dupq.training import adapt as adapt_module
 from dupq.training.adapt import AdaptConfig, adapt, user_questions
 from dupq.training.distil import teacher as teacher_module
+from support.errors import refused
 
 WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection
 runner = CliRunner()
@@ -50,7 +51,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     """The user's questions: 290 distinct synthetic questions (batches of 32: 9 full ones and one of 2)."""
-    from synthetic import make_rows
+    from support.synthetic import make_rows
 
     rows = make_rows(600, seed=5)
     found = [q for r in rows for q in (r.question1, r.question2) if r.concepts[0] and r.concepts[1]]
@@ -188,13 +189,6 @@ def test_the_library_refuses_what_it_cannot_adapt(head_model_dir, texts, tmp_pat
         AdaptConfig(lr=float("nan"))
 
 
-def one_error_line(result) -> str:
-    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    return lines[0]
-
-
 @pytest.fixture
 def fake_teacher(monkeypatch, tmp_path):
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None, device="cpu": (word_teacher, "words"))
@@ -203,7 +197,7 @@ def fake_teacher(monkeypatch, tmp_path):
 
 def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_model_dir, texts, tmp_path, fake_teacher):
     from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
-    from synthetic import write_pairs
+    from support.synthetic import write_pairs
 
     quora = write_pairs(tmp_path / "quora.tsv", 400, seed=9)
     desk = tmp_path / "desk.txt"
@@ -323,7 +317,7 @@ def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher
         ],
     }
     for expected, args in cases.items():
-        assert expected in one_error_line(runner.invoke(app, args)), expected
+        assert expected in refused(runner.invoke(app, args)), expected
     assert not (tmp_path / "o").exists()
 
 
@@ -361,7 +355,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
         np.testing.assert_allclose(np.stack([stored[t] for t in texts]), adapted.encode(texts), atol=1e-6)
         hit = coll.search([texts[5]], k=1)[0][0]
         assert hit.text == texts[5]
-    assert "new location" in one_error_line(
+    assert "new location" in refused(
         runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", where])
     )
 

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.cli.common import CollectionArgument, ModelOption, Threshold, out_location
+from support.errors import refused
 
 # Options that look like a rule's subject but are not: the second model `teacher-model` joins to its TEACHER argument.
 EXCEPTIONS = {("distil teacher-model", "--join")}
@@ -162,8 +163,7 @@ def test_the_shared_declarations_pass_the_check():
 )
 def test_old_names_are_refused_in_one_sentence_naming_the_new_form(args, said):
     result = CliRunner().invoke(app, args)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(said), result.output
+    assert refused(result).startswith(said), result.output
 
 
 def test_the_refusals_are_hidden_from_help():

@@ -16,35 +16,27 @@ from dupq.core.errors import DupqError
 from dupq.core.options import flag, flag_fields, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
+from support.errors import refused
 
 runner = CliRunner()
-
-
-def one_error_line(result) -> str:
-    """Exit status 2 and exactly one line on stderr, a sentence, no traceback."""
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def test_missing_data_file_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default ../shared/data path does not exist from here
     monkeypatch.delenv("DUPQ_DATA", raising=False)
-    line = one_error_line(runner.invoke(app, ["train", "--out", str(tmp_path / "m")]))
+    line = refused(runner.invoke(app, ["train", "--out", str(tmp_path / "m")]))
     assert "DUPQ_DATA" in line and "--data" in line
 
 
 def test_wrong_columns(tmp_path):
     bad = tmp_path / "pairs.csv"
     bad.write_text("id,first,second,label\n1,a,b,0\n")
-    line = one_error_line(runner.invoke(app, ["train", "--data", str(bad), "--out", str(tmp_path / "m")]))
+    line = refused(runner.invoke(app, ["train", "--data", str(bad), "--out", str(tmp_path / "m")]))
     assert "question1, question2, is_duplicate" in line
 
 
 def test_bad_option_values(pairs_path, tmp_path):
-    line = one_error_line(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
+    line = refused(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
     assert "choose smaller sizes" in line
     for option, value, named in (
         ("--device", "meta", "device"),
@@ -62,7 +54,7 @@ def test_bad_option_values(pairs_path, tmp_path):
         ("--oov-buckets", "1e11", "--oov-buckets"),
         ("--recipe", "labelled", "--recipe"),
     ):
-        line = one_error_line(
+        line = refused(
             runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value])
         )
         assert named in line
@@ -132,7 +124,7 @@ def _captured_configs(monkeypatch, pairs_path, tmp_path, args: list[str]) -> dic
     monkeypatch.setattr(dupq.data.pairs, "split_pairs", split_pairs)
     monkeypatch.setattr(dupq.training.train, "train", train)
     result = runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), *args])
-    assert "captured" in one_error_line(result)
+    assert "captured" in refused(result)
     return seen
 
 
@@ -177,7 +169,7 @@ def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path,
                 result = runner.invoke(
                     app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), flag(f), str(value)]
                 )
-                assert flag(f) in one_error_line(result), (f.name, value)
+                assert flag(f) in refused(result), (f.name, value)
                 refused += 1
     assert refused >= 12  # the choice fields (device, head) and the ranges (sizes, seed, epochs)
 
@@ -211,7 +203,7 @@ def test_bad_model_folders(tiny_model_dir, tmp_path, setup):
             (folder / name).write_bytes((tiny_model_dir / name).read_bytes())
         target = "model.safetensors" if setup == "corrupt-weights" else "config.json"
         (folder / target).write_bytes(b"garbage")
-    line = one_error_line(runner.invoke(app, ["info", str(folder)]))
+    line = refused(runner.invoke(app, ["info", str(folder)]))
     assert str(folder) in line
 
 
@@ -246,7 +238,7 @@ def test_dupq_train_and_train_from_python_write_the_same_calibrated_folder(pairs
         del epoch["seconds"], epoch["pairs_per_s"]  # timings differ from run to run
     assert metrics[0] == metrics[1]
     again = runner.invoke(app, [*args, "--out", str(tmp_path / "cli")])  # must not silently discard the checkpoint
-    assert "--resume" in one_error_line(again)
+    assert "--resume" in refused(again)
 
 
 def test_compact_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_path):
@@ -260,7 +252,7 @@ def test_compact_writes_a_compact_loadable_copy(tiny_model_dir, tiny_model, tmp_
     assert copy.threshold == tiny_model.threshold and copy.metrics == tiny_model.metrics
     q = ["How do I learn Python?", "What is the capital of France?"]
     assert abs(copy.similarity(*q) - tiny_model.similarity(*q)) < 0.02
-    assert "different --out folder" in one_error_line(runner.invoke(app, ["compact", str(out), "--out", str(out)]))
+    assert "different --out folder" in refused(runner.invoke(app, ["compact", str(out), "--out", str(out)]))
 
 
 ENCODING_COMMANDS = [
@@ -291,7 +283,7 @@ def test_every_command_that_encodes_takes_threads_with_the_one_default(path):
     threads = next(p for p in _command(path).params if p.name == "threads")
     assert threads.default == THREADS and threads.opts == ["--threads"]
     assert threads.help == next(p for p in _command(("evaluate",)).params if p.name == "threads").help
-    line = one_error_line(runner.invoke(app, [*path, "--threads", "100000"]))
+    line = refused(runner.invoke(app, [*path, "--threads", "100000"]))
     assert "--threads" in line
 
 

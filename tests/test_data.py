@@ -9,7 +9,7 @@ import pytest
 
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, held_out, read_pairs, split_pairs
-from synthetic import EMPTY_ROWS, NA_ROW, make_rows
+from support.synthetic import EMPTY_ROWS, NA_ROW, make_rows
 
 
 def test_reads_the_synthetic_file_exactly(pairs_path, synthetic_pairs):

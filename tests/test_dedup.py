@@ -19,6 +19,7 @@ from dupq.dedup import run as dedup_run
 from dupq.dedup.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
 from dupq.dedup.clusters import Edges, components, leader, star
 from dupq.dedup.grouping import DedupConfig, dedup, same_text
+from support.errors import refused
 
 
 def edges_above(vectors: np.ndarray, threshold: float) -> Edges:
@@ -228,11 +229,11 @@ def test_cli_keys_default_to_line_numbers_and_bad_input_is_one_sentence(tmp_path
         ((qfile, "--out", tmp_path / "missing" / "e.csv"), "error: cannot write"),
     ):
         r = run_cli(*args)
-        assert r.exit_code == 2 and r.output.startswith(start), r.output
+        assert refused(r).startswith(start), r.output
     dup = tmp_path / "k.csv"
     dup.write_text("id,question\na,How?\na,Why?\n")
     r = run_cli(dup, "--key-column", "id", "--model", tiny_model_dir, "--out", tmp_path / "e.csv")
-    assert r.exit_code == 2 and "the key 'a' names two questions" in r.output
+    refused(r, "the key 'a' names two questions")
     assert not (tmp_path / "e.csv").exists()
 
 
@@ -294,7 +295,7 @@ def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model
     rows = list(csv.DictReader((tmp_path / "d.csv").open()))
     assert sorted(x["key"] for x in rows) == ["a", "b"] and "1 of the very same text" in r.output
     r = run_cli(tmp_path / "c", "--collection", tmp_path / "c", "--out", tmp_path / "e.csv")
-    assert r.exit_code == 2 and r.output.startswith("error: --collection is now the QUESTIONS argument"), r.output
+    assert refused(r).startswith("error: --collection is now the QUESTIONS argument"), r.output
 
 
 def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from support.errors import refused
 from support.ray_cluster import local_cluster, same_group_pairs
 from support.serving import free_port
 
@@ -42,5 +43,5 @@ def test_an_unreachable_cluster_is_one_sentence(tmp_path, tiny_model_dir):
     r = CliRunner().invoke(
         app, ["dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.csv"), "--ray", f"127.0.0.1:{port}"]
     )
-    assert r.exit_code == 2 and r.output.startswith(f"error: cannot reach a Ray cluster at 127.0.0.1:{port}")
+    assert refused(r).startswith(f"error: cannot reach a Ray cluster at 127.0.0.1:{port}")
     assert not (tmp_path / "d.csv").exists()

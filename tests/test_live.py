@@ -27,6 +27,7 @@ from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
 from dupq.index import vectors as vector_module
 from dupq.index.vectors import search as exact_search
+from support.errors import refused
 
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
@@ -217,7 +218,7 @@ def test_cli_keys_remove_update_where_and_decisions(location, tmp_path, tiny_mod
     config = (model / "config.json").read_bytes()
     calibrated = run(app, ["calibrate", str(model), "--pairs", str(pairs_file)])
     # the tiny model scores every pair alike (ROC-AUC 0.5): a map fitted on its scores is no better than chance
-    assert calibrated.exit_code == 2 and "no better than their share of duplicates" in calibrated.output
+    refused(calibrated, "no better than their share of duplicates")
     assert "ROC-AUC" in calibrated.output and "too few to trust" in calibrated.output, calibrated.output
     assert (model / "config.json").read_bytes() == config  # refused: the model as it was
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from servicekit import EXTRA, LiveServer, build_collection, questions
+from support.servicekit import EXTRA, LiveServer, build_collection, questions
 
 CHROMIUM = Path("/usr/bin/chromium")
 QUESTION = "How can I lose weight quickly?"

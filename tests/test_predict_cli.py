@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cli_model import cli_model
 from dupq.cli import app
 from dupq.core.files import read_json
 from dupq.data.questions import MAX_QUESTION
 from dupq.modeling.model import Model
+from support.cli_model import cli_model
+from support.errors import refused
 
 runner = CliRunner()
 
@@ -46,16 +47,6 @@ def real_pairs(trained):
 
 def run(*args, input=None):
     return runner.invoke(app, [str(a) for a in args], input=input)
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), result.exception  # not a crash
-    assert "Traceback" not in result.output
-    err = result.stderr
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    for fragment in fragments:
-        assert fragment in err, err
 
 
 # train -> calibrate on dev, evaluate on test
@@ -158,9 +149,7 @@ def test_predict_judges_a_1000_character_question_whole_and_refuses_a_longer_one
     glued = "x" * MAX_QUESTION  # one long unknown word
     assert run("predict", glued, "What is x?", "--model", folder).exit_code == 0
     # One character more is refused, as the API refuses it (422): one rule for a question everywhere.
-    assert_user_error(
-        run("predict", "What is x?", longest + "?", "--model", folder), "question 2 is 1,001 characters long"
-    )
+    refused(run("predict", "What is x?", longest + "?", "--model", folder), "question 2 is 1,001 characters long")
 
 
 @pytest.mark.parametrize(
@@ -173,13 +162,13 @@ def test_predict_judges_a_1000_character_question_whole_and_refuses_a_longer_one
     ],
 )
 def test_predict_rejects_unjudgeable_questions_in_one_sentence(trained, q1, fragment):
-    assert_user_error(run("predict", q1, "What is coffee?", "--model", trained[0]), fragment)
+    refused(run("predict", q1, "What is coffee?", "--model", trained[0]), fragment)
 
 
 def test_predict_needs_two_questions_or_pairs(trained):
-    assert_user_error(run("predict", "--model", trained[0]), "two questions or --pairs")
-    assert_user_error(run("predict", "Only one?", "--model", trained[0]), "second question")
-    assert_user_error(run("predict", "a b", "c d", "--pairs", "-", "--model", trained[0]), "not both")
+    refused(run("predict", "--model", trained[0]), "two questions or --pairs")
+    refused(run("predict", "Only one?", "--model", trained[0]), "second question")
+    refused(run("predict", "a b", "c d", "--pairs", "-", "--model", trained[0]), "not both")
 
 
 # predict: streams
@@ -231,19 +220,19 @@ def test_predict_pairs_reports_bad_lines_by_number_and_judges_the_rest(trained, 
 
 
 def test_predict_pairs_missing_file(trained, tmp_path):
-    assert_user_error(run("predict", "--pairs", tmp_path / "nope.tsv", "--model", trained[0]), "nope.tsv")
+    refused(run("predict", "--pairs", tmp_path / "nope.tsv", "--model", trained[0]), "nope.tsv")
 
 
 # model folders that cannot be used
 
 
 def test_missing_model_folder(tmp_path):
-    assert_user_error(run("predict", "a b", "c d", "--model", tmp_path / "nowhere"), "does not exist")
-    assert_user_error(run("evaluate", tmp_path / "nowhere"), "does not exist")
+    refused(run("predict", "a b", "c d", "--model", tmp_path / "nowhere"), "does not exist")
+    refused(run("evaluate", tmp_path / "nowhere"), "does not exist")
 
 
 def test_empty_model_folder(tmp_path):
-    assert_user_error(run("predict", "a b", "c d", "--model", tmp_path), "is empty")
+    refused(run("predict", "a b", "c d", "--model", tmp_path), "is empty")
 
 
 @pytest.mark.parametrize(
@@ -260,15 +249,15 @@ def test_corrupt_model_folder(trained, tmp_path, damage, fragment):
     copy = tmp_path / "m"
     shutil.copytree(trained[0], copy)
     damage(copy)
-    assert_user_error(run("predict", "a b", "c d", "--model", copy), fragment)
+    refused(run("predict", "a b", "c d", "--model", copy), fragment)
 
 
 def test_no_bundled_model(monkeypatch, tmp_path):
     import dupq.modeling.model
 
     monkeypatch.setattr(dupq.modeling.model, "BUNDLED", tmp_path / "not-installed")
-    assert_user_error(run("predict", "a b", "c d"), "no bundled model")
+    refused(run("predict", "a b", "c d"), "no bundled model")
 
 
 def test_missing_data_file(trained, tmp_path):
-    assert_user_error(run("evaluate", trained[0], "--data", tmp_path / "none.tsv"), "no data file")
+    refused(run("evaluate", trained[0], "--data", tmp_path / "none.tsv"), "no data file")

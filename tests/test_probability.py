@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from servicekit import build_collection, questions
+from support.servicekit import build_collection, questions
 
 pytestmark = pytest.mark.slow
 

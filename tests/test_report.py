@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cli_model import cli_model
 from dupq.cli import app
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import evaluate_scores, pair_scores
 from dupq.evaluation.report import write_report
+from support.cli_model import cli_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

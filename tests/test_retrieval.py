@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cli_model import cli_model
 from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, Splits, read_pairs
@@ -24,6 +23,7 @@ from dupq.evaluation.retrieval import (
     retrieval_measures,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
+from support.cli_model import cli_model
 
 
 def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:

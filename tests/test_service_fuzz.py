@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from servicekit import build_collection, questions
+from support.servicekit import build_collection, questions
 
 TOKEN = "fuzz-token"
 

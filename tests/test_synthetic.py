@@ -1,4 +1,4 @@
-"""The synthetic pairs generator (tests/synthetic.py): the promises the other tests rely on."""
+"""The synthetic pairs generator (tests/support/synthetic.py): the promises the other tests rely on."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gzip
 from collections import Counter
 
 from dupq.data.tokenizer import PAD, UNK, Vocabulary
-from synthetic import DUPLICATE_SHARE, EMPTY_ROWS, HEADER, NA_ROW, make_rows, write_pairs
+from support.synthetic import DUPLICATE_SHARE, EMPTY_ROWS, HEADER, NA_ROW, make_rows, write_pairs
 
 N = 24_000  # the small split's rows
 

@@ -27,7 +27,7 @@ from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
 from dupq.modeling.model import Model
-from synthetic import make_rows, write_pairs
+from support.synthetic import make_rows, write_pairs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 N = 500

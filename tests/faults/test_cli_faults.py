@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import build, clean, dupq, library_refuses, pairs_file, refused, stored
+from faultkit import build, clean, dupq, pairs_file, stored
+
+from support.errors import library_refuses, refused
 
 pytestmark = pytest.mark.faults
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, Server, build, clean, dupq, library_refuses, refused, stored, strict_json, synthetic
+from faultkit import AUTH, Server, build, clean, dupq, stored, strict_json, synthetic
 
+from support.errors import library_refuses, refused
 from support.serving import free_port
 from support.serving import http as request
 

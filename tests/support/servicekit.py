@@ -48,16 +48,21 @@ def build_collection(folder: Path | str, model_dir: Path, texts: list[str]) -> P
     return folder
 
 
+def lacking(extra: str, error: ImportError) -> None:
+    """Skip, saying which extra to install for a store whose packages are missing (an error under CI)."""
+    message = f"{extra} store: {error}; install the {extra} extra (pip install -e '.[{extra}]')"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def milvus_or_skip(path: Path) -> str:
     """A milvus-lite location at ``path`` (a fresh file per test), or a skip saying why Milvus cannot run here (an error under CI)."""
     try:
         import milvus_lite  # noqa: F401
         import pymilvus  # noqa: F401
     except ImportError as e:
-        message = f"milvus store: {e}; install the milvus extra (pip install -e '.[milvus]')"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        lacking("milvus", e)
     return f"milvus:{path}"
 
 
@@ -73,10 +78,7 @@ def postgres_or_skip(folder: Path):
         import psycopg  # noqa: F401
         from pgvector.psycopg import register_vector  # noqa: F401
     except ImportError as e:
-        message = f"postgres store: {e}; install the postgres extra (pip install -e '.[postgres]')"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        lacking("postgres", e)
     server = pgserver.get_server(folder / "data", cleanup_mode="delete")
     try:
         socket = server.get_postmaster_info().socket_dir
