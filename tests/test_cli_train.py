@@ -17,6 +17,7 @@ from dupq.core.options import flag, flag_fields, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
 from support.errors import refused
+from support.train_cli import captured_configs, other_value
 
 runner = CliRunner()
 
@@ -93,43 +94,8 @@ def test_train_help_lists_at_most_25_options():
     assert listed == options | {"--help"} and len(listed) <= 25, sorted(listed)
 
 
-def _other_value(f):
-    """A value of an option field other than its default, inside its choices and range."""
-    meta = f.metadata
-    if meta["choices"]:
-        return next(c for c in meta["choices"] if c != f.default)
-    if isinstance(f.default, bool):
-        return not f.default
-    if isinstance(f.default, str):
-        return "elsewhere"
-    value = f.default + (1 if isinstance(f.default, int) else 0.25)
-    return value if meta["max"] is None else min(value, meta["max"])
-
-
-def _captured_configs(monkeypatch, pairs_path, tmp_path, args: list[str]) -> dict:
-    """Run `dupq train ARGS` up to the training call and return the configs it was given (nothing is trained)."""
-    import dupq.data.pairs
-    import dupq.training.train
-
-    seen = {}
-
-    def split_pairs(pairs, split):
-        seen["split"] = split
-        return None
-
-    def train(splits, out, config, options, **_):
-        seen.update(config=config, options=options)
-        raise DupqError("captured")
-
-    monkeypatch.setattr(dupq.data.pairs, "split_pairs", split_pairs)
-    monkeypatch.setattr(dupq.training.train, "train", train)
-    result = runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), *args])
-    assert "captured" in refused(result)
-    return seen
-
-
 def test_train_alone_is_the_dataclass_defaults(monkeypatch, pairs_path, tmp_path):
-    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, [])
+    seen = captured_configs(monkeypatch, pairs_path, tmp_path, [])
     expected = (TrainConfig(threads=THREADS), ModelOptions(), SplitConfig())  # the commands' one --threads default
     assert (seen["config"], seen["options"], seen["split"]) == expected
 
@@ -138,14 +104,14 @@ def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
     args, expected = ["--loss", "distil"], {config: {} for config in CONFIGS}  # --teacher-vectors needs a distil loss
     for config in CONFIGS:
         for f in flag_fields(config):
-            value = _other_value(f)
+            value = other_value(f)
             expected[config][f.name] = value
             args += (
                 [flag(f) if value else f"--no-{f.name.replace('_', '-')}"]
                 if isinstance(value, bool)
                 else [flag(f), str(value)]
             )
-    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, args)
+    seen = captured_configs(monkeypatch, pairs_path, tmp_path, args)
     assert asdict(seen["config"]) == asdict(
         TrainConfig(**expected[TrainConfig], losses={"distil": 1.0}, threads=THREADS)
     )

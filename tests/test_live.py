@@ -28,6 +28,7 @@ from dupq.data.pairs import read_pairs
 from dupq.index import vectors as vector_module
 from dupq.index.vectors import search as exact_search
 from support.errors import refused
+from support.serving import metric
 
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
@@ -337,17 +338,6 @@ def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_tw
         for row in coll.search(changed[:5], k=N):  # every new text found once (the small model ties them all)
             assert sorted(h.text for h in row if h.text.startswith("What changed")) == sorted(changed)
         check_against_reference(coll, texts[:5], 10, {"product": "mail"})
-
-
-def metric(text: str, name: str, **labels) -> float:
-    """The value of sample ``name`` with ``labels`` in a Prometheus text exposition (0 when absent)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return 0.0
 
 
 def test_metrics_count_requests_changes_and_follow_the_read_token(tmp_path, tiny_model_dir):

@@ -18,7 +18,8 @@ from dupq.modeling.model import BUNDLED
 from dupq.training.config import ModelOptions, TrainConfig, renamed
 from dupq.training.objectives import Objective
 from dupq.training.presets import BRANCH_PRESETS, CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
-from test_cli_train import _captured_configs, _other_value, one_error_line
+from support.errors import refused
+from support.train_cli import captured_configs, other_value
 
 runner = CliRunner()
 
@@ -76,7 +77,7 @@ def test_a_preset_file_extends_another_beside_it(tmp_path):
 
 
 def _every_option_at_another_value() -> dict:
-    values = {f.name: _other_value(f) for config in CONFIGS for f in option_fields(config)}
+    values = {f.name: other_value(f) for config in CONFIGS for f in option_fields(config)}
     return {**values, "teacher_vectors": 'runs/"teacher" \\ é', "chunks": 3, "losses": {"distil": 0.5, "bce": 2.0}}
 
 
@@ -91,7 +92,7 @@ def test_to_toml_writes_what_read_preset_reads_back(tmp_path):
 def test_every_option_without_a_flag_reaches_its_field_from_a_preset(monkeypatch, pairs_path, tmp_path):
     values = _every_option_at_another_value()
     (tmp_path / "all.toml").write_text(to_toml(values), encoding="utf-8")
-    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, ["--preset", str(tmp_path / "all.toml")])
+    seen = captured_configs(monkeypatch, pairs_path, tmp_path, ["--preset", str(tmp_path / "all.toml")])
     got = {**asdict(seen["config"]), **asdict(seen["options"]), **asdict(seen["split"])}
     assert {name: got[name] for name in values} == values
     assert all(
@@ -103,11 +104,11 @@ def test_every_option_without_a_flag_reaches_its_field_from_a_preset(monkeypatch
 
 
 def test_typed_flags_override_the_preset_and_defaults_do_not(monkeypatch, pairs_path, tmp_path):
-    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, ["--preset", "bundled"])
+    seen = captured_configs(monkeypatch, pairs_path, tmp_path, ["--preset", "bundled"])
     assert (seen["config"], seen["options"], seen["split"]) == configs(read_preset("bundled"))  # threads 1, chunks 4
     # --lr 0.01 is the flag's default, typed: it still wins over the preset's 0.005. --loss replaces the table.
     typed = ["--preset", "labelled", "--epochs", "2", "--lr", "0.01", "--threads", "2", "--loss", "bce:0.5"]
-    seen = _captured_configs(monkeypatch, pairs_path, tmp_path, typed)
+    seen = captured_configs(monkeypatch, pairs_path, tmp_path, typed)
     changed = {"epochs": 2, "lr": 0.01, "threads": 2, "losses": {"bce": 0.5}}
     assert (seen["config"], seen["options"], seen["split"]) == configs({**read_preset("labelled"), **changed})
 
@@ -165,12 +166,12 @@ def test_show_prints_what_the_preset_and_the_flags_set_and_trains_nothing(tmp_pa
 )
 def test_preset_mistakes_are_one_sentence(tmp_path, text, named):
     (tmp_path / "p.toml").write_text(text + "\n")
-    line = one_error_line(runner.invoke(app, ["train", "--preset", str(tmp_path / "p.toml"), "--show"]))
+    line = refused(runner.invoke(app, ["train", "--preset", str(tmp_path / "p.toml"), "--show"]))
     assert named in line
 
 
 def test_unknown_preset_names_the_ones_there_are():
-    line = one_error_line(runner.invoke(app, ["train", "--preset", "labeled", "--show"]))
+    line = refused(runner.invoke(app, ["train", "--preset", "labeled", "--show"]))
     assert all(name in line for name in PRESETS)
     with pytest.raises(DupqError, match="no preset"):
         read_preset("labelled.yaml")

@@ -282,7 +282,7 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
     from typer.testing import CliRunner
 
     from dupq.cli import app
-    from test_imports import PAIR, imports_torch
+    from support.torch_free import PAIR, imports_torch
 
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 5)).astype(np.float32)

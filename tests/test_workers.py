@@ -193,7 +193,7 @@ def test_a_removal_and_an_update_through_one_worker_are_seen_by_the_other_within
 
 def test_metrics_sum_every_worker(served):
     """prometheus-client's multiprocess mode: a scrape through either worker counts both workers' requests."""
-    from test_live import metric
+    from support.serving import metric
 
     url, proc, (a, b) = served
     for worker, other, n in ((a, b, 2), (b, a, 3)):
