@@ -1,4 +1,4 @@
-"""The hand-written clean pairs (``dupq evaluate --task clean-pairs``) and the script ``dupq-lab clean-pairs``."""
+"""The hand-written clean pairs (``dupq evaluate --task clean-pairs``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import csv
 import json
 import re
 import statistics
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +15,6 @@ from dupq.cli import app
 from dupq.evaluation.tasks import CLEAN_PAIRS as PAIRS
 from dupq.evaluation.tasks import judged_clean_pairs
 from dupq.modeling.verdict import on_cosines
-from support.errors import refused
 
 LABEL = {"paraphrase": "1", "near_miss": "0"}
 
@@ -113,14 +110,3 @@ def test_dupq_evaluate_task_clean_pairs_matches_a_naive_recount():
     assert judged["accuracy"] == pytest.approx(sum(right.values()) / len(table), abs=6e-5)
     assert judged["paraphrase_recall"] == pytest.approx(right["paraphrase"] / count["paraphrase"], abs=6e-5)
     assert judged["near_miss_specificity"] == pytest.approx(right["near_miss"] / count["near_miss"], abs=6e-5)
-
-
-def test_script_says_one_sentence_for_a_bad_model_folder(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "dupq_lab.experiments.clean_pairs", "--model", str(tmp_path / "absent")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    refused(done)
-    assert done.stdout == ""

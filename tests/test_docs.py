@@ -153,24 +153,3 @@ def test_a_block_measured_on_the_gpu_machine_is_kept_on_one_without_a_gpu(tmp_pa
     doc.write_text(doc.read_text().replace(str(results), str(other)))
     assert update_docs(str(doc), "--measure").returncode == 0
     assert json.loads(other.read_text())[0]["output"] == ["here"]  # a plain saved block is measured again
-
-
-def test_make_test_says_when_the_distil_tests_were_skipped_and_why(tmp_path):
-    """tests/conftest.py prints one line after pytest's summary of skips when the distil extra is missing."""
-    (tmp_path / "test_teacher_like.py").write_text(
-        "import pytest\n\n"
-        "@pytest.mark.skip(reason='the distil extra is not installed (pip install -e .[distil])')\n"
-        "def test_needs_the_teacher():\n    pass\n\n"
-        "@pytest.mark.skip(reason='something else')\n"
-        "def test_other():\n    pass\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])},
-        capture_output=True,
-        text=True,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("distil tests skipped")]
-    assert len(lines) == 1 and "(1)" in lines[0] and ".[distil]" in lines[0], done.stdout[-1000:]
-    assert done.stdout.rstrip().splitlines()[-1].startswith("2 skipped")  # pytest's own summary stays the last line
