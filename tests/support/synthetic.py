@@ -23,7 +23,7 @@ How the pairs are made, so that a tiny LSTM learns something in one epoch:
   and double quotes inside some questions (written CSV-quoted).
 
 Distinct questions have distinct words once punctuation is stripped (case kept), so a model
-never encodes two of them alike for want of a word; ``tests/test_synthetic.py`` checks this.
+never encodes two of them alike for want of a word; ``tests/data/test_synthetic.py`` checks this.
 """
 
 from __future__ import annotations

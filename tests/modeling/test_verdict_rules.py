@@ -17,7 +17,7 @@ from dupq.modeling.judge import Judge
 from dupq.modeling.predict import Verdict
 from dupq.modeling.verdict import SIMILARITY, above, clip_cosines, from_cosines, on_cosines, verdict_json
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "dupq"
+SRC = Path(__file__).resolve().parents[2] / "src" / "dupq"
 
 
 class CosineModel:

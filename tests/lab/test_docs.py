@@ -24,7 +24,7 @@ import pytest
 
 from dupq_lab.update_docs import MARK, doc_files, same_within_noise
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def update_docs(*args: str, data: Path | None = None) -> subprocess.CompletedProcess:

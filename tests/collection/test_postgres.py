@@ -1,6 +1,6 @@
 """What only a Postgres collection has to show: writers in several processes, its failures as sentences, the
 password kept out of sight, and serving from several workers. The shared backend suite (the ``location``
-fixture of tests/test_collection.py, tests/test_live.py and others) runs on it as well.
+fixture of tests/collection/test_collection.py, tests/collection/test_live.py and others) runs on it as well.
 
 Each test has a table of its own on the session's private server (pgserver, ``postgres_server``).
 """
