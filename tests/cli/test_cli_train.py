@@ -121,7 +121,7 @@ def test_every_option_reaches_its_field(monkeypatch, pairs_path, tmp_path):
 
 
 def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path, tmp_path):
-    refused = 0
+    refusals = 0
     for config in CONFIGS:
         for f in flag_fields(config):
             meta, wrong = f.metadata, []
@@ -136,8 +136,8 @@ def test_values_outside_a_fields_choices_or_range_are_one_error_line(pairs_path,
                     app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), flag(f), str(value)]
                 )
                 assert flag(f) in refused(result), (f.name, value)
-                refused += 1
-    assert refused >= 12  # the choice fields (device, head) and the ranges (sizes, seed, epochs)
+                refusals += 1
+    assert refusals >= 12  # the choice fields (device, head) and the ranges (sizes, seed, epochs)
 
 
 @pytest.mark.parametrize(
