@@ -22,6 +22,7 @@ from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch, StaticConfig, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
+from support.errors import refused
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]
 PIECES = ["[UNK]", "sub", "##scri", "##ption", "gym", "tap", "faucet", "fix"]
@@ -265,7 +266,7 @@ def test_a_damaged_static_safetensors_is_one_sentence(damage, words, tmp_path):
         Model.load(tmp_path / "m")
     assert "static.safetensors" in str(caught.value) and "\n" not in str(caught.value)
     result = CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")])
-    assert result.exit_code != 0 and "Traceback" not in result.output and words in result.output
+    refused(result, words)
 
 
 def test_a_sentence_model_config_with_a_static_entry_is_refused():
