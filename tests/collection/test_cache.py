@@ -239,3 +239,90 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
     with Collection.open(folder, tiny_model) as again:
         assert len(again) == 100
         check_search(again, texts(3, offset=150), set(keys[:100]))
+
+
+def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_model, caplog):
+    """Undoing the newest quarter (an import, a spam wave) rebuilds the graph once: the rebuilt graph covers the
+    removed tail (it is not added back by the next catch-up), so later single removals, an update and an add
+    rebuild nothing, in this handle, another one or a new open; hits match brute force over the stored vectors."""
+    keys, folder = [f"k{i}" for i in range(200)], tmp_path / "c"
+    queries = texts(4, offset=40) + ["How do I learn topic number 170 well?"]
+    rebuilds = lambda: sum("built again" in r.getMessage() for r in caplog.records)  # noqa: E731
+    caplog.set_level("INFO", logger="dupq.collection.folder.backend")
+    with Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw") as coll:
+        with Collection.open(folder, tiny_model) as other:
+            coll.remove(keys[150:])  # the newest 25 %
+            wait_for(lambda: rebuilds() == 1 and not coll._backend._rebuilding)
+            removed = set(keys[150:])
+            for key in keys[:20]:  # single removals: 20 of the 150 left is under REBUILD_SHARE
+                coll.remove([key])
+                removed.add(key)
+                wait_for(lambda: not coll._backend._rebuilding)
+            coll.update("k30", "Which river flows through the most countries?")
+            coll.add(["What is the tallest mountain on Mars?"], keys=["new"])
+            wait_for(lambda: not coll._backend._rebuilding)
+            assert rebuilds() == 1 and coll._backend.cache.generation == 1
+            assert coll._backend.cache.index.stored == 152  # the 150 kept, the update's new text and the add
+            for handle in (coll, other):
+                check_search(handle, queries, removed)
+                assert handle.search(["What is the tallest mountain on Mars?"], k=1)[0][0].key == "new"
+            assert other._backend.cache.generation == 1 and not other._backend._rebuilding
+    with Collection.open(folder, tiny_model) as again:
+        assert again._backend.cache.index.stored == 152 and len(again._backend.cache.index) == 202
+        check_search(again, queries, removed)
+    assert rebuilds() == 1
+
+
+@pytest.mark.parametrize("removed_share", [1 / 3000, 0.25])
+def test_a_graph_with_removed_ids_is_searched_as_a_graph_and_finds_the_live_brute_force_answer(
+    removed_share, monkeypatch
+):
+    """One removal (or a quarter) must not turn every search into an exact scan of the others: the graph is walked
+    with the removed ids left out, and its hits are the exact search over the live vectors (recall)."""
+    import dupq.index.vectors as vector_module
+
+    scans = []
+    real = vector_module.search
+    monkeypatch.setattr(vector_module, "search", lambda *a, **kw: scans.append(1) or real(*a, **kw))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = VectorIndex(32, IndexConfig(kind="hnsw"))
+    index.add(x)
+    live = np.ones(3000, dtype=bool)
+    live[rng.choice(3000, max(1, int(3000 * removed_share)), replace=False)] = False
+    queries = x[rng.choice(3000, 50, replace=False)]
+    _, got = index.search(queries, 10, allowed=live)
+    assert not scans and live[got[got >= 0]].all()
+    ids = np.flatnonzero(live)
+    want = ids[real(queries, x[ids], 10)[1]]
+    recall = np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())])
+    assert recall >= 0.99, recall
+
+
+def test_the_exact_path_is_taken_only_where_it_costs_less():
+    """A search kept to some ids scans them exactly only while that is cheaper than the index's own search with a
+    selector: a graph's widened walk, an ivfpq index's short list read from the store, a flat index's scan."""
+    from dupq.index.vectors import scans_exactly
+
+    hnsw, ivfpq, flat = IndexConfig(kind="hnsw"), IndexConfig(kind="ivfpq"), IndexConfig(kind="flat")
+    assert not scans_exactly(hnsw, 18_999, 18_999 / 19_000, 10)  # one removal: the graph, as before it
+    assert scans_exactly(hnsw, 500, 500 / 537_000, 10)  # a narrow filter: the allowed few, exactly
+    assert not scans_exactly(ivfpq, 14_000, 1 / 3, 10) and not scans_exactly(ivfpq, 28_000, 2 / 3, 10)
+    assert scans_exactly(ivfpq, 42, 0.001, 10)
+    assert not scans_exactly(flat, 18_999, 18_999 / 19_000, 10) and scans_exactly(flat, 10, 0.001, 10)
+
+
+def test_stored_vectors_read_in_bulk_are_the_stored_ones(tmp_path, tiny_model):
+    """The store reads many ids a row at a time (dense runs in one read, scattered ids one by one): any order,
+    repeats, across rows; the answer is every vector as stored."""
+    with Collection.build(tmp_path / "c", texts(300), tiny_model) as coll:
+        every, store = coll.stored_vectors(), coll._backend.store
+        rng = np.random.default_rng(0)
+        for ids in (
+            rng.permutation(300),  # dense: whole rows
+            np.array([299, 0, 64, 64, 63, 200, 1]),  # scattered, repeated
+            rng.choice(300, 40, replace=True),
+            np.array([], dtype=np.int64),
+        ):
+            np.testing.assert_array_equal(store.vectors_by_id(ids), every[ids])

@@ -19,7 +19,7 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, Server, build, clean, dupq, stored, synthetic
+from faultkit import AUTH, TRAIN, Server, build, clean, dupq, pairs_file, stored, synthetic
 
 from support.errors import refused
 from support.serving import free_port
@@ -94,6 +94,26 @@ def test_commands_that_write_a_folder(tmp_path: Path):
     ):
         refused(dupq(*command), "already exists")
     assert sorted(p.name for p in full.iterdir()) == ["notes.txt"]
+
+
+def test_overwrite_replaces_only_a_model(tmp_path: Path):
+    """`--overwrite` of every command that writes a model folder (train, compact, adapt, distil branch and
+    teacher-model) refuses a collection folder: one model-folder rule, and a collection is never replaced."""
+    model = _model_copy(tmp_path)
+    folder = build(tmp_path / "c", n=10)
+    before = sorted(p.name for p in folder.iterdir())
+    (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
+    data = pairs_file(tmp_path)
+    for command in (
+        ["train", "--data", str(data), "--epochs", "1", *TRAIN],
+        ["compact", str(model)],
+        ["adapt", str(tmp_path / "q.txt")],
+        ["distil", "branch", str(model)],
+        ["distil", "teacher-model", "--data", str(data)],
+    ):
+        refused(dupq(*command, "--out", str(folder), "--overwrite"), "not a dupq model folder")
+    assert sorted(p.name for p in folder.iterdir()) == before
+    clean(dupq("search", str(folder), "How do I learn about Python in step 0?"))
 
 
 def _fake_teacher(calls: list[str]):

@@ -60,6 +60,8 @@ def adapt_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
+    from dupq.collection.location import Location
+    from dupq.core.files import check_apart
     from dupq.modeling.folder_format import check_new_model_folder
     from dupq.modeling.model import Model
     from dupq.training.adapt import NOT_ADAPTABLE, adapt, distinct_questions, user_questions
@@ -67,6 +69,7 @@ def adapt_command(
 
     config = AdaptConfig(**adapt_fields)
     check_new_model_folder(out, overwrite)
+    check_apart(out, Location.parse(source).local_path, model)
     texts, collection_model, dropped = user_questions(source, column)
     _dropped(source, dropped)
     texts = distinct_questions(texts)

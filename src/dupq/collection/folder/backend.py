@@ -167,8 +167,8 @@ class FolderBackend(Backend):
                 generation = self.cache.generation
                 if saved_generation(self.folder) > generation:
                     return  # another process has just published one: the next search loads it
-                ids, vectors = self.store.live_vectors()
-                index = VectorIndex.rebuilt(self.manifest["dim"], self.cache.config, ids, vectors)
+                ids, vectors, extent = self.store.live_vectors()
+                index = VectorIndex.rebuilt(self.manifest["dim"], self.cache.config, ids, vectors, extent)
                 with self._write_lock:
                     if self._closed or self.cache.generation != generation:
                         return  # closed, or another process's graph was loaded meanwhile

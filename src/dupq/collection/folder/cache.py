@@ -80,7 +80,9 @@ class FaissCache:
         if manifest.get("checksum") is None:  # written before checksums were recorded: rebuild once
             return VectorIndex(dim, config), 0
         try:
-            index = VectorIndex.load(folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"))
+            index = VectorIndex.load(
+                folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"), extent=manifest.get("count")
+            )
         except DupqError as e:
             log.info("rebuilding the index of %s from the stored embeddings: %s", folder, e)
             return VectorIndex(dim, config), 0
@@ -174,7 +176,11 @@ class FaissCache:
                 if not isinstance(manifest, dict) or (manifest.get("rebuilt") or 0) <= self.generation:
                     return  # an ordinary save of vectors this process has already
                 index = VectorIndex.load(
-                    self.folder / INDEX_FILE, self.index.dim, self.config, checksum=manifest.get("checksum")
+                    self.folder / INDEX_FILE,
+                    self.index.dim,
+                    self.config,
+                    checksum=manifest.get("checksum"),
+                    extent=manifest.get("count"),
                 )
                 self._file = _identity(self.folder / INDEX_FILE)
         except (OSError, DupqError) as e:  # keep this process's graph: it is correct, only slower
