@@ -10,12 +10,13 @@ import time
 import numpy as np
 import pytest
 
-from dupq.collection.collection import Collection
+from dupq.collection.collection import Collection, IndexStats
 from dupq.collection.folder.cache import INDEX_FILE, REBUILD_SHARE, FaissCache
 from dupq.collection.folder.store import WRITER_LOCK
 from dupq.core.files import file_lock
 from dupq.index.vectors import IndexConfig, VectorIndex, checksum_of
 from dupq.index.vectors import search as exact_search
+from support.private import folder_cache, folder_store
 
 
 def texts(n: int, offset: int = 0) -> list[str]:
@@ -54,7 +55,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def interleaved(index, path):
         checksum = save(index, path)
-        if index is a._backend.cache.index:
+        if index is folder_cache(a).index:
             a_wrote.set()
             b_done.wait(timeout=2)  # b writes now, unless it must wait for a
         return checksum
@@ -63,12 +64,12 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def save_b():
         a_wrote.wait(timeout=10)
-        b._backend.cache.save()
+        folder_cache(b).save()
         b_done.set()
 
     other = threading.Thread(target=save_b)
     other.start()
-    a._backend.cache.save()
+    folder_cache(a).save()
     other.join()
     manifest = json.loads((folder / "manifest.json").read_text())
     on_disk = np.fromfile(folder / INDEX_FILE, dtype=np.uint8)
@@ -77,7 +78,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
     a.close()
     b.close()
     with Collection.open(folder, tiny_model) as again:  # the cache is used, not rebuilt
-        assert FaissCache._cached(folder, again._backend.store, again.manifest, len(again))[1] == 110
+        assert FaissCache._cached(folder, folder_store(again), again.manifest, len(again))[1] == 110
 
 
 def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, monkeypatch):
@@ -87,10 +88,10 @@ def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, mon
         writes = []
         save = VectorIndex.save
         monkeypatch.setattr(VectorIndex, "save", lambda index, path: writes.append(path) or save(index, path))
-        coll._backend.cache.save()  # the file holds every vector already
+        folder_cache(coll).save()  # the file holds every vector already
         assert writes == []
         coll.add(texts(3, offset=100))
-        coll._backend.cache.save()
+        folder_cache(coll).save()
         assert len(writes) == 1
 
 
@@ -114,7 +115,7 @@ def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_m
         if rebuilt:
             (folder / INDEX_FILE).unlink()  # rebuilt from the stored vectors on open
         with Collection.open(folder, tiny_model) as coll:
-            graph = faiss.downcast_index(coll._backend.cache.index.faiss).hnsw
+            graph = faiss.downcast_index(folder_cache(coll).index.faiss).hnsw
             assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
             assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)
 
@@ -188,10 +189,10 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
     with Collection.build(folder, texts(300), tiny_model, keys=keys, index="hnsw") as coll:
         with Collection.open(folder, tiny_model) as other:
             coll.remove(keys[:40])  # 13 %: marked and filtered, the graph kept
-            assert coll._backend.cache.index.stored == 300 and REBUILD_SHARE > 40 / 300
+            assert coll.index_stats().vectors == 300 and coll.index_stats().removed == 40 and REBUILD_SHARE > 40 / 300
             coll.remove(keys[40:90])  # 30 %
             wait_for(lambda: json.loads((folder / "manifest.json").read_text()).get("rebuilt") == 1)  # published
-            assert coll._backend.cache.index.stored == 210  # swapped in before it was published
+            assert coll.index_stats().vectors == 210  # swapped in before it was published
             dim, config = coll.manifest["dim"], IndexConfig(**coll.manifest["index"])
             saved = VectorIndex.load(
                 folder / INDEX_FILE,
@@ -202,14 +203,18 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
             assert saved.stored == 210 and saved.ids().tolist() == list(range(90, 300))
             for handle in (coll, other):
                 check_search(handle, queries, set(keys[:90]))
-                assert handle._backend.cache.index.stored == 210  # the other handle loaded it
+                assert (handle.index_stats().vectors, handle.index_stats().generation) == (
+                    210,
+                    1,
+                )  # the other handle loaded it
             coll.add(["Which river flows through the most countries?"], keys=["new"])
             coll.remove(["k95"])
             for handle in (other, coll):
                 assert handle.search(["Which river flows through the most countries?"], k=1)[0][0].key == "new"
                 check_search(handle, queries + ["How do I learn topic number 95 well?"], {*keys[:90], "k95"})
     with Collection.open(folder, tiny_model) as again:
-        assert again._backend.cache.index.mapped and again._backend.cache.index.stored == 211
+        assert folder_cache(again).index.mapped and again.index_stats().vectors == 211
+        assert again.index_stats() == IndexStats("hnsw", 211, 1, 1, True)  # k95 removed since the rebuild
         check_search(again, queries, {*keys[:90], "k95"})
 
 
@@ -231,8 +236,8 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
 
     monkeypatch.setattr(cache_module, "write_json", crash)
     coll.remove(keys[:100])
-    wait_for(lambda: coll._backend.cache.cache_error is not None)  # publishing it failed
-    assert coll._backend.cache.index.stored == 100  # swapped in before
+    wait_for(lambda: coll.cache_error is not None)  # publishing it failed
+    assert coll.index_stats().vectors == 100  # swapped in before
     check_search(coll, texts(3, offset=150), set(keys[:100]))
     coll.close()
     monkeypatch.setattr(cache_module, "write_json", real)
@@ -252,23 +257,23 @@ def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_mo
     with Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw") as coll:
         with Collection.open(folder, tiny_model) as other:
             coll.remove(keys[150:])  # the newest 25 %
-            wait_for(lambda: rebuilds() == 1 and not coll._backend._rebuilding)
+            wait_for(lambda: rebuilds() == 1 and not coll.index_stats().rebuilding)
             removed = set(keys[150:])
             for key in keys[:20]:  # single removals: 20 of the 150 left is under REBUILD_SHARE
                 coll.remove([key])
                 removed.add(key)
-                wait_for(lambda: not coll._backend._rebuilding)
+                wait_for(lambda: not coll.index_stats().rebuilding)
             coll.update("k30", "Which river flows through the most countries?")
             coll.add(["What is the tallest mountain on Mars?"], keys=["new"])
-            wait_for(lambda: not coll._backend._rebuilding)
-            assert rebuilds() == 1 and coll._backend.cache.generation == 1
-            assert coll._backend.cache.index.stored == 152  # the 150 kept, the update's new text and the add
+            wait_for(lambda: not coll.index_stats().rebuilding)
+            assert rebuilds() == 1 and coll.index_stats().generation == 1
+            assert coll.index_stats().vectors == 152  # the 150 kept, the update's new text and the add
             for handle in (coll, other):
                 check_search(handle, queries, removed)
                 assert handle.search(["What is the tallest mountain on Mars?"], k=1)[0][0].key == "new"
-            assert other._backend.cache.generation == 1 and not other._backend._rebuilding
+            assert other.index_stats().generation == 1 and not other.index_stats().rebuilding
     with Collection.open(folder, tiny_model) as again:
-        assert again._backend.cache.index.stored == 152 and len(again._backend.cache.index) == 202
+        assert again.index_stats().vectors == 152 and len(folder_cache(again).index) == 202  # ids up to 201
         check_search(again, queries, removed)
     assert rebuilds() == 1
 
@@ -317,7 +322,7 @@ def test_stored_vectors_read_in_bulk_are_the_stored_ones(tmp_path, tiny_model):
     """The store reads many ids a row at a time (dense runs in one read, scattered ids one by one): any order,
     repeats, across rows; the answer is every vector as stored."""
     with Collection.build(tmp_path / "c", texts(300), tiny_model) as coll:
-        every, store = coll.stored_vectors(), coll._backend.store
+        every, store = coll.stored_vectors(), folder_store(coll)
         rng = np.random.default_rng(0)
         for ids in (
             rng.permutation(300),  # dense: whole rows

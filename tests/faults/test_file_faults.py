@@ -131,7 +131,7 @@ def _fake_teacher(calls: list[str]):
 def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     """adapt with --cache of a teach run keeps every vector there and encodes only the questions it lacks."""
     from dupq.modeling.model import Model
-    from dupq.training.adapt import AdaptConfig, adapt
+    from dupq.training.adapt import AdaptConfig, adapt_with
     from dupq.training.distil.teacher import TeacherCache, teach
 
     calls: list[str] = []
@@ -142,7 +142,9 @@ def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     calls.clear()
     config = AdaptConfig(epochs=1, batch_size=16)
     cache = tmp_path / "cache"
-    adapt(Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False)
+    adapt_with(
+        Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False
+    )
     after = TeacherCache.load(cache)
     assert set(before.texts) <= set(after.texts) and set(mine) <= set(after.texts)
     # the stored vectors, not new ones

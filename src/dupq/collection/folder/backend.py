@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.collection.backend import Backend, Where
+from dupq.collection.backend import Backend, IndexStats, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.cache import INDEX_FILE, FaissCache, saved_generation
 from dupq.collection.folder.locks import SharedLock
@@ -193,6 +193,12 @@ class FolderBackend(Backend):
 
     def indexed(self) -> int:
         return len(self.cache)
+
+    def index_stats(self) -> IndexStats:
+        cache = self.cache
+        return IndexStats(
+            cache.config.kind, cache.index.stored, cache.removed_held, cache.generation, cache.exact, self._rebuilding
+        )
 
     def writers_held(self):
         """The folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it)."""
