@@ -38,6 +38,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "service-load": "service.service_load",
     "service-side-by-side": "service.service_side_by_side",
     "reencode-while-serving": "service.reencode_while_serving",
+    "pg-two-servers": "service.pg_two_servers",
     "peers": "peers",
     "quora-dev": "experiments.quora_dev",
     "retrieval": "experiments.retrieval",

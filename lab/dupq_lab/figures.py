@@ -352,6 +352,7 @@ SWEEP = (
     "{it[name]} | `{it[command]}` | {it[val_accuracy]} | {it[dev_accuracy]} | {it[dev_mrr]} | {it[dev_mrr@10]} | {it[test_accuracy]} | {it[roc_auc]} | {it[test_ece]} | {it[test_mrr]} | {it[test_mrr@10]} | {it[clean_accuracy]} | {it[clean_roc_auc]} | {it[best_epoch]} | {it[train_seconds]}",
 )
 SIDE = "{{s[{0}][search_per_s]:,.0f}} | {{s[{0}][search_p50_ms]:.1f}} / {{s[{0}][search_p99_ms]:.1f}} ms | {{s[{0}][mixed_search_per_s]:,.0f}}, {{s[{0}][mixed_p99_ms]:.1f}} ms | {{s[{0}][in_process_per_s]:,.0f}}/s, p50 {{s[{0}][in_process_p50_ms]:.2f}} ms | {{s[{0}][kill9_lost]}} / {{s[{0}][kill9_acked]:,}}"
+PGVECTOR = "{{r[results][{0}][build_s]:,.1f}} s | {{r[results][{0}][none][p50_ms]:.2f}} / {{r[results][{0}][none][p99_ms]:.2f}} ms | {{r[results][{0}][none][recall@10]:.4f}} | {{r[results][{0}][50%][recall@10]:.4f}} / {{r[results][{0}][5%][recall@10]:.4f}} / {{r[results][{0}][0.1%][recall@10]:.4f}} | {{r[results][{0}][50%][p50_ms]:.1f}} / {{r[results][{0}][5%][p50_ms]:.1f}} / {{r[results][{0}][0.1%][p50_ms]:.1f}} ms"
 STAGE_8 = ("mrr", "recall@1", "mrr_filtered", "mrr_any")
 TABLES: dict[str, Table] = {
     "summary": Table(  # README: the models on the seed's test pairs, at the dev-chosen threshold
@@ -418,6 +419,22 @@ TABLES: dict[str, Table] = {
             "main at {s[baseline][label]}, one process | " + SIDE.format("baseline"),
             "this code, `dupq serve` default workers | " + SIDE.format("current"),
             "ratio | {s[search_per_s_ratio]:.2f}x |  |  | {s[in_process_per_s_ratio]:.2f}x | ",
+        ),
+    ),
+    "pgvector-speed": Table(  # docs/collections.md: pgvector beside a folder's FAISS HNSW, one run on the same vectors
+        header="{r[questions]:,} questions, {r[queries]} queries ({r[cpus]}-core {r[machine]}) | build | p50 / p99 | recall@10 | filtered recall@10 at 50 / 5 / 0.1 % | filtered p50",
+        data={"r": "pgvector_speed.json"},
+        rows=(
+            "folder: FAISS HNSW, in process | " + PGVECTOR.format("faiss_hnsw"),
+            "Postgres: pgvector HNSW, over a local socket | " + PGVECTOR.format("pgvector_hnsw"),
+        ),
+    ),
+    "pg-two-servers": Table(  # docs/collections.md: two `dupq serve` on one table, each killed with kill -9 once
+        header="adds acknowledged | lost | stored twice | adds/s | requests sent / unanswered | killed, then down for | stale searches after a remove / an update",
+        data={"r": "pg_two_servers.json"},
+        labels=0,
+        rows=(
+            "{r[acknowledged]:,} of {r[adds]:,} | {r[lost]} | {r[twice]} | {r[adds_per_s]:,.0f} | {r[requests][sent]:,} / {r[requests][unanswered]:,} | {r[restarts][0][down_s]:.0f} s, {r[restarts][1][down_s]:.0f} s | {r[remove][stale]} of {r[remove][probes]} / {r[update][stale]} of {r[update][probes]}",
         ),
     ),
     "dedup-quality": Table(  # docs/dedup.md: each grouping's pairwise precision, recall and F1 on dev and test

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # the cluster on 127.0.0.1, as the driver expects
 STARTUP = 60.0  # seconds a server may take to start answering
@@ -42,9 +43,17 @@ def post(url: str, body: bytes, headers: dict) -> int:
         return e.code
 
 
+class Served(NamedTuple):
+    url: str
+    proc: subprocess.Popen  # the supervisor (``--workers``) or the one server process
+
+
 @contextmanager
-def serving(collection: Path, *extra: str, command: list[str], env: dict | None = None) -> Iterator[str]:
-    """``dupq serve COLLECTION`` (``command`` runs the CLI) on a free loopback port while the ``with`` lasts; its URL."""
+def served(
+    collection, *extra: str, command: list[str], env: dict | None = None, startup: float = STARTUP
+) -> Iterator[Served]:
+    """``dupq serve COLLECTION`` (``command`` runs the CLI) on a free loopback port while the ``with`` lasts
+    (or until killed): its URL and process; ``startup``: the seconds it may take to start answering."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tempfile.TemporaryFile()  # not a pipe: a server that logs much would block on a full one
@@ -55,20 +64,28 @@ def serving(collection: Path, *extra: str, command: list[str], env: dict | None 
         env=env,
     )
     try:
-        deadline = time.monotonic() + STARTUP
+        deadline = time.monotonic() + startup
         while not _answers(url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.seek(0)
                 raise SystemExit("the server did not start: " + log.read().decode("utf-8", "replace")[-2000:])
             time.sleep(0.2)
-        yield url
+        yield Served(url, proc)
     finally:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def serving(collection: Path, *extra: str, command: list[str], env: dict | None = None) -> Iterator[str]:
+    """``dupq serve COLLECTION`` (``command`` runs the CLI) on a free loopback port while the ``with`` lasts; its URL."""
+    with served(collection, *extra, command=command, env=env) as server:
+        yield server.url
 
 
 def _answers(url: str) -> bool:

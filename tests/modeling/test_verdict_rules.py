@@ -13,9 +13,9 @@ import numpy as np
 
 from dupq.dedup.grouping import judge
 from dupq.evaluation.metrics import binary_metrics
-from dupq.modeling.judge import Judge
+from dupq.modeling.judge import SIMILARITY, Judge
 from dupq.modeling.predict import Verdict
-from dupq.modeling.verdict import SIMILARITY, above, clip_cosines, from_cosines, on_cosines, verdict_json
+from dupq.modeling.verdict import above, clip_cosines, from_cosines, on_cosines, verdict_json
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "dupq"
 

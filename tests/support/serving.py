@@ -83,10 +83,14 @@ class ServeProcess:
     """``dupq serve COLLECTION`` in a subprocess on a free port, for as long as the ``with`` lasts (or until killed).
 
     ``command`` is how to run the CLI (default: this interpreter running ``dupq.cli``); ``env``
-    and ``preexec_fn`` go to :class:`subprocess.Popen` (a test may lower the child's limits).
+    and ``preexec_fn`` go to :class:`subprocess.Popen` (a test may lower the child's limits); ``startup``
+    is how many seconds it may take to start answering.
     """
 
-    def __init__(self, collection, *extra: str, command: list[str] | None = None, env=None, preexec_fn=None):
+    def __init__(
+        self, collection, *extra: str, command: list[str] | None = None, env=None, preexec_fn=None, startup=STARTUP
+    ):
+        self.startup = startup
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = command or [sys.executable, "-c", "from dupq.cli import main; main()"]
@@ -100,7 +104,7 @@ class ServeProcess:
         )
 
     def __enter__(self) -> ServeProcess:
-        deadline = time.monotonic() + STARTUP
+        deadline = time.monotonic() + self.startup
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 if http(self.url + "/", method="HEAD").status == 200:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import platform
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +54,11 @@ def private_postgres(folder: Path):
         yield f"postgresql://postgres@/postgres?host={server.get_postmaster_info().socket_dir}"
     finally:
         server.cleanup()
+
+
+def progress(line: str) -> None:
+    """One line on stderr (the JSON result alone goes to stdout)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
 def quora(data: Path, n: int, seed: int) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
@@ -111,6 +117,7 @@ def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarra
             "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
             "p99_ms": round(float(np.percentile(seconds, 99)) * 1000, 3),
         }
+        progress(f"  filter {name}: {json.dumps(out[name])}")
     return out
 
 
@@ -122,6 +129,7 @@ def main(
 ) -> None:
     torch.set_num_threads(1)
     texts, keys, vectors, groups = quora(data, questions, seed)
+    progress(f"encoded {len(texts)} questions")
     picked = np.random.default_rng(seed + 1).choice(len(texts), min(queries, len(texts)), replace=False)
     config = IndexConfig(kind="hnsw")
     work = Path(tempfile.mkdtemp(prefix="pgvector-speed-"))
@@ -130,8 +138,10 @@ def main(
         with private_postgres(work) as server:
             for name, where in (("faiss_hnsw", str(work / "folder")), ("pgvector_hnsw", f"{server}&table=quora")):
                 backend, build_s = build(where, config, texts, keys, groups, vectors)
+                progress(f"{name}: built in {build_s:.1f} s")
                 try:
                     results[name] = {"build_s": round(build_s, 1), **measure(backend, vectors[picked], vectors, groups)}
+                    progress(f"{name}: {json.dumps(results[name])}")
                 finally:
                     backend.close()
     finally:

@@ -31,8 +31,9 @@ from dupq.data.questions import check_questions
 from dupq.dedup.candidates import CandidateConfig, Corpus, Plan, plan
 from dupq.dedup.clusters import CLUSTERERS, METHODS, Clusters, Edges
 from dupq.modeling.folder_format import check_threshold
+from dupq.modeling.judge import SIMILARITY
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import SIMILARITY, from_cosines, on_cosines
+from dupq.modeling.verdict import from_cosines, on_cosines
 
 JUDGE_CHUNK = 32_768  # candidate pairs judged at once
 

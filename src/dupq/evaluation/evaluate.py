@@ -21,8 +21,9 @@ from dupq.data.pairs import Pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.metrics import binary_metrics, expected_calibration_error, reliability, threshold_free
 from dupq.modeling import verdict
+from dupq.modeling.judge import PROBABILITY, SEED_THRESHOLD
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, Verdicts, from_logits
+from dupq.modeling.verdict import Verdicts, from_logits
 
 PRIMARY = "accuracy"  # the seeds' headline figure
 # The figures a summary of a model's test pairs shows, in order (`dupq evaluate`'s table, the report's).

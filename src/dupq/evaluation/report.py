@@ -32,8 +32,9 @@ from dupq.core.files import atomic_write
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import SUMMARY, evaluate_scores, pair_verdicts
 from dupq.evaluation.metrics import expected_calibration_error, precision_recall_curve, reliability, roc_curve
+from dupq.modeling.judge import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import PROBABILITY, SCORE_NAMES, SEED_THRESHOLD, SIMILARITY, above
+from dupq.modeling.verdict import SCORE_NAMES, above
 
 DUP, NON = "#d62728", "#1f77b4"  # duplicate red, non-duplicate blue, in every picture
 

@@ -22,14 +22,14 @@ import numpy as np
 from dupq.core.errors import DupqError
 
 if TYPE_CHECKING:
-    from dupq.modeling.folder_format import ModelConfig
     from dupq.modeling.kernels import Stored
-    from dupq.modeling.lstm import LSTMEncoder
 
 # Readers of a model folder's encoder by the type config.json names: reader(folder, config) -> (encoder,
-# the stored pair head or None). The LSTM's reads every type this registry lacks; dupq.modeling.sentence_model
+# the stored pair head or None); config is the folder's dupq.modeling.folder_format.ModelConfig, not named here so
+# that this interface stays below the formats and the encoders that implement it.
+# The LSTM's reads every type this registry lacks; dupq.modeling.sentence_model
 # registers "sentence-transformers" (the package's __init__ imports it, so every Model.load sees it).
-READERS: dict[str, Callable[[Path, ModelConfig], tuple[TextEncoder, Stored | None]]] = {}
+READERS: dict[str, Callable[[Path, Any], tuple[TextEncoder, Stored | None]]] = {}
 
 
 NO_LSTM = "this needs a dupq LSTM model; a sentence-transformers model has no vocabulary or LSTM of its own."
@@ -80,9 +80,9 @@ class TextEncoder(ABC):
         """This encoder without a static branch joined to its vectors (itself where none is)."""
         return self
 
-    def lstm(self, refusal: str = NO_LSTM) -> LSTMEncoder:
-        """The LSTM encoder this is: what dupq trains, adapts and joins a branch to; ``refusal`` (one sentence)
-        where it is another kind."""
+    def lstm(self, refusal: str = NO_LSTM) -> TextEncoder:
+        """The LSTM encoder this is (a :class:`dupq.modeling.lstm.LSTMEncoder`): what dupq trains, adapts and joins
+        a branch to; ``refusal`` (one sentence) where it is another kind."""
         raise DupqError(refusal)
 
 

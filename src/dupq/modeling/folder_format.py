@@ -54,8 +54,8 @@ from dupq.modeling.architecture import (
     SentenceConfig,
     weight_shapes,
 )
+from dupq.modeling.judge import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 from dupq.modeling.static import StaticConfig
-from dupq.modeling.verdict import PROBABILITY, SEED_THRESHOLD, SIMILARITY
 
 FORMAT = "dupq-model/1"
 ROUNDING = 1e-6  # float32 cosines can exceed 1 by an ulp or two, and a threshold chosen among them too

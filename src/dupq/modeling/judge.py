@@ -23,7 +23,11 @@ import numpy as np
 from dupq.core.threads import import_torch
 from dupq.modeling.architecture import HeadConfig
 from dupq.modeling.kernels import Kernels, Stored, build_once, cpu_arrays
-from dupq.modeling.verdict import SEED_THRESHOLD, SIMILARITY
+
+SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
+THRESHOLD_ON = (SIMILARITY, PROBABILITY)
+SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold on the cosine, used until one is chosen on dev pairs
+PROBABILITY_THRESHOLD = 0.5  # a probability's threshold until one is chosen on dev pairs
 
 if TYPE_CHECKING:
     from dupq.modeling.heads import PairHead

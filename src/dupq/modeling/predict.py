@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from dupq.core.errors import DupqError
 from dupq.data.questions import check_question
+from dupq.modeling.judge import PROBABILITY
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq.modeling.verdict import PROBABILITY, from_vectors, verdict_json
+from dupq.modeling.verdict import from_vectors, verdict_json
 
 
 def judge(model: Model, q1: list[str], q2: list[str], threshold: float | None = None) -> list[dict]:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from dupq.core.errors import DupqError
+from dupq.modeling.judge import PROBABILITY, PROBABILITY_THRESHOLD, SEED_THRESHOLD, SIMILARITY
 from dupq.modeling.probability import calibrated
 
 if TYPE_CHECKING:
@@ -46,10 +47,6 @@ if TYPE_CHECKING:
     from dupq.modeling.encoding import TextEncoder
     from dupq.modeling.judge import Judge
 
-SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
-THRESHOLD_ON = (SIMILARITY, PROBABILITY)
-SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold on the cosine, used until one is chosen on dev pairs
-PROBABILITY_THRESHOLD = 0.5  # a probability's threshold until one is chosen on dev pairs
 SCORE_NAMES = {SIMILARITY: "cosine similarity", PROBABILITY: "calibrated probability"}  # for reports
 NO_PROBABILITY = "this model has no probability calibration; run `dupq calibrate` on it first."
 

@@ -12,7 +12,7 @@
     POST /questions/{key}/decision {duplicate_of | not_duplicate_of}  -> {key, id, count, metadata}  (token)
     GET  /health                        -> {status, questions, threshold, threshold_on}
     GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
-    GET  /                              -> the web page (static/index.html, app.css, app.js)
+    GET  /                              -> the moderators' web page (its HTML, script and styles)
     GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
 
 Every request is validated (questions of 1 to 1,000 characters with at least one word, ``k`` an

@@ -1,4 +1,4 @@
-"""The moderators' web page at ``/`` (static/index.html); its scripts and styles are served under ``/static``."""
+"""The moderators' web page at ``/`` (the package's index.html); its scripts and styles are served under ``/static``."""
 
 from __future__ import annotations
 
