@@ -259,17 +259,3 @@ def test_serve_with_two_workers_and_dedup_from_the_table(postgres, tiny_model, t
     said = CliRunner().invoke(app, ["dedup", postgres, "--out", str(out)])
     assert said.exit_code == 0, said.output
     assert out.read_text().count("\n") >= 2
-
-
-@pytest.mark.slow
-def test_two_servers_each_killed_once_lose_no_add_and_store_none_twice(postgres, tiny_model):
-    from dupq_lab.service.pg_two_servers import STARTUP_S, TOKEN, measure
-    from support.serving import ServeProcess
-
-    Collection.build(postgres, texts_of(10, 10_000), tiny_model, keys=[f"seed{i}" for i in range(10)]).close()
-    env = {**os.environ, "DUPQ_API_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
-    figures = measure(postgres, lambda: ServeProcess(postgres, "--workers", "2", env=env, startup=STARTUP_S), adds=500)
-    assert (figures["acknowledged"], figures["stored"], figures["lost"], figures["twice"]) == (500, 500, 0, 0), figures
-    assert len(figures["restarts"]) == 2
-    for change in ("remove", "update"):  # answered, and no search of either server's workers showed the old question
-        assert (figures[change]["status"], figures[change]["stale"]) == (200, 0), figures
