@@ -1,7 +1,7 @@
 """Shared fixtures: a synthetic pairs file, splits of it, tiny models trained on them, and the real Quora file.
 
 Most tests need *some* question pairs, not Quora's: they use ``pairs_path``, a synthetic file in
-the Quora format written in the session (``tests/synthetic.py``), and the splits and models made
+the Quora format written in the session (``tests/support/synthetic.py``), and the splits and models made
 from it. These run anywhere.
 
 Tests that check a figure of the real data (its row counts, the seed recipe's vocabulary) use
@@ -36,8 +36,8 @@ SYNTHETIC_ROWS = 32_000  # SMALL_SPLIT's 24,000, and the 32,000 of the kill -9 t
 
 @pytest.fixture(scope="session")
 def pairs_path(tmp_path_factory) -> Path:
-    """A synthetic pairs file in the Quora format (tests/synthetic.py): 32,000 rows, gzipped, always there."""
-    from synthetic import write_pairs
+    """A synthetic pairs file in the Quora format (tests/support/synthetic.py): 32,000 rows, gzipped, always there."""
+    from support.synthetic import write_pairs
 
     return write_pairs(tmp_path_factory.mktemp("pairs") / "pairs.tsv.gz", SYNTHETIC_ROWS, seed=0)
 
@@ -166,7 +166,7 @@ def postgres_server(tmp_path_factory):
     import shutil
     import tempfile
 
-    from servicekit import postgres_or_skip
+    from support.servicekit import postgres_or_skip
 
     # Not under pytest's own temporary root: pytest makes it private (0700) at every session's start, and the server
     # runs as another user (pgserver's, when the tests run as root) that must reach its data folder.
@@ -192,7 +192,7 @@ def postgres(request):
 def location(request, tmp_path):
     """Where a test's new collection goes, once for each store: a folder, a fresh milvus-lite file, or a new
     table of the session's Postgres."""
-    from servicekit import milvus_or_skip
+    from support.servicekit import milvus_or_skip
 
     if request.param == "postgres":
         return request.getfixturevalue("postgres")

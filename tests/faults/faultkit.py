@@ -1,4 +1,4 @@
-"""What the fault tests share: running the CLI, a collection to damage, a server, the checks of a promise.
+"""What the fault tests share: running the CLI, a collection to damage, a server.
 
 The fault tests (``pytest -m faults``) are one test per class of fault a hostile tester found. Each
 runs the installed package as a user does, on the bundled model and synthetic questions, in its own
@@ -9,7 +9,8 @@ test's own process runs on one thread (``tests/conftest.py``), as its subprocess
 
 Every fault test runs ``dupq`` as a user does, in a subprocess, through :data:`DUPQ` and
 :data:`ENV`, read at each call: ``test_mutations.py`` points them at a deliberately broken build
-to show that a test fails on the fault it names. The server harness is :mod:`support.serving`.
+to show that a test fails on the fault it names. The server harness is :mod:`support.serving`; the
+one-sentence check of a refusal is :func:`support.errors.refused`.
 """
 
 from __future__ import annotations
@@ -40,15 +41,6 @@ def synthetic(n: int, offset: int = 0) -> list[str]:
 def dupq(*args: str | bytes, stdin: bytes | None = None, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
     """``dupq *args`` in a subprocess (:data:`ENV` updated with ``env``), its output captured."""
     return subprocess.run([*DUPQ, *args], input=stdin, capture_output=True, timeout=timeout, env={**ENV, **(env or {})})
-
-
-def refused(run: subprocess.CompletedProcess, saying: str | bytes = "") -> None:
-    """A user mistake answered as dupq promises: exit 2, one ``error:`` sentence (holding ``saying``), no traceback."""
-    err = run.stderr.decode("utf-8", "replace")
-    lines = [line for line in err.strip().splitlines() if not line.startswith(("skipped", "warning"))]
-    saying = saying.decode() if isinstance(saying, bytes) else saying
-    assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-600:]
-    assert saying in lines[0], (saying, lines[0])
 
 
 def clean(run: subprocess.CompletedProcess) -> None:
@@ -106,17 +98,6 @@ def strict_json(text: bytes | str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def library_refuses(call) -> bool:
-    """Whether ``call()`` raises dupq's one-sentence error."""
-    from dupq.core.errors import DupqError
-
-    try:
-        call()
-    except DupqError:
-        return True
-    return False
 
 
 class Server(ServeProcess):

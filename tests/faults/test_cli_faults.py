@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import build, clean, dupq, library_refuses, pairs_file, refused, stored
+from faultkit import build, clean, dupq, pairs_file, stored
+
+from support.errors import library_refuses, refused
 
 pytestmark = pytest.mark.faults
 
@@ -153,7 +155,7 @@ def test_links_out_of_a_model_folder(tmp_path: Path):
     encoder = {"type": "sentence-transformers", "dim": 384, "folder": "sentence-transformers"}
     config = {"format": "dupq-model/1", "encoder": encoder, "threshold": 0.5}
     (model / "config.json").write_text(json.dumps(config))
-    refused(dupq("predict", "How?", "Why?", "--model", str(model)), saying="outside")
+    refused(dupq("predict", "How?", "Why?", "--model", str(model)), "outside")
 
 
 @pytest.mark.parametrize(

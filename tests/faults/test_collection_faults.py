@@ -18,8 +18,9 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, Server, build, clean, dupq, library_refuses, refused, stored, strict_json, synthetic
+from faultkit import AUTH, Server, build, clean, dupq, stored, strict_json, synthetic
 
+from support.errors import library_refuses, refused
 from support.serving import free_port
 from support.serving import http as request
 
@@ -131,8 +132,8 @@ def test_nan_embedding_on_open(tmp_path: Path):
     folder = build(tmp_path / "c")
     (folder / "index.faiss").unlink()
     set_vector(folder, 9, math.nan)
-    refused(dupq("search", str(folder), synthetic(10)[9], "-k", "1"), saying="question 9")
-    refused(dupq("serve", str(folder), "--port", str(free_port()), timeout=60), saying="question 9")
+    refused(dupq("search", str(folder), synthetic(10)[9], "-k", "1"), "question 9")
+    refused(dupq("serve", str(folder), "--port", str(free_port()), timeout=60), "question 9")
 
 
 def test_damaged_rows(tmp_path: Path):
@@ -141,7 +142,7 @@ def test_damaged_rows(tmp_path: Path):
     cut = build(tmp_path / "cut", n=300)
     (cut / "index.faiss").unlink()
     sql(cut, "UPDATE embeddings SET vectors = substr(vectors, 1, 100) WHERE start = 128")
-    refused(dupq("search", str(cut), "How do I learn Python?"), saying="question 128")
+    refused(dupq("search", str(cut), "How do I learn Python?"), "question 128")
     folder = build(tmp_path / "c")
     sql(folder, "UPDATE questions SET text = CAST(X'fffe41' AS TEXT) WHERE id = 7")
     run, hits = search_json(folder, 7, k=3)
@@ -187,7 +188,7 @@ def test_milvus_lite_in_use(tmp_path: Path):
         runs = [dupq("index", "add", location, "How do I learn Python quickly?"), dupq("search", location, "How?")]
         added = request(server.url + "/questions", json.dumps({"text": "How do I cook rice well?"}).encode(), AUTH)
     for run in runs:
-        refused(run, saying="in use by another process")
+        refused(run, "in use by another process")
     assert added.status == 201
 
 
@@ -208,4 +209,4 @@ def test_read_only_collection(tmp_path: Path):
     search = inside("search", str(mount), synthetic(6)[5], "-k", "1", "--json")
     clean(search)
     assert [h["id"] for h in json.loads(search.stdout)["hits"]] == [5]
-    refused(inside("index", "add", str(mount), "What is a new question?"), saying="read-only")
+    refused(inside("index", "add", str(mount), "What is a new question?"), "read-only")

@@ -16,7 +16,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, build, clean, dupq, library_refuses, refused, synthetic
+from faultkit import AUTH, build, clean, dupq, synthetic
+
+from support.errors import library_refuses, refused
 
 pytestmark = pytest.mark.faults
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import faultkit
 import pytest
-from faultkit import build, clean, dupq, refused, synthetic
+from faultkit import build, clean, dupq, synthetic
+
+from support.errors import refused
 
 pytestmark = pytest.mark.faults
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, TRAIN, Server, build, clean, dupq, pairs_file, refused, stored, synthetic
+from faultkit import AUTH, TRAIN, Server, build, clean, dupq, pairs_file, stored, synthetic
 
+from support.errors import refused
 from support.serving import free_port
 from support.serving import http as request
 

@@ -13,7 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, build, clean, dupq, library_refuses, synthetic
+from faultkit import AUTH, build, clean, dupq, synthetic
+
+from support.errors import library_refuses
 
 pytestmark = pytest.mark.faults
 
@@ -77,7 +79,7 @@ def test_control_characters_in_a_milvus_filter(tmp_path: Path):
     from dupq.collection.rows import StoreFailure
     from dupq.core.errors import DupqError
     from dupq.modeling.model import Model
-    from servicekit import milvus_or_skip
+    from support.servicekit import milvus_or_skip
 
     location = milvus_or_skip(tmp_path / "c.db")
     texts = synthetic(10)

@@ -2,16 +2,22 @@
 twice, an endless line, a full disk during a build, a broken Milvus address, spreadsheet formulas, keys given
 twice, output paths that are folders or lie in missing folders, and torchrun ranks given other options.
 
-Each test runs the CLI end to end in a subprocess (``tests/test_faults_input.py`` checks the same rules in
-this process). A command that reads without bound runs with its memory capped (1 GiB of data), so on code
-without the line cap it fails in seconds with a MemoryError instead of taking the machine's memory.
+A fault met through the CLI is run both ways (the ``run`` fixture): in this process with ``CliRunner``, and as
+a user runs ``dupq``, in a subprocess (:data:`faultkit.DUPQ`). The rule under it is checked once more through
+the library (``read_questions``, ``read_pairs``, ``RowWriter``, ``atomic_write``), so each test also fails on
+code without the rule. A command that reads without bound runs only in a subprocess, with its memory capped
+(1 GiB of data): on code without the line cap it fails in seconds with a MemoryError instead of taking the
+machine's memory.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
 import os
+import random
 import resource
 import shutil
 import signal
@@ -24,17 +30,44 @@ from pathlib import Path
 
 import faultkit
 import pytest
-from faultkit import TRAIN, build, clean, dupq, pairs_file, refused, stored, synthetic
+from faultkit import TRAIN, build, clean, pairs_file, stored, synthetic
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.collection.collection import Collection, KeyConflict
+from dupq.core.errors import DupqError
+from dupq.core.files import new_folder
+from dupq.data.pairs import read_pairs
+from dupq.data.questions import read_questions
+from dupq.data.tables import RowWriter
+from dupq.modeling.model import Model
+from support.errors import refused
 
 pytestmark = pytest.mark.faults
 
 BOM = b"\xef\xbb\xbf"
 LINE_CAP = "longer than 1,048,576 bytes"
-MILVUS = "milvus+http://[::1?collection=x"
+LONG = 2 << 20  # bytes of an overlong line: twice the cap
+PAIRS = b"How do I learn Python?\tWhat is the best way to learn Python?\nHow old are you?\tWhat is your age?\n"
+MILVUS = ["milvus+http://[::1?collection=x", "milvus+https://[fe80::1/?collection=x"]  # unclosed IPv6 brackets
+
+
+def in_process(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """``dupq *args`` through ``CliRunner`` in this process, answered as a subprocess would be."""
+    result = CliRunner().invoke(app, [str(a) for a in args], input=stdin)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a crash, shown with its traceback
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes, result.stderr_bytes)
+
+
+@pytest.fixture(params=["in-process", "subprocess"])
+def run(request):
+    """``run(*args, stdin=...)``: ``dupq *args`` one of the two ways, as a ``CompletedProcess`` either way."""
+    return in_process if request.param == "in-process" else faultkit.dupq
 
 
 def limited(*args: str, data: int = 1 << 30, file_size: int | None = None, stdin: bytes | None = None):
-    """``dupq *args`` with its memory (and the size of any file it writes) capped."""
+    """``dupq *args`` in a subprocess with its memory (and the size of any file it writes) capped."""
 
     def caps() -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (data, data))
@@ -45,35 +78,84 @@ def limited(*args: str, data: int = 1 << 30, file_size: int | None = None, stdin
     return subprocess.run(command, input=stdin, capture_output=True, timeout=180, env=faultkit.ENV, preexec_fn=caps)
 
 
-def test_byte_order_mark(tmp_path: Path):
-    """a file starting with a UTF-8 byte-order mark reads as the same file without one."""
-    pairs = b"How do I learn Python?\tWhat is the best way to learn Python?\nHow old are you?\tWhat is your age?\n"
+# a UTF-8 byte-order mark is not part of the first line.
+
+
+@pytest.mark.parametrize("name", ["q.txt", "q.csv", "q.txt.gz"])
+def test_a_byte_order_mark_is_not_read_as_text(tmp_path, name):
+    questions = synthetic(3)
+    body = ("question\n" if name.endswith(".csv") else "") + "\n".join(questions) + "\n"
+    plain, marked = tmp_path / f"plain-{name}", tmp_path / f"marked-{name}"
+    write = gzip.compress if name.endswith(".gz") else bytes
+    plain.write_bytes(write(body.encode()))
+    marked.write_bytes(write(BOM + body.encode()))
+    assert read_questions(marked).texts == read_questions(plain).texts == questions
+
+
+def test_byte_order_mark(tmp_path: Path, run):
+    """a file (or standard input) starting with a UTF-8 byte-order mark reads as the same without one."""
     questions = ("\n".join([*synthetic(3), synthetic(1)[0]]) + "\n").encode()
     outputs = {}
     for name, mark in (("plain", b""), ("marked", BOM)):
-        (tmp_path / f"{name}.tsv").write_bytes(mark + pairs)
+        (tmp_path / f"{name}.tsv").write_bytes(mark + PAIRS)
         (tmp_path / f"{name}.txt").write_bytes(mark + questions)
-        clean(dupq("index", "build", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / name)))
+        clean(run("index", "build", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / name)))
         outputs[name] = [
-            dupq("predict", "--pairs", str(tmp_path / f"{name}.tsv")).stdout,
-            dupq(
+            run("predict", "--pairs", str(tmp_path / f"{name}.tsv")).stdout,
+            run("predict", "--pairs", "-", stdin=mark + PAIRS).stdout,
+            run(
                 "search", str(tmp_path / "plain"), "--queries", str(tmp_path / f"{name}.txt"), "--json", "-k", "1"
             ).stdout,
-            dupq("dedup", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / f"{name}.json")).returncode,
+            run("dedup", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / f"{name}.json")).returncode,
             json.loads((tmp_path / f"{name}.json").read_text()),
             [text for _, _, text in stored(tmp_path / name)],
         ]
-    assert outputs["plain"][0] and outputs["plain"] == outputs["marked"]
+    assert len(outputs["plain"][0].splitlines()) == 2 and outputs["plain"] == outputs["marked"]
 
 
-def test_repeated_header_names(tmp_path: Path):
+# a header that names a column twice.
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    (tmp_path / "t.csv").write_text("question,tag,tag\nHow do I cook rice?,a,b\n")
+    with pytest.raises(DupqError, match=r"'tag' twice \(columns 2 and 3\)"):
+        read_questions(tmp_path / "t.csv")
+    (tmp_path / "p.tsv").write_text("id\tquestion1\tquestion2\tis_duplicate\tid\n1\tHow?\tWhy?\t0\t2\n")
+    with pytest.raises(DupqError, match=r"'id' twice \(columns 1 and 5\)"):
+        read_pairs(tmp_path / "p.tsv")
+
+
+def test_repeated_header_names(tmp_path: Path, run):
     """`question,tag,tag` is refused (one tag would be dropped), by every command that reads a table."""
     (tmp_path / "t.csv").write_text("question,tag,tag\nHow do I cook rice?,a,b\nHow do I boil eggs?,c,d\n")
     folder = build(tmp_path / "c")
     said = "names the column 'tag' twice (columns 2 and 3)"
-    refused(dupq("index", "build", str(tmp_path / "t.csv"), "--out", str(tmp_path / "new")), said)
-    refused(dupq("index", "add", str(folder), "--file", str(tmp_path / "t.csv")), said)
-    refused(dupq("dedup", str(tmp_path / "t.csv"), "--out", str(tmp_path / "d.json")), said)
+    refused(run("index", "build", str(tmp_path / "t.csv"), "--out", str(tmp_path / "new")), said)
+    refused(run("index", "add", str(folder), "--file", str(tmp_path / "t.csv")), said)
+    refused(run("dedup", str(tmp_path / "t.csv"), "--out", str(tmp_path / "d.json")), said)
+
+
+# a line longer than the cap ends the read with one sentence naming the line.
+
+
+@pytest.mark.parametrize("name", ["q.txt", "q.csv", "p.tsv"])
+def test_an_overlong_line_is_refused_with_its_number(tmp_path, name):
+    path = tmp_path / name
+    header = {"q.txt": b"", "q.csv": b"question\n", "p.tsv": b"question1\tquestion2\tis_duplicate\n"}[name]
+    row = b"How?\tWhy?\t1\n" if name == "p.tsv" else b"How do I learn Python?\n"
+    path.write_bytes(header + row + row + b"x" * LONG + b"\n" + row)
+    read = read_pairs if name == "p.tsv" else read_questions
+    number = 3 if name == "q.txt" else 4
+    with pytest.raises(DupqError, match=rf"line {number} of .*{name} is longer than 1,048,576 bytes"):
+        read(path)
+
+
+def test_predict_judges_the_lines_before_an_overlong_one_then_refuses_it(tmp_path, run):
+    (tmp_path / "p.tsv").write_bytes(PAIRS + b"x" * LONG)  # no line end: /dev/zero's way
+    for args, stdin in (([str(tmp_path / "p.tsv")], None), (["-"], PAIRS + b"x" * LONG)):
+        result = run("predict", "--pairs", *args, stdin=stdin)
+        refused(result, "line 3 of", LINE_CAP)
+        assert [line.split(b"\t")[0] for line in result.stdout.splitlines()[:2]] == [b"1", b"2"]
 
 
 def test_endless_line(tmp_path: Path):
@@ -88,52 +170,139 @@ def test_endless_line(tmp_path: Path):
     refused(limited("search", str(folder), "--queries", zero), LINE_CAP)
 
 
+def naive_lines(data: bytes) -> list[bytes]:
+    """The lines of ``data`` without their ``\\n``, the last one even if empty: the reference for the cap."""
+    return data.split(b"\n")
+
+
+class Trickle(io.RawIOBase):
+    """A source that hands out at most a few bytes at a time, as a pipe may."""
+
+    def __init__(self, data: bytes, rng: random.Random):
+        self.data, self.at, self.rng = data, 0, rng
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.rng.randint(1, 9), len(self.data) - self.at)
+        buffer[:n] = self.data[self.at : self.at + n]
+        self.at += n
+        return n
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_cap_and_the_mark_against_a_naive_reference(seed):
+    from dupq.data.text import _CheckedBytes
+
+    rng = random.Random(seed)
+    limit = rng.randint(1, 12)
+    lines = [bytes(rng.choice(b"ab\r") for _ in range(rng.randint(0, limit + 2))) for _ in range(rng.randint(1, 6))]
+    body = b"\n".join(lines)
+    data = (BOM if rng.random() < 0.5 else b"") + body
+    reader = io.BufferedReader(_CheckedBytes(io.BufferedReader(Trickle(data, rng), 4), "x", limit), 8)
+    too_long = [i + 1 for i, line in enumerate(naive_lines(body)) if len(line) > limit]
+    if too_long:
+        with pytest.raises(DupqError, match=rf"^line {too_long[0]} of x is longer than {limit} bytes"):
+            reader.read()
+    else:
+        assert reader.read() == body
+
+
+# a full disk during `index build` (here: a file size limit the database outgrows).
+
+
 def test_index_build_on_a_full_disk(tmp_path: Path):
     """the database outgrows the space (a 256 KiB file size cap): one sentence, no folder left behind."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(3000)) + "\n")
-    refused(
+    error = refused(
         limited("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "c"), file_size=256 << 10),
         str(tmp_path / "c"),
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]
+    assert ".building" not in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # no collection, no hidden half-built one
 
 
-def test_unparsable_milvus_address(tmp_path: Path):
-    """`milvus+http://[::1?collection=x` (an unclosed IPv6 bracket) wherever a collection is named."""
+# a Milvus address that cannot be parsed.
+
+
+@pytest.mark.parametrize("where", MILVUS)
+def test_unparsable_milvus_address(tmp_path: Path, run, where):
+    """an unclosed IPv6 bracket wherever a collection is named."""
     (tmp_path / "q.txt").write_text("How do I learn Python?\n")
-    said = "the Milvus location " + MILVUS
-    refused(dupq("search", MILVUS, "How do I learn Python?"), said)
-    refused(dupq("index", "add", MILVUS, "How do I learn Python?"), said)
-    refused(dupq("index", "build", str(tmp_path / "q.txt"), "--out", MILVUS), said)
+    said = "the Milvus location " + where
+    refused(run("search", where, "How do I learn Python?"), said)
+    refused(run("index", "add", where, "How do I learn Python?"), said)
+    refused(run("index", "build", str(tmp_path / "q.txt"), "--out", where), said)
 
+
+# no spreadsheet formula in `dedup --out x.csv`.
 
 FORMULAS = ['=HYPERLINK("http://x.example","How do I learn Python?")', "+1+1 how do I add?", "-2+3 why?"]
 FORMULAS += ["@SUM(A1) how do I sum?", "\tHow do I indent?", "\rWhy do I return?"]
 
 
-def test_formulas_in_dedup_csv(tmp_path: Path):
+def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(tmp_path):
+    texts = [*FORMULAS, "How do I -x?", "What is 2+2?"]
+    keys = ["=1+1", "+k", "-k", "@k", "\tk", "\rk", "k", "k2"]
+    with open(tmp_path / "d.csv", "wb") as f, RowWriter(f, "csv", ["id", "text"]) as w:
+        w.write([{"id": k, "text": t} for k, t in zip(keys, texts)])
+    with open(tmp_path / "d.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+
+    def reference(cell: str) -> str:  # OWASP: a leading ' for = + - @ tab CR, anything else as it is
+        return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") else cell
+
+    assert [r["text"] for r in rows] == [reference(t) for t in texts]
+    assert [r["id"] for r in rows] == [reference(k) for k in keys]
+
+
+def test_formulas_in_dedup_csv(tmp_path: Path, run):
     """`dedup --out x.csv` never writes a cell a spreadsheet would run (=, +, -, @, tab, CR first)."""
     with open(tmp_path / "q.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["id", "question"])
         for i, text in enumerate(FORMULAS * 2):  # each twice: a cluster of duplicates, written out
             writer.writerow([f"=key{i}", text])
-    clean(dupq("dedup", str(tmp_path / "q.csv"), "--out", str(tmp_path / "d.csv")))
+    clean(run("dedup", str(tmp_path / "q.csv"), "--out", str(tmp_path / "d.csv")))
     with open(tmp_path / "d.csv", newline="", encoding="utf-8") as f:
         cells = [row["text"] for row in csv.DictReader(f)]
     assert [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))] == []
     assert sorted(c.removeprefix("'") for c in cells) == sorted(FORMULAS * 2)
 
 
-def test_duplicate_keys_in_one_file(tmp_path: Path):
-    """`1,cook rice` / `1,cook pasta` in one `index add --file`: refused naming both lines; no id taken."""
+# keys given twice in one file, or one add.
+
+
+def test_duplicate_keys_in_one_file(tmp_path: Path, run):
+    """`1,cook pasta` / `1,boil eggs` in one `index add --file`: refused naming the key and both lines; no id taken."""
     folder = build(tmp_path / "c")
-    (tmp_path / "k.csv").write_text("key,question\n1,How do I cook rice?\n1,How do I cook pasta?\n")
-    refused(
-        dupq("index", "add", str(folder), "--file", str(tmp_path / "k.csv"), "--key-column", "key"), "lines 2 and 3"
-    )
-    after = dupq("index", "add", str(folder), "How do I bake bread?")
+    (tmp_path / "k.csv").write_text("key,question\n1,How do I cook pasta?\n2,Why?\n1,How do I boil eggs?\n")
+    add = run("index", "add", str(folder), "--file", str(tmp_path / "k.csv"), "--key-column", "key")
+    refused(add, "'1'", "lines 2 and 4")
+    after = run("index", "add", str(folder), "How do I bake bread?")
     assert b"id 40" in after.stdout and [i for i, _, _ in stored(folder)] == list(range(41))
+    assert [text for _, _, text in stored(folder)] == [*synthetic(40), "How do I bake bread?"]
+
+
+def test_a_key_given_twice_in_one_add_is_not_called_stored(tmp_path):
+    questions = synthetic(3)
+    with Collection.build(tmp_path / "c", questions, Model.load()) as coll:
+        with pytest.raises(KeyConflict) as e:
+            coll.add(["How do I cook pasta?", "How do I boil eggs?"], keys=["1", "1"])
+        assert "questions 1 and 2" in str(e.value) and "stored already" not in str(e.value)
+        assert coll.add(["How do I bake bread?"]) == [3]
+
+
+# output paths: the error names the user's path; a missing folder is not created.
+
+
+@pytest.mark.parametrize("name", ["x.json", "x.jsonl"])
+def test_dedup_into_a_folder_names_the_folder_not_a_temporary_file(tmp_path, run, name):
+    (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
+    (tmp_path / name).mkdir()
+    error = refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / name)), str(tmp_path / name))
+    assert ".tmp" not in error and list((tmp_path / name).iterdir()) == []
 
 
 @contextmanager
@@ -155,35 +324,58 @@ def read_only(folder: Path) -> Iterator[bool]:
             subprocess.run(["chattr", "-i", str(folder)])
 
 
-def test_errors_name_the_users_path(tmp_path: Path):
-    """`dedup --out x.json` where x.json is a folder, and `calibrate` of a read-only model folder (where the file
-    system lets it be made one): the sentence names the user's path, never a temporary file."""
+def test_calibrate_of_a_read_only_model_names_the_model_file(tmp_path: Path):
+    """`calibrate` of a read-only model folder (where the file system lets it be made one): the sentence names
+    the user's file, never a temporary file."""
     from dupq.modeling.model import BUNDLED
 
-    (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
-    (tmp_path / "x.json").mkdir()
-    runs = [(dupq("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "x.json")), str(tmp_path / "x.json"))]
     model = shutil.copytree(BUNDLED, tmp_path / "model")
     metrics = json.loads((model / "metrics.json").read_text())
     metrics.setdefault("training", {})["split"] = {"train_pool": 400, "test": 100, "dev": 100}  # pairs_file's rows
     (model / "metrics.json").write_text(json.dumps(metrics))
     data = pairs_file(tmp_path)
     with read_only(model) as done:
-        if done:
-            runs.append((dupq("calibrate", str(model), "--data", str(data)), str(model / "model.safetensors")))
-    for run, path in runs:
-        refused(run, path)
-        assert b".tmp" not in run.stderr
+        if not done:
+            pytest.skip("this file system cannot make a folder read-only for root")
+        error = refused(faultkit.dupq("calibrate", str(model), "--data", str(data)), str(model / "model.safetensors"))
+    assert ".tmp" not in error
 
 
-def test_missing_output_folder(tmp_path: Path):
-    """`dedup --out /nonexistent/dir/x.json` is refused; no folder is created."""
+def test_a_write_the_file_system_refuses_names_the_target(tmp_path, monkeypatch):
+    """A read-only folder (simulated: tests may run as root, whom permissions do not stop): the error names
+    the file the user asked for, from the library and on the command line, never the temporary file."""
+    import dupq.core.files
+
+    model = tmp_path / "model"
+    Model.load().save(model)
+    (tmp_path / "q.txt").write_text("\n".join(synthetic(3)) + "\n")
+
+    def read_only(prefix, suffix, dir):
+        raise PermissionError(13, "Permission denied", os.path.join(dir, f"{prefix}abc{suffix}"))
+
+    monkeypatch.setattr(dupq.core.files.tempfile, "mkstemp", read_only)
+    with pytest.raises(PermissionError) as e:
+        Model.load(model).save(model, half=None)  # what `dupq calibrate` does last
+    assert e.value.filename == str(model / "model.safetensors")
+    error = refused(
+        in_process("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.json")), "Permission denied"
+    )
+    assert str(tmp_path / "d.json") in error and ".tmp" not in error
+
+
+def test_a_failure_inside_a_new_folder_names_the_file_in_the_folder(tmp_path):
+    with pytest.raises(OSError) as e, new_folder(tmp_path / "c") as tmp:
+        raise OSError(28, "No space left on device", str(tmp / "index.faiss"))
+    assert isinstance(e.value, OSError) and e.value.filename == str(tmp_path / "c" / "index.faiss")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["x.json", "x.jsonl", "x.csv"])
+def test_missing_output_folder(tmp_path: Path, run, name):
+    """`dedup --out /nonexistent/dir/x.json` is refused naming the folder; no folder is created."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
-    for kind in ("json", "csv"):
-        refused(
-            dupq("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "none" / "dir" / f"x.{kind}")),
-            "does not exist",
-        )
+    out = tmp_path / "none" / "dir" / name
+    refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out.parent), "does not exist")
     assert not (tmp_path / "none").exists()
 
 

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import Server, build, clean, dupq, library_refuses, refused, stored, synthetic
+from faultkit import Server, build, clean, dupq, stored, synthetic
 
+from support.errors import library_refuses, refused
 from support.serving import free_port
 
 pytestmark = pytest.mark.faults

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, TOPICS, Server, build, dupq, lacks_headers, library_refuses, refused, stored, synthetic
+from faultkit import AUTH, TOPICS, Server, build, dupq, lacks_headers, stored, synthetic
 
+from support.errors import library_refuses, refused
 from support.private import writer_connection
 from support.serving import http as request
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import faultkit
 import pytest
-from faultkit import TRAIN, clean, dupq, pairs_file, refused
+from faultkit import TRAIN, clean, dupq, pairs_file
+
+from support.errors import refused
 
 pytestmark = pytest.mark.faults
 

@@ -127,3 +127,14 @@ class ServeProcess:
         """What the server has written on stderr so far."""
         self._log.seek(0)
         return self._log.read().decode("utf-8", "replace")
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The value of sample ``name`` with ``labels`` in a Prometheus text exposition (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0

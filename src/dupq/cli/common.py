@@ -220,7 +220,7 @@ def _option_annotation(f: Field, kind: type) -> Any:
 
 # The options several commands take, declared once. A command's own help may say what its default
 # is (the bundled model, the collection's); the name, the metavar and the checks are these.
-# `docs/cli.md` states the convention and tests/test_cli_convention.py holds every command to it.
+# `docs/cli.md` states the convention and tests/cli/test_cli_convention.py holds every command to it.
 
 MODEL_HELP = "Model folder (default: the bundled model)."
 COLLECTION_HELP = (

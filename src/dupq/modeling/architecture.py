@@ -7,7 +7,7 @@ definition). Loading a model to judge or search reads both and runs the NumPy ke
 (:mod:`dupq.modeling.kernels`), so this module, and every one a loaded model needs, imports no
 torch: a command that judges one pair starts in a fraction of a second instead of paying seconds
 for ``import torch``. :func:`weight_shapes` is what a folder's weights must hold;
-``tests/test_encoders.py`` keeps it equal to the torch modules' state dicts for every type.
+``tests/modeling/test_encoders.py`` keeps it equal to the torch modules' state dicts for every type.
 
 >>> weight_shapes("lstm", EncoderConfig(vocab_size=10, dim=4), HeadConfig(dim=4))["lstm.weight_hh_l0"]
 (16, 4)

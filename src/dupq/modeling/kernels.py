@@ -9,7 +9,7 @@ searches with these kernels and with torch in one run (figures in docs/scale.md)
 
 The torch modules stay the definition (:class:`~dupq.modeling.encoders.Encoder`,
 :class:`~dupq.modeling.heads.PairHead`); this module is a second backend for their forward pass at
-inference, like an exported runtime, and ``tests/test_kernels.py`` holds the two equal on random
+inference, like an exported runtime, and ``tests/modeling/test_kernels.py`` holds the two equal on random
 weights and on the bundled model. The kernels read weights as NumPy arrays under the modules'
 state-dict names: a torch module's (views of its parameters), or a model folder's as
 ``model.safetensors`` holds them (:class:`Stored`), so that a model loaded to judge and search

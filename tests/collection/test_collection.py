@@ -1,0 +1,703 @@
+"""The persistent collection: build, open, add, search, refusals, threads, and kill -9 mid-add."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.collection.collection import Collection, Hit, KeyConflict
+from dupq.collection.folder.backend import DATABASE, INDEX_FILE
+from dupq.core.errors import DupqError
+from dupq.index.vectors import search
+from dupq.modeling.model import Model
+from support.errors import refused
+
+
+def distinct(splits, n: int, skip: int = 0) -> list[str]:
+    """``n`` distinct non-empty questions of the small split, after the first ``skip``."""
+    seen: dict[str, None] = {}
+    for q in splits.pool.q1 + splits.pool.q2 + splits.test.q1 + splits.test.q2:
+        if q.strip():
+            seen.setdefault(q)
+        if len(seen) >= n + skip:
+            break
+    return list(seen)[skip:]
+
+
+@pytest.fixture(scope="module")
+def texts(small_splits) -> list[str]:
+    return distinct(small_splits, 2000)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, texts, tiny_model) -> Path:
+    folder = tmp_path_factory.mktemp("coll") / "faq"
+    meta = [{"row": i} if i % 2 else {} for i in range(len(texts))]
+    Collection.build(folder, texts, tiny_model, keys=[f"q{i}" for i in range(len(texts))], metadata=meta).close()
+    return folder
+
+
+def stored_count(folder: Path) -> tuple[int, int]:
+    with sqlite3.connect(folder / DATABASE) as db:
+        return db.execute("SELECT COUNT(*), (SELECT SUM(count) FROM embeddings) FROM questions").fetchone()
+
+
+def test_build_open_search(built, texts, tiny_model):
+    with Collection.open(built) as coll:  # no model: the recorded folder is loaded
+        assert len(coll) == len(texts) and coll.threshold == coll.model.threshold
+        hits = coll.search([texts[7], texts[8]], k=5)
+        assert [len(h) for h in hits] == [5, 5]
+        top = hits[0][0]
+        assert isinstance(top, Hit) and top.id == 7 and top.text == texts[7] and top.score > 0.999
+        assert top.duplicate and top.key == "q7" and top.metadata == {"row": 7}
+        assert hits[1][0].metadata == {} and hits[1][0].key == "q8"
+        assert all(a.score >= b.score for a, b in zip(hits[0], hits[0][1:]))
+        # The collection's answer is the pure search over the stored questions' vectors.
+        queries = ["How do I learn Python fast?", "Why is the sky blue?"]
+        got = coll.search(queries, k=10)
+        want_scores, want_ids = search(tiny_model.encode(queries), tiny_model.encode(texts), 10)
+        assert [[h.id for h in row] for row in got] == want_ids.tolist()
+        np.testing.assert_allclose([[h.score for h in row] for row in got], want_scores, atol=1e-5)
+        assert len(coll.search(["anything at all"], k=len(texts) + 50)[0]) == len(texts)
+
+
+def test_add_is_durable_and_indexed(tmp_path, texts, tiny_model):
+    folder = tmp_path / "c"
+    coll = Collection.build(folder, texts[:300], tiny_model, index="hnsw")
+    assert coll.add(texts[300:310], metadata=[{"answer": i} for i in range(10)]) == list(range(300, 310))
+    assert coll.add([]) == []
+    assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
+    # A second handle, opened without closing the first (as after a crash), sees every added row.
+    other = Collection.open(folder, tiny_model)
+    assert len(other) == 310 and other.indexed == 310
+    assert other.search([texts[309]], k=1)[0][0].id == 309
+    # Rows added by another handle are caught up before this one adds its own.
+    assert other.add([texts[400]]) == [310]
+    assert coll.add([texts[401]]) == [311]
+    assert coll.search([texts[400]], k=1)[0][0].id == 310
+    coll.close()
+    other.close()
+    coll.close()  # closing twice is harmless
+    with pytest.raises(DupqError, match="closed"):
+        coll.search(["x"])
+
+
+def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:200], tiny_model).close()
+    with Collection.open(folder) as coll:
+        coll.add(texts[200:250])  # fewer than SAVE_ON_CLOSE rows: index.faiss stays a stale prefix of 200
+    with Collection.open(folder) as coll:
+        assert coll.indexed == 250 and coll.search([texts[240]], k=1)[0][0].id == 240
+    (folder / INDEX_FILE).write_bytes(b"garbage")
+    with Collection.open(folder) as coll:
+        assert coll.indexed == 250 and coll.search([texts[10]], k=1)[0][0].id == 10
+    # An index file of another collection (same size, other vectors) is detected and rebuilt.
+    Collection.build(tmp_path / "d", texts[1000:1200], tiny_model).close()
+    (folder / INDEX_FILE).write_bytes((tmp_path / "d" / INDEX_FILE).read_bytes())
+    with Collection.open(folder) as coll:
+        assert coll.search([texts[150]], k=1)[0][0].id == 150
+
+
+def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
+    other = Model.create(tiny_model.encoder.vocab, dim=32)
+    with pytest.raises(DupqError, match=rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"):
+        Collection.open(built, other)
+    with pytest.raises(DupqError, match="does not exist"):
+        Collection.open(tmp_path / "missing")
+    with pytest.raises(DupqError, match="not a dupq collection"):
+        Collection.open(tmp_path)
+    with pytest.raises(DupqError, match="not empty"):
+        Collection.build(built, ["a question"], tiny_model)
+    with pytest.raises(DupqError, match="question 2 is empty"):
+        Collection.build(tmp_path / "e", ["a question", "  "], tiny_model)
+    with pytest.raises(DupqError, match="not unique"):
+        Collection.build(tmp_path / "e", ["a", "b"], tiny_model, keys=["x", "x"])
+    assert not (tmp_path / "e").exists()
+    with Collection.open(built) as coll:
+        with pytest.raises(DupqError, match="query 1 is empty"):
+            coll.search(["   "])
+        with pytest.raises(DupqError, match="not a single string"):
+            coll.search("How?")
+        with pytest.raises(DupqError, match="JSON"):
+            coll.add(["ok"], metadata=[{"bad": object()}])
+        assert len(coll) == 2000  # nothing half-added by the refused add
+
+
+def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):
+    other_dir = tmp_path / "other-model"
+    Model.create(tiny_model.encoder.vocab, dim=32).save(other_dir)
+    runner = CliRunner()
+    cases = {
+        "different model": ["search", str(built), "How?", "--model", str(other_dir)],
+        "empty query": ["search", str(built), "  "],
+        "missing collection": ["search", str(tmp_path / "nope"), "How?"],
+    }
+    for args in cases.values():
+        refused(runner.invoke(app, args))
+    result = runner.invoke(app, ["search", str(built), "How do I learn Python?", "-k", "3", "--json"])
+    assert result.exit_code == 0 and result.output.count('"id"') >= 3
+
+
+def test_cli_build_add_search(tmp_path, small_splits, tiny_model_dir):
+    runner = CliRunner()
+    qfile = tmp_path / "faq.csv"
+    qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
+    out = tmp_path / "faq"
+    result = runner.invoke(
+        app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", str(out), "--index", "hnsw"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "stored 2 questions" in result.output
+    result = runner.invoke(app, ["index", "add", str(out), "How can I learn Python quickly?"])
+    assert result.exit_code == 0 and "id 2" in result.output
+    result = runner.invoke(app, ["search", str(out), "How do I learn Python?", "-k", "1"])
+    assert result.exit_code == 0 and "How do I learn Python?" in result.output
+    queries = tmp_path / "q.txt"
+    queries.write_text("Why is the sky blue?\nHow to learn Python?\n")
+    result = runner.invoke(app, ["search", str(out), "--queries", str(queries), "-k", "2", "--json"])
+    assert result.exit_code == 0 and len(result.output.strip().splitlines()) == 2
+    assert '"answer": "Rayleigh"' in result.output
+
+
+def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
+    coll = Collection.build(tmp_path / "c", texts[:500], tiny_model, index="hnsw")
+    errors: list[BaseException] = []
+
+    def searcher():
+        try:
+            for i in range(30):
+                hits = coll.search([texts[i]], k=3)[0]
+                assert hits[0].id == i
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def adder(lo):
+        try:
+            for j in range(lo, lo + 100, 10):
+                coll.add(texts[j : j + 10])
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=searcher) for _ in range(3)] + [
+        threading.Thread(target=adder, args=(lo,)) for lo in (500, 600)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(coll) == coll.indexed == 700
+    stored = {i: text for i, _, text in rows(coll.folder)}
+    assert sorted(stored.values()) == sorted(texts[:700])  # every add landed once, whole
+    coll.close()
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model_dir):
+    """kill -9 a `dupq index add --file` of 10,000 questions mid-way; reopen; nothing lost or half-added."""
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:500], tiny_model, index="hnsw").close()
+    new = distinct(small_splits, 10_000, skip=2000)
+    assert len(new) == 10_000
+    qfile = tmp_path / "new.txt"
+    qfile.write_text("\n".join(new) + "\n")
+    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
+    proc = subprocess.Popen(
+        [*dupq, "index", "add", str(folder), "--file", str(qfile), "--batch-size", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    reported: list[int] = []
+    for line in proc.stdout:
+        lo, hi = map(int, re.search(r"ids (\d+)-(\d+)", line).groups())
+        reported.extend(range(lo, hi + 1))
+        if len(reported) >= 1000:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    questions, vectors = stored_count(folder)
+    assert questions == vectors  # every stored question has its embedding, and no more
+    assert 500 + len(reported) <= questions < 500 + len(new)  # all acknowledged, not all
+    with Collection.open(folder) as coll:
+        assert len(coll) == coll.indexed == questions
+        found = coll.search([new[i - 500] for i in reported], k=10)
+        for i, row in zip(reported, found):  # questions the tiny model encodes alike tie at the top
+            assert i in {h.id for h in row if h.score > row[0].score - 1e-5}
+        stored = {i: text for i, _, text in rows(folder)}
+        assert [stored[i] for i in reported] == [new[i - 500] for i in reported]
+
+
+# Faults, one per class a hostile tester found: synthetic questions and the bundled model, so these need no training.
+
+TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
+ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
+
+
+def synthetic(n: int, offset: int = 0) -> list[str]:
+    """``n`` distinct questions made from templates (question ``i`` is the same on every call)."""
+    return [
+        ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)]) + f" ({i})"
+        for i in range(offset, offset + n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return Model.load()
+
+
+def rows(folder: Path) -> list[tuple]:
+    with sqlite3.connect(folder / DATABASE) as db:
+        return db.execute("SELECT id, key, text FROM questions ORDER BY id").fetchall()
+
+
+def full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
+    import dupq.collection.collection
+    import dupq.collection.folder.cache
+
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(20), bundled).close()
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)  # ... on a full disk
+    new = synthetic(5, offset=20)
+    with Collection.open(folder, bundled) as coll:
+        ids = coll.add(new[:3], keys=["a", "b", None])
+        assert ids == [20, 21, 22] and "No space left" in coll.cache_error
+        assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
+        assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
+        with pytest.raises(dupq.collection.collection.KeyConflict, match="'a' is stored already"):
+            coll.add([new[4]], keys=["a"])
+        assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
+    assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
+    monkeypatch.undo()
+    with Collection.open(folder, bundled) as coll:  # index.faiss was never rewritten: rebuilt from SQLite
+        assert coll.indexed == len(coll) == 24
+
+
+def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
+    import dupq.collection.folder.cache
+
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(10), bundled).close()
+    table = tmp_path / "new.csv"
+    table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
+    runner = CliRunner()
+    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
+    for _ in range(2):  # the second run is a user re-running the command after the first "failed"
+        result = runner.invoke(
+            app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"]
+        )
+        assert result.exit_code == 0, result.output
+        assert (
+            "ids 10-13" in result.output
+            and "ids 14-15" in result.output
+            and "warning: could not write" in result.output
+        )
+    result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
+    result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
+    assert result.exit_code == 0 and "id 16" in result.output
+    assert [(r[1], r[2]) for r in rows(folder)][10:] == [
+        (f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))
+    ] + [("x1", "One more question about chess?")]
+
+
+def test_reads_see_adds_of_another_process(location, bundled, one_torch_thread):
+    Collection.build(location, synthetic(30), bundled).close()
+    server = Collection.open(location, bundled)
+    assert len(server.search(synthetic(1), k=1)[0]) == 1
+    new = synthetic(3, offset=30)
+    with Collection.open(location, bundled) as other:  # another process (its own connections, its own FAISS)
+        ids = other.add(new)
+    got = server.search(new, k=1)
+    assert [row[0].id for row in got] == ids and [row[0].text for row in got] == new
+    assert len(server) == 33
+    server.close()
+
+
+def test_the_whole_index_cache_is_checked(tmp_path, bundled, one_torch_thread):
+    import faiss
+
+    folder = tmp_path / "c"
+    texts = synthetic(50)
+    Collection.build(folder, texts, bundled).close()
+    index = faiss.read_index(str(folder / INDEX_FILE))
+    vectors = index.reconstruct_n(0, index.ntotal)
+    vectors[5] = -vectors[5]  # neither the first nor the last vector: only a whole-file check sees it
+    altered = faiss.IndexFlatIP(index.d)
+    altered.add(vectors)
+    faiss.write_index(altered, str(folder / INDEX_FILE))
+    with Collection.open(folder, bundled) as coll:
+        assert coll.search([texts[5]], k=1)[0][0].id == 5  # rebuilt from the stored embeddings
+        assert np.array_equal(coll.stored_vectors([5])[0], -vectors[5])  # the stored vector, not the altered one
+
+
+def corrupt(folder: Path, how: str) -> None:
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if how == "random sqlite":
+        (folder / DATABASE).write_bytes(os.urandom(8192))
+    elif how == "truncated sqlite":
+        data = (folder / DATABASE).read_bytes()
+        (folder / DATABASE).write_bytes(data[: len(data) // 3])
+    elif how == "short blob":
+        with sqlite3.connect(folder / DATABASE) as db:
+            db.execute("UPDATE embeddings SET vectors = substr(vectors, 1, 100)")
+    else:
+        patch = {
+            "dim": {"dim": 64},
+            "model string": {"model": "bundled"},
+            "hnsw_m": {"index": {"kind": "hnsw", "hnsw_m": -3}},
+            "dim string": {"dim": "768"},
+            "not an object": None,
+        }[how]
+        manifest = [] if patch is None else {**manifest, **patch}
+        manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["random sqlite", "truncated sqlite", "short blob", "dim", "model string", "hnsw_m", "dim string", "not an object"],
+)
+def test_corrupt_collection_files_are_one_sentence(tmp_path, bundled, how, one_torch_thread):
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(300), bundled).close()
+    (folder / INDEX_FILE).unlink()  # so that opening must read every stored embedding
+    corrupt(folder, how)
+    with pytest.raises(DupqError) as e:
+        Collection.open(folder, bundled).search(["How do I learn Python?"])
+    assert str(folder) in str(e.value) and "\n" not in str(e.value)
+    result = CliRunner().invoke(app, ["search", str(folder), "How do I learn Python?"])
+    refused(result)
+
+
+def test_questions_with_no_words_are_refused_everywhere(tmp_path, bundled, one_torch_thread):
+    folder = tmp_path / "c"
+    with pytest.raises(DupqError, match="question 2 has no words"):
+        Collection.build(folder, ["How are you?", "???"], bundled)
+    Collection.build(folder, synthetic(10), bundled).close()
+    with Collection.open(folder, bundled) as coll:
+        for bad in ["???", "!?!", "...", "\u001c", "  "]:
+            with pytest.raises(DupqError, match="question 1 (has no words|is empty)"):
+                coll.add([bad])
+            with pytest.raises(DupqError, match="query 1 (has no words|is empty)"):
+                coll.search([bad])
+        assert len(coll) == 10
+    with pytest.raises(DupqError, match="question 1 is empty"):
+        bundled.similarity("", "")
+    with pytest.raises(DupqError, match="question 2 has no words"):
+        bundled.similarity("How are you?", "\u001d?")
+    runner = CliRunner()
+    for args in (["index", "add", str(folder), "???"], ["search", str(folder), "?!?"]):
+        result = runner.invoke(app, args)
+        refused(result, "has no words")
+    words = tmp_path / "q.txt"
+    words.write_text("???\n!!!\n...\nHow do I learn Python?\n")
+    result = runner.invoke(app, ["dedup", str(words), "--out", str(tmp_path / "d.json")])
+    assert result.exit_code == 0 and "skipped 3 line(s)" in result.output and "1 questions: 0 groups" in result.output
+
+
+def test_cli_refuses_text_that_is_not_utf8_and_files_without_questions(tmp_path, bundled):
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(5), bundled).close()
+    runner = CliRunner()
+    result = runner.invoke(app, ["index", "add", str(folder), "Caf\udce9 question"])  # what argv holds for b"Caf\xe9"
+    refused(result, "not valid UTF-8")
+    header_only = tmp_path / "h.tsv"
+    header_only.write_text("question\tanswer\n")
+    result = runner.invoke(app, ["index", "add", str(folder), "--file", str(header_only)])
+    refused(result, "holds no questions")
+    result = runner.invoke(app, ["index", "add", str(folder), "--file", str(tmp_path)])
+    refused(result, "is a folder, not a file")
+    result = runner.invoke(app, ["search", str(header_only), "How?"])
+    refused(result, "is a file, not a folder")
+    assert len(rows(folder)) == 5
+
+
+def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    folder = tmp_path / "c"
+    Collection.build(folder, synthetic(5), bundled).close()
+    stale = [folder / f".index.faiss.{dead}-abcd1234.tmp", folder / f".manifest.json.{dead}-x1y2z3w4.tmp"]
+    live = folder / f".index.faiss.{os.getpid()}-abcd1234.tmp"
+    for path in [*stale, live]:
+        path.write_bytes(b"partial")
+    building = tmp_path / f".d.building-{dead}"
+    building.mkdir()
+    (building / DATABASE).write_bytes(b"half")
+    Collection.open(folder, bundled).close()
+    assert not any(p.exists() for p in stale) and live.exists()  # a live writer's file is left alone
+    Collection.build(tmp_path / "d", synthetic(5), bundled).close()
+    assert not building.exists()
+
+
+def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_model, tmp_path):
+    texts = [f"how do i learn language number {i}?" for i in range(30)] + ["what is the capital of france?"]
+    with Collection.build(tmp_path / "c", texts, tiny_model) as coll:
+        stored = coll.stored_vectors()
+        np.testing.assert_allclose(
+            stored, tiny_model.encode(texts), atol=1e-6
+        )  # batched encoding sums in another order
+        queries = tiny_model.encode(["capital city of france?", "learning languages?"])
+        scores, ids = coll.nearest(queries, 5)
+        expected_scores, _ = search(queries, stored, 5)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
+        assert ids.shape == (2, 5) and (ids >= 0).all()
+
+
+def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
+    from dupq.index.vectors import IndexConfig, training_size
+
+    config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
+    texts = distinct(small_splits, training_size(config) + 300)
+    queries = ["How do I learn Python fast?", *texts[:40:4]]
+    with Collection.build(tmp_path / "flat", texts[:-300], tiny_model) as flat:
+        want = flat.search(queries, k=10)
+        flat.add(texts[-300:])
+        want_after = flat.search(queries, k=10)
+    with Collection.build(tmp_path / "pq", texts[:-300], tiny_model, index=config) as coll:
+        got = coll.search(queries, k=10)
+        coll.add(texts[-300:])  # encoded with the quantizers trained at build
+        got_after = coll.search(queries, k=10)
+    stored = tiny_model.encode(texts)
+    for hits, expected in ((got, want), (got_after, want_after)):
+        # A hit counts when its score reaches the exact 10th (synthetic questions tie often, so not by id).
+        recall = np.mean([h.score >= w[-1].score - 1e-6 for g, w in zip(hits, expected) for h in g])
+        assert recall >= 0.9  # a bound: the short list comes from codes; measured 1.0 on these questions
+        query_vectors = tiny_model.encode(queries)
+        for q, row in enumerate(hits):  # scores and verdicts exact: from the stored vectors, as the flat collection's
+            np.testing.assert_allclose(
+                [h.score for h in row], stored[[h.id for h in row]] @ query_vectors[q], atol=1e-5
+            )
+        judged = {(q, h.id): (h.probability, h.duplicate) for q, row in enumerate(expected) for h in row}
+        for q, row in enumerate(hits):
+            for h in row:
+                if (q, h.id) in judged:
+                    assert (  # float32 head arithmetic in batches of other sizes: BLAS may round otherwise
+                        h.probability == pytest.approx(judged[q, h.id][0], abs=1e-5)
+                        and h.duplicate == judged[q, h.id][1]
+                    )
+    (tmp_path / "pq" / INDEX_FILE).unlink()  # the cache is rebuilt from the store, trained the same way
+    with Collection.open(tmp_path / "pq", tiny_model) as again:
+        assert [[h.id for h in row] for row in again.search(queries, k=10)] == [
+            [h.id for h in row] for row in got_after
+        ]
+    with pytest.raises(DupqError, match="use the flat index for a collection this small"):
+        Collection.build(tmp_path / "small", texts[:100], tiny_model, index=config)
+    assert not (tmp_path / "small").exists()
+
+
+@pytest.mark.parametrize("blob_rows", [65_536, 64])
+def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_size(
+    tmp_path, tiny_model, texts, blob_rows, monkeypatch
+):
+    """Folders written with big rows (before) and small rows (now) read back the same vectors, by id and by range."""
+    import dupq.collection.folder.sqlite
+
+    monkeypatch.setattr(dupq.collection.folder.sqlite, "BLOB_ROWS", blob_rows)
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:700], tiny_model).close()
+    monkeypatch.undo()  # adds to an old folder go in small rows beside its big one
+    with Collection.open(folder, tiny_model) as coll:
+        coll.add(texts[700:900])
+        reference = np.concatenate(
+            [tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])]
+        )  # (900, d): as stored
+        ids = np.random.default_rng(0).permutation(900)[:250]
+        np.testing.assert_array_equal(coll.stored_vectors(ids), reference[ids])
+        np.testing.assert_array_equal(coll.stored_vectors(), reference)
+    with sqlite3.connect(folder / DATABASE) as db:
+        sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
+    assert (
+        max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64
+    )  # the build's rows, then the add's 200 in 4 rows
+
+
+# The same tests on every store (the `location` fixture: a folder, then a milvus-lite file).
+
+
+def stored_texts(coll: Collection) -> list[str]:
+    """Every stored question's text, read back from the store by the ids a search over all of them finds."""
+    everything = coll.nearest(np.zeros((1, coll.model.out_dim), np.float32), k=len(coll))[1][0]
+    texts = {i: text for i, _, text, _ in coll.stored_rows()}
+    return [texts[i] for i in sorted({int(i) for i in everything}) if i in texts]
+
+
+def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
+    chosen = texts[:400]
+    meta = [{"row": i} if i % 2 else {} for i in range(len(chosen))]
+    queries = ["How do I learn Python fast?", "Why is the sky blue?", chosen[7]]
+    want_scores, want_ids = search(
+        tiny_model.encode(queries), tiny_model.encode(chosen), 10
+    )  # the brute-force reference
+    with Collection.build(location, chosen, tiny_model, keys=[f"q{i}" for i in range(len(chosen))], metadata=meta):
+        pass
+    with Collection.open(location) as coll:  # no model: the recorded folder is loaded
+        assert len(coll) == len(chosen) and coll.model.fingerprint() == tiny_model.fingerprint()
+        got = coll.search(queries, k=10)
+        np.testing.assert_allclose([[h.score for h in row] for row in got], want_scores, atol=1e-5)
+        for row, ids in zip(got, want_ids):  # ties may swap places, so compare the texts found as sets
+            assert {h.text for h in row if h.score > row[-1].score + 1e-5} <= {chosen[i] for i in ids}
+        top = got[2][0]
+        assert top.text == chosen[7] and top.metadata == {"row": 7} and top.key == "q7" and top.duplicate
+        assert sorted(stored_texts(coll)) == sorted(chosen)
+        stored, encoded = coll.stored_vectors(), tiny_model.encode(chosen)  # (400, d) each, the store's in its id order
+        np.testing.assert_array_equal(stored[np.lexsort(stored.T)], encoded[np.lexsort(encoded.T)])
+
+
+def test_each_store_keeps_an_add_and_shows_it_to_other_handles(location, texts, tiny_model):
+    coll = Collection.build(location, texts[:300], tiny_model)
+    ids = coll.add(texts[300:310], metadata=[{"answer": i} for i in range(10)])
+    assert len(set(ids)) == 10 and len(coll) == 310 and coll.add([]) == []
+    if isinstance(location, Path):
+        assert ids == list(range(300, 310))  # a folder's ids are positions
+    assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
+    other = Collection.open(location, tiny_model)  # a second handle, opened without closing the first
+    assert len(other) == 310 and other.search([texts[309]], k=1)[0][0].id == ids[9]
+    (new,) = other.add([texts[400]])
+    assert coll.search([texts[400]], k=1)[0][0].id == new and len(coll) == 311  # the first handle sees it
+    other.close()
+    coll.close()
+    with Collection.open(location, tiny_model) as again:  # reopened: everything is there
+        assert len(again) == 311 and [h[0].id for h in again.search([texts[303], texts[400]], k=1)] == [ids[3], new]
+    with pytest.raises(DupqError, match="closed"):
+        coll.search(["x"])
+
+
+def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_thread):
+    Collection.build(location, synthetic(20), bundled).close()
+    new = synthetic(5, offset=20)
+    with Collection.open(location, bundled) as coll:
+        ids = coll.add(new[:3], keys=["a", "b", None])
+        assert len(set(ids)) == 3 and len(coll) == 23
+        assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry stores nothing
+        same = coll.add([new[3], new[3]], keys=["d", "d"])
+        assert same[0] == same[1] and same[0] not in ids
+        with pytest.raises(KeyConflict, match="'a' is stored already"):
+            coll.add([new[4]], keys=["a"])
+        with pytest.raises(DupqError, match="JSON"):
+            coll.add(["ok"], metadata=[{"bad": object()}])
+        assert [h[0].id for h in coll.search(new[:4], k=1)] == [*ids, same[0]]
+    with Collection.open(location, bundled) as coll:
+        assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry after a restart too
+        assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # the naive reference: each text once
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_milvus_add(tmp_path):
+    """kill -9 a `dupq index add --file` into milvus-lite mid-way; reopen; every acknowledged question is there, none twice."""
+    from support.servicekit import milvus_or_skip
+
+    where = milvus_or_skip(tmp_path / "k.db")
+    first, new = tmp_path / "first.txt", synthetic(1000, offset=20)
+    first.write_text("\n".join(synthetic(20)) + "\n")
+    qfile = tmp_path / "new.txt"
+    qfile.write_text("\n".join(new) + "\n")
+    dupq = [
+        sys.executable,
+        "-c",
+        "from dupq.cli import main; main()",
+    ]  # one process at a time may hold a milvus-lite file
+    subprocess.run([*dupq, "index", "build", str(first), "--out", where], check=True, capture_output=True)
+    proc = subprocess.Popen(
+        [*dupq, "index", "add", where, "--file", str(qfile), "--batch-size", "25"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    acknowledged = 0
+    for line in proc.stdout:
+        acknowledged += int(re.match(r"added (\d+) questions", line).group(1))
+        if acknowledged >= 300:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    with Collection.open(where) as coll:
+        assert 20 + acknowledged <= len(coll) < 20 + len(new)  # all acknowledged, not all
+        done = new[:acknowledged]
+        for question, row in zip(done, coll.search(done, k=3)):  # questions the model encodes alike tie at the top
+            assert question in {h.text for h in row if h.score > row[0].score - 1e-5}
+            assert [h.text for h in row].count(question) == 1  # stored once: a retried batch would show twice
+
+
+def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_named_after_it(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    from support.servicekit import milvus_or_skip
+
+    where = milvus_or_skip(tmp_path / "m.db")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # a relative folder "milvus:..." would land here
+    qfile, more = tmp_path / "faq.txt", tmp_path / "more.txt"
+    qfile.write_text("How do I learn Python?\nWhy is the sky blue?\n")
+    more.write_text("How do I bake bread?\nWhere is Mongolia?\nWhat is a volcano?\n")
+    runner = CliRunner()
+    built = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
+    added = runner.invoke(app, ["index", "add", where, "--file", str(more), "--batch-size", "3"])
+    assert built.exit_code == 0 and added.exit_code == 0, built.output + added.output
+    assert list(cwd.iterdir()) == []
+    ids = [int(i) for i in re.search(r"ids (\d+), \.\.\., (\d+)", added.output).groups()]  # hashed keys: no range
+    found = json.loads(runner.invoke(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][
+        0
+    ]
+    assert found["text"] == "What is a volcano?" and found["id"] == ids[1]
+    old = runner.invoke(app, ["index", "build", str(qfile), "--store", where])  # --out's twin, refused for a release
+    assert refused(old).startswith("error: --store is now --out LOCATION")
+
+
+def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, monkeypatch):
+    from support.servicekit import milvus_or_skip
+
+    where = milvus_or_skip(tmp_path / "m.db")
+    runner = CliRunner()
+    qfile = tmp_path / "faq.csv"
+    qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
+    result = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
+    assert result.exit_code == 0 and "stored 2 questions" in result.output, result.output
+    result = runner.invoke(app, ["index", "add", where, "How can I learn Python quickly?", "--key", "p1"])
+    added = re.search(r"id (\d+)", result.output)
+    assert result.exit_code == 0 and added, result.output
+    result = runner.invoke(app, ["search", where, "How can I learn Python quickly?", "-k", "1", "--json"])
+    hit = json.loads(result.output)["hits"][0]
+    assert (hit["id"], hit["key"], hit["metadata"]) == (int(added.group(1)), "p1", {})
+    monkeypatch.setitem(sys.modules, "pymilvus", None)  # as if the extra were not installed
+    missing = runner.invoke(app, ["search", where, "How?"])
+    monkeypatch.undo()
+    cases = {
+        "missing package": missing,
+        "no such file": runner.invoke(app, ["search", f"milvus:{tmp_path / 'none.db'}", "How?"]),
+        "not a .db": runner.invoke(app, ["search", f"milvus:{tmp_path / 'm.txt'}", "How?"]),
+        "unreachable": runner.invoke(app, ["search", "milvus+http://127.0.0.1:1?collection=faq", "How?"]),
+        "malformed": runner.invoke(app, ["serve", "milvus+ftp://somewhere"]),
+        "bad name": runner.invoke(app, ["index", "add", f"{where}?collection=9x", "How?"]),
+        "exists": runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where]),
+    }
+    for result in cases.values():
+        refused(result)
+    assert "pip install" in cases["missing package"].output and "already holds" in cases["exists"].output

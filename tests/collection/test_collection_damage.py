@@ -1,0 +1,160 @@
+"""A collection damaged row by row, on a read-only mount, or held by another process.
+
+Each test damages a collection the way another writer (or a disk) could, then checks what dupq
+promises: one row's damage never fails every search (a damaged row is left out, with a warning,
+and the rest are found), damage that would make answers silently wrong is refused on open with
+one sentence, and a store another process holds is named as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.collection.collection import Collection
+from dupq.collection.folder.backend import DATABASE, INDEX_FILE
+from dupq.core.errors import DupqError
+from support.errors import refused
+
+TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
+TEXTS = [f"How do I learn about {TOPICS[i % 10]} in step {i}?" for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """40 keyed questions with metadata ``{"row": i}``, built with the bundled model."""
+    from dupq.modeling.model import Model
+
+    folder = tmp_path_factory.mktemp("damage") / "c"
+    model = Model.load()
+    assert len({v.tobytes() for v in model.encode(TEXTS)}) == len(TEXTS)  # so a search tells each question apart
+    keys, meta = [f"k{i}" for i in range(40)], [{"row": i} for i in range(40)]
+    Collection.build(folder, TEXTS, model, keys=keys, metadata=meta).close()
+    return folder
+
+
+@pytest.fixture
+def folder(built, tmp_path) -> Path:
+    return shutil.copytree(built, tmp_path / "c")
+
+
+def sql(folder: Path, statement: str, *params) -> None:
+    with sqlite3.connect(folder / DATABASE) as db:
+        db.execute(statement, params)
+
+
+def test_a_nan_embedding_is_refused_on_open(folder):
+    """A NaN vector matches no query: a collection that holds one is refused, naming the question, not opened."""
+    (folder / INDEX_FILE).unlink()  # the index is rebuilt from the stored rows
+    with sqlite3.connect(folder / DATABASE) as db:
+        start, count, blob = db.execute(
+            "SELECT start, count, vectors FROM embeddings WHERE start <= 9 ORDER BY start DESC LIMIT 1"
+        ).fetchone()
+        vectors = np.frombuffer(blob, np.float32).reshape(count, -1).copy()
+        vectors[9 - start, 3] = math.nan
+        db.execute("UPDATE embeddings SET vectors = ? WHERE start = ?", (vectors.tobytes(), start))
+    with pytest.raises(DupqError, match="question 9 holds NaN or infinity"):
+        Collection.open(folder)
+    result = CliRunner().invoke(app, ["search", str(folder), TEXTS[9]])
+    refused(result, "question 9")
+
+
+DAMAGED = {3: "{bad", 4: "[1, 2]", 5: '{"score": NaN}', 6: '{"a": ' + "[" * 300 + "]" * 300 + "}", 8: "[" * 100_000}
+
+
+def test_damaged_metadata_is_left_out_not_a_traceback_or_500(folder):
+    """Metadata that is not JSON, a list on a keyed row, NaN, or nested too deep: every search still answers."""
+    for i, text in DAMAGED.items():
+        sql(folder, "UPDATE questions SET metadata = ? WHERE id = ?", text, i)
+    want = {i: {} for i in DAMAGED} | {7: {"row": 7}}  # row 7 is intact
+    with Collection.open(folder) as coll:
+        hits = coll.search([TEXTS[i] for i in want], k=1)
+        found = {h[0].id: h[0].metadata for h in hits}
+        assert [h[0].key for h in hits] == [f"k{i}" for i in want]  # the key is the hit's own, damaged metadata or not
+    assert found == want
+    queries = folder.parent / "q.txt"
+    queries.write_text("\n".join(TEXTS[i] for i in want) + "\n")
+    result = CliRunner().invoke(app, ["search", str(folder), "--queries", str(queries), "-k", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {line["hits"][0]["id"]: line["hits"][0]["metadata"] for line in lines} == want
+    for i in DAMAGED:
+        assert f"warning: the metadata of question {i} is damaged" in result.stderr
+    from dupq.service.app import create_app
+
+    with TestClient(create_app(folder, token="t")) as client:
+        for i, metadata in want.items():
+            r = client.post("/search", json={"question": TEXTS[i], "k": 1})
+            assert r.status_code == 200 and r.json()["results"][0]["metadata"] == metadata
+
+
+def test_a_row_whose_text_is_not_utf8_is_left_out(folder):
+    sql(folder, "UPDATE questions SET text = CAST(X'fffe41' AS TEXT) WHERE id = 7")
+    with Collection.open(folder) as coll:
+        ids = [h.id for h in coll.search([TEXTS[7]], k=5)[0]]
+        assert 7 not in ids and len(ids) == 4
+        assert coll.search([TEXTS[8]], k=1)[0][0].id == 8
+
+
+def test_metadata_deeper_than_the_limit_is_refused_on_the_way_in(folder):
+    from dupq.core.nesting import MAX_DEPTH
+
+    metadata: dict = {}
+    for _ in range(MAX_DEPTH - 1):
+        metadata = {"a": metadata}  # MAX_DEPTH levels: the limit itself is stored
+    with Collection.open(folder) as coll:
+        (i,) = coll.add(["How deep may metadata nest?"], metadata=[metadata])
+        assert coll.search(["How deep may metadata nest?"], k=1)[0][0].metadata == metadata
+        with pytest.raises(DupqError, match=f"nests more than {MAX_DEPTH} levels"):
+            coll.add(["Is this too deep?"], metadata=[{"a": metadata}])
+        assert len(coll) == i + 1
+
+
+def test_a_collection_on_a_read_only_mount_is_searched(folder, tmp_path):
+    """SQLite cannot create the WAL's files on a read-only mount: the store opens the file immutable."""
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a read-only mount here (unshare -rm is refused)")
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    script = f'mount --bind "{folder}" "{mount}" && mount -o remount,bind,ro "{mount}" && exec "$@"'
+    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
+
+    def inside(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["unshare", "-rm", "sh", "-c", script, "sh", *dupq, *args], capture_output=True, text=True, timeout=300
+        )
+
+    search = inside("search", str(mount), TEXTS[5], "-k", "1", "--json")
+    assert search.returncode == 0, search.stderr
+    assert json.loads(search.stdout)["hits"][0]["id"] == 5
+    add = inside("index", "add", str(mount), "What is a new question?")
+    refused(add, "read-only")
+
+
+def test_a_milvus_lite_file_in_use_by_another_process_is_named(tmp_path):
+    """milvus-lite opens a file in one process at a time: `index add` beside `serve` says so, in one sentence."""
+    from support.servicekit import milvus_or_skip
+    from support.serving import ServeProcess
+
+    location = milvus_or_skip(tmp_path / "x.db")
+    (tmp_path / "q.txt").write_text("\n".join(TEXTS[:10]) + "\n")
+    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:  # another process: this one would keep the file open
+        return subprocess.run([*dupq, *args], capture_output=True, text=True, timeout=300)
+
+    assert run("index", "build", str(tmp_path / "q.txt"), "--out", location).returncode == 0
+    with ServeProcess(location):
+        add = run("index", "add", location, "How do I learn Python quickly?")
+    refused(add, "in use by another process")

@@ -1,0 +1,395 @@
+"""A collection that lives: removal and update by key, scoped (filtered) search, moderators' decisions.
+
+Every test runs on both backends (the ``location`` fixture: a folder, then milvus-lite) and
+compares with a naive reference: a brute-force search over the stored vectors with the filter
+applied row by row (:func:`dupq.collection.backend.matches`), or the rows read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.collection.backend import check_where, matches
+from dupq.collection.collection import Collection, UnknownKey
+from dupq.core.errors import DupqError
+from dupq.data.pairs import read_pairs
+from dupq.index import vectors as vector_module
+from dupq.index.vectors import search as exact_search
+from support.errors import refused
+from support.serving import metric
+
+TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
+ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
+N = 400
+
+
+def desk(n: int = N) -> tuple[list[str], list[str], list[dict]]:
+    """``n`` distinct questions with keys and metadata: product (4 values), status (2), rare (1 in 200).
+
+    The texts differ in words the small model knows (two topics and a template), so they encode apart."""
+    texts = [f"{ASKS[i % 4].format(TOPICS[(i // 4) % 10])} And {TOPICS[(i // 40) % 10]}?" for i in range(n)]
+    keys = [f"t{i}" for i in range(n)]
+    meta = [
+        {"product": ["mail", "calendar", "drive", "chat"][i % 4], "status": ["open", "solved"][i % 7 == 0], "n": i}
+        | ({"rare": "yes"} if i % 200 == 3 else {})
+        | ({"tags": ["mail"]} if i % 5 == 0 else {})  # a list equal to no string filter
+        for i in range(n)
+    ]
+    return texts, keys, meta
+
+
+def reference(coll: Collection, queries: list[str], k: int, where) -> list[list[tuple[str, float]]]:
+    """The brute-force answer: every stored row that matches, scored exactly, the best ``k``."""
+    rows = coll.stored_rows()
+    keep = [n for n, (_, _, _, meta) in enumerate(rows) if matches(meta or {}, check_where(where))]
+    if not keep:
+        return [[] for _ in queries]
+    vectors = coll.stored_vectors()[keep]
+    scores, found = exact_search(coll.model.encode(queries), vectors, k)
+    return [[(rows[keep[j]][1], s) for s, j in zip(srow, jrow)] for srow, jrow in zip(scores.tolist(), found.tolist())]
+
+
+def check_against_reference(coll, queries, k, where) -> None:
+    got = coll.search(queries, k=k, where=where)
+    want = reference(coll, queries, k, where)
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        np.testing.assert_allclose([h.score for h in g], [s for _, s in w], atol=1e-5)
+        assert all(matches(h.metadata, check_where(where)) for h in g)
+
+
+@pytest.fixture
+def live(location, tiny_model):
+    texts, keys, meta = desk()
+    with Collection.build(location, texts, tiny_model, keys=keys, metadata=meta) as coll:
+        yield coll, texts
+
+
+WHERES = [
+    {"product": "mail"},  # a quarter
+    {"product": ["mail", "chat"], "status": "solved"},  # any of, and both fields
+    {"rare": "yes"},  # two rows
+    {"n": 17},  # one row, by number
+    {"tags": "mail"},  # a list in the metadata matches no string
+    {"product": "none"},  # nothing
+]
+
+
+@pytest.mark.parametrize("where", WHERES, ids=lambda w: json.dumps(w))
+def test_a_filtered_search_is_the_brute_force_filter(live, where):
+    coll, texts = live
+    check_against_reference(coll, texts[:6] + ["How do I learn about chess?"], 10, where)
+
+
+def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_model, monkeypatch):
+    """The selector path (not the exact scan of few rows) of a flat index: the brute-force answer."""
+    monkeypatch.setattr(vector_module, "scans_exactly", lambda *args: False)
+    texts, keys, meta = desk()
+    with Collection.build(tmp_path / "c", texts, tiny_model, keys=keys, metadata=meta) as coll:
+        coll.remove(["t0", "t4"])  # tombstones and a filter together
+        for where in WHERES[:3]:
+            check_against_reference(coll, texts[:8], 10, where)
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+@pytest.mark.parametrize("share", [0.5, 0.05, 0.01])
+def test_a_filtered_index_search_finds_what_brute_force_finds(kind, share, monkeypatch):
+    """VectorIndex.search with a mask, through the selector (forced) and through the exact scan, against brute force
+    over random unit vectors (the graph a real collection has: the small model's many ties make a poor one)."""
+    from dupq.index.vectors import IndexConfig, VectorIndex
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = VectorIndex(32, IndexConfig(kind=kind))
+    index.add(x)
+    allowed = rng.random(3000) < share
+    queries = x[rng.choice(3000, 50, replace=False)]
+    ids = np.flatnonzero(allowed)
+    want = ids[exact_search(queries, x[ids], 10)[1]]
+    for exact in (False, True):  # the selector, then the exact scan
+        monkeypatch.setattr(vector_module, "scans_exactly", lambda *args, exact=exact: exact)
+        _, got = index.search(queries, 10, allowed=allowed)
+        assert allowed[got[got >= 0]].all()
+        recall = np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())])
+        assert recall >= (1.0 if kind == "flat" or exact else 0.99), recall
+
+
+def test_remove_and_update_by_key(live, location, tiny_model):
+    coll, texts = live
+    removed = coll.remove(["t3", "t10"])
+    assert len(removed) == 2 and len(coll) == N - 2
+    for query in (texts[3], texts[10]):
+        assert {"t3", "t10"}.isdisjoint(h.key for h in coll.search([query], k=20)[0])
+    with pytest.raises(UnknownKey, match="t3"):
+        coll.remove(["t4", "t3"])  # one key not stored: nothing is removed
+    assert len(coll) == N - 2 and coll.get("t4")[1] == texts[4]
+    new = "Which river flows through the most countries in the world?"
+    i = coll.update("t7", text=new)
+    assert coll.update("t7", text=new) == i and len(coll) == N - 2  # a retry changes nothing
+    top = coll.search([new], k=1)[0][0]
+    assert (top.key, top.text) == ("t7", new)
+    assert all(h.text != texts[7] for h in coll.search([texts[7]], k=N)[0])  # the old text is found no more
+    assert coll.update("t8", metadata={"product": "chat"}) == coll.get("t8")[0]
+    assert coll.search([texts[8]], k=1, where={"product": "chat"})[0][0].key == "t8"
+    with pytest.raises(UnknownKey):
+        coll.update("nobody", text=new)
+    check_against_reference(coll, [texts[3], new, texts[8]], 10, {"product": ["chat", "mail"]})
+    with Collection.open(location, tiny_model) as again:  # another handle sees every change
+        assert len(again) == N - 2 and again.get("t7")[1] == new
+        assert "t3" not in {h.key for h in again.search([texts[3]], k=20)[0]}
+
+
+def test_a_decision_names_the_canonical_question_and_becomes_a_labelled_pair(live, tmp_path):
+    coll, texts = live
+    coll.decide("t5", duplicate_of="t1")
+    coll.decide("t6", not_duplicate_of="t2")
+    coll.decide("t9", duplicate_of="t2")
+    coll.decide("t9", not_duplicate_of="t2")  # a moderator changes their mind: no longer a duplicate
+    hit = next(h for h in coll.search([texts[5]], k=N)[0] if h.key == "t5")
+    assert hit.duplicate_of == "t1"
+    assert all(h.duplicate_of is None for h in coll.search([texts[5]], k=N)[0] if h.key != "t5")
+    assert sorted(coll.decisions()) == sorted(
+        [("t5", "t1", texts[5], texts[1], 1), ("t6", "t2", texts[6], texts[2], 0), ("t9", "t2", texts[9], texts[2], 0)]
+    )
+    with pytest.raises(UnknownKey):
+        coll.decide("t5", duplicate_of="nobody")
+    with pytest.raises(DupqError):
+        coll.decide("t5", duplicate_of="t5")
+
+
+def test_bad_filters_are_one_sentence(live):
+    coll, texts = live
+    for where in ({"a b": 1}, {"x": []}, {"x": None}, {"x": [{"y": 1}]}, ["x"]):
+        with pytest.raises(DupqError, match=r"^(a )?filter|^the filter"):
+            coll.search(texts[:1], where=where)
+
+
+def test_cli_keys_remove_update_where_and_decisions(location, tmp_path, tiny_model_dir):
+    texts, keys, meta = desk(40)
+    table = tmp_path / "desk.tsv"
+    table.write_text(
+        "id\tquestion\tproduct\n" + "".join(f"{k}\t{t}\t{m['product']}\n" for k, t, m in zip(keys, texts, meta))
+    )
+    folder = str(location)
+    run = CliRunner().invoke
+    built = run(
+        app, ["index", "build", str(table), "--out", folder, "--model", str(tiny_model_dir), "--key-column", "id"]
+    )
+    assert built.exit_code == 0, built.output
+    found = run(app, ["search", folder, texts[6], "-k", "3", "--where", "product=drive", "--where", "product=chat"])
+    assert found.exit_code == 0 and "key t6" in found.output, found.output
+    listed = re.findall(r"key (t\d+)", found.output)
+    assert all(meta[int(k[1:])]["product"] in ("drive", "chat") for k in listed) and len(listed) == 3
+    assert run(app, ["index", "remove", folder, "t6"]).exit_code == 0
+    gone = run(app, ["search", folder, texts[6], "-k", "40", "--json"])
+    assert "t6" not in {h["key"] for h in json.loads(gone.output)["hits"]}
+    unknown = run(app, ["index", "remove", folder, "t6"])
+    assert unknown.exit_code != 0 and unknown.output.startswith("error: no question with the key 't6'")
+    updated = run(app, ["index", "update", folder, "t7", "--text", "Which river is the longest?"])
+    assert updated.exit_code == 0, updated.output
+    top = json.loads(run(app, ["search", folder, "Which river is the longest?", "-k", "1", "--json"]).output)
+    assert top["hits"][0]["key"] == "t7"
+    with Collection.open(folder) as coll:  # 10 decisions of each kind: the fewest a threshold is chosen on
+        for i in range(10):
+            coll.decide(f"t{10 + i}", duplicate_of=f"t{20 + i}")
+            coll.decide(f"t{30 + i}", not_duplicate_of=f"t{20 + i}")
+    pairs_file = tmp_path / "pairs.tsv"
+    assert run(app, ["index", "decisions", folder, "--out", str(pairs_file)]).exit_code == 0
+    pairs, _ = read_pairs(pairs_file)
+    assert sorted(zip(pairs.q1, pairs.q2, pairs.labels.tolist())) == sorted(
+        [(texts[10 + i], texts[20 + i], 1) for i in range(10)] + [(texts[30 + i], texts[20 + i], 0) for i in range(10)]
+    )
+    model = tmp_path / "desk-model"
+    shutil.copytree(tiny_model_dir, model)
+    config = (model / "config.json").read_bytes()
+    calibrated = run(app, ["calibrate", str(model), "--pairs", str(pairs_file)])
+    # the tiny model scores every pair alike (ROC-AUC 0.5): a map fitted on its scores is no better than chance
+    refused(calibrated, "no better than their share of duplicates")
+    assert "ROC-AUC" in calibrated.output and "too few to trust" in calibrated.output, calibrated.output
+    assert (model / "config.json").read_bytes() == config  # refused: the model as it was
+
+
+TOKEN = "live-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_http_remove_update_filter_and_decide(location, tiny_model_dir):
+    from dupq.modeling.model import Model
+    from dupq.service.app import create_app
+
+    texts, keys, meta = desk(60)
+    Collection.build(location, texts, Model.load(tiny_model_dir), keys=keys, metadata=meta).close()
+    with TestClient(create_app(location, token=TOKEN)) as c:
+        scoped = c.post("/search", json={"question": texts[4], "k": 5, "filter": {"product": ["mail", "chat"]}})
+        assert scoped.status_code == 200
+        assert all(h["metadata"]["product"] in ("mail", "chat") for h in scoped.json()["results"])
+        assert scoped.json()["results"][0]["key"] == "t4"
+        assert c.delete("/questions/t4").status_code == 401
+        assert c.delete("/questions/t4", headers=AUTH).json()["count"] == 59
+        assert c.delete("/questions/t4", headers=AUTH).status_code == 404
+        after = c.post("/search", json={"question": texts[4], "k": 60}).json()["results"]
+        assert "t4" not in {h["key"] for h in after}
+        new = "Which river flows through the most countries?"
+        assert c.put("/questions/t5", json={"text": new}, headers=AUTH).status_code == 200
+        top = c.post("/search", json={"question": new, "k": 1}).json()["results"][0]
+        assert (top["key"], top["text"]) == ("t5", new)
+        assert c.put("/questions/none", json={"text": new}, headers=AUTH).status_code == 404
+        decided = c.post("/questions/t8/decision", json={"duplicate_of": "t0"}, headers=AUTH)
+        assert decided.status_code == 200, decided.text
+        hits = c.post("/search", json={"question": texts[8], "k": 60}).json()["results"]
+        assert {h["key"]: h["duplicate_of"] for h in hits if h["duplicate_of"]} == {"t8": "t0"}
+        for bad_filter in ({"a b": 1}, {"product": []}, {"product": None}, {"n": 2**63}):  # check_where's rule
+            bad = c.post("/search", json={"question": texts[8], "filter": bad_filter})
+            assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "filter"], bad.text
+
+
+BUILD = """
+import json, sys
+from dupq.modeling.model import Model
+from dupq.collection.collection import Collection
+texts, keys, meta = json.load(sys.stdin)
+Collection.build(sys.argv[1], texts, Model.load(sys.argv[2]), keys=keys, metadata=meta, index=sys.argv[3]).close()
+"""
+
+CHILD = """
+import sys
+from dupq.collection.collection import Collection
+with Collection.open(sys.argv[1]) as coll:
+    for i in range({n}):
+        if i % 3 == 2:
+            coll.remove([f"t{{i}}"])
+        else:
+            coll.update(f"t{{i}}", text=f"What changed in release {{i}} of the help desk?")
+        print(i, flush=True)
+"""
+
+
+def apply_once(coll: Collection, upto: int) -> None:
+    """The child's operations, each applied unless it is already (what a retry after a crash does)."""
+    for i in range(upto):
+        if i % 3 == 2:
+            try:
+                coll.remove([f"t{i}"])
+            except UnknownKey:  # removed before the crash
+                pass
+        else:
+            coll.update(f"t{i}", text=f"What changed in release {i} of the help desk?")
+
+
+@pytest.mark.slow
+def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_twice(location, tiny_model_dir):
+    """kill -9 a process mid-way through removals and updates; then finish them: the state is exactly once each
+    (a folder with an HNSW graph, whose rebuild past a fifth removed may be under way too, and milvus-lite).
+
+    The collection is built in a process of its own: milvus-lite serves a file from one process at a
+    time, until that process ends, so this one opens it only once the killed one is gone."""
+    from dupq.modeling.model import Model
+
+    texts, keys, meta = desk()
+    folder = location
+    index = "flat" if str(location).startswith("milvus:") else "hnsw"
+    built = subprocess.run(
+        [sys.executable, "-c", BUILD, str(folder), str(tiny_model_dir), index],
+        input=json.dumps([texts, keys, meta]),
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    tiny_model = Model.load(tiny_model_dir)
+    n = 300
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(n=n), str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    done = -1
+    for line in proc.stdout:
+        done = int(line)
+        if done >= 40:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    with Collection.open(folder, tiny_model) as coll:
+        rows = {key: text for _, key, text, _ in coll.stored_rows()}
+        for i in range(done + 1):  # every acknowledged operation is there
+            assert (f"t{i}" not in rows) if i % 3 == 2 else rows[f"t{i}"].startswith("What changed")
+        apply_once(coll, n)
+        final = coll.stored_rows()
+        assert len(final) == len({key for _, key, _, _ in final}) == N - n // 3  # one row a key, each removal once
+        changed = [f"What changed in release {i} of the help desk?" for i in range(n) if i % 3 != 2]
+        for row in coll.search(changed[:5], k=N):  # every new text found once (the small model ties them all)
+            assert sorted(h.text for h in row if h.text.startswith("What changed")) == sorted(changed)
+        check_against_reference(coll, texts[:5], 10, {"product": "mail"})
+
+
+def test_metrics_count_requests_changes_and_follow_the_read_token(tmp_path, tiny_model_dir):
+    from dupq.modeling.model import Model
+    from dupq.service.app import create_app
+
+    texts, keys, meta = desk(30)
+    Collection.build(tmp_path / "c", texts, Model.load(tiny_model_dir), keys=keys, metadata=meta).close()
+    with TestClient(create_app(tmp_path / "c", token=TOKEN)) as c:
+        before = c.get("/metrics")
+        assert before.status_code == 200 and before.headers["content-type"].startswith("text/plain")
+        for _ in range(3):
+            c.post("/search", json={"question": texts[1], "k": 2})
+        c.post("/search", json={"question": "", "k": 2})
+        c.delete("/questions/t1", headers=AUTH)
+        c.delete("/questions/t1", headers=AUTH)
+        c.post("/questions", json={"text": "Which river is the longest?", "key": "r"}, headers=AUTH)
+        after = c.get("/metrics").text
+    delta = lambda name, **labels: metric(after, name, **labels) - metric(before.text, name, **labels)  # noqa: E731
+    assert delta("dupq_requests_total", route="/search", method="POST", status="200") == 3
+    assert delta("dupq_requests_total", route="/search", method="POST", status="422") == 1
+    assert delta("dupq_requests_total", route="/questions/{key}", method="DELETE", status="404") == 1
+    assert delta("dupq_request_seconds_count", route="/search") == 4
+    assert delta("dupq_questions_removed_total") == 1 and delta("dupq_questions_added_total") == 1
+    assert metric(after, "dupq_questions_stored") == 30
+    assert 0 <= metric(after, "dupq_index_age_seconds") < 60
+    with TestClient(create_app(tmp_path / "c", token=TOKEN, protect_reads=True)) as c:
+        assert c.get("/metrics").status_code == 401 and c.get("/metrics", headers=AUTH).status_code == 200
+
+
+def test_decisions_from_two_writers_at_once_are_all_kept(tmp_path, tiny_model):
+    """Two handles (two workers) record decisions on one question at the same time: each decision reads the stored
+    metadata and writes it back, so without one transaction around both a decision of one overwrites the other's."""
+    import threading
+
+    texts, keys, meta = desk(80)
+    folder = tmp_path / "c"
+    Collection.build(folder, texts, tiny_model, keys=keys, metadata=meta).close()
+    handles = [Collection.open(folder, tiny_model) for _ in range(2)]
+    start = threading.Barrier(2)
+
+    def judge(coll, others):
+        start.wait()
+        for other in others:
+            coll.decide("t0", not_duplicate_of=other)
+
+    threads = [
+        threading.Thread(target=judge, args=(h, [f"t{i}" for i in range(1 + n, 61, 2)])) for n, h in enumerate(handles)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for h in handles:
+        h.close()
+    with Collection.open(folder, tiny_model) as coll:
+        assert sorted(coll.get("t0")[2]["not_duplicate_of"]) == sorted(f"t{i}" for i in range(1, 61))

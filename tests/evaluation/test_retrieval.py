@@ -1,0 +1,267 @@
+"""dupq.evaluation.retrieval against an independent computation: the closure by breadth-first search,
+each ranking by sorting every score in a loop, and MRR@10, nDCG@10, Recall@k and P@1 by their textbook
+definitions, on small synthetic data made here. One real-data test checks the bundled model's figures."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.core.errors import DupqError
+from dupq.data.pairs import Pairs, Splits, read_pairs
+from dupq.evaluation.retrieval import (
+    RetrievalTask,
+    bm25_ranking,
+    evaluate_retrieval,
+    held_out_task,
+    ranking_measures,
+    retrieval_measures,
+)
+from dupq.modeling.model import ENCODE_BATCH, Model
+from support.cli_model import cli_model
+
+
+def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:
+    return Pairs(
+        ids=[str(first_row + i) for i in range(len(rows))],
+        q1=[r[0] for r in rows],
+        q2=[r[1] for r in rows],
+        labels=np.array([r[2] for r in rows], dtype=np.int8),
+        rows=np.arange(first_row, first_row + len(rows)),
+    )
+
+
+def random_rows(
+    rng: np.random.Generator, texts: list[str], n: int, duplicate_share: float
+) -> list[tuple[str, str, int]]:
+    return [(str(rng.choice(texts)), str(rng.choice(texts)), int(rng.random() < duplicate_share)) for _ in range(n)]
+
+
+def synthetic_split(seed: int, questions: int = 40):
+    """A training pool, test and dev rows over ``questions`` made-up texts; some texts occur only in the pool."""
+    rng = np.random.default_rng(seed)
+    texts = [f"question number {i}?" for i in range(questions)]
+    held = texts[: questions * 3 // 4]  # the pool also has texts no held-out row has: they can link two held-out ones
+    pool, test, dev = (
+        make_pairs(random_rows(rng, texts, questions, 0.3)),
+        make_pairs(random_rows(rng, held, questions // 2, 0.5), questions),
+        make_pairs(random_rows(rng, held, questions // 2, 0.5), 2 * questions),
+    )
+    everything = make_pairs([(a, b, y) for p in (pool, test, dev) for a, b, y in zip(p.q1, p.q2, p.labels)])
+    return Splits(train=pool, val=pool, test=test, dev=dev, pool=pool), everything
+
+
+def adjacency(pairs: Pairs) -> dict[str, list[str]]:
+    """Each text's duplicates by a direct label, both ways."""
+    out: dict[str, list[str]] = {}
+    for a, b, y in zip(pairs.q1, pairs.q2, pairs.labels):
+        if y == 1:
+            out.setdefault(a, []).append(b)
+            out.setdefault(b, []).append(a)
+    return out
+
+
+def reachable(start: str, neighbours: dict[str, list[str]]) -> set[str]:
+    """Every text joined to ``start`` by duplicate labels, transitively (breadth-first search), itself included."""
+    seen, frontier = {start}, [start]
+    while frontier:
+        x = frontier.pop(0)
+        for v in neighbours.get(x, []):
+            if v not in seen:
+                seen.add(v)
+                frontier.append(v)
+    return seen
+
+
+def loop_ranking(scores: list[float], own: int, k: int) -> list[int]:
+    """The ``k`` best indices by score, high to low (ties: lower index first), ``own`` left out."""
+    order = sorted((j for j in range(len(scores)) if j != own), key=lambda j: (-scores[j], j))
+    return order[:k]
+
+
+def textbook(ranking: list[int], relevant: set[int]) -> dict[str, float]:
+    """MRR@10, nDCG@10 (binary gains, log2 discount), Recall@1, Recall@10 and P@1 of one query."""
+    top = ranking[:10]
+    hits = [d in relevant for d in top]
+    first = next((i for i, h in enumerate(hits) if h), None)
+    dcg = sum(1 / math.log2(i + 2) for i, h in enumerate(hits) if h)
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(len(relevant), 10)))
+    return {
+        "mrr@10": 0.0 if first is None else 1 / (first + 1),
+        "ndcg@10": dcg / ideal,
+        "recall@1": sum(hits[:1]) / len(relevant),
+        "recall@10": sum(hits) / len(relevant),
+        "p@1": float(hits[0]) if hits else 0.0,
+    }
+
+
+def mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
+
+
+def vectors_for(texts: list[str], seed: int, dim: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((len(texts), dim)).astype(np.float32)
+    return dict(zip(texts, v / np.linalg.norm(v, axis=1, keepdims=True)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_held_out_task_is_the_distinct_questions_and_the_closure_of_every_label(seed):
+    splits, labelled = synthetic_split(seed)
+    task = held_out_task(splits, labelled)
+    held = [*splits.test.q1, *splits.test.q2, *splits.dev.q1, *splits.dev.q2]
+    assert sorted(task.corpus) == sorted(set(held)) and len(task.corpus) == len(set(task.corpus))
+    duplicates = [
+        (a, b) for p in (splits.test, splits.dev) for a, b, y in zip(p.q1, p.q2, p.labels) if y == 1 and a != b
+    ]
+    assert sorted(task.queries) == sorted({a for a, _ in duplicates})
+    for query, own, relevant in zip(task.queries, task.own, task.relevant):
+        assert task.corpus[own] == query
+        expected = (reachable(query, adjacency(labelled)) & set(task.corpus)) - {query}
+        assert {task.corpus[j] for j in relevant} == expected
+    dev_only = held_out_task(splits, labelled, parts=("dev",))
+    assert set(dev_only.corpus) == {*splits.dev.q1, *splits.dev.q2}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dense_measures_agree_with_a_loop_over_every_score(seed):
+    splits, labelled = synthetic_split(seed)
+    task = held_out_task(splits, labelled)
+    vector = vectors_for(task.corpus, seed)
+    calls = []
+
+    def encode(texts: list[str]) -> np.ndarray:
+        calls.append(len(texts))
+        return np.stack([vector[t] for t in texts])
+
+    result = retrieval_measures(encode, task)
+    assert calls == [len(task.corpus)]  # every query is in the collection: each text encoded once
+    rows, pair_rr = [], []
+    for query in task.queries:
+        own = task.corpus.index(query)
+        scores = [float(vector[query] @ vector[t]) for t in task.corpus]
+        ranking = loop_ranking(scores, own, 10)
+        relevant = {task.corpus.index(t) for t in reachable(query, adjacency(labelled)) if t in task.corpus} - {own}
+        rows.append(textbook(ranking, relevant))
+    for p in (splits.test, splits.dev):  # the seeds' figure: question2's own rank, per pair
+        for a, b, y in zip(p.q1, p.q2, p.labels):
+            if y == 1 and a != b:
+                ranking = loop_ranking([float(vector[a] @ vector[t]) for t in task.corpus], task.corpus.index(a), 10)
+                pair_rr.append(textbook(ranking, {task.corpus.index(b)})["mrr@10"])
+    expected = {**mean_of(rows), "mrr@10_question2": float(np.mean(pair_rr))}
+    assert result.keys() == expected.keys()
+    for key in expected:
+        assert result[key] == pytest.approx(expected[key], abs=1e-9), key
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_queries_outside_the_collection_search_all_of_it_and_a_small_collection_cuts_k(seed):
+    rng = np.random.default_rng(seed)
+    corpus = [f"old {i}" for i in range(7)]  # fewer than 10: every ranking is the whole collection
+    queries = [f"new {i}" for i in range(5)]
+    relevant = [np.array([int(rng.integers(7))]) for _ in queries]
+    task = RetrievalTask(corpus=corpus, queries=queries, relevant=relevant, own=np.full(5, -1))
+    vector = vectors_for(corpus + queries, seed)
+    result = retrieval_measures(lambda texts: np.stack([vector[t] for t in texts]), task)
+    rows = []
+    for q, rel in zip(queries, relevant):
+        ranking = loop_ranking([float(vector[q] @ vector[t]) for t in corpus], -1, 10)
+        assert len(ranking) == 7
+        rows.append(textbook(ranking, set(rel.tolist())))
+    assert result == pytest.approx(mean_of(rows))
+
+
+def test_bm25_returns_bm25s_best_scores_with_the_query_itself_left_out():
+    import bm25s
+
+    splits, labelled = synthetic_split(3)
+    words = ["cat", "dog", "river", "piano", "bread", "salt", "moon", "train"]
+    rng = np.random.default_rng(0)
+    corpus = [" ".join(rng.choice(words, size=4)) + f" item{i}" for i in range(30)]
+    task = RetrievalTask(
+        corpus=corpus,
+        queries=corpus[:10] + ["piano moon"],
+        relevant=[np.array([(i + 1) % 30]) for i in range(11)],
+        own=np.array([*range(10), -1]),
+    )
+    ranked = bm25_ranking(task, k=5)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(corpus, show_progress=False), show_progress=False)
+    for i, (query, own) in enumerate(zip(task.queries, task.own)):
+        scores = retriever.get_scores(bm25s.tokenize([query], return_ids=False, show_progress=False)[0])
+        others = sorted((float(scores[j]) for j in range(30) if j != own), reverse=True)
+        assert own not in ranked[i]
+        np.testing.assert_allclose([scores[j] for j in ranked[i]], others[:5], rtol=1e-6)
+
+
+def test_the_measures_are_the_mean_over_every_query_even_one_whose_relevant_question_is_never_retrieved():
+    task = RetrievalTask(
+        corpus=[str(i) for i in range(12)],
+        queries=["a", "b"],
+        relevant=[np.array([2, 11]), np.array([5])],
+        own=np.array([-1, -1]),
+    )
+    ranked = np.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]])
+    expected = mean_of([textbook(list(ranked[0]), {2, 11}), textbook(list(ranked[1]), {5})])
+    assert ranking_measures(task, ranked) == pytest.approx(expected)
+    assert ranking_measures(task, ranked)["mrr@10"] == pytest.approx(0.25)  # (1/2 + 0) / 2
+
+
+def test_a_task_without_relevant_questions_or_queries_is_refused():
+    with pytest.raises(DupqError, match="at least one relevant"):
+        RetrievalTask(corpus=["a", "b"], queries=["c"], relevant=[np.array([], dtype=np.int64)], own=np.array([-1]))
+    splits, labelled = synthetic_split(0)
+    no_duplicates = make_pairs([(a, b, 0) for a, b in zip(splits.dev.q1, splits.dev.q2)])
+    with pytest.raises(DupqError, match="no duplicate pair"):
+        held_out_task(Splits(splits.train, splits.val, no_duplicates, no_duplicates, splits.pool), labelled, ("dev",))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize(
+    "words, first_row, parts",
+    [
+        (["--task", "quora-retrieval"], 8_000, ["test", "dev"]),
+        (["--task", "quora-retrieval", "--split", "dev"], 9_000, ["dev"]),
+    ],
+)
+def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory, words, first_row, parts):
+    folder, data = cli_model(
+        pairs_path, tmp_path_factory
+    )  # `dupq train` on rows 0-9,999: 8,000 pool, 1,000 test, 1,000 dev
+    result = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), *words, "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    every = read_pairs(data)[0]
+    held = every.take(every.rows >= first_row)
+    corpus = list(dict.fromkeys([*held.q1, *held.q2]))
+    vectors = Model.load(folder).encode(corpus, batch_size=ENCODE_BATCH)  # (N, d), as the command encodes
+    position = {t: i for i, t in enumerate(corpus)}
+    neighbours = adjacency(every)
+    duplicates = [(a, b) for a, b, y in zip(held.q1, held.q2, held.labels) if y == 1 and a != b]
+    rows = []
+    for query in dict.fromkeys(a for a, _ in duplicates):
+        own = position[query]
+        relevant = {position[t] for t in reachable(query, neighbours) if t in position} - {own}
+        rows.append(textbook(loop_ranking((vectors @ vectors[own]).tolist(), own, 10), relevant))
+    pair_rr = [
+        textbook(loop_ranking((vectors @ vectors[position[a]]).tolist(), position[a], 10), {position[b]})["mrr@10"]
+        for a, b in duplicates
+    ]
+    expected = {**mean_of(rows), "mrr@10_question2": float(np.mean(pair_rr))}
+    assert (printed["queries"], printed["corpus"], printed["parts"]) == (len(rows), len(corpus), parts)
+    assert printed["model"] == pytest.approx(expected, abs=1e-9)
+    assert set(printed["bm25"]) == set(expected)
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_the_bundled_model_on_quoras_held_out_rows(all_pairs):
+    result = evaluate_retrieval(Model.load(), all_pairs)
+    assert (result["queries"], result["corpus"]) == (7_025, 38_614)
+    assert 0.91 < result["model"]["mrr@10"] < 0.94 and 0.90 < result["model"]["ndcg@10"] < 0.94
+    assert 0.83 < result["bm25"]["mrr@10"] < 0.87 and result["bm25"]["ndcg@10"] < result["model"]["ndcg@10"]
