@@ -12,11 +12,9 @@ collection's :class:`KeyConflict`, :class:`UnknownKey` and :class:`StoreFailure`
 ``import dupq`` stays cheap: the names whose modules import FAISS or torch are imported when first used (PEP 562).
 """
 
-# The package dupq.dedup is imported before its function takes the name: importing a module of the package
-# later then leaves ``dupq.dedup`` the function (``from dupq.dedup.run import ...`` still finds the modules).
+from dupq import dedup  # the package, which calls its dedup() when called
 from dupq.core.errors import DupqError
 from dupq.core.lazy import lazy_names
-from dupq.dedup import dedup
 from dupq.modeling.model import Model
 
 __all__ = [

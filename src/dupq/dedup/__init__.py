@@ -2,13 +2,16 @@
 this machine, or on a Ray cluster.
 
 :func:`dedup` is the package's face: a list of questions (or an open collection) in, :class:`Clusters` out, all
-in memory. ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`. The modules that import FAISS
+in memory; the package itself calls it (``from dupq import dedup; dedup(questions)``), and stays a package
+(``import dupq.dedup.run`` finds its modules). ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`. The modules that import FAISS
 are imported when a name of theirs is first used, so ``import dupq`` stays cheap.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import types
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -60,3 +63,14 @@ def dedup(
     if isinstance(questions, str) or not isinstance(questions, Sequence):
         raise DupqError(f"dedup takes a list of questions or an open collection, not a {type(questions).__name__}.")
     return dedup_texts(list(questions), chosen or Model.load(), config)
+
+
+class _Face(types.ModuleType):
+    """The package, callable: ``dupq.dedup(questions, ...)`` is :func:`dedup` (a function of that name on the
+    top package would hide the package from ``import dupq.dedup.run as run``)."""
+
+    def __call__(self, *args, **kwargs) -> Clusters:
+        return dedup(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _Face
