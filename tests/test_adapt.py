@@ -22,7 +22,7 @@ from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 from dupq.training import adapt as adapt_module
-from dupq.training.adapt import AdaptConfig, adapt, user_questions
+from dupq.training.adapt import AdaptConfig, adapt_with, user_questions
 from dupq.training.distil import teacher as teacher_module
 
 WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection
@@ -90,7 +90,7 @@ CONFIG = AdaptConfig(epochs=8, batch_size=32, lr=0.001, distil=1.0)
 @pytest.fixture(scope="module")
 def adapted_dir(head_model_dir, texts, tmp_path_factory):
     out = tmp_path_factory.mktemp("adapted") / "model"
-    adapt(Model.load(head_model_dir), texts, out, word_teacher, "words", CONFIG, log=silent, progress=False)
+    adapt_with(Model.load(head_model_dir), texts, out, word_teacher, "words", CONFIG, log=silent, progress=False)
     return out
 
 
@@ -173,7 +173,7 @@ def test_a_failed_run_leaves_no_half_folder_and_the_old_one_intact(
 
         monkeypatch.setattr(Model, "save", save)
     with pytest.raises((KeyboardInterrupt, OSError)):
-        adapt(Model.load(head_model_dir), texts, out, encode, "words", CONFIG, log=silent, progress=False)
+        adapt_with(Model.load(head_model_dir), texts, out, encode, "words", CONFIG, log=silent, progress=False)
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("adapted.teacher")] == ["adapted"]
     assert [p.name for p in out.iterdir()] == ["marker.txt"]
 
@@ -181,7 +181,7 @@ def test_a_failed_run_leaves_no_half_folder_and_the_old_one_intact(
 def test_the_library_refuses_what_it_cannot_adapt(head_model_dir, texts, tmp_path):
     base = Model.load(head_model_dir)
     with pytest.raises(DupqError, match="at least 2 distinct questions"):
-        adapt(base, [texts[0], texts[0]], tmp_path / "a", word_teacher, "words", log=silent, progress=False)
+        adapt_with(base, [texts[0], texts[0]], tmp_path / "a", word_teacher, "words", log=silent, progress=False)
     with pytest.raises(DupqError, match="needs the distillation loss"):
         AdaptConfig(distil=0.0)
     with pytest.raises(DupqError, match="finite"):
@@ -227,6 +227,28 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 0
 
 
+def test_the_library_adapts_a_collection_to_its_model_and_mixes_quora_in_as_the_command_does(
+    head_model_dir, texts, tmp_path
+):
+    """``dupq.adapt`` on an open collection: its model is the base, and a small desk gets Quora's questions."""
+    import dupq
+    from synthetic import write_pairs
+
+    base, said = Model.load(head_model_dir), []
+    quora = write_pairs(tmp_path / "quora.tsv", 400, seed=9)
+    config = AdaptConfig(epochs=1, batch_size=32, mix=100)
+    with Collection.build(tmp_path / "c", texts[:40], base) as coll:
+        adapted = dupq.adapt(
+            coll, tmp_path / "a", teacher=word_teacher, config=config, data=quora, log=said.append, progress=False
+        )
+    record = adapted.metrics["adaptation"]
+    assert record["base"]["fingerprint"] == base.fingerprint() and record["teacher"] == "word_teacher"
+    assert (record["questions"], record["mixed_in"]) == (40, 60)
+    assert said[0].startswith("adapting ") and " to 40 questions" in said[0]
+    assert any("60 questions of Quora's training pool mixed in" in line for line in said)
+    assert Model.load(tmp_path / "a").fingerprint() == adapted.fingerprint()
+
+
 def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_path):
     from dupq.modeling.static import StaticBranch, StaticConfig
     from dupq.training.distil.branch import with_branch
@@ -234,7 +256,7 @@ def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_pa
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
-    adapted = adapt(base, texts[:64], tmp_path / "a", word_teacher, "w", CONFIG, log=silent, progress=False)
+    adapted = adapt_with(base, texts[:64], tmp_path / "a", word_teacher, "w", CONFIG, log=silent, progress=False)
     loaded = Model.load(tmp_path / "a")
     assert loaded.encoder.branch is not None and loaded.out_dim == 16 + 3
     np.testing.assert_allclose(loaded.encoder.branch.words, table)
@@ -253,7 +275,7 @@ def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through
     new = list(dict.fromkeys(w for t in texts[:290] for w in vocab.words(t) if not vocab.known(w)))
     assert new  # the fixture's vocabulary lacks a few words of the questions
     said: list[str] = []
-    adapt(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
+    adapt_with(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
     branch = Model.load(tmp_path / "a").encoder.branch
 
     assert branch.added_words == new and branch.config.added == len(new)
@@ -279,7 +301,7 @@ def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_mod
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)  # no teacher's map
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
     said: list[str] = []
-    adapt(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
+    adapt_with(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
     assert Model.load(tmp_path / "a").encoder.branch.added_words == []
     assert any("keeps its table: its rows are not a linear map of this teacher's" in line for line in said)
 
@@ -379,7 +401,7 @@ def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
 def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts, tmp_path):
     config = AdaptConfig(epochs=3, batch_size=64, minutes=1e-9)
     lines: list[str] = []
-    model = adapt(Model.load(head_model_dir), texts, tmp_path / "a", word_teacher, "w", config, log=lines.append)
+    model = adapt_with(Model.load(head_model_dir), texts, tmp_path / "a", word_teacher, "w", config, log=lines.append)
     record = model.metrics["adaptation"]
     assert record["epochs_run"] == 1 and len(record["history"]) == 1  # the first epoch always runs
     assert any("stopping after 1 epochs" in line for line in lines)
@@ -393,7 +415,7 @@ def test_a_bundled_base_is_recorded_by_name_not_by_the_folder_the_package_is_ins
     base = Model.load(head_model_dir)
     base.folder = BUNDLED.resolve()  # as if it shipped: the record must not hold this machine's path
     texts = [f"how do i fix question number {i}" for i in range(40)]
-    adapted = adapt(base, texts, tmp_path / "adapted", word_teacher, "words", CONFIG, log=silent, progress=False)
+    adapted = adapt_with(base, texts, tmp_path / "adapted", word_teacher, "words", CONFIG, log=silent, progress=False)
     base_record = adapted.metrics["adaptation"]["base"]
     assert base_record["bundled"] and base_record["folder"] is None
     assert str(BUNDLED.parent) not in json.dumps(adapted.metrics)

@@ -10,12 +10,13 @@ import time
 import numpy as np
 import pytest
 
-from dupq.collection.collection import Collection
+from dupq.collection.collection import Collection, IndexStats
 from dupq.collection.folder.cache import INDEX_FILE, REBUILD_SHARE, FaissCache
 from dupq.collection.folder.store import WRITER_LOCK
 from dupq.core.files import file_lock
 from dupq.index.vectors import IndexConfig, VectorIndex, checksum_of
 from dupq.index.vectors import search as exact_search
+from support.private import folder_cache, folder_store
 
 
 def texts(n: int, offset: int = 0) -> list[str]:
@@ -54,7 +55,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def interleaved(index, path):
         checksum = save(index, path)
-        if index is a._backend.cache.index:
+        if index is folder_cache(a).index:
             a_wrote.set()
             b_done.wait(timeout=2)  # b writes now, unless it must wait for a
         return checksum
@@ -63,12 +64,12 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
 
     def save_b():
         a_wrote.wait(timeout=10)
-        b._backend.cache.save()
+        folder_cache(b).save()
         b_done.set()
 
     other = threading.Thread(target=save_b)
     other.start()
-    a._backend.cache.save()
+    folder_cache(a).save()
     other.join()
     manifest = json.loads((folder / "manifest.json").read_text())
     on_disk = np.fromfile(folder / INDEX_FILE, dtype=np.uint8)
@@ -77,7 +78,7 @@ def test_concurrent_cache_writes_leave_a_file_the_manifest_describes(tmp_path, t
     a.close()
     b.close()
     with Collection.open(folder, tiny_model) as again:  # the cache is used, not rebuilt
-        assert FaissCache._cached(folder, again._backend.store, again.manifest, len(again))[1] == 110
+        assert FaissCache._cached(folder, folder_store(again), again.manifest, len(again))[1] == 110
 
 
 def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, monkeypatch):
@@ -87,10 +88,10 @@ def test_a_cache_no_newer_than_the_file_is_not_written(tmp_path, tiny_model, mon
         writes = []
         save = VectorIndex.save
         monkeypatch.setattr(VectorIndex, "save", lambda index, path: writes.append(path) or save(index, path))
-        coll._backend.cache.save()  # the file holds every vector already
+        folder_cache(coll).save()  # the file holds every vector already
         assert writes == []
         coll.add(texts(3, offset=100))
-        coll._backend.cache.save()
+        folder_cache(coll).save()
         assert len(writes) == 1
 
 
@@ -114,7 +115,7 @@ def test_a_collection_keeps_the_hnsw_settings_it_was_built_with(tmp_path, tiny_m
         if rebuilt:
             (folder / INDEX_FILE).unlink()  # rebuilt from the stored vectors on open
         with Collection.open(folder, tiny_model) as coll:
-            graph = faiss.downcast_index(coll._backend.cache.index.faiss).hnsw
+            graph = faiss.downcast_index(folder_cache(coll).index.faiss).hnsw
             assert coll.manifest["index"] == {**coll.manifest["index"], "hnsw_m": 64, "ef_construction": 64}
             assert (graph.efSearch, graph.nb_neighbors(1), graph.efConstruction) == (256, 64, 64)
 
@@ -188,10 +189,10 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
     with Collection.build(folder, texts(300), tiny_model, keys=keys, index="hnsw") as coll:
         with Collection.open(folder, tiny_model) as other:
             coll.remove(keys[:40])  # 13 %: marked and filtered, the graph kept
-            assert coll._backend.cache.index.stored == 300 and REBUILD_SHARE > 40 / 300
+            assert coll.index_stats().vectors == 300 and coll.index_stats().removed == 40 and REBUILD_SHARE > 40 / 300
             coll.remove(keys[40:90])  # 30 %
             wait_for(lambda: json.loads((folder / "manifest.json").read_text()).get("rebuilt") == 1)  # published
-            assert coll._backend.cache.index.stored == 210  # swapped in before it was published
+            assert coll.index_stats().vectors == 210  # swapped in before it was published
             dim, config = coll.manifest["dim"], IndexConfig(**coll.manifest["index"])
             saved = VectorIndex.load(
                 folder / INDEX_FILE,
@@ -202,14 +203,18 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
             assert saved.stored == 210 and saved.ids().tolist() == list(range(90, 300))
             for handle in (coll, other):
                 check_search(handle, queries, set(keys[:90]))
-                assert handle._backend.cache.index.stored == 210  # the other handle loaded it
+                assert (handle.index_stats().vectors, handle.index_stats().generation) == (
+                    210,
+                    1,
+                )  # the other handle loaded it
             coll.add(["Which river flows through the most countries?"], keys=["new"])
             coll.remove(["k95"])
             for handle in (other, coll):
                 assert handle.search(["Which river flows through the most countries?"], k=1)[0][0].key == "new"
                 check_search(handle, queries + ["How do I learn topic number 95 well?"], {*keys[:90], "k95"})
     with Collection.open(folder, tiny_model) as again:
-        assert again._backend.cache.index.mapped and again._backend.cache.index.stored == 211
+        assert folder_cache(again).index.mapped and again.index_stats().vectors == 211
+        assert again.index_stats() == IndexStats("hnsw", 211, 1, 1, True)  # k95 removed since the rebuild
         check_search(again, queries, {*keys[:90], "k95"})
 
 
@@ -231,11 +236,98 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
 
     monkeypatch.setattr(cache_module, "write_json", crash)
     coll.remove(keys[:100])
-    wait_for(lambda: coll._backend.cache.cache_error is not None)  # publishing it failed
-    assert coll._backend.cache.index.stored == 100  # swapped in before
+    wait_for(lambda: coll.cache_error is not None)  # publishing it failed
+    assert coll.index_stats().vectors == 100  # swapped in before
     check_search(coll, texts(3, offset=150), set(keys[:100]))
     coll.close()
     monkeypatch.setattr(cache_module, "write_json", real)
     with Collection.open(folder, tiny_model) as again:
         assert len(again) == 100
         check_search(again, texts(3, offset=150), set(keys[:100]))
+
+
+def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_model, caplog):
+    """Undoing the newest quarter (an import, a spam wave) rebuilds the graph once: the rebuilt graph covers the
+    removed tail (it is not added back by the next catch-up), so later single removals, an update and an add
+    rebuild nothing, in this handle, another one or a new open; hits match brute force over the stored vectors."""
+    keys, folder = [f"k{i}" for i in range(200)], tmp_path / "c"
+    queries = texts(4, offset=40) + ["How do I learn topic number 170 well?"]
+    rebuilds = lambda: sum("built again" in r.getMessage() for r in caplog.records)  # noqa: E731
+    caplog.set_level("INFO", logger="dupq.collection.folder.backend")
+    with Collection.build(folder, texts(200), tiny_model, keys=keys, index="hnsw") as coll:
+        with Collection.open(folder, tiny_model) as other:
+            coll.remove(keys[150:])  # the newest 25 %
+            wait_for(lambda: rebuilds() == 1 and not coll.index_stats().rebuilding)
+            removed = set(keys[150:])
+            for key in keys[:20]:  # single removals: 20 of the 150 left is under REBUILD_SHARE
+                coll.remove([key])
+                removed.add(key)
+                wait_for(lambda: not coll.index_stats().rebuilding)
+            coll.update("k30", "Which river flows through the most countries?")
+            coll.add(["What is the tallest mountain on Mars?"], keys=["new"])
+            wait_for(lambda: not coll.index_stats().rebuilding)
+            assert rebuilds() == 1 and coll.index_stats().generation == 1
+            assert coll.index_stats().vectors == 152  # the 150 kept, the update's new text and the add
+            for handle in (coll, other):
+                check_search(handle, queries, removed)
+                assert handle.search(["What is the tallest mountain on Mars?"], k=1)[0][0].key == "new"
+            assert other.index_stats().generation == 1 and not other.index_stats().rebuilding
+    with Collection.open(folder, tiny_model) as again:
+        assert again.index_stats().vectors == 152 and len(folder_cache(again).index) == 202  # ids up to 201
+        check_search(again, queries, removed)
+    assert rebuilds() == 1
+
+
+@pytest.mark.parametrize("removed_share", [1 / 3000, 0.25])
+def test_a_graph_with_removed_ids_is_searched_as_a_graph_and_finds_the_live_brute_force_answer(
+    removed_share, monkeypatch
+):
+    """One removal (or a quarter) must not turn every search into an exact scan of the others: the graph is walked
+    with the removed ids left out, and its hits are the exact search over the live vectors (recall)."""
+    import dupq.index.vectors as vector_module
+
+    scans = []
+    real = vector_module.search
+    monkeypatch.setattr(vector_module, "search", lambda *a, **kw: scans.append(1) or real(*a, **kw))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = VectorIndex(32, IndexConfig(kind="hnsw"))
+    index.add(x)
+    live = np.ones(3000, dtype=bool)
+    live[rng.choice(3000, max(1, int(3000 * removed_share)), replace=False)] = False
+    queries = x[rng.choice(3000, 50, replace=False)]
+    _, got = index.search(queries, 10, allowed=live)
+    assert not scans and live[got[got >= 0]].all()
+    ids = np.flatnonzero(live)
+    want = ids[real(queries, x[ids], 10)[1]]
+    recall = np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())])
+    assert recall >= 0.99, recall
+
+
+def test_the_exact_path_is_taken_only_where_it_costs_less():
+    """A search kept to some ids scans them exactly only while that is cheaper than the index's own search with a
+    selector: a graph's widened walk, an ivfpq index's short list read from the store, a flat index's scan."""
+    from dupq.index.vectors import scans_exactly
+
+    hnsw, ivfpq, flat = IndexConfig(kind="hnsw"), IndexConfig(kind="ivfpq"), IndexConfig(kind="flat")
+    assert not scans_exactly(hnsw, 18_999, 18_999 / 19_000, 10)  # one removal: the graph, as before it
+    assert scans_exactly(hnsw, 500, 500 / 537_000, 10)  # a narrow filter: the allowed few, exactly
+    assert not scans_exactly(ivfpq, 14_000, 1 / 3, 10) and not scans_exactly(ivfpq, 28_000, 2 / 3, 10)
+    assert scans_exactly(ivfpq, 42, 0.001, 10)
+    assert not scans_exactly(flat, 18_999, 18_999 / 19_000, 10) and scans_exactly(flat, 10, 0.001, 10)
+
+
+def test_stored_vectors_read_in_bulk_are_the_stored_ones(tmp_path, tiny_model):
+    """The store reads many ids a row at a time (dense runs in one read, scattered ids one by one): any order,
+    repeats, across rows; the answer is every vector as stored."""
+    with Collection.build(tmp_path / "c", texts(300), tiny_model) as coll:
+        every, store = coll.stored_vectors(), folder_store(coll)
+        rng = np.random.default_rng(0)
+        for ids in (
+            rng.permutation(300),  # dense: whole rows
+            np.array([299, 0, 64, 64, 63, 200, 1]),  # scattered, repeated
+            rng.choice(300, 40, replace=True),
+            np.array([], dtype=np.int64),
+        ):
+            np.testing.assert_array_equal(store.vectors_by_id(ids), every[ids])

@@ -335,3 +335,42 @@ def test_a_ray_address_out_of_reach_is_one_sentence():
             _reachable(address, lambda: "127.0.0.2")  # Ray dials the machine's address instead, where nothing listens
     with pytest.raises(DupqError, match="cannot reach a Ray cluster at 127.0.0.1:"):
         _reachable(address, lambda: "127.0.0.1")  # nothing listens any more
+
+
+def test_dedup_collection_reads_a_living_collection_by_id(tmp_path, tiny_model):
+    """The library's collection source: after a remove and a text update, the groups are those of the stored
+    questions, keyed by key, as a file of the same questions gives them."""
+    from dupq.collection.collection import Collection
+
+    texts = ["How do I learn Python?", "Why is the sky blue?", "How do I learn Python?", "How do I cook rice?"]
+    out = tmp_path / "d.jsonl"
+    with Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]) as coll:
+        coll.remove(["a"])
+        coll.update("d", text="Why is the sky blue?")
+        summary = dedup_run.dedup_collection(coll, out, DedupConfig(threshold=0.99))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary.questions == 3 and sorted(r["key"] for r in rows) == ["b", "d"]
+    (tmp_path / "q.txt").write_text("Why is the sky blue?\nHow do I learn Python?\nWhy is the sky blue?\n")
+    from_file = dedup_run.dedup_file(tmp_path / "q.txt", tmp_path / "f.jsonl", tiny_model, DedupConfig(threshold=0.99))
+    assert (from_file.clusters, from_file.duplicates) == (summary.clusters, summary.duplicates)
+
+
+def test_an_output_is_never_an_input(tmp_path):
+    """check_apart: the same file by another spelling, a link or a hard link; inside an input folder; holding one."""
+    from dupq.core.errors import DupqError
+    from dupq.core.files import check_apart
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.csv").write_text("x\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "a.csv")
+    (tmp_path / "hard.csv").hardlink_to(tmp_path / "a.csv")
+    for out, source in [
+        (tmp_path / "sub" / ".." / "a.csv", tmp_path / "a.csv"),
+        (tmp_path / "link.csv", tmp_path / "a.csv"),
+        (tmp_path / "hard.csv", tmp_path / "a.csv"),
+        (tmp_path / "sub" / "out.csv", tmp_path / "sub"),
+        (tmp_path, tmp_path / "a.csv"),
+    ]:
+        with pytest.raises(DupqError, match="which this command reads"):
+            check_apart(out, None, source)
+    check_apart(tmp_path / "b.csv", tmp_path / "a.csv", tmp_path / "sub", None)

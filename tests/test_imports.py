@@ -75,3 +75,41 @@ def test_the_service_app_imports_without_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+def test_import_dupq_leaves_faiss_and_torch_until_a_name_needs_them():
+    """``import dupq`` and its cheap names import neither; asking for Collection brings FAISS, adapt torch."""
+    code = (
+        "import sys\nimport dupq\nfrom dupq import DupqError, Model, dedup\n"
+        "print('faiss' in sys.modules, 'torch' in sys.modules)\n"
+        "from dupq import Collection\nprint('faiss' in sys.modules, 'torch' in sys.modules)\n"
+        "from dupq import adapt\nprint('faiss' in sys.modules, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["False False", "True False", "True True"]
+
+
+PACKAGES = ["dupq", "dupq.collection", "dupq.core", "dupq.dedup", "dupq.index", "dupq.modeling", "dupq.training"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_name_a_package_hands_on_is_there(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if getattr(module, name, None) is None]
+    assert not missing, f"{package} lists {missing} in __all__ but has no such name"
+
+
+def test_the_face_is_the_library():
+    """One face: the names of ``dupq`` are the library's own, and dedup is the function even after its modules load."""
+    import dupq
+    from dupq.collection.collection import Collection, Hit
+    from dupq.dedup.run import run  # noqa: F401 - a module of the package dupq.dedup, loaded
+    from dupq.training.adapt import adapt
+
+    assert (dupq.Collection, dupq.Hit, dupq.adapt) == (Collection, Hit, adapt)
+    assert callable(dupq.dedup) and dupq.dedup.__module__ == "dupq.dedup"
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        dupq.Nothing  # noqa: B018

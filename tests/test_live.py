@@ -93,8 +93,7 @@ def test_a_filtered_search_is_the_brute_force_filter(live, where):
 
 def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_model, monkeypatch):
     """The selector path (not the exact scan of few rows) of a flat index: the brute-force answer."""
-    monkeypatch.setattr(vector_module, "EXACT_ROWS", 0)
-    monkeypatch.setattr(vector_module, "EXACT_SHARE", 0.0)
+    monkeypatch.setattr(vector_module, "scans_exactly", lambda *args: False)
     texts, keys, meta = desk()
     with Collection.build(tmp_path / "c", texts, tiny_model, keys=keys, metadata=meta) as coll:
         coll.remove(["t0", "t4"])  # tombstones and a filter together
@@ -118,13 +117,12 @@ def test_a_filtered_index_search_finds_what_brute_force_finds(kind, share, monke
     queries = x[rng.choice(3000, 50, replace=False)]
     ids = np.flatnonzero(allowed)
     want = ids[exact_search(queries, x[ids], 10)[1]]
-    for exact_rows in (0, 10_000):  # the selector, then the exact scan
-        monkeypatch.setattr(vector_module, "EXACT_ROWS", exact_rows)
-        monkeypatch.setattr(vector_module, "EXACT_SHARE", 0.0)
+    for exact in (False, True):  # the selector, then the exact scan
+        monkeypatch.setattr(vector_module, "scans_exactly", lambda *args, exact=exact: exact)
         _, got = index.search(queries, 10, allowed=allowed)
         assert allowed[got[got >= 0]].all()
         recall = np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())])
-        assert recall >= (1.0 if kind == "flat" or exact_rows else 0.99), recall
+        assert recall >= (1.0 if kind == "flat" or exact else 0.99), recall
 
 
 def test_remove_and_update_by_key(live, location, tiny_model):

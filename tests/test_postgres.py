@@ -27,6 +27,7 @@ from dupq.collection.postgres.address import parse
 from dupq.collection.rows import StoreFailure
 from dupq.core.errors import DupqError
 from dupq.index.vectors import search as exact_search
+from support.private import postgres_connections
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # platformdirs' note on XDG_RUNTIME_DIR
 SECRET = "s3cret-Pw!"
@@ -151,18 +152,18 @@ def test_a_server_gone_is_unreachable_with_retry_after(postgres, tiny_model):
         run_sql(server, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
         assert len(coll.search(["How?"], k=3)[0]) == 3  # a dropped connection: a read tries once more, anew
         with TestClient(create_app(coll, token="t")) as client:
-            address = coll._backend.connections.where
+            address = postgres_connections(coll).where
             gone = address.__class__(
                 address.conninfo.replace("host=", "port=1&host="), address.table, address.text, address.password
             )
-            coll._backend.connections.where = gone  # as if the server had gone away: new connections fail
+            postgres_connections(coll).where = gone  # as if the server had gone away: new connections fail
             run_sql(server, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()")
             answer = client.post("/search", json={"question": "How?", "k": 3})
             assert answer.status_code == 503 and "Retry-After" in answer.headers, answer.text
             with pytest.raises(StoreFailure, match="unreachable") as e:
                 coll.search(["How?"])
             assert e.value.reason == "unreachable"
-            coll._backend.connections.where = address
+            postgres_connections(coll).where = address
     said = CliRunner().invoke(app, ["search", "postgresql://postgres@127.0.0.1:1/postgres?table=x", "How?"])
     assert said.exit_code == 2 and "unreachable" in said.output and said.output.count("\n") == 1, said.output
 

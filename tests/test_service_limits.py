@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 
 from dupq.collection.collection import Collection
 from dupq.collection.folder.backend import DATABASE
+from support.private import writer_connection
 
 TOKEN = "limits-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -92,7 +93,7 @@ def test_a_bugs_500_carries_the_security_headers(client, monkeypatch):
 
 def test_a_full_disk_is_507_and_a_busy_store_503(client, folder):
     """Both were 400s ("cannot rollback - no transaction is active", "database is locked"): the server's failures."""
-    writer = client.app.state.collection._backend.store._db
+    writer = writer_connection(client.app.state.collection)
     pages = writer.execute("PRAGMA page_count").fetchone()[0]
     writer.execute(f"PRAGMA max_page_count = {pages}")  # no page more: SQLite's "database or disk is full"
     full = client.post(

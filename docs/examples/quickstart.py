@@ -2,8 +2,7 @@
 
 import tempfile
 
-from dupq import Model
-from dupq.collection.collection import Collection
+from dupq import Collection, Model
 
 model = Model.load()  # the bundled model; Model.load("runs/model") loads one you trained
 q1, q2 = "How can I lose weight quickly?", "What is the fastest way to lose weight?"

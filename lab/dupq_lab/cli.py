@@ -23,6 +23,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "search-speed": "speed.search_speed",
     "single-search": "speed.single_search",
     "filtered-search": "speed.filtered_search",
+    "removal-cost": "speed.removal_cost",
     "hnsw-sweep": "speed.hnsw_sweep",
     "pgvector-sweep": "speed.pgvector_sweep",
     "pgvector-speed": "speed.pgvector_speed",

@@ -19,7 +19,7 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, Server, build, clean, dupq, refused, stored, synthetic
+from faultkit import AUTH, TRAIN, Server, build, clean, dupq, pairs_file, refused, stored, synthetic
 
 from support.serving import free_port
 from support.serving import http as request
@@ -95,6 +95,26 @@ def test_commands_that_write_a_folder(tmp_path: Path):
     assert sorted(p.name for p in full.iterdir()) == ["notes.txt"]
 
 
+def test_overwrite_replaces_only_a_model(tmp_path: Path):
+    """`--overwrite` of every command that writes a model folder (train, compact, adapt, distil branch and
+    teacher-model) refuses a collection folder: one model-folder rule, and a collection is never replaced."""
+    model = _model_copy(tmp_path)
+    folder = build(tmp_path / "c", n=10)
+    before = sorted(p.name for p in folder.iterdir())
+    (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
+    data = pairs_file(tmp_path)
+    for command in (
+        ["train", "--data", str(data), "--epochs", "1", *TRAIN],
+        ["compact", str(model)],
+        ["adapt", str(tmp_path / "q.txt")],
+        ["distil", "branch", str(model)],
+        ["distil", "teacher-model", "--data", str(data)],
+    ):
+        refused(dupq(*command, "--out", str(folder), "--overwrite"), "not a dupq model folder")
+    assert sorted(p.name for p in folder.iterdir()) == before
+    clean(dupq("search", str(folder), "How do I learn about Python in step 0?"))
+
+
 def _fake_teacher(calls: list[str]):
     """A deterministic teacher of 16 dimensions that records the texts it encodes."""
 
@@ -110,7 +130,7 @@ def _fake_teacher(calls: list[str]):
 def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     """adapt with --cache of a teach run keeps every vector there and encodes only the questions it lacks."""
     from dupq.modeling.model import Model
-    from dupq.training.adapt import AdaptConfig, adapt
+    from dupq.training.adapt import AdaptConfig, adapt_with
     from dupq.training.distil.teacher import TeacherCache, teach
 
     calls: list[str] = []
@@ -121,7 +141,9 @@ def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     calls.clear()
     config = AdaptConfig(epochs=1, batch_size=16)
     cache = tmp_path / "cache"
-    adapt(Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False)
+    adapt_with(
+        Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False
+    )
     after = TeacherCache.load(cache)
     assert set(before.texts) <= set(after.texts) and set(mine) <= set(after.texts)
     # the stored vectors, not new ones

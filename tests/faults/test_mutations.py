@@ -22,6 +22,7 @@ import faultkit
 import pytest
 import test_collection_faults as collection
 import test_decision_faults as decisions
+import test_dedup_faults as dedup
 import test_file_faults as files
 import test_filter_faults as filters
 import test_model_faults as models
@@ -250,6 +251,56 @@ import dupq.collection.backend as backend
 patch(backend, "TEXT", re.compile(r"(?s).*"))
 """
 
+WORK_NOT_MARKED = """
+import dupq.dedup.run as run
+
+patch(run, "MARKER", "state.json")  # any folder holding a state.json taken for dupq's own, as before the marker
+"""
+
+OUTPUT_OVER_INPUT = """
+import sys
+import dupq.core.files as files
+
+rule = files.check_apart
+for module in [m for m in list(sys.modules.values()) if getattr(m, "check_apart", None) is rule]:
+    patch(module, "check_apart", lambda out, *inputs: None)
+"""
+
+KEYS_GUARDED = """
+import dupq.dedup.run as run
+
+patch(run, "VERBATIM", set())  # keys made inert like texts, as before
+"""
+
+VECTORS_BY_POSITION = """
+import numpy as np
+from dupq.collection.collection import Collection
+
+patch(Collection, "stored_vectors", lambda self, ids=None: self._backend.all_vectors()[np.asarray(ids)])
+"""
+
+STALE_OUTPUT_KEPT = """
+import dupq.dedup.run as run
+
+patch(run, "remove_stale", lambda folder, old=3600.0: [])
+"""
+
+CLUSTER_UNWATCHED = """
+import dupq.dedup.ray_engine as engine
+
+patch(engine, "WATCH", 3600.0)  # wait on Ray alone, as before: its fatal log after a minute
+"""
+
+ANY_FOLDER_REPLACED = """
+import sys
+import dupq.core.files as files
+import dupq.modeling.folder_format as folder_format
+
+rule = folder_format.check_new_model_folder
+for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_model_folder", None) is rule]:
+    patch(module, "check_new_model_folder", files.check_new_folder)  # the folder rule alone: --overwrite replaces anything
+"""
+
 STATIC_WORDS_UNCHECKED = """
 import json
 import dupq.modeling.static as static
@@ -308,6 +359,15 @@ patch(adapt, "unspaced_scripts", lambda words: {})
         (filters.test_typed_filters_on_text_metadata, TYPED_FILTER_ONLY, {}),
         (filters.test_nul_in_metadata_and_filters, NUL_STORED, {}),
         (filters.test_control_characters_in_a_milvus_filter, CONTROL_IN_FILTERS, {}),
+        (dedup.test_a_work_folder_dupq_did_not_make, WORK_NOT_MARKED, {}),
+        (dedup.test_an_output_over_an_input, OUTPUT_OVER_INPUT, {}),
+        (dedup.test_keys_round_trip, KEYS_GUARDED, {}),
+        (dedup.test_dedup_a_living_collection, VECTORS_BY_POSITION, {}),
+        (dedup.test_no_leftovers_of_a_refused_or_killed_run, STALE_OUTPUT_KEPT, {}),
+        pytest.param(
+            dedup.test_a_ray_cluster_that_dies_mid_run, CLUSTER_UNWATCHED, {}, marks=[pytest.mark.ray, pytest.mark.slow]
+        ),
+        (files.test_overwrite_replaces_only_a_model, ANY_FOLDER_REPLACED, {}),
         (models.test_a_damaged_static_words_file, STATIC_WORDS_UNCHECKED, {"damage": "nested"}),
         (models.test_join_weights_out_of_range, ANY_JOIN_WEIGHT, {}),
         (models.test_compact_no_branch_of_a_joined_model, JOINED_BRANCH_IGNORED, {}),
@@ -336,6 +396,13 @@ patch(adapt, "unspaced_scripts", lambda words: {})
         "typed-filter-only",
         "nul-stored",
         "control-in-filters",
+        "work-not-marked",
+        "output-over-input",
+        "keys-guarded",
+        "vectors-by-position",
+        "stale-output-kept",
+        "cluster-unwatched",
+        "any-folder-replaced",
         "static-words-unchecked",
         "any-join-weight",
         "joined-branch-ignored",

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from faultkit import AUTH, TOPICS, Server, build, dupq, lacks_headers, library_refuses, refused, stored, synthetic
 
+from support.private import writer_connection
 from support.serving import http as request
 
 pytestmark = pytest.mark.faults
@@ -310,7 +311,7 @@ def test_server_side_failures_are_5xx(tmp_path: Path, monkeypatch):
     )  # how long an add waits for the lock
     auth = {"Authorization": "Bearer t"}
     with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
-        writer = c.app.state.collection._backend.store._db
+        writer = writer_connection(c.app.state.collection)
         pages = writer.execute("PRAGMA page_count").fetchone()[0]
         writer.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full: no page more
         full = c.post("/questions", json={"text": "Is the disk full?", "metadata": {"pad": "x" * 20_000}}, headers=auth)

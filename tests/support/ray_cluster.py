@@ -21,6 +21,7 @@ from pathlib import Path
 from support.serving import free_port
 
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # the cluster on 127.0.0.1, as the driver expects
+FOLDERS: dict[str, str] = {}  # address -> the temporary folder of each cluster started here
 
 
 def started_in(folder: str) -> list[int]:
@@ -45,19 +46,27 @@ def local_cluster(cpus: int = 2) -> Iterator[str]:
          f"--num-cpus={cpus}", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={folder}"],
         env=ENV, check=True, capture_output=True, timeout=180,
     )  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    FOLDERS[address] = folder
     try:
-        yield f"127.0.0.1:{port}"
+        yield address
     finally:
         if "ray" in sys.modules:  # this process connected as a driver
             sys.modules["ray"].shutdown()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in started_in(folder):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            time.sleep(2)
+        kill(address)
+        FOLDERS.pop(address)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def kill(address: str, signals=(signal.SIGTERM, signal.SIGKILL)) -> None:
+    """Stop every process of the cluster at ``address`` that :func:`local_cluster` started (a cluster that dies)."""
+    for sig in signals:
+        for pid in started_in(FOLDERS[address]):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        time.sleep(2)
 
 
 def same_group_pairs(path: Path) -> set[tuple[str, str]]:

@@ -5,6 +5,7 @@
     dupq-lab dedup-scale scale   [--sizes 50000 500000 5000000]
     dupq-lab dedup-scale ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
     dupq-lab dedup-scale beams   [--sizes 1 2 3 4 16]   (the probes' HNSW beam, times nprobe; 5M questions)
+    dupq-lab dedup-scale star    [--sizes 10000 50000]  (every question a duplicate of one)
 
 Every distinct question of the Quora file (one a line, as a user would hand them over) is encoded
 once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is a fresh process
@@ -29,6 +30,9 @@ once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is
   duplicates as the real archive, and questions of two blocks are as unrelated as random directions.
   (Drawing ``n`` vectors around the real ones instead gives each real question ``n / 537,016`` near
   copies, so duplicates grow with the archive and the cost with them.)
+* **star**: the worst case for the grouping, an archive where every question is a duplicate of one
+  (the same question, asked ``n`` times): ``dupq dedup`` end to end, its time per question, which
+  should stay flat as ``n`` grows (one group of ``n``; a hostile tester timed 3 minutes for 50,000).
 * **beams**: on the 5M-question synthetic archive (past 4,096 lists, where the probes search an HNSW
   graph of the centroids), each beam's CPU time a question and the share of the neighbours above the
   cosine threshold, found through exact probes for a sample of questions, that its probes find too.
@@ -241,6 +245,20 @@ def scale(sizes: list[int]) -> dict:
     }
 
 
+def star(sizes: list[int]) -> dict:
+    """``dupq dedup`` on ``n`` copies of one question: one group of ``n``, end to end."""
+    dupq, rows = Path(sys.executable).with_name("dupq"), []
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for n in sizes:
+        path = CACHE / f"star-{n}.txt"
+        path.write_text("How do I learn Python?\n" * n)
+        row = {"questions": n, **timed([dupq, "dedup", path, "--out", CACHE / "star.csv", "--no-progress"])}
+        row["microseconds_per_question"] = round(row["seconds"] / n * 1e6, 1)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return {"archive": "one question asked n times (one group of n)", "runs": rows}
+
+
 def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
     """Past FLAT_LISTS lists, the HNSW beam of the probes (efSearch = beam x nprobe) on the synthetic archive:
     its CPU time a question, and the share of a sample's neighbours above the cosine threshold that exact
@@ -315,14 +333,15 @@ def on_ray(n: int, exact_below: list[int]) -> dict:
 
 def main(
     what: Annotated[
-        Literal["speed", "quality", "scale", "beams", "ray", "child"],
+        Literal["speed", "quality", "scale", "beams", "ray", "star", "child"],
         typer.Argument(help="The measurement (child: one timed grouping, which the others run)."),
     ],
     args: Annotated[Optional[list[str]], typer.Argument(hidden=True)] = None,
     sizes: Annotated[
         Optional[str],
         typer.Option(
-            help='Comma-separated: questions (speed; "" runs the full set alone), --exact-below values (ray), beams.'
+            help='Comma-separated: questions (speed, star; speed "" runs the full set alone), --exact-below values '
+            "(ray), beams."
         ),
     ] = None,
     cosines: Annotated[
@@ -341,6 +360,8 @@ def main(
         result = quality([float(c) for c in cosines.split(",")])
     elif what == "ray":
         result = on_ray(20_000, sizes or [50_000, 10_000])
+    elif what == "star":
+        result = star(sizes or [10_000, 50_000])
     elif what == "beams":
         result = beams(5_000_000, sizes or [1, 2, 3, 4, 16])
     else:

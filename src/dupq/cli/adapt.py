@@ -60,39 +60,31 @@ def adapt_command(
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""
+    from dupq.collection.location import Location
+    from dupq.core.files import check_apart
     from dupq.modeling.folder_format import check_new_model_folder
-    from dupq.modeling.model import Model
-    from dupq.training.adapt import NOT_ADAPTABLE, adapt, distinct_questions, user_questions
-    from dupq.training.distil.teacher import load_teacher
+    from dupq.training.adapt import adapt, base_model, user_questions
 
     config = AdaptConfig(**adapt_fields)
     check_new_model_folder(out, overwrite)
+    check_apart(out, Location.parse(source).local_path, model)
     texts, collection_model, dropped = user_questions(source, column)
     _dropped(source, dropped)
-    texts = distinct_questions(texts)
-    base = Model.load(model) if model is not None or collection_model is None else collection_model
-    branch = base.encoder.lstm(NOT_ADAPTABLE).branch
     _threads(teacher_threads)
-    encode, name = load_teacher(teacher, device=teacher_device)
-    typer.echo(
-        f"adapting {'the bundled model' if base.bundled else base.folder} to {len(texts):,} questions of {source}"
-        + (f", its static branch ({branch.config.source}) kept and taught your new words" if branch is not None else "")
-    )
-    mixed = _mixed_in(texts, base, config.mix, data)
-    info = {"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])}
     adapted = adapt(
-        base,
         texts,
         out,
-        encode,
-        name,
-        config,
-        cache,
-        info=info,
+        base_model(model, collection_model),
+        teacher=teacher,
+        config=config,
+        data=data,
+        cache=cache,
+        teacher_device=teacher_device,
+        info={"source": str(source), "command": " ".join(["dupq", *sys.argv[1:]])},
         log=typer.echo,
         progress=progress,
         threads=threads,
-        mixed=mixed,
+        source=source,
     )
     record = adapted.metrics["adaptation"]
     words = record["words"]
@@ -104,25 +96,3 @@ def adapt_command(
         f"saved model to {out} (teacher {record['seconds']['teacher']:.0f}s, fine-tuning {record['seconds']['fine_tuning']:.0f}s); "
         f"encode a collection again with `dupq index reencode COLLECTION --model {out} --out NEW`"
     )
-
-
-def _mixed_in(texts: list[str], base, mix: int, data: Optional[Path]) -> list[str]:
-    """Quora training questions to add to a small help desk's (``--mix``), saying what was done."""
-    from dupq.data.pairs import default_data_path, read_pairs, recorded_split
-    from dupq.training.adapt import quora_questions
-
-    if len(texts) >= mix:
-        return []
-    path = data or default_data_path()
-    if not path.exists():
-        typer.echo(
-            f"only {len(texts):,} questions, fewer than --mix {mix:,}: no Quora file at {path} to mix in "
-            "(--data PATH), so the student learns from yours alone and may forget what it knew"
-        )
-        return []
-    mixed = quora_questions(read_pairs(path)[0], recorded_split(base.metrics), mix - len(texts), texts)
-    typer.echo(
-        f"only {len(texts):,} questions, fewer than --mix {mix:,}: {len(mixed):,} questions of Quora's training "
-        "pool mixed in (taught and trained on with yours, so that the student keeps what it knew; --mix 0: none)"
-    )
-    return mixed

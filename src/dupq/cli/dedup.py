@@ -10,7 +10,7 @@ import typer
 
 from dupq.cli.common import THREADS, Threads, _dropped, _threads, _threshold, command, model_option, threshold_option
 from dupq.core.errors import DupqError
-from dupq.core.files import check_target
+from dupq.core.files import check_apart, check_target
 
 
 @command(name="dedup", refused={"--collection": "the QUESTIONS argument (a collection folder)"})
@@ -91,31 +91,38 @@ def dedup_command(
     10,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
     where it stopped when started again with the same arguments. Each output row carries the question's key, its
     group, whether it is the group's representative, and its score with the representative (score_is: which score)."""
+    from dupq.collection.collection import Collection, Location
+    from dupq.data.questions import Dropped
+    from dupq.data.tables import format_of
     from dupq.dedup.grouping import DedupConfig
-    from dupq.dedup.run import run
+    from dupq.dedup.run import dedup_collection, dedup_file
+    from dupq.modeling.model import Model
 
     _threads(threads)
-    from dupq.collection.location import Location
-
-    where = Location.parse(questions)
-    collection = where if where.kind != "folder" or Path(questions).is_dir() else None
-    questions = Path(questions) if collection is None else questions
-    if collection is not None and (column or key_column):
+    location = Location.parse(questions)
+    is_collection = location.path is None or location.path.is_dir()
+    if is_collection and (column or key_column):
         raise DupqError("--column and --key-column are for files; a collection's questions carry their keys.")
-    from dupq.data.tables import format_of
-
     format_of(out)
     check_target(out, folder=False)  # before the work, not after it
+    check_apart(out, location.local_path, work)
     config = DedupConfig(threshold=_threshold(threshold), method=grouping, on=None if on == "model" else on)
     config.candidates.neighbours, config.candidates.exact_below = neighbours, exact_below
-    records, identity, m, dropped = _source(questions, collection, model, column, key_column)
     engine = None
     if ray is not None:
         from dupq.dedup.ray_engine import RayEngine
 
         engine = RayEngine(ray)
+    dropped = None if is_collection else Dropped()
     with _bars(progress) as report:
-        summary = run(records, out, m, config, identity, work, engine, report)
+        if is_collection:
+            with Collection.open(location, Model.load(model) if model else None) as coll:
+                summary = dedup_collection(coll, out, config, work_folder=work, engine=engine, progress=report)
+        else:
+            summary = dedup_file(
+                location.path, out, model, config, column=column, key_column=key_column, work_folder=work,
+                engine=engine, progress=report, dropped=dropped,
+            )  # fmt: skip
     if dropped is not None:
         _dropped(questions, dropped)
     resumed = f" (resumed a killed run at its {summary.resumed_from} stage)" if summary.resumed_from else ""
@@ -124,59 +131,6 @@ def dedup_command(
         f"could go; {summary.same_text:,} of the very same text) at {summary.score_is} > {summary.threshold:.2f}; "
         f"wrote {out}{resumed}"
     )
-
-
-def _source(questions, collection, model, column, key_column):
-    """The records to group, what identifies them for resuming, the model, and the file's dropped lines."""
-    from dupq.data.questions import Dropped, stream_questions
-    from dupq.dedup.run import Record
-    from dupq.modeling.model import Model
-
-    if collection is not None:
-        from dupq.collection.collection import Collection
-
-        coll = Collection.open(collection, Model.load(model) if model else None)
-        try:
-            rows, vectors = coll.stored_rows(), coll.stored_vectors()
-            m = coll.model
-        finally:
-            coll.close()
-        records = [  # the stored vectors are in id order, as the rows are (a database's ids may have gaps)
-            Record(text, str(i) if key is None else key, vector) for (i, key, text, _), vector in zip(rows, vectors)
-        ]
-        where = coll.location
-        stat = where.path.stat() if where.path is not None else None
-        return (
-            records,
-            {
-                "collection": str(where.path.resolve()) if where.path is not None else str(where),
-                "count": len(records),
-                "mtime": stat and stat.st_mtime_ns,
-            },
-            m,
-            None,
-        )
-
-    dropped = Dropped()
-    stat = questions.stat() if questions.exists() else None
-    identity = {"file": str(questions.resolve()), "size": stat and stat.st_size, "mtime": stat and stat.st_mtime_ns}
-    identity.update(column=column, key_column=key_column)
-    stream = stream_questions(questions, column, key_column, dropped)
-    first = next(stream, None)  # a bad file or column is refused here, before the model loads
-    m = Model.load(model)
-
-    def records():
-        if first is None:
-            return
-        for q in _chain(first, stream):
-            yield Record(q.text, q.key if q.key is not None else str(q.line))
-
-    return records(), identity, m, dropped
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
 
 
 class _bars:

@@ -26,6 +26,7 @@ from dupq.cli.common import (
     typed_option,
 )
 from dupq.core.errors import DupqError
+from dupq.core.files import check_apart
 from dupq.data.pairs import SplitConfig
 from dupq.training.presets import BRANCH_PRESETS, read_options
 
@@ -82,6 +83,7 @@ def distil_teach(
     from dupq.training.distil.teacher import load_teacher, teach, training_texts
 
     path = _data(data)
+    check_apart(out, path, questions)
     pairs, dropped = read_pairs(path)
     split = SplitConfig(**split_fields)
     splits = split_pairs(pairs, split)
@@ -167,6 +169,7 @@ def distil_teacher_model(
     check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
     weight = check_weight(JOIN_WEIGHT if join_weight is None else join_weight, "--join-weight")
     path = _data(data)
+    check_apart(out, path, teacher if teacher and Path(teacher).exists() else None)
     pairs, _ = read_pairs(path)
     split = SplitConfig(**split_fields)
     splits = split_pairs(pairs, split)
@@ -241,6 +244,7 @@ def distil_branch(
 
     check_new_model_folder(out, overwrite)
     check_weight(weight, "--weight")  # before the model and the teacher are loaded; branch_model checks again
+    check_apart(out, model)
     base = Model.load(model)  # branch_model refuses a model without a word vocabulary, in one sentence
     _threads(threads)
     joined = branch_model(base, source, dim, a, weight, pieces, teacher, log=typer.echo)

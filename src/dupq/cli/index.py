@@ -22,7 +22,7 @@ from dupq.cli.common import (
     out_location,
 )
 from dupq.core.errors import DupqError
-from dupq.core.files import check_new_folder, to_json
+from dupq.core.files import check_apart, check_new_folder, to_json
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -68,6 +68,8 @@ def index_build(
     where = Location.parse(out)
     if where.path is not None:
         check_new_folder(where.path, overwrite=None)  # before the model and the file are read; the build checks again
+    if where.local_path is not None:
+        check_apart(where.local_path, questions)
     m = Model.load(model)
     qs = read_questions(questions, column, key_column)
     _dropped(questions, qs.dropped)
@@ -297,9 +299,10 @@ def index_decisions(
     out: Annotated[Path, typer.Option(help="The pairs file to write (TSV in the Quora file's columns).")],
 ) -> None:
     """Write the moderators' decisions as labelled pairs, which `dupq calibrate --pairs` and `dupq train` take."""
-    from dupq.collection.collection import Collection
+    from dupq.collection.collection import Collection, Location
     from dupq.data.pairs import write_pairs
 
+    check_apart(out, Location.parse(collection).local_path)
     with Collection.open(collection) as coll:
         pairs = coll.decisions()
     write_pairs(out, pairs)

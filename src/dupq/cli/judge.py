@@ -25,7 +25,7 @@ from dupq.cli.common import (
     model_argument,
 )
 from dupq.core.errors import DupqError
-from dupq.core.files import check_new_folder, to_json
+from dupq.core.files import check_apart, check_new_folder, to_json
 
 
 @command(refused={"--retrieval": "--task quora-retrieval"})
@@ -221,6 +221,7 @@ def report(
 
     _threads(threads)
     check_new_folder(out, overwrite)
+    check_apart(out, model, data)
     threshold = _threshold(threshold)
     m = Model.load(model)
     result = write_report(m, held_out(m.metrics, _data(data)).test, out, threshold, title=str(model or "bundled model"))

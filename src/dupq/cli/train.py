@@ -22,7 +22,7 @@ from dupq.cli.common import (
     renamed_command,
     typed_option,
 )
-from dupq.core.errors import DupqError
+from dupq.core.files import check_apart
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, PRESETS, configs, read_preset, to_toml
@@ -91,6 +91,7 @@ def train(
         return
     check_output_folder(out, resume, overwrite)
     path = _data(data)
+    check_apart(out, path)
     pairs, dropped = read_pairs(path)
     master = World.from_env().master  # under torchrun, rank 0 alone speaks and writes
     if master:
@@ -134,8 +135,7 @@ def compact(
     from dupq.modeling.model import Model, new_model_folder
 
     bundled = str(model) == "bundled"
-    if not bundled and out.resolve() == model.resolve():
-        raise DupqError("compact needs a different --out folder than the model it copies.")
+    check_apart(out, None if bundled else model)
     check_new_model_folder(out, overwrite)
     copy = Model.load(None if bundled else model)
     if not branch:

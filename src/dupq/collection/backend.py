@@ -37,6 +37,7 @@ import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -124,6 +125,18 @@ def _scalar(value) -> bool:
     return isinstance(value, (str, int, float)) and value is not None
 
 
+@dataclass(frozen=True)
+class IndexStats:
+    """What a collection's search index holds, as this process last caught it up: a read-only view."""
+
+    kind: str  # flat, hnsw or ivfpq (IndexConfig.kind)
+    vectors: int  # vectors in the index: removed questions' too, until the graph is built again without them
+    removed: int  # of those, removed questions' (every search filters them out)
+    generation: int  # how many times the graph was built again without its removed questions (0: never)
+    exact: bool  # whether search scores are exact inner products
+    rebuilding: bool = False  # a thread of this process is building the graph again now
+
+
 class Backend(ABC):
     """Rows and their vectors by id, searched by inner product. Thread-safe; the collection serialises writes."""
 
@@ -196,6 +209,10 @@ class Backend(ABC):
     def indexed(self) -> int:
         """How many vectors the search index holds (by default the stored questions: the store searches itself)."""
         return self.count()
+
+    def index_stats(self) -> IndexStats:
+        """The index's kind and size (by default: the stored questions, none removed, never rebuilt)."""
+        return IndexStats(self.manifest["index"]["kind"], self.indexed(), 0, 0, self.exact)
 
     def writers_held(self) -> contextlib.AbstractContextManager:
         """A context in which the writers of other processes wait (a copy's last round reads with it held);

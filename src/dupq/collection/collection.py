@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dupq.collection.backend import Backend, check_where
+from dupq.collection.backend import Backend, IndexStats, check_where
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest
 from dupq.collection.rows import (
@@ -69,7 +69,7 @@ from dupq.modeling.verdict import clip_cosines, from_cosines
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Collection", "Hit", "KeyConflict", "Location", "UnknownKey"]
+__all__ = ["Collection", "Hit", "IndexStats", "KeyConflict", "Location", "StoreFailure", "UnknownKey"]
 
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
 LONGEST_CHAIN = 1_000  # canonical questions followed from a new decision's to find a cycle
@@ -199,6 +199,12 @@ class Collection:
         """How many vectors the search index holds (removed questions' too, until it is built again)."""
         self._check_open()
         return self._backend.indexed()
+
+    def index_stats(self) -> IndexStats:
+        """The search index's kind, its vectors, the removed questions among them and how often it was built again
+        (:class:`~dupq.collection.backend.IndexStats`), as this process last caught it up with the store."""
+        self._check_open()
+        return self._backend.index_stats()
 
     def stored_vectors(self, ids=None) -> np.ndarray:
         """The stored embeddings, read from the store, not the index: of ``ids`` ``(len(ids), d)`` float32, or

@@ -63,6 +63,17 @@ class Location:
         """Whether a collection seems to be there (a folder with a manifest; a Milvus location is asked when opened)."""
         return self.backend().holds(self)
 
+    @property
+    def local_path(self) -> Path | None:
+        """The folder or file on this machine that holds the collection (a folder, a milvus-lite file), else None."""
+        if self.kind == "folder":
+            return self.path
+        if self.one_process:
+            from dupq.collection.milvus.address import parse
+
+            return parse(self.text).file
+        return None
+
     def backend(self) -> type:
         """The :class:`~dupq.collection.backend.Backend` subclass that keeps collections of this kind."""
         module, name = BACKENDS[self.kind].split(":")

@@ -70,6 +70,27 @@ def check_target(path: Path, *, folder: bool) -> None:
         raise DupqError(f"cannot write the folder {path}: it is a file; name a folder.")
 
 
+def check_apart(out: str | os.PathLike, *inputs: str | os.PathLike | None) -> None:
+    """Refuse to write ``out`` over what a command reads: the rule of every command that reads a file and writes one.
+
+    ``out`` may not be one of ``inputs`` (files or folders; None skipped) under another spelling, through a
+    link or a hard link, nor lie inside an input folder (a collection's database, a work folder), nor hold
+    an input (a folder to be replaced that holds the model read). One sentence naming both.
+    """
+    out = Path(out)
+    where = out.resolve()
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given).resolve()
+        same = where == source or (where.exists() and source.exists() and os.path.samefile(where, source))
+        if same or source in where.parents or where in source.parents:
+            relation = "is" if same else "lies inside" if source in where.parents else "holds"
+            raise DupqError(
+                f"cannot write {out}: it {relation} {given}, which this command reads (an input); write elsewhere."
+            )
+
+
 @contextmanager
 def _naming(path: Path) -> Iterator[None]:
     """An ``OSError`` of the block names ``path`` (what the user asked to write), not a temporary file or folder,

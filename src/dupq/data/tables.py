@@ -4,7 +4,8 @@ Results that grow with the input (``dupq dedup``'s one row per member of a group
 batch at a time, so they never have to fit in memory: :class:`RowWriter` takes lists of rows (dicts
 with the same keys, in column order) and writes them to an open binary file, which the caller makes
 atomic (:func:`dupq.core.files.atomic_output`). A CSV cell a spreadsheet would run as a formula is
-made inert (:func:`inert`).
+made inert (:func:`inert`), except in the columns named ``verbatim``: an identifier that a program
+joins back on (a key such as ``-5``, ``+44`` or ``@user``) must come back as it was written.
 
 >>> import io
 >>> buffer = io.BytesIO()
@@ -52,10 +53,12 @@ def format_of(path: Path) -> str:
 
 
 class RowWriter:
-    """Rows written to ``f`` in ``kind``'s format, a batch at a time; ``columns`` fixes their order."""
+    """Rows written to ``f`` in ``kind``'s format, a batch at a time; ``columns`` fixes their order. In a CSV every
+    text cell is made :func:`inert` but those of the ``verbatim`` columns (identifiers, which must round-trip)."""
 
-    def __init__(self, f: BinaryIO, kind: str, columns: list[str]):
+    def __init__(self, f: BinaryIO, kind: str, columns: list[str], verbatim: set[str] | frozenset[str] = frozenset()):
         self.f, self.kind, self.columns = f, kind, columns
+        self._guarded = [c not in verbatim for c in columns]
         self._parquet, self._rows = None, 0
         if kind == "csv":
             self._text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
@@ -66,7 +69,12 @@ class RowWriter:
         if not rows:
             return
         if self.kind == "csv":
-            self._csv.writerows([[inert(v) if isinstance(v, str) else v for v in row.values()] for row in rows])
+            self._csv.writerows(
+                [
+                    [inert(v) if guard and isinstance(v, str) else v for v, guard in zip(row.values(), self._guarded)]
+                    for row in rows
+                ]
+            )
         elif self.kind in ("jsonl", "json"):
             lead = b"[\n" if self.kind == "json" and not self._rows else b",\n" if self.kind == "json" else b""
             sep = ",\n" if self.kind == "json" else "\n"

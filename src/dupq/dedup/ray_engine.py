@@ -15,14 +15,22 @@ the arithmetic:
 
 At most ``2 x`` the cluster's CPUs tasks are in flight, so the driver's memory stays bounded; results
 are taken in order, so a killed run resumes from the last block recorded, as on one machine.
+
+A cluster that dies mid-run is noticed within seconds (:meth:`RayEngine.watch`): one ``error:``
+sentence, exit status 2, the work folder kept to resume from, where Ray itself would retry for a
+minute and then end the process with its own fatal log.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +39,10 @@ from dupq.core.errors import DupqError
 from dupq.dedup.candidates import Corpus, Plan
 from dupq.dedup.clusters import Edges
 from dupq.dedup.grouping import DedupConfig, block_edges
+from dupq.dedup.run import interrupted
 from dupq.modeling.model import Model
 
+WATCH = 2.0  # seconds between two checks that the cluster still answers, while a result is awaited
 _MODELS: dict[str, Model] = {}  # one loaded model per worker process, by the bytes' fingerprint
 
 
@@ -109,15 +119,60 @@ class RayEngine:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise DupqError(f"cannot reach a Ray cluster at {address} ({str(e).splitlines()[0]}).") from None
-        self.ray = ray
+        self.ray, self.address = ray, address
+        self.gcs = ray.get_runtime_context().gcs_address  # HOST:PORT of the cluster's control store
         self.inflight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         self._remote = {f.__name__: ray.remote(f) for f in (_encode, _probes, _search)}
+
+    def _lost(self, why: str) -> DupqError:
+        return DupqError(f"the Ray cluster at {self.address} stopped answering during the run ({why})")
+
+    @contextmanager
+    def watch(self, work: Path) -> Iterator[None]:
+        """While the run uses the cluster, check every :data:`WATCH` seconds that its control store (GCS) listens.
+
+        When it stops, the run ends at once with one sentence and exit status 2 (``work`` kept, as a kill keeps
+        it): the main thread may be waiting inside Ray's client, which would retry for a minute and then abort
+        the process with its own fatal log, and which no exception can reach."""
+        host, _, port = self.gcs.rpartition(":")
+        done = threading.Event()
+
+        def check() -> None:
+            while not done.wait(WATCH):
+                error = _listens(host, int(port), WATCH)
+                if error is not None and not done.is_set():
+                    why = f"{self.gcs}: {error.strerror or error}"
+                    sys.stderr.write(f"error: {interrupted(str(self._lost(why)), work)}\n")
+                    sys.stderr.flush()
+                    os._exit(2)
+
+        thread = threading.Thread(target=check, name="dupq-ray-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+
+    def _get(self, ref):
+        """A task's result; a task lost with its node (not one that raised) is :meth:`_lost`."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError:
+            raise  # a bug in the task itself: its traceback is the report
+        except self.ray.exceptions.RayError as e:
+            raise self._lost(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+
+    def _put(self, value):
+        try:
+            return self.ray.put(value)
+        except self.ray.exceptions.RayError as e:
+            raise self._lost(type(e).__name__) from None
 
     def _model_ref(self, model: Model):
         if model.folder is None:
             raise DupqError("--ray needs a model saved in a folder, to ship it to the cluster.")
         files = {p.name: p.read_bytes() for p in Path(model.folder).iterdir() if p.is_file()}
-        return self.ray.put(files), model.fingerprint()
+        return self._put(files), model.fingerprint()
 
     def _ordered(self, calls: Iterable) -> Iterator:
         """Results of ``(tag, submit)`` calls in order, with at most ``inflight`` running."""
@@ -126,10 +181,10 @@ class RayEngine:
             pending.append((tag, submit()))
             if len(pending) >= self.inflight:
                 t, ref = pending.popleft()
-                yield t, self.ray.get(ref)
+                yield t, self._get(ref)
         while pending:
             t, ref = pending.popleft()
-            yield t, self.ray.get(ref)
+            yield t, self._get(ref)
 
     def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]:
         files, name = self._model_ref(model)
@@ -137,7 +192,7 @@ class RayEngine:
         yield from self._ordered((lo, lambda t=texts: run(files, name, t)) for lo, texts in chunks)
 
     def probes(self, vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray:
-        run, ref = self._remote["_probes"].remote, self.ray.put(centroids)
+        run, ref = self._remote["_probes"].remote, self._put(centroids)
         out = np.empty((len(vectors), min(nprobe, len(centroids))), dtype=np.int32)
         calls = (
             (lo, lambda lo=lo: run(np.asarray(vectors[lo : lo + 65_536]), ref, nprobe))
@@ -154,8 +209,8 @@ class RayEngine:
         put once; or the vectors of the lists its queries probe)."""
         files, name = self._model_ref(model)
         t, k, run = config.threshold_for(model), searched.k, self._remote["_search"].remote
-        everything = self.ray.put(np.asarray(vectors)) if searched.centroids is None else None
-        centroids = None if searched.centroids is None else self.ray.put(searched.centroids)
+        everything = self._put(np.asarray(vectors)) if searched.centroids is None else None
+        centroids = None if searched.centroids is None else self._put(searched.centroids)
 
         def task(rows):
             queries, probed = vectors[rows], searched.probes_of(rows)

@@ -17,12 +17,19 @@ stage after another, each recorded in ``state.json`` only once its files are com
 Memory grows linearly: the vectors and the index (``(4d + 8)`` bytes a question), the edges and the
 per-question arrays; never a matrix of pairs. A run started again with the same input, model and
 options resumes; with anything else it starts over. The work folder is removed after the output is
-written. ``engine`` does the encoding and the search: this machine (:class:`Local`) or a Ray cluster
-(:mod:`dupq.dedup.ray_engine`).
+written, or when the input is refused. dupq marks a work folder it makes (:data:`MARKER`): only such a
+folder (or an empty one) is reused or deleted, any other is refused. ``engine`` does the encoding and
+the search: this machine (:class:`Local`) or a Ray cluster (:mod:`dupq.dedup.ray_engine`); when it
+fails mid-way the work folder is kept and the run resumes when started again.
+
+:func:`dedup_file` and :func:`dedup_collection` are the two sources a run reads (what ``dupq dedup`` calls);
+the output may be neither input nor inside the work folder (:func:`dupq.core.files.check_apart`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
 from array import array
@@ -34,7 +41,8 @@ from typing import Protocol
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.core.files import atomic_output, read_json, write_json
+from dupq.core.files import atomic_output, atomic_write, check_apart, read_json, remove_stale, write_json
+from dupq.data.questions import Dropped, stream_questions
 from dupq.data.tables import RowWriter, format_of
 from dupq.dedup.candidates import BLOCK, CandidateConfig, Plan, plan, probes, train_centroids
 from dupq.dedup.clusters import CLUSTERERS, Clusters, Edges
@@ -44,6 +52,8 @@ from dupq.modeling.model import Model
 ENCODE_CHUNK = 16_384  # questions encoded between two records of progress
 SEARCH_BLOCK = BLOCK  # queries searched and judged between two records of progress
 COLUMNS = ["cluster", "representative", "index", "key", "score", "score_is", "text"]
+VERBATIM = {"key"}  # columns written as they are (a key is joined on; the CSV formula guard would change it)
+MARKER = "dupq-dedup-work"  # the file that says dupq made the work folder: only such a folder is reused or deleted
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -71,6 +81,13 @@ class Engine(Protocol):
         self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
     ) -> Iterator[tuple[int, Edges]]: ...
 
+    def watch(self, work: Path) -> contextlib.AbstractContextManager: ...
+
+
+def interrupted(error: str, work: Path) -> str:
+    """The sentence of a run whose engine failed mid-way: ``error``, and how to go on from the work folder kept."""
+    return f"{error.rstrip('.')}; the work folder {work} is kept: resume with the same command."
+
 
 @dataclass
 class Summary:
@@ -97,7 +114,10 @@ class Work:
     @property
     def state(self) -> dict:
         p = self.path("state.json")
-        return read_json(p, "the work folder's state") if p.is_file() else {}
+        state = read_json(p, "the work folder's state") if p.is_file() else {}
+        if not isinstance(state, dict):
+            raise DupqError(f"the work folder's state is corrupt: {p} is not a JSON object.")
+        return state
 
     def record(self, **changes) -> None:
         write_json(self.path("state.json"), {**self.state, **changes})
@@ -176,6 +196,9 @@ class Local:
 
     probes = staticmethod(probes)
 
+    def watch(self, work: Path) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
     def search(
         self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
     ) -> Iterator[tuple[int, Edges]]:
@@ -207,19 +230,29 @@ def run(
     """Group ``records`` into duplicates and write them to ``out`` (.csv, .jsonl or .parquet).
 
     ``identity`` says what the input is (a path, its size and time): with the model and the options it
-    decides whether a work folder left by a killed run is resumed."""
+    decides whether a work folder left by a killed run is resumed. ``out`` may not lie in the work folder."""
     kind = format_of(out)
     engine = engine or Local()
-    work = Work(work_folder or out.with_name(out.name + ".work"))
+    work = Work(Path(work_folder) if work_folder else out.with_name(out.name + ".work"))
+    check_apart(out, work.folder)
     key = {"input": identity, "model": model.fingerprint(), "config": asdict(config), "format": 1}
     resumed = _open(work, key)
-    if not work.state.get("read"):
-        _read(work, records, progress)
+    try:
+        if not work.state.get("read"):
+            _read(work, records, progress)
+        if work.state["read"]["questions"] == 0:
+            raise DupqError("the input holds no questions.")
+    except DupqError:
+        shutil.rmtree(work.folder, ignore_errors=True)  # a refused input leaves nothing behind
+        raise
     n = work.state["read"]["questions"]
-    if n == 0:
-        raise DupqError("the input holds no questions.")
-    _encode(work, model, engine, progress)
-    _search(work, model, config, engine, progress)
+    try:
+        with engine.watch(work.folder):
+            _encode(work, model, engine, progress)
+            _search(work, model, config, engine, progress)
+    except DupqError as e:  # the engine failed (a Ray cluster lost): what is done stays done
+        raise DupqError(interrupted(str(e), work.folder)) from None
+    remove_stale(out.parent)  # the temporary file of a write killed before its rename
     clusters = CLUSTERERS[config.method](Edges.join([work.edges(), _same_text_edges(work)]), n)
     progress("write", 0, clusters.duplicates + clusters.count)
     _write(work, out, kind, clusters, config.score_is(model), progress)
@@ -237,10 +270,21 @@ def run(
 
 
 def _open(work: Work, key: dict) -> str | None:
-    """Resume the work folder when it was left by the same run; else start it afresh. Returns the stage resumed."""
-    state = work.state if work.folder.is_dir() else {}
-    if work.folder.exists() and not work.path("state.json").is_file() and any(work.folder.iterdir()):
-        raise DupqError(f"{work.folder} is in the way of the run's work folder; move it, or name another with --work.")
+    """Resume the work folder when it was left by the same run; else start it afresh. Returns the stage resumed.
+
+    Only a folder dupq made (its :data:`MARKER` inside) or an empty one is used: any other is refused, never emptied."""
+    folder = work.folder
+    if folder.exists() and not folder.is_dir():
+        raise DupqError(f"the work folder {folder} is a file; name a folder with --work.")
+    if folder.is_dir() and not work.path(MARKER).is_file() and any(folder.iterdir()):
+        raise DupqError(
+            f"{folder} is in the way of the run's work folder (dupq did not make it); move it, or name another "
+            "with --work."
+        )
+    try:
+        state = work.state if folder.is_dir() else {}
+    except DupqError:
+        state = {}  # dupq's own folder, its state damaged: started afresh
     if state.get("key") == key:
         if not state.get("read"):
             return "read"
@@ -248,8 +292,9 @@ def _open(work: Work, key: dict) -> str | None:
         if state.get("encoded", 0) < n:
             return "encode"
         return "search" if state.get("searched", 0) < -(-n // SEARCH_BLOCK) else "group"
-    shutil.rmtree(work.folder, ignore_errors=True)
-    work.folder.mkdir(parents=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    atomic_write(work.path(MARKER), b"A work folder of dupq dedup: deleted when its run ends.\n")
     work.record(key=key)
     return None
 
@@ -341,7 +386,7 @@ def _search(work: Work, model: Model, config: DedupConfig, engine: Engine, progr
 def _write(work: Work, out: Path, kind: str, clusters: Clusters, score_is: str, progress: Progress) -> None:
     text, key = work.strings("texts").read(), work.strings("keys").read()
     batch, written = [], 0
-    with atomic_output(out) as f, RowWriter(f, kind, COLUMNS) as writer:
+    with atomic_output(out) as f, RowWriter(f, kind, COLUMNS, verbatim=VERBATIM) as writer:
         for number, members in enumerate(clusters.groups()):
             for i in members.tolist():
                 batch.append(
@@ -361,3 +406,71 @@ def _write(work: Work, out: Path, kind: str, clusters: Clusters, score_is: str, 
                 batch = []
                 progress("write", written, 0)
         writer.write(batch)
+
+
+def dedup_file(
+    path: str | os.PathLike,
+    out: Path,
+    model: Model | str | os.PathLike | None,
+    config: DedupConfig,
+    *,
+    column: str | None = None,
+    key_column: str | None = None,
+    work_folder: Path | None = None,
+    engine: Engine | None = None,
+    progress: Progress = _quiet,
+    dropped: Dropped | None = None,
+) -> Summary:
+    """Group the questions of the file ``path`` (any kind :func:`~dupq.data.questions.stream_questions` reads) into
+    ``out``: each keyed by ``key_column``, else its line number. ``model`` a model or its folder (None: the bundled
+    one), loaded once the file's first question is read, so that a bad file or column is refused first.
+    ``dropped`` counts the lines that hold no question."""
+    path, out = Path(path), Path(out)
+    check_apart(out, path, work_folder)
+    stat = path.stat() if path.exists() else None
+    identity = {"file": str(path.resolve()), "size": stat and stat.st_size, "mtime": stat and stat.st_mtime_ns}
+    identity.update(column=column, key_column=key_column)
+    stream = stream_questions(path, column, key_column, dropped)
+    first = next(stream, None)
+    model = model if isinstance(model, Model) else Model.load(model)
+
+    def records() -> Iterator[Record]:
+        if first is None:
+            return
+        for q in _chain(first, stream):
+            yield Record(q.text, q.key if q.key is not None else str(q.line))
+
+    return run(records(), out, model, config, identity, work_folder, engine, progress)
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def dedup_collection(
+    collection,
+    out: Path,
+    config: DedupConfig,
+    *,
+    work_folder: Path | None = None,
+    engine: Engine | None = None,
+    progress: Progress = _quiet,
+) -> Summary:
+    """Group the questions of an open :class:`~dupq.collection.collection.Collection` (any backend) into ``out``,
+    with their stored vectors and the collection's model: each keyed by its key, else its id.
+
+    Read through the collection's API, by id (a collection with removed or updated questions has gaps in its
+    ids); the run resumes while the stored questions stay the same."""
+    out = Path(out)
+    check_apart(out, collection.location.local_path, work_folder)
+    rows = collection.stored_rows()
+    ids = [i for i, _, _, _ in rows]
+    vectors = collection.stored_vectors(ids) if ids else np.zeros((0, collection.model.out_dim), np.float32)
+    digest = hashlib.blake2b(digest_size=16)
+    for i, key, text, _ in rows:
+        digest.update(f"{i}\x00{key}\x00{text}\x01".encode())
+    where = collection.location
+    identity = {"collection": str(where.path.resolve()) if where.path else str(where), "rows": digest.hexdigest()}
+    records = (Record(text, str(i) if key is None else key, vectors[j]) for j, (i, key, text, _) in enumerate(rows))
+    return run(records, out, collection.model, config, identity, work_folder, engine, progress)

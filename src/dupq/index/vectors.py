@@ -13,7 +13,8 @@ similarity and "most similar" is "largest inner product" (maximum inner product 
   :func:`search`). Vectors get consecutive ids ``0, 1, 2, ...`` in the order they are added,
   which is the collection's question id. HNSW cannot take a vector out, so a collection whose
   graph holds many removed questions builds a new one of the others (:meth:`VectorIndex.rebuilt`):
-  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the last.
+  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the store's last one
+  (its extent, kept beside the map: the newest questions may be removed ones, left out).
 * ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011, "Product
   quantization for nearest neighbor search") keeps each vector as ``pq_m`` one-byte codes of its
   residual to one of ``nlist`` coarse centroids, ~40 bytes a question instead of 512, and scans
@@ -40,11 +41,14 @@ from dupq.core.files import atomic_write
 
 KINDS = ("flat", "hnsw", "ivfpq")
 NBITS = 8  # bits per product-quantizer code: 256 centroids per sub-vector, one byte each
-# A filtered search scans the allowed vectors exactly when they are few: at most this share of the
-# index or this many (an exact scan of 20,000 vectors costs about what a widened graph walk does).
+# A filtered search scans the allowed vectors exactly when that costs less than the index's own search
+# with a selector (:func:`scans_exactly`): a flat index when they are at most this share of it,
 EXACT_SHARE = 0.02
-EXACT_ROWS = 20_000
+# an HNSW graph when they are no more than the vectors its widened walk scores (efSearch x 2M links),
 MAX_WIDENED = 4_096  # the widest efSearch a filtered HNSW search is given
+# an ivfpq index when reading them from the store costs no more than its re-ranked short list does
+# (bulk reads of neighbouring ids cost about a quarter of one vector read alone).
+STORED_READS = 4
 
 
 def _as_matrix(x: np.ndarray, name: str) -> np.ndarray:
@@ -162,6 +166,19 @@ class IndexConfig:
                 raise DupqError(f"{name} must be an integer from {lo} to {hi}, not {value!r}.")
 
 
+def scans_exactly(config: IndexConfig, allowed: int, share: float, k: int) -> bool:
+    """Whether a search kept to ``allowed`` ids (``share`` of the index) scans their vectors exactly: when that
+    scores no more vectors than the index's own search with a selector would (an HNSW walk widened to
+    ``efSearch / share`` scores about ``2M`` neighbours a step), or reads no more from the store than its short
+    list does (ivfpq), or (flat) the ids are a small share of the scan."""
+    if config.kind == "hnsw":
+        walk = min(max(config.ef_search, k) / share, MAX_WIDENED)
+        return allowed <= walk * 2 * config.hnsw_m
+    if config.kind == "ivfpq":
+        return allowed <= STORED_READS * max(config.rerank, k)
+    return share <= EXACT_SHARE
+
+
 def training_size(config: IndexConfig) -> int:
     """Vectors an IVF-PQ index needs to train: 39 per centroid of the coarse and the PQ k-means (FAISS's own floor)."""
     return 39 * max(config.nlist, 1 << NBITS)
@@ -195,11 +212,17 @@ class VectorIndex:
         self.faiss, self._graph = index, graph  # the graph is kept: the map does not own it
         self.trained_on: int | None = None  # vectors an ivfpq index was trained on, when this object trained it
         self._ids = faiss.vector_to_array(index.id_map) if self.mapped else None  # (ntotal,) increasing
+        # a mapped index covers ids 0 .. extent - 1: the file does not say how far past its last id, the caller may
+        self._extent = int(self._ids[-1]) + 1 if self.mapped and len(self._ids) else 0
         self._present_mask: np.ndarray | None = None
 
     @classmethod
-    def rebuilt(cls, dim: int, config: IndexConfig, ids: np.ndarray, vectors: np.ndarray) -> VectorIndex:
-        """A new HNSW graph of ``vectors (M, d)`` under their ``ids (M,)`` (increasing): a graph without removed questions."""
+    def rebuilt(
+        cls, dim: int, config: IndexConfig, ids: np.ndarray, vectors: np.ndarray, extent: int | None = None
+    ) -> VectorIndex:
+        """A new HNSW graph of ``vectors (M, d)`` under their ``ids (M,)`` (increasing): a graph without removed
+        questions. It covers ids up to ``extent`` (the store's next id; default: after the last of ``ids``), so
+        removed questions after the last live one are not added back by the next catch-up."""
         graph = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         graph.hnsw.efConstruction = config.ef_construction
         index = cls(dim, config, faiss.IndexIDMap2(graph))
@@ -207,13 +230,19 @@ class VectorIndex:
         if len(ids):
             index.faiss.add_with_ids(_as_matrix(vectors, "vectors"), ids)
         index._ids = ids.copy()
+        index.cover(extent)
         return index
 
+    def cover(self, extent: int | None) -> None:
+        """Say that a mapped index covers ids ``0 .. extent - 1`` (those it lacks are removed ones); never below its last id."""
+        if self.mapped and extent is not None:
+            self._extent = max(self._extent, int(extent))
+
     def __len__(self) -> int:
-        """The id after the last one it holds: ids ``0 .. len - 1`` are in it, but for removed ones a rebuild left out."""
+        """The id after the last one it covers: ids ``0 .. len - 1`` are in it, but for removed ones a rebuild left out."""
         if not self.mapped:
             return self.faiss.ntotal
-        return int(self._ids[-1]) + 1 if len(self._ids) else 0
+        return self._extent
 
     @property
     def stored(self) -> int:
@@ -258,6 +287,7 @@ class VectorIndex:
             ids = np.arange(len(self), len(self) + len(vectors), dtype=np.int64)
             self.faiss.add_with_ids(vectors, ids)
             self._ids = np.concatenate([self._ids, ids])
+            self._extent += len(ids)
             return
         self.faiss.add(vectors)
 
@@ -293,8 +323,8 @@ class VectorIndex:
     def _search_within(self, queries, k, fetch, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The search kept to the ``allowed`` ids, losing none of the hits a filter keeps.
 
-        Few allowed (at most :data:`EXACT_SHARE` of the index, or :data:`EXACT_ROWS`): an exact
-        scan of their vectors (:func:`search`). More: FAISS searches with an ``IDSelectorBitmap``
+        Few allowed (:func:`scans_exactly`): an exact scan of their vectors (:func:`search`), so a
+        search's cost never jumps with the filter's width or one removal. More: FAISS searches with an ``IDSelectorBitmap``
         (the graph walk or the lists skip the others), widened in proportion to what the filter
         removes: HNSW's ``efSearch`` and IVF's ``nprobe`` divided by the allowed share, so that as
         many allowed candidates are weighed as an unfiltered search weighs. Recall against the
@@ -304,7 +334,7 @@ class VectorIndex:
         if not len(ids):
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         share = len(ids) / len(allowed)
-        if len(ids) <= max(EXACT_ROWS, EXACT_SHARE * len(allowed)):
+        if scans_exactly(self.config, len(ids), share, k):
             vectors = self.vectors(ids) if self.exact or fetch is None else fetch(ids)  # (A, d)
             scores, found = search(queries, vectors, k)
             return scores, ids[found]
@@ -343,8 +373,11 @@ class VectorIndex:
         return checksum_of(data)
 
     @classmethod
-    def load(cls, path, dim: int, config: IndexConfig, checksum: str | None = None) -> VectorIndex:
-        """Read an index file; a missing, unreadable, altered (``checksum`` given) or mismatched file raises :class:`DupqError`."""
+    def load(
+        cls, path, dim: int, config: IndexConfig, checksum: str | None = None, extent: int | None = None
+    ) -> VectorIndex:
+        """Read an index file; a missing, unreadable, altered (``checksum`` given) or mismatched file raises
+        :class:`DupqError`. ``extent``: the ids a rebuilt graph covers (see :meth:`cover`), from its manifest."""
         try:
             data = np.fromfile(path, dtype=np.uint8)
         except OSError as e:
@@ -361,4 +394,6 @@ class VectorIndex:
             inner = None
         if not isinstance(inner, expected) or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
             raise DupqError(f"the index file {path} is not a {config.kind} inner-product index of {dim} dimensions.")
-        return cls(dim, config, index)
+        loaded = cls(dim, config, index)
+        loaded.cover(extent)
+        return loaded

@@ -266,8 +266,10 @@ def stored_kind(folder: Path) -> str | None:
 
 
 def check_new_model_folder(out: Path, overwrite: bool) -> None:
-    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder
-    (:func:`~dupq.core.files.check_new_folder`, the rule of every command that writes a folder)."""
+    """Refuse an ``out`` that exists (an empty folder aside), unless ``overwrite`` and it is a dupq model folder: the
+    rule of every command that writes a model folder (compact, distil teacher-model and branch, adapt, train), over
+    :func:`~dupq.core.files.check_new_folder`, the rule of every command that writes a folder. A collection, a
+    report or anything else is never replaced."""
     check_new_folder(out, overwrite)
     if out.is_dir() and any(out.iterdir()) and stored_kind(out) is None:
         raise DupqError(

@@ -32,7 +32,11 @@ schedule), over :class:`QuestionBatches`; the result is written through
 :func:`~dupq.modeling.model.new_model_folder`, so a killed or failed run leaves no half folder, and a
 folder that would not load replaces none.
 
->>> model = adapt(Model.load(), texts, "runs/adapted", encode, "all-MiniLM-L6-v2")   # doctest: +SKIP
+:func:`adapt` is the face (``dupq.adapt``, and what ``dupq adapt`` calls): it chooses the base model
+(:func:`base_model`), mixes in Quora's questions for a small help desk (:func:`mixed_in`) and loads the
+teacher; :func:`adapt_with` is the fine-tuning itself, given the base, the questions and the teacher's function.
+
+>>> model = adapt(["my tap drips", "the tap leaks", ...], "runs/adapted")   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -217,7 +221,84 @@ def teacher_agreement(
     }
 
 
+def base_model(model: Model | str | os.PathLike | None, collection_model: Model | None = None) -> Model:
+    """The model to adapt: ``model`` (a model or its folder) when given, else the collection's, else the bundled one."""
+    if isinstance(model, Model):
+        return model
+    return Model.load(model) if model is not None or collection_model is None else collection_model
+
+
+def mixed_in(
+    texts: list[str], base: Model, mix: int, data: str | os.PathLike | None, log: Callable[[str], None] = print
+) -> list[str]:
+    """Quora training questions to teach beside a small help desk's ``texts``: up to ``mix`` questions in all (none
+    when ``texts`` has that many, or when no Quora file is at ``data``, default :func:`~dupq.data.pairs.default_data_path`);
+    says what was done through ``log``."""
+    from dupq.data.pairs import default_data_path, read_pairs, recorded_split
+
+    if len(texts) >= mix:
+        return []
+    path = Path(data) if data is not None else default_data_path()
+    if not path.exists():
+        log(
+            f"only {len(texts):,} questions, fewer than --mix {mix:,}: no Quora file at {path} to mix in "
+            "(--data PATH), so the student learns from yours alone and may forget what it knew"
+        )
+        return []
+    mixed = quora_questions(read_pairs(path)[0], recorded_split(base.metrics), mix - len(texts), texts)
+    log(
+        f"only {len(texts):,} questions, fewer than --mix {mix:,}: {len(mixed):,} questions of Quora's training "
+        "pool mixed in (taught and trained on with yours, so that the student keeps what it knew; --mix 0: none)"
+    )
+    return mixed
+
+
 def adapt(
+    questions,
+    out: str | os.PathLike,
+    model: Model | str | os.PathLike | None = None,
+    *,
+    teacher: str | Callable[[list[str]], np.ndarray] | None = None,
+    config: AdaptConfig | None = None,
+    data: str | os.PathLike | None = None,
+    cache: str | os.PathLike | None = None,
+    teacher_device: str = "cpu",
+    info: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    threads: int | None = None,
+    source: str | None = None,
+) -> Model:
+    """Fit a model to ``questions`` (a list of texts, or an open collection) and write it to the folder ``out``.
+
+    ``model``: the base (a model or its folder; default: the collection's model, else the bundled one,
+    :func:`base_model`). ``teacher``: a sentence-transformers name or folder (default all-MiniLM-L6-v2, on
+    ``teacher_device``), or a function of texts returning unit vectors. With fewer than ``config.mix`` questions,
+    Quora's training questions from ``data`` are mixed in (:func:`mixed_in`). ``source`` names the questions in
+    what is said (default: how many). The rest is :func:`adapt_with`'s. Returns the adapted model.
+    """
+    from dupq.training.distil.teacher import load_teacher
+
+    config = config or AdaptConfig()
+    collection_model = None
+    if hasattr(questions, "stored_rows"):  # an open collection: its stored texts, and its model as the base
+        questions, collection_model = [text for _, _, text, _ in questions.stored_rows()], questions.model
+    texts = distinct_questions(list(questions))
+    base = base_model(model, collection_model)
+    branch = base.encoder.lstm(NOT_ADAPTABLE).branch
+    encode, name = (
+        load_teacher(teacher, device=teacher_device) if not callable(teacher) else (teacher, teacher.__name__)
+    )
+    log(
+        f"adapting {'the bundled model' if base.bundled else base.folder} to {len(texts):,} questions"
+        + (f" of {source}" if source is not None else "")
+        + (f", its static branch ({branch.config.source}) kept and taught your new words" if branch is not None else "")
+    )
+    mixed = mixed_in(texts, base, config.mix, data, log)
+    return adapt_with(base, texts, out, encode, name, config, cache, info, log, progress, threads, mixed)
+
+
+def adapt_with(
     base: Model,
     texts: list[str],
     out: str | os.PathLike,

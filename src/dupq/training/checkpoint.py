@@ -20,7 +20,7 @@ from dupq.core.files import atomic_write, check_new_folder, parse_json
 from dupq.core.options import label, option_fields
 from dupq.data.pairs import SplitConfig
 from dupq.modeling.encoders import SENTENCE_TRANSFORMERS
-from dupq.modeling.folder_format import stored_kind
+from dupq.modeling.folder_format import check_new_model_folder, stored_kind
 from dupq.training.config import CHECKPOINT, RESUMABLE, ModelOptions, TrainConfig, renamed
 from dupq.training.step import Siamese
 
@@ -85,8 +85,8 @@ def check_output_folder(out: Path, resume: bool, overwrite: bool) -> None:
         raise DupqError(
             f"{out} already holds a training checkpoint; pass --resume to continue it or --overwrite to start again."
         )
-    if not resume:
-        check_new_folder(out, overwrite)
+    if not resume:  # a killed run's folder (a checkpoint, no model yet) may be started again; else a model's only
+        (check_new_folder if (Path(out) / CHECKPOINT).exists() else check_new_model_folder)(Path(out), overwrite)
     if stored_kind(Path(out)) == SENTENCE_TRANSFORMERS:
         raise DupqError(
             f"{out} holds a sentence-transformers model (dupq distil teacher-model), which dupq train can neither resume "

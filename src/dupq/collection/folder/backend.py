@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.collection.backend import Backend, Where
+from dupq.collection.backend import Backend, IndexStats, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.cache import INDEX_FILE, FaissCache, saved_generation
 from dupq.collection.folder.locks import SharedLock
@@ -167,8 +167,8 @@ class FolderBackend(Backend):
                 generation = self.cache.generation
                 if saved_generation(self.folder) > generation:
                     return  # another process has just published one: the next search loads it
-                ids, vectors = self.store.live_vectors()
-                index = VectorIndex.rebuilt(self.manifest["dim"], self.cache.config, ids, vectors)
+                ids, vectors, extent = self.store.live_vectors()
+                index = VectorIndex.rebuilt(self.manifest["dim"], self.cache.config, ids, vectors, extent)
                 with self._write_lock:
                     if self._closed or self.cache.generation != generation:
                         return  # closed, or another process's graph was loaded meanwhile
@@ -193,6 +193,12 @@ class FolderBackend(Backend):
 
     def indexed(self) -> int:
         return len(self.cache)
+
+    def index_stats(self) -> IndexStats:
+        cache = self.cache
+        return IndexStats(
+            cache.config.kind, cache.index.stored, cache.removed_held, cache.generation, cache.exact, self._rebuilding
+        )
 
     def writers_held(self):
         """The folder's writer lock (``dupq serve``'s workers and ``index add`` wait on it)."""

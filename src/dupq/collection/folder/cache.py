@@ -61,6 +61,7 @@ class FaissCache:
         self.cache_error: str | None = None  # why index.faiss could not be written, if it could not
         self.live: np.ndarray | None = None  # (len(index),) bool: False for removed ids; None when none is removed
         self.removed_share = 0.0  # the share of the index's vectors that are removed questions'
+        self.removed_held = 0  # how many of the index's vectors are removed questions'
         self.refreshed = 0.0  # time.time() of the last catch-up
         self._file = _identity(folder / INDEX_FILE)  # index.faiss as this process last saw it (a new one: a rebuild?)
 
@@ -80,7 +81,9 @@ class FaissCache:
         if manifest.get("checksum") is None:  # written before checksums were recorded: rebuild once
             return VectorIndex(dim, config), 0
         try:
-            index = VectorIndex.load(folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"))
+            index = VectorIndex.load(
+                folder / INDEX_FILE, dim, config, checksum=manifest.get("checksum"), extent=manifest.get("count")
+            )
         except DupqError as e:
             log.info("rebuilding the index of %s from the stored embeddings: %s", folder, e)
             return VectorIndex(dim, config), 0
@@ -131,13 +134,13 @@ class FaissCache:
             self.index.add(np.concatenate(blocks) if len(blocks) > 1 else blocks[0])
             lo = min(lo + step, count)
         removed = self.store.removed()
-        self.live, self.removed_share = None, 0.0
+        self.live, self.removed_share, self.removed_held = None, 0.0, 0
         if len(removed):
             self.live = np.ones(len(self.index), dtype=bool)
             self.live[removed[removed < len(self.index)]] = False
             held = np.isin(removed, self.index.ids(), assume_unique=True).sum() if self.index.mapped else None
             held = int((removed < len(self.index)).sum()) if held is None else int(held)
-            self.removed_share = held / max(self.index.stored, 1)
+            self.removed_held, self.removed_share = held, held / max(self.index.stored, 1)
         self._version = version
         self.refreshed = time.time()
 
@@ -174,7 +177,11 @@ class FaissCache:
                 if not isinstance(manifest, dict) or (manifest.get("rebuilt") or 0) <= self.generation:
                     return  # an ordinary save of vectors this process has already
                 index = VectorIndex.load(
-                    self.folder / INDEX_FILE, self.index.dim, self.config, checksum=manifest.get("checksum")
+                    self.folder / INDEX_FILE,
+                    self.index.dim,
+                    self.config,
+                    checksum=manifest.get("checksum"),
+                    extent=manifest.get("count"),
                 )
                 self._file = _identity(self.folder / INDEX_FILE)
         except (OSError, DupqError) as e:  # keep this process's graph: it is correct, only slower

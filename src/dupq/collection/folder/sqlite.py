@@ -17,6 +17,7 @@ The store's transactions (:class:`~dupq.collection.folder.store.SQLiteStore`) ar
 
 from __future__ import annotations
 
+import bisect
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from dupq.core.errors import DupqError
 BLOB_ROWS = (
     64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
 )
+SPAN_BYTES = 1 << 20  # a row's wanted vectors are read in one piece when they lie within this many bytes
 BUSY_TIMEOUT = 30.0  # seconds a write waits while another process holds the write lock, then fails as "busy"
 
 SCHEMA = """
@@ -154,25 +156,44 @@ def _check_finite(vectors: np.ndarray, first_id, ids=None) -> None:
 
 
 def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
-    """The stored embeddings of ``ids``, ``(len(ids), d)``, each read alone from its row's BLOB.
+    """The stored embeddings of ``ids``, ``(len(ids), d)``, read from their rows' BLOBs a row at a time.
 
-    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of one vector without reading its
+    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of a vector without reading its
     whole row: this is how an ivfpq collection re-ranks its short list while memory holds codes
     only. SQLite walks a BLOB's overflow pages up to the offset, so the cost grows with the row:
     a vector deep in a 65,536-vector row (older collections) costs milliseconds, one in a row of
-    :data:`BLOB_ROWS` a few page reads.
+    :data:`BLOB_ROWS` a few page reads. The ids are read in id order, each row opened once, and
+    the span from its first wanted vector to its last read at once when it is at most
+    :data:`SPAN_BYTES` (a filter's thousands of allowed ids cost about a row read each, not a
+    lookup and an open each).
     """
+    ids = np.asarray(ids, dtype=np.int64)
     out = np.empty((len(ids), dim), dtype=np.float32)
-    for n, i in enumerate(np.asarray(ids).tolist()):
-        start = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (i,)).fetchone()
+    order = np.argsort(ids, kind="stable")
+    wanted, places = ids[order].tolist(), order.tolist()  # increasing ids, and where each goes in out
+    n, size = 0, dim * 4
+    while n < len(wanted):
+        row = db.execute("SELECT start FROM embeddings WHERE start <= ? ORDER BY start DESC LIMIT 1", (wanted[n],))
+        start = (row.fetchone() or (None,))[0]  # the rowid alone: reading the row's other columns costs more
         if start is None:
-            raise sqlite3.DatabaseError(f"no stored embedding for question {i}")
-        with db.blobopen("embeddings", "vectors", start[0], readonly=True) as blob:
-            blob.seek((i - start[0]) * dim * 4)
-            data = blob.read(dim * 4)
-        if len(data) != dim * 4:
-            raise sqlite3.DatabaseError(f"the embedding of question {i} is cut short")
-        out[n] = np.frombuffer(data, dtype=np.float32)
+            raise sqlite3.DatabaseError(f"no stored embedding for question {wanted[n]}")
+        with db.blobopen("embeddings", "vectors", start, readonly=True) as blob:
+            end = bisect.bisect_left(wanted, start + len(blob) // size, n)  # wanted[n:end] lie in this row
+            if end == n:  # past the row's last whole vector
+                raise sqlite3.DatabaseError(f"the embedding of question {wanted[n]} is cut short")
+            first, last = wanted[n] - start, wanted[end - 1] - start
+            if (last - first + 1) * size <= SPAN_BYTES:  # close together: one read of the span
+                spans = [(first, last, n, end)]
+            else:
+                spans = [(i - start, i - start, m, m + 1) for m, i in zip(range(n, end), wanted[n:end])]
+            for lo, hi, a, b in spans:
+                blob.seek(lo * size)
+                data = blob.read((hi - lo + 1) * size)
+                if len(data) != (hi - lo + 1) * size:
+                    raise sqlite3.DatabaseError(f"the embedding of question {start + hi} is cut short")
+                for m in range(a, b):
+                    out[places[m]] = np.frombuffer(data, np.float32, dim, (wanted[m] - start - lo) * size)
+        n = end
     _check_finite(out, None, ids)
     return out
 
@@ -201,12 +222,14 @@ def building(path: Path, where: str) -> Iterator[sqlite3.Connection]:
         os.fsync(f.fileno())
 
 
-def live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order."""
+def live_vectors(db: sqlite3.Connection, dim: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``ids (N,)`` and ``vectors (N, d)`` of the stored questions (not the removed ones), in id order, and the
+    extent they were read up to (the next id: removed questions may come after the last live one)."""
     live = np.array([i for (i,) in db.execute("SELECT id FROM questions ORDER BY id")], dtype=np.int64)
-    blocks = list(stored_vectors(db, 0, extent(db), dim))
+    end = extent(db)
+    blocks = list(stored_vectors(db, 0, end, dim))
     every = np.concatenate(blocks) if blocks else np.zeros((0, dim), np.float32)
-    return live, every[live]
+    return live, every[live], end
 
 
 def extent(db: sqlite3.Connection) -> int:

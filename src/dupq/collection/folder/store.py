@@ -259,9 +259,9 @@ class SQLiteStore:
         """The vectors of the stored questions (not the removed ones), ``(N, d)``, in id order."""
         return self._read(lambda db: sqlite.live_vectors(db, self.dim))[1]
 
-    def live_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """``ids (N,)`` and ``vectors (N, d)`` of the stored questions, read in one transaction on a connection
-        of its own: a snapshot for a background rebuild, while searches and writes go on."""
+    def live_vectors(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """``ids (N,)``, ``vectors (N, d)`` of the stored questions and the extent they were read up to, in one
+        transaction on a connection of its own: a snapshot for a background rebuild, while searches and writes go on."""
         db = connect(self.path)
         try:
             db.execute("BEGIN")
