@@ -84,7 +84,7 @@ def test_adapt_words_beyond_ascii(tmp_path: Path, monkeypatch):
 
     import dupq.training.distil.branch as branch
     from dupq.modeling.model import Model
-    from dupq.training.adapt import AdaptConfig, adapt
+    from dupq.training.adapt import AdaptConfig, adapt_with
 
     monkeypatch.setattr(branch, "FIT_COSINE", -1.0)  # a random teacher's words: taught anyway, through a poor map
 
@@ -98,7 +98,7 @@ def test_adapt_words_beyond_ascii(tmp_path: Path, monkeypatch):
     texts += [f"How to learn qqz{i}？" for i in range(10)]
     texts += [f"เรียนภาษาไทยอย่างไร{i}" for i in range(10)]
     said: list[str] = []
-    model = adapt(Model.load(), texts, tmp_path / "a", encode, "fake", AdaptConfig(epochs=1, batch_size=16),
+    model = adapt_with(Model.load(), texts, tmp_path / "a", encode, "fake", AdaptConfig(epochs=1, batch_size=16),
                   log=said.append, progress=False)  # fmt: skip
     words = model.encoder.lstm().branch.added_words
     assert not [w for w in words if any(c in w for c in "؟？?")], words
