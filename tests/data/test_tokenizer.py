@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dupq.data.tokenizer import PAD, UNK, Vocabulary
+from dupq.data.tokenizer import PAD, UNK, Vocabulary, word_parts
 from support.errors import refused
 
 # Keras' DEFAULT_STRIP_REGEX, written as Keras writes it.
@@ -19,6 +19,27 @@ KERAS_STRIP = r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']'
 def naive_words(text: str, lowercase: bool = False) -> list[str]:
     text = re.sub(KERAS_STRIP, "", text)
     return (text.lower() if lowercase else text).split()
+
+
+def naive_parts(word: str) -> list[str]:
+    """Punctuation (Unicode category P) dropped, a space either side of each CJK ideograph, then split."""
+    import unicodedata
+
+    kept = "".join(c for c in word if not unicodedata.category(c).startswith("P"))
+    spaced = "".join(f" {c} " if re.match(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]", c) else c
+                     for c in kept)  # fmt: skip
+    return spaced.split(" ")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8", blacklist_categories=("Zs", "Cc")), max_size=40))
+def test_word_parts_match_a_naive_cut(word):
+    assert word_parts(word) == [part for part in naive_parts(word) if part]
+
+
+def test_word_parts_of_punctuation_and_ideographs_beyond_ascii():
+    assert word_parts("what？") == ["what"] and word_parts("كيف؟") == ["كيف"] and word_parts("don’t") == ["dont"]
+    assert word_parts("横向rpg游戏") == ["横", "向", "rpg", "游", "戏"] and word_parts("เรียนภาษาไทย") == ["เรียนภาษาไทย"]
 
 
 @settings(max_examples=300, deadline=None)

@@ -25,6 +25,7 @@ import test_decision_faults as decisions
 import test_dedup_faults as dedup
 import test_file_faults as files
 import test_filter_faults as filters
+import test_model_faults as models
 import test_rule_faults as rules
 import test_service_faults as service
 
@@ -302,6 +303,38 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_mo
     patch(module, "check_new_model_folder", files.check_new_folder)  # the folder rule alone: --overwrite replaces anything
 """
 
+STATIC_WORDS_UNCHECKED = """
+import json
+import dupq.modeling.static as static
+
+patch(static, "read_json", lambda path, what: json.loads(open(path, encoding="utf-8").read()))
+"""
+
+ANY_JOIN_WEIGHT = """
+import dupq.core.files as files
+import dupq.modeling.static as static
+import dupq.training.distil.export as export
+
+for module in (static, export):  # any weight, and the folder renamed in without being loaded back
+    patch(module, "check_weight", lambda weight, name: weight)
+patch(export, "new_model_folder", files.new_folder)
+"""
+
+JOINED_BRANCH_IGNORED = """
+from dupq.modeling.sentence_model import JoinedEncoder
+
+patch(JoinedEncoder, "without_branch", lambda self: self)
+"""
+
+WHITESPACE_WORDS = """
+import dupq.modeling.static as static
+import dupq.training.adapt as adapt
+
+for module in (static, adapt):  # the branch's words as the seed's split alone gives them
+    patch(module, "word_parts", lambda word: [word])
+patch(adapt, "unspaced_scripts", lambda words: {})
+"""
+
 
 @pytest.mark.parametrize(
     "test, mutation, params",
@@ -337,6 +370,10 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_mo
             dedup.test_a_ray_cluster_that_dies_mid_run, CLUSTER_UNWATCHED, {}, marks=[pytest.mark.ray, pytest.mark.slow]
         ),
         (files.test_overwrite_replaces_only_a_model, ANY_FOLDER_REPLACED, {}),
+        (models.test_a_damaged_static_words_file, STATIC_WORDS_UNCHECKED, {"damage": "nested"}),
+        (models.test_join_weights_out_of_range, ANY_JOIN_WEIGHT, {}),
+        (models.test_compact_no_branch_of_a_joined_model, JOINED_BRANCH_IGNORED, {}),
+        (models.test_adapt_words_beyond_ascii, WHITESPACE_WORDS, {}),
     ],
     ids=[
         "nan-stored",
@@ -368,6 +405,10 @@ for module in [m for m in list(sys.modules.values()) if getattr(m, "check_new_mo
         "stale-output-kept",
         "cluster-unwatched",
         "any-folder-replaced",
+        "static-words-unchecked",
+        "any-join-weight",
+        "joined-branch-ignored",
+        "whitespace-words",
     ],
 )
 def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkeypatch, tmp_path):

@@ -373,3 +373,24 @@ def test_a_damaged_static_words_file_is_one_sentence(damage, tmp_path):
     with pytest.raises(DupqError, match="static-words.json") as caught:
         Model.load(tmp_path / "m")
     assert "\n" not in str(caught.value)
+
+
+def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
+    """A weight no config.json may record: refused before a branch is made, and a folder written with it anyway
+    (the config built by hand) is loaded back and refused before it replaces the working one."""
+    from dupq.modeling.model import new_model_folder
+    from dupq.modeling.static import check_weight
+
+    with pytest.raises(DupqError, match="--weight must be a number from 0 to"):
+        check_weight(float("inf"), "--weight")
+    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    good = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
+    good.save(tmp_path / "m")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
+    branch = good.encoder.branch
+    bad = with_branch(good, StaticBranch(StaticConfig(dim=branch.dim, weight=2e6), branch.words))
+    with pytest.raises(DupqError, match=r"does not load, so .* is left as it was: .*static\.weight must be"):
+        with new_model_folder(tmp_path / "m") as tmp:
+            bad.save(tmp)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]

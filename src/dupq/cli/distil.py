@@ -154,7 +154,6 @@ def distil_teacher_model(
     join_weight: Annotated[
         Optional[float],
         typer.Option(
-            min=0.0,
             help="w of --join: a search's score is (cos_teacher + w cos_lstm) / (1 + w) (default: dev's choice).",
         ),
     ] = None,
@@ -164,9 +163,11 @@ def distil_teacher_model(
     from dupq.evaluation.evaluate import summary_line
     from dupq.modeling.folder_format import check_new_model_folder
     from dupq.modeling.model import Model
+    from dupq.modeling.static import check_weight
     from dupq.training.distil.export import JOIN_WEIGHT, export_teacher
 
     check_new_model_folder(out, overwrite)  # before the data is read; export_teacher checks again
+    weight = check_weight(JOIN_WEIGHT if join_weight is None else join_weight, "--join-weight")
     path = _data(data)
     check_apart(out, path, teacher if teacher and Path(teacher).exists() else None)
     pairs, _ = read_pairs(path)
@@ -175,7 +176,6 @@ def distil_teacher_model(
     _threads(threads)
     info = {"data": str(path), "split": split.__dict__, "command": " ".join(["dupq", *sys.argv[1:]])}
     student = None if join is None else Model.load(None if join == "bundled" else Path(join))
-    weight = JOIN_WEIGHT if join_weight is None else join_weight
     _, record = export_teacher(
         teacher,
         out,
@@ -217,9 +217,7 @@ def distil_branch(
     a: Annotated[
         float, typer.Option(min=1e-9, help="SIF's a: a word's weight is a / (a + its Zipf probability).")
     ] = 2e-3,
-    weight: Annotated[
-        float, typer.Option(min=0.0, help="w: a search's score is (cos_model + w cos_static) / (1 + w).")
-    ] = 1.0,
+    weight: Annotated[float, typer.Option(help="w: a search's score is (cos_model + w cos_static) / (1 + w).")] = 1.0,
     pieces: Annotated[bool, typer.Option(help="Read a word the vocabulary lacks as its WordPiece pieces.")] = True,
     teacher: Teacher = None,
     threads: Threads = THREADS,
@@ -239,17 +237,18 @@ def distil_branch(
         source, dim, a, weight, pieces, threads = (
             chosen[n] for n in ("source", "dim", "a", "weight", "pieces", "threads")
         )
-    from dupq.core.files import new_folder
     from dupq.modeling.folder_format import check_new_model_folder, read_config
-    from dupq.modeling.model import Model
+    from dupq.modeling.model import Model, new_model_folder
+    from dupq.modeling.static import check_weight
     from dupq.training.distil.branch import branch_model
 
     check_new_model_folder(out, overwrite)
+    check_weight(weight, "--weight")  # before the model and the teacher are loaded; branch_model checks again
     check_apart(out, model)
     base = Model.load(model)  # branch_model refuses a model without a word vocabulary, in one sentence
     _threads(threads)
     joined = branch_model(base, source, dim, a, weight, pieces, teacher, log=typer.echo)
-    with new_folder(out) as tmp:
+    with new_model_folder(out) as tmp:
         joined.save(tmp, half=read_config(base.folder).weights_dtype == "float16")
     lstm = joined.encoder.lstm()
     typer.echo(f"saved model to {out}: vectors {lstm.config.out_dim} + {lstm.branch.dim} wide, weight {weight:g}")

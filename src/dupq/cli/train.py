@@ -22,7 +22,7 @@ from dupq.cli.common import (
     renamed_command,
     typed_option,
 )
-from dupq.core.files import check_apart, new_folder
+from dupq.core.files import check_apart
 from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, PRESETS, configs, read_preset, to_toml
@@ -132,7 +132,7 @@ def compact(
 ) -> None:
     """Write a compact copy of a model folder (no checkpoint; --half: float16), e.g. the model bundled with the package."""
     from dupq.modeling.folder_format import check_new_model_folder
-    from dupq.modeling.model import Model
+    from dupq.modeling.model import Model, new_model_folder
 
     bundled = str(model) == "bundled"
     check_apart(out, None if bundled else model)
@@ -140,7 +140,7 @@ def compact(
     copy = Model.load(None if bundled else model)
     if not branch:
         copy = Model(copy.encoder.without_branch(), copy.judge, copy.metrics)
-    with new_folder(out) as tmp:  # written beside OUT, then renamed into place: a failed copy leaves --out as it was
+    with new_model_folder(out) as tmp:  # written beside OUT, loaded back, renamed into place: --out is never broken
         copy.save(tmp, half=half)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     typer.echo(f"wrote {out} ({size / 2**20:.1f} MiB)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import string
+import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -42,6 +43,56 @@ from dupq.core.formats import MAX_TOKENS, MAX_VOCAB, checked, corrupt, integer, 
 
 PAD, UNK = "[PAD]", "[UNK]"
 STRIP = str.maketrans("", "", string.punctuation)  # Keras' strip_punctuation set, exactly
+
+
+# CJK ideographs: the teacher's WordPiece tokenizer (BERT's) reads each as a word of its own.
+IDEOGRAPHS = ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F))
+# Scripts written without spaces that neither split on whitespace nor the teacher's tokenizer cut into words.
+UNSPACED = {
+    "Thai": (0x0E00, 0x0E7F),
+    "Lao": (0x0E80, 0x0EFF),
+    "Myanmar": (0x1000, 0x109F),
+    "Khmer": (0x1780, 0x17FF),
+    "Japanese kana": (0x3040, 0x30FF),
+}
+
+
+def _within(char: str, ranges) -> bool:
+    return any(lo <= ord(char) <= hi for lo, hi in ranges)
+
+
+def word_parts(word: str) -> list[str]:
+    """The words a static branch reads in ``word`` (one of :meth:`Vocabulary.words`): its punctuation beyond
+    ASCII deleted, as the seed deletes ASCII's (``what？`` -> ``what``, ``كيف؟`` -> ``كيف``), and each CJK
+    ideograph a word of its own, as the teacher's tokenizer cuts them (``学python`` -> ``学``, ``python``).
+
+    The LSTM's ids keep the seed's rule (its vocabulary was counted with it); these parts are what
+    ``dupq adapt`` teaches the branch and what the branch looks up for a word the vocabulary lacks.
+
+    >>> word_parts("学python？")
+    ['学', 'python']
+    """
+    parts, run = [], []
+    for char in word:
+        if unicodedata.category(char).startswith("P"):
+            continue
+        if _within(char, IDEOGRAPHS):
+            parts += ["".join(run), char] if run else [char]
+            run = []
+        else:
+            run.append(char)
+    return [part for part in (*parts, "".join(run)) if part]
+
+
+def unspaced_scripts(words: Iterable[str]) -> dict[str, int]:
+    """How many of ``words`` hold a run of each script written without spaces (Thai, Khmer, ...): words no rule
+    here cuts apart, so each whole run is one word."""
+    found: Counter[str] = Counter()
+    for word in words:
+        for script, span in UNSPACED.items():
+            if sum(_within(char, (span,)) for char in word) > 1:
+                found[script] += 1
+    return dict(found)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import StrictBool, StrictStr
 
 from dupq.core.formats import MAX_DIM, MAX_HIDDEN, MAX_OUT_DIM, MAX_VOCAB, checked, integer, number
+from dupq.modeling.static import Weight
 
 # The registered encoder types (dupq.modeling.encoders.ENCODERS: one torch class each) -> the gate
 # blocks of their recurrent layer's weights: i, f, g, o for an LSTM.
@@ -89,7 +90,7 @@ class SentenceConfig:
     name: StrictStr = ""  # where it came from, for people: a folder, or all-MiniLM-L6-v2 from its package
     folder: Subfolder = "sentence-transformers"  # the subfolder of the model folder that holds the transformer
     join: Subfolder | None = None  # a subfolder holding a dupq LSTM model whose vectors are joined to the transformer's
-    join_weight: number(0.0, 1e6) = 0.0  # w of the join: a search's score is (cos_transformer + w cos_lstm) / (1 + w)
+    join_weight: Weight = 0.0  # w of the join: a search's score is (cos_transformer + w cos_lstm) / (1 + w)
 
     @property
     def out_dim(self) -> int:

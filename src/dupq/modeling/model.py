@@ -22,6 +22,8 @@ no torch unless its encoder needs it (:mod:`dupq.modeling.lstm`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,22 @@ class Model:
         model = cls(encoder, Judge(head, **config.judging()), metrics)
         model.folder = folder.resolve()
         return model
+
+
+@contextmanager
+def new_model_folder(out: str | os.PathLike) -> Iterator[Path]:
+    """A hidden folder to write a model into, loaded back before it is renamed into place as ``out``
+    (:func:`~dupq.core.files.new_folder`): a folder that would not load never replaces one that does.
+
+    >>> with new_model_folder("runs/copy") as tmp:                               # doctest: +SKIP
+    ...     model.save(tmp)
+    """
+    with new_folder(out) as tmp:
+        yield tmp
+        try:
+            Model.load(tmp)
+        except DupqError as e:
+            raise DupqError(f"the model written for {out} does not load, so {out} is left as it was: {e}") from None
 
 
 def _existing_model_folder(folder: str | os.PathLike | None) -> Path:

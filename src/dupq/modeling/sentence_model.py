@@ -128,6 +128,14 @@ class JoinedEncoder(TextEncoder):
     def config_json(self) -> dict[str, Any]:
         return self.transformer.config_json()
 
+    def without_branch(self) -> TextEncoder:
+        """Refused: the student is no static branch, and the judge's threshold was chosen on the joined vectors."""
+        raise DupqError(
+            "a sentence model joined to a dupq model has no static branch to leave out (--no-branch): its threshold "
+            "and calibration were chosen on the joined vectors; make the teacher alone with `dupq distil "
+            "teacher-model` without --join."
+        )
+
     def hashed(self) -> hashlib._Hash:
         """The transformer's files, then the student's fingerprint and the weight."""
         digest = self.transformer.hashed()

@@ -37,19 +37,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from pydantic import StrictBool, StrictStr
+from pydantic import StrictBool, StrictStr, TypeAdapter, ValidationError
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
 from dupq.core.errors import DupqError
-from dupq.core.files import atomic_write
+from dupq.core.files import atomic_write, read_json
 from dupq.core.formats import MAX_OUT_DIM, number
 from dupq.core.formats import integer as bounded
-from dupq.data.tokenizer import Encoded
+from dupq.data.tokenizer import Encoded, word_parts
 
 WEIGHTS = "static.safetensors"
 TOKENIZER = "static-tokenizer.json"
@@ -58,6 +60,20 @@ MAX_ADDED = 10_000_000
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm
 FEW_SUMS = 64  # questions summed row by row (reduceat); more are one sparse product
 KEPT_WORDS = 100_000  # unknown words whose piece vector is remembered (a search's words recur)
+
+
+MAX_WEIGHT = 1e6  # the largest w of a join a config.json may record: beyond it, the other half is noise
+Weight = number(0.0, MAX_WEIGHT)  # w of join_vectors, as config.json records it (a static branch's, a joined model's)
+_WEIGHT = TypeAdapter(Weight)
+
+
+def check_weight(weight: Any, name: str) -> float:
+    """``weight`` (the option ``name``) if a model folder may record it as the ``w`` of a join, else one sentence:
+    the range that the folder's reader enforces, checked before anything is written."""
+    try:
+        return _WEIGHT.validate_python(weight)
+    except ValidationError as e:
+        raise DupqError(f"{name} must be {e.errors()[0]['msg']}, not {weight!r}.") from None
 
 
 def join_vectors(u: np.ndarray, s: np.ndarray, weight: float) -> np.ndarray:
@@ -93,7 +109,7 @@ class StaticConfig:
     """The static branch in ``config.json``; the annotations are its format."""
 
     dim: bounded(1, MAX_OUT_DIM)  # width of the static vector: the model's vectors grow by this much
-    weight: number(0.0, 1e6) = 1.0  # w: a search's score is (cos_model + w cos_static) / (1 + w)
+    weight: Weight = 1.0  # w: a search's score is (cos_model + w cos_static) / (1 + w)
     source: StrictStr = ""  # where the table came from, for people (the teacher, model2vec, ...)
     pieces: StrictBool = False  # unknown words are cut into WordPiece pieces (static-tokenizer.json)
     added: bounded(0, MAX_ADDED) = 0  # words the vocabulary lacks with a row of their own (static-words.json)
@@ -145,13 +161,25 @@ class StaticBranch:
             for i in np.unique(question_of[lacking]):  # only questions with a word the vocabulary lacks
                 for word in vocab.words(questions[i]):
                     if not vocab.known(word):
-                        summed[i] += self.unknown_word(word)
+                        summed[i] += self.unknown_word(word, vocab)
         norms = np.maximum(np.linalg.norm(summed, axis=1, keepdims=True), NORM_EPS)
         return summed / norms
 
-    def unknown_word(self, word: str) -> np.ndarray:
-        """``(dim,)`` the row the branch was taught for ``word``, else the mean of the rows of its pieces (zeros when
-        it has none)."""
+    def unknown_word(self, word: str, vocab=None) -> np.ndarray:
+        """``(dim,)`` the row the branch was taught for ``word``; else, where it has parts of its own
+        (:func:`~dupq.data.tokenizer.word_parts`: punctuation beyond ASCII deleted, CJK ideographs apart), the sum
+        of theirs: a part ``vocab`` knows has its row of the table; else the mean of the rows of its pieces (zeros
+        when the branch has none)."""
+        parts = word_parts(word)
+        if word in self._added_row or parts == [word] or vocab is None:  # a word taught whole (before the parts)
+            return self._unknown_part(word)
+        vector = np.zeros(self.dim, np.float32)
+        for part in parts:
+            vector += self.words[vocab.index[part]] if vocab.known(part) else self._unknown_part(part)
+        return vector
+
+    def _unknown_part(self, word: str) -> np.ndarray:
+        """``(dim,)`` the row the branch was taught for ``word``, else the mean of the rows of its pieces."""
         row = self._added_row.get(word)
         if row is not None:
             return self.added[row]
@@ -229,9 +257,10 @@ class StaticBranch:
         try:
             tables = load_file(path)
             tokenizer_json = (folder / TOKENIZER).read_text(encoding="utf-8") if config.pieces else ""
-            added_words = json.loads((folder / ADDED).read_text(encoding="utf-8")) if config.added else []
         except (SafetensorError, OSError, ValueError, TypeError) as e:
             raise DupqError(f"{path} is corrupt ({e}).") from None
+        # the one reader of a model's JSON files: its nesting rule, and a mistake named by this file
+        added_words = read_json(folder / ADDED, f"the static branch's words of {folder}") if config.added else []
         words, pieces, added = tables.get("words"), tables.get("pieces"), tables.get("added")
         if words is None or words.shape != (rows, config.dim) or (config.pieces and pieces is None):
             raise DupqError(f"{path} does not match {folder / 'config.json'}: it needs words of {rows} x {config.dim}.")
@@ -248,6 +277,9 @@ class StaticBranch:
                 f"{folder} does not match its config: its static branch needs {config.added} added words in "
                 f"{ADDED} and their {config.added} x {config.dim} rows."
             )
+        if len(set(added_words)) < len(added_words):
+            twice = next(w for w, n in Counter(added_words).items() if n > 1)
+            raise DupqError(f"{folder / ADDED} is corrupt: it names the word {twice!r} twice; each word has one row.")
         if any(t.dtype.kind != "f" for t in tables.values()):
             raise DupqError(f"{path} is corrupt: its tables must be floating-point numbers.")
         if not all(np.isfinite(t).all() for t in tables.values()):

@@ -29,7 +29,8 @@ any word's; ``metrics.json`` counts how many of the questions' words that is.
 
 The loop is ``dupq train``'s, :func:`dupq.training.loop.fit` (the progress bar, Adam, the learning-rate
 schedule), over :class:`QuestionBatches`; the result is written through
-:func:`~dupq.core.files.new_folder`, so a killed or failed run leaves no half folder.
+:func:`~dupq.modeling.model.new_model_folder`, so a killed or failed run leaves no half folder, and a
+folder that would not load replaces none.
 
 :func:`adapt` is the face (``dupq.adapt``, and what ``dupq adapt`` calls): it chooses the base model
 (:func:`base_model`), mixes in Quora's questions for a small help desk (:func:`mixed_in`) and loads the
@@ -55,10 +56,9 @@ import torch
 from torch import nn
 
 from dupq.core.errors import DupqError
-from dupq.core.files import new_folder
 from dupq.data.questions import Dropped, check_questions
-from dupq.data.tokenizer import Vocabulary
-from dupq.modeling.model import Model
+from dupq.data.tokenizer import Vocabulary, unspaced_scripts, word_parts
+from dupq.modeling.model import Model, new_model_folder
 from dupq.modeling.static import StaticBranch
 from dupq.training.batches import Batch, length_batches
 from dupq.training.config import AdaptConfig
@@ -358,7 +358,7 @@ def adapt_with(
     if branch is not None:
         branch, record["branch_words"] = _teach_branch(branch, lstm.vocab, texts, encode, log)
     adapted = _adapted_model(base, encoder, record, branch)
-    with new_folder(out) as tmp:
+    with new_model_folder(out) as tmp:
         adapted.save(tmp)
     adapted.folder = out.resolve()
     return adapted
@@ -462,7 +462,15 @@ def _teach_branch(
     branch: StaticBranch, vocab: Vocabulary, texts: list[str], encode: Callable[[list[str]], np.ndarray], log
 ) -> tuple[StaticBranch, dict[str, Any]]:
     """The static branch taught the words of ``texts`` (the user's own) that the vocabulary lacks, and what was done."""
-    new = [w for w in word_counts(vocab, texts) if not vocab.known(w)]
+    lacking = [w for w in word_counts(vocab, texts) if not vocab.known(w)]
+    new = list(dict.fromkeys(p for w in lacking for p in word_parts(w) if not vocab.known(p)))  # as the branch reads
+    unspaced = unspaced_scripts(new)
+    if unspaced:
+        scripts = ", ".join(f"{n:,} in {script}" for script, n in unspaced.items())
+        log(
+            f"warning: {scripts} of your words are written without spaces and not cut into words here: each whole "
+            f"run is taught as one word, and matches only itself"
+        )
     if not new:
         return branch, {"words": 0}
     taught, info = taught_words(branch, vocab, new, encode)

@@ -36,7 +36,7 @@ from safetensors.numpy import load_file
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.model import Model
-from dupq.modeling.static import StaticBranch, StaticConfig
+from dupq.modeling.static import StaticBranch, StaticConfig, check_weight
 
 FIRST_WORD = 2  # ids 0 and 1 are padding and the unknown word
 FIT_WORDS = 4_000  # known words the teacher's map to a branch's rows is fitted on (taught_words)
@@ -184,6 +184,7 @@ def branch_model(
     """``model`` with a new static branch of ``source`` (``"teacher"``, or a model2vec folder) joined at ``weight``."""
     import time
 
+    weight = check_weight(weight, "the static branch's weight")
     from dupq.modeling.pretrained import packaged_teacher
     from dupq.training.distil.teacher import load_teacher
 

@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from dupq.core.errors import DupqError
-from dupq.core.files import new_folder, readable
+from dupq.core.files import readable
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import calibrate_and_test
 from dupq.modeling.encoders import SentenceConfig
 from dupq.modeling.folder_format import check_files, check_new_model_folder
-from dupq.modeling.model import Model
+from dupq.modeling.model import Model, new_model_folder
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.sentence_model import SUBFOLDER, JoinedEncoder, TransformerEncoder, width
+from dupq.modeling.static import check_weight
 
 STUDENT = "student"  # the subfolder of a joined model that holds the LSTM model
 JOIN_WEIGHT = 0.25  # --join's default w: the best mean of the help-desk and Quora dev MRR@10 (docs/experiments/10-help-desks-first.md)
@@ -43,6 +44,7 @@ def export_teacher(
     """
     out = Path(out)
     check_new_model_folder(out, overwrite)
+    join_weight = check_weight(join_weight, "the join weight")
     if not len(dev) or not len(test):
         raise DupqError(
             f"a model's threshold is chosen on dev pairs and reported on test pairs; this split has "
@@ -50,7 +52,7 @@ def export_teacher(
         )
     transformer, name = load_sentence_transformer(teacher, device)
     transformer.float()  # stored as float32, whatever the teacher's folder held
-    with new_folder(out) as tmp:
+    with new_model_folder(out) as tmp:
         files = tmp / SUBFOLDER
         transformer.save(str(files))
         check_files(files)
