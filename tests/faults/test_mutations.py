@@ -20,6 +20,7 @@ from pathlib import Path
 
 import faultkit
 import pytest
+import test_api_faults as api
 import test_collection_faults as collection
 import test_file_faults as files
 import test_rule_faults as rules
@@ -178,6 +179,52 @@ import dupq.evaluation.evaluate as evaluate
 patch(evaluate, "check_dev_labels", lambda labels: None)
 """
 
+KEY_ONE_SEGMENT = """
+import dupq.service.routes.questions as questions
+
+for route in questions.router.routes:  # a key is one path segment again: "faq/17" reaches no route
+    patch(route, "path", route.path.replace(":path}", "}"))
+"""
+
+SLASH_REDIRECTS = """
+import fastapi
+import dupq.service.app as app
+
+patch(app, "FastAPI", lambda **kw: fastapi.FastAPI(**{**kw, "redirect_slashes": True}))
+"""
+
+NO_READ_TOKEN = """
+import dupq.service.auth as auth
+import dupq.service.server as server
+
+for module in (auth, server):  # $DUPQ_READ_TOKEN ignored, as before there was one
+    patch(module, "read_token", lambda token=None, write=None: None)
+"""
+
+EMPTY_BODY_PASSES = """
+import dupq.service.schemas as schemas
+
+patch(schemas, "fields_given", lambda body, least, most: body)
+"""
+
+DEAD_SERIES_KEPT = """
+import dupq.service.workers as workers
+
+patch(workers, "forget_worker", lambda pid: None)
+"""
+
+PING_WAITS = """
+import dupq.service.workers as workers
+
+patch(workers, "watch", lambda process: None)  # uvicorn's ping: waits its whole timeout for a dead worker
+"""
+
+INHERITED_METRICS = """
+import dupq.service.workers as workers
+
+patch(workers, "refuse_inherited_metrics", lambda: None)
+"""
+
 
 @pytest.mark.parametrize(
     "test, mutation, params",
@@ -196,6 +243,13 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
         (rules.test_keyed_retries_compare_values, TEXT_COMPARED, {}),
         (rules.test_blank_and_unsendable_tokens, ANY_TOKEN, {}),
         (rules.test_calibrate_on_a_single_label, ONE_LABEL_CALIBRATES, {}),
+        (api.test_keys_with_a_slash, KEY_ONE_SEGMENT, {}),
+        (api.test_no_redirect_to_a_clients_host, SLASH_REDIRECTS, {}),
+        (api.test_a_read_token, NO_READ_TOKEN, {}),
+        (api.test_empty_bodies_are_422, EMPTY_BODY_PASSES, {}),
+        (api.test_a_killed_worker, DEAD_SERIES_KEPT, {}),
+        (api.test_a_worker_that_dies_during_a_health_check, PING_WAITS, {}),
+        (api.test_an_inherited_metrics_folder, INHERITED_METRICS, {}),
     ],
     ids=[
         "nan-stored",
@@ -212,6 +266,13 @@ patch(evaluate, "check_dev_labels", lambda labels: None)
         "text-compared",
         "any-token",
         "one-label-calibrates",
+        "key-one-segment",
+        "slash-redirects",
+        "no-read-token",
+        "empty-body-passes",
+        "dead-series-kept",
+        "ping-waits",
+        "inherited-metrics",
     ],
 )
 def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkeypatch, tmp_path):

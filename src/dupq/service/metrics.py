@@ -13,7 +13,9 @@ gives the workers a shared folder (``PROMETHEUS_MULTIPROC_DIR``, made before the
 removed when they stop) where each process writes its values; a scrape, whichever worker answers
 it, sums the counters and histograms of all of them, shows the latest ``dupq_questions_stored``
 and one ``dupq_index_age_seconds`` per live worker (label ``pid``), as set by that worker's last
-answer. One process keeps its values in memory.
+answer (a dead worker's is dropped when the supervisor replaces it). One process keeps its values
+in memory. A ``PROMETHEUS_MULTIPROC_DIR`` that ``dupq serve`` inherits is refused
+(:func:`~dupq.service.workers.refuse_inherited_metrics`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import time
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+from dupq.service.workers import MULTIPROCESS_ENV
+
 REGISTRY = CollectorRegistry(auto_describe=True)  # the service's own, not the process-wide default
 
 REQUESTS = Counter(
