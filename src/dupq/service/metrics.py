@@ -20,6 +20,7 @@ in memory. A ``PROMETHEUS_MULTIPROC_DIR`` that ``dupq serve`` inherits is refuse
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -77,15 +78,22 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            REQUESTS.labels(route, scope["method"], str(status[0])).inc()
-            LATENCY.labels(route).observe(time.perf_counter() - started)
+            route = getattr(scope.get("route"), "path_format", None) or "unmatched"  # "/questions/{key}", not {key:path}
+            counted, timed = _series(route, scope["method"], status[0])
+            counted.inc()
+            timed.observe(time.perf_counter() - started)
             collection = getattr(getattr(scope.get("app"), "state", None), "collection", None)
             if collection is not None:
                 try:
                     INDEX_AGE.set(index_age(collection))
                 except Exception:  # noqa: BLE001 -- a closed collection at shutdown: nothing to report
                     pass
+
+
+@functools.lru_cache(maxsize=1024)  # routes x methods x statuses: a few dozen; labels() costs more than inc()
+def _series(route: str, method: str, status: int):
+    """The request counter's and the latency histogram's series of one route, method and status."""
+    return REQUESTS.labels(route, method, str(status)), LATENCY.labels(route)
 
 
 def exposition(collection) -> tuple[bytes, str]:

@@ -56,7 +56,15 @@ Question = Annotated[
     ),
     AfterValidator(_question),
 ]
-Score = Annotated[float, AfterValidator(lambda x: float(clip_cosines(x)))]  # float32 rounding can reach 1.0000001
+
+
+def _cosine(x: float) -> float:
+    """``x`` kept in [-1, 1] by clip_cosines (float32 rounding can reach 1.0000001); a cosine within it, as nearly
+    every one is, passes without NumPy's call, which cost more than the rest of a hit's validation (ten a search)."""
+    return x if -1.0 <= x <= 1.0 else float(clip_cosines(x))
+
+
+Score = Annotated[float, AfterValidator(_cosine)]
 Key = Annotated[
     str,
     Field(min_length=1, max_length=MAX_KEY, pattern=KEY_PATTERN, description="Printable ASCII, no spaces."),
