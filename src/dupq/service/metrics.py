@@ -78,7 +78,8 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path_format", None) or "unmatched"  # "/questions/{key}", not {key:path}
+            # the route's template without its converters: "/questions/{key}", not "{key:path}"
+            route = getattr(scope.get("route"), "path_format", None) or "unmatched"
             counted, timed = _series(route, scope["method"], status[0])
             counted.inc()
             timed.observe(time.perf_counter() - started)
