@@ -138,8 +138,8 @@ def _workers(parent: int) -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers through /proc")
 def test_a_killed_worker(tmp_path: Path):
-    """kill -9 of one of two workers: a new one serves within 45 s (not after uvicorn's 60 s health check), and
-    `/metrics` drops the dead one's series."""
+    """kill -9 of one of two workers: a new one serves, and `/metrics` drops the dead one's series (how soon it is
+    noticed: test_a_worker_that_dies_during_a_health_check; a restart takes seconds, more on a loaded machine)."""
     folder = build(tmp_path / "c")
     with Server(folder, "--workers", "2") as server:
         deadline = time.monotonic() + 60
@@ -152,10 +152,10 @@ def test_a_killed_worker(tmp_path: Path):
         killed = time.monotonic()
         while len(_workers(server.proc.pid)) < 2 or dead in _workers(server.proc.pid):
             time.sleep(0.1)
-            assert time.monotonic() - killed < 45, "no new worker within 45 s of a kill -9"
+            assert time.monotonic() - killed < 90, "no new worker within 90 s of a kill -9"
         while server.stderr().count("Application startup complete") < 3:
             time.sleep(0.1)
-            assert time.monotonic() - killed < 45, "no new worker started within 45 s of a kill -9: " + server.stderr()
+            assert time.monotonic() - killed < 90, "no new worker started within 90 s of a kill -9: " + server.stderr()
         for _ in range(20):  # every live worker answers something, and one of them the scrape
             request(server.url + "/health")
         ages = _worker_ages(server.url)

@@ -39,6 +39,7 @@ on 2 cores this is what lets a few hundred searches a second through with a shor
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -55,6 +56,7 @@ from dupq.service.errors import REFUSED, UNAUTHORISED, add_error_handlers
 from dupq.service.metrics import RequestMetrics
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
 from dupq.service.routes import health, page, questions, search, similarity
+from dupq.service.workers import with_these_threads
 
 
 def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
@@ -126,8 +128,9 @@ def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
         def shared(e: Exception) -> bool:  # the store's failure, not one request's: retrying each alone is no use
             return isinstance(e, StoreFailure)
 
-        app.state.searches = Batcher(lambda items: search.search_many(collection, items), shared=shared)
-        app.state.adds = Batcher(lambda items: questions.add_many(collection, items), shared=shared)
+        searches = with_these_threads(functools.partial(search.search_many, collection))
+        app.state.searches = Batcher(searches, shared=shared)
+        app.state.adds = Batcher(with_these_threads(functools.partial(questions.add_many, collection)), shared=shared)
         try:
             yield
         finally:

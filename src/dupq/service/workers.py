@@ -123,6 +123,25 @@ def set_threads(threads: int) -> None:
         limit_blas(threads)
 
 
+def with_these_threads(fn: Callable) -> Callable:
+    """``fn``, which will run in a worker thread, with the OpenMP thread count (FAISS's, and its BLAS's) of the
+    thread calling this.
+
+    OpenMP keeps its count per thread: :func:`set_threads` sets it for the thread that starts the
+    app, and a search answered in another thread would walk the HNSW graph with every core's
+    threads, whose spinning took the other workers' cores (the service's CPU per search doubled).
+    """
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+
+    def run(*args, **kwargs):
+        faiss.omp_set_num_threads(threads)  # this thread's own count; a few hundred nanoseconds
+        return fn(*args, **kwargs)
+
+    return run
+
+
 def limit_blas(threads: int) -> None:
     """At most ``threads`` threads in each BLAS library loaded (NumPy's OpenBLAS among them).
 
