@@ -103,8 +103,8 @@ def strict_json(text: bytes | str) -> bool:
 class Server(ServeProcess):
     """``dupq serve`` in a subprocess, run as :data:`DUPQ` says (the harness is :class:`ServeProcess`)."""
 
-    def __init__(self, folder, *extra: str, preexec_fn=None):
-        super().__init__(folder, *extra, command=DUPQ, env=ENV, preexec_fn=preexec_fn)
+    def __init__(self, folder, *extra: str, preexec_fn=None, env=None):
+        super().__init__(folder, *extra, command=DUPQ, env={**ENV, **(env or {})}, preexec_fn=preexec_fn)
 
     def tracebacks(self) -> int:
         return int("Traceback" in self.stderr())

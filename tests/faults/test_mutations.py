@@ -20,6 +20,7 @@ from pathlib import Path
 
 import faultkit
 import pytest
+import test_api_faults as api
 import test_collection_faults as collection
 import test_decision_faults as decisions
 import test_dedup_faults as dedup
@@ -336,6 +337,53 @@ patch(adapt, "unspaced_scripts", lambda words: {})
 """
 
 
+KEY_ONE_SEGMENT = """
+import dupq.service.routes.questions as questions
+
+for route in questions.router.routes:  # a key is one path segment again: "faq/17" reaches no route
+    patch(route, "path", route.path.replace(":path}", "}"))
+"""
+
+SLASH_REDIRECTS = """
+import fastapi
+import dupq.service.app as app
+
+patch(app, "FastAPI", lambda **kw: fastapi.FastAPI(**{**kw, "redirect_slashes": True}))
+"""
+
+NO_READ_TOKEN = """
+import dupq.service.auth as auth
+import dupq.service.server as server
+
+for module in (auth, server):  # $DUPQ_READ_TOKEN ignored, as before there was one
+    patch(module, "read_token", lambda token=None, write=None: None)
+"""
+
+EMPTY_BODY_PASSES = """
+import dupq.service.schemas as schemas
+
+patch(schemas, "fields_given", lambda body, least, most: body)
+"""
+
+DEAD_SERIES_KEPT = """
+import dupq.service.workers as workers
+
+patch(workers, "forget_worker", lambda pid: None)
+"""
+
+PING_WAITS = """
+import dupq.service.workers as workers
+
+patch(workers, "watch", lambda process: None)  # uvicorn's ping: waits its whole timeout for a dead worker
+"""
+
+INHERITED_METRICS = """
+import dupq.service.workers as workers
+
+patch(workers, "refuse_inherited_metrics", lambda: None)
+"""
+
+
 @pytest.mark.parametrize(
     "test, mutation, params",
     [
@@ -374,6 +422,13 @@ patch(adapt, "unspaced_scripts", lambda words: {})
         (models.test_join_weights_out_of_range, ANY_JOIN_WEIGHT, {}),
         (models.test_compact_no_branch_of_a_joined_model, JOINED_BRANCH_IGNORED, {}),
         (models.test_adapt_words_beyond_ascii, WHITESPACE_WORDS, {}),
+        (api.test_keys_with_a_slash, KEY_ONE_SEGMENT, {}),
+        (api.test_no_redirect_to_a_clients_host, SLASH_REDIRECTS, {}),
+        (api.test_a_read_token, NO_READ_TOKEN, {}),
+        (api.test_empty_bodies_are_422, EMPTY_BODY_PASSES, {}),
+        (api.test_a_killed_worker, DEAD_SERIES_KEPT, {}),
+        (api.test_a_worker_that_dies_during_a_health_check, PING_WAITS, {}),
+        (api.test_an_inherited_metrics_folder, INHERITED_METRICS, {}),
     ],
     ids=[
         "nan-stored",
@@ -409,6 +464,13 @@ patch(adapt, "unspaced_scripts", lambda words: {})
         "any-join-weight",
         "joined-branch-ignored",
         "whitespace-words",
+        "key-one-segment",
+        "slash-redirects",
+        "no-read-token",
+        "empty-body-passes",
+        "dead-series-kept",
+        "ping-waits",
+        "inherited-metrics",
     ],
 )
 def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkeypatch, tmp_path):

@@ -181,7 +181,10 @@ def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
     try:
         from dupq.collection.collection import Collection
     except ImportError:  # a tree from before the package had subpackages (a baseline run)
-        from dupq.collection import Collection
+        try:
+            from dupq.collection import Collection
+        except ImportError:  # a tree from before dupq.search became dupq.collection (c1cb340)
+            from dupq.search.collection import Collection
 
     one_thread()
     with Collection.open(copy) as coll:

@@ -315,7 +315,12 @@ def serve(
     model: CollectionModel = None,
     host: Annotated[str, typer.Option(help="Address to listen on; 127.0.0.1 keeps it to this machine.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port.")] = 8000,
-    protect_reads: Annotated[bool, typer.Option(help="Searches and similarities need the token too.")] = False,
+    protect_reads: Annotated[
+        bool,
+        typer.Option(
+            help="Searches, similarities, /health and /metrics need a token too (the write token or $DUPQ_READ_TOKEN)."
+        ),
+    ] = False,
     threads: Threads = THREADS,
     workers: Annotated[
         Optional[int],
@@ -325,9 +330,12 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token."""
+    """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token
+    (reads, with --protect-reads or $DUPQ_READ_TOKEN set, that token or the write token)."""
+    from dupq.service.workers import default_workers, refuse_inherited_metrics
+
+    refuse_inherited_metrics()  # before the metrics are imported: prometheus-client reads the variable then
     from dupq.service.server import serve as run_server
-    from dupq.service.workers import default_workers
 
     run_server(
         collection,

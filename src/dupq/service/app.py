@@ -18,7 +18,8 @@
 Every request is validated (questions of 1 to 1,000 characters with at least one word, ``k`` an
 integer in 1..100, strict types, bodies of at most ``max_body`` bytes that arrive within
 ``body_timeout`` seconds, JSON nested at most 33 levels (metadata 32), without NaN, Infinity or
-lone surrogates) and a refusal is JSON with a ``detail``: 401 without the token, 408 for a body
+lone surrogates) and a refusal is JSON with a ``detail``: 401 without the token, 404 for a path
+that names no route (a trailing ``/`` included: never a redirect), 408 for a body
 too slow, 409 for a key stored with another question, 413 for an oversized body, 422 for a bad
 field or body, 400 for a question the collection refuses. A failure of the server's own is a 5xx
 with a sentence: 507 when its disk is full, 503 with ``Retry-After`` when its store is busy
@@ -38,6 +39,7 @@ on 2 cores this is what lets a few hundred searches a second through with a shor
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -47,12 +49,14 @@ from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from dupq.collection.rows import StoreFailure
-from dupq.service.auth import authorised, write_token
+from dupq.service import auth
+from dupq.service.auth import reader, write_token
 from dupq.service.batching import Batcher
 from dupq.service.errors import REFUSED, UNAUTHORISED, add_error_handlers
 from dupq.service.metrics import RequestMetrics
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
 from dupq.service.routes import health, page, questions, search, similarity
+from dupq.service.workers import with_these_threads
 
 
 def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathLike | None = None):
@@ -69,6 +73,7 @@ def create_app(
     token: str | None = None,
     *,
     protect_reads: bool = False,
+    read_token: str | None = None,
     max_body: int = MAX_BODY,
     body_timeout: float = BODY_TIMEOUT,
 ) -> FastAPI:
@@ -76,10 +81,14 @@ def create_app(
 
     ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused; an
     empty one, or one no client can send, is refused here: see :func:`~dupq.service.auth.write_token`);
-    ``protect_reads`` makes searches, similarities and ``/health`` need it too (the page then asks
-    for it). ``model_dir`` overrides the collection's model (it must encode as the collection's did).
+    ``protect_reads`` makes searches, similarities, ``/health`` and ``/metrics`` need it too (the
+    page then asks for it); ``read_token`` (default: ``$DUPQ_READ_TOKEN``) protects them as well,
+    and lets them through with itself or the write token, never a write. ``model_dir`` overrides
+    the collection's model (it must encode as the collection's did).
     """
     token = write_token(token)
+    readers = auth.read_token(read_token, token)
+    protect_reads = protect_reads or readers is not None
     app = FastAPI(
         title="dupq",
         summary="Find the old questions a new question duplicates.",
@@ -87,13 +96,14 @@ def create_app(
         lifespan=_lifespan(collection_dir, model_dir),
         docs_url=None,  # Swagger UI and ReDoc load their code from a CDN; /openapi.json stays
         redoc_url=None,
+        redirect_slashes=False,  # a redirect would name the Host header's host, which the client chose: 404 instead
     )
-    app.state.token = token
+    app.state.token, app.state.read_token = token, readers
     app.add_middleware(RequestGuard, limit=max_body, timeout=body_timeout)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestMetrics)  # outermost: every answer counted, refusals of the guards included
     add_error_handlers(app)
-    reads = [Depends(authorised)] if protect_reads else []
+    reads = [Depends(reader)] if protect_reads else []
     unauthorised = UNAUTHORISED if protect_reads else {}
     for router in (similarity.router, search.router):
         app.include_router(router, dependencies=reads, responses=REFUSED | unauthorised)
@@ -118,8 +128,9 @@ def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
         def shared(e: Exception) -> bool:  # the store's failure, not one request's: retrying each alone is no use
             return isinstance(e, StoreFailure)
 
-        app.state.searches = Batcher(lambda items: search.search_many(collection, items), shared=shared)
-        app.state.adds = Batcher(lambda items: questions.add_many(collection, items), shared=shared)
+        searches = with_these_threads(functools.partial(search.search_many, collection))
+        app.state.searches = Batcher(searches, shared=shared)
+        app.state.adds = Batcher(with_these_threads(functools.partial(questions.add_many, collection)), shared=shared)
         try:
             yield
         finally:

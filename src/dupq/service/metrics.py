@@ -13,17 +13,21 @@ gives the workers a shared folder (``PROMETHEUS_MULTIPROC_DIR``, made before the
 removed when they stop) where each process writes its values; a scrape, whichever worker answers
 it, sums the counters and histograms of all of them, shows the latest ``dupq_questions_stored``
 and one ``dupq_index_age_seconds`` per live worker (label ``pid``), as set by that worker's last
-answer. One process keeps its values in memory.
+answer (a dead worker's is dropped when the supervisor replaces it). One process keeps its values
+in memory. A ``PROMETHEUS_MULTIPROC_DIR`` that ``dupq serve`` inherits is refused
+(:func:`~dupq.service.workers.refuse_inherited_metrics`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+from dupq.service.workers import MULTIPROCESS_ENV
+
 REGISTRY = CollectorRegistry(auto_describe=True)  # the service's own, not the process-wide default
 
 REQUESTS = Counter(
@@ -74,15 +78,23 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            REQUESTS.labels(route, scope["method"], str(status[0])).inc()
-            LATENCY.labels(route).observe(time.perf_counter() - started)
+            # the route's template without its converters: "/questions/{key}", not "{key:path}"
+            route = getattr(scope.get("route"), "path_format", None) or "unmatched"
+            counted, timed = _series(route, scope["method"], status[0])
+            counted.inc()
+            timed.observe(time.perf_counter() - started)
             collection = getattr(getattr(scope.get("app"), "state", None), "collection", None)
             if collection is not None:
                 try:
                     INDEX_AGE.set(index_age(collection))
                 except Exception:  # noqa: BLE001 -- a closed collection at shutdown: nothing to report
                     pass
+
+
+@functools.lru_cache(maxsize=1024)  # routes x methods x statuses: a few dozen; labels() costs more than inc()
+def _series(route: str, method: str, status: int):
+    """The request counter's and the latency histogram's series of one route, method and status."""
+    return REQUESTS.labels(route, method, str(status)), LATENCY.labels(route)
 
 
 def exposition(collection) -> tuple[bytes, str]:

@@ -19,9 +19,9 @@ from dupq.collection.location import Location
 from dupq.core.errors import DupqError
 from dupq.service import metrics
 from dupq.service.app import create_app, open_collection
-from dupq.service.auth import TOKEN_ENV, write_token
+from dupq.service.auth import TOKEN_ENV, read_token, write_token
 from dupq.service.connections import allow_many_connections, server_config
-from dupq.service.workers import limit_blas, run_workers
+from dupq.service.workers import limit_blas, refuse_inherited_metrics, run_workers
 
 
 def serve(
@@ -51,7 +51,9 @@ def serve(
             f"{collection_dir} is a milvus-lite file, which one process opens at a time: serve it with "
             "--workers 1, or keep the collection on a Milvus server."
         )
+    refuse_inherited_metrics()
     token = write_token()  # before the port is taken: a token no one should use is refused first
+    readers = read_token(write=token)
     if threads:
         torch.set_num_threads(threads)
         limit_blas(threads)
@@ -64,19 +66,22 @@ def serve(
     log(
         f"serving {len(collection):,} questions from {collection.location} on http://{host}:{port}/ "
         f"({workers} worker{'s' if workers > 1 else ''}; "
-        f"writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'})"
+        f"writes {'need the bearer token' if token else f'disabled: set ${TOKEN_ENV}'}"
+        f"{'; reads need the read or write token' if readers or protect_reads else ''})"
     )
     if workers > 1:
         collection.close()  # each worker opens its own
         os.environ[metrics.MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="dupq-metrics-")  # the workers' shared values
-        factory = functools.partial(create_app, collection_dir, model_dir, token, protect_reads=protect_reads)
+        factory = functools.partial(
+            create_app, collection_dir, model_dir, token, protect_reads=protect_reads, read_token=readers
+        )
         try:
             run_workers(factory, listener, workers, threads)
         finally:
             listener.close()
             shutil.rmtree(os.environ.pop(metrics.MULTIPROCESS_ENV), ignore_errors=True)
         return
-    app = create_app(collection, token=token, protect_reads=protect_reads)
+    app = create_app(collection, token=token, protect_reads=protect_reads, read_token=readers)
     allow_many_connections()
     uvicorn.Server(server_config(app)).run(sockets=[listener])
 

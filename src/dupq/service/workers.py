@@ -15,6 +15,11 @@ before every search a worker compares SQLite's ``data_version`` and catches its 
 stored embeddings, so every worker sees the others' committed adds at its next search. Writes of
 ``index.faiss`` are serialised by :mod:`dupq.collection.folder.cache`.
 
+A worker that dies (``kill -9``) is noticed within :data:`ALIVE_CHECK_S` and replaced at once,
+also when it dies while the supervisor waits for its answer to a health check (uvicorn's own wait
+would last the whole :data:`HEALTH_CHECK_S`); its values in the metrics folder that describe a
+live process (``dupq_index_age_seconds``) are dropped then, while its counts stay in the sums.
+
 A worker whose parent disappears (a ``kill -9`` of the supervisor) shuts itself down, so no
 orphan keeps serving the port. A worker that cannot open the collection (its folder moved or
 damaged since the server started) logs one sentence, not a traceback (:class:`StartupSentence`),
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import signal
 import threading
 import time
@@ -35,6 +41,8 @@ from dupq.core.errors import DupqError
 from dupq.service.connections import KEEP_ALIVE, allow_many_connections
 
 PARENT_CHECK_S = 0.5  # how often a worker checks that its supervisor is still there
+ALIVE_CHECK_S = 0.25  # how often the supervisor, waiting for a worker's answer, checks that it has not died
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's folder of every process's values
 HEALTH_CHECK_S = 60  # a worker that does not answer the supervisor's ping for this long is restarted (a
 # busy worker answers late on a loaded machine, and opening a large collection takes seconds)
 
@@ -45,6 +53,21 @@ def default_workers(location) -> int:
     from dupq.collection.location import Location
 
     return 1 if Location.parse(location).one_process else os.cpu_count() or 1
+
+
+def refuse_inherited_metrics() -> None:
+    """Refuse a ``$PROMETHEUS_MULTIPROC_DIR`` that ``dupq serve`` would inherit (left in a shell, or another server's).
+
+    prometheus-client reads it when imported, so a single process would write into that folder and
+    sum the old values in it with its own (or fail if it is gone), and ``dupq serve`` gives its
+    workers a new folder of its own anyway. Called before the metrics are imported.
+    """
+    for name in (MULTIPROCESS_ENV, MULTIPROCESS_ENV.lower()):  # prometheus-client reads either
+        if os.environ.get(name):
+            raise DupqError(
+                f"${name} is set (to {os.environ[name]}), and dupq serve would mix that folder's old metrics into "
+                "its own: unset it (dupq serve gives its workers a metrics folder of its own)."
+            )
 
 
 def worker_app(factory: Callable[[], object], threads: int, parent: int):
@@ -100,6 +123,25 @@ def set_threads(threads: int) -> None:
         limit_blas(threads)
 
 
+def with_these_threads(fn: Callable) -> Callable:
+    """``fn``, which will run in a worker thread, with the OpenMP thread count (FAISS's, and its BLAS's) of the
+    thread calling this.
+
+    OpenMP keeps its count per thread: :func:`set_threads` sets it for the thread that starts the
+    app, and a search answered in another thread would walk the HNSW graph with every core's
+    threads, whose spinning took the other workers' cores (the service's CPU per search doubled).
+    """
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+
+    def run(*args, **kwargs):
+        faiss.omp_set_num_threads(threads)  # this thread's own count; a few hundred nanoseconds
+        return fn(*args, **kwargs)
+
+    return run
+
+
 def limit_blas(threads: int) -> None:
     """At most ``threads`` threads in each BLAS library loaded (NumPy's OpenBLAS among them).
 
@@ -137,7 +179,54 @@ def run_workers(factory: Callable[[], object], listener, workers: int, threads: 
         timeout_worker_healthcheck=HEALTH_CHECK_S,
     )
     allow_many_connections()  # the workers inherit the raised limit of open files
-    supervisor = Multiprocess(config, sockets=[listener])
+    supervisor = supervisor_class(Multiprocess)(config, sockets=[listener])
     supervisor.run()
     if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
         raise DupqError("a worker could not start (its sentence is above), so the server stopped every worker.")
+
+
+def supervisor_class(base: type) -> type:
+    """uvicorn's supervisor ``base`` (``Multiprocess``), which also notices a worker that dies during a health check
+    at once, and forgets the values of a dead worker's live gauges in the metrics folder."""
+
+    class Supervisor(base):
+        def keep_subprocess_alive(self) -> None:
+            for process in self.processes:
+                watch(process)
+            before = {process.pid for process in self.processes}
+            super().keep_subprocess_alive()
+            for pid in before - {process.pid for process in self.processes}:
+                forget_worker(pid)
+
+    return Supervisor
+
+
+def watch(process) -> None:
+    """Make ``process`` (uvicorn's ``Process``) answer ``ping`` False as soon as its worker has died, not after the
+    whole timeout: its pipe stays open in the supervisor, so the wait for a dead worker's answer would not end."""
+    if getattr(process, "_dupq_watched", False):
+        return
+
+    def ping(timeout: float = 5) -> bool:
+        deadline = time.monotonic() + timeout
+        try:
+            process.parent_conn.send(b"ping")
+            while time.monotonic() < deadline:
+                if process.parent_conn.poll(min(ALIVE_CHECK_S, max(0.0, deadline - time.monotonic()))):
+                    process.parent_conn.recv()
+                    return True
+                if not process.process.is_alive():
+                    return False
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return False
+        return False
+
+    process.ping, process._dupq_watched = ping, True
+
+
+def forget_worker(pid: int | None) -> None:
+    """Drop the dead worker ``pid``'s live gauges from the metrics folder (prometheus-client's ``mark_process_dead``)."""
+    if pid is not None and os.environ.get(MULTIPROCESS_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)

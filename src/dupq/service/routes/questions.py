@@ -1,5 +1,9 @@
 """The writes, behind the bearer token: add a question, update or remove one, and a moderator's decision on one.
 
+A key is any the key rule allows (:data:`~dupq.data.questions.KEY_PATTERN`), a ``/`` included
+(``faq/17``): the routes take the rest of the path as the key (``{key:path}``), so a client may
+write its ``/`` as it is or as ``%2F``; ``?``, ``#`` and ``%`` must be percent-encoded, as in any URL.
+
 Concurrent adds share one commit: :func:`add_many` stores every waiting request's question at once.
 """
 
@@ -38,7 +42,7 @@ async def add_question(
     return AddResponse(id=new_id, count=count)
 
 
-@router.delete("/questions/{key}", responses=UNKNOWN)
+@router.delete("/questions/{key:path}", responses=UNKNOWN)
 async def remove_question(key: Key, request: Request) -> Changed:
     """Remove the question stored under ``key``: no search of any worker finds it once this answers."""
     collection = request.app.state.collection
@@ -47,7 +51,7 @@ async def remove_question(key: Key, request: Request) -> Changed:
     return Changed(key=key, id=None, count=len(collection))
 
 
-@router.put("/questions/{key}", responses=UNKNOWN)
+@router.put("/questions/{key:path}", responses=UNKNOWN)
 async def update_question(key: Key, body: UpdateRequest, request: Request) -> Changed:
     """Give the question of ``key`` a new text and/or metadata (the same again changes nothing)."""
     collection = request.app.state.collection
@@ -56,7 +60,7 @@ async def update_question(key: Key, body: UpdateRequest, request: Request) -> Ch
     return Changed(key=key, id=i, count=len(collection))
 
 
-@router.post("/questions/{key}/decision", responses=UNKNOWN | CONFLICT)
+@router.post("/questions/{key:path}/decision", responses=UNKNOWN | CONFLICT)
 async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
     """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``."""
     if key in (body.duplicate_of, body.not_duplicate_of):  # a valid request that the stored question refuses
