@@ -22,7 +22,8 @@ from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 from dupq.training import adapt as adapt_module
-from dupq.training.adapt import AdaptConfig, adapt_with, user_questions
+from dupq.training.adapt import AdaptConfig, adapt_with
+from dupq.training.adapt_questions import user_questions
 from dupq.training.distil import teacher as teacher_module
 from support.errors import refused
 

@@ -63,7 +63,8 @@ def adapt_command(
     from dupq.collection.location import Location
     from dupq.core.files import check_apart
     from dupq.modeling.folder_format import check_new_model_folder
-    from dupq.training.adapt import adapt, base_model, user_questions
+    from dupq.training.adapt import adapt
+    from dupq.training.adapt_questions import base_model, user_questions
 
     config = AdaptConfig(**adapt_fields)
     check_new_model_folder(out, overwrite)
