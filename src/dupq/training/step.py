@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dupq.core.errors import DupqError
 from dupq.evaluation.metrics import best_threshold, threshold_free
 from dupq.modeling.encoders import Encoder
 from dupq.modeling.heads import PairHead
@@ -64,8 +65,15 @@ def encode_batch(model: Siamese, batch: Batch, chunks: int, world: World = World
         rows = (
             rows if rows.stop > rows.start else slice(0, 1)
         )  # an empty share encodes a stand-in row, dropped by gather
-    with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=bf16):
-        v = encode_in_chunks(model.encoder, batch.ids[rows], batch.lengths[rows], chunks)  # (n, d)
+    try:
+        with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+            v = encode_in_chunks(model.encoder, batch.ids[rows], batch.lengths[rows], chunks)  # (n, d)
+    except RuntimeError as e:
+        if bf16 and "primitive descriptor" in str(e):  # oneDNN on a CPU without a bfloat16 LSTM
+            raise DupqError(
+                "this CPU cannot run the LSTM in bfloat16 (no oneDNN primitive for it); train without --bf16."
+            ) from None
+        raise
     v = v.float()
     if world.size > 1:
         v = gather(v, len(batch.ids), world)  # (N, d)
