@@ -228,3 +228,14 @@ def place(
         if key is not None:
             stored[key], given[key] = (ids[-1], text, m), j
     return ids, new
+
+
+def edited(stored: dict, key: str, others: list[str], change, where) -> tuple[int, str | None, str | None]:
+    """The edit rule every backend's ``edit`` applies to the rows it read (``stored``: key -> ``(id, text,
+    metadata)``): ``key`` and ``others`` must all be stored, else :class:`UnknownKey`; returns ``key``'s id, its
+    metadata before, and after ``change``."""
+    missing = [k for k in [key, *others] if k not in stored]
+    if missing:
+        raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {where}; nothing was changed.")
+    i, _, old = stored[key]
+    return i, old, change(old)

@@ -34,7 +34,7 @@ import numpy as np
 from dupq.collection.backend import Row, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
-from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, place, same_metadata
+from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
 
@@ -186,14 +186,7 @@ class SQLiteStore:
     def edit(self, key: str, change, others: list[str]) -> tuple[int, str | None]:
         """``key``'s metadata read, changed and written back in one ``BEGIN IMMEDIATE`` transaction (see Backend.edit)."""
         with self._transaction("update") as db:
-            stored = sqlite.find(db, [key, *others])
-            missing = [k for k in [key, *others] if k not in stored]
-            if missing:
-                raise UnknownKey(
-                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
-                )
-            i, _, old = stored[key]
-            new = change(old)
+            i, old, new = edited(sqlite.find(db, [key, *others]), key, others, change, self.where)
             if not same_metadata(new, old):
                 db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (new, i))
         return i, new

@@ -51,7 +51,7 @@ from dupq.collection.backend import Backend, Row, Where
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.milvus import schema as milvus
 from dupq.collection.milvus.address import Address, parse
-from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, place, same_metadata
+from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import alive, parse_json
 from dupq.index.vectors import IndexConfig
@@ -322,11 +322,7 @@ class MilvusBackend(Backend):
         """A read, then one upsert. Milvus has no transaction around both: the collection's write lock keeps
         this process's writers apart, and milvus-lite opens its file in one process only; two processes
         editing one question of a Milvus server at once could still lose one of the two changes."""
-        stored = self.find([key, *others])
-        missing = [k for k in [key, *others] if k not in stored]
-        if missing:
-            raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed.")
-        new = change(stored[key][2])
+        _, _, new = edited(self.find([key, *others]), key, others, change, self.where)
         return self.update(key, None, new, None), new
 
     def _fresh_ids(self, n: int) -> list[int]:

@@ -44,7 +44,7 @@ from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.postgres import schema
 from dupq.collection.postgres.address import Address, parse
 from dupq.collection.postgres.connections import Connections, ensure_vector, failure, psycopg_modules
-from dupq.collection.rows import PARAMETERS, KeyConflict, UnknownKey, place, same_metadata
+from dupq.collection.rows import PARAMETERS, KeyConflict, UnknownKey, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 
@@ -363,14 +363,7 @@ class PostgresBackend(Backend):
     def edit(self, key, change, others) -> tuple[int, str | None]:
         """``key``'s row read ``FOR UPDATE`` (another writer's edit of it waits), changed and written in one transaction."""
         with self._transaction("update") as conn:
-            stored = self._find(conn, [key, *others], lock=True)
-            missing = [k for k in [key, *others] if k not in stored]
-            if missing:
-                raise UnknownKey(
-                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was changed."
-                )
-            i, _, old = stored[key]
-            new = change(old)
+            i, old, new = edited(self._find(conn, [key, *others], lock=True), key, others, change, self.where)
             if not same_metadata(new, old):
                 self._set_metadata(conn, i, new)
         return i, new
