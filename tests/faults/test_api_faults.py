@@ -124,6 +124,27 @@ def test_empty_bodies_are_422(tmp_path: Path):
     assert all("422" in responses and "400" in responses for responses in documented)
 
 
+def test_what_the_schema_allows_is_not_refused_as_a_400(tmp_path: Path):
+    """Two refusals a fuzzer found as a schema-valid body answered 400: metadata holding U+0000 (which the schema
+    now forbids: a 422, as for any body the schema calls invalid) and a decision that closes a cycle (a conflict
+    with what is stored: 409, documented)."""
+    folder = build(tmp_path / "c", keys=True)
+    with _client(folder) as c:
+        schema = c.get("/openapi.json").json()
+        nul = {"text": "Why is the sky blue?", "metadata": {"a": [{"b\u0000": 1}]}}
+        codes = {
+            "nul": c.post("/questions", json=nul, headers=AUTH).status_code,
+            "nul in a value": c.put("/questions/k1", json={"metadata": {"x": "a\u0000"}}, headers=AUTH).status_code,
+            "k1 of k2": c.post("/questions/k1/decision", json={"duplicate_of": "k2"}, headers=AUTH).status_code,
+            "k2 of k1": c.post("/questions/k2/decision", json={"duplicate_of": "k1"}, headers=AUTH).status_code,
+        }
+    assert codes == {"nul": 422, "nul in a value": 422, "k1 of k2": 200, "k2 of k1": 409}, codes
+    decision = schema["paths"]["/questions/{key}/decision"]["post"]["responses"]
+    assert "cycle" in decision["409"]["description"]
+    value = schema["components"]["schemas"]["MetadataValue"]
+    assert {"pattern": "^[^\\x00]*$", "type": "string"} in value["anyOf"]
+
+
 def _worker_ages(url: str) -> set[str]:
     """The pids of the workers whose index age ``/metrics`` shows."""
     text = request(url + "/metrics").body.decode()

@@ -17,6 +17,7 @@ from dupq.collection.rows import (
     DUPLICATE_OF,
     JUDGED,
     NOT_DUPLICATE_OF,
+    KeyConflict,
     check_metadata,
     decision_problem,
     judged_digest,
@@ -66,7 +67,7 @@ def refuse_cycle(find: Callable[[str], tuple | None], key: str, canonical: str) 
             return
         if after == key:
             chain = " -> ".join([*seen, key])
-            raise DupqError(f"{key!r} cannot be a duplicate of {canonical!r}: that makes a cycle ({chain}).")
+            raise KeyConflict(f"{key!r} cannot be a duplicate of {canonical!r}: that makes a cycle ({chain}).")
         seen.append(after)
 
 

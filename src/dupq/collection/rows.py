@@ -29,7 +29,8 @@ DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED = "duplicate_of", "not_duplicate_of", "ju
 
 
 class KeyConflict(DupqError):
-    """A key that is stored already, with another question or other metadata."""
+    """A write that what is stored refuses: a key stored already with another question or other metadata, or a
+    decision that would make a cycle of canonical questions (the service's 409)."""
 
 
 class UnknownKey(DupqError):

@@ -38,7 +38,8 @@ BROKEN_STORE = (500, "the server cannot use its collection (it may be damaged); 
 UNKNOWN = {404: {"description": "No question is stored under that key."}}
 CONFLICT = {
     409: {
-        "description": "The key is stored already with another question or metadata, or the header's and body's keys differ."
+        "description": "The key is stored already with another question or metadata, the header's and body's keys differ, "
+        "or the decision would make a cycle of canonical questions."
     }
 }
 

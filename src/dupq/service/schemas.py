@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Union
 
 from pydantic import (
     AfterValidator,
@@ -11,10 +11,14 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
+    StrictInt,
     model_validator,
 )
+from typing_extensions import TypeAliasType
 
 from dupq.collection.backend import FIELD_PATTERN, MAX_FIELDS, MAX_VALUES, NUMBERS, TEXT_PATTERN
+from dupq.collection.rows import holds_nul
 from dupq.core.errors import DupqError
 from dupq.data.questions import KEY_PATTERN, MAX_KEY, MAX_QUESTION, check_question
 from dupq.modeling.verdict import clip_cosines
@@ -64,6 +68,38 @@ def _cosine(x: float) -> float:
 
 
 Score = Annotated[float, AfterValidator(_cosine)]
+
+# Metadata is any JSON object without U+0000 in a string or a name (dupq.collection.rows says why). The schema
+# states it with a recursive JSON value, so that a schema-valid body is never refused; the validation is one walk
+# (holds_nul) over the object, a twentieth of what the recursive union would cost pydantic.
+NO_NUL = {"pattern": "^[^\\x00]*$"}
+MetadataValue = TypeAliasType(
+    "MetadataValue",
+    Union[  # noqa: UP007 (a recursive alias needs the names as strings, which | does not take)
+        None,
+        StrictBool,
+        StrictInt,
+        StrictFloat,
+        Annotated[str, Field(json_schema_extra=NO_NUL)],
+        list["MetadataValue"],
+        Annotated[dict[str, "MetadataValue"], Field(json_schema_extra={"propertyNames": NO_NUL})],
+    ],
+)
+
+
+def _no_nul(metadata: Any) -> Any:
+    if holds_nul(metadata):
+        raise ValueError("holds the character U+0000, which metadata may not")
+    return metadata
+
+
+Metadata = Annotated[
+    dict[str, Any],
+    BeforeValidator(
+        _no_nul,
+        json_schema_input_type=Annotated[dict[str, MetadataValue], Field(json_schema_extra={"propertyNames": NO_NUL})],
+    ),
+]
 Key = Annotated[
     str,
     Field(min_length=1, max_length=MAX_KEY, pattern=KEY_PATTERN, description="Printable ASCII, no spaces."),
@@ -132,7 +168,7 @@ class SearchResponse(BaseModel):
 class AddRequest(BaseModel):
     model_config = STRICT
     text: Question
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Any JSON object stored with the question.")
+    metadata: Metadata = Field(default_factory=dict, description="Any JSON object stored with the question.")
     key: Key | None = Field(
         None, description="Your id for the question: a key stored already stores nothing and answers its id."
     )
@@ -156,7 +192,7 @@ class UpdateRequest(BaseModel):
     # a text, metadata or both (the schema says so: a request without either is not a valid one)
     model_config = ConfigDict(**STRICT, json_schema_extra={"minProperties": 1})
     text: Question = Field(None, description="The question's new text (the old text is found no more).")
-    metadata: dict[str, Any] = Field(None, description="Its new metadata (replaces the stored metadata).")
+    metadata: Metadata = Field(None, description="Its new metadata (replaces the stored metadata).")
 
     @model_validator(mode="after")
     def _some(self):
