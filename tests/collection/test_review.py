@@ -78,7 +78,11 @@ def test_a_decision_takes_a_question_out_of_the_queue_and_undo_puts_it_back(desk
     assert sorted(waiting(coll)) == ["p3", "p4", "p5"]
     check_search_leaves_out_pending(coll, NEW)  # the decided ones are found again
     assert coll.search([NEW[2]], k=1)[0][0].key == "p2"
-    assert sorted((a, b, y) for a, b, _, _, y in coll.decisions()) == [("p0", "t1", 1), ("p1", "t2", 0), ("p1", "t3", 0)]
+    assert sorted((a, b, y) for a, b, _, _, y in coll.decisions()) == [
+        ("p0", "t1", 1),
+        ("p1", "t2", 0),
+        ("p1", "t3", 0),
+    ]
     past = coll.reviewed()
     assert {key: (r["action"], r["keys"], r["by"]) for key, _, r in past} == {
         "p0": ("duplicate", ["t1"], "ana"),

@@ -64,7 +64,6 @@ from dupq.collection.rows import (
     check_keys,
     check_metadata,
     judged_digest,
-    one_each,
     read_metadata,
 )
 from dupq.core.errors import DupqError
@@ -327,20 +326,21 @@ class Collection:
         metadata: list[dict] | None = None,
         keys: list[str | None] | None = None,
         *,
-        pending: bool = False,
+        pending: bool | list[bool] = False,
     ) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.
 
         When this returns, the questions are on disk and searchable; if the process dies
         before, none of them is stored. A question whose ``key`` is stored already is not stored
         again: its stored id is returned (the same key with another text or metadata raises
-        :class:`KeyConflict`). ``pending``: they wait in the review queue, and no search finds them
-        until a moderator decides (their metadata holds ``pending: true``).
+        :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait in the review
+        queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
+        each needs a key, which the decision names).
         """
         self._check_open()
         texts = check_questions(texts)
         if pending:
-            metadata = [{**(m if isinstance(m, dict) else {}), PENDING: True} for m in one_each(metadata, len(texts), "metadata entries")]
+            metadata = review.queued(texts, metadata, keys, pending)
         meta = check_metadata(metadata, len(texts))
         keys = check_keys(keys, len(texts))
         if not texts:

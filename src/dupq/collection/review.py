@@ -18,10 +18,19 @@ or ``new`` (kept as a new question, no pair judged).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from dupq.collection.backend import hidden
-from dupq.collection.rows import DUPLICATE_OF, JUDGED, NOT_DUPLICATE_OF, PENDING, check_metadata, read_metadata
+from dupq.collection.rows import (
+    DUPLICATE_OF,
+    JUDGED,
+    NOT_DUPLICATE_OF,
+    PENDING,
+    KeyConflict,
+    check_metadata,
+    one_each,
+    read_metadata,
+)
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import STRIP, word_parts
 
@@ -34,6 +43,21 @@ COMMON = frozenset(
     "a an the and or of to in on for at by with is are was be do does did can could how what why when where who "
     "which i my me you your it its this that there from as if not no".split()
 )
+
+
+def queued(texts: list[str], metadata, keys, pending) -> list:
+    """The metadata of an add whose questions (``pending``: all of them, or one flag each) wait in the queue."""
+    flags = one_each(pending, len(texts), "pending flags") if isinstance(pending, list) else [pending] * len(texts)
+    keys = one_each(keys, len(texts), "keys")
+    for n, (flag, key) in enumerate(zip(flags, keys)):
+        if flag and key is None:
+            raise DupqError(f"pending question {n + 1} needs a key: a moderator's decision names it.")
+    metadata = one_each(metadata, len(texts), "metadata entries")
+    # what is not a dict stays as it was, for check_metadata to refuse in its own words
+    return [
+        {**(m or {}), PENDING: True} if flag and (m is None or isinstance(m, dict)) else m
+        for m, flag in zip(metadata, flags)
+    ]
 
 
 def check_by(by: str | None) -> str | None:
@@ -55,7 +79,7 @@ def reviewed(before: str | None, after: str | None, action: str, keys: list[str]
     metadata.pop(PENDING, None)
     metadata[REVIEWED] = {
         "by": by,
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "action": action,
         "keys": keys,
         "before": {f: old[f] for f in DECISION_FIELDS if f in old},
@@ -69,7 +93,7 @@ def undone(stored: str | None, key: str) -> str:
     metadata, _ = read_metadata(stored)
     record = metadata.get(REVIEWED)
     if not isinstance(record, dict) or not isinstance(record.get("before", {}), dict):
-        raise DupqError(f"{key!r} holds no decision from the review queue to undo; nothing was changed.")
+        raise KeyConflict(f"{key!r} holds no decision from the review queue to undo; nothing was changed.")
     for field in DECISION_FIELDS:
         metadata.pop(field, None)
     metadata |= {f: v for f, v in record.get("before", {}).items() if f in DECISION_FIELDS}

@@ -224,7 +224,9 @@ class FolderBackend(Backend):
         return allowed
 
     def _pending_ids(self) -> np.ndarray:
-        return np.array([i for i, (_, _, meta) in self.store.naming(PENDING) if hidden(read_metadata(meta)[0])], np.int64)
+        return np.array(
+            [i for i, (_, _, meta) in self.store.naming(PENDING) if hidden(read_metadata(meta)[0])], np.int64
+        )
 
     def _mask(self, where: Where, matching) -> np.ndarray:
         """``(len(index),)`` bool: the ids ``matching()`` answers for ``where`` (kept until the next catch-up)."""
