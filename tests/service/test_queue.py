@@ -57,11 +57,15 @@ def listed(c, **params) -> list[str]:
 def test_pending_questions_wait_in_the_queue_with_their_candidates(client):
     c, folder = client
     assert listed(c) == waiting(folder) == [key for key, _, _ in NEW]
-    for key, text, _ in NEW:  # no search finds a pending question, its own text's included
+    for _, text, _ in NEW:  # no search finds a pending question, its own text's included
         found = c.post("/search", json={"question": text, "k": 100}).json()["results"]
         assert not {h["key"] for h in found} & {k for k, _, _ in NEW}
     page = c.get("/queue", params={"size": 2, "page": 2}).json()
-    assert (page["total"], page["field"], page["categories"]) == (5, "category", {"billing": 2, "login": 2, "export": 1})
+    assert (page["total"], page["field"], page["categories"]) == (
+        5,
+        "category",
+        {"billing": 2, "login": 2, "export": 1},
+    )
     assert [item["key"] for item in page["items"]] == ["n2", "n3"]
     item = page["items"][0]
     assert item["category"] == "billing" and item["metadata"] == {"category": "billing", "pending": True}
