@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dupq.collection import review
-from dupq.collection.backend import Backend, IndexStats, check_where, hidden, matches
+from dupq.collection.backend import Backend, IndexStats, check_where
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest
@@ -402,13 +402,8 @@ class Collection:
         (:func:`~dupq.collection.review.reviewed`; :meth:`undo` takes it back).
         """
         self._check_open()
-        if (duplicate_of is not None) + (not_duplicate_of is not None) + bool(keep) != 1:
-            raise DupqError("give one decision: duplicate_of, not_duplicate_of or keep.")
+        action, others = review.decision(duplicate_of, not_duplicate_of, keep)
         by = review.check_by(by)
-        distinct = [not_duplicate_of] if isinstance(not_duplicate_of, str) else list(not_duplicate_of or [])
-        others = [duplicate_of] if duplicate_of is not None else list(dict.fromkeys(distinct))
-        if not_duplicate_of is not None and not others:
-            raise DupqError("give the keys of the questions this one does not duplicate.")
         check_keys([key, *others], len(others) + 1)
         if key in others:
             raise DupqError(f"a question cannot be judged against itself ({key!r}).")
@@ -419,7 +414,6 @@ class Collection:
         if duplicate_of is not None:
             refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
         digests = {other: judged_digest(texts[key], texts[other]) for other in others}
-        action = "duplicate" if duplicate_of is not None else "new" if keep else "distinct"
 
         def change(stored: str | None) -> str | None:
             after = stored
@@ -443,23 +437,17 @@ class Collection:
         return read_metadata(stored)[0]
 
     def queue(self, where: dict | None = None) -> list[tuple[int, str | None, str, dict]]:
-        """The questions waiting for a moderator as ``(id, key, text, metadata)``, in id order (the oldest first);
-        ``where`` keeps those whose metadata match, as a search's filter does."""
+        """The questions waiting for a moderator as ``(id, key, text, metadata)``, in id order (a folder's: the
+        oldest first); ``where`` keeps those whose metadata match, as a search's filter does."""
         self._check_open()
         where = check_where(where)
-        rows = [(i, key, text, read_metadata(meta)[0]) for i, (key, text, meta) in self._backend.rows_naming(PENDING)]
-        return [row for row in rows if hidden(row[3]) and matches(row[3], where)]
+        return review.waiting(self._backend.rows_naming(PENDING), where)
 
     def reviewed(self) -> list[tuple[str, str, dict]]:
         """The review queue's past decisions still standing as ``(key, text, record)``, the latest first; a record
         says ``by`` whom, ``at`` what time, the ``action`` (duplicate, distinct, new) and the ``keys`` judged against."""
         self._check_open()
-        found = []
-        for _, (key, text, meta) in self._backend.rows_naming(review.REVIEWED):
-            record = review.decision_record(read_metadata(meta)[0])
-            if record is not None and isinstance(key, str):
-                found.append((key, text, record))
-        return review.latest_first(found)
+        return review.past(self._backend.rows_naming(review.REVIEWED))
 
     def decisions(self) -> list[tuple[str, str, str, str, int]]:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from dupq.collection.backend import hidden
+from dupq.collection.backend import hidden, matches
 from dupq.collection.rows import (
     DUPLICATE_OF,
     JUDGED,
@@ -58,6 +58,22 @@ def queued(texts: list[str], metadata, keys, pending) -> list:
         {**(m or {}), PENDING: True} if flag and (m is None or isinstance(m, dict)) else m
         for m, flag in zip(metadata, flags)
     ]
+
+
+def decision(duplicate_of: str | None, not_duplicate_of, keep: bool) -> tuple[str, list[str]]:
+    """The action of a decision (see the module's text) and the keys it judges the question against; a
+    DupqError unless exactly one of the three is given (``not_duplicate_of``: a key, or a non-empty list)."""
+    if (duplicate_of is not None) + (not_duplicate_of is not None) + bool(keep) != 1:
+        raise DupqError("give one decision: duplicate_of, not_duplicate_of or keep.")
+    if duplicate_of is not None:
+        return "duplicate", [duplicate_of]
+    if keep:
+        return "new", []
+    given = list(not_duplicate_of) if isinstance(not_duplicate_of, (list, tuple)) else [not_duplicate_of]
+    distinct = [k for n, k in enumerate(given) if k not in given[:n]]  # once each; check_keys refuses a non-key
+    if not distinct:
+        raise DupqError("give the keys of the questions this one does not duplicate.")
+    return "distinct", distinct
 
 
 def check_by(by: str | None) -> str | None:
@@ -126,6 +142,18 @@ def shared_words(text: str, other: str) -> list[str]:
     return [w for w in words(text) if w in theirs and w not in COMMON]
 
 
-def latest_first(records: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
-    """``(key, text, record)`` sorted by when they were decided, the latest first (ties: the key)."""
-    return sorted(records, key=lambda r: (json.dumps(r[2].get("at")), r[0]), reverse=True)
+def waiting(rows, where) -> list[tuple[int, str | None, str, dict]]:
+    """The pending ones of stored ``rows`` (``(id, (key, text, metadata JSON))``) that match ``where``, as
+    ``(id, key, text, metadata)``, in the rows' order."""
+    read = [(i, key, text, read_metadata(meta)[0]) for i, (key, text, meta) in rows]
+    return [row for row in read if hidden(row[3]) and matches(row[3], where)]
+
+
+def past(rows) -> list[tuple[str, str, dict]]:
+    """The queue decisions recorded in stored ``rows`` as ``(key, text, record)``, the latest first (ties: the key)."""
+    found = []
+    for _, (key, text, meta) in rows:
+        record = decision_record(read_metadata(meta)[0])
+        if record is not None and isinstance(key, str):
+            found.append((key, text, record))
+    return sorted(found, key=lambda r: (json.dumps(r[2].get("at")), r[0]), reverse=True)
