@@ -13,14 +13,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from dupq.collection.collection import Collection
+from dupq.collection.collection import Collection, Location
 from dupq.collection.folder.backend import DATABASE
 from dupq.collection.reencode import reencode
 from dupq.core.errors import DupqError
@@ -178,9 +177,20 @@ def test_refusals(tmp_path, texts, tiny_model, head_model, tiny_model_dir):
     refused(run, "--rerank-now goes with --rerank MODEL")
 
 
+def test_each_backend_keeps_a_rerankers_vectors_or_refuses_in_one_sentence(location, texts, tiny_model, head_model):
+    if not Location.parse(location).backend().reranks:
+        with pytest.raises(DupqError, match="cannot keep a reranker's vectors yet"):
+            Collection.build(location, texts[:20], tiny_model, rerank=head_model)
+        return
+    with Collection.build(location, texts[:20], tiny_model, rerank=head_model) as coll:
+        hits = coll.search(texts[:3], k=2)
+        assert [row[0].id for row in hits] == [0, 1, 2] and hits[0][0].ranked_by == "reranker"
+        assert_fresh(coll)
+
+
 WRITER = """
 import sys
-from dupq.collection.collection import Collection
+from dupq.collection.collection import Collection, Location
 folder, run, texts = sys.argv[1], sys.argv[2], sys.argv[3:]
 coll = Collection.open(folder)
 n = 0

@@ -27,15 +27,9 @@ texts of each decision); :meth:`Collection.decide` writes them, and every way in
 (:func:`~dupq.collection.rows.decision_problem`). A decision follows the texts judged, not only the
 keys: :meth:`Collection.decisions` leaves out one whose side's text changed since.
 
-**A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model):
-a search takes the model's :data:`RERANK_CANDIDATES` best questions, orders them by the reranker's
-cosine and judges them by the reranker (its threshold and calibration); each hit says which model
-ordered it (:attr:`Hit.ranked_by`). The reranker's vector of a stored question is computed once,
-at the build (``rerank_now``) or when the question is first a candidate, and stored with the digest
-of its text (:meth:`~dupq.collection.backend.Backend.keep_reranked`); a removal drops it in its
-transaction, an update of a text gives a new id (whose vector is computed at its first use), and a
-vector whose text is not its question's any more is read as missing and computed again, so the two
-sets of vectors never disagree, a ``kill -9`` included. ``search(..., rerank=False)`` skips it.
+**A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model)
+orders and judges each search's :data:`~dupq.collection.rerank.RERANK_CANDIDATES` best questions;
+its vectors are stored once per question (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it.
 
 **Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
 the hits whose metadata match (a list: any of them), and loses none of them (the backend's
