@@ -275,27 +275,25 @@ class Collection:
         vectors = self.model.encode(queries)  # (Q, d)
         depth = max(k, candidates or RERANK_CANDIDATES) if reranking else k
         scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
-        judge, stored, rows = self.model, self._backend.vectors, None
+        judge, hit_vectors, rows = self.model, self._backend.vectors, None
         if reranking:
             vectors = self.reranker.encode(queries)  # (Q, d') the queries as the reranker sees them
-            scores, ids, table, rows = self._reranking.reordered(vectors, ids, k)  # (Q, k'), (Q, k')
-            judge, stored = self.reranker, lambda hit_ids: np.stack([table[i] for i in hit_ids.tolist()])
+            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, k)  # (Q, k'), (Q, k')
+            judge = self.reranker
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
         rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = from_cosines(judge, hit_scores, vectors=lambda: (vectors[owner], stored(hit_ids)))
+        judged = from_cosines(judge, hit_scores, vectors=lambda: (vectors[owner], hit_vectors(hit_ids)))
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
         duplicates = judged.duplicate.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         hits = [
-            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
+            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows, reranking)
             for a, b in zip(bounds, bounds[1:])
         ]
-        for h in (h for row in hits for h in row) if reranking else ():
-            h.ranked_by = "reranker"
         canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
         if canonical:  # a canonical question removed since is no one's any more
             stored = self._backend.find(sorted(canonical))
@@ -328,9 +326,10 @@ class Collection:
         return 0 if self._reranking is None else self._reranking.encoded
 
     def _hits(
-        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
+        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict, reranked: bool
     ) -> list[Hit]:
-        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out)."""
+        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out);
+        ``reranked``: the reranker ordered and judged them."""
         hits = []
         for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
             if i not in rows:
@@ -355,6 +354,7 @@ class Collection:
                     metadata=metadata,
                     probability=p,
                     duplicate_of=canonical if isinstance(canonical, str) else None,
+                    ranked_by="reranker" if reranked else "model",
                 )
             )
         return hits

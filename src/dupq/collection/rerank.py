@@ -43,8 +43,8 @@ class Reranking:
 
     def reordered(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple:
         """The candidates ``ids (Q, C)`` (-1: none) ordered by the reranker's cosine with ``queries (Q, d')``, the ``k``
-        best of each: ``scores (Q, k)``, ``ids (Q, k)`` (-1: none), the reranker's vectors ``{id: (d',)}`` and the rows
-        read. A tie keeps the model's order."""
+        best of each: ``scores (Q, k)``, ``ids (Q, k)`` (-1: none), the rows read and a function of hit ids giving
+        their reranker vectors ``(H, d')`` (a pair head reads them). A tie keeps the model's order."""
         rows = self._backend.rows(ids[ids >= 0].tolist())
         table = self.vectors(rows)
         out_scores = np.zeros((len(ids), k), dtype=np.float32)
@@ -56,7 +56,12 @@ class Reranking:
             cosines = np.stack([table[i] for i in kept]) @ queries[q]  # (C,)
             order = np.argsort(-cosines, kind="stable")[:k]  # (k',)
             out_scores[q, : len(order)], out_ids[q, : len(order)] = cosines[order], np.asarray(kept)[order]
-        return out_scores, out_ids, table, rows
+        width = self.model.out_dim
+
+        def vectors_of(hits: np.ndarray) -> np.ndarray:  # (H, d')
+            return np.array([table[i] for i in hits.tolist()], np.float32).reshape(len(hits), width)
+
+        return out_scores, out_ids, rows, vectors_of
 
     def vectors(self, rows: dict) -> dict[int, np.ndarray]:
         """The reranker's vector ``(d',)`` of each row (``{id: (key, text, metadata)}``; damaged texts left out): the
