@@ -226,7 +226,10 @@ def search_command(
     ] = False,
     candidates: Annotated[
         Optional[int],
-        typer.Option(min=1, help="How many of the model's best the reranker orders (default: 50, chosen on dev)."),
+        typer.Option(
+            min=1,
+            help="How many of the model's best the reranker orders (default: the number chosen on the help-desk dev half).",
+        ),
     ] = None,
     threads: Threads = THREADS,
 ) -> None:

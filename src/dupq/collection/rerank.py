@@ -26,7 +26,9 @@ from dupq.modeling.model import Model
 
 log = logging.getLogger(__name__)
 
-RERANK_CANDIDATES = 50  # the model's best questions a reranker orders: chosen on the help-desk dev half
+RERANK_CANDIDATES = (
+    100  # the model's best questions a reranker orders: dupq-lab rerank-k's choice on the help-desk dev half
+)
 RERANK_CHUNK = 4_096  # questions encoded by the reranker and stored per transaction (encode_all)
 
 
