@@ -145,6 +145,10 @@ class SearchRequest(BaseModel):
         None,
         description='Only questions whose metadata match: {"field": value, "other": [v1, v2]} (equal; a list: any of).',
     )
+    rerank: bool | None = Field(
+        None,
+        description="Order and judge the candidates by the collection's reranker (default: where it has one); false: the model's order.",
+    )
 
 
 class HitOut(BaseModel):
@@ -156,6 +160,7 @@ class HitOut(BaseModel):
     probability: float | None  # calibrated P(duplicate); null without a calibration
     duplicate: bool
     metadata: dict[str, Any]
+    ranked_by: str  # which model ordered and judged it: "model" (the collection's) or "reranker"
 
 
 class SearchResponse(BaseModel):
