@@ -202,7 +202,8 @@ def search_command(
     ] = None,
     threads: Threads = THREADS,
 ) -> None:
-    """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
+    """Show the old questions most similar to a new one, with the similarity and the verdict's tier (duplicate: safe
+    to act on; suggest: worth a look)."""
     from dataclasses import asdict
 
     from dupq.collection.collection import Collection
@@ -227,9 +228,13 @@ def search_command(
                 if as_json:
                     typer.echo(to_json({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
-                typer.echo(f"{query}   (duplicate: {coll.model.threshold_on} above {coll.threshold:.2f})")
+                tiers = coll.tiers
+                typer.echo(
+                    f"{query}   (duplicate: {tiers['on']} above {tiers['duplicate']:.2f}; "
+                    f"suggest: above {tiers['suggest']:.2f})"
+                )
                 for rank, h in enumerate(hits, 1):
-                    verdict = "duplicate" if h.duplicate else "-"
+                    verdict = h.tier or "-"
                     p = "" if h.probability is None else f"  p {h.probability:.2f}"
                     key = "" if h.key is None else f"  key {h.key}"
                     canonical = "" if h.duplicate_of is None else f"  (duplicate of {h.duplicate_of})"

@@ -63,7 +63,7 @@ from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import clip_cosines, from_cosines
+from dupq.modeling.verdict import DUPLICATE, clip_cosines, for_search, search_margins, search_tiers
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,11 @@ class Hit:
     key: str | None  # the caller's key for it (None: added without one)
     text: str
     score: float  # cosine similarity to the query
-    duplicate: bool  # the model's verdict on (query, this question): similarity or probability above its threshold
+    duplicate: bool  # the model's verdict on (query, this question): in the duplicate tier (dupq.modeling.verdict)
     metadata: dict  # what was stored with it
     probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
     duplicate_of: str | None = None  # the key of its canonical question, where a moderator marked it a duplicate
+    tier: str | None = None  # "duplicate" (safe to act on), "suggest" (worth a look) or None: its probability's tier
 
 
 def _build_inputs(
@@ -172,7 +173,13 @@ class Collection:
 
     @property
     def threshold(self) -> float:
-        return self.model.threshold
+        """The threshold of a hit's verdict: its duplicate tier's."""
+        return self.tiers["duplicate"]
+
+    @property
+    def tiers(self) -> dict:
+        """The thresholds of a hit's tiers, ``{"suggest", "duplicate", "on"}`` (:func:`dupq.modeling.verdict.search_tiers`)."""
+        return search_tiers(self.model)
 
     @property
     def cache_error(self) -> str | None:
@@ -238,19 +245,23 @@ class Collection:
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
-        scores, ids = self._backend.search(vectors, k, where)  # (Q, k'), (Q, k')
+        scores, ids = self._backend.search(vectors, max(k, 2), where)  # (Q, k'), (Q, k'): a runner-up for the top hit
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
+        margins = search_margins(scores, found)  # (Q, k') how far each hit stands out from the others
+        scores, ids, found, margins = scores[:, :k], ids[:, :k], found[:, :k], margins[:, :k]
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
         rows = self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = from_cosines(self.model, hit_scores, vectors=lambda: self._pair_vectors(vectors[owner], hit_ids))
+        judged = for_search(
+            self.model, hit_scores, margins[found], vectors=lambda: self._pair_vectors(vectors[owner], hit_ids)
+        )
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
-        duplicates = judged.duplicate.tolist()
+        tiers = judged.tier.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         hits = [
-            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
+            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], tiers[a:b], rows)
             for a, b in zip(bounds, bounds[1:])
         ]
         canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
@@ -260,12 +271,10 @@ class Collection:
                 h.duplicate_of = None
         return hits
 
-    def _hits(
-        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
-    ) -> list[Hit]:
+    def _hits(self, scores: np.ndarray, ids: np.ndarray, probabilities: list, tiers: list, rows: dict) -> list[Hit]:
         """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out)."""
         hits = []
-        for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
+        for score, i, p, tier in zip(scores.tolist(), ids.tolist(), probabilities, tiers):
             if i not in rows:
                 continue
             key, text, stored = rows[i]
@@ -284,9 +293,10 @@ class Collection:
                     key=key if isinstance(key, str) else None,
                     text=text,
                     score=score,
-                    duplicate=d,
+                    duplicate=tier == DUPLICATE,
                     metadata=metadata,
                     probability=p,
+                    tier=tier,
                     duplicate_of=canonical if isinstance(canonical, str) else None,
                 )
             )

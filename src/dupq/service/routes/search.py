@@ -19,12 +19,9 @@ router = APIRouter()
 async def search(body: SearchRequest, request: Request) -> SearchResponse:
     """The ``k`` stored questions most similar to ``question``, best first."""
     hits = await request.app.state.searches.submit((body.question, body.k, body.filter))
-    collection = request.app.state.collection
+    tiers = request.app.state.collection.tiers
     return SearchResponse(
-        question=body.question,
-        threshold=collection.threshold,
-        threshold_on=collection.model.threshold_on,
-        results=hits,
+        question=body.question, threshold=tiers["duplicate"], threshold_on=tiers["on"], tiers=tiers, results=hits
     )
 
 
@@ -47,6 +44,7 @@ def search_many(collection, items: list[tuple[str, int, dict | None]]) -> list[l
                     score=h.score,
                     probability=h.probability,
                     duplicate=h.duplicate,
+                    tier=h.tier,
                     metadata=h.metadata,
                 )
                 for h in row[: items[n][1]]
