@@ -7,11 +7,12 @@ every old question of the file plus the Quora distractors) is built as a collect
 For the top hit: the share of queries it is right for (Recall@1), and for each tier (``duplicate``,
 and ``suggest`` where hits carry tiers) its precision (right among the top hits in the tier) and
 recall (the queries whose top hit is right and in the tier); ``old_flagged``: the share of queries
-whose true old question is among its hits, in the tier. ``identical``: the least probability a
+whose true old question is among its hits, in the tier. A dupq before tiers (main before them, to
+measure today's verdict) has only ``duplicate``. ``--no-distractors``: the desk's old questions alone. ``identical``: the least probability a
 new question gets against its own text (``Model.probability``), and the least a search gives a
 stored question searched with its own text.
 
-    dupq-lab desk-verdict [--split test] [--model FOLDER]
+    dupq-lab desk-verdict [--split test] [--no-distractors] [--model FOLDER]
 
 Prints one JSON line.
 """
@@ -39,8 +40,7 @@ TIERS = ("duplicate", "suggest")
 
 
 def in_tier(hit, tier: str) -> bool:
-    """Whether ``hit`` is in ``tier``: ``duplicate`` is its verdict (a dupq before tiers had only it); ``suggest``
-    holds the duplicates too."""
+    """Whether ``hit`` is in ``tier``: ``duplicate`` is its verdict; ``suggest`` holds the duplicates too."""
     return hit.duplicate if tier == "duplicate" else hit.tier in TIERS
 
 
@@ -90,16 +90,17 @@ def main(
         olds = sorted(set(relevant))
         own = desk.search([task.corpus[i] for i in olds], k=1)
         stored_identical = min(h[0].probability for h in own if h and h[0].probability is not None)
+        tiered = hasattr(desk, "tiers")  # a dupq before tiers (to measure it) has one verdict, `duplicate`
+        thresholds = desk.tiers if tiered else {"duplicate": desk.threshold, "on": judge.threshold_on}
     out = {
         "split": split,
         "distractors": distractors,
         "queries": len(task.queries),
         "corpus": len(task.corpus),
         "k": k,
-        "threshold": judge.threshold,
-        "threshold_on": judge.threshold_on,
+        "thresholds": thresholds,
         "recall@1": round(sum(bool(h) and h[0].id == r for h, r in zip(hits, relevant)) / len(hits), 4),
-        "tiers": {t: tier_measures(hits, relevant, t) for t in TIERS},
+        "tiers": {t: tier_measures(hits, relevant, t) for t in TIERS if t == "duplicate" or tiered},
         "identical": {
             "least_probability_of_a_question_with_itself": round(
                 float(min(judge.probability(task.queries, task.queries))), 4

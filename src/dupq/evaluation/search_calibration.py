@@ -29,7 +29,7 @@ from dupq.evaluation.retrieval import RetrievalTask
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.index.vectors import search
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq.modeling.verdict import pair_logits
+from dupq.modeling.verdict import pair_logits, search_margins
 
 HITS = 10  # the hits of each search whose wrong questions are the negatives (10: chosen on dev, beside 3, 5 and 20)
 FITTED_BY = "dupq calibrate MODEL --search"
@@ -42,16 +42,15 @@ def search_pairs(model: Model, task: RetrievalTask, hits: int = HITS) -> dict[st
     corpus = model.encode(task.corpus, batch_size=ENCODE_BATCH)  # (C, d)
     queries = model.encode(task.queries, batch_size=ENCODE_BATCH)  # (Q, d)
     _, ranked = search(queries, corpus, hits + 1)  # (Q, hits + 1), best first
+    cos = np.einsum("qkd,qd->qk", corpus[ranked], queries)  # (Q, hits + 1)
+    margins_of_hits = search_margins(cos, np.ones_like(ranked, dtype=bool))  # (Q, hits + 1)
     rows, cols, labels, margins = [], [], [], []
     for q, (found, relevant) in enumerate(zip(ranked, task.relevant)):
-        cos = corpus[found] @ queries[q]  # (hits + 1,)
-        relevant_set = set(relevant.tolist())
-        shown = [(int(i), int(i) in relevant_set) for i in found[:hits]]
-        shown += [(int(i), True) for i in relevant if int(i) not in set(found[:hits].tolist())]
-        for i, right in shown:
-            c = float(corpus[i] @ queries[q])
-            best_other = cos[1] if i == found[0] else cos[0]
-            rows.append(q), cols.append(i), labels.append(int(right)), margins.append(c - best_other)
+        shown = found[:hits].tolist()
+        for j, i in enumerate(shown):
+            rows.append(q), cols.append(i), labels.append(int(i in relevant)), margins.append(margins_of_hits[q, j])
+        for i in (int(i) for i in relevant if int(i) not in shown):  # a duplicate the search ranks lower
+            rows.append(q), cols.append(i), labels.append(1), margins.append(float(corpus[i] @ queries[q]) - cos[q, 0])
     u, v = queries[rows], corpus[cols]  # (N, d) each
     return {
         "logits": pair_logits(model, u, v),

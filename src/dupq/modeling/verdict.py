@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from dupq.modeling.judge import Judge
 
 SUGGEST, DUPLICATE = "suggest", "duplicate"  # the tiers of a hit, least sure first
+SAME_COSINE = 1e-6  # hits whose cosines to the query are this close are one question stored more than once
 TIERS = (SUGGEST, DUPLICATE)
 SCORE_NAMES = {SIMILARITY: "cosine similarity", PROBABILITY: "calibrated probability"}  # for reports
 NEEDS_VECTORS = "this model's probability needs both question vectors, not only their cosine."
@@ -122,19 +123,20 @@ def tiers(scores: np.ndarray, suggest: float, duplicate: float) -> np.ndarray:
 
 
 def search_margins(cosines: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """Each hit's margin ``(Q, K)`` over the best other hit of its search, from the cosines ``(Q, K)`` of
-    searches best first (``found``: which are hits; the rest is padding): the top hit's cosine less the
-    runner-up's (0 when there is none: the search calibration clips it to the largest margin it saw), any
-    other hit's cosine less the top hit's.
+    """Each hit's margin ``(Q, K)`` over the best other question of its search, from the cosines ``(Q, K)`` of
+    searches best first (``found``: which are hits; the rest is padding): a hit's cosine less the top hit's,
+    and for the top hit (and any hit of the same cosine: the same question stored again) less the best
+    lower cosine (0 when there is none: the search calibration clips it to the largest margin it saw).
 
-    >>> search_margins(np.array([[0.9, 0.7, 0.6]]), np.array([[True, True, True]])).round(2).tolist()
-    [[0.2, -0.2, -0.3]]
+    >>> search_margins(np.array([[0.9, 0.9, 0.7, 0.6]]), np.array([[True] * 4])).round(2).tolist()
+    [[0.2, 0.2, -0.2, -0.3]]
     """
     cos = np.asarray(cosines, dtype=np.float64)
-    margins = cos - cos[:, :1]  # (Q, K)
-    runner_up = np.where(found[:, 1], cos[:, 1], 0.0) if cos.shape[1] > 1 else np.zeros(len(cos))
-    margins[:, 0] = cos[:, 0] - runner_up
-    return margins
+    top = cos[:, :1]  # (Q, 1)
+    same = found & (cos >= top - SAME_COSINE)  # (Q, K) the top question and its repeats
+    runner_up = np.where(found & ~same, cos, -np.inf).max(axis=1, initial=-np.inf)  # (Q,)
+    runner_up = np.where(np.isfinite(runner_up), runner_up, 0.0)[:, None]  # (Q, 1)
+    return np.where(same, cos - runner_up, cos - top)
 
 
 def clip_cosines(cosines: Any) -> Any:
