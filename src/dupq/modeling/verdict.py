@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
 SUGGEST, DUPLICATE = "suggest", "duplicate"  # the tiers of a hit, least sure first
 SAME_COSINE = 1e-6  # hits whose cosines to the query are this close are one question stored more than once
-TIERS = (SUGGEST, DUPLICATE)
 SCORE_NAMES = {SIMILARITY: "cosine similarity", PROBABILITY: "calibrated probability"}  # for reports
 NEEDS_VECTORS = "this model's probability needs both question vectors, not only their cosine."
 NO_PROBABILITY = "this model has no probability calibration; run `dupq calibrate` on it first."
@@ -87,7 +86,6 @@ class Verdicts:
     threshold: float  # the threshold used (the model's unless the caller gave one)
     on: str  # which score ``score`` is: SIMILARITY or PROBABILITY (the model's threshold_on)
     tier: np.ndarray | None = None  # (N,) object: "duplicate", "suggest" or None (search hits only)
-    suggest: float | None = None  # the suggest tier's threshold on ``score`` (search hits only)
 
     def __len__(self) -> int:
         return len(self.similarity)
@@ -250,23 +248,15 @@ def for_search(
     if calibration is None:
         judged = from_cosines(model, cosines, vectors)
         tier = np.where(judged.duplicate, DUPLICATE, None)
-        return replace(judged, tier=tier, suggest=judged.threshold)
+        return replace(judged, tier=tier)
     similarity = clip_cosines(np.asarray(cosines, dtype=np.float64))
     if needs_vectors(model) and vectors is None:
         raise DupqError(NEEDS_VECTORS)
     logits = pair_logits(model, *vectors()) if needs_vectors(model) else model.judge.logits_from_cosines(similarity)
     probability = held_up(search_calibrated(calibration, logits, similarity, margins), similarity)
     tier = tiers(probability, calibration["suggest"], calibration["duplicate"])
-    duplicate = tier == DUPLICATE
     return Verdicts(
-        similarity,
-        probability,
-        probability,
-        duplicate,
-        calibration["duplicate"],
-        PROBABILITY,
-        tier,
-        calibration["suggest"],
+        similarity, probability, probability, tier == DUPLICATE, calibration["duplicate"], PROBABILITY, tier
     )
 
 
