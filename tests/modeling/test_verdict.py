@@ -75,8 +75,8 @@ def reference(folder: Path, q1: list[str], q2: list[str]) -> tuple[list[float | 
             p = 1 / (1 + math.exp(-logit))
         else:
             p = None
-        if p is not None:  # identical texts are duplicates: p 1 from a cosine of 1 - 1e-5, rising from 0 at 0.999
-            p = 1.0 if cos >= 1 - 1e-5 else max(p, min(1.0, max(0.0, (cos - 0.999) / 0.001)))
+        if p is not None and cos >= 1 - 1e-5:  # identical texts are duplicates
+            p = 1.0
         score = p if config["threshold_on"] == "probability" else cos
         probabilities.append(p)
         scores.append(score)

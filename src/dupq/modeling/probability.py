@@ -35,21 +35,19 @@ def calibrated(calibration: dict[str, float] | None, logits: np.ndarray) -> np.n
 
 # Identical texts. After the tokenizer's normalisation two identical questions are one sequence of words, so any
 # encoder gives them one vector: their cosine is 1 (up to float rounding), whatever the model. Their probability is
-# 1, and a pair this close to identical is held near it, so no calibration can call a question a stranger to itself.
-NEAR_IDENTICAL = 0.999  # the cosine from which the probability is held up: 0 here, rising linearly to 1 at cosine 1
+# 1, so that no calibration can call a question a stranger to itself. Only identical vectors: a ramp below them
+# would turn the float32 noise of a cosine (1e-7) into a probability that differs between entry points.
 IDENTICAL = 1 - 1e-5  # the cosine from which a pair is identical (float32 rounding of one vector with itself)
 
 
 def identity_floor(cosines: np.ndarray) -> np.ndarray:
     """The least probability ``(N,)`` of pairs of these cosines: 1 for identical vectors (cosine >= :data:`IDENTICAL`),
-    rising linearly from 0 at :data:`NEAR_IDENTICAL` below that, 0 further away.
+    else 0.
 
-    >>> identity_floor(np.array([1.0, 0.9995, 0.5])).round(3).tolist()
-    [1.0, 0.5, 0.0]
+    >>> identity_floor(np.array([1.0, 0.999995, 0.999, 0.5])).tolist()
+    [1.0, 1.0, 0.0, 0.0]
     """
-    cos = np.asarray(cosines, dtype=np.float64)
-    ramp = np.clip((cos - NEAR_IDENTICAL) / (1 - NEAR_IDENTICAL), 0.0, 1.0)
-    return np.where(cos >= IDENTICAL, 1.0, ramp)
+    return np.where(np.asarray(cosines, dtype=np.float64) >= IDENTICAL, 1.0, 0.0)
 
 
 def held_up(probabilities: np.ndarray, cosines: np.ndarray) -> np.ndarray:

@@ -18,8 +18,8 @@ rule reads a model's stored judging settings (``config.json``): ``threshold``, `
   the hits of a search are judged from their cosines without fetching the stored vectors.
 
 - **Identical texts are duplicates.** Whatever the model and its calibration, a pair of identical
-  vectors (one question, after the tokenizer's normalisation) has probability 1, and a nearly
-  identical one is held near it (:func:`dupq.modeling.probability.identity_floor`).
+  vectors (one question, after the tokenizer's normalisation) has probability 1
+  (:func:`dupq.modeling.probability.identity_floor`).
 - **Search hits come in two tiers.** A model folder may carry a second calibration, for search hits
   (``search_calibration``, fitted on the help-desk yardstick's dev half): it also reads how far a hit
   stands out from the other hits of its search, and gives two thresholds, ``suggest`` (worth a
