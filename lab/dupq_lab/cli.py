@@ -52,6 +52,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "quality-sweep": "experiments.quality_sweep",
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",
+    "desk-verdict": "experiments.desk_verdict",
     "pair-words": "experiments.pair_words",
     "rerank-k": "experiments.rerank_k",
 }

@@ -52,7 +52,7 @@ def pairs(pairs_file) -> tuple[list[str], list[str], np.ndarray]:
 def reference(folder: Path, q1: list[str], q2: list[str]) -> tuple[list[float | None], list[float], list[bool]]:
     """Each pair's probability (None without one), judged score and verdict, computed pair by pair
     from ``config.json``'s numbers: the cosine of the two vectors, the head's logit, sigmoid and
-    the beta map ``sigmoid(a ln s - b ln(1 - s) + c)``, and ``score > threshold``."""
+    the beta map ``sigmoid(a ln s - b ln(1 - s) + c)``, held up to 1 for identical vectors, and ``score > threshold``."""
     config = json.loads((folder / "config.json").read_text())
     model = Model.load(folder)  # for its encoder and its mlp (the network, not the rule)
     u, v = model.encode(list(q1)), model.encode(list(q2))
@@ -75,6 +75,8 @@ def reference(folder: Path, q1: list[str], q2: list[str]) -> tuple[list[float | 
             p = 1 / (1 + math.exp(-logit))
         else:
             p = None
+        if p is not None and cos >= 1 - 1e-5:  # identical texts are duplicates
+            p = 1.0
         score = p if config["threshold_on"] == "probability" else cos
         probabilities.append(p)
         scores.append(score)

@@ -233,8 +233,8 @@ def search_command(
     ] = None,
     threads: Threads = THREADS,
 ) -> None:
-    """Show the old questions most similar to a new one, with the similarity and the duplicate verdict
-    (ordered and judged by the collection's reranker, where it has one)."""
+    """Show the old questions most similar to a new one, with the similarity and the verdict's tier (duplicate: safe
+    to act on; suggest: worth a look), ordered and judged by the collection's reranker where it has one."""
     from dataclasses import asdict
 
     from dupq.collection.collection import Collection
@@ -254,16 +254,19 @@ def search_command(
     coll = Collection.open(collection, Model.load(model) if model else None)
     try:
         reranked = coll.reranks(False if no_rerank else None)
-        judge, by = (coll.reranker, "; ordered by the reranker") if reranked else (coll.model, "")
+        tiers, by = coll.tiers_of(reranked), "; ordered by the reranker" if reranked else ""
         for lo in range(0, len(texts), batch_size):
             batch = texts[lo : lo + batch_size]
             for query, hits in zip(batch, coll.search(batch, k, where=scope, rerank=reranked, candidates=candidates)):
                 if as_json:
                     typer.echo(to_json({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
-                typer.echo(f"{query}   (duplicate: {judge.threshold_on} above {judge.threshold:.2f}{by})")
+                typer.echo(
+                    f"{query}   (duplicate: {tiers['on']} above {tiers['duplicate']:.2f}; "
+                    f"suggest: above {tiers['suggest']:.2f}{by})"
+                )
                 for rank, h in enumerate(hits, 1):
-                    verdict = "duplicate" if h.duplicate else "-"
+                    verdict = h.tier or "-"
                     p = "" if h.probability is None else f"  p {h.probability:.2f}"
                     key = "" if h.key is None else f"  key {h.key}"
                     canonical = "" if h.duplicate_of is None else f"  (duplicate of {h.duplicate_of})"

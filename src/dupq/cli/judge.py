@@ -113,18 +113,42 @@ def calibrate(
             help="Calibrate on these labelled pairs instead of the data's dev split (a help desk's own: `dupq index decisions`)."
         ),
     ] = None,
+    search: Annotated[
+        bool,
+        typer.Option(
+            "--search",
+            help="Fit the calibration and tiers of search hits instead, on the help-desk yardstick's dev searches.",
+        ),
+    ] = False,
     threads: Threads = THREADS,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it.
 
     On --pairs (a help desk's decisions) it prints the model's accuracy, ROC-AUC and ECE on them before and
-    after (cross-validated), and refuses a calibration no better than chance or worse than the model's own."""
+    after (cross-validated), and refuses a calibration no better than chance or worse than the model's own.
+    With --search it fits how collections judge search hits, and their suggest and duplicate tiers, on the
+    help-desk yardstick's dev half (the Quora calibration of lone pairs is left as it is)."""
     from dupq.data.pairs import held_out, read_pairs
     from dupq.evaluation.evaluate import calibrate_and_test, calibrate_on_decisions, summary_line
     from dupq.modeling.model import Model
 
     _threads(threads)
     m = Model.load(model)
+    if search:
+        if pairs is not None:
+            raise DupqError("give --pairs or --search, not both.")
+        from dupq.evaluation.search_calibration import calibrate_search
+
+        fit = calibrate_search(m, _data(data))
+        tiers = fit["fitted_on"]["tiers"]
+        typer.echo(
+            f"search calibration fitted on {fit['fitted_on']['pairs']:,} pairs of the help-desk dev searches: "
+            f"suggest above {fit['suggest']:.3f} (precision {tiers['suggest']['precision']:.3f}), "
+            f"duplicate above {fit['duplicate']:.3f} (precision {tiers['duplicate']['precision']:.3f})"
+        )
+        m.save(model, half=None)
+        typer.echo(f"saved the search calibration in {model / 'config.json'}")
+        return
     if pairs is not None:
         if data is not None:
             raise DupqError("give --pairs or --data, not both.")

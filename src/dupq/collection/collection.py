@@ -75,7 +75,7 @@ from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import clip_cosines, from_cosines
+from dupq.modeling.verdict import DUPLICATE, clip_cosines, for_search, search_margins, search_tiers
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +92,12 @@ class Hit:
     key: str | None  # the caller's key for it (None: added without one)
     text: str
     score: float  # cosine similarity to the query
-    duplicate: bool  # the model's verdict on (query, this question): similarity or probability above its threshold
+    duplicate: bool  # the model's verdict on (query, this question): in the duplicate tier (dupq.modeling.verdict)
     metadata: dict  # what was stored with it
     probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
     duplicate_of: str | None = None  # the key of its canonical question, where a moderator marked it a duplicate
     ranked_by: str = "model"  # which model ordered and judged it: "model" (the collection's) or "reranker"
+    tier: str | None = None  # "duplicate" (safe to act on), "suggest" (worth a look) or None: its probability's tier
 
 
 def _build_inputs(
@@ -200,7 +201,17 @@ class Collection:
 
     @property
     def threshold(self) -> float:
-        return self.model.threshold
+        """The threshold of a hit's verdict: its duplicate tier's."""
+        return self.tiers["duplicate"]
+
+    @property
+    def tiers(self) -> dict:
+        """The thresholds of a hit's tiers, ``{"suggest", "duplicate", "on"}`` (:func:`dupq.modeling.verdict.search_tiers`)."""
+        return search_tiers(self.model)
+
+    def tiers_of(self, reranked: bool) -> dict:
+        """:attr:`tiers` of a search's hits: the reranker's where it ordered and judged them."""
+        return search_tiers(self.reranker) if reranked else self.tiers
 
     @property
     def cache_error(self) -> str | None:
@@ -279,25 +290,27 @@ class Collection:
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
-        depth = max(k, candidates or RERANK_CANDIDATES) if reranking else k
+        depth = max(k, 2, candidates or RERANK_CANDIDATES) if reranking else max(k, 2)  # a runner-up for the top hit
         scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
         judge, hit_vectors, rows = self.model, self._backend.vectors, None
         if reranking:
             vectors = self.reranker.encode(queries)  # (Q, d') the queries as the reranker sees them
-            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, k)  # (Q, k'), (Q, k')
+            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, max(k, 2))  # (Q, k'), (Q, k')
             judge = self.reranker
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
+        margins = search_margins(scores, found)  # (Q, k') how far each hit stands out from the others
+        scores, ids, found, margins = scores[:, :k], ids[:, :k], found[:, :k], margins[:, :k]
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
         rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = from_cosines(judge, hit_scores, vectors=lambda: (vectors[owner], hit_vectors(hit_ids)))
+        judged = for_search(judge, hit_scores, margins[found], vectors=lambda: (vectors[owner], hit_vectors(hit_ids)))
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
-        duplicates = judged.duplicate.tolist()
+        tiers = judged.tier.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         hits = [
-            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows, reranking)
+            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], tiers[a:b], rows, reranking)
             for a, b in zip(bounds, bounds[1:])
         ]
         canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
@@ -332,12 +345,12 @@ class Collection:
         return 0 if self._reranking is None else self._reranking.encoded
 
     def _hits(
-        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict, reranked: bool
+        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, tiers: list, rows: dict, reranked: bool
     ) -> list[Hit]:
         """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out);
         ``reranked``: the reranker ordered and judged them."""
         hits = []
-        for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
+        for score, i, p, tier in zip(scores.tolist(), ids.tolist(), probabilities, tiers):
             if i not in rows:
                 continue
             key, text, stored = rows[i]
@@ -356,9 +369,10 @@ class Collection:
                     key=key if isinstance(key, str) else None,
                     text=text,
                     score=score,
-                    duplicate=d,
+                    duplicate=tier == DUPLICATE,
                     metadata=metadata,
                     probability=p,
+                    tier=tier,
                     duplicate_of=canonical if isinstance(canonical, str) else None,
                     ranked_by="reranker" if reranked else "model",
                 )

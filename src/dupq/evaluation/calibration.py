@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from dupq.evaluation.metrics import best_threshold, check_scores
-from dupq.modeling.probability import beta_features
+from dupq.evaluation.metrics import best_threshold, check_scores, threshold_at_precision
+from dupq.modeling.probability import beta_features, held_up, search_calibrated, search_features
+
+SUGGEST_PRECISION = 0.5  # a search hit above the suggest tier is a duplicate at least as often as not
+DUPLICATE_PRECISION = 0.95  # above the duplicate tier, 19 times in 20: safe to act on
 
 
-def _logistic_fit(features: np.ndarray, labels: np.ndarray, iterations: int = 100) -> np.ndarray:
+def logistic_fit(features: np.ndarray, labels: np.ndarray, iterations: int = 100) -> np.ndarray:
     """Weights ``w`` (last one the intercept) minimising log-loss of ``sigmoid(features @ w[:-1] + w[-1])``.
 
     Newton's method on a few parameters; a tiny ridge (1e-6 per pair) keeps it defined on separable data.
@@ -59,13 +62,44 @@ def fit_calibration(logits: np.ndarray, labels: np.ndarray, smooth: bool = False
         positives = int(y.sum())
         y = np.where(y == 1, (positives + 1) / (positives + 2), 1 / (len(y) - positives + 2))
     features = beta_features(z)
-    w = _logistic_fit(features, y)
+    w = logistic_fit(features, y)
     if w[0] < 0 or w[1] < 0:  # keep the term that is positive, fit again with it alone
         keep = 0 if w[0] >= w[1] else 1
-        one = _logistic_fit(features[:, [keep]], y)
+        one = logistic_fit(features[:, [keep]], y)
         w = np.zeros(3)
         w[keep], w[2] = max(one[0], 0.0), one[1]
     return {"method": "beta", "a": float(w[0]), "b": float(w[1]), "c": float(w[2])}
+
+
+def fit_search_calibration(
+    logits: np.ndarray, cosines: np.ndarray, margins: np.ndarray, labels: np.ndarray
+) -> dict[str, Any]:
+    """The search calibration of :func:`dupq.modeling.probability.search_calibrated` and its two tiers, fitted
+    on search hits ``(N,)`` each: their pair logits, cosines, margins over the best other hit, and labels.
+
+    The weights minimise log-loss (:func:`logistic_fit`); the tiers are the lowest probabilities above which the
+    hits reach :data:`SUGGEST_PRECISION` and :data:`DUPLICATE_PRECISION` (:func:`threshold_at_precision`).
+    """
+    z, y = check_scores(logits, labels)
+    margins = np.asarray(margins, dtype=np.float64)
+    w = logistic_fit(search_features(z, cosines, margins), y)
+    fit = {
+        "a": float(w[0]),
+        "b": float(w[1]),
+        "cosine": float(w[2]),
+        "margin": float(w[3]),
+        "c": float(w[4]),
+        "margin_range": [float(margins.min()), float(margins.max())],
+    }
+    p = held_up(search_calibrated(fit, z, cosines, margins), cosines)  # as a search judges them
+    suggest = threshold_at_precision(p, y, SUGGEST_PRECISION)
+    duplicate = threshold_at_precision(p, y, DUPLICATE_PRECISION)
+    return {
+        **fit,
+        "suggest": suggest["threshold"],
+        "duplicate": duplicate["threshold"],
+        "tiers_on_fit": {"suggest": suggest, "duplicate": duplicate},
+    }
 
 
 def threshold_record(scores: np.ndarray, labels: np.ndarray) -> dict[str, Any]:

@@ -152,12 +152,7 @@ def best_threshold(scores: np.ndarray, labels: np.ndarray, metric: str = "accura
     if metric not in METRICS:
         raise DupqError(f"the metric must be one of {', '.join(METRICS)}, not {metric!r}.")
     scores, labels = check_scores(scores, labels)
-    tps, fps, distinct = _cumulative(scores, labels)  # (K,) each; cut k calls distinct[: k + 1] duplicates
-    tps, fps = np.r_[0, tps], np.r_[0, fps]  # (K + 1,): cut 0 calls nothing a duplicate
-    lower = np.r_[distinct[1:], np.nextafter(distinct[-1], -np.inf)]  # (K,) the score below each cut
-    cuts = (distinct + lower) / 2  # (K,)
-    cuts = np.where((cuts >= distinct) | (cuts < lower), lower, cuts)  # adjacent floats: keep `score > t` exact
-    thresholds = np.r_[distinct[0], cuts]  # (K + 1,): `score > distinct[0]` is nobody
+    thresholds, tps, fps = _cuts(scores, labels)
     positives, n = int(tps[-1]), len(scores)
     if metric == "accuracy":
         values = (tps + (n - positives) - fps) / n  # (K + 1,) (TP + TN) / N
@@ -166,6 +161,38 @@ def best_threshold(scores: np.ndarray, labels: np.ndarray, metric: str = "accura
         values = np.divide(2 * tps, denominator, out=np.zeros(len(tps)), where=denominator > 0)
     best = int(np.argmax(values))
     return {"metric": metric, "threshold": float(thresholds[best]), "value": float(values[best])}
+
+
+def _cuts(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every distinct verdict of ``score > t``: the thresholds ``(K + 1,)``, highest first (the first calls
+    nobody a duplicate; each other lies midway between two neighbouring distinct scores, or on the lower
+    one where they are adjacent floats), and the true and false positives ``(K + 1,)`` above each."""
+    tps, fps, distinct = _cumulative(scores, labels)  # (K,) each; cut k calls distinct[: k + 1] duplicates
+    lower = np.r_[distinct[1:], np.nextafter(distinct[-1], -np.inf)]  # (K,) the score below each cut
+    cuts = (distinct + lower) / 2  # (K,)
+    cuts = np.where((cuts >= distinct) | (cuts < lower), lower, cuts)  # adjacent floats: keep `score > t` exact
+    return np.r_[distinct[0], cuts], np.r_[0, tps], np.r_[0, fps]
+
+
+def threshold_at_precision(scores: np.ndarray, labels: np.ndarray, precision: float) -> dict[str, Any]:
+    """The lowest threshold ``t`` whose ``score > t`` has at least ``precision`` (the most recall at that
+    precision), exactly, among the cuts of :func:`best_threshold`; the highest score (nobody) when none has.
+
+    >>> threshold_at_precision(np.array([0.9, 0.8, 0.7, 0.3]), np.array([1, 1, 0, 1]), 0.95)
+    {'threshold': 0.75, 'precision': 1.0, 'recall': 0.6666666666666666}
+    """
+    scores, labels = check_scores(scores, labels)
+    thresholds, tps, fps = _cuts(scores, labels)
+    flagged = tps + fps  # (K + 1,)
+    reached = np.divide(tps, flagged, out=np.zeros(len(tps)), where=flagged > 0) >= precision
+    reached[0] = False  # calling nobody a duplicate reaches no precision
+    best = int(np.flatnonzero(reached)[-1]) if reached.any() else 0
+    positives = max(int(tps[-1]), 1)
+    return {
+        "threshold": float(thresholds[best]),
+        "precision": float(tps[best] / flagged[best]) if flagged[best] else None,
+        "recall": float(tps[best] / positives),
+    }
 
 
 def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray, bins: int = 10) -> float:

@@ -2,7 +2,8 @@
 
 A trained model is a folder (:mod:`dupq.modeling.model`)::
 
-    config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on
+    config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on,
+                       search_calibration (how search hits are judged, in two tiers)
     metrics.json       how it was trained (split, loss per epoch, world size) and what it scored
     vocab.json         the words (:class:`dupq.data.tokenizer.VocabFile`), or instead of it and the weights:
     model.safetensors  the encoder's and the head's weights (read as NumPy arrays: :func:`read_weights`)
@@ -87,6 +88,21 @@ class Calibration(BaseModel):
     c: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # offset
 
 
+class SearchCalibration(BaseModel):
+    """How search hits are judged (:func:`dupq.modeling.probability.search_calibrated`) and the two tiers."""
+
+    a: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of ln s
+    b: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of -ln(1 - s)
+    c: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # offset
+    cosine: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of the cosine
+    margin: number(-MAX_CALIBRATION, MAX_CALIBRATION)  # weight of the margin over the search's best other hit
+    margin_range: tuple[number(-2.0, 2.0), number(-2.0, 2.0)]  # the margins the fit saw; others are clipped to them
+    suggest: number(0.0, 1.0)  # a hit whose probability is above it is worth a look
+    duplicate: number(0.0, 1.0)  # above it, safe to act on (precision >= 0.95 on the fitting pairs)
+    fitted_on: dict | None = None  # the pairs it was fitted on, and its figures there
+    fitted_by: str | None = None  # the command that fitted it
+
+
 def _encoder_tag(encoder: Any) -> str:
     """Which format reads an ``encoder`` entry: its type ("lstm" when it names none, or is no object)."""
     return encoder.get("type", "lstm") if isinstance(encoder, dict) else "lstm"
@@ -116,6 +132,7 @@ class ModelConfig(BaseModel):
         SIMILARITY  # which score the threshold applies to (dupq.modeling.verdict)
     )
     threshold_info: dict | None = None  # how the threshold was chosen
+    search_calibration: SearchCalibration | None = None  # how search hits are judged, in tiers (None: as pairs are)
     weights_dtype: Literal["float32", "float16"] = "float32"  # how model.safetensors stores the weights
     static: StaticConfig | None = None  # the static branch joined to the vectors (static.safetensors); None: none
 
@@ -159,6 +176,7 @@ class ModelConfig(BaseModel):
             "threshold_info": self.threshold_info,
             "calibration": self.calibration.model_dump() if self.calibration is not None else None,
             "threshold_on": self.threshold_on,
+            "search_calibration": self.search_calibration.model_dump() if self.search_calibration else None,
         }
 
 

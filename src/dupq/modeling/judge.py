@@ -3,7 +3,9 @@
 A model is an encoder (questions to unit vectors, :mod:`dupq.modeling.encoding`) and a judge. The judge
 holds what ``config.json`` records of judging: the pair head (:mod:`dupq.modeling.heads`; None: the cosine
 is the logit), the beta calibration (:mod:`dupq.modeling.probability`), the threshold and the score it
-applies to. The rule that reads them, for every entry point, is :mod:`dupq.modeling.verdict`'s.
+applies to, and the search calibration with its two tiers, ``suggest`` and ``duplicate``, that the hits of
+a search are judged by (fitted on the help-desk yardstick: :mod:`dupq.evaluation.search_calibration`). The rule that
+reads them, for every entry point, is :mod:`dupq.modeling.verdict`'s.
 
 Like the encoder, the head is read from a folder as NumPy arrays (:class:`~dupq.modeling.kernels.Stored`)
 and judged by the NumPy kernel; the torch module is built from them only when something needs it.
@@ -49,12 +51,16 @@ class Judge:
         threshold: float = SEED_THRESHOLD,
         threshold_on: str = SIMILARITY,
         threshold_info: dict[str, Any] | None = None,
+        search_calibration: dict[str, Any] | None = None,
     ):
         self._head = head.eval() if head is not None and not isinstance(head, Stored) else head
         self.calibration = calibration  # {"method": "beta", "a", "b", "c"}, fitted on dev pairs
         self.threshold = threshold
         self.threshold_on = threshold_on  # "similarity" or "probability": what the threshold is compared with
         self.threshold_info = threshold_info or {"chosen_on": "the seeds' fixed value"}
+        # {"a", "b", "c", "cosine", "margin", "margin_range", "suggest", "duplicate", "fitted_on", "fitted_by"}:
+        # how search hits are judged (None: by the calibration and threshold above, one tier)
+        self.search_calibration = search_calibration
         self.kernels: Kernels | None = Kernels()  # the head's NumPy forward pass (None: torch for every one)
 
     @property
@@ -109,4 +115,4 @@ class Judge:
             "threshold": self.threshold,
             "threshold_on": self.threshold_on,
             "threshold_info": self.threshold_info,
-        }
+        } | ({"search_calibration": self.search_calibration} if self.search_calibration is not None else {})

@@ -17,12 +17,23 @@ rule reads a model's stored judging settings (``config.json``): ``threshold``, `
   logit is a function of the cosine alone (the cosine itself, or ``scale * (cos - bias)``), so
   the hits of a search are judged from their cosines without fetching the stored vectors.
 
-Three front doors, one for each thing a caller holds, all ending in one decision
+- **Identical texts are duplicates.** Whatever the model and its calibration, a pair of identical
+  vectors (one question, after the tokenizer's normalisation) has probability 1
+  (:func:`dupq.modeling.probability.identity_floor`).
+- **Search hits come in two tiers.** A model folder may carry a second calibration, for search hits
+  (``search_calibration``, fitted on the help-desk yardstick's dev half): it also reads how far a hit
+  stands out from the other hits of its search, and gives two thresholds, ``suggest`` (worth a
+  look) and ``duplicate`` (safe to act on: precision >= 0.95 on the pairs it was fitted on); a hit
+  is a duplicate when it is in the ``duplicate`` tier (:func:`for_search`). A model without one
+  judges hits as pairs, and both tiers are its one threshold. The Quora calibration stays what
+  judges a lone pair (``dupq predict``, ``dupq evaluate``).
+
+Three front doors for pairs, one for each thing a caller holds, all ending in one decision
 (:func:`_decide`): :func:`from_vectors` (the two vectors of each pair), :func:`from_logits`
 (logits and cosines computed already, as evaluation does in bulk) and :func:`from_cosines`
 (the cosines of a search, the vectors fetched only when an mlp head needs them). A fourth,
 :func:`on_cosines`, judges cosines alone at a given threshold, whatever the model's own rule
-(``dupq dedup --on similarity``).
+(``dupq dedup --on similarity``). The hits of a search go through :func:`for_search`.
 
 The two rules every other module calls rather than restates: :func:`above` (a score is a
 duplicate when strictly above the threshold; metrics and the report count with it) and
@@ -33,21 +44,24 @@ pair's verdict as the JSON object that ``dupq predict --json`` prints, one pair 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from dupq.core.errors import DupqError
 from dupq.modeling.judge import PROBABILITY, PROBABILITY_THRESHOLD, SEED_THRESHOLD, SIMILARITY
-from dupq.modeling.probability import calibrated
+from dupq.modeling.probability import calibrated, held_up, search_calibrated
 
 if TYPE_CHECKING:
     from dupq.modeling.architecture import HeadConfig
     from dupq.modeling.encoding import TextEncoder
     from dupq.modeling.judge import Judge
 
+SUGGEST, DUPLICATE = "suggest", "duplicate"  # the tiers of a hit, least sure first
+SAME_COSINE = 1e-6  # hits whose cosines to the query are this close are one question stored more than once
 SCORE_NAMES = {SIMILARITY: "cosine similarity", PROBABILITY: "calibrated probability"}  # for reports
+NEEDS_VECTORS = "this model's probability needs both question vectors, not only their cosine."
 NO_PROBABILITY = "this model has no probability calibration; run `dupq calibrate` on it first."
 
 Vectors = tuple[np.ndarray, np.ndarray]  # (u, v): the two unit vectors of each pair, (N, d) each
@@ -71,6 +85,7 @@ class Verdicts:
     duplicate: np.ndarray  # (N,) bool: score > threshold
     threshold: float  # the threshold used (the model's unless the caller gave one)
     on: str  # which score ``score`` is: SIMILARITY or PROBABILITY (the model's threshold_on)
+    tier: np.ndarray | None = None  # (N,) object: "duplicate", "suggest" or None (search hits only)
 
     def __len__(self) -> int:
         return len(self.similarity)
@@ -90,6 +105,36 @@ def above(scores: np.ndarray, threshold: float) -> np.ndarray:
     [True, False, False]
     """
     return np.asarray(scores) > threshold
+
+
+def tiers(scores: np.ndarray, suggest: float, duplicate: float) -> np.ndarray:
+    """The tier ``(N,)`` of each score: ``"duplicate"`` above the duplicate threshold, else ``"suggest"`` above
+    the suggest one, else None (:func:`above`'s rule for each).
+
+    >>> tiers(np.array([0.9, 0.5, 0.1]), 0.3, 0.8).tolist()
+    ['duplicate', 'suggest', None]
+    """
+    out = np.full(len(scores), None, dtype=object)
+    out[above(scores, suggest)] = SUGGEST
+    out[above(scores, duplicate)] = DUPLICATE
+    return out
+
+
+def search_margins(cosines: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Each hit's margin ``(Q, K)`` over the best other question of its search, from the cosines ``(Q, K)`` of
+    searches best first (``found``: which are hits; the rest is padding): a hit's cosine less the top hit's,
+    and for the top hit (and any hit of the same cosine: the same question stored again) less the best
+    lower cosine (0 when there is none: the search calibration clips it to the largest margin it saw).
+
+    >>> search_margins(np.array([[0.9, 0.9, 0.7, 0.6]]), np.array([[True] * 4])).round(2).tolist()
+    [[0.2, 0.2, -0.2, -0.3]]
+    """
+    cos = np.asarray(cosines, dtype=np.float64)
+    top = cos[:, :1]  # (Q, 1)
+    same = found & (cos >= top - SAME_COSINE)  # (Q, K) the top question and its repeats
+    runner_up = np.where(found & ~same, cos, -np.inf).max(axis=1, initial=-np.inf)  # (Q,)
+    runner_up = np.where(np.isfinite(runner_up), runner_up, 0.0)[:, None]  # (Q, 1)
+    return np.where(same, cos - runner_up, cos - top)
 
 
 def clip_cosines(cosines: Any) -> Any:
@@ -174,11 +219,45 @@ def from_cosines(
     if _wants_probability(model, probability):
         if needs_vectors(model):
             if vectors is None:
-                raise DupqError("this model's probability needs both question vectors, not only their cosine.")
+                raise DupqError(NEEDS_VECTORS)
             logits = pair_logits(model, *vectors())
         else:
             logits = model.judge.logits_from_cosines(cosines)
     return _decide(model, cosines, logits, threshold)
+
+
+def search_tiers(model: Judging) -> dict[str, Any]:
+    """The thresholds of a search hit's tiers and the score they apply to: ``{"suggest", "duplicate", "on"}``
+    (the search calibration's on its probability; without one, both the model's own threshold)."""
+    calibration = model.judge.search_calibration
+    if calibration is None:
+        return {"suggest": model.judge.threshold, "duplicate": model.judge.threshold, "on": model.judge.threshold_on}
+    return {"suggest": calibration["suggest"], "duplicate": calibration["duplicate"], "on": PROBABILITY}
+
+
+def for_search(
+    model: Judging, cosines: np.ndarray, margins: np.ndarray, vectors: Callable[[], Vectors] | None = None
+) -> Verdicts:
+    """Search hits (the hits of a collection's search): their cosines ``(N,)`` and their margins over the
+    best other hit of their search (:func:`search_margins`), judged in tiers.
+
+    With the model's search calibration, the probability is :func:`~dupq.modeling.probability.search_calibrated`
+    (held up for identical texts) and a hit is a duplicate in the ``duplicate`` tier; without one, as
+    :func:`from_cosines` judges pairs, both tiers at the model's threshold."""
+    calibration = model.judge.search_calibration
+    if calibration is None:
+        judged = from_cosines(model, cosines, vectors)
+        tier = np.where(judged.duplicate, DUPLICATE, None)
+        return replace(judged, tier=tier)
+    similarity = clip_cosines(np.asarray(cosines, dtype=np.float64))
+    if needs_vectors(model) and vectors is None:
+        raise DupqError(NEEDS_VECTORS)
+    logits = pair_logits(model, *vectors()) if needs_vectors(model) else model.judge.logits_from_cosines(similarity)
+    probability = held_up(search_calibrated(calibration, logits, similarity, margins), similarity)
+    tier = tiers(probability, calibration["suggest"], calibration["duplicate"])
+    return Verdicts(
+        similarity, probability, probability, tier == DUPLICATE, calibration["duplicate"], PROBABILITY, tier
+    )
 
 
 def on_cosines(cosines: np.ndarray, threshold: float) -> Verdicts:
@@ -195,7 +274,7 @@ def _decide(model: Judging, similarity: np.ndarray, logits: np.ndarray | None, t
     judge = model.judge
     threshold = judge.threshold if threshold is None else float(threshold)
     similarity = clip_cosines(np.asarray(similarity, dtype=np.float64))
-    probability = None if logits is None else calibrated(judge.calibration, logits)
+    probability = None if logits is None else held_up(calibrated(judge.calibration, logits), similarity)
     if judge.threshold_on == PROBABILITY:
         if probability is None:
             raise DupqError(NO_PROBABILITY)

@@ -158,15 +158,25 @@ class HitOut(BaseModel):
     text: str
     score: Score  # cosine similarity to the question
     probability: float | None  # calibrated P(duplicate); null without a calibration
-    duplicate: bool
+    duplicate: bool  # in the duplicate tier
+    tier: Literal["suggest", "duplicate"] | None = Field(
+        description="duplicate: safe to act on; suggest: worth a look; null: neither."
+    )
     metadata: dict[str, Any]
     ranked_by: str  # which model ordered and judged it: "model" (the collection's) or "reranker"
 
 
+class Tiers(BaseModel):
+    suggest: float  # a hit whose score is above it is worth a look
+    duplicate: float  # above it, safe to act on (precision >= 0.95 where the tiers were fitted)
+    on: str  # the score they apply to: probability or similarity
+
+
 class SearchResponse(BaseModel):
     question: str
-    threshold: float
+    threshold: float  # the duplicate tier's
     threshold_on: str
+    tiers: Tiers
     results: list[HitOut]
 
 

@@ -134,15 +134,17 @@ const search = latest(async (signal) => {
 });
 
 function resultItem(hit) {
-  const li = el("li", hit.duplicate ? "duplicate" : "");
+  const li = el("li", hit.tier || "");
   li.dataset.id = hit.id;
+  li.dataset.tier = hit.tier || "none";
   li.append(el("span", "score", hit.score.toFixed(2)));
   const text = el("span", "text");
   text.append(userText(hit.text, "question"));
   if (hit.probability !== null && hit.probability !== undefined) {
     text.append(el("span", "prob", `${Math.round(hit.probability * 100)}% duplicate`));
   }
-  if (hit.duplicate) text.append(el("span", "badge", "likely duplicate"));
+  if (hit.tier === "duplicate") text.append(el("span", "badge", "likely duplicate"));
+  else if (hit.tier === "suggest") text.append(el("span", "suggest-badge", "worth a look"));
   if (hit.key) text.append(labelled("key ", hit.key));
   if (hit.duplicate_of) text.append(labelled("duplicate of ", hit.duplicate_of));
   const ticket = new URLSearchParams(location.search).get("key");

@@ -21,12 +21,9 @@ async def search(body: SearchRequest, request: Request) -> SearchResponse:
     collection = request.app.state.collection
     reranked = collection.reranks(body.rerank)  # refused alone, before it joins a batch of others
     hits = await request.app.state.searches.submit((body.question, body.k, body.filter, reranked))
-    judge = collection.reranker if reranked else collection.model
+    tiers = collection.tiers_of(reranked)
     return SearchResponse(
-        question=body.question,
-        threshold=judge.threshold,
-        threshold_on=judge.threshold_on,
-        results=hits,
+        question=body.question, threshold=tiers["duplicate"], threshold_on=tiers["on"], tiers=tiers, results=hits
     )
 
 
@@ -51,6 +48,7 @@ def search_many(collection, items: list[tuple[str, int, dict | None, bool]]) -> 
                     score=h.score,
                     probability=h.probability,
                     duplicate=h.duplicate,
+                    tier=h.tier,
                     metadata=h.metadata,
                     ranked_by=h.ranked_by,
                 )

@@ -1,0 +1,119 @@
+"""The verdict a collection gives out of the box, on the help-desk yardstick: is its `duplicate` tier safe to act on?
+
+The help-desk task of :mod:`dupq.evaluation.tasks` (``--split`` half: each new question searches
+every old question of the file plus the Quora distractors) is built as a collection with the model
+(``Collection.build``, default the bundled model), and each new question searches it
+(``Collection.search``, ``k`` hits), so the verdict measured is the one a user's collection gives.
+For the top hit: the share of queries it is right for (Recall@1), and for each tier (``duplicate``,
+and ``suggest`` where hits carry tiers) its precision (right among the top hits in the tier) and
+recall (the queries whose top hit is right and in the tier); ``old_flagged``: the share of queries
+whose true old question is among its hits, in the tier. A dupq before tiers (main before them, to
+measure today's verdict) has only ``duplicate``. ``--no-distractors``: the desk's old questions alone. ``identical``: the least probability a
+new question gets against its own text (``Model.probability``), and the least a search gives a
+stored question searched with its own text.
+
+    dupq-lab desk-verdict [--split test] [--no-distractors] [--model FOLDER]
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import torch
+import typer
+
+from dupq.collection.collection import Collection
+from dupq.core.errors import DupqError
+from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, shipped_help_desk_task
+from dupq.modeling.model import Model
+from dupq_lab.options import DATA, Data, ModelFolder
+
+TIERS = ("duplicate", "suggest")
+
+
+def in_tier(hit, tier: str) -> bool:
+    """Whether ``hit`` is in ``tier``: ``duplicate`` is its verdict; ``suggest`` holds the duplicates too."""
+    return hit.duplicate if tier == "duplicate" else hit.tier in TIERS
+
+
+def tier_measures(hits: list, relevant: list[int], tier: str) -> dict[str, float | int]:
+    """Precision and recall of ``tier`` on each query's top hit, and the share of true old questions it flags."""
+    top = [h[0] if h else None for h in hits]
+    flagged = [t is not None and in_tier(t, tier) for t in top]
+    right = [t is not None and t.id == r for t, r in zip(top, relevant)]
+    hits_right = sum(f and ok for f, ok in zip(flagged, right))
+    return {
+        "top_flagged": sum(flagged),
+        "precision": round(hits_right / sum(flagged), 4) if any(flagged) else None,
+        "recall": round(hits_right / len(hits), 4),
+        "old_flagged": round(
+            sum(any(h.id == r and in_tier(h, tier) for h in row) for row, r in zip(hits, relevant)) / len(hits), 4
+        ),
+    }
+
+
+def main(
+    split: Annotated[
+        Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")
+    ] = "test",
+    k: Annotated[int, typer.Option(min=1, help="Hits each new question gets.")] = 10,
+    distractors: Annotated[
+        bool, typer.Option(help="Search the Quora distractors too (the yardstick), or the desk's old questions alone.")
+    ] = True,
+    model: ModelFolder = None,
+    data: Data = DATA,
+) -> None:
+    torch.set_num_threads(1)
+    try:
+        task, made_of = (
+            shipped_help_desk_task(data, split)
+            if distractors
+            else (help_desk_task(read_help_desk_pairs(), split, []), {"sha256": read_help_desk_pairs().sha256})
+        )
+        judge = Model.load(model)
+    except DupqError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from e
+    relevant = [int(r[0]) for r in task.relevant]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, Collection.build(Path(tmp) / "desk", task.corpus, judge) as desk:
+        built = time.perf_counter() - started
+        hits = desk.search(task.queries, k=k)
+        olds = sorted(set(relevant))
+        own = desk.search([task.corpus[i] for i in olds], k=1)
+        stored_identical = min(h[0].probability for h in own if h and h[0].probability is not None)
+        tiered = hasattr(desk, "tiers")  # a dupq before tiers (to measure it) has one verdict, `duplicate`
+        thresholds = desk.tiers if tiered else {"duplicate": desk.threshold, "on": judge.threshold_on}
+    out = {
+        "split": split,
+        "distractors": distractors,
+        "queries": len(task.queries),
+        "corpus": len(task.corpus),
+        "k": k,
+        "thresholds": thresholds,
+        "recall@1": round(sum(bool(h) and h[0].id == r for h, r in zip(hits, relevant)) / len(hits), 4),
+        "tiers": {t: tier_measures(hits, relevant, t) for t in TIERS if t == "duplicate" or tiered},
+        "identical": {
+            "least_probability_of_a_question_with_itself": round(
+                float(min(judge.probability(task.queries, task.queries))), 4
+            ),
+            "least_probability_of_a_stored_question_searched_with_its_text": round(float(stored_identical), 4),
+        },
+        "sha256": made_of["sha256"],
+        "fingerprint": judge.fingerprint(),
+        "build_s": round(built, 1),
+        "machine": platform.machine(),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    typer.run(main)
