@@ -37,7 +37,9 @@ def test_wrong_columns(tmp_path):
 
 
 def test_bad_option_values(pairs_path, tmp_path):
-    line = refused(runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000"]))
+    line = refused(
+        runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000", "--out", str(tmp_path / "m")])
+    )
     assert "choose smaller sizes" in line
     for option, value, named in (
         ("--device", "meta", "device"),

@@ -9,16 +9,22 @@ from __future__ import annotations
 import json
 
 from fastapi import APIRouter, Request
+from fastapi.exceptions import HTTPException
 
 from dupq.service.schemas import HitOut, SearchRequest, SearchResponse
 
 router = APIRouter()
 
 
-@router.post("/search")
+NO_RERANKER = {409: {"description": '"rerank": true, and the collection has no reranker.'}}
+
+
+@router.post("/search", responses=NO_RERANKER)
 async def search(body: SearchRequest, request: Request) -> SearchResponse:
     """The ``k`` stored questions most similar to ``question``, best first."""
     collection = request.app.state.collection
+    if body.rerank and collection.reranker is None:  # a valid request that this collection cannot answer
+        raise HTTPException(409, 'this collection has no reranker; search it without "rerank": true.')
     reranked = collection.reranks(body.rerank)  # refused alone, before it joins a batch of others
     hits = await request.app.state.searches.submit((body.question, body.k, body.filter, reranked))
     tiers = collection.tiers_of(reranked)
