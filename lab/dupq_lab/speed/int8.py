@@ -3,7 +3,7 @@
     dupq-lab int8 [--models minilm,mpnet] [--distractors 2000] [--threads 2] [--data PATH]
 
 For each named model (``dupq.modeling.pretrained.NAMES``) the float32 transformer and the same one after
-``quantize`` (torch's dynamic int8 quantisation of its linear layers, what a named model runs by default) encode
+``quantize`` (torch's dynamic int8 quantisation of its linear layers, as ``config.json``'s ``encoder.int8`` asks) encode
 the same questions, as ``TransformerEncoder.encode`` does (batches of 128 sorted by length, unit vectors), after a
 warm-up batch each: the help-desk yardstick's dev half (its 210 new questions, every old question of the file)
 and the first ``--distractors`` distinct Quora dev questions in place of the yardstick's 19,862 (a smaller

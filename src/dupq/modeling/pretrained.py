@@ -104,13 +104,28 @@ def runs_int8(name: str | os.PathLike) -> bool:
 
 
 def quantize(model) -> None:
-    """Run ``model``'s linear layers in int8, in place: torch's dynamic quantisation (weights stored as int8
-    per tensor, activations quantised per batch as they come). Most of a transformer's time on a CPU is
-    in these layers; ``dupq-lab int8`` measures the speed and how far the vectors move from float32's."""
+    """Run ``model``'s linear layers in int8, in place: torch's dynamic quantisation (weights stored as int8 per
+    output channel, activations quantised per batch as they come). Most of a transformer's time on a CPU is in
+    these layers. Each block's feed-forward output layer stays float32: its input, after the GELU, has the
+    outliers that one scale per tensor cannot hold (quantised too, it moved all-mpnet-base-v2's vectors far
+    from float32's). ``dupq-lab int8`` measures speed and agreement; a model runs it where ``config.json``'s
+    ``encoder.int8`` says so, and the named models do not (docs/transformers.md)."""
     torch = import_torch()
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    layers = {
+        name: per_channel_dynamic_qconfig
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and not _feed_forward_output(name)
+    }
     with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao, still here in 2.13
         warnings.simplefilter("ignore")
-        torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        quantize_dynamic(model, layers, dtype=torch.qint8, inplace=True)
+
+
+def _feed_forward_output(name: str) -> bool:
+    """Whether the linear layer ``name`` is a BERT-style block's feed-forward output (``layer.N.output.dense``)."""
+    return name.endswith(".output.dense") and ".attention." not in name
 
 
 def quantized(model) -> bool:
