@@ -55,6 +55,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "pair-words": "experiments.pair_words",
     "named-calibration": "experiments.named_calibration",
     "int8": "speed.int8",
+    "rerank-k": "experiments.rerank_k",
 }
 
 

@@ -18,6 +18,14 @@ What every backend guarantees (the collection's promises rest on these):
   and answers the stored id (another text raises :class:`~dupq.collection.rows.KeyConflict`); an
   update to what is stored already changes nothing; a key not stored is
   :class:`~dupq.collection.rows.UnknownKey`.
+* **Pending questions are left out**: :meth:`Backend.search` answers no row that :data:`HIDDEN`
+  matches (a question waiting in the review queue, :mod:`dupq.collection.review`) unless asked
+  (``pending=True``); a filter still loses nothing of the others.
+* **Reranker vectors follow their rows** (a backend that keeps them, :attr:`Backend.reranks`): a
+  question's reranker vector is stored with the digest of the text it encodes
+  (:func:`~dupq.collection.rows.text_digest`) in one transaction of its own; a removal drops the
+  removed rows' in its transaction, and a vector whose digest is not its row's text's is stale
+  (the collection reads it as missing and encodes the text again).
 * **A filter loses nothing**: :meth:`Backend.search` with ``where`` answers the ``k`` best of the
   rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
   however few match.
@@ -41,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dupq.collection.rows import PENDING, read_metadata
 from dupq.core.errors import DupqError
 
 Row = tuple  # (key or None, text, metadata as JSON text or None)
@@ -121,6 +130,14 @@ def matches(metadata: dict, where: Where | None) -> bool:
     )
 
 
+HIDDEN: Where = {PENDING: [True]}  # the rows a search leaves out unless asked: questions waiting for a moderator
+
+
+def hidden(metadata: dict) -> bool:
+    """Whether a row of ``metadata`` waits in the review queue, and so is left out of searches (:data:`HIDDEN`)."""
+    return matches(metadata, HIDDEN)
+
+
 def _scalar(value) -> bool:
     return isinstance(value, (str, int, float)) and value is not None
 
@@ -143,6 +160,7 @@ class Backend(ABC):
     manifest: dict  # the collection's manifest (dupq.collection.manifest)
     exact: bool  # whether search scores are exact inner products
     cache_error: str | None = None  # why a cache could not be written (the rows are stored all the same)
+    reranks: bool = False  # whether it keeps reranker vectors (reranked, keep_reranked): a folder does
 
     @classmethod
     @abstractmethod
@@ -187,8 +205,11 @@ class Backend(ABC):
         """``{key: (id, text, metadata JSON)}`` of the stored ``keys`` (missing ones left out)."""
 
     @abstractmethod
-    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of the stored rows that match ``where``, best first."""
+    def search(
+        self, vectors: np.ndarray, k: int, where: Where | None = None, pending: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of the stored rows that match ``where``, best first;
+        the rows :data:`HIDDEN` matches are left out unless ``pending``."""
 
     @abstractmethod
     def rows(self, ids: list[int]) -> dict[int, Row]:
@@ -205,6 +226,20 @@ class Backend(ABC):
     @abstractmethod
     def all_rows(self) -> list[tuple[int, Row]]:
         """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
+
+    def rows_naming(self, field: str) -> list[tuple[int, Row]]:
+        """Every stored ``(id, (key, text, metadata JSON))`` whose metadata has ``field``, in id order (by default
+        a scan of :meth:`all_rows`; a store that can find them faster says so)."""
+        return [(i, row) for i, row in self.all_rows() if field in read_metadata(row[2])[0]]
+
+    def reranked(self, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
+        """``{id: (digest of the text it encodes, reranker vector (dim,) float32)}`` of the ``ids`` that have one stored."""
+        raise DupqError(f"a collection kept by {type(self).__name__} keeps no reranker vectors yet.")
+
+    def keep_reranked(self, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
+        """Store the reranker ``vectors (M, d')`` of ``ids`` with their texts' digests, in one transaction, replacing
+        any stored; an id no longer stored is skipped (removed meanwhile)."""
+        raise DupqError(f"a collection kept by {type(self).__name__} keeps no reranker vectors yet.")
 
     def indexed(self) -> int:
         """How many vectors the search index holds (by default the stored questions: the store searches itself)."""

@@ -27,6 +27,14 @@ texts of each decision); :meth:`Collection.decide` writes them, and every way in
 (:func:`~dupq.collection.rows.decision_problem`). A decision follows the texts judged, not only the
 keys: :meth:`Collection.decisions` leaves out one whose side's text changed since.
 
+**The review queue**: ``add(..., pending=True)`` stores questions that no search finds until a
+moderator decides on them (:mod:`dupq.collection.review`): :meth:`Collection.queue` lists them,
+:meth:`Collection.decide` clears the flag and records who decided when, :meth:`Collection.undo` takes
+that back, :meth:`Collection.reviewed` lists the queue's past decisions.
+**A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model)
+orders and judges each search's :data:`~dupq.collection.rerank.RERANK_CANDIDATES` best questions;
+its vectors are stored once per question (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it.
+
 **Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
 the hits whose metadata match (a list: any of them), and loses none of them (the backend's
 promise, checked against a brute-force filter in the tests).
@@ -38,6 +46,7 @@ promise, checked against a brute-force filter in the tests).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -45,12 +54,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dupq.collection import review
 from dupq.collection.backend import Backend, IndexStats, check_where
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
-from dupq.collection.manifest import model_for, new_manifest
+from dupq.collection.manifest import model_for, new_manifest, reranker_for
+from dupq.collection.rerank import RERANK_CANDIDATES, Reranking
 from dupq.collection.rows import (
     DUPLICATE_OF,
+    PENDING,
     KeyConflict,
     StoreFailure,
     UnknownKey,
@@ -84,6 +96,7 @@ class Hit:
     metadata: dict  # what was stored with it
     probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
     duplicate_of: str | None = None  # the key of its canonical question, where a moderator marked it a duplicate
+    ranked_by: str = "model"  # which model ordered and judged it: "model" (the collection's) or "reranker"
 
 
 def _build_inputs(
@@ -114,13 +127,15 @@ class Collection:
     URI. Searches may run in several threads at once; writes are serialised.
     """
 
-    def __init__(self, location: Location, model: Model, backend: Backend):
+    def __init__(self, location: Location, model: Model, backend: Backend, reranker: Model | None = None):
         self.location = location
         self.folder = location.path  # a folder collection's folder, else None
         self.model = model
+        self.reranker = reranker  # the model that orders a search's candidates (None: the model's order stands)
         self.manifest = backend.manifest
         self._backend = backend
         self._write_lock = threading.Lock()
+        self._reranking = None if reranker is None else Reranking(reranker, backend, self._writing, str(location))
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
 
@@ -137,6 +152,8 @@ class Collection:
         metadata: list[dict] | None = None,
         index: str | IndexConfig = "flat",
         stored: bool = False,
+        rerank: Model | None = None,
+        rerank_now: bool = False,
     ) -> Collection:
         """Encode ``texts`` and store them as a new collection at ``location`` (a folder that must not hold one, or a Milvus URI).
 
@@ -145,28 +162,39 @@ class Collection:
         exactly; at least :func:`~dupq.index.vectors.training_size` questions), or an :class:`IndexConfig`.
         ``stored``: the texts are another collection's questions (a re-encoding), so one stored before
         the 1,000-character rule is kept whole rather than refused; the other rules of a question hold.
+        ``rerank``: a model that orders every search's candidates (recorded in the manifest); its vectors of
+        the questions are computed now with ``rerank_now``, else each at the question's first search.
         """
         location = Location.parse(location)
         texts, keys, meta, config = _build_inputs(texts, keys, metadata, index, stored)
-        manifest = new_manifest(model, config)
+        if rerank is not None and not location.backend().reranks:
+            raise DupqError(
+                f"{location} cannot keep a reranker's vectors yet; build a collection with one in a folder."
+            )
+        manifest = new_manifest(model, config, rerank)
         backend = location.backend().build(location, manifest, encoded_chunks(texts, keys, meta, model))
-        return cls(location, model, backend)
+        coll = cls(location, model, backend, rerank)
+        if rerank is not None and rerank_now:
+            coll.rerank_all()
+        return coll
 
     @classmethod
-    def open(cls, location, model: Model | None = None) -> Collection:
-        """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with.
+    def open(cls, location, model: Model | None = None, rerank: Model | None = None) -> Collection:
+        """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with
+        (and its reranker, with no ``rerank``).
 
         A model whose fingerprint differs from the recorded one is refused: its vectors would
-        not be comparable with the stored ones.
+        not be comparable with the stored ones (a reranker's likewise).
         """
         location = Location.parse(location)
         backend = location.backend().open(location)
         try:
             model = model_for(backend.manifest, model, location)
+            reranker = reranker_for(backend.manifest, rerank, location)
         except BaseException:
             backend.close()
             raise
-        return cls(location, model, backend)
+        return cls(location, model, backend, reranker)
 
     # Reading it.
 
@@ -224,33 +252,52 @@ class Collection:
         self._check_open()
         return self._backend.search(np.asarray(vectors, dtype=np.float32), k, check_where(where))
 
-    def search(self, queries: list[str], k: int = 10, where: dict | None = None) -> list[list[Hit]]:
+    def search(
+        self,
+        queries: list[str],
+        k: int = 10,
+        where: dict | None = None,
+        *,
+        rerank: bool | None = None,
+        candidates: int | None = None,
+    ) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed change included).
 
         ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
-        field equal to its value (or to one of its values).
+        field equal to its value (or to one of its values). With a reranker (``rerank`` None or True)
+        the model's ``candidates`` best (default :data:`RERANK_CANDIDATES`, at least ``k``) are ordered
+        and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts.
         """
         self._check_open()
         queries = check_questions(queries, "query")
         where = check_where(where)
         if k < 1:
             raise DupqError(f"k must be at least 1, got {k}.")
+        reranking = self.reranks(rerank)
+        if candidates is not None and candidates < 1:
+            raise DupqError(f"candidates must be at least 1, got {candidates}.")
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
-        scores, ids = self._backend.search(vectors, k, where)  # (Q, k'), (Q, k')
+        depth = max(k, candidates or RERANK_CANDIDATES) if reranking else k
+        scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
+        judge, hit_vectors, rows = self.model, self._backend.vectors, None
+        if reranking:
+            vectors = self.reranker.encode(queries)  # (Q, d') the queries as the reranker sees them
+            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, k)  # (Q, k'), (Q, k')
+            judge = self.reranker
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
-        rows = self._backend.rows(hit_ids.tolist())
+        rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = from_cosines(self.model, hit_scores, vectors=lambda: self._pair_vectors(vectors[owner], hit_ids))
+        judged = from_cosines(judge, hit_scores, vectors=lambda: (vectors[owner], hit_vectors(hit_ids)))
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
         duplicates = judged.duplicate.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         hits = [
-            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
+            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows, reranking)
             for a, b in zip(bounds, bounds[1:])
         ]
         canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
@@ -260,10 +307,35 @@ class Collection:
                 h.duplicate_of = None
         return hits
 
+    def reranks(self, rerank: bool | None = None) -> bool:
+        """Whether a search with ``rerank`` (None: where the collection has a reranker) is reranked; True without
+        a reranker is refused in one sentence."""
+        if rerank and self.reranker is None:
+            raise DupqError(f"{self.location} has no reranker; build a collection with one (--rerank MODEL).")
+        return self.reranker is not None if rerank is None else bool(rerank)
+
+    def rerank_all(self) -> int:
+        """Encode with the reranker every stored question whose reranker vector is not stored yet; how many were."""
+        self._check_open()
+        self.reranks(True)
+        return self._reranking.encode_all()
+
+    def stored_reranker_vectors(self) -> dict[int, np.ndarray]:
+        """The reranker vectors stored now, ``{id: (d',)}``, of the stored questions whose text they encode (a stale
+        one is left out); nothing is encoded."""
+        self._check_open()
+        return {} if self._reranking is None else self._reranking.stored()
+
+    @property
+    def reranker_encoded(self) -> int:
+        """How many questions this process has encoded with the reranker (each once, then stored)."""
+        return 0 if self._reranking is None else self._reranking.encoded
+
     def _hits(
-        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
+        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict, reranked: bool
     ) -> list[Hit]:
-        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out)."""
+        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out);
+        ``reranked``: the reranker ordered and judged them."""
         hits = []
         for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
             if i not in rows:
@@ -288,6 +360,7 @@ class Collection:
                     metadata=metadata,
                     probability=p,
                     duplicate_of=canonical if isinstance(canonical, str) else None,
+                    ranked_by="reranker" if reranked else "model",
                 )
             )
         return hits
@@ -297,10 +370,6 @@ class Collection:
         if i not in self._damaged:
             self._damaged.add(i)
             log.warning("%s (%s).", what, self.location)
-
-    def _pair_vectors(self, queries: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(query, hit)`` vectors of hits, ``queries`` holding each hit's query ``(H, d)``, for a pair head."""
-        return queries, self._backend.vectors(np.asarray(ids, dtype=np.int64))
 
     def get(self, key: str) -> tuple[int, str, dict]:
         """``(id, text, metadata)`` of the question stored under ``key``, or :class:`UnknownKey`."""
@@ -314,17 +383,26 @@ class Collection:
     # Changing it.
 
     def add(
-        self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None
+        self,
+        texts: list[str],
+        metadata: list[dict] | None = None,
+        keys: list[str | None] | None = None,
+        *,
+        pending: bool | list[bool] = False,
     ) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.
 
         When this returns, the questions are on disk and searchable; if the process dies
         before, none of them is stored. A question whose ``key`` is stored already is not stored
         again: its stored id is returned (the same key with another text or metadata raises
-        :class:`KeyConflict`).
+        :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait in the review
+        queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
+        each needs a key, which the decision names).
         """
         self._check_open()
         texts = check_questions(texts)
+        if pending:
+            metadata = review.queued(texts, metadata, keys, pending)
         meta = check_metadata(metadata, len(texts))
         keys = check_keys(keys, len(texts))
         if not texts:
@@ -363,39 +441,75 @@ class Collection:
             self._check_open()
             return self._backend.update(key, text, meta, vector)
 
-    def decide(self, key: str, *, duplicate_of: str | None = None, not_duplicate_of: str | None = None) -> dict:
+    def decide(
+        self,
+        key: str,
+        *,
+        duplicate_of: str | None = None,
+        not_duplicate_of: str | list[str] | None = None,
+        keep: bool = False,
+        by: str | None = None,
+    ) -> dict:
         """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
-        canonical question), or not a duplicate of ``not_duplicate_of``; its metadata afterwards.
+        canonical question), not a duplicate of ``not_duplicate_of`` (a key, or a list: of none of them), or
+        (``keep``) a new question, no pair judged; its metadata afterwards.
 
         Both questions must be stored, and a duplicate's canonical question may not lead back to it
         (a cycle is refused). A question is a duplicate of one canonical question at a time (a new
         decision replaces it); judging it distinct from its canonical one clears that. A digest of
         the two texts is kept with the decision (``judged``). The stored metadata is read and written
         back in one transaction of the backend, so decisions recorded at once by several workers are
-        all kept; stored decision fields of the wrong type are refused, never rewritten.
+        all kept; stored decision fields of the wrong type are refused, never rewritten. A pending
+        question leaves the review queue, with who (``by``) decided what and when recorded
+        (:func:`~dupq.collection.review.reviewed`; :meth:`undo` takes it back).
         """
         self._check_open()
-        if (duplicate_of is None) == (not_duplicate_of is None):
-            raise DupqError("give one decision: duplicate_of or not_duplicate_of.")
-        other = duplicate_of if duplicate_of is not None else not_duplicate_of
-        check_keys([key, other], 2)
-        if other == key:
+        action, others = review.decision(duplicate_of, not_duplicate_of, keep)
+        by = review.check_by(by)
+        check_keys([key, *others], len(others) + 1)
+        if key in others:
             raise DupqError(f"a question cannot be judged against itself ({key!r}).")
-        texts = {k: text for k, (_, text, _) in self._backend.find([key, other]).items()}
-        for k in (key, other):
+        texts = {k: text for k, (_, text, _) in self._backend.find([key, *others]).items()}
+        for k in (key, *others):
             if k not in texts:
                 raise UnknownKey(f"no question with the key {k!r} is stored in {self.location}; nothing was changed.")
         if duplicate_of is not None:
             refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
-        digest = judged_digest(texts[key], texts[other])
+        digests = {other: judged_digest(texts[key], texts[other]) for other in others}
 
-        def change(stored: str | None) -> str:
-            return recorded(stored, key, other, duplicate_of is not None, digest)
+        def change(stored: str | None) -> str | None:
+            after = stored
+            for other in others:
+                after = recorded(after, key, other, duplicate_of is not None, digests[other])
+            return review.reviewed(stored, after, action, others, by)
 
         with self._write_lock:
             self._check_open()
-            _, stored = self._backend.edit(key, change, [other])
+            _, stored = self._backend.edit(key, change, others)
         return read_metadata(stored)[0]
+
+    def undo(self, key: str) -> dict:
+        """Take back the review queue's decision on the question of ``key``: it is pending again, and its
+        decision fields are as they were before (one transaction); its metadata afterwards."""
+        self._check_open()
+        check_keys([key], 1)
+        with self._write_lock:
+            self._check_open()
+            _, stored = self._backend.edit(key, lambda stored: review.undone(stored, key), [])
+        return read_metadata(stored)[0]
+
+    def queue(self, where: dict | None = None) -> list[tuple[int, str | None, str, dict]]:
+        """The questions waiting for a moderator as ``(id, key, text, metadata)``, in id order (a folder's: the
+        oldest first); ``where`` keeps those whose metadata match, as a search's filter does."""
+        self._check_open()
+        where = check_where(where)
+        return review.waiting(self._backend.rows_naming(PENDING), where)
+
+    def reviewed(self) -> list[tuple[str, str, dict]]:
+        """The review queue's past decisions still standing as ``(key, text, record)``, the latest first; a record
+        says ``by`` whom, ``at`` what time, the ``action`` (duplicate, distinct, new) and the ``keys`` judged against."""
+        self._check_open()
+        return review.past(self._backend.rows_naming(review.REVIEWED))
 
     def decisions(self) -> list[tuple[str, str, str, str, int]]:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,
@@ -415,6 +529,13 @@ class Collection:
                 return
             self._closed = True
             self._backend.close()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The collection's write lock held, once it is checked open (a write of the backend goes inside)."""
+        with self._write_lock:
+            self._check_open()
+            yield
 
     def _check_open(self) -> None:
         if self._closed:

@@ -9,7 +9,8 @@ service turns into an HTTP status.
 Three metadata fields are reserved for moderators' decisions (:func:`decision_problem` is their rule):
 ``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys) and ``judged`` (``{key: digest}``, the
 :func:`judged_digest` of the two texts each decision was made on, so that a decision whose side
-changed since is known). Metadata holds no U+0000: SQLite's ``json_extract`` reads a string only
+changed since is known). A fourth, ``pending`` (true while a question waits for a moderator), keeps it
+out of searches (:mod:`dupq.collection.review`). Metadata holds no U+0000: SQLite's ``json_extract`` reads a string only
 up to it, so ``"acme\\u0000evil"`` would pass the filter ``"acme"``.
 """
 
@@ -26,6 +27,7 @@ from dupq.data.questions import check_key
 PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit is 999 in old builds)
 # The metadata fields of moderators' decisions: the canonical question's key, keys judged distinct, what was judged.
 DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED = "duplicate_of", "not_duplicate_of", "judged"
+PENDING = "pending"  # true: waiting in the review queue, left out of searches (dupq.collection.review)
 
 
 class KeyConflict(DupqError):
@@ -127,6 +129,12 @@ def judged_digest(text: str, other: str) -> str:
     """A short digest of the two texts a decision was made on (which question is which counts)."""
     both = json.dumps([text, other], ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
     return hashlib.blake2b(both, digest_size=8).hexdigest()
+
+
+def text_digest(text: str) -> str:
+    """A short digest of a stored question's text: a reranker vector is kept with the digest of the text it encodes,
+    so that a vector whose row now holds another text is known as stale."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 class _NotJSON(ValueError):

@@ -18,25 +18,29 @@ router = APIRouter()
 @router.post("/search")
 async def search(body: SearchRequest, request: Request) -> SearchResponse:
     """The ``k`` stored questions most similar to ``question``, best first."""
-    hits = await request.app.state.searches.submit((body.question, body.k, body.filter))
     collection = request.app.state.collection
+    reranked = collection.reranks(body.rerank)  # refused alone, before it joins a batch of others
+    hits = await request.app.state.searches.submit((body.question, body.k, body.filter, reranked))
+    judge = collection.reranker if reranked else collection.model
     return SearchResponse(
         question=body.question,
-        threshold=collection.threshold,
-        threshold_on=collection.model.threshold_on,
+        threshold=judge.threshold,
+        threshold_on=judge.threshold_on,
         results=hits,
     )
 
 
-def search_many(collection, items: list[tuple[str, int, dict | None]]) -> list[list[HitOut]]:
-    """One ``Collection.search`` per filter among many ``(question, k, filter)``: the largest ``k``, then each cut to its own."""
+def search_many(collection, items: list[tuple[str, int, dict | None, bool]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` per filter and reranking among many ``(question, k, filter, rerank)``: the largest
+    ``k``, then each cut to its own (a reranker's order of the candidates does not depend on ``k``)."""
     groups: dict[str, list[int]] = {}
-    for n, (_, _, where) in enumerate(items):
-        groups.setdefault(json.dumps(where, sort_keys=True), []).append(n)
+    for n, (_, _, where, rerank) in enumerate(items):
+        groups.setdefault(json.dumps([where, rerank], sort_keys=True), []).append(n)
     out: list[list[HitOut]] = [[] for _ in items]
     for members in groups.values():
-        where = items[members[0]][2]
-        hits = collection.search([items[n][0] for n in members], k=max(items[n][1] for n in members), where=where)
+        _, _, where, rerank = items[members[0]]
+        questions, k = [items[n][0] for n in members], max(items[n][1] for n in members)
+        hits = collection.search(questions, k=k, where=where, rerank=rerank)
         for n, row in zip(members, hits):
             out[n] = [
                 HitOut(
@@ -48,6 +52,7 @@ def search_many(collection, items: list[tuple[str, int, dict | None]]) -> list[l
                     probability=h.probability,
                     duplicate=h.duplicate,
                     metadata=h.metadata,
+                    ranked_by=h.ranked_by,
                 )
                 for h in row[: items[n][1]]
             ]
