@@ -54,6 +54,8 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "desk-calibration": "experiments.desk_calibration",
     "desk-verdict": "experiments.desk_verdict",
     "pair-words": "experiments.pair_words",
+    "named-calibration": "experiments.named_calibration",
+    "int8": "speed.int8",
     "rerank-k": "experiments.rerank_k",
 }
 

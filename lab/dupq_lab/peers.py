@@ -59,8 +59,9 @@ THREADS = 2  # this project's machine has 2 cores
 
 def sentence_encoder(folder: Path | None = None, device: str = "cpu") -> tuple[Callable[[list[str]], np.ndarray], str]:
     """``(encode, name)``: texts -> ``(N, d)`` float32 unit vectors of a sentence-transformers folder
-    (default: all-MiniLM-L6-v2 from its package), batch 128, no progress bar."""
-    model, name = load_sentence_transformer(None if folder is None else str(folder), device, needed_by="a peer")
+    (default: all-MiniLM-L6-v2 from its package; or minilm, mpnet), batch 128, no progress bar, float32 as published."""
+    folder = None if folder is None else str(folder)
+    model, name = load_sentence_transformer(folder, device, needed_by="a peer", int8=False)
 
     def encode(texts: list[str]) -> np.ndarray:
         with torch.inference_mode():
@@ -89,7 +90,8 @@ def cosines(vector: dict[str, np.ndarray], q1: list[str], q2: list[str]) -> np.n
 
 def main(
     model_folder: Annotated[
-        Optional[Path], typer.Option(help=f"A sentence-transformers folder (default: the one in {PACKAGE}).")
+        Optional[Path],
+        typer.Option(help=f"A sentence-transformers folder, or minilm or mpnet (default: the one in {PACKAGE})."),
     ] = None,
     data: Data = DATA,
     device: Annotated[str, typer.Option(help="cpu (the published speed) or cuda.")] = "cpu",

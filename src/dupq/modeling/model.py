@@ -38,6 +38,7 @@ from dupq.modeling.encoding import READERS, TextEncoder, check_list
 from dupq.modeling.folder_format import FORMAT, check_new_model_folder, read_config, read_metrics
 from dupq.modeling.judge import Judge
 from dupq.modeling.lstm import LSTMEncoder, read_lstm
+from dupq.modeling.pretrained import resolve
 from dupq.modeling.verdict import Verdicts, clip_cosines, from_vectors
 
 ENCODE_BATCH = 128  # questions per forward pass when scoring pairs in bulk
@@ -187,7 +188,8 @@ class Model:
 
     @classmethod
     def load(cls, folder: str | os.PathLike | None = None) -> Model:
-        """Load a model folder; with no folder, the model bundled with the package."""
+        """Load a model folder; with no folder, the model bundled with the package; ``"minilm"`` or ``"mpnet"``:
+        that transformer from its packages (:func:`~dupq.modeling.pretrained.resolve`)."""
         folder = _existing_model_folder(folder)
         config = read_config(folder)
         metrics = read_metrics(folder)
@@ -214,12 +216,13 @@ def new_model_folder(out: str | os.PathLike) -> Iterator[Path]:
 
 
 def _existing_model_folder(folder: str | os.PathLike | None) -> Path:
-    """``folder`` (default: the bundled model) as a path, refused when it is missing or empty."""
+    """``folder`` (default: the bundled model; a name of :data:`~dupq.modeling.pretrained.NAMES`: its folder
+    in the cache) as a path, refused when it is missing or empty."""
     if folder is None:
         folder = BUNDLED
         if not (folder / "config.json").is_file():
             raise DupqError("this install has no bundled model; train one with `dupq train` and pass its folder.")
-    folder = Path(folder)
+    folder = resolve(folder)
     check_path(folder, "model folder", folder=True)
     if not folder.is_dir():
         raise DupqError(f"model folder {folder} does not exist.")

@@ -67,22 +67,28 @@ class TransformerEncoder(TextEncoder):
         return self.config.dim
 
     def config_json(self) -> dict[str, Any]:
-        return {"type": SENTENCE_TRANSFORMERS, **asdict(self.config)}
+        config = asdict(self.config)
+        if not config["int8"]:
+            del config["int8"]  # a float32 model's config.json as it was before int8 existed
+        return {"type": SENTENCE_TRANSFORMERS, **config}
 
     def hashed(self) -> hashlib._Hash:
         """The transformer's files (weights, tokenizer, configs; not the model card, ``README.md``), each
-        with its path and size: copies of the folder keep it."""
+        with its path and size: copies of the folder keep it. Run in int8, its vectors differ: so does its hash."""
         if self._hashed is None:
             digest = hashlib.sha256()
             for path in sorted(p for p in self.files.rglob("*") if p.is_file() and p.name != "README.md"):
                 data = path.read_bytes()
                 digest.update(f"{path.relative_to(self.files).as_posix()}\0{len(data)}\0".encode())
                 digest.update(data)
+            if self.config.int8:
+                digest.update(b"\0int8")
             self._hashed = digest
         return self._hashed.copy()
 
     def encode(self, questions: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``."""
+        """Unit vectors ``(N, d)`` float32: ``SentenceTransformer.encode(..., normalize_embeddings=True)``, which
+        sorts the questions by length first, so that a batch pads its questions to nearly their own length."""
         if not len(questions):
             return np.zeros((0, self.out_dim), dtype=np.float32)
         vectors = self.transformer.encode(
@@ -169,7 +175,7 @@ def read_transformer(folder: Path, config: ModelConfig) -> tuple[TransformerEnco
     if sentence.join is not None:
         student = Model.load(folder / sentence.join)
         student.encoder.lstm(f"{folder / sentence.join} must hold a dupq LSTM model to join.")
-    transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}")
+    transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}", int8=sentence.int8)
     if width(transformer) != sentence.dim:
         raise DupqError(
             f"{folder / 'config.json'} is corrupt: encoder.dim is {sentence.dim}, "

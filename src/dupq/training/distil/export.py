@@ -13,7 +13,7 @@ from dupq.evaluation.evaluate import calibrate_and_test
 from dupq.modeling.encoders import SentenceConfig
 from dupq.modeling.folder_format import check_files, check_new_model_folder
 from dupq.modeling.model import Model, new_model_folder
-from dupq.modeling.pretrained import load_sentence_transformer
+from dupq.modeling.pretrained import load_sentence_transformer, quantize, runs_int8
 from dupq.modeling.sentence_model import SUBFOLDER, JoinedEncoder, TransformerEncoder, width
 from dupq.modeling.static import check_weight
 
@@ -50,18 +50,23 @@ def export_teacher(
             f"a model's threshold is chosen on dev pairs and reported on test pairs; this split has "
             f"{len(dev)} dev and {len(test)} test pairs (give both --dev-size and --test-size rows)."
         )
-    transformer, name = load_sentence_transformer(teacher, device)
+    int8 = teacher is not None and runs_int8(teacher) and device == "cpu"  # a named model's: int8 on a CPU
+    transformer, name = load_sentence_transformer(teacher, device, int8=False)
     transformer.float()  # stored as float32, whatever the teacher's folder held
     with new_model_folder(out) as tmp:
         files = tmp / SUBFOLDER
         transformer.save(str(files))
         check_files(files)
         readable(files)
-        config = SentenceConfig(width(transformer), transformer.max_seq_length, name)
+        if int8:
+            quantize(transformer)  # saved in float32 above, judged as it will run
+        config = SentenceConfig(width(transformer), transformer.max_seq_length, name, int8=int8)
         encoder: TransformerEncoder | JoinedEncoder = TransformerEncoder(transformer, config, files)
         if join is not None:
             join.encoder.lstm("--join takes a dupq LSTM model (a folder or bundled), not a sentence model.")
-            config = SentenceConfig(config.dim, config.max_seq_length, name, join=STUDENT, join_weight=join_weight)
+            config = SentenceConfig(
+                config.dim, config.max_seq_length, name, join=STUDENT, join_weight=join_weight, int8=int8
+            )
             join.save(tmp / STUDENT, half=None)  # at the precision its folder stores
             join = Model.load(tmp / STUDENT)
             info = {**info, "join": {"model": join.fingerprint(), "weight": join_weight}}

@@ -40,7 +40,7 @@ from safetensors.torch import load_file, safe_open, save
 
 from dupq.core.errors import DupqError
 from dupq.core.files import atomic_write, check_new_folder, parse_json, read_json, remove_stale
-from dupq.modeling.pretrained import load_sentence_transformer
+from dupq.modeling.pretrained import load_sentence_transformer, quantized
 
 INFO = "teacher.json"
 SHARD_SIZE = 4096  # texts per shard: the unit of progress a killed run keeps
@@ -164,6 +164,7 @@ def load_teacher(
     prints (docs/experiments/8-retrieval-ceiling.md keeps its output).
     """
     model, name = load_sentence_transformer(name, device)
+    bf16 = bf16 and not quantized(model)  # a named model runs in int8 on a CPU: its linear layers are no float
 
     def encode(texts: list[str]) -> np.ndarray:
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):

@@ -1,0 +1,53 @@
+"""A named model's judge (threshold and probability map) fitted on Quora dev pairs, written into the package.
+
+    dupq-lab named-calibration minilm [--pairs 1000] [--seed 0] [--data PATH]
+
+Loads the named model (``minilm`` or ``mpnet``, as every MODEL option does: from its packages, run as its
+shipped config says, int8 included), fits its threshold and beta calibration on ``--pairs`` dev pairs drawn
+at random from the Quora split (``dupq.evaluation.evaluate.calibrate``, as ``dupq train`` and ``dupq distil
+teacher-model`` do; never test pairs) and writes ``src/dupq/modeling/named/NAME.json``: the model folder's
+``config.json`` and this command. Prints the calibration record as one JSON line. Needs the ``quality`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from dupq.core.files import write_json
+from dupq.data.pairs import read_pairs, split_pairs
+from dupq.evaluation.evaluate import calibrate
+from dupq.modeling.model import Model
+from dupq.modeling.pretrained import NAMED_JSON, NAMES
+from dupq_lab.options import DATA, REPO, Data, Seed
+
+
+def main(
+    name: Annotated[str, typer.Argument(help=f"The named model: {', '.join(NAMES)}.")],
+    pairs: Annotated[int, typer.Option(min=10, help="Dev pairs drawn at random to fit on.")] = 1000,
+    seed: Seed = 0,
+    data: Data = DATA,
+) -> None:
+    if name not in NAMES:
+        raise typer.BadParameter(f"{name} is not one of {', '.join(NAMES)}.")
+    dev = split_pairs(read_pairs(data)[0]).dev
+    dev = dev.take(np.sort(np.random.default_rng(seed).choice(len(dev), min(pairs, len(dev)), replace=False)))
+    model = Model.load(name)
+    record = calibrate(model, dev)
+    model.metrics = {"calibration": record}
+    model.save(model.folder)  # its config.json and metrics.json in the cache, as resolve will write them
+    command = f"dupq-lab named-calibration {name} --pairs {pairs} --seed {seed}"
+    config = json.loads((model.folder / "config.json").read_text(encoding="utf-8"))
+    write_json(NAMED_JSON / f"{name}.json", {"command": command, "config": config, "metrics": model.metrics})
+    print(
+        json.dumps(
+            {"model": name, "command": command, "file": str((NAMED_JSON / f"{name}.json").relative_to(REPO)), **record}
+        )
+    )
+
+
+if __name__ == "__main__":
+    typer.run(main)
