@@ -214,7 +214,7 @@ def test_oversized_bodies_get_413(client):
 def test_library_errors_become_400(client, monkeypatch):
     collection = client.app.state.collection
 
-    def refuse(queries, k=10, where=None):
+    def refuse(queries, k=10, where=None, exclude=None):
         raise DupqError("this question cannot be searched.")
 
     monkeypatch.setattr(collection, "search", refuse)

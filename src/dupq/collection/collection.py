@@ -42,10 +42,11 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 
-from dupq.collection.backend import Backend, IndexStats, check_where
+from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest
@@ -224,21 +225,43 @@ class Collection:
         self._check_open()
         return self._backend.search(np.asarray(vectors, dtype=np.float32), k, check_where(where))
 
-    def search(self, queries: list[str], k: int = 10, where: dict | None = None) -> list[list[Hit]]:
+    def page(
+        self, after: int | None = None, limit: int = 100, where: dict | None = None
+    ) -> tuple[list[tuple[int, str | None, str, dict]], int | None]:
+        """A page of the stored questions in id order: up to ``limit`` ``(id, key, text, metadata)`` of ids above
+        ``after`` (None: from the first) whose metadata match ``where`` (as in :meth:`search`), and the cursor of
+        the next page (the last id given; None when no question is left). Pages that follow one another's
+        cursor give every question once; a question whose text changes meanwhile moves to the end (a new id).
+        """
+        self._check_open()
+        where = check_where(where)
+        if limit < 1:
+            raise DupqError(f"a page holds at least 1 question, got {limit}.")
+        rows = self._backend.page(-1 if after is None else min(after, MAX_ID), limit + 1, where)
+        out = [(i, key, text, read_metadata(meta)[0]) for i, (key, text, meta) in rows[:limit]]
+        return out, (out[-1][0] if len(rows) > limit else None)
+
+    def search(
+        self, queries: list[str], k: int = 10, where: dict | None = None, exclude: list[str] | None = None
+    ) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed change included).
 
         ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
-        field equal to its value (or to one of its values).
+        field equal to its value (or to one of its values). ``exclude``: keys of questions left out
+        (a ticket searching for its own duplicates leaves itself out); the ``k`` best of the rest.
         """
         self._check_open()
         queries = check_questions(queries, "query")
         where = check_where(where)
+        exclude = [exclude] if isinstance(exclude, str) else list(exclude or [])
+        left_out = set(check_keys(exclude, len(exclude)))
         if k < 1:
             raise DupqError(f"k must be at least 1, got {k}.")
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
-        scores, ids = self._backend.search(vectors, k, where)  # (Q, k'), (Q, k')
+        wanted = k + len(left_out)  # a key left out is at most one hit of a query
+        scores, ids = self._backend.search(vectors, wanted, where)  # (Q, k'), (Q, k')
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
@@ -253,6 +276,8 @@ class Collection:
             self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
             for a, b in zip(bounds, bounds[1:])
         ]
+        if left_out:
+            hits = [[h for h in row if h.key not in left_out][:k] for row in hits]
         canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
         if canonical:  # a canonical question removed since is no one's any more
             stored = self._backend.find(sorted(canonical))
@@ -363,13 +388,17 @@ class Collection:
             self._check_open()
             return self._backend.update(key, text, meta, vector)
 
-    def decide(self, key: str, *, duplicate_of: str | None = None, not_duplicate_of: str | None = None) -> dict:
+    def decide(
+        self, key: str, *, duplicate_of: str | None = None, not_duplicate_of: str | None = None, change: bool = False
+    ) -> dict:
         """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
         canonical question), or not a duplicate of ``not_duplicate_of``; its metadata afterwards.
 
         Both questions must be stored, and a duplicate's canonical question may not lead back to it
-        (a cycle is refused). A question is a duplicate of one canonical question at a time (a new
-        decision replaces it); judging it distinct from its canonical one clears that. A digest of
+        (a cycle is refused). A question is a duplicate of one canonical question at a time. A decision
+        that contradicts an earlier one (a duplicate of another canonical question, or distinct from its
+        canonical one, or a duplicate of one judged distinct) is :class:`KeyConflict` unless ``change``:
+        then it replaces the earlier one, and ``decision_changes`` keeps what it was and when. A digest of
         the two texts is kept with the decision (``judged``). The stored metadata is read and written
         back in one transaction of the backend, so decisions recorded at once by several workers are
         all kept; stored decision fields of the wrong type are refused, never rewritten.
@@ -389,12 +418,14 @@ class Collection:
             refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
         digest = judged_digest(texts[key], texts[other])
 
-        def change(stored: str | None) -> str:
-            return recorded(stored, key, other, duplicate_of is not None, digest)
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+
+        def edit(stored: str | None) -> str:
+            return recorded(stored, key, other, duplicate_of is not None, digest, change, at)
 
         with self._write_lock:
             self._check_open()
-            _, stored = self._backend.edit(key, change, [other])
+            _, stored = self._backend.edit(key, edit, [other])
         return read_metadata(stored)[0]
 
     def decisions(self) -> list[tuple[str, str, str, str, int]]:

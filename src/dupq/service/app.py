@@ -4,12 +4,16 @@
 (:mod:`dupq.service.server`). Its routes, one router per area, are in :mod:`dupq.service.routes`::
 
     POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
-    POST /search      {question, k, filter}  -> {results: [{id, key, text, score, probability, duplicate, duplicate_of, metadata}], ...}
+    POST /search      {question, k, filter, exclude}  -> {results: [{id, key, text, score, probability, duplicate, duplicate_of, metadata}], ...}
     POST /questions   {text, metadata, key}  -> 201 {id, count}   (bearer token; durable when answered;
                                         a key, or an Idempotency-Key header, makes a retry store nothing)
-    PUT  /questions/{key}  {text, metadata}  -> {key, id, count}  (token; 404 for a key not stored)
+    PUT  /questions/{key}  {text, metadata}  -> {key, id, count, text, metadata}  (token; 404 for a key not stored)
     DELETE /questions/{key}             -> {key, id: null, count}  (token; found by no search once answered)
-    POST /questions/{key}/decision {duplicate_of | not_duplicate_of}  -> {key, id, count, metadata}  (token)
+    POST /questions/{key}/decision {duplicate_of | not_duplicate_of, change}  -> {key, id, count, metadata}  (token;
+                                        409 for one that contradicts an earlier decision, unless change is true)
+    GET  /questions/{key}               -> {id, key, text, metadata}  (404 for a key not stored)
+    GET  /questions?limit&cursor&where  -> {questions: [{id, key, text, metadata}], next_cursor}  (in id order)
+    GET  /decisions                     -> {decisions: [{key, other, text, other_text, duplicate}]}
     GET  /health                        -> {status, questions, threshold, threshold_on}
     GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
     GET  /                              -> the moderators' web page (its HTML, script and styles)
@@ -55,7 +59,7 @@ from dupq.service.batching import Batcher
 from dupq.service.errors import REFUSED, UNAUTHORISED, add_error_handlers
 from dupq.service.metrics import RequestMetrics
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
-from dupq.service.routes import health, page, questions, search, similarity
+from dupq.service.routes import health, page, questions, search, similarity, stored
 from dupq.service.workers import with_these_threads
 
 
@@ -107,6 +111,7 @@ def create_app(
     unauthorised = UNAUTHORISED if protect_reads else {}
     for router in (similarity.router, search.router):
         app.include_router(router, dependencies=reads, responses=REFUSED | unauthorised)
+    app.include_router(stored.router, dependencies=reads, responses=unauthorised)
     app.include_router(questions.router)
     app.include_router(health.router, dependencies=reads, responses=unauthorised)
     app.include_router(page.router)

@@ -18,7 +18,7 @@ from fastapi.exceptions import HTTPException
 
 from dupq.service import metrics
 from dupq.service.auth import authorised
-from dupq.service.errors import CONFLICT, REFUSED, UNAUTHORISED, UNKNOWN
+from dupq.service.errors import CONFLICT, DECISION_CONFLICT, REFUSED, UNAUTHORISED, UNKNOWN
 from dupq.service.schemas import AddRequest, AddResponse, Changed, DecisionRequest, Key, UpdateRequest
 
 router = APIRouter(dependencies=[Depends(authorised)], responses=REFUSED | UNAUTHORISED)
@@ -33,7 +33,8 @@ async def add_question(
     """Store a question (and its metadata); it is on disk when this answers.
 
     With a ``key`` (or an ``Idempotency-Key`` header), sending the same request again stores
-    nothing and answers the stored id: a client may retry after a timeout or an error.
+    nothing and answers the stored id: a client may retry after a timeout or an error, and a ticket
+    sent again after a moderator's decision on it is the same ticket (the decision is not its metadata).
     """
     if body.key and idempotency_key and body.key != idempotency_key:
         raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
@@ -53,21 +54,33 @@ async def remove_question(key: Key, request: Request) -> Changed:
 
 @router.put("/questions/{key:path}", responses=UNKNOWN)
 async def update_question(key: Key, body: UpdateRequest, request: Request) -> Changed:
-    """Give the question of ``key`` a new text and/or metadata (the same again changes nothing)."""
+    """Give the question of ``key`` a new text and/or metadata (the same again changes nothing); answers what is stored."""
     collection = request.app.state.collection
-    i = await anyio.to_thread.run_sync(functools.partial(collection.update, key, body.text, body.metadata))
+
+    def update() -> tuple[int, str, dict]:
+        collection.update(key, body.text, body.metadata)
+        return collection.get(key)
+
+    i, text, metadata = await anyio.to_thread.run_sync(update)
     metrics.UPDATED.inc()
-    return Changed(key=key, id=i, count=len(collection))
+    return Changed(key=key, id=i, count=len(collection), text=text, metadata=metadata)
 
 
-@router.post("/questions/{key:path}/decision", responses=UNKNOWN | CONFLICT)
+@router.post("/questions/{key:path}/decision", responses=UNKNOWN | DECISION_CONFLICT)
 async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
-    """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``."""
+    """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``.
+
+    One that contradicts an earlier decision is refused (409) unless ``change`` is true; then it is recorded as a
+    change, its metadata's ``decision_changes`` keeping what it replaced and when."""
     if key in (body.duplicate_of, body.not_duplicate_of):  # a valid request that the stored question refuses
         raise HTTPException(409, f"a question cannot be judged against itself ({key!r}).")
     collection = request.app.state.collection
     decide = functools.partial(
-        collection.decide, key, duplicate_of=body.duplicate_of, not_duplicate_of=body.not_duplicate_of
+        collection.decide,
+        key,
+        duplicate_of=body.duplicate_of,
+        not_duplicate_of=body.not_duplicate_of,
+        change=body.change,
     )
     metadata = await anyio.to_thread.run_sync(decide)
     metrics.UPDATED.inc()

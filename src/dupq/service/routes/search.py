@@ -1,7 +1,7 @@
 """``POST /search``: the stored questions most similar to a new one, searched in batches.
 
 Requests that arrive while a search runs wait for the next one and are answered together by
-:func:`search_many`, one ``Collection.search`` per filter (one encoding pass, one FAISS call).
+:func:`search_many`, one ``Collection.search`` per filter and keys left out (one encoding pass, one FAISS call).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ router = APIRouter()
 
 @router.post("/search")
 async def search(body: SearchRequest, request: Request) -> SearchResponse:
-    """The ``k`` stored questions most similar to ``question``, best first."""
-    hits = await request.app.state.searches.submit((body.question, body.k, body.filter))
+    """The ``k`` stored questions most similar to ``question``, best first (but those of ``exclude``)."""
+    hits = await request.app.state.searches.submit((body.question, body.k, body.filter, body.exclude))
     collection = request.app.state.collection
     return SearchResponse(
         question=body.question,
@@ -28,15 +28,17 @@ async def search(body: SearchRequest, request: Request) -> SearchResponse:
     )
 
 
-def search_many(collection, items: list[tuple[str, int, dict | None]]) -> list[list[HitOut]]:
-    """One ``Collection.search`` per filter among many ``(question, k, filter)``: the largest ``k``, then each cut to its own."""
+def search_many(collection, items: list[tuple[str, int, dict | None, list[str]]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` per filter and excluded keys among many ``(question, k, filter, exclude)``: the
+    largest ``k``, then each cut to its own."""
     groups: dict[str, list[int]] = {}
-    for n, (_, _, where) in enumerate(items):
-        groups.setdefault(json.dumps(where, sort_keys=True), []).append(n)
+    for n, (_, _, where, exclude) in enumerate(items):
+        groups.setdefault(json.dumps([where, sorted(set(exclude))], sort_keys=True), []).append(n)
     out: list[list[HitOut]] = [[] for _ in items]
     for members in groups.values():
-        where = items[members[0]][2]
-        hits = collection.search([items[n][0] for n in members], k=max(items[n][1] for n in members), where=where)
+        _, _, where, exclude = items[members[0]]
+        k = max(items[n][1] for n in members)
+        hits = collection.search([items[n][0] for n in members], k=k, where=where, exclude=exclude)
         for n, row in zip(members, hits):
             out[n] = [
                 HitOut(
