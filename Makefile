@@ -1,5 +1,7 @@
-# Quick start:  make demo   (install; train the bundled model's recipe without its teacher, evaluate it, write the report)
+# Quick start:  make demo   (install; a small help desk built, searched and judged with the bundled model; the seed
+#                            recipe trained briefly and asked the seeds' two questions: about two minutes)
 #               make test   (install, then run the test suite)
+# make labelled: the labelled recipe without its teacher, evaluated, with its report (six epochs: 10-15 minutes)
 # make bundled: the bundled model itself (needs the .[distil] extra: teacher vectors first, then the same training with them,
 # then its static branch: the teacher's vector of each word)
 PYTHON ?= python3
@@ -7,7 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo bundled test bench figures measurements clean
+.PHONY: install demo labelled bundled test bench figures measurements clean
 
 install: $(STAMP)
 
@@ -22,8 +24,25 @@ $(STAMP): pyproject.toml lab/pyproject.toml
 	touch $(STAMP)
 
 # The recipes are presets shipped in the package (src/dupq/training/presets/*.toml; `dupq train --preset NAME --show`
-# prints one): `labelled` is make demo's, `bundled` the bundled model's (labelled + the teacher), `seed` is `dupq train`.
+# prints one): `labelled` is make labelled's, `bundled` the bundled model's (labelled + the teacher), `seed` is `dupq train`.
 demo: install
+	@echo "== a help desk of 60 old questions (examples/desk), stored with the bundled model"
+	rm -rf runs/desk
+	$(BIN)/dupq index build examples/desk/questions.tsv --key-column key --out runs/desk
+	@echo "== six new questions, each with its three likeliest old ones"
+	$(BIN)/dupq search runs/desk --queries examples/desk/new.txt -k 3
+	@echo "== pairs judged: a question against itself, a rewording, a different question"
+	$(BIN)/dupq predict "Can I use the app offline?" "Can I use the app offline?"
+	$(BIN)/dupq predict "Does the app still work when I have no internet?" "Can I use the app offline without an internet connection?"
+	$(BIN)/dupq predict "How do I print an invoice?" "How do I delete a draft invoice?"
+	@echo "== to review new questions on its page:  $(BIN)/dupq serve runs/desk   (then open http://127.0.0.1:8000/)"
+	@echo "== the seeds' recipe (duplicate pairs only, triplet loss), trained briefly: one epoch over 17,920 Quora pairs"
+	$(BIN)/dupq train --train-pool 60000 --epochs 1 --threads 0 --out runs/seed --overwrite --no-progress
+	@echo "== the seeds' two questions, judged by that model"
+	$(BIN)/dupq predict "When will I see you?" "When can I see you again?" --model runs/seed
+	$(BIN)/dupq predict "Do they enjoy eating the dessert?" "Do they like hiking in the desert?" --model runs/seed
+
+labelled: install
 	$(BIN)/dupq train --preset labelled --out runs/model --overwrite --no-progress
 	$(BIN)/dupq evaluate runs/model
 	$(BIN)/dupq report runs/model --out runs/report --overwrite

@@ -9,6 +9,7 @@ Set ``DUPQ_SCREENSHOT=path.png`` to keep the screenshot.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -154,3 +155,84 @@ def test_right_to_left_text_cannot_reorder_the_page(browser, tmp_path, tiny_mode
         assert row.locator(".badge").evaluate(LETTER_ORDER, "likely") is True, "the badge reads right to left"
         assert row.evaluate(LETTER_ORDER, "marker") is True, "the metadata after the override reads right to left"
         context.close()
+
+
+QUEUED = [
+    ("new-1", "How can I lose weight fast without a diet?", "health"),
+    ("new-2", "How do I learn Python in a month?", "code"),
+    ("new-3", "What is the quickest way to lose weight?", "health"),
+    ("new-4", "Which book teaches Python best?", "code"),
+]
+
+
+def test_a_moderator_walks_the_review_queue(browser, tmp_path, tiny_model_dir, small_splits):
+    """Open the queue, give the token (and a name) once at the first decision, decide one with a click and one
+    with a key, undo it, filter by category, and read the past decisions, checking each against the server."""
+    from playwright.sync_api import expect
+
+    from dupq.collection.collection import Collection
+    from dupq.modeling.model import Model
+    from dupq.service.app import create_app
+
+    texts = questions(small_splits, 200)
+    coll = Collection.build(tmp_path / "desk", texts, Model.load(tiny_model_dir), keys=[f"q{i}" for i in range(200)])
+    coll.add(
+        [t for _, t, _ in QUEUED], [{"category": c} for _, _, c in QUEUED], [k for k, _, _ in QUEUED], pending=True
+    )
+    coll.close()
+    with LiveServer(create_app(tmp_path / "desk", token="page-token")) as live:
+        page = browser.new_page(viewport={"width": 900, "height": 1200})
+        page.goto(live.url + "/")
+        page.click("#tab-queue")
+        rows = page.locator("#queue li.queued")
+        expect(rows).to_have_count(4)
+        expect(page.locator("#queue-info")).to_contain_text("4 questions waiting")
+        first = rows.nth(0)
+        expect(first).to_have_class(re.compile(r"\bselected\b"))
+        expect(first.locator(".candidates > li")).to_have_count(5)
+        assert page.is_hidden("#token-form")
+
+        candidate = first.locator(".candidates > li").first.locator(".meta bdi").first.inner_text()
+        first.get_by_role("button", name="Duplicate of this (1)").click()  # the first action asks for the token
+        expect(page.locator("#token-form")).to_be_visible()
+        page.fill("#token", "page-token")
+        page.fill("#moderator", "Ana María")
+        page.click("#token-form button[type=submit]")
+        expect(first).to_have_class(re.compile(r"\bdecided\b"))
+        expect(first.locator("button.decide")).to_have_count(0)  # a decided row offers no buttons again
+        expect(first.locator(".outcome")).to_contain_text(f"duplicate of {candidate} by Ana María")
+
+        second = rows.nth(1)
+        expect(second).to_have_class(re.compile(r"\bselected\b"))
+        page.keyboard.press("n")  # not a duplicate of any, by key: no token asked again
+        expect(second).to_have_class(re.compile(r"\bdecided\b"))
+        assert page.is_hidden("#token-form")
+        past = page.locator("#decided li.past")
+        expect(past).to_have_count(2)
+        expect(past.first).to_contain_text(QUEUED[1][1])
+        expect(past.first).to_contain_text("by Ana María")
+        expect(past.nth(1)).to_contain_text(f"duplicate of {candidate}")
+        decided = page.request.get(live.url + "/queue/decided").json()["decisions"]
+        assert [(d["key"], d["action"], d["by"]) for d in decided] in (
+            [("new-2", "distinct", "Ana María"), ("new-1", "duplicate", "Ana María")],
+            [("new-1", "duplicate", "Ana María"), ("new-2", "distinct", "Ana María")],  # within the same second
+        )
+        assert decided[[d["key"] for d in decided].index("new-1")]["keys"] == [candidate]
+
+        page.keyboard.press("u")  # undo the last decision: new-2 waits again, with its buttons
+        expect(past).to_have_count(1)
+        expect(rows).to_have_count(3)
+        expect(page.locator("#queue li.queued", has_text=QUEUED[1][1]).locator("button.decide")).not_to_have_count(0)
+        waiting = page.request.get(live.url + "/queue").json()
+        assert [item["key"] for item in waiting["items"]] == ["new-2", "new-3", "new-4"]
+
+        page.select_option("#queue-category", "code")
+        expect(rows).to_have_count(2)
+        expect(page.locator("#queue-info")).to_contain_text("2 questions waiting in code")
+        assert [r.get_attribute("data-key") for r in rows.all()] == ["new-2", "new-4"]
+        assert all("category code" in t for t in rows.all_inner_texts())
+        screenshot = tmp_path / "queue.png"
+        page.screenshot(path=str(screenshot), full_page=True)
+        if os.environ.get("DUPQ_SCREENSHOT"):
+            shutil.copy(screenshot, Path(os.environ["DUPQ_SCREENSHOT"]).with_name("queue.png"))
+        page.close()

@@ -126,6 +126,12 @@ def test_a_ticket_sent_again_after_a_decision_is_the_same_ticket(desk, texts):
     other = client.post("/questions", json={**ticket, "metadata": {"from": "mail"}}, headers=AUTH)
     assert other.status_code == 409
     assert coll.get("T-1")[2]["duplicate_of"] == "q0" and len(coll) == N + 1
+    queued = {**ticket, "key": "T-2", "pending": True}  # through the review queue: pending, then reviewed
+    first = client.post("/questions", json=queued, headers=AUTH)
+    client.post("/questions/T-2/decision", json={"not_duplicate_of": "q0"}, headers=AUTH)
+    assert "pending" not in coll.get("T-2")[2]
+    again = client.post("/questions", json=queued, headers=AUTH)
+    assert again.status_code in (200, 201) and again.json()["id"] == first.json()["id"] and len(coll) == N + 2
 
 
 def test_put_answers_what_was_stored(desk):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -66,6 +67,7 @@ def adapt_command(
     from dupq.training.adapt import adapt
     from dupq.training.adapt_questions import base_model, user_questions
 
+    started = time.perf_counter()  # the closing line counts all of it: reading, the teacher, fine-tuning, saving
     config = AdaptConfig(**adapt_fields)
     check_new_model_folder(out, overwrite)
     check_apart(out, Location.parse(source).local_path, model)
@@ -94,6 +96,7 @@ def adapt_command(
         f"({adapted.encoder.lstm().vocab.unknown_words_are}, trained with the rest)"
     )
     typer.echo(
-        f"saved model to {out} (teacher {record['seconds']['teacher']:.0f}s, fine-tuning {record['seconds']['fine_tuning']:.0f}s); "
+        f"saved model to {out} in {time.perf_counter() - started:.0f}s (teacher {record['seconds']['teacher']:.0f}s, "
+        f"fine-tuning {record['seconds']['fine_tuning']:.0f}s); "
         f"encode a collection again with `dupq index reencode COLLECTION --model {out} --out NEW`"
     )

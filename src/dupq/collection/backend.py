@@ -18,6 +18,9 @@ What every backend guarantees (the collection's promises rest on these):
   and answers the stored id (another text raises :class:`~dupq.collection.rows.KeyConflict`); an
   update to what is stored already changes nothing; a key not stored is
   :class:`~dupq.collection.rows.UnknownKey`.
+* **Pending questions are left out**: :meth:`Backend.search` answers no row that :data:`HIDDEN`
+  matches (a question waiting in the review queue, :mod:`dupq.collection.review`) unless asked
+  (``pending=True``); a filter still loses nothing of the others.
 * **A filter loses nothing**: :meth:`Backend.search` with ``where`` answers the ``k`` best of the
   rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
   however few match.
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dupq.collection.rows import PENDING, read_metadata
 from dupq.core.errors import DupqError
 
 Row = tuple  # (key or None, text, metadata as JSON text or None)
@@ -122,6 +126,14 @@ def matches(metadata: dict, where: Where | None) -> bool:
     )
 
 
+HIDDEN: Where = {PENDING: [True]}  # the rows a search leaves out unless asked: questions waiting for a moderator
+
+
+def hidden(metadata: dict) -> bool:
+    """Whether a row of ``metadata`` waits in the review queue, and so is left out of searches (:data:`HIDDEN`)."""
+    return matches(metadata, HIDDEN)
+
+
 def _scalar(value) -> bool:
     return isinstance(value, (str, int, float)) and value is not None
 
@@ -188,8 +200,11 @@ class Backend(ABC):
         """``{key: (id, text, metadata JSON)}`` of the stored ``keys`` (missing ones left out)."""
 
     @abstractmethod
-    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of the stored rows that match ``where``, best first."""
+    def search(
+        self, vectors: np.ndarray, k: int, where: Where | None = None, pending: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of the stored rows that match ``where``, best first;
+        the rows :data:`HIDDEN` matches are left out unless ``pending``."""
 
     @abstractmethod
     def rows(self, ids: list[int]) -> dict[int, Row]:
@@ -219,6 +234,11 @@ class Backend(ABC):
                 if len(out) == limit:
                     break
         return out
+
+    def rows_naming(self, field: str) -> list[tuple[int, Row]]:
+        """Every stored ``(id, (key, text, metadata JSON))`` whose metadata has ``field``, in id order (by default
+        a scan of :meth:`all_rows`; a store that can find them faster says so)."""
+        return [(i, row) for i, row in self.all_rows() if field in read_metadata(row[2])[0]]
 
     def indexed(self) -> int:
         """How many vectors the search index holds (by default the stored questions: the store searches itself)."""

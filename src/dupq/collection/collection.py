@@ -27,6 +27,11 @@ texts of each decision); :meth:`Collection.decide` writes them, and every way in
 (:func:`~dupq.collection.rows.decision_problem`). A decision follows the texts judged, not only the
 keys: :meth:`Collection.decisions` leaves out one whose side's text changed since.
 
+**The review queue**: ``add(..., pending=True)`` stores questions that no search finds until a
+moderator decides on them (:mod:`dupq.collection.review`): :meth:`Collection.queue` lists them,
+:meth:`Collection.decide` clears the flag and records who decided when, :meth:`Collection.undo` takes
+that back, :meth:`Collection.reviewed` lists the queue's past decisions.
+
 **Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
 the hits whose metadata match (a list: any of them), and loses none of them (the backend's
 promise, checked against a brute-force filter in the tests).
@@ -46,12 +51,14 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest
 from dupq.collection.rows import (
     DUPLICATE_OF,
+    PENDING,
     KeyConflict,
     StoreFailure,
     UnknownKey,
@@ -339,17 +346,26 @@ class Collection:
     # Changing it.
 
     def add(
-        self, texts: list[str], metadata: list[dict] | None = None, keys: list[str | None] | None = None
+        self,
+        texts: list[str],
+        metadata: list[dict] | None = None,
+        keys: list[str | None] | None = None,
+        *,
+        pending: bool | list[bool] = False,
     ) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.
 
         When this returns, the questions are on disk and searchable; if the process dies
         before, none of them is stored. A question whose ``key`` is stored already is not stored
         again: its stored id is returned (the same key with another text or metadata raises
-        :class:`KeyConflict`).
+        :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait in the review
+        queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
+        each needs a key, which the decision names).
         """
         self._check_open()
         texts = check_questions(texts)
+        if pending:
+            metadata = review.queued(texts, metadata, keys, pending)
         meta = check_metadata(metadata, len(texts))
         keys = check_keys(keys, len(texts))
         if not texts:
@@ -389,10 +405,18 @@ class Collection:
             return self._backend.update(key, text, meta, vector)
 
     def decide(
-        self, key: str, *, duplicate_of: str | None = None, not_duplicate_of: str | None = None, change: bool = False
+        self,
+        key: str,
+        *,
+        duplicate_of: str | None = None,
+        not_duplicate_of: str | list[str] | None = None,
+        keep: bool = False,
+        by: str | None = None,
+        change: bool = False,
     ) -> dict:
         """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
-        canonical question), or not a duplicate of ``not_duplicate_of``; its metadata afterwards.
+        canonical question), not a duplicate of ``not_duplicate_of`` (a key, or a list: of none of them), or
+        (``keep``) a new question, no pair judged; its metadata afterwards.
 
         Both questions must be stored, and a duplicate's canonical question may not lead back to it
         (a cycle is refused). A question is a duplicate of one canonical question at a time. A decision
@@ -401,32 +425,59 @@ class Collection:
         then it replaces the earlier one, and ``decision_changes`` keeps what it was and when. A digest of
         the two texts is kept with the decision (``judged``). The stored metadata is read and written
         back in one transaction of the backend, so decisions recorded at once by several workers are
-        all kept; stored decision fields of the wrong type are refused, never rewritten.
+        all kept; stored decision fields of the wrong type are refused, never rewritten. A pending
+        question leaves the review queue, with who (``by``) decided what and when recorded
+        (:func:`~dupq.collection.review.reviewed`; :meth:`undo` takes it back).
         """
         self._check_open()
-        if (duplicate_of is None) == (not_duplicate_of is None):
-            raise DupqError("give one decision: duplicate_of or not_duplicate_of.")
-        other = duplicate_of if duplicate_of is not None else not_duplicate_of
-        check_keys([key, other], 2)
-        if other == key:
+        action, others = review.decision(duplicate_of, not_duplicate_of, keep)
+        by = review.check_by(by)
+        check_keys([key, *others], len(others) + 1)
+        if key in others:
             raise DupqError(f"a question cannot be judged against itself ({key!r}).")
-        texts = {k: text for k, (_, text, _) in self._backend.find([key, other]).items()}
-        for k in (key, other):
+        texts = {k: text for k, (_, text, _) in self._backend.find([key, *others]).items()}
+        for k in (key, *others):
             if k not in texts:
                 raise UnknownKey(f"no question with the key {k!r} is stored in {self.location}; nothing was changed.")
         if duplicate_of is not None:
             refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
-        digest = judged_digest(texts[key], texts[other])
+        digests = {other: judged_digest(texts[key], texts[other]) for other in others}
 
         at = datetime.now(UTC).isoformat(timespec="seconds")
 
-        def edit(stored: str | None) -> str:
-            return recorded(stored, key, other, duplicate_of is not None, digest, change, at)
+        def edit(stored: str | None) -> str | None:
+            after = stored
+            for other in others:
+                after = recorded(after, key, other, duplicate_of is not None, digests[other], change, at)
+            return review.reviewed(stored, after, action, others, by)
 
         with self._write_lock:
             self._check_open()
-            _, stored = self._backend.edit(key, edit, [other])
+            _, stored = self._backend.edit(key, edit, others)
         return read_metadata(stored)[0]
+
+    def undo(self, key: str) -> dict:
+        """Take back the review queue's decision on the question of ``key``: it is pending again, and its
+        decision fields are as they were before (one transaction); its metadata afterwards."""
+        self._check_open()
+        check_keys([key], 1)
+        with self._write_lock:
+            self._check_open()
+            _, stored = self._backend.edit(key, lambda stored: review.undone(stored, key), [])
+        return read_metadata(stored)[0]
+
+    def queue(self, where: dict | None = None) -> list[tuple[int, str | None, str, dict]]:
+        """The questions waiting for a moderator as ``(id, key, text, metadata)``, in id order (a folder's: the
+        oldest first); ``where`` keeps those whose metadata match, as a search's filter does."""
+        self._check_open()
+        where = check_where(where)
+        return review.waiting(self._backend.rows_naming(PENDING), where)
+
+    def reviewed(self) -> list[tuple[str, str, dict]]:
+        """The review queue's past decisions still standing as ``(key, text, record)``, the latest first; a record
+        says ``by`` whom, ``at`` what time, the ``action`` (duplicate, distinct, new) and the ``keys`` judged against."""
+        self._check_open()
+        return review.past(self._backend.rows_naming(review.REVIEWED))
 
     def decisions(self) -> list[tuple[str, str, str, str, int]]:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,

@@ -10,7 +10,9 @@ Four metadata fields are reserved for moderators' decisions (:func:`decision_pro
 ``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys), ``judged`` (``{key: digest}``, the
 :func:`judged_digest` of the two texts each decision was made on, so that a decision whose side
 changed since is known) and ``decision_changes`` (a list of objects: each decision changed, from what
-and when). Metadata holds no U+0000: SQLite's ``json_extract`` reads a string only
+and when). A fifth, ``pending`` (true while a question waits for a moderator), keeps it out of searches, and
+``reviewed`` records the review queue's decision (:mod:`dupq.collection.review`). Metadata holds no U+0000:
+SQLite's ``json_extract`` reads a string only
 up to it, so ``"acme\\u0000evil"`` would pass the filter ``"acme"``.
 """
 
@@ -28,7 +30,9 @@ PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit
 # The metadata fields of moderators' decisions: the canonical question's key, keys judged distinct, what was judged.
 DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED = "duplicate_of", "not_duplicate_of", "judged"
 CHANGES = "decision_changes"  # the decisions changed since first recorded: [{"was": {...}, "now": {...}, "at": ...}]
-DECISION_FIELDS = (DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED, CHANGES)
+DECISION_FIELDS = (DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED, CHANGES)  # what an undo of a queue decision puts back
+PENDING = "pending"  # true: waiting in the review queue, left out of searches (dupq.collection.review)
+REVIEWED = "reviewed"  # the record of a queue decision: by, at, action, keys, before (dupq.collection.review)
 
 
 class KeyConflict(DupqError):
@@ -130,11 +134,13 @@ def decision_problem(metadata: dict) -> str | None:
 
 
 def undecided(metadata: str | None) -> str | None:
-    """Stored metadata (JSON text) without the reserved decision fields: what a client sent before any decision."""
+    """Metadata (JSON text) without what moderators and the review queue add to it (the decision fields,
+    ``pending``, ``reviewed``): what a client sends, before and after a decision."""
     value, damage = read_metadata(metadata)
-    if damage or not any(field in value for field in DECISION_FIELDS):
+    moderated = (*DECISION_FIELDS, PENDING, REVIEWED)
+    if damage or not any(field in value for field in moderated):
         return metadata
-    rest = {k: v for k, v in value.items() if k not in DECISION_FIELDS}
+    rest = {k: v for k, v in value.items() if k not in moderated}
     return json.dumps(rest, ensure_ascii=False) if rest else None
 
 
@@ -231,7 +237,9 @@ def place(
     for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
         if key is not None and key in stored:
             i, stored_text, stored_meta = stored[key]
-            same = stored_text == text and (same_metadata(stored_meta, m) or same_metadata(undecided(stored_meta), m))
+            same = stored_text == text and (
+                same_metadata(stored_meta, m) or same_metadata(undecided(stored_meta), undecided(m))
+            )
             if not same and key in given:  # no id is taken: nothing is stored
                 raise KeyConflict(
                     f"the key {key!r} is given to questions {given[key] + 1} and {j + 1} of one add, "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -176,13 +176,30 @@ class SearchResponse(BaseModel):
     results: list[HitOut]
 
 
+# A pending question needs a key: a moderator's decision names it (the schema says so, as the validator does).
+KEYED_WHEN_PENDING = {
+    "if": {"properties": {"pending": {"const": True}}, "required": ["pending"]},
+    "then": {"required": ["key"]},
+}
+
+
 class AddRequest(BaseModel):
-    model_config = STRICT
+    model_config = ConfigDict(**STRICT, json_schema_extra=KEYED_WHEN_PENDING)
     text: Question
     metadata: Metadata = Field(default_factory=dict, description="Any JSON object stored with the question.")
     key: Key | None = Field(
         None, description="Your id for the question: a key stored already stores nothing and answers its id."
     )
+    pending: bool = Field(
+        False,
+        description="Wait in the review queue (GET /queue), found by no search until a moderator decides; needs a key.",
+    )
+
+    @model_validator(mode="after")
+    def _keyed(self):
+        if self.pending and self.key is None:
+            raise ValueError("a pending question needs a key (a moderator's decision names it)")
+        return self
 
 
 def fields_given(body: BaseModel, least: int, most: int, names: tuple[str, ...] | None = None) -> BaseModel:
@@ -212,16 +229,17 @@ class UpdateRequest(BaseModel):
         return fields_given(self, 1, 2)
 
 
-DECIDED = ("duplicate_of", "not_duplicate_of")
+DECIDED = ("duplicate_of", "not_duplicate_of", "keep")
 
 
 class DecisionRequest(BaseModel):
-    # exactly one of the two (the schema says so: a request with neither or both is not a valid one)
-    model_config = ConfigDict(
-        **STRICT, json_schema_extra={"oneOf": [{"required": ["duplicate_of"]}, {"required": ["not_duplicate_of"]}]}
-    )
+    # exactly one of the three (the schema says so: a request with none or two is not a valid one)
+    model_config = ConfigDict(**STRICT, json_schema_extra={"oneOf": [{"required": [name]} for name in DECIDED]})
     duplicate_of: Key = Field(None, description="The key of the canonical question this one duplicates.")
-    not_duplicate_of: Key = Field(None, description="The key of a question this one does not duplicate.")
+    not_duplicate_of: Key | Annotated[list[Key], Field(min_length=1, max_length=MAX_K)] = Field(
+        None, description="The key of a question this one does not duplicate (a list: it duplicates none of them)."
+    )
+    keep: Literal[True] = Field(None, description="A new question: out of the review queue, no pair judged.")
     change: StrictBool = Field(
         False,
         description="This decision replaces an earlier one it contradicts (recorded as a change, with what it was "
@@ -275,3 +293,41 @@ class Health(BaseModel):
     questions: int
     threshold: float
     threshold_on: str
+
+
+class Candidate(HitOut):
+    """A likely duplicate of a question in the review queue: a search's hit, with what the page shows beside it."""
+
+    shared: list[str]  # the words the two questions share (the commonest English ones left out)
+    # the tiers of a verdict (suggest / duplicate) arrive with HitOut's own fields: nothing to add here
+
+
+class QueuedQuestion(BaseModel):
+    id: int
+    key: str | None
+    text: str
+    category: str | None  # its metadata's value of the queue's field (default "category") as text; null without one
+    metadata: dict[str, Any]
+    candidates: list[Candidate]  # its likely duplicates, best first (pending questions left out)
+
+
+class QueuePage(BaseModel):
+    total: int  # questions waiting that match the filter
+    page: int
+    size: int
+    field: str  # the metadata field the category filter reads
+    categories: dict[str, int]  # every value of that field among the waiting questions, and how many hold it
+    items: list[QueuedQuestion]
+
+
+class PastDecision(BaseModel):
+    key: str
+    text: str
+    action: Literal["duplicate", "distinct", "new"]  # a duplicate of keys[0], of none of keys, or kept as new
+    keys: list[str]
+    by: str | None  # the moderator's name, as the page (or the X-Moderator header) gave it
+    at: str  # when, in ISO 8601 (UTC)
+
+
+class PastDecisions(BaseModel):
+    decisions: list[PastDecision]  # the latest first

@@ -1,4 +1,4 @@
-// dupq's page: live search for similar old questions, and a two-question comparison.
+// dupq's page: live search for similar old questions, a two-question comparison, and the moderators' review queue.
 // Plain DOM; every text from the server goes in through textContent, never as HTML, and every
 // text a user wrote (a stored question, its metadata) inside its own <bdi>: a right-to-left
 // override in it then cannot reorder the page's own words and numbers beside it.
@@ -17,17 +17,39 @@ function authorised(headers = {}) {
 
 function askForToken() {
   $("token-form").hidden = false;
+  $("token").focus();
 }
 
-async function post(path, body, signal) {
+// A write asks for the token once, before the first one: the action waits until the form is sent.
+let waitingForToken = null;
+function withToken(action) {
+  if (sessionStorage.getItem("dupq-token")) return action();
+  waitingForToken = action;
+  askForToken();
+}
+
+// Who decides: the name given with the token, sent percent-encoded (a header carries Latin-1 only).
+function moderator() {
+  const name = sessionStorage.getItem("dupq-moderator");
+  return name ? { "X-Moderator": encodeURIComponent(name) } : {};
+}
+
+async function post(path, body, signal, headers = {}) {
+  return send("POST", path, body, signal, headers);
+}
+
+async function send(method, path, body, signal, headers = {}) {
   const response = await fetch(path, {
-    method: "POST",
-    headers: authorised({ "Content-Type": "application/json" }),
-    body: JSON.stringify(body),
+    method,
+    headers: authorised(body === undefined ? headers : { ...headers, "Content-Type": "application/json" }),
+    body: body === undefined ? undefined : JSON.stringify(body),
     signal,
   });
   const data = await response.json().catch(() => ({}));
-  if (response.status === 401) askForToken();
+  if (response.status === 401) {
+    sessionStorage.removeItem("dupq-token");  // a wrong token is asked for again
+    askForToken();
+  }
   if (!response.ok) throw new Error(describe(data.detail) || `the server answered ${response.status}`);
   return data;
 }
@@ -186,19 +208,272 @@ const compare = latest(async (signal) => {
   }
 });
 
+// Review queue ----------------------------------------------------------------------------------
+// The questions posted as pending, each with its likely duplicates. A decision goes through the
+// decision route (with the moderator's name), takes the row's buttons away and can be undone.
+const queue = { page: 1, size: 20, category: "", total: 0, done: [] };  // done: keys decided in this tab, the last last
+const CANDIDATES_KEYED = 5;  // keys 1..5 pick a candidate
+
+async function get(path) {
+  const response = await fetch(path, { headers: authorised() });
+  const data = await response.json().catch(() => ({}));
+  if (response.status === 401) askForToken();
+  if (!response.ok) throw new Error(describe(data.detail) || `the server answered ${response.status}`);
+  return data;
+}
+
+async function loadQueue() {
+  const info = $("queue-info");
+  info.classList.remove("error");
+  const params = new URLSearchParams({ page: queue.page, size: queue.size });
+  if (queue.category) params.set("category", queue.category);
+  try {
+    const data = await get(`/queue?${params}`);
+    queue.total = data.total;
+    showCategories(data.categories);
+    $("queue").replaceChildren(...data.items.map(queuedItem));
+    const first = (queue.page - 1) * queue.size;
+    info.textContent = data.total
+      ? `${data.total} question${data.total > 1 ? "s" : ""} waiting${queue.category ? ` in ${queue.category}` : ""}; showing ${first + 1}–${first + data.items.length}`
+      : `no question waiting${queue.category ? ` in ${queue.category}` : ""}`;
+    $("queue-previous").disabled = queue.page <= 1;
+    $("queue-next").disabled = first + data.items.length >= data.total;
+    select($("queue").querySelector("li.queued"));
+  } catch (e) {
+    info.textContent = e.message;
+    info.classList.add("error");
+  }
+  loadDecided();
+}
+
+function showCategories(categories) {
+  const box = $("queue-category");
+  const options = [el("option", "", "all")];
+  options[0].value = "";
+  const names = Object.keys(categories);
+  if (queue.category && !names.includes(queue.category)) names.push(queue.category);
+  for (const name of names.sort()) {
+    const option = el("option", "", categories[name] ? `${name} (${categories[name]})` : name);
+    option.value = name;
+    options.push(option);
+  }
+  box.replaceChildren(...options);
+  box.value = queue.category;
+}
+
+function queuedItem(item) {
+  const li = el("li", "queued");
+  li.dataset.key = item.key ?? "";
+  const head = el("div", "");
+  head.append(userText(item.text, "queued-text"));
+  if (item.category !== null) head.append(labelled("category ", item.category));
+  if (item.key) head.append(labelled("key ", item.key));
+  li.append(head);
+  const list = el("ol", "candidates");
+  item.candidates.forEach((hit, n) => list.append(candidateItem(li, item, hit, n)));
+  if (!item.candidates.length) list.append(el("li", "meta", "no stored question is like it"));
+  li.append(list);
+  const actions = el("div", "actions");
+  actions.append(
+    decisionButton("Not a duplicate of any (n)", () => decide(li, item, "distinct")),
+    decisionButton("Keep as new (k)", () => decide(li, item, "new")),
+  );
+  li.append(actions);
+  li.addEventListener("click", () => select(li));
+  li.decide = (action, n) => decide(li, item, action, n);
+  return li;
+}
+
+function candidateItem(li, item, hit, n) {
+  const row = el("li", hit.duplicate ? "duplicate" : "");
+  row.append(el("span", "number", `${n + 1}`), el("span", "score", hit.score.toFixed(2)));
+  const text = el("span", "text");
+  text.append(marked(hit.text, hit.shared));
+  if (hit.probability !== null && hit.probability !== undefined) {
+    text.append(el("span", "prob", `${Math.round(hit.probability * 100)}% duplicate`));
+  }
+  text.append(...tierBadges(hit));
+  if (hit.key) text.append(labelled("key ", hit.key));
+  if (hit.duplicate_of) text.append(labelled("duplicate of ", hit.duplicate_of));
+  if (hit.shared.length) text.append(el("span", "meta", `shares: ${hit.shared.join(", ")}`));
+  row.append(text);
+  if (hit.key && item.key) {
+    row.append(decisionButton(n < CANDIDATES_KEYED ? `Duplicate of this (${n + 1})` : "Duplicate of this", () => decide(li, item, "duplicate", n)));
+  }
+  return row;
+}
+
+// The verdict's badges. Where the server gives the two tiers (a hit's `suggest`: worth a look, and
+// `duplicate`: safe to act on), both show; a server without tiers gives `duplicate` alone.
+function tierBadges(hit) {
+  const badges = [];
+  if (hit.duplicate) badges.push(el("span", "badge", "likely duplicate"));
+  else if (hit.suggest) badges.push(el("span", "badge suggest", "worth a look"));
+  return badges;
+}
+
+// A stored text with the words it shares with the queued question marked (each text node built as text).
+function marked(text, shared) {
+  const words = new Set(shared);
+  const box = el("bdi", "question");
+  for (const part of text.split(/(\s+)/)) {
+    const word = part.toLowerCase().replace(/[!"#$%&'()*+,\-./:;<=>?@[\\\]^_`{|}~]/g, "");
+    box.append(words.has(word) ? el("mark", "", part) : part);
+  }
+  return box;
+}
+
+function decisionButton(label, action) {
+  const button = el("button", "decide", label);
+  button.type = "button";
+  button.addEventListener("click", (event) => { event.stopPropagation(); action(); });
+  return button;
+}
+
+function decide(li, item, action, n = 0) {
+  if (li.classList.contains("decided") || !item.key) return;
+  const keyed = item.candidates.filter((hit) => hit.key).map((hit) => hit.key);
+  let body;
+  if (action === "duplicate") {
+    const hit = item.candidates[n];
+    if (!hit || !hit.key) return;
+    body = { duplicate_of: hit.key };
+  } else if (action === "distinct" && keyed.length) body = { not_duplicate_of: keyed };
+  else body = { keep: true };
+  return withToken(async () => {
+    try {
+      await post(`/questions/${encodeURIComponent(item.key)}/decision`, body, undefined, moderator());
+    } catch (e) {
+      $("queue-info").textContent = e.message;
+      $("queue-info").classList.add("error");
+      return;
+    }
+    li.classList.add("decided");
+    li.querySelectorAll("button.decide").forEach((button) => button.remove());
+    li.append(outcome(action, body, sessionStorage.getItem("dupq-moderator")));
+    queue.done.push(item.key);
+    $("queue-undo").disabled = false;
+    select(next(li, 1) || li);
+    loadDecided();
+  });
+}
+
+function outcome(action, body, by) {
+  const words = {
+    duplicate: "decided: duplicate of ",
+    distinct: "decided: not a duplicate of any",
+    new: "decided: kept as a new question",
+  }[action];
+  const span = el("p", "outcome", words);
+  if (body.duplicate_of) span.append(userText(body.duplicate_of));
+  if (by) span.append(" by ", userText(by));
+  return span;
+}
+
+function undoLast() {
+  const key = queue.done[queue.done.length - 1];
+  if (key !== undefined) undo(key);
+}
+
+function undo(key) {
+  return withToken(async () => {
+    try {
+      await post(`/questions/${encodeURIComponent(key)}/undo`);
+    } catch (e) {
+      $("queue-info").textContent = e.message;
+      $("queue-info").classList.add("error");
+      return;
+    }
+    queue.done = queue.done.filter((k) => k !== key);
+    $("queue-undo").disabled = !queue.done.length;
+    loadQueue();
+  });
+}
+
+async function loadDecided() {
+  const list = $("decided");
+  try {
+    const data = await get("/queue/decided?limit=20");
+    list.replaceChildren(...data.decisions.map(pastItem));
+    if (!data.decisions.length) list.replaceChildren(el("li", "meta", "no decision yet"));
+  } catch (e) {
+    list.replaceChildren(el("li", "meta error", e.message));
+  }
+}
+
+function pastItem(d) {
+  const li = el("li", "past");
+  li.dataset.key = d.key;
+  li.append(userText(d.text), " ");
+  const what = {
+    duplicate: "duplicate of ",
+    distinct: "not a duplicate of ",
+    new: "kept as new",
+  }[d.action];
+  const line = el("span", "meta", what);
+  d.keys.forEach((k, i) => { if (i) line.append(", "); line.append(userText(k)); });
+  line.append(` · by `, userText(d.by ?? "someone"), ` · ${new Date(d.at).toLocaleString()}`);
+  li.append(line);
+  const button = el("button", "", "Undo");
+  button.type = "button";
+  button.addEventListener("click", () => undo(d.key));
+  li.append(" ", button);
+  return li;
+}
+
+function select(li) {
+  if (!li) return;
+  document.querySelectorAll("#queue li.selected").forEach((other) => { other.classList.remove("selected"); other.removeAttribute("aria-current"); });
+  li.classList.add("selected");
+  li.setAttribute("aria-current", "true");
+  li.scrollIntoView({ block: "nearest" });
+}
+
+function next(li, step) {
+  const rows = [...document.querySelectorAll("#queue li.queued")];
+  const at = rows.indexOf(li);
+  for (let i = at + step; i >= 0 && i < rows.length; i += step) {
+    if (!rows[i].classList.contains("decided")) return rows[i];
+  }
+  return null;
+}
+
+function queueKey(event) {
+  if ($("queue-panel").hidden || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (["INPUT", "TEXTAREA", "SELECT"].includes(event.target.tagName)) return;
+  const li = document.querySelector("#queue li.selected");
+  const key = event.key;
+  if (key === "u") undoLast();
+  else if (key === "j" || key === "ArrowDown") select(next(li, 1) || li);
+  else if (key === "ArrowUp") select(next(li, -1) || li);
+  else if (!li) return;
+  else if (/^[1-9]$/.test(key) && Number(key) <= CANDIDATES_KEYED) li.decide("duplicate", Number(key) - 1);
+  else if (key === "n") li.decide("distinct");
+  else if (key === "k") li.decide("new");
+  else return;
+  event.preventDefault();
+}
+
 // Modes -----------------------------------------------------------------------------------------
 function show(mode) {
-  for (const name of ["search", "compare"]) {
+  for (const name of ["search", "compare", "queue"]) {
     const on = name === mode;
     $(`tab-${name}`).setAttribute("aria-selected", String(on));
     $(`${name}-panel`).hidden = !on;
   }
-  (mode === "search" ? $("question") : $("q1")).focus();
+  if (mode === "queue") loadQueue();
+  else (mode === "search" ? $("question") : $("q1")).focus();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   $("tab-search").addEventListener("click", () => show("search"));
   $("tab-compare").addEventListener("click", () => show("compare"));
+  $("tab-queue").addEventListener("click", () => show("queue"));
+  $("queue-category").addEventListener("change", () => { queue.page = 1; queue.category = $("queue-category").value; loadQueue(); });
+  $("queue-previous").addEventListener("click", () => { queue.page -= 1; loadQueue(); });
+  $("queue-next").addEventListener("click", () => { queue.page += 1; loadQueue(); });
+  $("queue-undo").addEventListener("click", () => undoLast());
+  document.addEventListener("keydown", queueKey);
   $("question").addEventListener("input", debounced(search));
   const later = debounced(compare);
   $("q1").addEventListener("input", later);
@@ -206,13 +481,19 @@ document.addEventListener("DOMContentLoaded", () => {
   $("token-form").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem("dupq-token", $("token").value);
+    sessionStorage.setItem("dupq-moderator", $("moderator").value.trim());
     $("token-form").hidden = true;
     health();
     search();
+    const action = waitingForToken;
+    waitingForToken = null;
+    if (action) action();  // the decision that asked for the token, on the rows as they are
+    else if (!$("queue-panel").hidden) loadQueue();
   });
   health();
   setInterval(health, 30000);
   // A ticket system links here with ?q=QUESTION (and ?key=KEY, the question's own key, for decisions).
+  if (location.hash === "#queue") show("queue");
   const asked = new URLSearchParams(location.search).get("q");
   if (asked) {
     $("question").value = asked;

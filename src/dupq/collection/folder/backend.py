@@ -36,12 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.collection.backend import Backend, IndexStats, Where
+from dupq.collection.backend import HIDDEN, Backend, IndexStats, Where, hidden
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.cache import INDEX_FILE, FaissCache, saved_generation
 from dupq.collection.folder.locks import SharedLock
 from dupq.collection.folder.store import WRITER_LOCK, SQLiteStore
 from dupq.collection.manifest import FORMAT, check_manifest
+from dupq.collection.rows import PENDING, read_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import check_new_folder, check_path, file_lock, new_folder, read_json, remove_stale, write_json
 from dupq.index.vectors import IndexConfig, VectorIndex
@@ -207,24 +208,41 @@ class FolderBackend(Backend):
     def refreshed(self) -> float:
         return self.cache.refreshed
 
-    def search(self, vectors, k, where: Where | None = None):
+    def search(self, vectors, k, where: Where | None = None, pending: bool = False):
         self._refresh()
         with self._index_lock.shared():
-            allowed = self._allowed(where) if where else None
+            allowed = self._allowed(where, pending)
             return self.cache.search(np.asarray(vectors, dtype=np.float32), k, allowed)
 
-    def _allowed(self, where: Where) -> np.ndarray:
-        """``(len(index),)`` bool: the ids whose metadata match ``where`` (kept until the next catch-up)."""
+    def _allowed(self, where: Where | None, pending: bool) -> np.ndarray | None:
+        """``(len(index),)`` bool: the ids a search may answer (None: all of them), the pending ones left out unless asked."""
+        allowed = self._mask(where, lambda: self.store.matching(where)) if where else None
+        if not pending:
+            waiting = self._mask(HIDDEN, self._pending_ids)
+            if waiting.any():
+                allowed = ~waiting if allowed is None else allowed & ~waiting
+        return allowed
+
+    def _pending_ids(self) -> np.ndarray:
+        return np.array(
+            [i for i, (_, _, meta) in self.store.naming(PENDING) if hidden(read_metadata(meta)[0])], np.int64
+        )
+
+    def _mask(self, where: Where, matching) -> np.ndarray:
+        """``(len(index),)`` bool: the ids ``matching()`` answers for ``where`` (kept until the next catch-up)."""
         name = json.dumps(where, sort_keys=True)
         mask = self._filters.get(name)
         if mask is None:
-            ids = self.store.matching(where)
+            ids = matching()
             mask = np.zeros(len(self.cache), dtype=bool)
             mask[ids[ids < len(mask)]] = True  # a row committed by another process since the catch-up: next search
             self._filters[name] = mask
             while len(self._filters) > FILTERS_KEPT:
                 self._filters.popitem(last=False)
         return mask
+
+    def rows_naming(self, field: str):
+        return self.store.naming(field)
 
     def rows(self, ids):
         return self.store.rows(ids)

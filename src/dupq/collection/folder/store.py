@@ -206,6 +206,16 @@ class SQLiteStore:
         query = f"SELECT id, key, text, metadata FROM questions WHERE id > ? AND {clause} ORDER BY id LIMIT ?"
         return self._read(lambda db: [(i, tuple(row)) for i, *row in db.execute(query, [after, *params, limit])])
 
+    def naming(self, field: str) -> list[tuple[int, Row]]:
+        """Every stored ``(id, (key, text, metadata))`` whose metadata has ``field`` (a name of letters, digits and
+        _), in id order: the text a name is written as picks the few candidates, then SQLite's JSON checks each."""
+        query = (
+            "SELECT id, key, text, metadata FROM questions WHERE metadata LIKE ? AND json_valid(metadata) "
+            "AND json_type(metadata, ?) IS NOT NULL ORDER BY id"
+        )
+        params = [f'%"{field}"%', f'$."{field}"']
+        return self._read(lambda db: [(i, tuple(row)) for i, *row in db.execute(query, params)])
+
     def _rollback(self) -> None:
         """Roll back the write's transaction, if SQLite has not already (it has after a full disk):
         the error that made the write fail is the one to report, not the rollback's."""

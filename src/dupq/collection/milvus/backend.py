@@ -368,11 +368,14 @@ class MilvusBackend(Backend):
             iterator.close()
         return rows
 
-    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, vectors: np.ndarray, k: int, where: Where | None = None, pending: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1.
 
         ``where`` becomes Milvus's own filter expression on the JSON field (Milvus filters while it
-        searches, so it keeps the k best of the matching rows)."""
+        searches, so it keeps the k best of the matching rows), and so does leaving out the pending
+        rows (a collection built before filters were stored has none to leave out: it cannot hold them)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         k = min(k, MAX_TOP_K)
         if where and not self.filtered:
@@ -388,7 +391,7 @@ class MilvusBackend(Backend):
             limit=k,
             search_params=milvus.search_params(self.config, k),
             output_fields=[],
-            filter=milvus.expression(where) if where else "",
+            filter=milvus.searched(where, pending or not self.filtered),
         )
         width = max((len(hits) for hits in found), default=0)
         scores = np.zeros((len(vectors), width), np.float32)

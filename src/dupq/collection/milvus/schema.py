@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from dupq.collection.backend import HIDDEN
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 
@@ -74,3 +75,13 @@ def expression(where: dict) -> str:
         either = " or ".join(f'{FILTERED}["{field}"] == {json.dumps(v, ensure_ascii=False)}' for v in values)
         parts.append(f"({either})")
     return " and ".join(parts)
+
+
+def searched(where: dict | None, pending: bool) -> str:
+    """The filter expression of a search: ``where``'s, and the pending rows left out unless ``pending``
+    (a row without the field is kept: Milvus compares a JSON field a row lacks as null, and ``not null`` is no match)."""
+    parts = [expression(where)] if where else []
+    if not pending:
+        lacking = " or ".join(f'not exists {FILTERED}["{field}"]' for field in HIDDEN)
+        parts.append(f"{lacking} or not ({expression(HIDDEN)})")
+    return " and ".join(f"({p})" for p in parts)

@@ -198,12 +198,15 @@ class PostgresBackend(Backend):
 
     # Searching.
 
-    def search(self, vectors: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, vectors: np.ndarray, k: int, where: Where | None = None, pending: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``scores (Q, k')``, ``ids (Q, k')`` by inner product, best first; missing slots have id -1 (see the module's text)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         ef = self._ef(k, where)  # None: exact
+        condition = schema.condition(where, pending)
         found = self.connections.run(
-            "search", lambda conn: [self._one(conn, q, k, where, ef) for q in vectors], retry=True
+            "search", lambda conn: [self._one(conn, q, k, condition, ef) for q in vectors], retry=True
         )
         width = max((len(hits) for hits in found), default=0)
         scores = np.zeros((len(vectors), width), np.float32)
@@ -243,11 +246,12 @@ class PostgresBackend(Backend):
         self._counts[name] = (now, count)
         return count
 
-    def _one(self, conn, q: np.ndarray, k: int, where: Where | None, ef: int | None) -> list[tuple[int, float]]:
-        """One query's ``(id, score)``: through HNSW with ``ef``, then exactly if that answered fewer than ``k``."""
+    def _one(self, conn, q: np.ndarray, k: int, condition: tuple, ef: int | None) -> list[tuple[int, float]]:
+        """One query's ``(id, score)`` of the rows ``condition`` (SQL, parameters) keeps: through HNSW with ``ef``,
+        then exactly if that answered fewer than ``k``."""
         from psycopg import sql
 
-        condition, params = schema.condition(where)
+        condition, params = condition
         if ef is not None:
             if conn.dupq_ef != ef:
                 conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", [str(ef)])

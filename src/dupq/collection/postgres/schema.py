@@ -20,7 +20,7 @@ import json
 
 from psycopg import sql
 
-from dupq.collection.backend import Where
+from dupq.collection.backend import HIDDEN, Where
 
 COLUMNS = {"id", "key", "text", "metadata", "embedding"}
 MAX_EF_SEARCH = 1_000  # pgvector's largest hnsw.ef_search: a search wider than this is made exact
@@ -81,12 +81,17 @@ def _equivalents(value) -> list:
     return [value]
 
 
-def condition(where: Where | None) -> tuple[sql.Composable, list]:
-    """``where`` as a SQL condition on ``metadata`` (JSONB containment, which the GIN index serves) and its parameters.
+def condition(where: Where | None, pending: bool = True) -> tuple[sql.Composable, list]:
+    """``where`` as a SQL condition on ``metadata`` (JSONB containment, which the GIN index serves) and its parameters;
+    unless ``pending``, the rows :data:`~dupq.collection.backend.HIDDEN` matches are left out too.
 
     A field matches one of its values exactly (no prefix, no case folding); a row without the
     field, or with an object, array or null there, does not match.
     """
+    if not pending:
+        kept, params = condition(where)
+        waiting, more = condition(HIDDEN)
+        return sql.SQL("{} AND NOT COALESCE({}, FALSE)").format(kept, waiting), params + more
     if not where:
         return sql.SQL("TRUE"), []
     clauses, params = [], []

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 from typing import Annotated
+from urllib.parse import unquote
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.exceptions import HTTPException
 
+from dupq.collection.review import MAX_BY
 from dupq.service import metrics
 from dupq.service.auth import authorised
 from dupq.service.errors import CONFLICT, DECISION_CONFLICT, REFUSED, UNAUTHORISED, UNKNOWN
@@ -34,11 +36,14 @@ async def add_question(
 
     With a ``key`` (or an ``Idempotency-Key`` header), sending the same request again stores
     nothing and answers the stored id: a client may retry after a timeout or an error, and a ticket
-    sent again after a moderator's decision on it is the same ticket (the decision is not its metadata).
+    sent again after a moderator's decision on it is the same ticket (the decision is not its metadata). With
+    ``"pending": true`` it waits in the review queue (``GET /queue``), found by no search until a
+    moderator decides.
     """
     if body.key and idempotency_key and body.key != idempotency_key:
         raise HTTPException(409, "the Idempotency-Key header and the body's key differ; give one key.")
-    new_id, count = await request.app.state.adds.submit((body.text, body.metadata, body.key or idempotency_key))
+    item = (body.text, body.metadata, body.key or idempotency_key, body.pending)
+    new_id, count = await request.app.state.adds.submit(item)
     metrics.ADDED.inc()  # a retry of a stored key counts again: requests served, not rows
     return AddResponse(id=new_id, count=count)
 
@@ -67,19 +72,32 @@ async def update_question(key: Key, body: UpdateRequest, request: Request) -> Ch
 
 
 @router.post("/questions/{key:path}/decision", responses=UNKNOWN | DECISION_CONFLICT)
-async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
-    """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), or not ``not_duplicate_of``.
-
-    One that contradicts an earlier decision is refused (409) unless ``change`` is true; then it is recorded as a
-    change, its metadata's ``decision_changes`` keeping what it replaced and when."""
-    if key in (body.duplicate_of, body.not_duplicate_of):  # a valid request that the stored question refuses
+async def decide(
+    key: Key,
+    body: DecisionRequest,
+    request: Request,
+    moderator: Annotated[
+        str | None,
+        Header(alias="X-Moderator", max_length=MAX_BY * 12, description="Who decides (UTF-8, percent-encoded)."),
+    ] = None,
+) -> Changed:
+    """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), not
+    ``not_duplicate_of`` (a key, or a list: none of them), or is a new question (``keep``). A question waiting
+    in the review queue leaves it, with the ``X-Moderator`` name and the time recorded. One that contradicts an
+    earlier decision is refused (409) unless ``change`` is true; then it is recorded as a change, its metadata's
+    ``decision_changes`` keeping what it replaced and when."""
+    distinct = body.not_duplicate_of if isinstance(body.not_duplicate_of, list) else [body.not_duplicate_of]
+    if key in (body.duplicate_of, *distinct):  # a valid request that the stored question refuses
         raise HTTPException(409, f"a question cannot be judged against itself ({key!r}).")
+    by = moderator_name(moderator)
     collection = request.app.state.collection
     decide = functools.partial(
         collection.decide,
         key,
         duplicate_of=body.duplicate_of,
         not_duplicate_of=body.not_duplicate_of,
+        keep=bool(body.keep),
+        by=by,
         change=body.change,
     )
     metadata = await anyio.to_thread.run_sync(decide)
@@ -88,12 +106,22 @@ async def decide(key: Key, body: DecisionRequest, request: Request) -> Changed:
     return Changed(key=key, id=i, count=len(collection), metadata=metadata)
 
 
-def add_many(collection, items: list[tuple[str, dict, str | None]]) -> list[tuple[int, int]]:
-    """One ``Collection.add`` (one commit) for many ``(text, metadata, key)``.
+def moderator_name(header: str | None) -> str | None:
+    """The name an ``X-Moderator`` header gives (percent-encoded UTF-8), as printable text of at most
+    :data:`~dupq.collection.review.MAX_BY` characters; None for none. A name is a label, so it is cleaned, never refused."""
+    if header is None:
+        return None
+    name = "".join(c for c in unquote(header, errors="replace") if c.isprintable()).strip()
+    return name[:MAX_BY].strip() or None
+
+
+def add_many(collection, items: list[tuple[str, dict, str | None, bool]]) -> list[tuple[int, int]]:
+    """One ``Collection.add`` (one commit) for many ``(text, metadata, key, pending)``.
 
     ``add`` raises only before its commit (nothing stored), so the batcher's retry of each
     request alone never stores a question twice.
     """
-    ids = collection.add([t for t, _, _ in items], [m for _, m, _ in items], [k for _, _, k in items])
+    texts, metadata, keys, pending = (list(column) for column in zip(*items))
+    ids = collection.add(texts, metadata, keys, pending=pending)
     count = len(collection)
     return [(i, count) for i in ids]

@@ -16,7 +16,7 @@ changes a few of its values, as ``bundled`` adds the teacher to ``labelled``:
     distil = 5.0
 
 The package ships three (``PRESETS``): ``seed`` (the seed notebook's recipe: ``dupq train``'s
-defaults), ``labelled`` (every labelled pair of the pool, an mlp pair head; ``make demo``) and
+defaults), ``labelled`` (every labelled pair of the pool, an mlp pair head; ``make labelled``) and
 ``bundled`` (``labelled`` plus the distilled teacher: the bundled model's recipe). A preset may
 set the options that have no command-line flag (``train_on``, ``chunks``, a loss's arguments), so a file is the one
 way to state a whole recipe; a flag typed on the command line overrides the preset's value.
