@@ -179,7 +179,7 @@ class SearchResponse(BaseModel):
 # A pending question needs a key: a moderator's decision names it (the schema says so, as the validator does).
 KEYED_WHEN_PENDING = {
     "if": {"properties": {"pending": {"const": True}}, "required": ["pending"]},
-    "then": {"required": ["key"]},
+    "then": {"required": ["key"], "properties": {"key": {"type": "string"}}},  # a key, not null
 }
 
 
