@@ -53,6 +53,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",
     "pair-words": "experiments.pair_words",
+    "rerank-k": "experiments.rerank_k",
 }
 
 

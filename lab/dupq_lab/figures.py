@@ -122,6 +122,32 @@ def adapt() -> list[list[str]]:
     ]
 
 
+def rerank_k() -> list[list[str]]:
+    """docs/collections.md: the saved dupq-lab rerank-k run: the model alone, then each K (the chosen one marked)."""
+    r = source("rerank_k.json")
+    header = [
+        "candidates (K)",
+        "Recall@1",
+        "MRR@10",
+        "old question among the K",
+        "first search: reranker encodes",
+        "search p50, vectors stored",
+    ]
+    rows = [["the model alone", f"{r['fast']['recall@1']:.3f}", f"{r['fast']['mrr@10']:.3f}", "-", "-", "-"]]
+    for k, it in r["per_k"].items():
+        label = f"{k} (the default)" if int(k) == r["chosen"] else k
+        cells = [f"{it['recall@1']:.3f}", f"{it['mrr@10']:.3f}", f"{it['candidate_recall']:.3f}"]
+        rows.append(
+            [
+                label,
+                *cells,
+                f"{it['first_search_encodes']} (about {it['first_search_encodes'] * r['reranker_ms_per_question'] / 1000:.1f} s)",
+                f"{it['stored_search_ms_p50']:.1f} ms",
+            ]
+        )
+    return [header, *rows]
+
+
 def small_desk() -> list[list[str]]:
     """docs/experiments/10: the saved dupq-lab small-desk runs (dev, then test): Recall@1 of each model, by split."""
     runs = {
@@ -470,5 +496,6 @@ TABLES: dict[str, Table] = {
     "tiers": Table(render=tiers),
     "adapt-epochs": Table(render=lambda: tiers_dev("adapt_epochs_dev.json")),
     "small-desk": Table(render=small_desk),
+    "rerank-k": Table(render=rerank_k),  # docs/collections.md: Recall@1 and cost per K of a reranked collection
 }
 # fmt: on

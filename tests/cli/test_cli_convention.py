@@ -24,8 +24,9 @@ from dupq.cli import app
 from dupq.cli.common import CollectionArgument, ModelOption, Threshold, out_location
 from support.errors import refused
 
-# Options that look like a rule's subject but are not: the second model `teacher-model` joins to its TEACHER argument.
-EXCEPTIONS = {("distil teacher-model", "--join")}
+# Options that look like a rule's subject but are not: the second model `teacher-model` joins to its TEACHER argument,
+# and the second model of a collection, which orders its searches' candidates (`--model` encodes it).
+EXCEPTIONS = {("distil teacher-model", "--join"), ("index build", "--rerank")}
 # Names that are gone: no command may take them again as options.
 RETIRED = {"--store", "--retrieval", "--collection"}
 MODEL_HELP = re.compile(r"(an? |the )?(dupq )?(lstm )?model (folder|to)\b")  # help that says the option is a model

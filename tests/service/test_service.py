@@ -214,7 +214,7 @@ def test_oversized_bodies_get_413(client):
 def test_library_errors_become_400(client, monkeypatch):
     collection = client.app.state.collection
 
-    def refuse(queries, k=10, where=None, exclude=None):
+    def refuse(queries, k=10, where=None, **options):
         raise DupqError("this question cannot be searched.")
 
     monkeypatch.setattr(collection, "search", refuse)
@@ -381,3 +381,28 @@ def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
         port = taken.getsockname()[1]
         result = CliRunner().invoke(app, ["serve", str(built), "--port", str(port)])
     assert refused(result).startswith("error: cannot listen on 127.0.0.1:") and "serving" not in result.output
+
+
+def test_search_is_reranked_where_the_collection_has_a_reranker(tmp_path, texts, tiny_model, head_model):
+    """/search orders and judges by the collection's reranker; "rerank": false gives the model's order; a
+    collection without one refuses "rerank": true in one sentence."""
+    from dupq.collection.collection import Collection
+    from dupq.service.app import create_app
+
+    Collection.build(tmp_path / "r", texts, tiny_model, rerank=head_model).close()
+    query = texts[7]
+    with TestClient(create_app(tmp_path / "r", token=TOKEN)) as c:
+        collection = c.app.state.collection
+        reranked = c.post("/search", json={"question": query, "k": 5}).json()
+        plain = c.post("/search", json={"question": query, "k": 5, "rerank": False}).json()
+        want = collection.search([query], k=5)[0]
+        fast = collection.search([query], k=5, rerank=False)[0]
+    assert [r["id"] for r in reranked["results"]] == [h.id for h in want]
+    assert {r["ranked_by"] for r in reranked["results"]} == {"reranker"}
+    assert reranked["threshold"] == head_model.threshold and plain["threshold"] == tiny_model.threshold
+    assert [r["id"] for r in plain["results"]] == [h.id for h in fast]
+    assert {r["ranked_by"] for r in plain["results"]} == {"model"}
+    Collection.build(tmp_path / "p", texts[:20], tiny_model).close()
+    with TestClient(create_app(tmp_path / "p", token=TOKEN)) as c:
+        answer = c.post("/search", json={"question": query, "rerank": True})
+    assert answer.status_code == 400 and "has no reranker" in answer.json()["detail"]

@@ -53,6 +53,20 @@ def index_build(
             help="The column of a CSV/TSV file that holds each question's key (a Quora file's qids are keys)."
         ),
     ] = None,
+    rerank: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--rerank",
+            metavar="MODEL",
+            help="A second model that orders each search's best candidates and judges them (slower, better); the collection remembers it.",
+        ),
+    ] = None,
+    rerank_now: Annotated[
+        bool,
+        typer.Option(
+            help="Encode every question with the --rerank model now (else each at its first search, and stored)."
+        ),
+    ] = False,
     threads: Threads = THREADS,
 ) -> None:
     """Store the questions of a file, their embeddings and a search index in a new collection (a folder, or Milvus)."""
@@ -70,15 +84,21 @@ def index_build(
         check_new_folder(where.path, overwrite=None)  # before the model and the file are read; the build checks again
     if where.local_path is not None:
         check_apart(where.local_path, questions)
+    if rerank_now and rerank is None:
+        raise DupqError("--rerank-now goes with --rerank MODEL.")
     m = Model.load(model)
+    reranker = None if rerank is None else Model.load(rerank)
     qs = read_questions(questions, column, key_column)
     _dropped(questions, qs.dropped)
     if not qs.texts:
         raise DupqError(f"{questions} holds no questions.")
     started = time.perf_counter()
-    Collection.build(where, qs.texts, m, keys=qs.keys, metadata=qs.metadata, index=config).close()
+    Collection.build(
+        where, qs.texts, m, keys=qs.keys, metadata=qs.metadata, index=config, rerank=reranker, rerank_now=rerank_now
+    ).close()
+    reranked = "" if reranker is None else f", reranked by {rerank}" + (" (encoded now)" if rerank_now else "")
     typer.echo(
-        f"stored {len(qs):,} questions from {questions} in {where} ({index} index) in "
+        f"stored {len(qs):,} questions from {questions} in {where} ({index} index{reranked}) in "
         f"{time.perf_counter() - started:.1f}s; skipped {qs.skipped:,}"
     )
 
@@ -200,9 +220,21 @@ def search_command(
             help="Only questions whose metadata FIELD equals VALUE (FIELD=VALUE; repeat it: a field twice means either value; a VALUE that reads as a number or true/false matches it and its text)."
         ),
     ] = None,
+    no_rerank: Annotated[
+        bool,
+        typer.Option("--no-rerank", help="Keep the model's order and verdicts though the collection has a reranker."),
+    ] = False,
+    candidates: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="How many of the model's best the reranker orders (default: the number chosen on the help-desk dev half).",
+        ),
+    ] = None,
     threads: Threads = THREADS,
 ) -> None:
-    """Show the old questions most similar to a new one, with the similarity and the duplicate verdict."""
+    """Show the old questions most similar to a new one, with the similarity and the duplicate verdict
+    (ordered and judged by the collection's reranker, where it has one)."""
     from dataclasses import asdict
 
     from dupq.collection.collection import Collection
@@ -221,13 +253,15 @@ def search_command(
     scope = _where(where or [])
     coll = Collection.open(collection, Model.load(model) if model else None)
     try:
+        reranked = coll.reranks(False if no_rerank else None)
+        judge, by = (coll.reranker, "; ordered by the reranker") if reranked else (coll.model, "")
         for lo in range(0, len(texts), batch_size):
             batch = texts[lo : lo + batch_size]
-            for query, hits in zip(batch, coll.search(batch, k, where=scope)):
+            for query, hits in zip(batch, coll.search(batch, k, where=scope, rerank=reranked, candidates=candidates)):
                 if as_json:
                     typer.echo(to_json({"query": query, "hits": [asdict(h) for h in hits]}, ensure_ascii=False))
                     continue
-                typer.echo(f"{query}   (duplicate: {coll.model.threshold_on} above {coll.threshold:.2f})")
+                typer.echo(f"{query}   (duplicate: {judge.threshold_on} above {judge.threshold:.2f}{by})")
                 for rank, h in enumerate(hits, 1):
                     verdict = "duplicate" if h.duplicate else "-"
                     p = "" if h.probability is None else f"  p {h.probability:.2f}"

@@ -21,6 +21,11 @@ What every backend guarantees (the collection's promises rest on these):
 * **Pending questions are left out**: :meth:`Backend.search` answers no row that :data:`HIDDEN`
   matches (a question waiting in the review queue, :mod:`dupq.collection.review`) unless asked
   (``pending=True``); a filter still loses nothing of the others.
+* **Reranker vectors follow their rows** (a backend that keeps them, :attr:`Backend.reranks`): a
+  question's reranker vector is stored with the digest of the text it encodes
+  (:func:`~dupq.collection.rows.text_digest`) in one transaction of its own; a removal drops the
+  removed rows' in its transaction, and a vector whose digest is not its row's text's is stale
+  (the collection reads it as missing and encodes the text again).
 * **A filter loses nothing**: :meth:`Backend.search` with ``where`` answers the ``k`` best of the
   rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
   however few match.
@@ -156,6 +161,7 @@ class Backend(ABC):
     manifest: dict  # the collection's manifest (dupq.collection.manifest)
     exact: bool  # whether search scores are exact inner products
     cache_error: str | None = None  # why a cache could not be written (the rows are stored all the same)
+    reranks: bool = False  # whether it keeps reranker vectors (reranked, keep_reranked): a folder does
 
     @classmethod
     @abstractmethod
@@ -239,6 +245,15 @@ class Backend(ABC):
         """Every stored ``(id, (key, text, metadata JSON))`` whose metadata has ``field``, in id order (by default
         a scan of :meth:`all_rows`; a store that can find them faster says so)."""
         return [(i, row) for i, row in self.all_rows() if field in read_metadata(row[2])[0]]
+
+    def reranked(self, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
+        """``{id: (digest of the text it encodes, reranker vector (dim,) float32)}`` of the ``ids`` that have one stored."""
+        raise DupqError(f"a collection kept by {type(self).__name__} keeps no reranker vectors yet.")
+
+    def keep_reranked(self, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
+        """Store the reranker ``vectors (M, d')`` of ``ids`` with their texts' digests, in one transaction, replacing
+        any stored; an id no longer stored is skipped (removed meanwhile)."""
+        raise DupqError(f"a collection kept by {type(self).__name__} keeps no reranker vectors yet.")
 
     def indexed(self) -> int:
         """How many vectors the search index holds (by default the stored questions: the store searches itself)."""

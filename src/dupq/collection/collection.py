@@ -31,6 +31,9 @@ keys: :meth:`Collection.decisions` leaves out one whose side's text changed sinc
 moderator decides on them (:mod:`dupq.collection.review`): :meth:`Collection.queue` lists them,
 :meth:`Collection.decide` clears the flag and records who decided when, :meth:`Collection.undo` takes
 that back, :meth:`Collection.reviewed` lists the queue's past decisions.
+**A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model)
+orders and judges each search's :data:`~dupq.collection.rerank.RERANK_CANDIDATES` best questions;
+its vectors are stored once per question (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it.
 
 **Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
 the hits whose metadata match (a list: any of them), and loses none of them (the backend's
@@ -43,6 +46,7 @@ promise, checked against a brute-force filter in the tests).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -55,7 +59,8 @@ from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
-from dupq.collection.manifest import model_for, new_manifest
+from dupq.collection.manifest import model_for, new_manifest, reranker_for
+from dupq.collection.rerank import RERANK_CANDIDATES, Reranking
 from dupq.collection.rows import (
     DUPLICATE_OF,
     PENDING,
@@ -92,6 +97,7 @@ class Hit:
     metadata: dict  # what was stored with it
     probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
     duplicate_of: str | None = None  # the key of its canonical question, where a moderator marked it a duplicate
+    ranked_by: str = "model"  # which model ordered and judged it: "model" (the collection's) or "reranker"
 
 
 def _build_inputs(
@@ -122,13 +128,15 @@ class Collection:
     URI. Searches may run in several threads at once; writes are serialised.
     """
 
-    def __init__(self, location: Location, model: Model, backend: Backend):
+    def __init__(self, location: Location, model: Model, backend: Backend, reranker: Model | None = None):
         self.location = location
         self.folder = location.path  # a folder collection's folder, else None
         self.model = model
+        self.reranker = reranker  # the model that orders a search's candidates (None: the model's order stands)
         self.manifest = backend.manifest
         self._backend = backend
         self._write_lock = threading.Lock()
+        self._reranking = None if reranker is None else Reranking(reranker, backend, self._writing, str(location))
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
 
@@ -145,6 +153,8 @@ class Collection:
         metadata: list[dict] | None = None,
         index: str | IndexConfig = "flat",
         stored: bool = False,
+        rerank: Model | None = None,
+        rerank_now: bool = False,
     ) -> Collection:
         """Encode ``texts`` and store them as a new collection at ``location`` (a folder that must not hold one, or a Milvus URI).
 
@@ -153,28 +163,39 @@ class Collection:
         exactly; at least :func:`~dupq.index.vectors.training_size` questions), or an :class:`IndexConfig`.
         ``stored``: the texts are another collection's questions (a re-encoding), so one stored before
         the 1,000-character rule is kept whole rather than refused; the other rules of a question hold.
+        ``rerank``: a model that orders every search's candidates (recorded in the manifest); its vectors of
+        the questions are computed now with ``rerank_now``, else each at the question's first search.
         """
         location = Location.parse(location)
         texts, keys, meta, config = _build_inputs(texts, keys, metadata, index, stored)
-        manifest = new_manifest(model, config)
+        if rerank is not None and not location.backend().reranks:
+            raise DupqError(
+                f"{location} cannot keep a reranker's vectors yet; build a collection with one in a folder."
+            )
+        manifest = new_manifest(model, config, rerank)
         backend = location.backend().build(location, manifest, encoded_chunks(texts, keys, meta, model))
-        return cls(location, model, backend)
+        coll = cls(location, model, backend, rerank)
+        if rerank is not None and rerank_now:
+            coll.rerank_all()
+        return coll
 
     @classmethod
-    def open(cls, location, model: Model | None = None) -> Collection:
-        """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with.
+    def open(cls, location, model: Model | None = None, rerank: Model | None = None) -> Collection:
+        """Open a collection (a folder or a Milvus URI); with no ``model``, load the one it was built with
+        (and its reranker, with no ``rerank``).
 
         A model whose fingerprint differs from the recorded one is refused: its vectors would
-        not be comparable with the stored ones.
+        not be comparable with the stored ones (a reranker's likewise).
         """
         location = Location.parse(location)
         backend = location.backend().open(location)
         try:
             model = model_for(backend.manifest, model, location)
+            reranker = reranker_for(backend.manifest, rerank, location)
         except BaseException:
             backend.close()
             raise
-        return cls(location, model, backend)
+        return cls(location, model, backend, reranker)
 
     # Reading it.
 
@@ -249,13 +270,23 @@ class Collection:
         return out, (out[-1][0] if len(rows) > limit else None)
 
     def search(
-        self, queries: list[str], k: int = 10, where: dict | None = None, exclude: list[str] | None = None
+        self,
+        queries: list[str],
+        k: int = 10,
+        where: dict | None = None,
+        *,
+        rerank: bool | None = None,
+        candidates: int | None = None,
+        exclude: list[str] | None = None,
     ) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed change included).
 
         ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
-        field equal to its value (or to one of its values). ``exclude``: keys of questions left out
-        (a ticket searching for its own duplicates leaves itself out); the ``k`` best of the rest.
+        field equal to its value (or to one of its values). With a reranker (``rerank`` None or True)
+        the model's ``candidates`` best (default :data:`RERANK_CANDIDATES`, at least ``k``) are ordered
+        and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys
+        of questions left out (a ticket searching for its own duplicates leaves itself out); the ``k`` best
+        of the rest.
         """
         self._check_open()
         queries = check_questions(queries, "query")
@@ -264,23 +295,32 @@ class Collection:
         left_out = set(check_keys(exclude, len(exclude)))
         if k < 1:
             raise DupqError(f"k must be at least 1, got {k}.")
+        reranking = self.reranks(rerank)
+        if candidates is not None and candidates < 1:
+            raise DupqError(f"candidates must be at least 1, got {candidates}.")
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
         wanted = k + len(left_out)  # a key left out is at most one hit of a query
-        scores, ids = self._backend.search(vectors, wanted, where)  # (Q, k'), (Q, k')
+        depth = max(wanted, candidates or RERANK_CANDIDATES) if reranking else wanted
+        scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
+        judge, hit_vectors, rows = self.model, self._backend.vectors, None
+        if reranking:
+            vectors = self.reranker.encode(queries)  # (Q, d') the queries as the reranker sees them
+            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, wanted)  # (Q, k'), (Q, k')
+            judge = self.reranker
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         owner = np.repeat(np.arange(len(queries)), found.sum(1))  # (H,) the query of each hit
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
-        rows = self._backend.rows(hit_ids.tolist())
+        rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = from_cosines(self.model, hit_scores, vectors=lambda: self._pair_vectors(vectors[owner], hit_ids))
+        judged = from_cosines(judge, hit_scores, vectors=lambda: (vectors[owner], hit_vectors(hit_ids)))
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
         duplicates = judged.duplicate.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         hits = [
-            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows)
+            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], duplicates[a:b], rows, reranking)
             for a, b in zip(bounds, bounds[1:])
         ]
         if left_out:
@@ -292,10 +332,35 @@ class Collection:
                 h.duplicate_of = None
         return hits
 
+    def reranks(self, rerank: bool | None = None) -> bool:
+        """Whether a search with ``rerank`` (None: where the collection has a reranker) is reranked; True without
+        a reranker is refused in one sentence."""
+        if rerank and self.reranker is None:
+            raise DupqError(f"{self.location} has no reranker; build a collection with one (--rerank MODEL).")
+        return self.reranker is not None if rerank is None else bool(rerank)
+
+    def rerank_all(self) -> int:
+        """Encode with the reranker every stored question whose reranker vector is not stored yet; how many were."""
+        self._check_open()
+        self.reranks(True)
+        return self._reranking.encode_all()
+
+    def stored_reranker_vectors(self) -> dict[int, np.ndarray]:
+        """The reranker vectors stored now, ``{id: (d',)}``, of the stored questions whose text they encode (a stale
+        one is left out); nothing is encoded."""
+        self._check_open()
+        return {} if self._reranking is None else self._reranking.stored()
+
+    @property
+    def reranker_encoded(self) -> int:
+        """How many questions this process has encoded with the reranker (each once, then stored)."""
+        return 0 if self._reranking is None else self._reranking.encoded
+
     def _hits(
-        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict
+        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, duplicates: list, rows: dict, reranked: bool
     ) -> list[Hit]:
-        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out)."""
+        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out);
+        ``reranked``: the reranker ordered and judged them."""
         hits = []
         for score, i, p, d in zip(scores.tolist(), ids.tolist(), probabilities, duplicates):
             if i not in rows:
@@ -320,6 +385,7 @@ class Collection:
                     metadata=metadata,
                     probability=p,
                     duplicate_of=canonical if isinstance(canonical, str) else None,
+                    ranked_by="reranker" if reranked else "model",
                 )
             )
         return hits
@@ -329,10 +395,6 @@ class Collection:
         if i not in self._damaged:
             self._damaged.add(i)
             log.warning("%s (%s).", what, self.location)
-
-    def _pair_vectors(self, queries: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(query, hit)`` vectors of hits, ``queries`` holding each hit's query ``(H, d)``, for a pair head."""
-        return queries, self._backend.vectors(np.asarray(ids, dtype=np.int64))
 
     def get(self, key: str) -> tuple[int, str, dict]:
         """``(id, text, metadata)`` of the question stored under ``key``, or :class:`UnknownKey`."""
@@ -497,6 +559,13 @@ class Collection:
                 return
             self._closed = True
             self._backend.close()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The collection's write lock held, once it is checked open (a write of the backend goes inside)."""
+        with self._write_lock:
+            self._check_open()
+            yield
 
     def _check_open(self) -> None:
         if self._closed:

@@ -6,7 +6,9 @@ therefore be encoded again with the adapted model: :func:`reencode` reads every 
 (its key and metadata too, in id order) from the old collection and builds a new one with the new
 model and the old one's index settings. The old collection is left as it was, so a search keeps
 working until the new one is in place; the build itself writes into a hidden sibling and renames
-it (a killed re-encoding leaves no half collection).
+it (a killed re-encoding leaves no half collection). A collection with a reranker keeps it, and
+the reranker's stored vectors go with their texts (the reranker does not change, so nothing is
+encoded by it again).
 
 The old collection may be served while this runs: what changed in it after the first read (adds,
 and by key updates, moderators' decisions and removals) is copied too, in rounds, until few changes
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 from dupq.collection.collection import Collection
 from dupq.collection.location import Location
+from dupq.collection.rows import text_digest
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
@@ -50,9 +53,20 @@ def reencode(
             config = IndexConfig(kind=index)
         _, keys, texts, metadata = zip(*rows)
         new = Collection.build(
-            out, list(texts), model, keys=list(keys), metadata=list(metadata), index=config, stored=True
+            out,
+            list(texts),
+            model,
+            keys=list(keys),
+            metadata=list(metadata),
+            index=config,
+            stored=True,
+            rerank=old.reranker,
         )  # a question stored before the 1,000-character rule is copied too: nothing is left behind
         try:
+            if old.reranker is not None:
+                text_of = {i: text for i, _, text, _ in rows}
+                reranked = old.stored_reranker_vectors()
+                new._reranking.adopt({text_digest(text_of[i]): v for i, v in reranked.items() if i in text_of})
             copied, added, changed = {i: (key, text, meta) for i, key, text, meta in rows}, 0, 0
             while True:  # rounds of what was changed meanwhile, until few are left
                 later = _changes(old, copied)

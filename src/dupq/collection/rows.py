@@ -150,6 +150,12 @@ def judged_digest(text: str, other: str) -> str:
     return hashlib.blake2b(both, digest_size=8).hexdigest()
 
 
+def text_digest(text: str) -> str:
+    """A short digest of a stored question's text: a reranker vector is kept with the digest of the text it encodes,
+    so that a vector whose row now holds another text is known as stale."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 class _NotJSON(ValueError):
     pass
 

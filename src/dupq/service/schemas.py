@@ -156,6 +156,10 @@ class SearchRequest(BaseModel):
         default_factory=list,
         description="Keys of questions to leave out (a ticket's own key, to find its duplicates and not itself).",
     )
+    rerank: bool | None = Field(
+        None,
+        description="Order and judge the candidates by the collection's reranker (default: where it has one); false: the model's order.",
+    )
 
 
 class HitOut(BaseModel):
@@ -167,6 +171,7 @@ class HitOut(BaseModel):
     probability: float | None  # calibrated P(duplicate); null without a calibration
     duplicate: bool
     metadata: dict[str, Any]
+    ranked_by: str  # which model ordered and judged it: "model" (the collection's) or "reranker"
 
 
 class SearchResponse(BaseModel):

@@ -3,7 +3,8 @@
 ::
 
     manifest.json      format, the model that built it (fingerprint + folder), dim, index config
-    questions.sqlite   the source of truth: every question and its embedding (WAL journal)
+    questions.sqlite   the source of truth: every question and its embedding (WAL journal), and
+                       a reranker's vectors of the questions it has seen (a collection with a reranker)
     index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.collection.folder.cache`)
 
 The store (:class:`~dupq.collection.folder.store.SQLiteStore`) is the truth: an add, a removal or an update
@@ -56,6 +57,8 @@ FILTERS_KEPT = 32  # filters whose matching ids are kept until the next write
 
 class FolderBackend(Backend):
     """SQLite rows and a FAISS index over their vectors, in a folder."""
+
+    reranks = True
 
     def __init__(self, folder: Path, manifest: dict, store: SQLiteStore, cache: FaissCache):
         self.folder, self.manifest, self.store, self.cache = folder, manifest, store, cache
@@ -146,6 +149,13 @@ class FolderBackend(Backend):
 
     def find(self, keys):
         return self.store.find(keys)
+
+    def reranked(self, ids, dim):
+        return self.store.reranked(ids, dim)
+
+    def keep_reranked(self, ids, digests, vectors) -> None:
+        with self._write_lock:  # a store transaction; the FAISS index does not change
+            self.store.keep_reranked(ids, digests, vectors)
 
     def _catch_up(self) -> None:
         """Index the stored rows the index lacks (write lock held; searches wait meanwhile)."""

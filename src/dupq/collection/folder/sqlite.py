@@ -5,6 +5,7 @@ SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
     questions (id INTEGER PRIMARY KEY, key TEXT UNIQUE, text, metadata JSON)
     embeddings (start INTEGER PRIMARY KEY, count, vectors BLOB)   -- (count, d) float32 of ids start..
     removed (id INTEGER PRIMARY KEY)                              -- removed ids, filtered out of searches
+    reranked (id INTEGER PRIMARY KEY, digest, vector BLOB)        -- a reranker's (d',) float32 of a stored question
 
 Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
 (:mod:`dupq.collection.folder.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
@@ -49,6 +50,11 @@ CREATE TABLE IF NOT EXISTS embeddings (
 );
 CREATE TABLE IF NOT EXISTS removed (
     id INTEGER PRIMARY KEY      -- a removed question: its vector stays in embeddings, FAISS filters it out
+);
+CREATE TABLE IF NOT EXISTS reranked (
+    id INTEGER PRIMARY KEY,     -- a stored question (a removal deletes its row here in the same transaction)
+    digest TEXT NOT NULL,       -- text_digest of the text the vector encodes (another: stale, encoded again)
+    vector BLOB NOT NULL        -- (d',) float32: the collection's reranker's vector of it
 );
 """
 
@@ -246,8 +252,36 @@ def find(db: sqlite3.Connection, keys) -> dict[str, tuple[int, str, str | None]]
     return found
 
 
+RERANKED = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS reranked") :]  # made on a first open of older folders
+
+
 def remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
     for lo in range(0, len(ids), PARAMETERS):
         part = ids[lo : lo + PARAMETERS]
         db.execute(f"DELETE FROM questions WHERE id IN ({','.join('?' * len(part))})", part)
+        db.execute(f"DELETE FROM reranked WHERE id IN ({','.join('?' * len(part))})", part)
         db.executemany("INSERT OR IGNORE INTO removed (id) VALUES (?)", [(i,) for i in part])
+
+
+def reranked(db: sqlite3.Connection, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
+    """``{id: (digest, vector (dim,))}`` of the ``ids`` that have a reranker vector (a damaged one is left out: encoded again)."""
+    wanted, found = sorted(set(ids)), {}
+    for lo in range(0, len(wanted), PARAMETERS):
+        part = wanted[lo : lo + PARAMETERS]
+        query = f"SELECT id, digest, vector FROM reranked WHERE id IN ({','.join('?' * len(part))})"
+        for i, digest, blob in db.execute(query, part):
+            if isinstance(blob, bytes) and len(blob) == 4 * dim and isinstance(digest, str):
+                vector = np.frombuffer(blob, dtype=np.float32)
+                if np.isfinite(vector).all():
+                    found[i] = (digest, vector)
+    return found
+
+
+def keep_reranked(db: sqlite3.Connection, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
+    """Store reranker vectors of the ``ids`` still stored (inside the caller's transaction)."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    db.executemany(
+        "INSERT OR REPLACE INTO reranked (id, digest, vector) SELECT ?, ?, ? WHERE EXISTS "
+        "(SELECT 1 FROM questions WHERE id = ?)",
+        [(i, d, v.tobytes(), i) for i, d, v in zip(ids, digests, vectors)],
+    )

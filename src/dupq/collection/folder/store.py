@@ -58,8 +58,9 @@ class SQLiteStore:
         self._db = connect(self.path)
         self._reader = connect(self.path)
         self._reader_lock = threading.Lock()
-        try:  # a collection written before removals: the table appears on its first open for writing
+        try:  # a collection written before removals (or rerankers): the tables appear on its first open for writing
             self._db.execute("CREATE TABLE IF NOT EXISTS removed (id INTEGER PRIMARY KEY)")
+            self._db.executescript(sqlite.RERANKED)
         except sqlite3.DatabaseError:  # read-only: nothing was ever removed from it here
             pass
 
@@ -193,6 +194,19 @@ class SQLiteStore:
 
     def find(self, keys: list[str]) -> dict[str, tuple[int, str, str | None]]:
         return self._read(lambda db: sqlite.find(db, keys))
+
+    def reranked(self, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
+        def read(db):
+            try:
+                return sqlite.reranked(db, ids, dim)
+            except sqlite3.OperationalError:  # no such table: opened read-only, written before rerankers
+                return {}
+
+        return self._read(read)
+
+    def keep_reranked(self, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
+        with self._transaction("store reranker vectors in") as db:
+            sqlite.keep_reranked(db, ids, digests, vectors)
 
     def matching(self, where: Where) -> np.ndarray:
         """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.collection.backend.matches`), sorted."""

@@ -18,27 +18,30 @@ router = APIRouter()
 @router.post("/search")
 async def search(body: SearchRequest, request: Request) -> SearchResponse:
     """The ``k`` stored questions most similar to ``question``, best first (but those of ``exclude``)."""
-    hits = await request.app.state.searches.submit((body.question, body.k, body.filter, body.exclude))
     collection = request.app.state.collection
+    reranked = collection.reranks(body.rerank)  # refused alone, before it joins a batch of others
+    hits = await request.app.state.searches.submit((body.question, body.k, body.filter, reranked, body.exclude))
+    judge = collection.reranker if reranked else collection.model
     return SearchResponse(
         question=body.question,
-        threshold=collection.threshold,
-        threshold_on=collection.model.threshold_on,
+        threshold=judge.threshold,
+        threshold_on=judge.threshold_on,
         results=hits,
     )
 
 
-def search_many(collection, items: list[tuple[str, int, dict | None, list[str]]]) -> list[list[HitOut]]:
-    """One ``Collection.search`` per filter and excluded keys among many ``(question, k, filter, exclude)``: the
-    largest ``k``, then each cut to its own."""
+def search_many(collection, items: list[tuple[str, int, dict | None, bool, list[str]]]) -> list[list[HitOut]]:
+    """One ``Collection.search`` per filter, reranking and keys left out among many ``(question, k, filter, rerank,
+    exclude)``: the largest ``k``, then each cut to its own (a reranker's order of the candidates does not depend
+    on ``k``)."""
     groups: dict[str, list[int]] = {}
-    for n, (_, _, where, exclude) in enumerate(items):
-        groups.setdefault(json.dumps([where, sorted(set(exclude))], sort_keys=True), []).append(n)
+    for n, (_, _, where, rerank, exclude) in enumerate(items):
+        groups.setdefault(json.dumps([where, rerank, sorted(set(exclude))], sort_keys=True), []).append(n)
     out: list[list[HitOut]] = [[] for _ in items]
     for members in groups.values():
-        _, _, where, exclude = items[members[0]]
-        k = max(items[n][1] for n in members)
-        hits = collection.search([items[n][0] for n in members], k=k, where=where, exclude=exclude)
+        _, _, where, rerank, exclude = items[members[0]]
+        questions, k = [items[n][0] for n in members], max(items[n][1] for n in members)
+        hits = collection.search(questions, k=k, where=where, rerank=rerank, exclude=exclude)
         for n, row in zip(members, hits):
             out[n] = [
                 HitOut(
@@ -50,6 +53,7 @@ def search_many(collection, items: list[tuple[str, int, dict | None, list[str]]]
                     probability=h.probability,
                     duplicate=h.duplicate,
                     metadata=h.metadata,
+                    ranked_by=h.ranked_by,
                 )
                 for h in row[: items[n][1]]
             ]

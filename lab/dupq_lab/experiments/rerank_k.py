@@ -1,0 +1,120 @@
+"""How many candidates a reranker orders (K): Recall@1 and cost per K on the help-desk yardstick.
+
+The task is :mod:`dupq.evaluation.tasks`' ``help-desks`` (each new question of the split searches
+every old question plus Quora's 19,862 dev questions). A collection of the task's questions is
+built with the fast model (``--model``; default the bundled model) and ``--rerank MODEL``, as
+``dupq index build --rerank`` builds one, and each query is searched through
+:meth:`~dupq.collection.collection.Collection.search` with ``candidates=K`` for each K of ``--ks``
+(the product's own path: the reranker's vectors are encoded at a question's first use and
+stored). The collection is kept in ``--work`` (named by the two models' fingerprints), so a
+second run encodes nothing again.
+
+Per K: the ranking measures of the reranked top 10 (MRR@10, Recall@1, Recall@10, ...), the
+share of queries whose old question is among the fast model's K (the ceiling), and its cost:
+the reranker's encodes a query needs when none of its candidates is stored (K; a first search
+costs about K times the reranker's ms per question, measured on the first 256 questions of the
+collection) and the p50 of one search with the candidates' vectors stored (one query at a time,
+the first 50). A search asks for 11 hits (its own entry may be among them), so K below 11 is 11. ``chosen``
+is the smallest K whose Recall@1 is within 0.005 of the best K's: the default
+(:data:`~dupq.collection.rerank.RERANK_CANDIDATES`) is chosen on the dev half with it.
+
+    dupq-lab rerank-k --rerank MODEL [--model DIR] [--split dev|test] [--ks 10,20,50,100] [--work DIR]
+
+Prints one JSON line: {"split", "queries", "corpus", ..., "model", "rerank", "fast": {...},
+"per_k": {K: {"mrr@10", "recall@1", ..., "candidate_recall", "first_search_encodes",
+"stored_search_ms_p50"}}, "reranker_ms_per_question", "chosen"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import typer
+
+from dupq.collection.collection import Collection
+from dupq.core.errors import DupqError
+from dupq.evaluation.retrieval import ranking_measures
+from dupq.evaluation.tasks import shipped_help_desk_task
+from dupq.modeling.model import Model
+from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers
+
+TOP = 10  # the depth the ranking measures read
+CLOSE = 0.005  # Recall@1 within this of the best K's counts as the best (the smallest such K is chosen)
+TIMED = 50  # queries searched one at a time for the latency of a search with stored vectors
+SAMPLE = 256  # collection questions the reranker encodes for its cost per question
+
+
+def ranked(coll: Collection, queries: list[str], own: np.ndarray, **search) -> np.ndarray:
+    """``(Q, TOP)`` ids (positions in the task's corpus: the collection was built in its order), a query's own
+    entry left out, -1 where fewer were found."""
+    out = np.full((len(queries), TOP), -1, dtype=np.int64)
+    for lo in range(0, len(queries), 64):
+        for q, hits in enumerate(coll.search(queries[lo : lo + 64], k=TOP + 1, **search), start=lo):
+            ids = [h.id for h in hits if h.id != own[q]][:TOP]
+            out[q, : len(ids)] = ids
+    return out
+
+
+def main(
+    rerank: Annotated[Path, typer.Option(metavar="MODEL", help="The reranker's model folder.")],
+    model: ModelFolder = None,
+    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "10,20,50,100",
+    data: Data = DATA,
+    work: Annotated[Path, typer.Option(help="Where the task's collection is kept between runs.")] = REPO
+    / "runs"
+    / "rerank-k",
+) -> None:
+    try:
+        fast, reranker = Model.load(model), Model.load(rerank)
+        task, made_of = shipped_help_desk_task(data, split)
+        folder = work / f"{fast.fingerprint()}-{reranker.fingerprint()}"
+        if (folder / "manifest.json").is_file():
+            coll = Collection.open(folder, fast, reranker)
+        else:
+            coll = Collection.build(folder, task.corpus, fast, rerank=reranker)
+        with coll:
+            out = {**made_of, "model": str(model or "bundled"), "rerank": str(rerank)}
+            plain = ranked(coll, task.queries, task.own, rerank=False)
+            out["fast"] = ranking_measures(task, plain)
+            _, deep = coll.nearest(fast.encode(task.queries), max(integers(ks)) + 1)  # (Q, K+1) the fast model's order
+            encoded, per_k = coll.reranker_encoded, {}
+            for k in integers(ks):
+                ids = ranked(coll, task.queries, task.own, candidates=k)
+                within = [
+                    {i for i in row.tolist() if i >= 0 and i != o}.intersection(row[: k + 1].tolist())
+                    for row, o in zip(deep, task.own)
+                ]
+                ceiling = np.mean([bool(set(r.tolist()) & w) for r, w in zip(task.relevant, within)])
+                timed = []
+                for query in task.queries[:TIMED]:
+                    started = time.perf_counter()
+                    coll.search([query], k=TOP, candidates=k)
+                    timed.append(time.perf_counter() - started)
+                per_k[str(k)] = {
+                    **ranking_measures(task, ids),
+                    "candidate_recall": float(ceiling),
+                    "first_search_encodes": k,
+                    "stored_search_ms_p50": float(np.median(timed) * 1000),
+                }
+            out["per_k"] = per_k
+            out["reranker_encoded"] = coll.reranker_encoded - encoded  # by this run (0: all were stored already)
+            started = time.perf_counter()
+            reranker.encode(task.corpus[:SAMPLE])
+            out["reranker_ms_per_question"] = (time.perf_counter() - started) * 1000 / SAMPLE
+            best = max(v["recall@1"] for v in per_k.values())
+            out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
+    except DupqError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from e
+    out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    typer.run(main)

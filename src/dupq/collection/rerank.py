@@ -1,0 +1,129 @@
+"""A collection's reranker: the model that orders a search's candidates, and its stored vectors of the questions.
+
+Retrieve and rerank (sentence-transformers' retrieve-and-rerank; SemDeDup and NeMo Curator re-score
+their nearest-neighbour candidates the same way): the collection's model finds each query's
+:data:`RERANK_CANDIDATES` best stored questions fast, and a slower, better model orders them by
+its own cosine and judges them. The reranker's vector of a stored question is encoded once, the
+first time the question is a candidate (or for all of them at a build with ``rerank_now``), and
+kept by the backend with the digest of the text it encodes
+(:meth:`~dupq.collection.backend.Backend.keep_reranked`). A vector whose digest is not its
+question's text's is stale and is encoded again, so what is stored never disagrees with the text,
+whatever was killed when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from dupq.collection.backend import Backend
+from dupq.collection.rows import StoreFailure, text_digest
+from dupq.modeling.model import Model
+
+log = logging.getLogger(__name__)
+
+RERANK_CANDIDATES = (
+    100  # the model's best questions a reranker orders: dupq-lab rerank-k's choice on the help-desk dev half
+)
+RERANK_CHUNK = 4_096  # questions encoded by the reranker and stored per transaction (encode_all)
+
+
+class Reranking:
+    """A reranker and the vectors of it a backend stores. Thread-safe: one thread encodes what is missing."""
+
+    def __init__(
+        self, model: Model, backend: Backend, writing: Callable[[], contextlib.AbstractContextManager], where: str
+    ):
+        self.model = model
+        self.encoded = 0  # questions this process encoded with the reranker (each once)
+        self._backend, self._writing, self.where = backend, writing, where
+        self._lock = threading.Lock()
+
+    def reordered(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple:
+        """The candidates ``ids (Q, C)`` (-1: none) ordered by the reranker's cosine with ``queries (Q, d')``, the ``k``
+        best of each: ``scores (Q, k)``, ``ids (Q, k)`` (-1: none), the rows read and a function of hit ids giving
+        their reranker vectors ``(H, d')`` (a pair head reads them). A tie keeps the model's order."""
+        rows = self._backend.rows(ids[ids >= 0].tolist())
+        table = self.vectors(rows)
+        out_scores = np.zeros((len(ids), k), dtype=np.float32)
+        out_ids = np.full((len(ids), k), -1, dtype=np.int64)
+        for q, row in enumerate(ids.tolist()):
+            kept = [i for i in row if i in table]  # a question removed meanwhile (or damaged) is no candidate
+            if not kept:
+                continue
+            cosines = np.stack([table[i] for i in kept]) @ queries[q]  # (C,)
+            order = np.argsort(-cosines, kind="stable")[:k]  # (k',)
+            out_scores[q, : len(order)], out_ids[q, : len(order)] = cosines[order], np.asarray(kept)[order]
+        width = self.model.out_dim
+
+        def vectors_of(hits: np.ndarray) -> np.ndarray:  # (H, d')
+            return np.array([table[i] for i in hits.tolist()], np.float32).reshape(len(hits), width)
+
+        return out_scores, out_ids, rows, vectors_of
+
+    def vectors(self, rows: dict) -> dict[int, np.ndarray]:
+        """The reranker's vector ``(d',)`` of each row (``{id: (key, text, metadata)}``; damaged texts left out): the
+        stored one where its digest is the text's, else encoded now and stored, each question once."""
+        texts = {i: row[1] for i, row in rows.items() if isinstance(row[1], str)}
+        digests = {i: text_digest(text) for i, text in texts.items()}
+
+        def stored(ids: list[int]) -> dict[int, np.ndarray]:
+            found = self._backend.reranked(ids, self.model.out_dim)
+            return {i: v for i, (digest, v) in found.items() if digest == digests[i]}  # another digest: stale
+
+        table = stored(list(texts))
+        if len(table) < len(texts):
+            with self._lock:  # one thread encodes what is missing; the others find it stored
+                table.update(stored([i for i in texts if i not in table]))
+                missing = [i for i in texts if i not in table]
+                if missing:
+                    vectors = self.model.encode([texts[i] for i in missing])  # (M, d')
+                    self.encoded += len(missing)
+                    table.update(zip(missing, vectors))
+                    self._keep(missing, [digests[i] for i in missing], vectors)
+        return table
+
+    def _keep(self, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
+        """Store reranker vectors; a store that refuses (read-only, full) only means they are encoded again next time."""
+        try:
+            with self._writing():
+                self._backend.keep_reranked(ids, digests, vectors)
+        except StoreFailure as e:
+            log.warning(
+                "the reranker's vectors could not be stored in %s (%s); they are encoded again next time.",
+                self.where,
+                e,
+            )
+
+    def encode_all(self) -> int:
+        """Encode every stored question whose reranker vector is not stored yet; how many were."""
+        before, every = self.encoded, self._backend.all_rows()
+        for lo in range(0, len(every), RERANK_CHUNK):
+            self.vectors(dict(every[lo : lo + RERANK_CHUNK]))
+        return self.encoded - before
+
+    def stored(self) -> dict[int, np.ndarray]:
+        """The stored vectors ``{id: (d',)}`` of the stored questions whose text they encode (stale ones left out)."""
+        texts = {i: row[1] for i, row in self._backend.all_rows()}
+        found = self._backend.reranked(list(texts), self.model.out_dim)
+        return {
+            i: v for i, (digest, v) in found.items() if isinstance(texts[i], str) and digest == text_digest(texts[i])
+        }
+
+    def adopt(self, by_digest: dict[str, np.ndarray]) -> int:
+        """Store, for each stored question whose text's digest is in ``by_digest``, that reranker vector (a
+        re-encoding keeps the reranker's work); how many were stored."""
+        every = self._backend.all_rows()
+        kept = 0
+        for lo in range(0, len(every), RERANK_CHUNK):
+            part = [(i, text_digest(row[1])) for i, row in every[lo : lo + RERANK_CHUNK] if isinstance(row[1], str)]
+            part = [(i, d) for i, d in part if d in by_digest]
+            if part:
+                ids, digests = map(list, zip(*part))
+                self._keep(ids, digests, np.stack([by_digest[d] for d in digests]))
+                kept += len(part)
+        return kept

@@ -1,0 +1,233 @@
+"""A collection with a reranker: its order against a brute-force re-scoring, its stored vectors against fresh ones
+(after add, update, remove, re-encoding and a kill -9), and ``rerank=False`` / ``--no-rerank``.
+
+Two tiny LSTM models stand in for the fast model and the reranker (any model reranks): ``tiny_model``
+finds the candidates, ``head_model`` (a pair head: its verdicts read both vectors) orders them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from dupq.cli import app
+from dupq.collection.collection import Collection, Location
+from dupq.collection.folder.backend import DATABASE
+from dupq.collection.reencode import reencode
+from dupq.core.errors import DupqError
+from support.errors import refused
+
+K = 20  # candidates in these tests
+
+
+@pytest.fixture(scope="module")
+def texts(small_splits) -> list[str]:
+    seen: dict[str, None] = {}
+    for q in small_splits.pool.q1 + small_splits.pool.q2:
+        if q.strip():
+            seen.setdefault(q)
+        if len(seen) >= 400:
+            break
+    return list(seen)
+
+
+@pytest.fixture(scope="module")
+def queries(small_splits) -> list[str]:
+    return [q for q in small_splits.test.q1 if q.strip()][:12]
+
+
+def brute_force(reranker, query: str, candidates: list[tuple[int, str]]) -> list[tuple[int, float]]:
+    """Every candidate re-scored by the reranker directly (one text at a time), best first; a tie keeps the
+    candidates' order."""
+    q = reranker.encode([query])[0]
+    scored = [(i, float(reranker.encode([text])[0] @ q)) for i, text in candidates]
+    return sorted(scored, key=lambda s: -s[1])  # sorted() is stable
+
+
+def assert_fresh(coll: Collection, expect_all: bool = False) -> dict:
+    """The stored reranker vectors equal the reranker's vectors of the stored texts now (and only stored ones)."""
+    stored = coll.stored_reranker_vectors()
+    texts = {i: text for i, _, text, _ in coll.stored_rows()}
+    assert set(stored) <= set(texts)
+    if expect_all:
+        assert set(stored) == set(texts)
+    for i, v in stored.items():
+        np.testing.assert_allclose(v, coll.reranker.encode([texts[i]])[0], atol=1e-5)
+    return stored
+
+
+def test_reranked_order_equals_brute_force(tmp_path, texts, queries, tiny_model, head_model):
+    coll = Collection.build(tmp_path / "c", texts, tiny_model, rerank=head_model)
+    with coll:
+        fast = coll.search(queries, k=K, rerank=False)
+        reranked = coll.search(queries, k=K, candidates=K)
+        top3 = coll.search(queries, k=3, candidates=K)
+        for query, candidates, hits, first in zip(queries, fast, reranked, top3):
+            assert all(h.ranked_by == "model" for h in candidates)
+            assert all(h.ranked_by == "reranker" for h in hits)
+            want = brute_force(head_model, query, [(h.id, h.text) for h in candidates])
+            assert {h.id for h in hits} == {h.id for h in candidates}
+            np.testing.assert_allclose([h.score for h in hits], [s for _, s in want], atol=1e-5)
+            brute = dict(want)
+            np.testing.assert_allclose([h.score for h in hits], [brute[h.id] for h in hits], atol=1e-5)
+            assert [h.id for h in first] == [h.id for h in hits[:3]]  # k does not change the order
+            verdicts = head_model.verdicts([query] * len(hits), [h.text for h in hits])  # the reranker's judge
+            assert [h.duplicate for h in hits] == verdicts.duplicate.tolist()
+            np.testing.assert_allclose([h.probability for h in hits], verdicts.probability, atol=1e-5)
+
+
+def test_no_rerank_gives_the_fast_models_order(tmp_path, texts, queries, tiny_model, tiny_model_dir, head_model_dir):
+    qfile = tmp_path / "faq.txt"
+    qfile.write_text("\n".join(texts) + "\n")
+    runner = CliRunner()
+    for name, extra in [("plain", []), ("reranked", ["--rerank", str(head_model_dir)])]:
+        built = runner.invoke(
+            app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", str(tmp_path / name), *extra]
+        )
+        assert built.exit_code == 0, built.output
+
+    def search(name: str, *extra: str) -> list[dict]:
+        run = runner.invoke(app, ["search", str(tmp_path / name), queries[0], "-k", "5", "--json", *extra])
+        assert run.exit_code == 0, run.output
+        return json.loads(run.output)["hits"]
+
+    plain, skipped, reranked = search("plain"), search("reranked", "--no-rerank"), search("reranked")
+    assert skipped == plain and {h["ranked_by"] for h in plain} == {"model"}
+    assert {h["ranked_by"] for h in reranked} == {"reranker"}
+    with Collection.open(tmp_path / "plain") as coll:
+        assert [h.id for h in coll.search(queries[:1], k=5)[0]] == [h["id"] for h in plain]
+        with pytest.raises(DupqError, match="has no reranker"):
+            coll.search(queries[:1], rerank=True)
+
+
+def test_stored_vectors_follow_add_update_remove_and_reencode(tmp_path, texts, queries, tiny_model, head_model):
+    keys = [f"q{i}" for i in range(len(texts))]
+    coll = Collection.build(
+        tmp_path / "c", texts[:200], tiny_model, keys=keys[:200], rerank=head_model, rerank_now=True
+    )
+    assert coll.reranker_encoded == 200
+    assert_fresh(coll, expect_all=True)
+    coll.search(queries, k=5)
+    assert coll.reranker_encoded == 200  # every candidate's vector was stored at the build: none encoded again
+
+    coll.add(texts[200:300], keys=keys[200:300])
+    coll.search(texts[200:300], k=5)  # each new question is its own best candidate: its vector is computed now
+    stored = assert_fresh(coll)
+    assert len(stored) > 200
+    encoded = coll.reranker_encoded
+    coll.search(texts[200:300], k=5)
+    assert coll.reranker_encoded == encoded  # a question is encoded by the reranker once
+
+    old = coll.get("q3")[0]
+    new = coll.update("q3", text=texts[350])
+    coll.update("q4", metadata={"status": "open"})  # the text stays: its vector stays
+    coll.remove(["q5", "q6"])
+    stored = assert_fresh(coll)
+    assert old not in stored and new not in stored and coll.get("q4")[0] in stored
+    coll.search([texts[350]], k=3)
+    assert new in assert_fresh(coll)
+    coll.close()
+
+    with Collection.open(tmp_path / "c") as again:  # the reranker is remembered
+        assert again.reranker is not None and again.reranker.fingerprint() == head_model.fingerprint()
+        again.search(queries, k=5)
+        assert again.reranker_encoded <= len(queries) * 5  # only questions never a candidate before
+        before = again.stored_reranker_vectors()
+
+    with reencode(tmp_path / "c", head_model, tmp_path / "d") as new_coll:
+        assert new_coll.reranker.fingerprint() == head_model.fingerprint()
+        moved = assert_fresh(new_coll)
+        assert len(moved) == len(before)  # the reranker's work is kept, by text
+        new_coll.search(queries, k=5)
+        assert new_coll.reranker_encoded <= len(queries) * 5
+
+
+def test_a_stale_vector_is_encoded_again(tmp_path, texts, tiny_model, head_model):
+    """A vector stored with another text's digest (whatever wrote it) is read as missing and encoded again."""
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:50], tiny_model, rerank=head_model, rerank_now=True).close()
+    with sqlite3.connect(folder / DATABASE) as db:
+        db.execute("UPDATE reranked SET digest = 'not-this-text', vector = zeroblob(length(vector)) WHERE id = 7")
+    with Collection.open(folder) as coll:
+        assert 7 not in coll.stored_reranker_vectors()
+        hits = coll.search([texts[7]], k=1)
+        assert hits[0][0].id == 7 and coll.reranker_encoded >= 1
+        assert 7 in assert_fresh(coll, expect_all=True)
+
+
+def test_refusals(tmp_path, texts, tiny_model, head_model, tiny_model_dir):
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:20], tiny_model, rerank=head_model).close()
+    with pytest.raises(DupqError, match="is reranked with the model at .* but the model at"):
+        Collection.open(folder, rerank=tiny_model)
+    with Collection.open(folder) as coll, pytest.raises(DupqError, match="candidates must be at least 1"):
+        coll.search(["x"], candidates=0)
+    (tmp_path / "q.txt").write_text("How do I learn Python?\n")
+    run = CliRunner().invoke(
+        app, ["index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "e"), "--rerank-now"]
+    )
+    refused(run, "--rerank-now goes with --rerank MODEL")
+
+
+def test_each_backend_keeps_a_rerankers_vectors_or_refuses_in_one_sentence(location, texts, tiny_model, head_model):
+    if not Location.parse(location).backend().reranks:
+        with pytest.raises(DupqError, match="cannot keep a reranker's vectors yet"):
+            Collection.build(location, texts[:20], tiny_model, rerank=head_model)
+        return
+    with Collection.build(location, texts[:20], tiny_model, rerank=head_model) as coll:
+        hits = coll.search(texts[:3], k=2)
+        assert [row[0].id for row in hits] == [0, 1, 2] and hits[0][0].ranked_by == "reranker"
+        assert_fresh(coll)
+
+
+WRITER = """
+import sys
+from dupq.collection.collection import Collection, Location
+folder, run, texts = sys.argv[1], sys.argv[2], sys.argv[3:]
+coll = Collection.open(folder)
+n = 0
+while True:  # writes of every kind, and searches that store reranker vectors, until killed
+    for j, text in enumerate(texts):
+        key = f"w{run}-{n}-{j}"
+        coll.add([text], keys=[key])
+        coll.search([text], k=5)
+        if j % 3 == 0:
+            coll.update(key, text=texts[(j + 7) % len(texts)] + f" {n}")
+        if j % 5 == 0:
+            coll.remove([key])
+        print(n, j, flush=True)
+    n += 1
+"""
+
+
+@pytest.mark.faults
+def test_kill_9_mid_write_leaves_stored_vectors_equal_to_fresh(tmp_path, texts, tiny_model, head_model, head_model_dir):
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:100], tiny_model, rerank=head_model).close()
+    for lines in (9, 41):  # killed at two moments of the loop
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(folder), str(lines), *texts[100:160]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        for seen, _ in enumerate(proc.stdout, 1):
+            if seen >= lines:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+        with Collection.open(folder) as coll:
+            stored = assert_fresh(coll)
+            assert len(stored) > 0
+            coll.search(texts[100:110], k=5)
+            assert_fresh(coll)
