@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.collection.backend import check_where, matches
-from dupq.collection.collection import Collection, UnknownKey
+from dupq.collection.collection import Collection, KeyConflict, UnknownKey
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
 from dupq.index import vectors as vector_module
@@ -157,7 +157,7 @@ def test_a_decision_names_the_canonical_question_and_becomes_a_labelled_pair(liv
     coll.decide("t5", duplicate_of="t1")
     coll.decide("t6", not_duplicate_of="t2")
     coll.decide("t9", duplicate_of="t2")
-    coll.decide("t9", not_duplicate_of="t2")  # a moderator changes their mind: no longer a duplicate
+    coll.decide("t9", not_duplicate_of="t2", change=True)  # a moderator changes their mind: no longer a duplicate
     hit = next(h for h in coll.search([texts[5]], k=N)[0] if h.key == "t5")
     assert hit.duplicate_of == "t1"
     assert all(h.duplicate_of is None for h in coll.search([texts[5]], k=N)[0] if h.key != "t5")
@@ -168,6 +168,72 @@ def test_a_decision_names_the_canonical_question_and_becomes_a_labelled_pair(liv
         coll.decide("t5", duplicate_of="nobody")
     with pytest.raises(DupqError):
         coll.decide("t5", duplicate_of="t5")
+
+
+def test_a_contradicting_decision_is_refused_unless_it_is_a_change(live):
+    coll, texts = live
+    coll.decide("t5", duplicate_of="t1")
+    coll.decide("t5", duplicate_of="t1")  # the same decision again contradicts nothing
+    coll.decide("t5", not_duplicate_of="t3")  # another question: no contradiction either
+    before = coll.get("t5")[2]
+    for contradiction in ({"not_duplicate_of": "t1"}, {"duplicate_of": "t2"}, {"duplicate_of": "t3"}):
+        with pytest.raises(KeyConflict, match="contradicts"):
+            coll.decide("t5", **contradiction)
+        assert coll.get("t5")[2] == before  # nothing was changed
+    after = coll.decide("t5", duplicate_of="t2", change=True)
+    (changed,) = after["decision_changes"]
+    assert changed["was"] == {"duplicate_of": "t1"} and changed["now"] == {"duplicate_of": "t2"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", changed["at"])
+    after = coll.decide("t5", not_duplicate_of="t2", change=True)
+    assert [c["was"] for c in after["decision_changes"]] == [{"duplicate_of": "t1"}, {"duplicate_of": "t2"}]
+    assert "duplicate_of" not in after and after["not_duplicate_of"] == ["t3", "t2"]
+    assert sorted(coll.decisions()) == [("t5", "t2", texts[5], texts[2], 0), ("t5", "t3", texts[5], texts[3], 0)]
+
+
+def test_a_ticket_sent_again_after_a_decision_is_the_same_ticket(live):
+    coll, texts = live
+    i, _, meta = coll.get("t5")
+    coll.decide("t5", duplicate_of="t1")
+    assert coll.add([texts[5]], [meta], ["t5"]) == [i]  # its metadata now holds the decision
+    assert coll.add([texts[5]], [coll.get("t5")[2]], ["t5"]) == [i]  # or sent back with it
+    with pytest.raises(KeyConflict):
+        coll.add([texts[5]], [{**meta, "product": "other"}], ["t5"])
+    with pytest.raises(KeyConflict):
+        coll.add(["Another question entirely?"], [meta], ["t5"])
+    assert len(coll) == N
+
+
+@pytest.mark.parametrize("where", [None, *WHERES[:4]], ids=lambda w: json.dumps(w))
+def test_pages_give_every_question_once_in_order(live, where):
+    coll, _ = live
+    coll.remove(["t1", "t2"])
+    want = [
+        (i, key, text, meta or {})
+        for i, key, text, meta in coll.stored_rows()
+        if matches(meta or {}, check_where(where))
+    ]
+    got, cursor, pages = [], None, 0
+    while True:
+        rows, cursor = coll.page(cursor, limit=37, where=where)
+        got += rows
+        pages += 1
+        assert len(rows) <= 37
+        if cursor is None:
+            break
+    assert got == want and pages == max(1, -(-len(want) // 37))
+
+
+def test_a_search_leaves_out_the_keys_excluded(live):
+    coll, texts = live
+    k = 5
+    for q in (3, 7, 11):
+        full = coll.search([texts[q]], k=k + 2)[0]
+        own = [h.key for h in full]
+        got = coll.search([texts[q]], k=k, exclude=[f"t{q}", own[1]])[0]
+        assert [h.key for h in got] == [key for key in own if key not in (f"t{q}", own[1])][:k]
+    assert coll.search([texts[3]], k=2, exclude=["nobody"])[0][0].key == "t3"
+    with pytest.raises(DupqError):
+        coll.search([texts[3]], exclude=["has space"])
 
 
 def test_bad_filters_are_one_sentence(live):

@@ -34,7 +34,15 @@ def api_schema(tmp_path_factory, tiny_model_dir, small_splits):
     # often over the 64 KiB a body may hold, and 413 is the right answer to it (schemathesis's list, and 413).
     rejected = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
     config = SchemathesisConfig.from_dict({"checks": {"negative_data_rejection": {"expected-statuses": rejected}}})
-    return schemathesis.openapi.from_asgi("/openapi.json", create_app(folder, token=TOKEN), config=config)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(folder, token=TOKEN), config=config)
+
+    @schema.hook
+    def filter_path_parameters(context, path_parameters):
+        # Starlette's TestClient decodes a path twice (httpx, then itself), so a key holding "%" and two hex digits
+        # ("y%C0") reaches the app as another key; a server decodes once (test_api_faults's keys with a "%").
+        return "%" not in str((path_parameters or {}).get("key", ""))
+
+    return schema
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])

@@ -45,18 +45,41 @@ def evaluate(
     split: Annotated[
         str, typer.Option(help="test (the reported figures) or dev (the figures to choose a model on).")
     ] = "test",
+    pairs: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Score your own labelled pairs instead (question1, question2, is_duplicate: what `dupq index "
+            "decisions` writes) at the model's threshold: accuracy, precision, recall, ROC-AUC, ECE."
+        ),
+    ] = None,
+    questions: Annotated[
+        Optional[Path],
+        typer.Option(help="Your old questions (any file `dupq index build` takes), searched by --queries."),
+    ] = None,
+    queries: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Your new questions, a CSV/TSV with the columns question and old (the text or key of its old "
+            "question): Recall@1/10, MRR@10, nDCG@10 and P@1 of their searches of --questions, the model's and BM25's."
+        ),
+    ] = None,
     threads: Threads = THREADS,
 ) -> None:
     """Score the test pairs (of the split the model was trained with) and report accuracy, F1, ROC-AUC, ...
 
-    --task runs another of the yardsticks (dupq.evaluation.tasks), --split dev its figures to choose on."""
+    --task runs another of the yardsticks (dupq.evaluation.tasks), --split dev its figures to choose on;
+    --pairs scores your own labelled pairs, --questions with --queries your own searches."""
     from dupq.evaluation.tasks import run_task
     from dupq.modeling.model import Model
 
     _threads(threads)
+    own = _own_files(pairs, questions, queries, task, split, data)
     m = Model.load(model)
     data = None if data is None else _data(data)  # the default file is looked for only by the tasks that read it
-    result = run_task(task, m, data, split, _threshold(threshold))
+    result = (
+        _own_yardstick(m, own, _threshold(threshold)) if own else run_task(task, m, data, split, _threshold(threshold))
+    )
+    split = "labelled" if pairs is not None else split
     if json_out:
         typer.echo(to_json(result))
         return
@@ -64,6 +87,48 @@ def evaluate(
 
     name = str(model or "bundled model")
     Console().print(_ranking_table(result, name) if "bm25" in result else _figures_table(result, name, split))
+
+
+def _own_files(pairs, questions, queries, task: str, split: str, data) -> dict:
+    """The desk's own files given (none: a task runs), refusing what does not go with them."""
+    own = {k: v for k, v in {"pairs": pairs, "questions": questions, "queries": queries}.items() if v is not None}
+    if not own:
+        return own
+    if (questions is None) != (queries is None):
+        raise DupqError("--questions and --queries go together: the old questions and the new ones that search them.")
+    if pairs is not None and questions is not None:
+        raise DupqError("give --pairs or --questions with --queries, not both.")
+    if task != "quora-pairs" or split != "test" or data is not None:
+        raise DupqError("your own files are a yardstick of their own: give them without --task, --split or --data.")
+    return own
+
+
+def _own_yardstick(model, own: dict, threshold) -> dict:
+    """A desk's own pairs judged (:func:`~dupq.evaluation.evaluate.evaluate`), or its searches measured."""
+    import hashlib
+
+    from dupq.data.pairs import read_pairs
+    from dupq.data.questions import read_questions
+
+    if "pairs" in own:
+        from dupq.evaluation.evaluate import evaluate as judge
+
+        labelled, dropped = read_pairs(own["pairs"])
+        _dropped(own["pairs"], dropped)
+        files = {"pairs_file": str(own["pairs"])}
+        return {
+            **judge(model, labelled, threshold),
+            **files,
+            "sha256": hashlib.sha256(own["pairs"].read_bytes()).hexdigest(),
+        }
+    from dupq.evaluation.desk import desk_retrieval
+
+    if threshold is not None:
+        raise DupqError("a search of your questions ranks them and takes no threshold.")
+    old, new = read_questions(own["questions"]), read_questions(own["queries"], column="question")
+    _dropped(own["questions"], old.dropped)
+    _dropped(own["queries"], new.dropped)
+    return desk_retrieval(model, old, new)
 
 
 def _figures_table(result: dict, name: str, split: str):

@@ -61,6 +61,7 @@ FIELD = re.compile(FIELD_PATTERN)
 MAX_FIELDS = 32  # fields in one filter (with MAX_VALUES each, within SQLite's 32,766 parameters)
 MAX_VALUES = 1_000  # values of one field in a filter
 NUMBERS = (-(2**63), 2**63)  # a filter's numbers: lo < x < hi, what SQLite and Milvus hold in 64 bits
+MAX_ID = 2**63 - 1  # the largest id a store holds (a page's cursor beyond it is the end)
 TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"  # a filter's text: no control character
 TEXT = re.compile(TEXT_PATTERN)
 
@@ -226,6 +227,19 @@ class Backend(ABC):
     @abstractmethod
     def all_rows(self) -> list[tuple[int, Row]]:
         """Every stored ``(id, (key, text, metadata JSON))``, in id order."""
+
+    def page(self, after: int, limit: int, where: Where | None = None) -> list[tuple[int, Row]]:
+        """Up to ``limit`` stored ``(id, (key, text, metadata JSON))`` of ids above ``after`` whose metadata match
+        ``where``, in id order (by default filtered from :meth:`all_rows`; a store that can, answers in one query)."""
+        from dupq.collection.rows import read_metadata
+
+        out = []
+        for i, row in self.all_rows():
+            if i > after and matches(read_metadata(row[2])[0], where):
+                out.append((i, row))
+                if len(out) == limit:
+                    break
+        return out
 
     def rows_naming(self, field: str) -> list[tuple[int, Row]]:
         """Every stored ``(id, (key, text, metadata JSON))`` whose metadata has ``field``, in id order (by default

@@ -51,11 +51,12 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 
 from dupq.collection import review
-from dupq.collection.backend import Backend, IndexStats, check_where
+from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
@@ -263,6 +264,22 @@ class Collection:
         self._check_open()
         return self._backend.search(np.asarray(vectors, dtype=np.float32), k, check_where(where))
 
+    def page(
+        self, after: int | None = None, limit: int = 100, where: dict | None = None
+    ) -> tuple[list[tuple[int, str | None, str, dict]], int | None]:
+        """A page of the stored questions in id order: up to ``limit`` ``(id, key, text, metadata)`` of ids above
+        ``after`` (None: from the first) whose metadata match ``where`` (as in :meth:`search`), and the cursor of
+        the next page (the last id given; None when no question is left). Pages that follow one another's
+        cursor give every question once; a question whose text changes meanwhile moves to the end (a new id).
+        """
+        self._check_open()
+        where = check_where(where)
+        if limit < 1:
+            raise DupqError(f"a page holds at least 1 question, got {limit}.")
+        rows = self._backend.page(-1 if after is None else min(after, MAX_ID), limit + 1, where)
+        out = [(i, key, text, read_metadata(meta)[0]) for i, (key, text, meta) in rows[:limit]]
+        return out, (out[-1][0] if len(rows) > limit else None)
+
     def search(
         self,
         queries: list[str],
@@ -271,17 +288,22 @@ class Collection:
         *,
         rerank: bool | None = None,
         candidates: int | None = None,
+        exclude: list[str] | None = None,
     ) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed change included).
 
         ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
         field equal to its value (or to one of its values). With a reranker (``rerank`` None or True)
         the model's ``candidates`` best (default :data:`RERANK_CANDIDATES`, at least ``k``) are ordered
-        and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts.
+        and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys
+        of questions left out (a ticket searching for its own duplicates leaves itself out); the ``k`` best
+        of the rest.
         """
         self._check_open()
         queries = check_questions(queries, "query")
         where = check_where(where)
+        exclude = [exclude] if isinstance(exclude, str) else list(exclude or [])
+        left_out = set(check_keys(exclude, len(exclude)))
         if k < 1:
             raise DupqError(f"k must be at least 1, got {k}.")
         reranking = self.reranks(rerank)
@@ -290,13 +312,18 @@ class Collection:
         if not queries:
             return []
         vectors = self.model.encode(queries)  # (Q, d)
-        depth = max(k, 2, candidates or RERANK_CANDIDATES) if reranking else max(k, 2)  # a runner-up for the top hit
+        wanted = max(k, 2) + len(left_out)  # a runner-up for the top hit; a key left out is at most one hit of a query
+        depth = max(wanted, candidates or RERANK_CANDIDATES) if reranking else wanted
         scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
         judge, hit_vectors, rows = self.model, self._backend.vectors, None
         if reranking:
             vectors = self.reranker.encode(queries)  # (Q, d') the queries as the reranker sees them
-            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, max(k, 2))  # (Q, k'), (Q, k')
+            scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, wanted)  # (Q, k'), (Q, k')
             judge = self.reranker
+        if left_out:  # before the margins: a ticket's own text must not stand in front of its duplicates
+            scores, ids = without_ids(
+                scores, ids, [found[0] for found in self._backend.find(sorted(left_out)).values()]
+            )
         scores = clip_cosines(scores)  # (Q, k')
         found = ids >= 0  # (Q, k') FAISS pads with -1 where it found fewer than k
         margins = search_margins(scores, found)  # (Q, k') how far each hit stands out from the others
@@ -463,14 +490,17 @@ class Collection:
         not_duplicate_of: str | list[str] | None = None,
         keep: bool = False,
         by: str | None = None,
+        change: bool = False,
     ) -> dict:
         """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
         canonical question), not a duplicate of ``not_duplicate_of`` (a key, or a list: of none of them), or
         (``keep``) a new question, no pair judged; its metadata afterwards.
 
         Both questions must be stored, and a duplicate's canonical question may not lead back to it
-        (a cycle is refused). A question is a duplicate of one canonical question at a time (a new
-        decision replaces it); judging it distinct from its canonical one clears that. A digest of
+        (a cycle is refused). A question is a duplicate of one canonical question at a time. A decision
+        that contradicts an earlier one (a duplicate of another canonical question, or distinct from its
+        canonical one, or a duplicate of one judged distinct) is :class:`KeyConflict` unless ``change``:
+        then it replaces the earlier one, and ``decision_changes`` keeps what it was and when. A digest of
         the two texts is kept with the decision (``judged``). The stored metadata is read and written
         back in one transaction of the backend, so decisions recorded at once by several workers are
         all kept; stored decision fields of the wrong type are refused, never rewritten. A pending
@@ -491,15 +521,17 @@ class Collection:
             refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
         digests = {other: judged_digest(texts[key], texts[other]) for other in others}
 
-        def change(stored: str | None) -> str | None:
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+
+        def edit(stored: str | None) -> str | None:
             after = stored
             for other in others:
-                after = recorded(after, key, other, duplicate_of is not None, digests[other])
+                after = recorded(after, key, other, duplicate_of is not None, digests[other], change, at)
             return review.reviewed(stored, after, action, others, by)
 
         with self._write_lock:
             self._check_open()
-            _, stored = self._backend.edit(key, change, others)
+            _, stored = self._backend.edit(key, edit, others)
         return read_metadata(stored)[0]
 
     def undo(self, key: str) -> dict:
@@ -560,3 +592,16 @@ class Collection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def without_ids(scores: np.ndarray, ids: np.ndarray, left_out: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Searches ``(Q, K)`` with the hits of ``left_out`` taken out, the rest moved up in order (padded with -1).
+
+    >>> without_ids(np.array([[0.9, 0.8, 0.7]]), np.array([[4, 5, 6]]), [5])[1].tolist()
+    [[4, 6, -1]]
+    """
+    keep = ~np.isin(ids, left_out)  # (Q, K)
+    order = np.argsort(~keep, axis=1, kind="stable")  # (Q, K) the kept hits first, in their order
+    scores = np.where(keep, scores, -np.inf)
+    ids = np.where(keep, ids, -1)
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)

@@ -1,8 +1,11 @@
 """Moderators' decisions on a collection's questions: how one is recorded in a question's metadata, and read back.
 
 A decision lives in the judged question's metadata, in the reserved fields of :mod:`dupq.collection.rows`:
-``duplicate_of`` (its one canonical question), ``not_duplicate_of`` (questions judged distinct) and ``judged``
-(a digest of both texts as they were judged, per other key). :func:`recorded` is the change one decision makes,
+``duplicate_of`` (its one canonical question), ``not_duplicate_of`` (questions judged distinct), ``judged``
+(a digest of both texts as they were judged, per other key) and ``decision_changes`` (each decision that
+replaced an earlier one it contradicts: what was recorded before, what now, and when).
+:func:`recorded` is the change one decision makes (a contradiction of an earlier decision is refused as a
+:class:`~dupq.collection.rows.KeyConflict` unless it is sent as a change, so none is replaced silently),
 :func:`refuse_cycle` keeps canonical questions from leading back to the judged one, and :func:`decision_pairs`
 reads every decision back as a labelled pair, leaving out (with a warning) what no longer holds. The
 :class:`~dupq.collection.collection.Collection` applies them in one transaction of its backend.
@@ -14,6 +17,7 @@ import logging
 from collections.abc import Callable
 
 from dupq.collection.rows import (
+    CHANGES,
     DUPLICATE_OF,
     JUDGED,
     NOT_DUPLICATE_OF,
@@ -30,15 +34,46 @@ log = logging.getLogger(__name__)
 LONGEST_CHAIN = 1_000  # canonical questions followed from a new decision's to find a cycle
 
 
-def recorded(stored: str | None, key: str, other: str, duplicate: bool, digest: str) -> str:
+def contradicted(metadata: dict, other: str, duplicate: bool) -> dict | None:
+    """The earlier decision of ``metadata`` that judging it a duplicate of ``other`` (or distinct from it) would
+    contradict, as ``{field: key}``, or None: a duplicate of another canonical question, or distinct from ``other``
+    (for a duplicate); a duplicate of ``other`` (for distinct). The same decision again contradicts nothing."""
+    canonical = metadata.get(DUPLICATE_OF)
+    if duplicate and canonical is not None and canonical != other:
+        return {DUPLICATE_OF: canonical}
+    if duplicate and other in metadata.get(NOT_DUPLICATE_OF, []):
+        return {NOT_DUPLICATE_OF: other}
+    if not duplicate and canonical == other:
+        return {DUPLICATE_OF: other}
+    return None
+
+
+def recorded(
+    stored: str | None, key: str, other: str, duplicate: bool, digest: str, change: bool = False, at: str = ""
+) -> str:
     """The metadata of ``key`` (stored as JSON text) once it is judged a duplicate of ``other`` (or distinct
-    from it), as JSON text; stored decision fields of the wrong type are refused, never rewritten."""
+    from it), as JSON text; stored decision fields of the wrong type are refused, never rewritten.
+
+    A decision that contradicts an earlier one (:func:`contradicted`) is refused with :class:`KeyConflict`
+    unless ``change``; then it replaces the earlier one, and ``decision_changes`` keeps what it was changed
+    from and ``at`` (when, ISO 8601).
+    """
     metadata, _ = read_metadata(stored)  # damaged metadata reads as {} and is replaced
     problem = decision_problem(metadata)
     if problem:
         raise DupqError(
             f"the stored metadata of {key!r} {problem}; correct it with an update first (nothing was changed)."
         )
+    now = {DUPLICATE_OF if duplicate else NOT_DUPLICATE_OF: other}
+    was = contradicted(metadata, other, duplicate)
+    if was is not None and not change:
+        ((field, earlier),) = was.items()
+        raise KeyConflict(
+            f"{key!r} is recorded already as {field} {earlier!r}, which this decision contradicts; "
+            "send it as a change to replace that decision (nothing was changed)."
+        )
+    if was is not None:
+        metadata[CHANGES] = [*metadata.get(CHANGES, []), {"was": was, "now": now, "at": at}]
     distinct = metadata.get(NOT_DUPLICATE_OF, [])
     if duplicate:
         metadata[DUPLICATE_OF] = other

@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 
 from dupq.collection.backend import hidden, matches
 from dupq.collection.rows import (
-    DUPLICATE_OF,
-    JUDGED,
-    NOT_DUPLICATE_OF,
+    DECISION_FIELDS,
     PENDING,
+    REVIEWED,
     KeyConflict,
     check_metadata,
     one_each,
@@ -34,9 +33,7 @@ from dupq.collection.rows import (
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import STRIP, word_parts
 
-REVIEWED = "reviewed"  # the record of a queue decision: by, at, action, keys, before
 ACTIONS = ("duplicate", "distinct", "new")
-DECISION_FIELDS = (DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED)  # what an undo puts back as it was
 MAX_BY = 100  # characters of a moderator's name
 # Words too common to say anything about two questions (shared_words leaves them out).
 COMMON = frozenset(

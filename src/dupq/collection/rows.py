@@ -6,11 +6,13 @@ Every store (:mod:`dupq.collection.folder.store`'s SQLite, :mod:`dupq.collection
 (a full disk, a lock held too long, a damaged file) as :class:`StoreFailure`, whose ``reason`` the
 service turns into an HTTP status.
 
-Three metadata fields are reserved for moderators' decisions (:func:`decision_problem` is their rule):
-``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys) and ``judged`` (``{key: digest}``, the
+Four metadata fields are reserved for moderators' decisions (:func:`decision_problem` is their rule):
+``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys), ``judged`` (``{key: digest}``, the
 :func:`judged_digest` of the two texts each decision was made on, so that a decision whose side
-changed since is known). A fourth, ``pending`` (true while a question waits for a moderator), keeps it
-out of searches (:mod:`dupq.collection.review`). Metadata holds no U+0000: SQLite's ``json_extract`` reads a string only
+changed since is known) and ``decision_changes`` (a list of objects: each decision changed, from what
+and when). A fifth, ``pending`` (true while a question waits for a moderator), keeps it out of searches, and
+``reviewed`` records the review queue's decision (:mod:`dupq.collection.review`). Metadata holds no U+0000:
+SQLite's ``json_extract`` reads a string only
 up to it, so ``"acme\\u0000evil"`` would pass the filter ``"acme"``.
 """
 
@@ -27,7 +29,10 @@ from dupq.data.questions import check_key
 PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit is 999 in old builds)
 # The metadata fields of moderators' decisions: the canonical question's key, keys judged distinct, what was judged.
 DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED = "duplicate_of", "not_duplicate_of", "judged"
+CHANGES = "decision_changes"  # the decisions changed since first recorded: [{"was": {...}, "now": {...}, "at": ...}]
+DECISION_FIELDS = (DUPLICATE_OF, NOT_DUPLICATE_OF, JUDGED, CHANGES)  # what an undo of a queue decision puts back
 PENDING = "pending"  # true: waiting in the review queue, left out of searches (dupq.collection.review)
+REVIEWED = "reviewed"  # the record of a queue decision: by, at, action, keys, before (dupq.collection.review)
 
 
 class KeyConflict(DupqError):
@@ -122,7 +127,21 @@ def decision_problem(metadata: dict) -> str | None:
         isinstance(judged, dict) and all(_key(k) and isinstance(v, str) for k, v in judged.items())
     ):
         return f"gives {JUDGED} {judged!r}, which is not an object of keys and digests (dupq writes it)"
+    changes = metadata.get(CHANGES)
+    if CHANGES in metadata and not (isinstance(changes, list) and all(isinstance(c, dict) for c in changes)):
+        return f"gives {CHANGES} {changes!r}, which is not a list of objects (dupq writes it)"
     return None
+
+
+def undecided(metadata: str | None) -> str | None:
+    """Metadata (JSON text) without what moderators and the review queue add to it (the decision fields,
+    ``pending``, ``reviewed``): what a client sends, before and after a decision."""
+    value, damage = read_metadata(metadata)
+    moderated = (*DECISION_FIELDS, PENDING, REVIEWED)
+    if damage or not any(field in value for field in moderated):
+        return metadata
+    rest = {k: v for k, v in value.items() if k not in moderated}
+    return json.dumps(rest, ensure_ascii=False) if rest else None
 
 
 def judged_digest(text: str, other: str) -> str:
@@ -214,7 +233,9 @@ def place(
 
     ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen
     there, or earlier in the same call, keeps its id (:class:`KeyConflict` if its text or metadata
-    differ); ``new_id(n, key)`` is the id of the ``n``-th new question.
+    differ; stored metadata counts as the same without the decisions recorded on it since, so a ticket
+    sent again after a moderator's decision is the same ticket); ``new_id(n, key)`` is the id of the
+    ``n``-th new question.
     """
     stored = dict(stored)
     ids, new = [], []
@@ -222,7 +243,9 @@ def place(
     for j, (text, m, key) in enumerate(zip(texts, meta, keys)):
         if key is not None and key in stored:
             i, stored_text, stored_meta = stored[key]
-            same = stored_text == text and same_metadata(stored_meta, m)
+            same = stored_text == text and (
+                same_metadata(stored_meta, m) or same_metadata(undecided(stored_meta), undecided(m))
+            )
             if not same and key in given:  # no id is taken: nothing is stored
                 raise KeyConflict(
                     f"the key {key!r} is given to questions {given[key] + 1} and {j + 1} of one add, "

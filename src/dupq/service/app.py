@@ -4,17 +4,21 @@
 (:mod:`dupq.service.server`). Its routes, one router per area, are in :mod:`dupq.service.routes`::
 
     POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
-    POST /search      {question, k, filter}  -> {results: [{id, key, text, score, probability, duplicate, duplicate_of, metadata}], ...}
+    POST /search      {question, k, filter, exclude}  -> {results: [{id, key, text, score, probability, duplicate, duplicate_of, metadata}], ...}
     POST /questions   {text, metadata, key, pending}  -> 201 {id, count}   (bearer token; durable when answered;
                                         a key, or an Idempotency-Key header, makes a retry store nothing;
                                         pending: it waits in the review queue, found by no search)
-    PUT  /questions/{key}  {text, metadata}  -> {key, id, count}  (token; 404 for a key not stored)
+    PUT  /questions/{key}  {text, metadata}  -> {key, id, count, text, metadata}  (token; 404 for a key not stored)
     DELETE /questions/{key}             -> {key, id: null, count}  (token; found by no search once answered)
-    POST /questions/{key}/decision {duplicate_of | not_duplicate_of | keep}  -> {key, id, count, metadata}
-                                        (token; X-Moderator: who, recorded when it leaves the review queue)
+    POST /questions/{key}/decision {duplicate_of | not_duplicate_of | keep, change}  -> {key, id, count, metadata}
+                                        (token; X-Moderator: who, recorded when it leaves the review queue;
+                                        409 for one that contradicts an earlier decision, unless change is true)
     POST /questions/{key}/undo          -> {key, id, count, metadata}  (token; the queue's decision taken back)
     GET  /queue?page=&size=&category=&field=  -> {total, categories, items: [{key, text, category, candidates}]}
     GET  /queue/decided?limit=          -> {decisions: [{key, text, action, keys, by, at}]}  (the latest first)
+    GET  /questions/{key}               -> {id, key, text, metadata}  (404 for a key not stored)
+    GET  /questions?limit&cursor&where  -> {questions: [{id, key, text, metadata}], next_cursor}  (in id order)
+    GET  /decisions                     -> {decisions: [{key, other, text, other_text, duplicate}]}
     GET  /health                        -> {status, questions, threshold, threshold_on}
     GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
     GET  /                              -> the moderators' web page (its HTML, script and styles)
@@ -60,7 +64,7 @@ from dupq.service.batching import Batcher
 from dupq.service.errors import REFUSED, UNAUTHORISED, add_error_handlers
 from dupq.service.metrics import RequestMetrics
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
-from dupq.service.routes import health, page, questions, queue, search, similarity
+from dupq.service.routes import health, page, questions, queue, search, similarity, stored
 from dupq.service.workers import with_these_threads
 
 
@@ -112,6 +116,7 @@ def create_app(
     unauthorised = UNAUTHORISED if protect_reads else {}
     for router in (similarity.router, search.router, queue.router):
         app.include_router(router, dependencies=reads, responses=REFUSED | unauthorised)
+    app.include_router(stored.router, dependencies=reads, responses=unauthorised)
     app.include_router(questions.router)
     app.include_router(queue.writes)
     app.include_router(health.router, dependencies=reads, responses=unauthorised)

@@ -38,8 +38,13 @@ BROKEN_STORE = (500, "the server cannot use its collection (it may be damaged); 
 UNKNOWN = {404: {"description": "No question is stored under that key."}}
 CONFLICT = {
     409: {
-        "description": "The key is stored already with another question or metadata, the header's and body's keys differ, "
-        "or the decision would make a cycle of canonical questions."
+        "description": "The key is stored already with another question or metadata, or the header's and body's keys differ."
+    }
+}
+DECISION_CONFLICT = {
+    409: {
+        "description": "The decision would make a cycle of canonical questions, judges a question against itself, "
+        "or contradicts an earlier decision (send it with change: true to replace that one)."
     }
 }
 

@@ -24,6 +24,8 @@ from dupq.data.questions import KEY_PATTERN, MAX_KEY, MAX_QUESTION, check_questi
 from dupq.modeling.verdict import clip_cosines
 
 MAX_K = 100  # results of one search
+MAX_EXCLUDED = 100  # keys one search leaves out
+MAX_PAGE = 1_000  # questions of one page of GET /questions
 
 
 def _question(text: str) -> str:
@@ -135,6 +137,11 @@ Filter = Annotated[
 ]
 
 
+# A filter in a query string, the command line's way: where=FIELD=VALUE, repeated (a field twice: either value;
+# a value that reads as a number or boolean also matches that: dupq.collection.backend.where_from_text).
+WhereItem = Annotated[str, Field(pattern=FIELD_PATTERN[:-1] + "=" + TEXT_PATTERN[1:])]
+
+
 class SearchRequest(BaseModel):
     model_config = STRICT
     question: Question
@@ -144,6 +151,10 @@ class SearchRequest(BaseModel):
     filter: Filter | None = Field(
         None,
         description='Only questions whose metadata match: {"field": value, "other": [v1, v2]} (equal; a list: any of).',
+    )
+    exclude: Annotated[list[Key], Field(max_length=MAX_EXCLUDED)] = Field(
+        default_factory=list,
+        description="Keys of questions to leave out (a ticket's own key, to find its duplicates and not itself).",
     )
     rerank: bool | None = Field(
         None,
@@ -183,7 +194,7 @@ class SearchResponse(BaseModel):
 # A pending question needs a key: a moderator's decision names it (the schema says so, as the validator does).
 KEYED_WHEN_PENDING = {
     "if": {"properties": {"pending": {"const": True}}, "required": ["pending"]},
-    "then": {"required": ["key"]},
+    "then": {"required": ["key"], "properties": {"key": {"type": "string"}}},  # a key, not null
 }
 
 
@@ -206,15 +217,17 @@ class AddRequest(BaseModel):
         return self
 
 
-def fields_given(body: BaseModel, least: int, most: int) -> BaseModel:
-    """``body`` if it names ``least`` to ``most`` of its fields, else the ValueError that makes it a 422.
+def fields_given(body: BaseModel, least: int, most: int, names: tuple[str, ...] | None = None) -> BaseModel:
+    """``body`` if it names ``least`` to ``most`` of its fields (of ``names``; default: all), else the ValueError
+    that makes it a 422.
 
-    The rule the schema states (``minProperties``, ``maxProperties``) enforced as the schema says,
+    The rule the schema states (``minProperties``, ``maxProperties``, ``oneOf``) enforced as the schema says,
     so that ``{}`` is the invalid body the OpenAPI document promises, not a 400 of the library.
     """
-    given = [name for name in type(body).model_fields if getattr(body, name) is not None]
+    names = names or tuple(type(body).model_fields)
+    given = [name for name in names if getattr(body, name) is not None]
     if not least <= len(given) <= most:
-        names = " or ".join(type(body).model_fields)
+        names = " or ".join(names)
         wanted = f"one of {names}" if most == 1 else f"at least one of {names}"
         raise ValueError(f"give {wanted}" + (f", not {len(given)}" if given else ""))
     return body
@@ -231,25 +244,58 @@ class UpdateRequest(BaseModel):
         return fields_given(self, 1, 2)
 
 
+DECIDED = ("duplicate_of", "not_duplicate_of", "keep")
+
+
 class DecisionRequest(BaseModel):
     # exactly one of the three (the schema says so: a request with none or two is not a valid one)
-    model_config = ConfigDict(**STRICT, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+    model_config = ConfigDict(**STRICT, json_schema_extra={"oneOf": [{"required": [name]} for name in DECIDED]})
     duplicate_of: Key = Field(None, description="The key of the canonical question this one duplicates.")
     not_duplicate_of: Key | Annotated[list[Key], Field(min_length=1, max_length=MAX_K)] = Field(
         None, description="The key of a question this one does not duplicate (a list: it duplicates none of them)."
     )
     keep: Literal[True] = Field(None, description="A new question: out of the review queue, no pair judged.")
+    change: StrictBool = Field(
+        False,
+        description="This decision replaces an earlier one it contradicts (recorded as a change, with what it was "
+        "and when); without it such a decision is refused with 409.",
+    )
 
     @model_validator(mode="after")
     def _one(self):
-        return fields_given(self, 1, 1)
+        return fields_given(self, 1, 1, DECIDED)
 
 
 class Changed(BaseModel):
     key: str
     id: int | None  # its id afterwards (null once removed)
     count: int  # questions in the collection afterwards
-    metadata: dict[str, Any] | None = None  # its metadata after a decision
+    metadata: dict[str, Any] | None = None  # its metadata after a decision or an update
+    text: str | None = None  # its text after an update
+
+
+class StoredQuestion(BaseModel):
+    id: int
+    key: str | None  # null: added without one
+    text: str
+    metadata: dict[str, Any]
+
+
+class QuestionPage(BaseModel):
+    questions: list[StoredQuestion]  # in id order
+    next_cursor: int | None  # the cursor of the next page; null: this is the last
+
+
+class Decision(BaseModel):
+    key: str  # the judged question
+    other: str  # the question it was judged against
+    text: str
+    other_text: str
+    duplicate: bool  # true: a duplicate of other (its canonical question); false: judged distinct
+
+
+class Decisions(BaseModel):
+    decisions: list[Decision]
 
 
 class AddResponse(BaseModel):

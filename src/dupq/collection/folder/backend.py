@@ -267,6 +267,9 @@ class FolderBackend(Backend):
     def all_rows(self):
         return self.store.all_rows()
 
+    def page(self, after, limit, where=None):
+        return self.store.page(after, limit, where)
+
     def close(self) -> None:
         with self._write_lock:
             self._closed = True

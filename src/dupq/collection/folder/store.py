@@ -210,17 +210,15 @@ class SQLiteStore:
 
     def matching(self, where: Where) -> np.ndarray:
         """The ids of the stored questions whose metadata match ``where`` (see :func:`~dupq.collection.backend.matches`), sorted."""
-        clauses, params = [], []
-        for field, values in where.items():
-            path = f'$."{field}"'  # field names are letters, digits and _ (backend.FIELD)
-            # json_extract of an object or array is its JSON text, which must not equal a string filter
-            clauses.append(
-                "CASE WHEN json_valid(metadata) AND json_type(metadata, ?) NOT IN ('object', 'array', 'null') "
-                f"THEN json_extract(metadata, ?) END IN ({','.join('?' * len(values))})"
-            )
-            params += [path, path, *values]
-        query = f"SELECT id FROM questions WHERE {' AND '.join(clauses)} ORDER BY id"
+        clause, params = _matching(where)
+        query = f"SELECT id FROM questions WHERE {clause} ORDER BY id"
         return self._read(lambda db: np.array([i for (i,) in db.execute(query, params)], dtype=np.int64))
+
+    def page(self, after: int, limit: int, where: Where | None) -> list[tuple[int, tuple]]:
+        """Up to ``limit`` rows ``(id, (key, text, metadata))`` of ids above ``after`` matching ``where``, by id."""
+        clause, params = _matching(where) if where else ("1", [])
+        query = f"SELECT id, key, text, metadata FROM questions WHERE id > ? AND {clause} ORDER BY id LIMIT ?"
+        return self._read(lambda db: [(i, tuple(row)) for i, *row in db.execute(query, [after, *params, limit])])
 
     def naming(self, field: str) -> list[tuple[int, Row]]:
         """Every stored ``(id, (key, text, metadata))`` whose metadata has ``field`` (a name of letters, digits and
@@ -296,3 +294,17 @@ class SQLiteStore:
         self._db.close()
         with self._reader_lock:
             self._reader.close()
+
+
+def _matching(where: Where) -> tuple[str, list]:
+    """The SQL condition (and its parameters) of the rows whose metadata match ``where``."""
+    clauses, params = [], []
+    for field, values in where.items():
+        path = f'$."{field}"'  # field names are letters, digits and _ (backend.FIELD)
+        # json_extract of an object or array is its JSON text, which must not equal a string filter
+        clauses.append(
+            "CASE WHEN json_valid(metadata) AND json_type(metadata, ?) NOT IN ('object', 'array', 'null') "
+            f"THEN json_extract(metadata, ?) END IN ({','.join('?' * len(values))})"
+        )
+        params += [path, path, *values]
+    return " AND ".join(clauses), params

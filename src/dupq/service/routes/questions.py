@@ -20,7 +20,7 @@ from fastapi.exceptions import HTTPException
 from dupq.collection.review import MAX_BY
 from dupq.service import metrics
 from dupq.service.auth import authorised
-from dupq.service.errors import CONFLICT, REFUSED, UNAUTHORISED, UNKNOWN
+from dupq.service.errors import CONFLICT, DECISION_CONFLICT, REFUSED, UNAUTHORISED, UNKNOWN
 from dupq.service.schemas import AddRequest, AddResponse, Changed, DecisionRequest, Key, UpdateRequest
 
 router = APIRouter(dependencies=[Depends(authorised)], responses=REFUSED | UNAUTHORISED)
@@ -35,7 +35,8 @@ async def add_question(
     """Store a question (and its metadata); it is on disk when this answers.
 
     With a ``key`` (or an ``Idempotency-Key`` header), sending the same request again stores
-    nothing and answers the stored id: a client may retry after a timeout or an error. With
+    nothing and answers the stored id: a client may retry after a timeout or an error, and a ticket
+    sent again after a moderator's decision on it is the same ticket (the decision is not its metadata). With
     ``"pending": true`` it waits in the review queue (``GET /queue``), found by no search until a
     moderator decides.
     """
@@ -58,14 +59,19 @@ async def remove_question(key: Key, request: Request) -> Changed:
 
 @router.put("/questions/{key:path}", responses=UNKNOWN)
 async def update_question(key: Key, body: UpdateRequest, request: Request) -> Changed:
-    """Give the question of ``key`` a new text and/or metadata (the same again changes nothing)."""
+    """Give the question of ``key`` a new text and/or metadata (the same again changes nothing); answers what is stored."""
     collection = request.app.state.collection
-    i = await anyio.to_thread.run_sync(functools.partial(collection.update, key, body.text, body.metadata))
+
+    def update() -> tuple[int, str, dict]:
+        collection.update(key, body.text, body.metadata)
+        return collection.get(key)
+
+    i, text, metadata = await anyio.to_thread.run_sync(update)
     metrics.UPDATED.inc()
-    return Changed(key=key, id=i, count=len(collection))
+    return Changed(key=key, id=i, count=len(collection), text=text, metadata=metadata)
 
 
-@router.post("/questions/{key:path}/decision", responses=UNKNOWN | CONFLICT)
+@router.post("/questions/{key:path}/decision", responses=UNKNOWN | DECISION_CONFLICT)
 async def decide(
     key: Key,
     body: DecisionRequest,
@@ -77,7 +83,9 @@ async def decide(
 ) -> Changed:
     """A moderator's decision: this question duplicates ``duplicate_of`` (its canonical question), not
     ``not_duplicate_of`` (a key, or a list: none of them), or is a new question (``keep``). A question waiting
-    in the review queue leaves it, with the ``X-Moderator`` name and the time recorded."""
+    in the review queue leaves it, with the ``X-Moderator`` name and the time recorded. One that contradicts an
+    earlier decision is refused (409) unless ``change`` is true; then it is recorded as a change, its metadata's
+    ``decision_changes`` keeping what it replaced and when."""
     distinct = body.not_duplicate_of if isinstance(body.not_duplicate_of, list) else [body.not_duplicate_of]
     if key in (body.duplicate_of, *distinct):  # a valid request that the stored question refuses
         raise HTTPException(409, f"a question cannot be judged against itself ({key!r}).")
@@ -90,6 +98,7 @@ async def decide(
         not_duplicate_of=body.not_duplicate_of,
         keep=bool(body.keep),
         by=by,
+        change=body.change,
     )
     metadata = await anyio.to_thread.run_sync(decide)
     metrics.UPDATED.inc()
