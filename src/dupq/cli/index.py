@@ -346,6 +346,41 @@ def index_decisions(
     typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
+@command(group=index_app, name="calibrate")
+def index_calibrate(
+    collection: CollectionArgument,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Refit the collection's own search calibration on its moderators' decisions; its searches use it from then on.
+
+    Reports accuracy, ROC-AUC, ECE and each tier's precision/recall on held-out decisions, before and after."""
+    import json
+
+    from dupq.collection.collection import Collection
+    from dupq.evaluation.collection_calibration import calibrate_collection
+
+    with Collection.open(collection) as coll:
+        report = calibrate_collection(coll)
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    held = report["held_out"]
+    typer.echo(
+        f"fitted the search calibration of {coll.location} on {report['decisions']:,} decisions "
+        f"({report['duplicates']:,} duplicates); tiers: suggest {report['calibration']['suggest']:.4f}, "
+        f"duplicate {report['calibration']['duplicate']:.4f}"
+    )
+    for when in ("before", "after"):
+        m = held[when]
+        tiers = ", ".join(
+            f"{t} precision {m[t]['precision']} recall {m[t]['recall']}" for t in ("suggest", "duplicate")
+        )
+        typer.echo(
+            f"{held['decisions']} held-out decisions, {when}: accuracy {m['accuracy']}, ROC-AUC {m['roc_auc']}, "
+            f"ECE {m['ece']}; {tiers}"
+        )
+
+
 @command()
 def serve(
     collection: CollectionArgument,

@@ -167,6 +167,9 @@ def info(
                 **m.encoder.info(),
                 "threshold": m.threshold,
                 "threshold_info": m.judge.threshold_info,
+                "search_calibration": {
+                    k: (m.judge.search_calibration or {}).get(k) for k in ("fitted_on", "fitted_by")
+                },
                 "fingerprint": m.fingerprint(),
                 "metrics": m.metrics,
             },

@@ -57,6 +57,7 @@ import numpy as np
 
 from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
+from dupq.collection.calibration import read_calibration, write_calibration
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
@@ -140,6 +141,8 @@ class Collection:
         self._reranking = None if reranker is None else Reranking(reranker, backend, self._writing, str(location))
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
+        # the collection's own search calibration, fitted on its decisions (None: the model's judges its hits)
+        self.calibration = read_calibration(self.folder, model.fingerprint())
 
     # Building and opening.
 
@@ -208,7 +211,26 @@ class Collection:
     @property
     def tiers(self) -> dict:
         """The thresholds of a hit's tiers, ``{"suggest", "duplicate", "on"}`` (:func:`dupq.modeling.verdict.search_tiers`)."""
-        return search_tiers(self.model)
+        return search_tiers(self.model, self.calibration)
+
+    def calibration_info(self) -> dict:
+        """What judges this collection's hits: ``{"source": "collection" (its own, fitted on its decisions),
+        "model" (the model's) or None (the model has none), "fitted_on", "fitted_by"}``."""
+        own = self.calibration
+        fit = own if own is not None else self.model.judge.search_calibration
+        source = None if fit is None else ("collection" if own is not None else "model")
+        fit = fit or {}
+        return {"source": source, "fitted_on": fit.get("fitted_on"), "fitted_by": fit.get("fitted_by")}
+
+    def use_calibration(self, calibration: dict) -> None:
+        """Keep ``calibration`` (a search calibration fitted on this collection's decisions) as the collection's
+        own, written atomically; this collection's searches use it at once, other processes' once they reopen it."""
+        self._check_open()
+        if self.folder is None:
+            raise DupqError(f"{self.location} cannot keep its own calibration yet; only a folder collection can.")
+        with self._write_lock:
+            write_calibration(self.folder, self.model.fingerprint(), calibration)
+            self.calibration = calibration
 
     def tiers_of(self, reranked: bool) -> dict:
         """:attr:`tiers` of a search's hits: the reranker's where it ordered and judged them."""
@@ -332,7 +354,13 @@ class Collection:
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
         rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = for_search(judge, hit_scores, margins[found], vectors=lambda: (vectors[owner], hit_vectors(hit_ids)))
+        judged = for_search(
+            judge,
+            hit_scores,
+            margins[found],
+            vectors=lambda: (vectors[owner], hit_vectors(hit_ids)),
+            calibration=None if reranking else self.calibration,
+        )
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
         tiers = judged.tier.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()

@@ -226,25 +226,31 @@ def from_cosines(
     return _decide(model, cosines, logits, threshold)
 
 
-def search_tiers(model: Judging) -> dict[str, Any]:
+def search_tiers(model: Judging, calibration: dict | None = None) -> dict[str, Any]:
     """The thresholds of a search hit's tiers and the score they apply to: ``{"suggest", "duplicate", "on"}``
-    (the search calibration's on its probability; without one, both the model's own threshold)."""
-    calibration = model.judge.search_calibration
+    (the search calibration's on its probability; without one, both the model's own threshold).
+    ``calibration``: a search calibration to use in place of the model's (a collection's own)."""
+    calibration = model.judge.search_calibration if calibration is None else calibration
     if calibration is None:
         return {"suggest": model.judge.threshold, "duplicate": model.judge.threshold, "on": model.judge.threshold_on}
     return {"suggest": calibration["suggest"], "duplicate": calibration["duplicate"], "on": PROBABILITY}
 
 
 def for_search(
-    model: Judging, cosines: np.ndarray, margins: np.ndarray, vectors: Callable[[], Vectors] | None = None
+    model: Judging,
+    cosines: np.ndarray,
+    margins: np.ndarray,
+    vectors: Callable[[], Vectors] | None = None,
+    calibration: dict | None = None,
 ) -> Verdicts:
     """Search hits (the hits of a collection's search): their cosines ``(N,)`` and their margins over the
     best other hit of their search (:func:`search_margins`), judged in tiers.
 
     With the model's search calibration, the probability is :func:`~dupq.modeling.probability.search_calibrated`
     (held up for identical texts) and a hit is a duplicate in the ``duplicate`` tier; without one, as
-    :func:`from_cosines` judges pairs, both tiers at the model's threshold."""
-    calibration = model.judge.search_calibration
+    :func:`from_cosines` judges pairs, both tiers at the model's threshold. ``calibration``: a search
+    calibration to use in place of the model's (a collection's own, fitted on its moderators' decisions)."""
+    calibration = model.judge.search_calibration if calibration is None else calibration
     if calibration is None:
         judged = from_cosines(model, cosines, vectors)
         tier = np.where(judged.duplicate, DUPLICATE, None)

@@ -308,6 +308,7 @@ class Health(BaseModel):
     questions: int
     threshold: float
     threshold_on: str
+    calibration: dict | None = None  # what judges the hits: source (collection / model), fitted_on, fitted_by
 
 
 class Candidate(HitOut):

@@ -14,13 +14,14 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request) -> Health:
-    """The server is up: how many questions it holds and the duplicate threshold."""
+    """The server is up: how many questions it holds, the duplicate threshold and what its calibration was fitted on."""
     collection = request.app.state.collection
     return Health(
         status="ok",
         questions=len(collection),
         threshold=collection.threshold,
         threshold_on=collection.model.threshold_on,
+        calibration=collection.calibration_info(),
     )
 
 
