@@ -19,7 +19,7 @@
     GET  /questions/{key}               -> {id, key, text, metadata}  (404 for a key not stored)
     GET  /questions?limit&cursor&where  -> {questions: [{id, key, text, metadata}], next_cursor}  (in id order)
     GET  /decisions                     -> {decisions: [{key, other, text, other_text, duplicate}]}
-    GET  /health                        -> {status, questions, threshold, threshold_on}
+    GET  /health                        -> {status, questions, threshold, threshold_on, calibration}
     GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
     GET  /                              -> the moderators' web page (its HTML, script and styles)
     GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
