@@ -29,6 +29,7 @@ from dupq.dedup.clusters import Clusters
 from dupq.modeling.verdict import tiers
 
 REVIEW_PAGE = "index.html"  # the page inside the review folder
+REVIEW_LIMIT = 2_000  # groups a page shows (the first, in review order): a browser stays quick; the file has all
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,19 @@ def check_review_folder(folder: Path) -> None:
 
 
 def write_review(
-    folder: Path, groups: list[Group], text: Callable[[int], str], key: Callable[[int], str], thresholds: dict
+    folder: Path,
+    groups: list[Group],
+    text: Callable[[int], str],
+    key: Callable[[int], str],
+    thresholds: dict,
+    limit: int = REVIEW_LIMIT,
 ) -> Path:
-    """Write the review page of ``groups`` (in :func:`for_review`'s order) into the new ``folder`` (filled in a
-    hidden sibling, then renamed into place); returns the page's path."""
+    """Write the review page of ``groups`` (the first ``limit`` in :func:`for_review`'s order) into the new
+    ``folder`` (filled in a hidden sibling, then renamed into place); returns the page's path."""
     check_review_folder(folder)
     rows = []
-    for g in for_review(groups):
+    shown = for_review(groups)[:limit]
+    for g in shown:
         members = "".join(
             f"<tr><td>{_e(key(i))}</td><td>{'' if j == 0 else f'{s:.3f}'}</td>"
             f"<td>{_badge(t) if j else '<span class=rep>kept</span>'}</td><td>{_e(text(i))}</td></tr>"
@@ -103,13 +110,19 @@ def write_review(
     page = (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>dupq dedup: review</title>"
         f"<style>{_STYLE}</style></head><body><h1>Groups of duplicates to review</h1>"
-        f"<p>{len(groups)} groups, the largest first, then the least certain. Scores are the {on} with the "
+        f"<p>{_count(len(shown), len(groups))}, the largest first, then the least certain. Scores are the {on} with the "
         f"group's first question; tiers: duplicate above {thresholds['duplicate']:.3f} (safe to act on), "
         f"suggest above {thresholds['suggest']:.3f} (worth a look).</p>{''.join(rows)}</body></html>\n"
     )
     with new_folder(folder) as tmp:
         atomic_write(tmp / REVIEW_PAGE, page.encode("utf-8"))
     return folder / REVIEW_PAGE
+
+
+def _count(shown: int, total: int) -> str:
+    return (
+        f"{total:,} groups" if shown == total else f"The first {shown:,} of {total:,} groups (the output file has all)"
+    )
 
 
 def _e(s: str) -> str:

@@ -123,10 +123,8 @@ def test_dedup_tiers_use_the_search_calibration_only_for_a_probability():
 def test_review_page_escapes_text_and_lists_groups_largest_then_least_certain_first(tmp_path):
     texts = [f"question {i}" for i in range(11)]
     texts[5] = "<script>alert('x')</script> & more"
-    page = write_review(
-        tmp_path / "review", groups_of(toy_clusters()), texts.__getitem__, str, {"suggest": 0.5, "duplicate": 0.75,
-        "on": "similarity"}
-    )  # fmt: skip
+    thresholds = {"suggest": 0.5, "duplicate": 0.75, "on": "similarity"}
+    page = write_review(tmp_path / "review", groups_of(toy_clusters()), texts.__getitem__, str, thresholds)
     html = page.read_text()
     assert page == tmp_path / "review" / "index.html" and [p.name for p in page.parent.iterdir()] == ["index.html"]
     assert "<script" not in html and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; more" in html
@@ -134,6 +132,9 @@ def test_review_page_escapes_text_and_lists_groups_largest_then_least_certain_fi
     assert [int(n) for n in re.findall(r"<h2>Group (\d+):", html)] == [1, 0, 3, 2]
     assert "tier suggest" in html and "tier duplicate" in html
     assert not list(tmp_path.glob(".review*"))  # the hidden folder it was filled in is gone
+    short = write_review(tmp_path / "short", groups_of(toy_clusters()), texts.__getitem__, str, thresholds, limit=2)
+    assert [int(n) for n in re.findall(r"<h2>Group (\d+):", short.read_text())] == [1, 0]
+    assert "The first 2 of 4 groups" in short.read_text()
 
 
 def run_cli(*args):
