@@ -81,6 +81,13 @@ def dedup_command(
         Optional[Path],
         typer.Option(help="The run's work folder, kept until the output is written (default: OUT.work)."),
     ] = None,
+    review: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Also write a review page into this new folder (DIR/index.html, one file): the groups largest "
+            "first, then the least certain, each with its members, scores and tiers."
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars with the time left.")] = True,
     threads: Threads = THREADS,
 ) -> None:
@@ -90,11 +97,14 @@ def dedup_command(
     Memory grows linearly with the questions: files are streamed, neighbours are found by exact search up to
     10,000 questions and among k-means partitions beyond, and the groups are streamed out. A killed run resumes
     where it stopped when started again with the same arguments. Each output row carries the question's key, its
-    group, whether it is the group's representative, and its score with the representative (score_is: which score)."""
+    group, whether it is the group's representative, its score with the representative (score_is: which score)
+    and its tier (suggest or duplicate), and its group's size and confidence (the least member score); the groups
+    are written surest first."""
     from dupq.collection.collection import Collection, Location
     from dupq.data.questions import Dropped
     from dupq.data.tables import format_of
     from dupq.dedup.grouping import DedupConfig
+    from dupq.dedup.review import check_review_folder
     from dupq.dedup.run import dedup_collection, dedup_file
     from dupq.modeling.model import Model
 
@@ -106,6 +116,9 @@ def dedup_command(
     format_of(out)
     check_target(out, folder=False)  # before the work, not after it
     check_apart(out, location.local_path, work)
+    if review is not None:
+        check_review_folder(review)
+        check_apart(review, location.local_path, work)
     config = DedupConfig(threshold=_threshold(threshold), method=grouping, on=None if on == "model" else on)
     config.candidates.neighbours, config.candidates.exact_below = neighbours, exact_below
     engine = None
@@ -117,11 +130,13 @@ def dedup_command(
     with _bars(progress) as report:
         if is_collection:
             with Collection.open(location, Model.load(model) if model else None) as coll:
-                summary = dedup_collection(coll, out, config, work_folder=work, engine=engine, progress=report)
+                summary = dedup_collection(
+                    coll, out, config, work_folder=work, engine=engine, progress=report, review=review
+                )
         else:
             summary = dedup_file(
                 location.path, out, model, config, column=column, key_column=key_column, work_folder=work,
-                engine=engine, progress=report, dropped=dropped,
+                engine=engine, progress=report, dropped=dropped, review=review,
             )  # fmt: skip
     if dropped is not None:
         _dropped(questions, dropped)
@@ -131,6 +146,13 @@ def dedup_command(
         f"could go; {summary.same_text:,} of the very same text) at {summary.score_is} > {summary.threshold:.2f}; "
         f"wrote {out}{resumed}"
     )
+    t = summary.tiers
+    if summary.surest:
+        typer.echo(f"Surest groups (tiers: duplicate above {t['duplicate']:.2f}, suggest above {t['suggest']:.2f}):")
+    for g in summary.surest:
+        typer.echo(f"  group {g['cluster']}: {g['size']} questions, confidence {g['confidence']:.2f}: {g['text']}")
+    if review is not None:
+        typer.echo(f"Review page: {review / 'index.html'}")
 
 
 class _bars:

@@ -15,7 +15,9 @@ group means:
   representative it is a duplicate of (among those of its earlier neighbours) or becomes one.
 
 Each returns :class:`Clusters`: per question, its group number (-1 alone), whether it is the
-representative, and its score with the representative (1.0 for the representative itself).
+representative, and its score with the representative (1.0 for the representative itself; a
+component's member, its best edge's, until :func:`dupq.dedup.grouping.group` scores it with the
+representative).
 
 >>> e = Edges(np.array([0, 1]), np.array([1, 2]), np.array([0.9, 0.8], np.float32))
 >>> star(e, 4).label.tolist(), components(e, 4).label.tolist()

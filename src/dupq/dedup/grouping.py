@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -99,6 +99,35 @@ def judge(
     return Edges(*(np.concatenate(x) for x in zip(*((e.a, e.b, e.score) for e in parts))))
 
 
+def scored_with_representatives(clusters: Clusters, vectors: np.ndarray, model: Model, config: DedupConfig) -> Clusters:
+    """``clusters`` with each member's score against its representative, judged as :func:`judge` judges a pair.
+    Star and leader groups have it already; a component's member may be joined through others, and its score is
+    its best edge's until this (it may then fall below the threshold: the chain brought it in)."""
+    members = np.flatnonzero((clusters.label >= 0) & ~clusters.representative)
+    head = np.empty(clusters.count, dtype=np.int64)
+    head[clusters.label[clusters.representative]] = np.flatnonzero(clusters.representative)
+    reps = head[clusters.label[members]]
+    score, threshold = clusters.score.copy(), config.threshold_for(model)
+    for lo in range(0, len(members), JUDGE_CHUNK):
+        a, b = members[lo : lo + JUDGE_CHUNK], reps[lo : lo + JUDGE_CHUNK]
+        cos = np.einsum("nd,nd->n", vectors[a], vectors[b])  # (M,)
+        if config.on == SIMILARITY:
+            score[a] = on_cosines(cos, threshold).score
+        else:
+            pairs = from_cosines(
+                model, cos, vectors=lambda a=a, b=b: (vectors[a], vectors[b]), threshold=threshold, probability=False
+            )
+            score[a] = pairs.score
+    return replace(clusters, score=score)
+
+
+def group(edges: Edges, vectors: np.ndarray, model: Model, config: DedupConfig) -> Clusters:
+    """The groups of ``edges`` over the questions of ``vectors (N, d)`` by ``config.method``, each member scored
+    with its representative (:func:`scored_with_representatives` where the grouping does not do it itself)."""
+    clusters = CLUSTERERS[config.method](edges, len(vectors))
+    return scored_with_representatives(clusters, vectors, model, config) if config.method == "components" else clusters
+
+
 def block_edges(
     model: Model, threshold: float, on: str | None, k: int, rows, queries, query_probes, corpus: Corpus
 ) -> Edges:
@@ -153,7 +182,7 @@ def dedup_vectors(
     config = config or DedupConfig()
     parts = [extra] if extra is not None else []
     parts += [edges for _, edges in search_blocks(model, config, vectors, plan(vectors, config.candidates))]
-    return CLUSTERERS[config.method](Edges.join(parts), len(vectors))
+    return group(Edges.join(parts), vectors, model, config)
 
 
 def dedup(texts: list[str], model: Model, config: DedupConfig | None = None) -> Clusters:

@@ -12,7 +12,9 @@ stage after another, each recorded in ``state.json`` only once its files are com
 3. **search**: each question's candidates (:mod:`dupq.dedup.candidates`), judged as the model judges
    pairs, the duplicates appended to an edge file a block at a time, recorded after each block;
 4. **group** and **write**: the edges made into groups (:mod:`dupq.dedup.clusters`) and the groups
-   streamed to the output through a temporary file renamed into place (:mod:`dupq.data.tables`).
+   streamed to the output, surest first, through a temporary file renamed into place
+   (:mod:`dupq.data.tables`); each row carries its group's size and confidence and its own tier
+   (:mod:`dupq.dedup.review`, which also writes the review page when one is asked for).
 
 Memory grows linearly: the vectors and the index (``(4d + 8)`` bytes a question), the edges and the
 per-question arrays; never a matrix of pairs. A run started again with the same input, model and
@@ -45,14 +47,17 @@ from dupq.core.files import atomic_output, atomic_write, check_apart, remove_sta
 from dupq.data.questions import Dropped, stream_questions
 from dupq.data.tables import RowWriter, format_of
 from dupq.dedup.candidates import BLOCK, CandidateConfig, Plan, plan, probes, train_centroids
-from dupq.dedup.clusters import CLUSTERERS, Clusters, Edges
-from dupq.dedup.grouping import DedupConfig, same_pairs, search_blocks, text_hash
+from dupq.dedup.clusters import Edges
+from dupq.dedup.grouping import DedupConfig, group, same_pairs, search_blocks, text_hash
+from dupq.dedup.review import Group, check_review_folder, ranked, write_review
 from dupq.dedup.work import EDGE_FILES, MARKER, Work
 from dupq.modeling.model import Model
+from dupq.modeling.verdict import dedup_tiers
 
 ENCODE_CHUNK = 16_384  # questions encoded between two records of progress
 SEARCH_BLOCK = BLOCK  # queries searched and judged between two records of progress
-COLUMNS = ["cluster", "representative", "index", "key", "score", "score_is", "text"]
+COLUMNS = ["cluster", "representative", "index", "key", "score", "score_is", "tier", "size", "confidence", "text"]
+SHOWN = 3  # groups a run's summary names
 VERBATIM = {"key"}  # columns written as they are (a key is joined on; the CSV formula guard would change it)
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -100,6 +105,8 @@ class Summary:
     score_is: str
     resumed_from: str | None  # the stage a resumed run went on in (read, encode, search, group); None: a fresh run
     same_text: int  # pairs of questions with the very same text
+    tiers: dict  # the tier thresholds of a member's score (dupq.modeling.verdict.dedup_tiers)
+    surest: list[dict]  # the first groups of the output: {"cluster", "size", "confidence", "text"} each
 
 
 class Local:
@@ -141,12 +148,16 @@ def run(
     work_folder: Path | None = None,
     engine: Engine | None = None,
     progress: Progress = _quiet,
+    review: Path | None = None,
 ) -> Summary:
-    """Group ``records`` into duplicates and write them to ``out`` (.csv, .jsonl or .parquet).
+    """Group ``records`` into duplicates and write them to ``out`` (.csv, .jsonl or .parquet), and their review
+    page into the new folder ``review`` when given (:func:`dupq.dedup.review.write_review`).
 
     ``identity`` says what the input is (a path, its size and time): with the model and the options it
     decides whether a work folder left by a killed run is resumed. ``out`` may not lie in the work folder."""
     kind = format_of(out)
+    if review is not None:
+        check_review_folder(review)
     engine = engine or Local()
     work = Work(Path(work_folder) if work_folder else out.with_name(out.name + ".work"))
     check_apart(out, work.folder)
@@ -168,9 +179,19 @@ def run(
     except DupqError as e:  # the engine failed (a Ray cluster lost): what is done stays done
         raise DupqError(interrupted(str(e), work.folder)) from None
     remove_stale(out.parent)  # the temporary file of a write killed before its rename
-    clusters = CLUSTERERS[config.method](Edges.join([work.edges(), _same_text_edges(work)]), n)
+    vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
+    clusters = group(Edges.join([work.edges(), _same_text_edges(work)]), vectors, model, config)
     progress("write", 0, clusters.duplicates + clusters.count)
-    _write(work, out, kind, clusters, config.score_is(model), progress)
+    thresholds = dedup_tiers(model, config.threshold_for(model), config.score_is(model))
+    groups = ranked(clusters)
+    _write(work, out, kind, groups, thresholds, progress)
+    text = work.strings("texts").read()
+    if review is not None:
+        write_review(review, groups, text, work.strings("keys").read(), thresholds)
+    surest = [
+        {"cluster": g.number, "size": g.size, "confidence": round(g.confidence, 4), "text": text(g.representative)}
+        for g in groups[:SHOWN]
+    ]
     same = work.state["read"]["same_text"]
     shutil.rmtree(work.folder, ignore_errors=True)
     return Summary(
@@ -181,6 +202,8 @@ def run(
         config.score_is(model),
         resumed,
         same,
+        thresholds,
+        surest,
     )
 
 
@@ -298,20 +321,24 @@ def _search(work: Work, model: Model, config: DedupConfig, engine: Engine, progr
             f.close()
 
 
-def _write(work: Work, out: Path, kind: str, clusters: Clusters, score_is: str, progress: Progress) -> None:
+def _write(work: Work, out: Path, kind: str, groups: list[Group], thresholds: dict, progress: Progress) -> None:
     text, key = work.strings("texts").read(), work.strings("keys").read()
     batch, written = [], 0
     with atomic_output(out) as f, RowWriter(f, kind, COLUMNS, verbatim=VERBATIM) as writer:
-        for number, members in enumerate(clusters.groups()):
-            for i in members.tolist():
+        for g in groups:
+            confidence = round(g.confidence, 4)
+            for j, (i, score, tier) in enumerate(zip(g.members.tolist(), g.scores.tolist(), g.tiers(thresholds))):
                 batch.append(
                     {
-                        "cluster": number,
-                        "representative": int(clusters.representative[i]),
+                        "cluster": g.number,
+                        "representative": int(j == 0),
                         "index": i,
                         "key": key(i),
-                        "score": round(float(clusters.score[i]), 4),
-                        "score_is": score_is,
+                        "score": round(score, 4),
+                        "score_is": thresholds["on"],
+                        "tier": tier,
+                        "size": g.size,
+                        "confidence": confidence,
                         "text": text(i),
                     }
                 )
@@ -335,11 +362,12 @@ def dedup_file(
     engine: Engine | None = None,
     progress: Progress = _quiet,
     dropped: Dropped | None = None,
+    review: Path | None = None,
 ) -> Summary:
     """Group the questions of the file ``path`` (any kind :func:`~dupq.data.questions.stream_questions` reads) into
     ``out``: each keyed by ``key_column``, else its line number. ``model`` a model or its folder (None: the bundled
     one), loaded once the file's first question is read, so that a bad file or column is refused first.
-    ``dropped`` counts the lines that hold no question."""
+    ``dropped`` counts the lines that hold no question; ``review``: the new folder of the run's review page."""
     path, out = Path(path), Path(out)
     check_apart(out, path, work_folder)
     stat = path.stat() if path.exists() else None
@@ -355,7 +383,7 @@ def dedup_file(
         for q in _chain(first, stream):
             yield Record(q.text, q.key if q.key is not None else str(q.line))
 
-    return run(records(), out, model, config, identity, work_folder, engine, progress)
+    return run(records(), out, model, config, identity, work_folder, engine, progress, review)
 
 
 def _chain(first, rest):
@@ -371,6 +399,7 @@ def dedup_collection(
     work_folder: Path | None = None,
     engine: Engine | None = None,
     progress: Progress = _quiet,
+    review: Path | None = None,
 ) -> Summary:
     """Group the questions of an open :class:`~dupq.collection.collection.Collection` (any backend) into ``out``,
     with their stored vectors and the collection's model: each keyed by its key, else its id.
@@ -388,4 +417,4 @@ def dedup_collection(
     where = collection.location
     identity = {"collection": str(where.path.resolve()) if where.path else str(where), "rows": digest.hexdigest()}
     records = (Record(text, str(i) if key is None else key, vectors[j]) for j, (i, key, text, _) in enumerate(rows))
-    return run(records, out, collection.model, config, identity, work_folder, engine, progress)
+    return run(records, out, collection.model, config, identity, work_folder, engine, progress, review)

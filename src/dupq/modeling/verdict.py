@@ -26,7 +26,8 @@ rule reads a model's stored judging settings (``config.json``): ``threshold``, `
   look) and ``duplicate`` (safe to act on: precision >= 0.95 on the pairs it was fitted on); a hit
   is a duplicate when it is in the ``duplicate`` tier (:func:`for_search`). A model without one
   judges hits as pairs, and both tiers are its one threshold. The Quora calibration stays what
-  judges a lone pair (``dupq predict``, ``dupq evaluate``).
+  judges a lone pair (``dupq predict``, ``dupq evaluate``). The pairs ``dupq dedup`` groups have no
+  search margin: their tiers are their own score against :func:`dedup_tiers`.
 
 Three front doors for pairs, one for each thing a caller holds, all ending in one decision
 (:func:`_decide`): :func:`from_vectors` (the two vectors of each pair), :func:`from_logits`
@@ -234,6 +235,26 @@ def search_tiers(model: Judging, calibration: dict | None = None) -> dict[str, A
     if calibration is None:
         return {"suggest": model.judge.threshold, "duplicate": model.judge.threshold, "on": model.judge.threshold_on}
     return {"suggest": calibration["suggest"], "duplicate": calibration["duplicate"], "on": PROBABILITY}
+
+
+def dedup_tiers(model: Judging, threshold: float, on: str) -> dict[str, Any]:
+    """The tier thresholds of a pair that ``dupq dedup`` grouped, on the score it judged (``on``: the model's
+    ``threshold_on``, or ``similarity`` when the run judged the cosine alone) at the run's ``threshold``.
+
+    A grouped pair has no search margin, so its score is the pair's own: every member passed the run's threshold,
+    so that is ``suggest``; ``duplicate`` is the model's search calibration's ``duplicate`` threshold, compared
+    with the pair's probability, when the model has one and the run judged the probability (never below the
+    run's threshold), else the run's threshold too (one tier, as :func:`search_tiers` without a calibration).
+
+    >>> class M: judge = type("J", (), {"search_calibration": {"suggest": 0.2, "duplicate": 0.6}})
+    >>> dedup_tiers(M, 0.45, PROBABILITY), dedup_tiers(M, 0.8, SIMILARITY)["duplicate"]
+    ({'suggest': 0.45, 'duplicate': 0.6, 'on': 'probability'}, 0.8)
+    """
+    calibration = model.judge.search_calibration
+    duplicate = threshold
+    if calibration is not None and on == PROBABILITY:
+        duplicate = max(threshold, float(calibration["duplicate"]))
+    return {"suggest": float(threshold), "duplicate": float(duplicate), "on": on}
 
 
 def for_search(
