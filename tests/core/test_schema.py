@@ -98,10 +98,13 @@ def test_bad_metrics_are_one_sentence(model_dir, fault):
 def test_good_files_pass_unchanged():
     config = json.loads((BUNDLED / "config.json").read_text())
     parsed = check_format(ModelConfig, config, "c")
-    assert {k: v for k, v in vars(parsed.encoder).items()} == config["encoder"]
+    written = dict(config["encoder"])
+    assert written.pop("type", "lstm") == "lstm"  # the module's name picks the class, and is no field of it
+    assert {k: v for k, v in vars(parsed.encoder).items()} == written
     assert vars(parsed.static) == {"added": 0, **config["static"]}  # the bundled branch: taught no word, written so
     assert vars(parsed.head) == config["head"] and parsed.calibration.model_dump() == config["calibration"]
-    assert parsed.judging() == {k: config[k] for k in ("threshold", "threshold_info", "calibration", "threshold_on")}
+    judging = ("threshold", "threshold_info", "calibration", "threshold_on", "search_calibration")
+    assert json.loads(json.dumps(parsed.judging())) == {k: config[k] for k in judging}  # as written back
     metrics = json.loads((BUNDLED / "metrics.json").read_text())
     check_format(Metrics, metrics, "m")
     manifest = {

@@ -86,8 +86,8 @@ from dupq.collection.collection import Collection
 
 stored = Collection.add
 
-def add(self, texts, metadata=None, keys=None):  # the rows are committed, then the add fails anyway
-    stored(self, texts, metadata, keys)
+def add(self, texts, metadata=None, keys=None, **options):  # the rows are committed, then the add fails anyway
+    stored(self, texts, metadata, keys, **options)
     raise RuntimeError("the cache could not be written")
 
 patch(Collection, "add", add)
