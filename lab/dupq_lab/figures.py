@@ -141,7 +141,20 @@ def rerank_k() -> list[list[str]]:
             [
                 label,
                 *cells,
-                f"{it['first_search_encodes']} (about {it['first_search_encodes'] * r['reranker_ms_per_question'] / 1000:.1f} s)",
+                f"{it['first_search_encodes']} (about {it['first_search_encodes'] * r['reranker_ms_per_question']:.0f} ms)",
+                f"{it['stored_search_ms_p50']:.1f} ms",
+            ]
+        )
+    test = source("rerank_k.json | dupq-lab rerank-k --rerank minilm --split test")
+    if test is not None and str(r["chosen"]) in test["per_k"]:  # reported on test, once K is chosen on dev
+        it = test["per_k"][str(r["chosen"])]
+        rows.append(
+            [
+                f"test half: the model alone, then K = {r['chosen']}",
+                f"{test['fast']['recall@1']:.3f} -> {it['recall@1']:.3f}",
+                f"{test['fast']['mrr@10']:.3f} -> {it['mrr@10']:.3f}",
+                f"{it['candidate_recall']:.3f}",
+                "-",
                 f"{it['stored_search_ms_p50']:.1f} ms",
             ]
         )
