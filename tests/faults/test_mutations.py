@@ -73,10 +73,12 @@ patch(index, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 NAN_READ = """
 import json
 import dupq.collection.collection as collection
+import dupq.collection.hits as hits
 import dupq.core.files as files
 import dupq.cli.index as index
 
 patch(collection, "read_metadata", lambda text: (json.loads(text) if text else {}, None))
+patch(hits, "read_metadata", lambda text: (json.loads(text) if text else {}, None))  # a search's hits read there
 patch(files, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 patch(index, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 """
@@ -118,8 +120,11 @@ patch(SecurityHeaders, "__call__", call)
 LENIENT_METADATA = """
 import json
 import dupq.collection.collection as collection
+import dupq.collection.hits as hits
 
-patch(collection, "read_metadata", lambda text: (json.loads(text) if text else {}, None))
+lenient = lambda text: (json.loads(text) if text else {}, None)
+patch(collection, "read_metadata", lenient)
+patch(hits, "read_metadata", lenient)  # a search's hits read their metadata there
 """
 
 NAN_VECTORS_PASS = """

@@ -50,7 +50,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -59,11 +58,11 @@ from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
 from dupq.collection.calibration import read_calibration, write_calibration
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
+from dupq.collection.hits import Hit, found_hits, without_ids
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
 from dupq.collection.rerank import RERANK_CANDIDATES, Reranking
 from dupq.collection.rows import (
-    DUPLICATE_OF,
     PENDING,
     KeyConflict,
     StoreFailure,
@@ -77,29 +76,13 @@ from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import DUPLICATE, clip_cosines, for_search, search_margins, search_tiers
+from dupq.modeling.verdict import clip_cosines, for_search, search_margins, search_tiers
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Collection", "Hit", "IndexStats", "KeyConflict", "Location", "StoreFailure", "UnknownKey"]
 
 BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
-
-
-@dataclass
-class Hit:
-    """One stored question found by a search."""
-
-    id: int  # the question's id in the collection
-    key: str | None  # the caller's key for it (None: added without one)
-    text: str
-    score: float  # cosine similarity to the query
-    duplicate: bool  # the model's verdict on (query, this question): in the duplicate tier (dupq.modeling.verdict)
-    metadata: dict  # what was stored with it
-    probability: float | None = None  # calibrated P(duplicate), where the model has a calibration
-    duplicate_of: str | None = None  # the key of its canonical question, where a moderator marked it a duplicate
-    ranked_by: str = "model"  # which model ordered and judged it: "model" (the collection's) or "reranker"
-    tier: str | None = None  # "duplicate" (safe to act on), "suggest" (worth a look) or None: its probability's tier
 
 
 def _build_inputs(
@@ -365,7 +348,7 @@ class Collection:
         tiers = judged.tier.tolist()
         bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
         hits = [
-            self._hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], tiers[a:b], rows, reranking)
+            found_hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], tiers[a:b], rows, reranking, self._damage)
             for a, b in zip(bounds, bounds[1:])
         ]
         canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
@@ -398,41 +381,6 @@ class Collection:
     def reranker_encoded(self) -> int:
         """How many questions this process has encoded with the reranker (each once, then stored)."""
         return 0 if self._reranking is None else self._reranking.encoded
-
-    def _hits(
-        self, scores: np.ndarray, ids: np.ndarray, probabilities: list, tiers: list, rows: dict, reranked: bool
-    ) -> list[Hit]:
-        """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out);
-        ``reranked``: the reranker ordered and judged them."""
-        hits = []
-        for score, i, p, tier in zip(scores.tolist(), ids.tolist(), probabilities, tiers):
-            if i not in rows:
-                continue
-            key, text, stored = rows[i]
-            if not isinstance(text, str):  # not UTF-8, or not text at all: written by something else
-                self._damage(
-                    i, f"the text of question {i} is damaged ({type(text).__name__}, not text); it is left out"
-                )
-                continue
-            metadata, damage = read_metadata(stored)
-            if damage:
-                self._damage(i, f"the metadata of question {i} is damaged and left out: {damage}")
-            canonical = metadata.get(DUPLICATE_OF)
-            hits.append(
-                Hit(
-                    id=i,
-                    key=key if isinstance(key, str) else None,
-                    text=text,
-                    score=score,
-                    duplicate=tier == DUPLICATE,
-                    metadata=metadata,
-                    probability=p,
-                    tier=tier,
-                    duplicate_of=canonical if isinstance(canonical, str) else None,
-                    ranked_by="reranker" if reranked else "model",
-                )
-            )
-        return hits
 
     def _damage(self, i: int, what: str) -> None:
         """Warn of a damaged row once, not on every search that finds it (the search goes on without it)."""
@@ -620,16 +568,3 @@ class Collection:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def without_ids(scores: np.ndarray, ids: np.ndarray, left_out: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Searches ``(Q, K)`` with the hits of ``left_out`` taken out, the rest moved up in order (padded with -1).
-
-    >>> without_ids(np.array([[0.9, 0.8, 0.7]]), np.array([[4, 5, 6]]), [5])[1].tolist()
-    [[4, 6, -1]]
-    """
-    keep = ~np.isin(ids, left_out)  # (Q, K)
-    order = np.argsort(~keep, axis=1, kind="stable")  # (Q, K) the kept hits first, in their order
-    scores = np.where(keep, scores, -np.inf)
-    ids = np.where(keep, ids, -1)
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
