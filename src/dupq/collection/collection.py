@@ -56,7 +56,7 @@ import numpy as np
 
 from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
-from dupq.collection.calibration import read_calibration, write_calibration
+from dupq.collection.calibration import KeptCalibration, judge_hits
 from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
 from dupq.collection.hits import Hit, found_hits, without_ids
 from dupq.collection.location import Location
@@ -76,7 +76,7 @@ from dupq.core.errors import DupqError
 from dupq.data.questions import MAX_QUESTION, check_questions
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import clip_cosines, for_search, search_margins, search_tiers
+from dupq.modeling.verdict import clip_cosines, search_margins, search_tiers
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,8 @@ class Collection:
         self._reranking = None if reranker is None else Reranking(reranker, backend, self._writing, str(location))
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
-        # the collection's own search calibration, fitted on its decisions (None: the model's judges its hits)
-        self.calibration = read_calibration(self.folder, model.fingerprint())
+        # the collection's own search calibration, fitted on its decisions, read again when its file changes
+        self._kept = KeptCalibration(self.folder, model.fingerprint())
 
     # Building and opening.
 
@@ -196,24 +196,28 @@ class Collection:
         """The thresholds of a hit's tiers, ``{"suggest", "duplicate", "on"}`` (:func:`dupq.modeling.verdict.search_tiers`)."""
         return search_tiers(self.model, self.calibration)
 
-    def calibration_info(self) -> dict:
-        """What judges this collection's hits: ``{"source": "collection" (its own, fitted on its decisions),
-        "model" (the model's) or None (the model has none), "fitted_on", "fitted_by"}``."""
-        own = self.calibration
-        fit = own if own is not None else self.model.judge.search_calibration
-        source = None if fit is None else ("collection" if own is not None else "model")
-        fit = fit or {}
-        return {"source": source, "fitted_on": fit.get("fitted_on"), "fitted_by": fit.get("fitted_by")}
+    @property
+    def calibration(self) -> dict | None:
+        """The collection's own search calibration, fitted on its decisions (None: the model's judges its hits)."""
+        return self._kept.current()[0]
 
-    def use_calibration(self, calibration: dict) -> None:
-        """Keep ``calibration`` (a search calibration fitted on this collection's decisions) as the collection's
-        own, written atomically; this collection's searches use it at once, other processes' once they reopen it."""
+    @property
+    def calibration_scopes(self) -> dict | None:
+        """Its fits per scope, ``{"field", "fits": {value: calibration}}`` (None: the collection's judges every hit)."""
+        return self._kept.current()[1]
+
+    def calibration_info(self) -> dict:
+        """What judges this collection's hits (:meth:`~dupq.collection.calibration.KeptCalibration.info`)."""
+        return self._kept.info(self.model.judge.search_calibration)
+
+    def use_calibration(self, calibration: dict, scopes: dict | None = None) -> None:
+        """Keep ``calibration`` (a search calibration fitted on this collection's decisions) and its ``scopes`` as
+        the collection's own, written atomically; every process's searches use it from their next one."""
         self._check_open()
         if self.folder is None:
             raise DupqError(f"{self.location} cannot keep its own calibration yet; only a folder collection can.")
         with self._write_lock:
-            write_calibration(self.folder, self.model.fingerprint(), calibration)
-            self.calibration = calibration
+            self._kept.keep(calibration, scopes)
 
     def tiers_of(self, reranked: bool) -> dict:
         """:attr:`tiers` of a search's hits: the reranker's where it ordered and judged them."""
@@ -337,12 +341,15 @@ class Collection:
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
         rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = for_search(
+        own, scopes = (None, None) if reranking else self._kept.current()
+        judged = judge_hits(
             judge,
             hit_scores,
             margins[found],
-            vectors=lambda: (vectors[owner], hit_vectors(hit_ids)),
-            calibration=None if reranking else self.calibration,
+            lambda: (vectors[owner], hit_vectors(hit_ids)),
+            own,
+            scopes,
+            lambda: [read_metadata(rows[i][2])[0] if i in rows else {} for i in hit_ids.tolist()],
         )
         probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
         tiers = judged.tier.tolist()
