@@ -19,15 +19,21 @@ from dupq.modeling.verdict import for_search, pair_logits
 PAIRS = 40
 
 
-def _desk(tmp_path, model, synthetic_pairs, decided: int = PAIRS) -> tuple[Collection, list[tuple]]:
-    """A collection of both sides of synthetic pairs (distinct texts), ``decided`` of them judged as labelled."""
+def _distinct_pairs(synthetic_pairs, n: int) -> list[tuple[str, str, int]]:
+    """The first ``n`` synthetic pairs whose texts are all distinct, as ``(a, b, label)``."""
     seen, rows = set(), []
     for a, b, y in zip(synthetic_pairs.q1, synthetic_pairs.q2, synthetic_pairs.labels):
         if a != b and a not in seen and b not in seen:
             seen |= {a, b}
             rows.append((a, b, int(y)))
-        if len(rows) == PAIRS:
+        if len(rows) == n:
             break
+    return rows
+
+
+def _desk(tmp_path, model, synthetic_pairs, decided: int = PAIRS) -> tuple[Collection, list[tuple]]:
+    """A collection of both sides of synthetic pairs (distinct texts), ``decided`` of them judged as labelled."""
+    rows = _distinct_pairs(synthetic_pairs, PAIRS)
     texts = [t for a, b, _ in rows for t in (a, b)]
     keys = [f"{side}{i}" for i in range(len(rows)) for side in "ab"]
     coll = Collection.build(tmp_path / "desk", texts, model, keys=keys)
@@ -148,13 +154,7 @@ SCOPED = 60  # pairs: the first 40 of scope "x" (a fit of its own), the other 20
 
 def _scoped_desk(tmp_path, model, synthetic_pairs) -> tuple[Collection, list[tuple]]:
     """Both sides of ``SCOPED`` synthetic pairs, every pair judged; the old side of each carries its category."""
-    seen, rows = set(), []
-    for a, b, y in zip(synthetic_pairs.q1, synthetic_pairs.q2, synthetic_pairs.labels):
-        if a != b and a not in seen and b not in seen:
-            seen |= {a, b}
-            rows.append((a, b, int(y)))
-        if len(rows) == SCOPED:
-            break
+    rows = _distinct_pairs(synthetic_pairs, SCOPED)
     texts = [t for a, b, _ in rows for t in (a, b)]
     keys = [f"{side}{i}" for i in range(len(rows)) for side in "ab"]
     metadata = [
@@ -215,7 +215,7 @@ def test_searches_judge_each_hit_by_its_own_scopes_calibration(tmp_path, tiny_mo
     assert {"x", "y", None} <= seen, seen
 
 
-def test_info_lists_the_scopes_fitted(tmp_path, tiny_model, tiny_model_dir, synthetic_pairs):
+def test_index_info_lists_the_scopes_fitted(tmp_path, tiny_model, synthetic_pairs):
     from typer.testing import CliRunner
 
     from dupq.cli import app
@@ -226,7 +226,7 @@ def test_info_lists_the_scopes_fitted(tmp_path, tiny_model, tiny_model_dir, synt
     done = runner.invoke(app, ["index", "calibrate", str(tmp_path / "desk"), "--scope", "category"])
     assert done.exit_code == 0, done.output
     assert "scopes of category fitted: x (40); judged by the collection's (too few): y (20)" in done.output
-    shown = runner.invoke(app, ["info", str(tiny_model_dir), "--collection", str(tmp_path / "desk")])
+    shown = runner.invoke(app, ["index", "info", str(tmp_path / "desk")])
     assert shown.exit_code == 0, shown.output
-    scopes = json.loads(shown.output)["collection"]["calibration"]["scopes"]
+    scopes = json.loads(shown.output)["calibration"]["scopes"]
     assert scopes["field"] == "category" and list(scopes["fitted"]) == ["x"]

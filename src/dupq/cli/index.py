@@ -347,6 +347,25 @@ def index_decisions(
     typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
+@command(group=index_app, name="info")
+def index_info(collection: CollectionArgument) -> None:
+    """Show what a collection holds and what judges its hits: its own calibration (or the model's), what it was
+    fitted on, and the scopes fitted (as JSON; /health says the same)."""
+    import json
+
+    from dupq.collection.collection import Collection
+
+    with Collection.open(collection) as coll:
+        shown = {
+            "location": str(coll.location),
+            "questions": len(coll),
+            "model_fingerprint": coll.model.fingerprint(),
+            "tiers": coll.tiers,
+            "calibration": coll.calibration_info(),
+        }
+    typer.echo(json.dumps(shown, indent=2))
+
+
 @command(group=index_app, name="calibrate")
 def index_calibrate(
     collection: CollectionArgument,

@@ -152,29 +152,13 @@ renamed_command("dupq export", "dupq compact MODEL --out OUT")
 @command()
 def info(
     model: ModelArgument = None,
-    collection: Annotated[
-        Optional[str],
-        typer.Option(
-            metavar="COLLECTION",
-            help="Also say what judges this collection's hits: its own calibration, what it was fitted on, and its "
-            "scopes (the model shown is the collection's, unless MODEL is given).",
-        ),
-    ] = None,
 ) -> None:
     """Show a model folder's architecture, threshold and training history."""
     import json
 
     from dupq.modeling.model import Model
 
-    judged = None
-    if collection is not None:
-        from dupq.collection.collection import Collection
-
-        with Collection.open(collection, None if model is None else Model.load(model)) as coll:
-            m, judged = coll.model, {"location": str(coll.location), "calibration": coll.calibration_info()}
-            model = model or (coll.manifest["model"].get("path") and Path(coll.manifest["model"]["path"]))
-    else:
-        m = Model.load(model)
+    m = Model.load(model)
     typer.echo(
         json.dumps(
             {
@@ -188,7 +172,6 @@ def info(
                 },
                 "fingerprint": m.fingerprint(),
                 "metrics": m.metrics,
-                **({"collection": judged} if judged is not None else {}),
             },
             indent=2,
         )

@@ -120,8 +120,11 @@ class KeptCalibration:
                     self._stamp = stamp
         return self._fit, self._scopes
 
-    def keep(self, calibration: dict, scopes: dict | None = None) -> None:
-        """Write ``calibration`` and its ``scopes`` as the folder's own, and judge with them from now on."""
+    def keep(self, calibration: dict, scopes: dict | None, where) -> None:
+        """Write ``calibration`` and its ``scopes`` as the folder's own, and judge with them from now on (a
+        collection ``where`` that is no folder is refused in one sentence)."""
+        if self.folder is None:
+            raise DupqError(f"{where} cannot keep its own calibration yet; only a folder collection can.")
         write_calibration(self.folder, self.fingerprint, calibration, scopes)
         with self._lock:
             self._fit, self._scopes, self._stamp = calibration, scopes, _stamp(self.folder)

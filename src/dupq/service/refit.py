@@ -22,7 +22,7 @@ import logging
 import threading
 
 REFIT_EVERY = 50  # decisions a worker records between two refits: above the fit's floor of 30, so the first
-# refit has decisions enough once a desk has 50; a refit of a desk's thousand decisions takes about a second
+# refit has decisions enough once a desk has 50; fewer: refits refused, more: a desk waits longer for its verdict
 LOCK_FILE = "calibration.lock"  # held by the worker that is refitting
 STOP_WAIT_S = 30  # how long a stopping service waits for a refit under way
 
