@@ -12,6 +12,7 @@ every value is already of its field's type (:func:`hit_fields`).
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import HTTPException
@@ -25,6 +26,7 @@ router = APIRouter()
 NO_RERANKER = {409: {"description": '"rerank": true, and the collection has no reranker.'}}
 
 HIT_FIELDS = tuple(HitOut.model_fields)  # an answer's hit: HitOut's fields, in its order
+_hit_values = attrgetter(*HIT_FIELDS)
 
 
 @router.post("/search", response_model=SearchResponse, responses=NO_RERANKER)
@@ -53,16 +55,17 @@ def hit_fields(hit) -> dict:
     Its values are of their fields' types already (``Collection.search`` gives Python ints, floats and
     strings, the score clipped to [-1, 1]); a test checks that the bytes are those of the validated model.
     """
-    return {name: getattr(hit, name) for name in HIT_FIELDS}
+    return dict(zip(HIT_FIELDS, _hit_values(hit)))
 
 
 def search_many(collection, items: list[tuple[str, int, dict | None, bool, list[str]]]) -> list[list[dict]]:
     """One ``Collection.search`` per filter, reranking and keys left out among many ``(question, k, filter, rerank,
     exclude)``: the largest ``k``, then each cut to its own (a reranker's order of the candidates does not depend
     on ``k``); each hit as :func:`hit_fields`."""
-    groups: dict[str, list[int]] = {}
-    for n, (_, _, where, rerank, exclude) in enumerate(items):
-        groups.setdefault(json.dumps([where, rerank, sorted(set(exclude))], sort_keys=True), []).append(n)
+    groups: dict[tuple, list[int]] = {}
+    for n, (_, _, where, rerank, exclude) in enumerate(items):  # most have no filter: no JSON written for them
+        same = (None if where is None else json.dumps(where, sort_keys=True), rerank, tuple(sorted(set(exclude))))
+        groups.setdefault(same, []).append(n)
     out: list[list[dict]] = [[] for _ in items]
     for members in groups.values():
         _, _, where, rerank, exclude = items[members[0]]
