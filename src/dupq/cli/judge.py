@@ -185,6 +185,13 @@ def calibrate(
             help="Fit the calibration and tiers of search hits instead, on the help-desk yardstick's dev searches.",
         ),
     ] = False,
+    judged: Annotated[
+        bool,
+        typer.Option(
+            "--judged",
+            help="With --search, count the questions judged duplicates of a new question as positives too.",
+        ),
+    ] = False,
     threads: Threads = THREADS,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it.
@@ -199,12 +206,14 @@ def calibrate(
 
     _threads(threads)
     m = Model.load(model)
+    if judged and not search:
+        raise DupqError("--judged goes with --search.")
     if search:
         if pairs is not None:
             raise DupqError("give --pairs or --search, not both.")
         from dupq.evaluation.search_calibration import calibrate_search
 
-        fit = calibrate_search(m, _data(data))
+        fit = calibrate_search(m, _data(data), judged=judged)
         tiers = fit["fitted_on"]["tiers"]
         typer.echo(
             f"search calibration fitted on {fit['fitted_on']['pairs']:,} pairs of the help-desk dev searches: "
