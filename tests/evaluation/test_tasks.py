@@ -158,6 +158,10 @@ def test_a_task_asked_for_wrongly_is_one_sentence_and_exit_2(words, says):
     refused(done, says)
 
 
+def test_judged_without_search_is_one_sentence_and_exit_2(tmp_path):
+    refused(CliRunner().invoke(app, ["calibrate", str(tmp_path), "--judged"]), "--judged goes with --search.")
+
+
 @pytest.mark.real_data
 def test_no_old_question_of_the_file_is_a_quora_question(all_pairs):
     """An old question is what a search must find: no Quora text may equal one (a distractor would merge with it).

@@ -8,7 +8,7 @@ are not its own old question, and writes them as ``split, new, candidate`` rows,
 shuffled with ``--seed`` and without scores or ranks, so that whoever labels them sees neither.
 The labels go in ``yardsticks/help_desks_judged.tsv`` (:func:`dupq.evaluation.tasks.read_judged`).
 
-    dupq-lab judged-pool --model bundled --model ~/.cache/dupq/minilm --out runs/judged_pool.tsv
+    dupq-lab judged-pool --model bundled --model minilm --out runs/judged_pool.tsv
 
 Prints one JSON line: the pool's size, per half and per model.
 """
@@ -34,7 +34,7 @@ from dupq_lab.options import DATA, Data
 def main(
     out: Annotated[Path, typer.Option(help="The pool file to write (split, new, candidate; no scores).")],
     model: Annotated[
-        Optional[list[str]], typer.Option(help="A model folder to pool from (bundled: the bundled model).")
+        Optional[list[str]], typer.Option(help="A model folder or name to pool from (bundled: the bundled model).")
     ] = None,
     depth: Annotated[
         int, typer.Option(min=1, help="Hits of each search, other than the own old question, pooled.")
@@ -44,7 +44,7 @@ def main(
 ) -> None:
     try:
         tasks = {split: shipped_help_desk_task(data, split)[0] for split in SPLITS}
-        models = {m: Model.load(None if m == "bundled" else Path(m).expanduser()) for m in model or ["bundled"]}
+        models = {m: Model.load(None if m == "bundled" else m) for m in model or ["bundled"]}
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(2) from e

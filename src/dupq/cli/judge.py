@@ -204,10 +204,10 @@ def calibrate(
     from dupq.evaluation.evaluate import calibrate_and_test, calibrate_on_decisions, summary_line
     from dupq.modeling.model import Model
 
-    _threads(threads)
-    m = Model.load(model)
     if judged and not search:
         raise DupqError("--judged goes with --search.")
+    _threads(threads)
+    m = Model.load(model)
     if search:
         if pairs is not None:
             raise DupqError("give --pairs or --search, not both.")
