@@ -53,6 +53,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",
     "desk-verdict": "experiments.desk_verdict",
+    "judged-pool": "experiments.judged_pool",
     "desk-loop": "experiments.desk_loop",
     "pair-words": "experiments.pair_words",
     "named-calibration": "experiments.named_calibration",
