@@ -244,6 +244,7 @@ def reranked_quality(rerank: str) -> dict:
     from dupq.dedup.grouping import DedupConfig, dedup_vectors, same_text
     from dupq.evaluation.grouping import pairwise
     from dupq.modeling.model import Model
+    from dupq_lab.experiments.tiers import cached
 
     model, reranker = Model.load(), Model.load(rerank)
     splits = held_out(model.metrics, default_data_path())
@@ -264,7 +265,7 @@ def reranked_quality(rerank: str) -> dict:
     vectors = model.encode(texts)  # (N, d)
     encode_s = {"model": round(time.perf_counter() - started, 1)}
     started = time.perf_counter()
-    reranked = reranker.encode(texts)  # (N, d') each question once
+    reranked = cached(reranker.encode, f"rerank-{reranker.fingerprint()}", CACHE)(texts)  # (N, d') each once
     encode_s["rerank"] = round(time.perf_counter() - started, 1)
     same, config, table = same_text(texts), DedupConfig(), {}
     runs = {
