@@ -128,7 +128,8 @@ def error_codes() -> list[list[str]]:
     r = source("error_codes.json")
     q = r["queries"]
     header = [
-        "search | exact-code rule",
+        "search",
+        "exact-code rule",
         f"dev: {q['dev']['with_code']} with a code",
         f"dev: all {q['dev']['all']}",
         f"test: {q['test']['with_code']} with a code",
@@ -137,9 +138,9 @@ def error_codes() -> list[list[str]]:
     rows = []
     for name in r["recall@1"]["dev"]:
         search, rule = name.split(" | ")
-        label = f"{name} (chosen on dev)" if rule != "none" and r["chosen"][search] == rule else name
+        label = f"{rule} (chosen on dev)" if rule != "none" and r["chosen"][search] == rule else rule
         cells = [f"{r['recall@1'][h][name][m]:.3f}" for h in ("dev", "test") for m in ("codes", "all")]
-        rows.append([label, *cells])
+        rows.append([search, label, *cells])
     return [header, *rows]
 
 
