@@ -122,6 +122,28 @@ def adapt() -> list[list[str]]:
     ]
 
 
+def error_codes() -> list[list[str]]:
+    """docs/collections.md: the saved dupq-lab error-codes run: Recall@1 of each search, without and with each
+    exact-code rule, on the queries that name a code and on all queries, per half (the rule chosen on dev marked)."""
+    r = source("error_codes.json")
+    q = r["queries"]
+    header = [
+        "search",
+        "exact-code rule",
+        f"dev: {q['dev']['with_code']} with a code",
+        f"dev: all {q['dev']['all']}",
+        f"test: {q['test']['with_code']} with a code",
+        f"test: all {q['test']['all']}",
+    ]
+    rows = []
+    for name in r["recall@1"]["dev"]:
+        search, rule = name.split(" | ")
+        label = f"{rule} (chosen on dev)" if rule != "none" and r["chosen"][search] == rule else rule
+        cells = [f"{r['recall@1'][h][name][m]:.3f}" for h in ("dev", "test") for m in ("codes", "all")]
+        rows.append([search, label, *cells])
+    return [header, *rows]
+
+
 def rerank_k() -> list[list[str]]:
     """docs/collections.md: the saved dupq-lab rerank-k run: the model alone, then each K (the chosen one marked)."""
     r = source("rerank_k.json")
@@ -481,6 +503,11 @@ TABLES: dict[str, Table] = {
         data={"r": lambda: dedup("dedup_quality.json")["groupings"]}, each="r",
         rows=("{key} | {it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f} | {it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f} | {it[groups]:,} | {it[largest]:,} | {it[implied_pairs]:,}",),
     ),
+    "dedup-rerank": Table(  # docs/dedup.md: the groups with and without a reranker judging the candidates
+        header="judged by | dev P / R / F1 | test P / R / F1 | groups | largest group | grouping s",
+        data={"r": lambda: dedup("dedup_rerank.json")["groupings"]}, each="r",
+        rows=("{key} | {it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f} | {it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f} | {it[groups]:,} | {it[largest]:,} | {it[group_seconds]}",),
+    ),
     "dedup-scale": Table(  # docs/dedup.md: the cost a question of grouping synthetic archives
         header="questions | grouping: wall s | wall µs a question | CPU s | CPU µs a question | grouped | peak GB",
         data={"r": lambda: dedup("dedup_scale.json")["runs"]}, each="r",
@@ -514,6 +541,7 @@ TABLES: dict[str, Table] = {
     "tiers": Table(render=tiers),
     "adapt-epochs": Table(render=lambda: tiers_dev("adapt_epochs_dev.json")),
     "small-desk": Table(render=small_desk),
-    "rerank-k": Table(render=rerank_k),  # docs/collections.md: Recall@1 and cost per K of a reranked collection
+    "rerank-k": Table(render=rerank_k),
+    "error-codes": Table(render=error_codes),  # docs/collections.md: questions naming an error code, Recall@1  # docs/collections.md: Recall@1 and cost per K of a reranked collection
 }
 # fmt: on
