@@ -1,12 +1,13 @@
 """The named transformers in int8 against float32, every way side by side: speed and agreement; prints one JSON line.
 
-    dupq-lab int8 [--models minilm,mpnet] [--variants ...] [--distractors 2000] [--threads 2] [--data PATH]
+    dupq-lab int8 [--models minilm,mpnet] [--variants ...] [--distractors 2000] [--no-recall] [--chunk 256] [--threads 2] [--data PATH]
 
 For each named model (``dupq.modeling.pretrained.NAMES``) each variant of :data:`VARIANTS` encodes the same
 questions, after a warm-up batch, the variants taking turns
 (:func:`measured`): the help-desk yardstick's dev half (its 210 new questions, every old question
 of the file) and the first ``--distractors`` distinct Quora dev questions in place of the yardstick's 19,862 (a
-smaller collection: its Recall@1 is higher than the yardstick's, and the same collection for every variant).
+smaller collection: its Recall@1 is higher than the yardstick's, and the same collection for every variant);
+``--no-recall``: the Quora questions alone (speed and agreement, no Recall@1).
 The variants, the field's ways of running a transformer on a CPU:
 
 - ``torch float32``: ``SentenceTransformer.encode`` as ``TransformerEncoder.encode`` calls it (the reference);
@@ -49,7 +50,6 @@ from dupq.modeling.sentence_model import ENCODE_BATCH
 from dupq_lab.options import DATA, Data, Threads
 
 WARMUP = 128
-CHUNK = 256  # questions each variant encodes in its turn (in batches of 128 sorted by length)
 ONE_QUERY = 50  # new questions encoded one at a time for one_query_ms
 VARIANTS = ("torch float32", "torch int8", "torch int8 all", "onnx float32", "onnx int8", "onnx int8 ffn float")
 Encode = Callable[[list[str]], np.ndarray]
@@ -91,19 +91,21 @@ def encoder(name: str, variant: str, threads: int, scratch: Path) -> Encode:
     return encode
 
 
-def measured(encoders: dict[str, Encode], texts: list[str], task) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+def measured(
+    encoders: dict[str, Encode], texts: list[str], task, recall: bool, chunk: int
+) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
     """Every variant's vectors of ``texts`` and its figures. The load of a shared machine drifts, so the
-    variants take turns: each encodes a chunk of :data:`CHUNK` questions, then the next variant the same chunk;
+    variants take turns: each encodes a chunk of ``chunk`` questions, then the next variant the same chunk;
     and each new question alone, variant after variant."""
     seconds = dict.fromkeys(encoders, 0.0)
     alone: dict[str, list[float]] = {v: [] for v in encoders}
     parts: dict[str, list[np.ndarray]] = {v: [] for v in encoders}
     for encode in encoders.values():
         encode(texts[:WARMUP])
-    for lo in range(0, len(texts), CHUNK):
+    for lo in range(0, len(texts), chunk):
         for variant, encode in encoders.items():
             started = time.perf_counter()
-            parts[variant].append(encode(texts[lo : lo + CHUNK]))  # (n, d)
+            parts[variant].append(encode(texts[lo : lo + chunk]))  # (n, d)
             seconds[variant] += time.perf_counter() - started
     for query in task.queries[:ONE_QUERY]:
         for variant, encode in encoders.items():
@@ -114,14 +116,14 @@ def measured(encoders: dict[str, Encode], texts: list[str], task) -> tuple[dict[
     vectors, figures = {}, {}
     for variant in encoders:
         vectors[variant] = np.concatenate(parts[variant])  # (N, d)
-        measures = retrieval_measures(lambda batch, v=vectors[variant]: v[[row[t] for t in batch]], task)
         figures[variant] = {
             "questions_per_s": round(len(texts) / seconds[variant], 1),
             "seconds": round(seconds[variant], 1),
             "one_query_ms": round(1000 * statistics.median(alone[variant]), 1),
-            "recall@1": measures["recall@1"],
-            "mrr@10": measures["mrr@10"],
         }
+        if recall:
+            measures = retrieval_measures(lambda batch, v=vectors[variant]: v[[row[t] for t in batch]], task)
+            figures[variant].update({"recall@1": measures["recall@1"], "mrr@10": measures["mrr@10"]})
     return vectors, figures
 
 
@@ -131,19 +133,26 @@ def main(
         VARIANTS
     ),
     distractors: Annotated[int, typer.Option(min=1, help="Quora dev questions in the help-desk collection.")] = 2000,
+    recall: Annotated[
+        bool,
+        typer.Option(help="Encode the help-desk dev half too and report its Recall@1 (else Quora questions only)."),
+    ] = True,
+    chunk: Annotated[int, typer.Option(min=1, help="Questions each variant encodes in its turn.")] = 256,
     threads: Threads = 2,
     data: Data = DATA,
 ) -> None:
     torch.set_num_threads(threads)
     quora = quora_distractors(read_pairs(data)[0], distractors)
     task = help_desk_task(read_help_desk_pairs(), "dev", quora)
-    texts = list(dict.fromkeys([*task.corpus, *task.queries]))
+    texts = list(dict.fromkeys([*task.corpus, *task.queries])) if recall else quora
     on_quora = np.array([i for i, t in enumerate(texts) if t in set(quora)])
     result = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name in models.split(","):
             chosen = variants.split(",")
-            vectors, figures = measured({v: encoder(name, v, threads, Path(scratch)) for v in chosen}, texts, task)
+            vectors, figures = measured(
+                {v: encoder(name, v, threads, Path(scratch)) for v in chosen}, texts, task, recall, chunk
+            )
             reference, base = vectors[chosen[0]], figures[chosen[0]]
             for variant in chosen:
                 cosines = (reference[on_quora] * vectors[variant][on_quora]).sum(1)  # (Q,)
@@ -155,10 +164,17 @@ def main(
                         "p1": round(float(np.percentile(cosines, 1)), 4),
                         "mean": round(float(cosines.mean()), 4),
                     },
-                    "recall@1_lost": round(base["recall@1"] - figures[variant]["recall@1"], 4),
                 }
+                if recall:
+                    result[f"{name} / {variant}"]["recall@1_lost"] = round(
+                        base["recall@1"] - figures[variant]["recall@1"], 4
+                    )
             print(json.dumps({k: v for k, v in result.items() if k.startswith(f"{name} / ")}), flush=True)  # so far
-    made_of = {"questions": len(texts), "quora_questions": len(on_quora), "help_desk_queries": len(task.queries)}
+    made_of = {
+        "questions": len(texts),
+        "quora_questions": len(on_quora),
+        "help_desk_queries": len(task.queries) if recall else 0,
+    }
     versions = {"torch": torch.__version__}
     try:
         import onnxruntime
