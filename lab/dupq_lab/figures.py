@@ -129,14 +129,16 @@ RERANK_K_RUNS = {"minilm": "rerank_k.json", "mpnet": "rerank_k_mpnet.json"}  # t
 def rerank_run(reranker: str, split: str, name: str | None = None) -> dict | None:
     """The saved ``dupq-lab rerank-k`` (or, with ``name``, another command's) run of ``reranker`` on ``split``."""
     name = name or RERANK_K_RUNS[reranker]
-    command = "rerank-k" if name in RERANK_K_RUNS.values() else "rerank-retrieval"
-    return source(f"{name} | dupq-lab {command} --rerank {reranker} --split {split}")
+    command = f"dupq-lab {'rerank-k' if name in RERANK_K_RUNS.values() else 'rerank-retrieval'} --rerank {reranker} --split {split}"
+    if not (RESULTS / name).is_file() or not any(e["command"].startswith(command) for e in saved(name)):
+        return None
+    return source(f"{name} | {command}")
 
 
 def rerank_k(reranker: str = "minilm") -> list[list[str]]:
     """docs/collections.md: a saved dupq-lab rerank-k run on dev: the model alone, then each K (the chosen one
     marked), then the test half at the chosen K."""
-    r = rerank_run(reranker, "dev")
+    r = rerank_run(reranker, "dev") or {"per_k": {}}
     header = [
         "candidates (K)",
         "Recall@1",
@@ -145,7 +147,11 @@ def rerank_k(reranker: str = "minilm") -> list[list[str]]:
         "first search: reranker encodes",
         "search p50, vectors stored",
     ]
-    rows = [["the model alone", f"{r['fast']['recall@1']:.3f}", f"{r['fast']['mrr@10']:.3f}", "-", "-", "-"]]
+    rows = (
+        [["the model alone", f"{r['fast']['recall@1']:.3f}", f"{r['fast']['mrr@10']:.3f}", "-", "-", "-"]]
+        if "fast" in r
+        else []
+    )
     for k, it in r["per_k"].items():
         label = f"{k} (the default)" if int(k) == r["chosen"] else k
         cells = [f"{it['recall@1']:.3f}", f"{it['mrr@10']:.3f}", f"{it['candidate_recall']:.3f}"]
@@ -158,7 +164,7 @@ def rerank_k(reranker: str = "minilm") -> list[list[str]]:
             ]
         )
     test = rerank_run(reranker, "test")
-    if test is not None and str(r["chosen"]) in test["per_k"]:  # reported on test, once K is chosen on dev
+    if test is not None and str(r.get("chosen")) in test["per_k"]:  # reported on test, once K is chosen on dev
         it = test["per_k"][str(r["chosen"])]
         rows.append(
             [
@@ -274,6 +280,7 @@ def tiers(name: str = "tiers_test.json", reranked: bool = False) -> list[list[st
         named += reranked_tiers(
             next(row for run in runs for row in run["tiers"].values() if row["folder"] == "bundled")
         )
+    if runs:
         named.append(("BM25 (bm25s)", runs[-1]["bm25"]))
     templates = ["{help_desk[recall@1]:.3f}", "{help_desk[mrr@10]:.3f}", "{quora[mrr@10]:.4f}", "{questions_per_s:,.0f}"]  # fmt: skip
     build = lambda row: "{build}" if "build" in row else "{build_20k_s:,.1f} s"  # noqa: E731 - a reranked tier's is text
