@@ -53,12 +53,14 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "calibration": "experiments.calibration",
     "desk-calibration": "experiments.desk_calibration",
     "desk-verdict": "experiments.desk_verdict",
+    "judged-pool": "experiments.judged_pool",
     "desk-loop": "experiments.desk_loop",
     "pair-words": "experiments.pair_words",
     "named-calibration": "experiments.named_calibration",
     "int8": "speed.int8",
     "rerank-k": "experiments.rerank_k",
     "rerank-retrieval": "experiments.rerank_retrieval",
+    "error-codes": "experiments.error_codes",
 }
 
 

@@ -122,6 +122,28 @@ def adapt() -> list[list[str]]:
     ]
 
 
+def error_codes() -> list[list[str]]:
+    """docs/collections.md: the saved dupq-lab error-codes run: Recall@1 of each search, without and with each
+    exact-code rule, on the queries that name a code and on all queries, per half (the rule chosen on dev marked)."""
+    r = source("error_codes.json")
+    q = r["queries"]
+    header = [
+        "search",
+        "exact-code rule",
+        f"dev: {q['dev']['with_code']} with a code",
+        f"dev: all {q['dev']['all']}",
+        f"test: {q['test']['with_code']} with a code",
+        f"test: all {q['test']['all']}",
+    ]
+    rows = []
+    for name in r["recall@1"]["dev"]:
+        search, rule = name.split(" | ")
+        label = f"{rule} (chosen on dev)" if rule != "none" and r["chosen"][search] == rule else rule
+        cells = [f"{r['recall@1'][h][name][m]:.3f}" for h in ("dev", "test") for m in ("codes", "all")]
+        rows.append([search, label, *cells])
+    return [header, *rows]
+
+
 RERANKERS = {"minilm": "all-MiniLM-L6-v2", "mpnet": "all-mpnet-base-v2"}  # a named reranker -> its model's name
 RERANK_K_RUNS = {"minilm": "rerank_k.json", "mpnet": "rerank_k_mpnet.json"}  # the saved dupq-lab rerank-k runs
 
@@ -554,6 +576,11 @@ TABLES: dict[str, Table] = {
         data={"r": lambda: dedup("dedup_quality.json")["groupings"]}, each="r",
         rows=("{key} | {it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f} | {it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f} | {it[groups]:,} | {it[largest]:,} | {it[implied_pairs]:,}",),
     ),
+    "dedup-rerank": Table(  # docs/dedup.md: the groups with and without a reranker judging the candidates
+        header="judged by | dev P / R / F1 | test P / R / F1 | groups | largest group | grouping s",
+        data={"r": lambda: dedup("dedup_rerank.json")["groupings"]}, each="r",
+        rows=("{key} | {it[dev][precision]:.3f} / {it[dev][recall]:.3f} / {it[dev][f1]:.3f} | {it[test][precision]:.3f} / {it[test][recall]:.3f} / {it[test][f1]:.3f} | {it[groups]:,} | {it[largest]:,} | {it[group_seconds]}",),
+    ),
     "dedup-scale": Table(  # docs/dedup.md: the cost a question of grouping synthetic archives
         header="questions | grouping: wall s | wall µs a question | CPU s | CPU µs a question | grouped | peak GB",
         data={"r": lambda: dedup("dedup_scale.json")["runs"]}, each="r",
@@ -569,10 +596,10 @@ TABLES: dict[str, Table] = {
         data={"i": indexes}, each="i",
         rows=("{it[label]} | {it[build_s]} s | {it[on_disk]:bytes} | {it[p50_ms]} / {it[p99_ms]} ms ({it[index_p50_ms]} ms) | {it[batch256_qps]:,} q/s | {it[recall@10]}",),
     ),
-    "int8": Table(  # docs/transformers.md: each named transformer in float32 and in int8, side by side in one run
-        header="model | float32 | int8 | int8 / float32 | cosine int8 vs float32: mean (1st percentile) | help-desk dev Recall@1: float32, int8",
-        data={"models": lambda: (source("int8.json") or {}).get("models")}, each="models",
-        rows=("{key} | {it[float32][questions_per_s]:,} q/s | {it[int8][questions_per_s]:,} q/s | {it[speedup]}x | {it[cosine_int8_vs_float32][mean]} ({it[cosine_int8_vs_float32][p1]}) | {it[float32][recall@1]:.3f}, {it[int8][recall@1]:.3f}",),
+    "int8": Table(  # docs/transformers.md: each named transformer run every way (torch, ONNX Runtime; float32, int8), a model's side by side in one run
+        header="model / variant | questions/s | / torch float32 | one question alone | cosine to float32: mean (1st percentile) | help-desk dev Recall@1 (lost)",
+        data={"variants": lambda: {k: v for run in source("int8.json *") or [] for k, v in run.get("variants", run).items()}}, each="variants",  # a run stopped after a model: that model's line
+        rows=("{key} | {it[questions_per_s]:,} | {it[speedup]}x | {it[one_query_ms]} ms | {it[cosine_to_float32][mean]} ({it[cosine_to_float32][p1]}) | {it[recall@1]:.3f} ({it[recall@1_lost]:+.3f})",),
     ),
     "labelled-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("labelled.jsonl")}, each="rows"),
     "distil-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("distil.jsonl")}, each="rows"),
@@ -591,5 +618,6 @@ TABLES: dict[str, Table] = {
     "rerank-k": Table(render=rerank_k),  # docs/collections.md: Recall@1 and cost per K of a reranked collection
     "rerank-k-mpnet": Table(render=lambda: rerank_k("mpnet")),  # docs/collections.md: the same, mpnet reranking
     "rerank-retrieval": Table(render=rerank_retrieval),  # docs/collections.md: Quora retrieval reranked, per K
+    "error-codes": Table(render=error_codes),  # docs/collections.md: questions naming an error code, Recall@1
 }
 # fmt: on

@@ -25,8 +25,8 @@ from dupq.cli.common import CollectionArgument, ModelOption, Threshold, out_loca
 from support.errors import refused
 
 # Options that look like a rule's subject but are not: the second model `teacher-model` joins to its TEACHER argument,
-# and the second model of a collection, which orders its searches' candidates (`--model` encodes it).
-EXCEPTIONS = {("distil teacher-model", "--join"), ("index build", "--rerank")}
+# and the second model of a collection or a dedup run, which orders or judges the candidates (`--model` finds them).
+EXCEPTIONS = {("distil teacher-model", "--join"), ("index build", "--rerank"), ("dedup", "--rerank")}
 # Names that are gone: no command may take them again as options.
 RETIRED = {"--store", "--retrieval", "--collection"}
 MODEL_HELP = re.compile(r"(an? |the )?(dupq )?(lstm )?model (folder|to)\b")  # help that says the option is a model

@@ -19,15 +19,21 @@ from dupq.modeling.verdict import for_search, pair_logits
 PAIRS = 40
 
 
-def _desk(tmp_path, model, synthetic_pairs, decided: int = PAIRS) -> tuple[Collection, list[tuple]]:
-    """A collection of both sides of synthetic pairs (distinct texts), ``decided`` of them judged as labelled."""
+def _distinct_pairs(synthetic_pairs, n: int) -> list[tuple[str, str, int]]:
+    """The first ``n`` synthetic pairs whose texts are all distinct, as ``(a, b, label)``."""
     seen, rows = set(), []
     for a, b, y in zip(synthetic_pairs.q1, synthetic_pairs.q2, synthetic_pairs.labels):
         if a != b and a not in seen and b not in seen:
             seen |= {a, b}
             rows.append((a, b, int(y)))
-        if len(rows) == PAIRS:
+        if len(rows) == n:
             break
+    return rows
+
+
+def _desk(tmp_path, model, synthetic_pairs, decided: int = PAIRS) -> tuple[Collection, list[tuple]]:
+    """A collection of both sides of synthetic pairs (distinct texts), ``decided`` of them judged as labelled."""
+    rows = _distinct_pairs(synthetic_pairs, PAIRS)
     texts = [t for a, b, _ in rows for t in (a, b)]
     keys = [f"{side}{i}" for i in range(len(rows)) for side in "ab"]
     coll = Collection.build(tmp_path / "desk", texts, model, keys=keys)
@@ -141,3 +147,86 @@ def test_the_command_refits_and_reports_and_refuses_in_one_sentence(tmp_path, ti
     assert report["decisions"] == PAIRS and report["held_out"]["decisions"] >= 10
     with Collection.open(tmp_path / "many" / "desk", tiny_model) as coll:
         assert coll.calibration_info()["fitted_on"]["decisions"] == PAIRS
+
+
+SCOPED = 60  # pairs: the first 40 of scope "x" (a fit of its own), the other 20 of "y" (too few: the collection's)
+
+
+def _scoped_desk(tmp_path, model, synthetic_pairs) -> tuple[Collection, list[tuple]]:
+    """Both sides of ``SCOPED`` synthetic pairs, every pair judged; the old side of each carries its category."""
+    rows = _distinct_pairs(synthetic_pairs, SCOPED)
+    texts = [t for a, b, _ in rows for t in (a, b)]
+    keys = [f"{side}{i}" for i in range(len(rows)) for side in "ab"]
+    metadata = [
+        {} if side == "a" else {"category": "x" if i < PAIRS else "y"} for i in range(len(rows)) for side in "ab"
+    ]
+    coll = Collection.build(tmp_path / "desk", texts, model, keys=keys, metadata=metadata)
+    for i, (_, _, y) in enumerate(rows):
+        coll.decide(f"a{i}", **({"duplicate_of": f"b{i}"} if y else {"not_duplicate_of": f"b{i}"}))
+    return coll, [(f"a{i}", f"b{i}", a, b, y) for i, (a, b, y) in enumerate(rows)]
+
+
+def test_a_scope_with_decisions_enough_is_fitted_on_its_own_decisions_alone(tmp_path, tiny_model, synthetic_pairs):
+    coll, decisions = _scoped_desk(tmp_path, tiny_model, synthetic_pairs)
+    with coll:
+        report = calibrate_collection(coll, scope="category")
+        texts = {key: text for _, key, text, _ in coll.stored_rows()}
+        scopes = coll.calibration_scopes
+        info = coll.calibration_info()
+    naive = _naive_features(tiny_model, texts, decisions)
+    labels = np.array([y for *_, y in decisions])
+    expected = {}
+    for value in ("x", "y"):  # the reference: each scope's decisions fitted alone, where they are enough
+        mask = np.array([(i < PAIRS) == (value == "x") for i in range(SCOPED)])
+        if mask.sum() >= 30 and min(labels[mask].sum(), (1 - labels[mask]).sum()) >= 5:
+            expected[value] = fit_search_calibration(
+                *(naive[n][mask] for n in ("logits", "cosines", "margins")), labels[mask]
+            )
+    assert set(expected) == {"x"}, "the synthetic scopes need one fitted and one too small"
+    assert scopes["field"] == "category" and set(scopes["fits"]) == set(expected)
+    for name in ("a", "b", "cosine", "margin", "c", "suggest", "duplicate"):
+        assert scopes["fits"]["x"][name] == pytest.approx(expected["x"][name], rel=1e-3, abs=1e-4), name
+    assert report["scopes"]["too_few"] == {"y": SCOPED - PAIRS}
+    assert report["scopes"]["fitted"]["x"]["decisions"] == PAIRS
+    assert info["scopes"] == {"field": "category", "fitted": {"x": scopes["fits"]["x"]["fitted_on"]}}
+
+
+def test_searches_judge_each_hit_by_its_own_scopes_calibration(tmp_path, tiny_model, synthetic_pairs):
+    coll, decisions = _scoped_desk(tmp_path, tiny_model, synthetic_pairs)
+    with coll:
+        calibrate_collection(coll, scope="category")
+    with Collection.open(tmp_path / "desk", tiny_model) as again:  # read back from calibration.json
+        fits, own = again.calibration_scopes["fits"], again.calibration
+        hits = again.search([decisions[0][2] + " please", decisions[PAIRS][2] + " please"], k=10)
+    seen = set()
+    for row in hits:
+        scores = [h.score for h in row]
+        # each hit's margin by hand: the top hit's over the best lower cosine, the others' from the top's
+        margins = [
+            s - max((o for o in scores if o < s), default=s) if s == scores[0] else s - scores[0] for s in scores
+        ]
+        for hit, margin in zip(row, margins):
+            scope = hit.metadata.get("category")
+            seen.add(scope)
+            fit = fits.get(scope, own)
+            expected = for_search(tiny_model, np.array([hit.score]), np.array([margin]), calibration=fit)
+            assert hit.probability == pytest.approx(float(expected.probability[0]), abs=1e-6), (scope, hit.key)
+            assert hit.tier == expected.tier[0]
+    assert {"x", "y", None} <= seen, seen
+
+
+def test_index_info_lists_the_scopes_fitted(tmp_path, tiny_model, synthetic_pairs):
+    from typer.testing import CliRunner
+
+    from dupq.cli import app
+
+    coll, _ = _scoped_desk(tmp_path, tiny_model, synthetic_pairs)
+    coll.close()
+    runner = CliRunner()
+    done = runner.invoke(app, ["index", "calibrate", str(tmp_path / "desk"), "--scope", "category"])
+    assert done.exit_code == 0, done.output
+    assert "scopes of category fitted: x (40); judged by the collection's (too few): y (20)" in done.output
+    shown = runner.invoke(app, ["index", "info", str(tmp_path / "desk")])
+    assert shown.exit_code == 0, shown.output
+    scopes = json.loads(shown.output)["calibration"]["scopes"]
+    assert scopes["field"] == "category" and list(scopes["fitted"]) == ["x"]

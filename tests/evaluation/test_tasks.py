@@ -158,6 +158,10 @@ def test_a_task_asked_for_wrongly_is_one_sentence_and_exit_2(words, says):
     refused(done, says)
 
 
+def test_judged_without_search_is_one_sentence_and_exit_2(tmp_path):
+    refused(CliRunner().invoke(app, ["calibrate", str(tmp_path), "--judged"]), "--judged goes with --search.")
+
+
 @pytest.mark.real_data
 def test_no_old_question_of_the_file_is_a_quora_question(all_pairs):
     """An old question is what a search must find: no Quora text may equal one (a distractor would merge with it).
@@ -168,3 +172,80 @@ def test_no_old_question_of_the_file_is_a_quora_question(all_pairs):
     quora = {normalised(q) for q in np.concatenate([all_pairs.q1, all_pairs.q2])}
     found = [r[3] for r in rows()[1:] if normalised(r[3]) in quora]
     assert not found, found[:5]
+
+
+def judged_file(tmp_path, lines: list[str]):
+    path = tmp_path / "judged.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_the_judged_file_keeps_the_duplicates_of_each_new_question_and_skips_the_rule(tmp_path):
+    path = judged_file(
+        tmp_path,
+        [
+            "# rule: 1 if one answer serves both",
+            "split\tnew\tcandidate\tlabel",
+            "dev\tn0\td0\t1",
+            "dev\tn0\td1\t0",
+            "test\tn1\td0\t1",
+        ],
+    )
+    assert tasks.read_judged(path) == {("dev", "n0"): {"d0"}, ("test", "n1"): {"d0"}}
+
+
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ("dev\tn0\td0\tyes", "line 3"),
+        ("later\tn0\td0\t1", "line 3"),
+        ("dev\tn0\t1", "line 3"),
+        ("dev\t \td0\t1", "line 3"),
+    ],
+)
+def test_a_bad_judged_row_is_one_sentence_naming_its_line(tmp_path, line, says):
+    path = judged_file(tmp_path, ["# rule", "split\tnew\tcandidate\tlabel", line])
+    with pytest.raises(
+        DupqError,
+        match=f"^{re.escape(str(path))}, {says}: needs a split of dev or test, two questions and a label of 0 or 1.$",
+    ):
+        tasks.read_judged(path)
+
+
+def test_a_judged_file_without_its_header_is_refused(tmp_path):
+    with pytest.raises(DupqError, match="needs the header split / new / candidate / label"):
+        tasks.read_judged(judged_file(tmp_path, ["dev\tn0\td0\t1"]))
+
+
+def test_the_shipped_judged_file_reads_and_names_only_questions_of_the_help_desks():
+    judged = tasks.read_judged()
+    file = tasks.read_help_desk_pairs()
+    assert judged and all((s, n) in set(zip(file.splits, file.new)) for s, n in judged)
+
+
+def test_judged_relevance_changes_recall_exactly_as_a_loop_over_every_question_counts(pairs_path):
+    from dupq.evaluation.retrieval import retrieval_measures
+
+    file = tasks.read_help_desk_pairs()
+    distractors = [f"{q} today" for q in read_pairs(pairs_path)[0].q1[:300]]
+    corpus = list(dict.fromkeys([*file.old, *distractors]))
+    vectors = WordSums().encode(corpus).astype(np.float64)  # (N, d)
+    dev = [i for i, s in enumerate(file.splits) if s == "dev"]
+    first = {}  # each dev new question's top hit other than its own old one: judged a duplicate for half of them
+    for i in dev:
+        scores = vectors @ WordSums().encode([file.new[i]])[0].astype(np.float64)
+        order = sorted(range(len(corpus)), key=lambda j: (-scores[j], j))
+        first[i] = next(corpus[j] for j in order if corpus[j] != file.old[i])
+    judged = {("dev", file.new[i]): {first[i], "a question not in the collection"} for i in dev[::2]}
+    as_written = retrieval_measures(WordSums().encode, tasks.help_desk_task(file, "dev", distractors))
+    measured = retrieval_measures(WordSums().encode, tasks.help_desk_task(file, "dev", distractors, judged))
+    top, found10 = [], []
+    for i in dev:
+        relevant = {file.old[i]} | ({first[i]} if ("dev", file.new[i]) in judged else set())
+        scores = vectors @ WordSums().encode([file.new[i]])[0].astype(np.float64)
+        ranked = [corpus[j] for j in sorted(range(len(corpus)), key=lambda j: (-scores[j], j))[:10]]
+        top.append(ranked[0] in relevant)
+        found10.append(len(relevant & set(ranked)) / len(relevant))
+    assert measured["p@1"] == pytest.approx(np.mean(top), abs=1e-12)
+    assert measured["recall@10"] == pytest.approx(np.mean(found10), abs=1e-12)
+    assert measured["p@1"] > as_written["p@1"]  # half the queries whose top hit was wrong are now right

@@ -197,17 +197,16 @@ for module in (rows, decisions):  # any type in the reserved fields, as before t
 """
 
 JUDGED_TEXTS_IGNORED = """
-import dupq.collection.collection as collection
 import dupq.collection.decisions as decisions
 
-for module in (collection, decisions):  # the digest kept at a decision and the one compared on reading
-    patch(module, "judged_digest", lambda text, other: "same")
+# the digest kept at a decision and the one compared on reading
+patch(decisions, "judged_digest", lambda text, other: "same")
 """
 
 CYCLES_ALLOWED = """
-import dupq.collection.collection as collection
+import dupq.collection.decisions as decisions
 
-patch(collection, "refuse_cycle", lambda find, key, canonical: None)
+patch(decisions, "refuse_cycle", lambda find, key, canonical: None)
 """
 
 BARE_CR_UNQUOTED = """

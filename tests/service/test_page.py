@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -235,4 +236,23 @@ def test_a_moderator_walks_the_review_queue(browser, tmp_path, tiny_model_dir, s
         page.screenshot(path=str(screenshot), full_page=True)
         if os.environ.get("DUPQ_SCREENSHOT"):
             shutil.copy(screenshot, Path(os.environ["DUPQ_SCREENSHOT"]).with_name("queue.png"))
+
+        # A ticket system links to a ticket's search (?key=): deciding it against one hit, then against another,
+        # re-decides it, sent as a change (no 409) and stored with what it replaced.
+        sent = []
+        page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/new-4/decision") else None)
+        page.goto(live.url + "/?" + urlencode({"q": QUEUED[3][1], "key": "new-4"}))
+        results = page.locator("#results > li")
+        expect(results).to_have_count(10)
+        keys = [
+            hit["key"]
+            for hit in page.request.post(live.url + "/search", data={"question": QUEUED[3][1]}).json()["results"]
+        ]
+        for n in (0, 1):
+            results.nth(n).get_by_role("button", name="duplicate of this").click()
+            expect(results.nth(n).locator(".decide")).to_contain_text(f"marked: new-4 duplicates {keys[n]}")
+        assert sent == [{"duplicate_of": keys[0]}, {"duplicate_of": keys[1], "change": True}]
+        stored = page.request.get(live.url + "/questions/new-4").json()["metadata"]
+        assert stored["duplicate_of"] == keys[1]
+        assert [c["was"] for c in stored["decision_changes"]] == [{"duplicate_of": keys[0]}]
         page.close()

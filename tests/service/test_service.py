@@ -78,6 +78,33 @@ def test_search_matches_the_library(client, texts):
     assert len(client.post("/search", json={"question": query}).json()["results"]) == 10  # default k
 
 
+def test_search_answer_is_the_validated_models_json(client, texts):
+    """The route writes its answer without building SearchResponse: its bytes are those of the validated model,
+    awkward metadata (tiny and huge floats, non-ASCII text, nesting) and a key left out included."""
+    from pydantic import TypeAdapter
+
+    from dupq.service.schemas import HitOut, SearchResponse
+
+    odd = {"tiny": 1e-7, "huge": 1e16, "name": "Zürich 中", "nest": {"a": [1, 2.5, None, True, -0.0]}}
+    added = client.post("/questions", json={"text": texts[3] + " again", "metadata": odd, "key": "odd"}, headers=AUTH)
+    assert added.status_code == 201
+    collection = client.app.state.collection
+    for body in ({"question": texts[3], "k": 5}, {"question": texts[3], "k": 3, "exclude": ["odd"]}):
+        got = client.post("/search", json=body)
+        hits = collection.search([body["question"]], k=body["k"], exclude=body.get("exclude"))[0]
+        tiers = collection.tiers
+        want = SearchResponse(
+            question=body["question"],
+            threshold=tiers["duplicate"],
+            threshold_on=tiers["on"],
+            tiers=tiers,
+            results=[HitOut.model_validate(h, from_attributes=True) for h in hits],
+        )
+        assert got.headers["content-type"] == "application/json"
+        assert got.content == TypeAdapter(SearchResponse).dump_json(want)
+    assert any(r["metadata"] == odd for r in client.post("/search", json={"question": texts[3]}).json()["results"])
+
+
 def test_similarity_matches_the_model(client, texts):
     model = client.app.state.collection.model
     got = client.post("/similarity", json={"q1": texts[0], "q2": texts[1]}).json()

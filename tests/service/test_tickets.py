@@ -48,7 +48,13 @@ def test_a_question_by_key_is_the_librarys(desk):
     client, coll = desk
     for key in ("q0", "q7", "q119"):
         i, text, metadata = coll.get(key)
-        assert client.get(f"/questions/{key}").json() == {"id": i, "key": key, "text": text, "metadata": metadata}
+        assert client.get(f"/questions/{key}").json() == {
+            "id": i,
+            "key": key,
+            "text": text,
+            "metadata": metadata,
+            "pending": False,
+        }
     missing = client.get("/questions/nobody")
     assert missing.status_code == 404 and missing.json()["detail"] == "no question with the key 'nobody'."
 
@@ -63,7 +69,7 @@ def test_pages_give_every_question_once_in_order(desk, where):
         field, value = item.split("=")
         wanted.setdefault(field, set()).add(int(value) if value.isdigit() else value)
     loop = [
-        {"id": i, "key": key, "text": text, "metadata": meta}
+        {"id": i, "key": key, "text": text, "metadata": meta, "pending": meta.get("pending") is True}
         for i, key, text, meta in coll.stored_rows()
         if all(meta.get(field) in values for field, values in wanted.items())
     ]
@@ -132,6 +138,24 @@ def test_a_ticket_sent_again_after_a_decision_is_the_same_ticket(desk, texts):
     assert "pending" not in coll.get("T-2")[2]
     again = client.post("/questions", json=queued, headers=AUTH)
     assert again.status_code in (200, 201) and again.json()["id"] == first.json()["id"] and len(coll) == N + 2
+
+
+def test_a_question_waiting_for_review_is_listed_and_says_so(desk):
+    client, coll = desk
+    ticket = {"text": "Can I pay an invoice in two parts?", "key": "T-3", "pending": True}
+    assert client.post("/questions", json=ticket, headers=AUTH).status_code == 201
+    listed, cursor = [], None
+    while True:
+        page = client.get("/questions", params={"limit": 50} | ({"cursor": cursor} if cursor is not None else {}))
+        listed += page.json()["questions"]
+        if (cursor := page.json()["next_cursor"]) is None:
+            break
+    assert [q["key"] for q in listed if q["pending"]] == ["T-3"] and len(listed) == len(coll)
+    assert client.get("/questions/T-3").json()["pending"] is True
+    only = client.get("/questions", params={"where": ["pending=true"]}).json()["questions"]
+    assert [q["key"] for q in only] == ["T-3"]
+    client.post("/questions/T-3/decision", json={"keep": True}, headers=AUTH)
+    assert client.get("/questions/T-3").json()["pending"] is False
 
 
 def test_put_answers_what_was_stored(desk):

@@ -14,7 +14,10 @@ question is ``duplicate_of``, the others ``not_duplicate_of`` (``Collection.deci
   calibration error (10 bins), accuracy at each model's own threshold, and the share of the true
   duplicates flagged.
 
-    dupq-lab desk-calibration [--review 3]
+``--judged``: a hit judged a duplicate of the new question (:func:`dupq.evaluation.tasks.read_judged`)
+is decided ``duplicate_of`` too.
+
+    dupq-lab desk-calibration [--review 3] [--judged]
 
 Prints one JSON line.
 """
@@ -34,20 +37,22 @@ import typer
 from dupq.collection.collection import Collection
 from dupq.data.pairs import read_pairs, write_pairs
 from dupq.evaluation.evaluate import calibrate, evaluate
-from dupq.evaluation.tasks import HELP_DESKS
+from dupq.evaluation.tasks import HELP_DESKS, read_judged
 from dupq.modeling.model import Model
 
 
 def main(
     review: Annotated[int, typer.Option(min=1, help="Hits a moderator judges for each new question.")] = 3,
+    judged: Annotated[bool, typer.Option(help="Decide the hits judged duplicates as duplicates too.")] = False,
 ) -> None:
     torch.set_num_threads(1)
     with HELP_DESKS.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     for n, r in enumerate(rows):
         r["new_key"], r["old_key"] = f"new-{n}", f"old-{n}"
+    also = read_judged() if judged else {}
     quora = Model.load()
-    out = {"pairs": len(rows), "review": review}
+    out = {"pairs": len(rows), "review": review, **({"judged": True} if judged else {})}
     with tempfile.TemporaryDirectory() as tmp:
         texts = [r["old"] for r in rows] + [r["new"] for r in rows]
         keys = [r["old_key"] for r in rows] + [r["new_key"] for r in rows]
@@ -61,7 +66,8 @@ def main(
                 for r in chosen:
                     scope = {"kind": "old", "domain": r["domain"]}
                     for h in coll.search([r["new"]], k=review, where=scope)[0]:
-                        decision = "duplicate_of" if h.key == r["old_key"] else "not_duplicate_of"
+                        right = h.key == r["old_key"] or h.text in also.get((split, r["new"]), set())
+                        decision = "duplicate_of" if right else "not_duplicate_of"
                         coll.decide(r["new_key"], **{decision: h.key})
                 write_pairs(Path(tmp) / f"{split}.tsv", coll.decisions())
             labelled[split], _ = read_pairs(Path(tmp) / f"{split}.tsv")

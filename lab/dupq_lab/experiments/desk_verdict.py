@@ -12,7 +12,12 @@ measure today's verdict) has only ``duplicate``. ``--no-distractors``: the desk'
 new question gets against its own text (``Model.probability``), and the least a search gives a
 stored question searched with its own text.
 
-    dupq-lab desk-verdict [--split test] [--no-distractors] [--model FOLDER]
+``--judged``: the questions judged duplicates of a new question (``yardsticks/help_desks_judged.tsv``,
+:func:`dupq.evaluation.tasks.read_judged`) are right too, beside its own old question (``recall@1`` and
+``tiers``), with the figures as written beside them (``as_written``), and ``judged_wrong`` counts the top
+hits (of each tier) that the yardstick as written calls wrong and the judgments call duplicates.
+
+    dupq-lab desk-verdict [--split test] [--no-distractors] [--judged] [--model FOLDER]
 
 Prints one JSON line.
 """
@@ -32,7 +37,7 @@ import typer
 
 from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
-from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, shipped_help_desk_task
+from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, read_judged, shipped_help_desk_task
 from dupq.modeling.model import Model
 from dupq_lab.options import DATA, Data, ModelFolder
 
@@ -44,20 +49,32 @@ def in_tier(hit, tier: str) -> bool:
     return hit.duplicate if tier == "duplicate" else hit.tier in TIERS
 
 
-def tier_measures(hits: list, relevant: list[int], tier: str) -> dict[str, float | int]:
-    """Precision and recall of ``tier`` on each query's top hit, and the share of true old questions it flags."""
+def tier_measures(hits: list, relevant: list[set[int]], tier: str) -> dict[str, float | int]:
+    """Precision and recall of ``tier`` on each query's top hit (right: one of its ``relevant``), and the share
+    of queries with a relevant question flagged among their hits."""
     top = [h[0] if h else None for h in hits]
     flagged = [t is not None and in_tier(t, tier) for t in top]
-    right = [t is not None and t.id == r for t, r in zip(top, relevant)]
+    right = [t is not None and t.id in r for t, r in zip(top, relevant)]
     hits_right = sum(f and ok for f, ok in zip(flagged, right))
     return {
         "top_flagged": sum(flagged),
         "precision": round(hits_right / sum(flagged), 4) if any(flagged) else None,
         "recall": round(hits_right / len(hits), 4),
         "old_flagged": round(
-            sum(any(h.id == r and in_tier(h, tier) for h in row) for row, r in zip(hits, relevant)) / len(hits), 4
+            sum(any(h.id in r and in_tier(h, tier) for h in row) for row, r in zip(hits, relevant)) / len(hits), 4
         ),
     }
+
+
+def judged_wrong(hits: list, relevant: list[set[int]], own: list[int], tier: str | None) -> dict[str, int]:
+    """Of the top hits in ``tier`` (None: every top hit) that are not their query's own old question (wrong as
+    written), how many are judged duplicates (right with ``--judged``)."""
+    wrong = [
+        (h[0], r)
+        for h, r, o in zip(hits, relevant, own)
+        if h and h[0].id != o and (tier is None or in_tier(h[0], tier))
+    ]
+    return {"wrong_as_written": len(wrong), "judged_duplicates": sum(t.id in r for t, r in wrong)}
 
 
 def main(
@@ -68,26 +85,33 @@ def main(
     distractors: Annotated[
         bool, typer.Option(help="Search the Quora distractors too (the yardstick), or the desk's old questions alone.")
     ] = True,
+    judged: Annotated[
+        bool, typer.Option(help="Count the questions judged duplicates of a new question as right too.")
+    ] = False,
     model: ModelFolder = None,
     data: Data = DATA,
 ) -> None:
     torch.set_num_threads(1)
     try:
         task, made_of = (
-            shipped_help_desk_task(data, split)
+            shipped_help_desk_task(data, split, judged)
             if distractors
-            else (help_desk_task(read_help_desk_pairs(), split, []), {"sha256": read_help_desk_pairs().sha256})
+            else (
+                help_desk_task(read_help_desk_pairs(), split, [], read_judged() if judged else None),
+                {"sha256": read_help_desk_pairs().sha256},
+            )
         )
         judge = Model.load(model)
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(2) from e
-    relevant = [int(r[0]) for r in task.relevant]
+    old = [int(r[0]) for r in task.relevant]  # the query's own old question comes first
+    relevant = [set(r.tolist()) for r in task.relevant]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Collection.build(Path(tmp) / "desk", task.corpus, judge) as desk:
         built = time.perf_counter() - started
         hits = desk.search(task.queries, k=k)
-        olds = sorted(set(relevant))
+        olds = sorted(set(old))
         own = desk.search([task.corpus[i] for i in olds], k=1)
         stored_identical = min(h[0].probability for h in own if h and h[0].probability is not None)
         tiered = hasattr(desk, "tiers")  # a dupq before tiers (to measure it) has one verdict, `duplicate`
@@ -99,8 +123,24 @@ def main(
         "corpus": len(task.corpus),
         "k": k,
         "thresholds": thresholds,
-        "recall@1": round(sum(bool(h) and h[0].id == r for h, r in zip(hits, relevant)) / len(hits), 4),
+        "recall@1": round(sum(bool(h) and h[0].id in r for h, r in zip(hits, relevant)) / len(hits), 4),
         "tiers": {t: tier_measures(hits, relevant, t) for t in TIERS if t == "duplicate" or tiered},
+        **(
+            {
+                "as_written": {
+                    "recall@1": round(sum(bool(h) and h[0].id == o for h, o in zip(hits, old)) / len(hits), 4),
+                    "tiers": {
+                        t: tier_measures(hits, [{o} for o in old], t) for t in TIERS if t == "duplicate" or tiered
+                    },
+                },
+                "judged_wrong": {
+                    "top_hit": judged_wrong(hits, relevant, old, None),
+                    **{t: judged_wrong(hits, relevant, old, t) for t in TIERS if t == "duplicate" or tiered},
+                },
+            }
+            if judged
+            else {}
+        ),
         "identical": {
             "least_probability_of_a_question_with_itself": round(
                 float(min(judge.probability(task.queries, task.queries))), 4
@@ -108,6 +148,7 @@ def main(
             "least_probability_of_a_stored_question_searched_with_its_text": round(float(stored_identical), 4),
         },
         "sha256": made_of["sha256"],
+        **({"judged_sha256": made_of["judged_sha256"]} if "judged_sha256" in made_of else {}),
         "fingerprint": judge.fingerprint(),
         "build_s": round(built, 1),
         "machine": platform.machine(),

@@ -14,6 +14,9 @@ included). ``--join W,...`` also scores, for each sentence-transformers tier, it
 the bundled model's at each weight (``dupq distil teacher-model --join``'s rule,
 :func:`dupq.modeling.static.join_vectors`): how the join weight is chosen on dev.
 
+``--judged``: the questions judged duplicates of a new question (:func:`dupq.evaluation.tasks.read_judged`)
+count as found too.
+
 Vectors are kept in ``--cache`` (default ``runs/tier-vectors``), one file per model fingerprint, so
 that a transformer encodes each text once across runs and halves. Choose on dev; run test only for the choice.
 
@@ -120,10 +123,11 @@ def main(
     build: Annotated[bool, typer.Option(help="With --speed, also the time of a 20,000-question build.")] = False,
     join: Annotated[str, typer.Option(help="Join weights of the bundled model, comma-separated.")] = "",
     cache: Annotated[Path, typer.Option(help="Folder of the kept vectors.")] = Path("runs/tier-vectors"),
+    judged: Annotated[bool, typer.Option(help="Count the questions judged duplicates as found too.")] = False,
     data: Data = DATA,
 ) -> None:
     try:
-        task, _ = shipped_help_desk_task(data, split)
+        task, _ = shipped_help_desk_task(data, split, judged)
         tasks = {"help_desk": task}
         pairs, _ = read_pairs(data)
         if quora:

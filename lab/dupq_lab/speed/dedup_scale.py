@@ -2,6 +2,7 @@
 
     dupq-lab dedup-scale speed   [--sizes 50000 100000 200000]   (then dupq alone on all of them)
     dupq-lab dedup-scale quality [--cosines 0.7 0.75 0.8 0.85]
+    dupq-lab dedup-scale quality --rerank minilm   (the labelled rows' questions, with and without the reranker)
     dupq-lab dedup-scale scale   [--sizes 50000 500000 5000000]
     dupq-lab dedup-scale ray     [--sizes 50000 10000]   (--exact-below values; 20,000 questions)
     dupq-lab dedup-scale beams   [--sizes 1 2 3 4 16]   (the probes' HNSW beam, times nprobe; 5M questions)
@@ -21,6 +22,11 @@ once by the bundled model into a cache (``runs/dedup_scale``). Each timed run is
   rows by the star groups' F1; then star, connected components and SemHash's rule (on dupq's edges)
   and SemHash itself, all at that threshold, and dupq's default (the model's probability at its own
   threshold), with each grouping's largest group and the duplicate pairs its groups imply.
+  With ``--rerank MODEL``: the input is the distinct questions of the first :data:`RERANK_ROWS` of
+  those dev rows and of those test rows alone (a transformer encodes half a million questions in hours
+  on two cores), grouped as ``dupq dedup`` groups
+  them (star, each model's own verdict at its own threshold), by the bundled model alone and with the
+  reranker judging the bundled model's candidates (``dupq dedup --rerank MODEL``), side by side.
 * **ray**: 20,000 questions on one machine and on a local Ray cluster (127.0.0.1), exact and partitioned:
   the share of either run's same-group pairs that are same-group pairs of the other.
 * **scale**: synthetic archives made of the real vectors, grouped as ``dupq dedup`` groups (the model's
@@ -57,6 +63,7 @@ from dupq_lab.options import integers
 
 CACHE = Path("runs/dedup_scale")
 COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)
+RERANK_ROWS = 5_000  # quality --rerank: the labelled rows of each half whose questions are grouped
 
 
 def questions() -> tuple[Path, np.ndarray]:
@@ -230,6 +237,65 @@ def quality(cosines: list[float]) -> dict:
     }
 
 
+def reranked_quality(rerank: str) -> dict:
+    """The bundled model's groups beside the groups with ``rerank`` judging its candidates, on the questions of the
+    bundled model's labelled dev and test rows; pairwise precision, recall and F1 on each half's labels."""
+    from dupq.data.pairs import default_data_path, held_out
+    from dupq.dedup.grouping import DedupConfig, dedup_vectors, same_text
+    from dupq.evaluation.grouping import pairwise
+    from dupq.modeling.model import Model
+    from dupq_lab.experiments.tiers import cached
+
+    model, reranker = Model.load(), Model.load(rerank)
+    splits = held_out(model.metrics, default_data_path())
+    first = np.arange(RERANK_ROWS)
+    halves = {"dev": splits.dev.take(first[: len(splits.dev)]), "test": splits.test.take(first[: len(splits.test)])}
+    texts = list(dict.fromkeys(" ".join(q.split()) for p in halves.values() for q in [*p.q1, *p.q2]))
+    texts = [t for t in texts if t]
+    where = {t: i for i, t in enumerate(texts)}
+
+    def labelled(pairs):
+        a = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q1])
+        b = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q2])
+        keep = (a >= 0) & (b >= 0) & (a != b)
+        return a[keep], b[keep], pairs.labels[keep]
+
+    labels = {name: labelled(p) for name, p in halves.items()}
+    started = time.perf_counter()
+    vectors = model.encode(texts)  # (N, d)
+    encode_s = {"model": round(time.perf_counter() - started, 1)}
+    started = time.perf_counter()
+    reranked = cached(reranker.encode, f"rerank-{reranker.fingerprint()}", CACHE)(texts)  # (N, d') each once
+    encode_s["rerank"] = round(time.perf_counter() - started, 1)
+    same, config, table = same_text(texts), DedupConfig(), {}
+    runs = {
+        f"bundled model (its verdict, {model.threshold_on} > {model.threshold:.2f})": {},
+        f"bundled model's candidates judged by {rerank} ({reranker.threshold_on} > {reranker.threshold:.2f})": {
+            "reranker": reranker,
+            "reranked": reranked,
+        },
+    }
+    for name, extra in runs.items():
+        started = time.perf_counter()
+        clusters = dedup_vectors(vectors, model, config, same, **extra)
+        sizes = np.bincount(clusters.label[clusters.label >= 0]) if clusters.count else np.zeros(1, int)
+        sizes = sizes[sizes > 0]
+        table[name] = {
+            **{half: pairwise(clusters.label, *labels[half]) for half in halves},
+            "groups": int(clusters.count),
+            "largest": int(sizes.max()),
+            "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
+            "group_seconds": round(time.perf_counter() - started, 1),
+        }
+    return {
+        "questions": len(texts),
+        "rows_per_half": RERANK_ROWS,
+        "rerank": rerank,
+        "encode_seconds": encode_s,
+        "groupings": table,
+    }
+
+
 def scale(sizes: list[int]) -> dict:
     rows = []
     for n in sizes:
@@ -347,6 +413,13 @@ def main(
     cosines: Annotated[
         str, typer.Option(help="The cosine thresholds quality chooses among, comma-separated.")
     ] = "0.7,0.75,0.8,0.85,0.9",
+    rerank: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="MODEL",
+            help="quality: group the labelled rows' questions with and without this reranker judging (minilm, mpnet, a folder).",
+        ),
+    ] = None,
 ) -> None:
     sizes = None if sizes is None else integers(sizes)
     if what == "child":
@@ -356,6 +429,8 @@ def main(
     machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     if what == "speed":
         result = speed([50_000, 100_000, 200_000] if sizes is None else sizes)  # --sizes "": the full set, dupq alone
+    elif what == "quality" and rerank is not None:
+        result = reranked_quality(rerank)
     elif what == "quality":
         result = quality([float(c) for c in cosines.split(",")])
     elif what == "ray":

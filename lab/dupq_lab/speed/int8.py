@@ -1,22 +1,41 @@
-"""The named transformers in int8 against float32, side by side: speed and agreement; prints one JSON line.
+"""The named transformers in int8 against float32, every way side by side: speed and agreement; prints one JSON line.
 
-    dupq-lab int8 [--models minilm,mpnet] [--distractors 2000] [--threads 2] [--data PATH]
+    dupq-lab int8 [--models minilm,mpnet] [--variants ...] [--distractors 2000] [--no-recall] [--chunk 256] [--threads 2] [--data PATH]
 
-For each named model (``dupq.modeling.pretrained.NAMES``) the float32 transformer and the same one after
-``quantize`` (torch's dynamic int8 quantisation of its linear layers, as ``config.json``'s ``encoder.int8`` asks) encode
-the same questions, as ``TransformerEncoder.encode`` does (batches of 128 sorted by length, unit vectors), after a
-warm-up batch each: the help-desk yardstick's dev half (its 210 new questions, every old question of the file)
-and the first ``--distractors`` distinct Quora dev questions in place of the yardstick's 19,862 (a smaller
-collection: its Recall@1 is higher than the yardstick's, and the same collection for both precisions). Reports
-questions per second of each and their ratio, the cosine between each Quora question's two vectors (min, mean,
-the 1st percentile) and Recall@1 / MRR@10 of the help-desk dev half with each. Needs the ``quality`` extra.
+For each named model (``dupq.modeling.pretrained.NAMES``) each variant of :data:`VARIANTS` encodes the same
+questions, after a warm-up batch, the variants taking turns
+(:func:`measured`): the help-desk yardstick's dev half (its 210 new questions, every old question
+of the file) and the first ``--distractors`` distinct Quora dev questions in place of the yardstick's 19,862 (a
+smaller collection: its Recall@1 is higher than the yardstick's, and the same collection for every variant);
+``--no-recall``: the Quora questions alone (speed and agreement, no Recall@1).
+The variants, the field's ways of running a transformer on a CPU:
+
+- ``torch float32``: ``SentenceTransformer.encode`` as ``TransformerEncoder.encode`` calls it (the reference);
+- ``torch int8``: dupq's :func:`~dupq.modeling.pretrained.quantize` (torch's dynamic quantisation, weights per
+  output channel, each block's feed-forward output kept in float32), as ``config.json``'s ``encoder.int8`` asks;
+- ``torch int8 all``: the same with every linear layer quantised;
+- ``onnx float32``: ONNX Runtime on the exported graph, every graph optimisation on
+  (:mod:`dupq_lab.speed.onnx_runtime`);
+- ``onnx int8``: that graph through ``onnxruntime.quantization.quantize_dynamic`` (per-channel weights), as
+  sentence-transformers' ``export_dynamic_quantized_onnx_model`` does;
+- ``onnx int8 ffn float``: the same with each block's feed-forward output MatMul left in float32.
+
+Each reports questions per second and its ratio to ``torch float32``'s, the cosine between each Quora question's
+vector and float32's (min, 1st percentile, mean), Recall@1 / MRR@10 of the help-desk dev half and the Recall@1
+lost, and ``one_query_ms``: the median time to encode one new question alone (as a search does), over the
+first 50. Needs the ``quality`` extra, and ``onnx`` and ``onnxruntime`` for the ONNX variants.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import statistics
+import tempfile
 import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import numpy as np
@@ -31,10 +50,38 @@ from dupq.modeling.sentence_model import ENCODE_BATCH
 from dupq_lab.options import DATA, Data, Threads
 
 WARMUP = 128
+ONE_QUERY = 50  # new questions encoded one at a time for one_query_ms
+VARIANTS = ("torch float32", "torch int8", "torch int8 all", "onnx float32", "onnx int8", "onnx int8 ffn float")
+Encode = Callable[[list[str]], np.ndarray]
 
 
-def encoder(name: str, int8: bool):
-    transformer, _ = load_sentence_transformer(name, int8=int8)
+def _ffn_output(node: str) -> bool:
+    """Whether an exported MatMul is a block's feed-forward output (``.../output/dense/MatMul``, not attention's)."""
+    return "/output/dense/" in node and "/attention/" not in node
+
+
+def encoder(name: str, variant: str, threads: int, scratch: Path) -> Encode:
+    """``encode(texts) -> (N, d)`` unit vectors of the named model run as ``variant``."""
+    transformer, _ = load_sentence_transformer(name, int8=variant == "torch int8")
+    if variant == "torch int8 all":
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao
+            warnings.simplefilter("ignore")
+            quantize_dynamic(
+                transformer, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+            )
+    if variant.startswith("onnx"):
+        from dupq_lab.speed.onnx_runtime import export, onnx_encoder, quantized
+
+        folder = scratch / name
+        graph = folder / "model.onnx"
+        if not graph.exists():
+            folder.mkdir(parents=True)
+            export(transformer, folder)
+        if variant != "onnx float32":
+            graph = quantized(graph, _ffn_output if variant.endswith("ffn float") else lambda node: False)
+        return onnx_encoder(transformer, graph, threads)
 
     def encode(texts: list[str]) -> np.ndarray:
         return transformer.encode(
@@ -44,51 +91,98 @@ def encoder(name: str, int8: bool):
     return encode
 
 
-def measured(name: str, int8: bool, texts: list[str], task) -> tuple[np.ndarray, dict]:
-    encode = encoder(name, int8)
-    encode(texts[:WARMUP])
-    started = time.perf_counter()
-    vectors = encode(texts)  # (N, d)
-    seconds = time.perf_counter() - started
+def measured(
+    encoders: dict[str, Encode], texts: list[str], task, recall: bool, chunk: int
+) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    """Every variant's vectors of ``texts`` and its figures. The load of a shared machine drifts, so the
+    variants take turns: each encodes a chunk of ``chunk`` questions, then the next variant the same chunk;
+    and each new question alone, variant after variant."""
+    seconds = dict.fromkeys(encoders, 0.0)
+    alone: dict[str, list[float]] = {v: [] for v in encoders}
+    parts: dict[str, list[np.ndarray]] = {v: [] for v in encoders}
+    for encode in encoders.values():
+        encode(texts[:WARMUP])
+    for lo in range(0, len(texts), chunk):
+        for variant, encode in encoders.items():
+            started = time.perf_counter()
+            parts[variant].append(encode(texts[lo : lo + chunk]))  # (n, d)
+            seconds[variant] += time.perf_counter() - started
+    for query in task.queries[:ONE_QUERY]:
+        for variant, encode in encoders.items():
+            started = time.perf_counter()
+            encode([query])
+            alone[variant].append(time.perf_counter() - started)
     row = {t: i for i, t in enumerate(texts)}
-    measures = retrieval_measures(lambda batch: vectors[[row[t] for t in batch]], task)
-    figures = {"questions_per_s": round(len(texts) / seconds, 1), "seconds": round(seconds, 1)}
-    return vectors, {**figures, "recall@1": measures["recall@1"], "mrr@10": measures["mrr@10"]}
+    vectors, figures = {}, {}
+    for variant in encoders:
+        vectors[variant] = np.concatenate(parts[variant])  # (N, d)
+        figures[variant] = {
+            "questions_per_s": round(len(texts) / seconds[variant], 1),
+            "seconds": round(seconds[variant], 1),
+            "one_query_ms": round(1000 * statistics.median(alone[variant]), 1),
+        }
+        if recall:
+            measures = retrieval_measures(lambda batch, v=vectors[variant]: v[[row[t] for t in batch]], task)
+            figures[variant].update({"recall@1": measures["recall@1"], "mrr@10": measures["mrr@10"]})
+    return vectors, figures
 
 
 def main(
     models: Annotated[str, typer.Option(help="Named models, comma-separated.")] = "minilm,mpnet",
+    variants: Annotated[str, typer.Option(help="Variants, comma-separated; the first is the reference.")] = ",".join(
+        VARIANTS
+    ),
     distractors: Annotated[int, typer.Option(min=1, help="Quora dev questions in the help-desk collection.")] = 2000,
+    recall: Annotated[
+        bool,
+        typer.Option(help="Encode the help-desk dev half too and report its Recall@1 (else Quora questions only)."),
+    ] = True,
+    chunk: Annotated[int, typer.Option(min=1, help="Questions each variant encodes in its turn.")] = 256,
     threads: Threads = 2,
     data: Data = DATA,
 ) -> None:
     torch.set_num_threads(threads)
     quora = quora_distractors(read_pairs(data)[0], distractors)
     task = help_desk_task(read_help_desk_pairs(), "dev", quora)
-    texts = list(dict.fromkeys([*task.corpus, *task.queries]))
+    texts = list(dict.fromkeys([*task.corpus, *task.queries])) if recall else quora
     on_quora = np.array([i for i, t in enumerate(texts) if t in set(quora)])
     result = {}
-    for name in models.split(","):
-        float32, f = measured(name, False, texts, task)
-        int8, q = measured(name, True, texts, task)
-        cosines = (float32[on_quora] * int8[on_quora]).sum(1)  # (Q,)
-        result[name] = {
-            "float32": f,
-            "int8": q,
-            "speedup": round(q["questions_per_s"] / f["questions_per_s"], 2),
-            "cosine_int8_vs_float32": {
-                "min": round(float(cosines.min()), 4),
-                "p1": round(float(np.percentile(cosines, 1)), 4),
-                "mean": round(float(cosines.mean()), 4),
-            },
-            "recall@1_lost": round(f["recall@1"] - q["recall@1"], 4),
-        }
-    made_of = {"questions": len(texts), "quora_questions": len(on_quora), "help_desk_queries": len(task.queries)}
-    print(
-        json.dumps(
-            {"models": result, **made_of, "threads": threads, "torch": torch.__version__, "machine": platform.machine()}
-        )
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in models.split(","):
+            chosen = variants.split(",")
+            vectors, figures = measured(
+                {v: encoder(name, v, threads, Path(scratch)) for v in chosen}, texts, task, recall, chunk
+            )
+            reference, base = vectors[chosen[0]], figures[chosen[0]]
+            for variant in chosen:
+                cosines = (reference[on_quora] * vectors[variant][on_quora]).sum(1)  # (Q,)
+                result[f"{name} / {variant}"] = {
+                    **figures[variant],
+                    "speedup": round(figures[variant]["questions_per_s"] / base["questions_per_s"], 2),
+                    "cosine_to_float32": {
+                        "min": round(float(cosines.min()), 4),
+                        "p1": round(float(np.percentile(cosines, 1)), 4),
+                        "mean": round(float(cosines.mean()), 4),
+                    },
+                }
+                if recall:
+                    result[f"{name} / {variant}"]["recall@1_lost"] = round(
+                        base["recall@1"] - figures[variant]["recall@1"], 4
+                    )
+            print(json.dumps({k: v for k, v in result.items() if k.startswith(f"{name} / ")}), flush=True)  # so far
+    made_of = {
+        "questions": len(texts),
+        "quora_questions": len(on_quora),
+        "help_desk_queries": len(task.queries) if recall else 0,
+    }
+    versions = {"torch": torch.__version__}
+    try:
+        import onnxruntime
+
+        versions["onnxruntime"] = onnxruntime.__version__
+    except ImportError:
+        pass
+    print(json.dumps({"variants": result, **made_of, "threads": threads, **versions, "machine": platform.machine()}))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,19 @@ def dedup_command(
         Optional[Path],
         typer.Option(help="The run's work folder, kept until the output is written (default: OUT.work)."),
     ] = None,
+    rerank: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--rerank",
+            metavar="MODEL",
+            help="A second model (a folder, or minilm / mpnet) that judges the candidate pairs the first one finds, "
+            "by its own cosine, threshold and calibration (slower, better); a collection's reranker judges "
+            "unless --no-rerank.",
+        ),
+    ] = None,
+    no_rerank: Annotated[
+        bool, typer.Option("--no-rerank", help="Judge by the model alone though the collection has a reranker.")
+    ] = False,
     review: Annotated[
         Optional[Path],
         typer.Option(
@@ -109,6 +122,8 @@ def dedup_command(
     from dupq.modeling.model import Model
 
     _threads(threads)
+    if rerank is not None and no_rerank:
+        raise DupqError("--rerank and --no-rerank contradict each other; give one.")
     location = Location.parse(questions)
     is_collection = location.path is None or location.path.is_dir()
     if is_collection and (column or key_column):
@@ -126,17 +141,18 @@ def dedup_command(
         from dupq.dedup.ray_engine import RayEngine
 
         engine = RayEngine(ray)
+    reranker = Model.load(rerank) if rerank is not None else (False if no_rerank else None)
     dropped = None if is_collection else Dropped()
     with _bars(progress) as report:
         if is_collection:
             with Collection.open(location, Model.load(model) if model else None) as coll:
                 summary = dedup_collection(
-                    coll, out, config, work_folder=work, engine=engine, progress=report, review=review
+                    coll, out, config, work_folder=work, engine=engine, progress=report, review=review, rerank=reranker
                 )
         else:
             summary = dedup_file(
                 location.path, out, model, config, column=column, key_column=key_column, work_folder=work,
-                engine=engine, progress=report, dropped=dropped, review=review,
+                engine=engine, progress=report, dropped=dropped, review=review, rerank=reranker or None,
             )  # fmt: skip
     if dropped is not None:
         _dropped(questions, dropped)

@@ -23,6 +23,7 @@ from dupq.cli.common import (
 )
 from dupq.core.errors import DupqError
 from dupq.core.files import check_apart, check_new_folder, to_json
+from dupq.service.refit import REFIT_EVERY
 
 index_app = typer.Typer(help="Build and grow a searchable question collection.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -346,10 +347,37 @@ def index_decisions(
     typer.echo(f"wrote {len(pairs):,} decisions of {coll.location} to {out}")
 
 
+@command(group=index_app, name="info")
+def index_info(collection: CollectionArgument) -> None:
+    """Show what a collection holds and what judges its hits: its own calibration (or the model's), what it was
+    fitted on, and the scopes fitted (as JSON; /health says the same)."""
+    import json
+
+    from dupq.collection.collection import Collection
+
+    with Collection.open(collection) as coll:
+        shown = {
+            "location": str(coll.location),
+            "questions": len(coll),
+            "model_fingerprint": coll.model.fingerprint(),
+            "tiers": coll.tiers,
+            "calibration": coll.calibration_info(),
+        }
+    typer.echo(json.dumps(shown, indent=2))
+
+
 @command(group=index_app, name="calibrate")
 def index_calibrate(
     collection: CollectionArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    scope: Annotated[
+        Optional[str],
+        typer.Option(
+            metavar="FIELD",
+            help="Also fit one calibration per value of this metadata field (of the question judged against) that "
+            "has decisions enough; hits of the other values are judged by the collection's.",
+        ),
+    ] = None,
 ) -> None:
     """Refit the collection's own search calibration on its moderators' decisions; its searches use it from then on.
 
@@ -360,7 +388,7 @@ def index_calibrate(
     from dupq.evaluation.collection_calibration import calibrate_collection
 
     with Collection.open(collection) as coll:
-        report = calibrate_collection(coll)
+        report = calibrate_collection(coll, scope=scope)
     if as_json:
         typer.echo(json.dumps(report))
         return
@@ -379,6 +407,11 @@ def index_calibrate(
             f"{held['decisions']} held-out decisions, {when}: accuracy {m['accuracy']}, ROC-AUC {m['roc_auc']}, "
             f"ECE {m['ece']}; {tiers}"
         )
+    scopes = report["scopes"]
+    if scopes is not None:
+        fitted = ", ".join(f"{v} ({f['decisions']})" for v, f in scopes["fitted"].items()) or "none"
+        left = ", ".join(f"{v} ({n})" for v, n in scopes["too_few"].items()) or "none"
+        typer.echo(f"scopes of {scopes['field']} fitted: {fitted}; judged by the collection's (too few): {left}")
 
 
 @command()
@@ -401,6 +434,15 @@ def serve(
             help="Worker processes, each with its own copy of the index (default: one per core; one for milvus-lite).",
         ),
     ] = None,
+    refit_every: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            metavar="N",
+            help="Refit the collection's calibration in the background after every N decisions a worker records "
+            "(0: never).",
+        ),
+    ] = REFIT_EVERY,
 ) -> None:
     """Serve the HTTP API and the web page at http://HOST:PORT/; writes need $DUPQ_API_TOKEN as a bearer token
     (reads, with --protect-reads or $DUPQ_READ_TOKEN set, that token or the write token)."""
@@ -418,4 +460,5 @@ def serve(
         threads=threads,
         log=typer.echo,
         workers=workers or default_workers(collection),
+        refit_every=refit_every,
     )

@@ -185,6 +185,13 @@ def calibrate(
             help="Fit the calibration and tiers of search hits instead, on the help-desk yardstick's dev searches.",
         ),
     ] = False,
+    judged: Annotated[
+        bool,
+        typer.Option(
+            "--judged",
+            help="With --search, count the questions judged duplicates of a new question as positives too.",
+        ),
+    ] = False,
     threads: Threads = THREADS,
 ) -> None:
     """Choose the model's threshold on the dev pairs (max accuracy; the max-F1 one is kept too) and store it.
@@ -197,6 +204,8 @@ def calibrate(
     from dupq.evaluation.evaluate import calibrate_and_test, calibrate_on_decisions, summary_line
     from dupq.modeling.model import Model
 
+    if judged and not search:
+        raise DupqError("--judged goes with --search.")
     _threads(threads)
     m = Model.load(model)
     if search:
@@ -204,7 +213,7 @@ def calibrate(
             raise DupqError("give --pairs or --search, not both.")
         from dupq.evaluation.search_calibration import calibrate_search
 
-        fit = calibrate_search(m, _data(data))
+        fit = calibrate_search(m, _data(data), judged=judged)
         tiers = fit["fitted_on"]["tiers"]
         typer.echo(
             f"search calibration fitted on {fit['fitted_on']['pairs']:,} pairs of the help-desk dev searches: "

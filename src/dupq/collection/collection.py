@@ -50,15 +50,15 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import numpy as np
 
 from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
-from dupq.collection.calibration import read_calibration, write_calibration
-from dupq.collection.decisions import decision_pairs, recorded, refuse_cycle
-from dupq.collection.hits import Hit, found_hits, without_ids
+from dupq.collection.building import build_inputs, encoded_chunks
+from dupq.collection.calibration import KeptCalibration, judge_hits
+from dupq.collection.decisions import decision_edit, decision_pairs
+from dupq.collection.hits import Hit, hits_of_queries, without_ids, without_removed_canonicals
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
 from dupq.collection.rerank import RERANK_CANDIDATES, Reranking
@@ -69,41 +69,17 @@ from dupq.collection.rows import (
     UnknownKey,
     check_keys,
     check_metadata,
-    judged_digest,
     read_metadata,
 )
 from dupq.core.errors import DupqError
-from dupq.data.questions import MAX_QUESTION, check_questions
+from dupq.data.questions import check_questions
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import clip_cosines, for_search, search_margins, search_tiers
+from dupq.modeling.verdict import clip_cosines, search_margins, search_tiers
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Collection", "Hit", "IndexStats", "KeyConflict", "Location", "StoreFailure", "UnknownKey"]
-
-BUILD_CHUNK = 50_000  # questions encoded and stored per step of a build
-
-
-def _build_inputs(
-    texts, keys, metadata, index, stored: bool = False
-) -> tuple[list[str], list[str | None], list[str | None], IndexConfig]:
-    """The checked texts, keys, metadata (JSON text) and index config of a build (``stored``: see :meth:`Collection.build`)."""
-    texts = check_questions(texts, longest=None if stored else MAX_QUESTION)
-    meta = check_metadata(metadata, len(texts))
-    config = index if isinstance(index, IndexConfig) else IndexConfig(kind=index)
-    keys = check_keys(None if keys is None else [None if k is None else str(k) for k in keys], len(texts))
-    given = [k for k in keys if k is not None]
-    if len(set(given)) != len(given):
-        raise DupqError("the keys given for the questions are not unique.")
-    return texts, keys, meta, config
-
-
-def encoded_chunks(texts: list[str], keys: list, meta: list, model: Model) -> Iterator[tuple]:
-    """``(start, texts, keys, metadata, vectors (B, d))`` of ``BUILD_CHUNK`` questions at a time: what a build stores."""
-    for lo in range(0, len(texts), BUILD_CHUNK):
-        hi = min(lo + BUILD_CHUNK, len(texts))
-        yield lo, texts[lo:hi], keys[lo:hi], meta[lo:hi], model.encode(texts[lo:hi])
 
 
 class Collection:
@@ -124,8 +100,8 @@ class Collection:
         self._reranking = None if reranker is None else Reranking(reranker, backend, self._writing, str(location))
         self._closed = False
         self._damaged: set[int] = set()  # questions whose stored metadata was found damaged (warned once)
-        # the collection's own search calibration, fitted on its decisions (None: the model's judges its hits)
-        self.calibration = read_calibration(self.folder, model.fingerprint())
+        # the collection's own search calibration, fitted on its decisions, read again when its file changes
+        self._kept = KeptCalibration(self.folder, model.fingerprint())
 
     # Building and opening.
 
@@ -154,7 +130,7 @@ class Collection:
         the questions are computed now with ``rerank_now``, else each at the question's first search.
         """
         location = Location.parse(location)
-        texts, keys, meta, config = _build_inputs(texts, keys, metadata, index, stored)
+        texts, keys, meta, config = build_inputs(texts, keys, metadata, index, stored)
         if rerank is not None and not location.backend().reranks:
             raise DupqError(
                 f"{location} cannot keep a reranker's vectors yet; build a collection with one in a folder."
@@ -196,24 +172,25 @@ class Collection:
         """The thresholds of a hit's tiers, ``{"suggest", "duplicate", "on"}`` (:func:`dupq.modeling.verdict.search_tiers`)."""
         return search_tiers(self.model, self.calibration)
 
-    def calibration_info(self) -> dict:
-        """What judges this collection's hits: ``{"source": "collection" (its own, fitted on its decisions),
-        "model" (the model's) or None (the model has none), "fitted_on", "fitted_by"}``."""
-        own = self.calibration
-        fit = own if own is not None else self.model.judge.search_calibration
-        source = None if fit is None else ("collection" if own is not None else "model")
-        fit = fit or {}
-        return {"source": source, "fitted_on": fit.get("fitted_on"), "fitted_by": fit.get("fitted_by")}
+    @property
+    def calibration(self) -> dict | None:
+        """The collection's own search calibration, fitted on its decisions (None: the model's judges its hits)."""
+        return self._kept.current()[0]
 
-    def use_calibration(self, calibration: dict) -> None:
-        """Keep ``calibration`` (a search calibration fitted on this collection's decisions) as the collection's
-        own, written atomically; this collection's searches use it at once, other processes' once they reopen it."""
-        self._check_open()
-        if self.folder is None:
-            raise DupqError(f"{self.location} cannot keep its own calibration yet; only a folder collection can.")
-        with self._write_lock:
-            write_calibration(self.folder, self.model.fingerprint(), calibration)
-            self.calibration = calibration
+    @property
+    def calibration_scopes(self) -> dict | None:
+        """Its fits per scope, ``{"field", "fits": {value: calibration}}`` (None: the collection's judges every hit)."""
+        return self._kept.current()[1]
+
+    def calibration_info(self) -> dict:
+        """What judges this collection's hits (:meth:`~dupq.collection.calibration.KeptCalibration.info`)."""
+        return self._kept.info(self.model.judge.search_calibration)
+
+    def use_calibration(self, calibration: dict, scopes: dict | None = None) -> None:
+        """Keep ``calibration`` (a search calibration fitted on this collection's decisions) and its ``scopes`` as
+        the collection's own, written atomically; every process's searches use it from their next one."""
+        with self._writing():
+            self._kept.keep(calibration, scopes, self.location)
 
     def tiers_of(self, reranked: bool) -> dict:
         """:attr:`tiers` of a search's hits: the reranker's where it ordered and judged them."""
@@ -337,26 +314,18 @@ class Collection:
         hit_scores, hit_ids = scores[found], ids[found]  # (H,) every query's hits, query after query
         rows = rows if rows is not None else self._backend.rows(hit_ids.tolist())
         # every hit of every query judged in one call (one pass of a pair head for a batch of queries)
-        judged = for_search(
+        own, scopes = (None, None) if reranking else self._kept.current()
+        judged = judge_hits(
             judge,
             hit_scores,
             margins[found],
-            vectors=lambda: (vectors[owner], hit_vectors(hit_ids)),
-            calibration=None if reranking else self.calibration,
+            lambda: (vectors[owner], hit_vectors(hit_ids)),
+            own,
+            scopes,
+            lambda: [read_metadata(rows[i][2])[0] if i in rows else {} for i in hit_ids.tolist()],
         )
-        probabilities = [None] * len(hit_ids) if judged.probability is None else judged.probability.tolist()
-        tiers = judged.tier.tolist()
-        bounds = np.concatenate([[0], np.cumsum(found.sum(1))]).tolist()
-        hits = [
-            found_hits(hit_scores[a:b], hit_ids[a:b], probabilities[a:b], tiers[a:b], rows, reranking, self._damage)
-            for a, b in zip(bounds, bounds[1:])
-        ]
-        canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
-        if canonical:  # a canonical question removed since is no one's any more
-            stored = self._backend.find(sorted(canonical))
-            for h in (h for row in hits for h in row if h.duplicate_of is not None and h.duplicate_of not in stored):
-                h.duplicate_of = None
-        return hits
+        hits = hits_of_queries(found.sum(1), hit_scores, hit_ids, judged, rows, reranking, self._damage)
+        return without_removed_canonicals(hits, self._backend.find)
 
     def reranks(self, rerank: bool | None = None) -> bool:
         """Whether a search with ``rerank`` (None: where the collection has a reranker) is reranked; True without
@@ -425,8 +394,7 @@ class Collection:
         if not texts:
             return []
         vectors = self.model.encode(texts)  # (M, d)
-        with self._write_lock:
-            self._check_open()
+        with self._writing():
             return self._backend.add(texts, keys, meta, vectors)
 
     def remove(self, keys: list[str]) -> list[int]:
@@ -437,8 +405,7 @@ class Collection:
         keys = check_keys(keys, len(keys))
         if not keys or None in keys:
             raise DupqError("give the keys of the questions to remove.")
-        with self._write_lock:
-            self._check_open()
+        with self._writing():
             return self._backend.remove(list(dict.fromkeys(keys)))
 
     def update(self, key: str, text: str | None = None, metadata: dict | None = None) -> int:
@@ -454,8 +421,7 @@ class Collection:
         if text is not None:
             text = check_questions([text])[0]
             vector = self.model.encode([text])[0]  # (d,)
-        with self._write_lock:
-            self._check_open()
+        with self._writing():
             return self._backend.update(key, text, meta, vector)
 
     def decide(
@@ -484,29 +450,10 @@ class Collection:
         (:func:`~dupq.collection.review.reviewed`; :meth:`undo` takes it back).
         """
         self._check_open()
-        action, others = review.decision(duplicate_of, not_duplicate_of, keep)
-        by = review.check_by(by)
-        check_keys([key, *others], len(others) + 1)
-        if key in others:
-            raise DupqError(f"a question cannot be judged against itself ({key!r}).")
-        texts = {k: text for k, (_, text, _) in self._backend.find([key, *others]).items()}
-        for k in (key, *others):
-            if k not in texts:
-                raise UnknownKey(f"no question with the key {k!r} is stored in {self.location}; nothing was changed.")
-        if duplicate_of is not None:
-            refuse_cycle(lambda k: self._backend.find([k]).get(k), key, duplicate_of)
-        digests = {other: judged_digest(texts[key], texts[other]) for other in others}
-
-        at = datetime.now(UTC).isoformat(timespec="seconds")
-
-        def edit(stored: str | None) -> str | None:
-            after = stored
-            for other in others:
-                after = recorded(after, key, other, duplicate_of is not None, digests[other], change, at)
-            return review.reviewed(stored, after, action, others, by)
-
-        with self._write_lock:
-            self._check_open()
+        others, edit = decision_edit(
+            self._backend.find, str(self.location), key, duplicate_of, not_duplicate_of, keep, by, change
+        )
+        with self._writing():
             _, stored = self._backend.edit(key, edit, others)
         return read_metadata(stored)[0]
 
@@ -515,8 +462,7 @@ class Collection:
         decision fields are as they were before (one transaction); its metadata afterwards."""
         self._check_open()
         check_keys([key], 1)
-        with self._write_lock:
-            self._check_open()
+        with self._writing():
             _, stored = self._backend.edit(key, lambda stored: review.undone(stored, key), [])
         return read_metadata(stored)[0]
 
@@ -537,11 +483,9 @@ class Collection:
         """Every moderator's decision between two stored questions as ``(key, other key, text, other text,
         1 duplicate / 0 not)``, in id order.
 
-        Left out, each kind with a warning: a decision naming a question removed since, one whose side's
-        text changed since it was judged (its ``judged`` digest differs; decisions stored before digests
-        were kept have none and are kept), and the decisions of a question whose decision fields are of
-        the wrong type (stored by something that did not check them).
-        """
+        Left out, each kind with a warning (:func:`~dupq.collection.decisions.decision_pairs`): a decision naming
+        a question removed since, one whose side's text changed since it was judged, and those of a question whose
+        decision fields are of the wrong type."""
         return decision_pairs(self.stored_rows(), str(self.location))
 
     def close(self) -> None:

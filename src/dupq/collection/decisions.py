@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
+from dupq.collection import review
 from dupq.collection.rows import (
     CHANGES,
     DUPLICATE_OF,
     JUDGED,
     NOT_DUPLICATE_OF,
     KeyConflict,
+    UnknownKey,
+    check_keys,
     check_metadata,
     decision_problem,
     judged_digest,
@@ -89,6 +93,43 @@ def recorded(
     named = {metadata.get(DUPLICATE_OF), *distinct}
     metadata[JUDGED] = {k: v for k, v in metadata.get(JUDGED, {}).items() if k in named} | {other: digest}
     return check_metadata([metadata], 1)[0] or ""
+
+
+def decision_edit(
+    find: Callable[[list[str]], dict],
+    where: str,
+    key: str,
+    duplicate_of: str | None,
+    not_duplicate_of,
+    keep: bool,
+    by: str | None,
+    change: bool,
+) -> tuple[list[str], Callable[[str | None], str | None]]:
+    """The keys a decision (:meth:`~dupq.collection.collection.Collection.decide`'s arguments) judges ``key``
+    against, and the edit of ``key``'s stored metadata that records it, once every check that needs no write has
+    passed: the keys, both questions stored (``find(keys)``: ``{key: (id, text, metadata)}`` of those stored in
+    the collection ``where``), no cycle of canonical questions."""
+    action, others = review.decision(duplicate_of, not_duplicate_of, keep)
+    by = review.check_by(by)
+    check_keys([key, *others], len(others) + 1)
+    if key in others:
+        raise DupqError(f"a question cannot be judged against itself ({key!r}).")
+    texts = {k: text for k, (_, text, _) in find([key, *others]).items()}
+    for k in (key, *others):
+        if k not in texts:
+            raise UnknownKey(f"no question with the key {k!r} is stored in {where}; nothing was changed.")
+    if duplicate_of is not None:
+        refuse_cycle(lambda k: find([k]).get(k), key, duplicate_of)
+    digests = {other: judged_digest(texts[key], texts[other]) for other in others}
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def edit(stored: str | None) -> str | None:
+        after = stored
+        for other in others:
+            after = recorded(after, key, other, duplicate_of is not None, digests[other], change, at)
+        return review.reviewed(stored, after, action, others, by)
+
+    return others, edit
 
 
 def refuse_cycle(find: Callable[[str], tuple | None], key: str, canonical: str) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dupq.collection.rows import DUPLICATE_OF, read_metadata
-from dupq.modeling.verdict import DUPLICATE
+from dupq.modeling.verdict import DUPLICATE, Verdicts
 
 
 @dataclass
@@ -65,6 +65,37 @@ def found_hits(
                 ranked_by="reranker" if reranked else "model",
             )
         )
+    return hits
+
+
+def hits_of_queries(
+    per_query: np.ndarray,
+    scores: np.ndarray,
+    ids: np.ndarray,
+    judged: Verdicts,
+    rows: dict,
+    reranked: bool,
+    warn: Callable[[int, str], None],
+) -> list[list[Hit]]:
+    """Each query's :func:`found_hits` from every query's hits ``(H,)`` in a row, query after query, and their
+    verdicts; ``per_query`` ``(Q,)``: how many hits each query has."""
+    probabilities = [None] * len(ids) if judged.probability is None else judged.probability.tolist()
+    tiers = judged.tier.tolist()
+    bounds = np.concatenate([[0], np.cumsum(per_query)]).tolist()
+    return [
+        found_hits(scores[a:b], ids[a:b], probabilities[a:b], tiers[a:b], rows, reranked, warn)
+        for a, b in zip(bounds, bounds[1:])
+    ]
+
+
+def without_removed_canonicals(hits: list[list[Hit]], find: Callable[[list[str]], dict]) -> list[list[Hit]]:
+    """``hits`` with ``duplicate_of`` cleared where that canonical question was removed since (``find(keys)``: the
+    stored ones among ``keys``): a question removed is no one's canonical question any more."""
+    canonical = {h.duplicate_of for row in hits for h in row if h.duplicate_of is not None}
+    if canonical:
+        stored = find(sorted(canonical))
+        for h in (h for row in hits for h in row if h.duplicate_of is not None and h.duplicate_of not in stored):
+            h.duplicate_of = None
     return hits
 
 

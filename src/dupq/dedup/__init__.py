@@ -34,6 +34,7 @@ def dedup(
     on: str = "model",
     grouping: str = "star",
     neighbours: int = 20,
+    rerank: Model | str | os.PathLike | bool | None = None,
 ) -> Clusters:
     """Group ``questions`` into duplicates: a list of texts, or an open collection (its stored texts and vectors).
 
@@ -41,12 +42,16 @@ def dedup(
     bundled one). A pair is a duplicate when the model's score is above ``threshold`` (default: the model's own);
     ``on="similarity"`` judges by the cosine alone and needs a threshold. ``grouping`` is ``star`` (every member a
     duplicate of its representative), ``components`` or ``leader`` (:mod:`dupq.dedup.clusters`); ``neighbours``:
-    the candidates looked at per question. The result's ``groups()`` are indices into ``questions`` (into the
+    the candidates looked at per question. ``rerank``: a second model (or its folder, or ``minilm``) that judges
+    the candidates the first one finds, by its own cosine and verdict (None: a collection's reranker where it
+    has one; False: none). The result's ``groups()`` are indices into ``questions`` (into the
     collection's ``stored_rows()``), the representative first.
 
     >>> [g.tolist() for g in dedup(["How do I learn Python?", "How can I learn Python?", "Why is the sky blue?"]).groups()]
     [[0, 1]]
     """
+    import numpy as np
+
     from dupq.core.errors import DupqError
     from dupq.dedup.candidates import CandidateConfig
     from dupq.dedup.grouping import DedupConfig, dedup_vectors, same_text
@@ -56,13 +61,23 @@ def dedup(
     on_score = None if on == "model" else on
     config = DedupConfig(threshold, grouping, on_score, CandidateConfig(neighbours=neighbours))
     chosen = model if model is None or isinstance(model, Model) else Model.load(model)
+    if isinstance(rerank, (str, os.PathLike)):
+        rerank = Model.load(rerank)
     if hasattr(questions, "stored_rows"):  # a collection (not imported here: collections and dedup are independent)
-        texts = [text for _, _, text, _ in questions.stored_rows()]
+        from dupq.dedup.run import collection_reranker
+
+        rows = questions.stored_rows()
+        texts = [text for _, _, text, _ in rows]
         vectors = questions.stored_vectors()  # (N, d), in the rows' order
-        return dedup_vectors(vectors, chosen or questions.model, config, extra=same_text(texts))
+        reranker, stored = collection_reranker(questions, rerank)
+        reranked = None
+        if reranker is not None:  # (N, d') each question encoded by the reranker once
+            whole = len(stored) == len(rows)
+            reranked = np.stack([stored[i] for i, _, _, _ in rows]) if whole else reranker.encode(texts)
+        return dedup_vectors(vectors, chosen or questions.model, config, same_text(texts), reranker, reranked)
     if isinstance(questions, str) or not isinstance(questions, Sequence):
         raise DupqError(f"dedup takes a list of questions or an open collection, not a {type(questions).__name__}.")
-    return dedup_texts(list(questions), chosen or Model.load(), config)
+    return dedup_texts(list(questions), chosen or Model.load(), config, rerank if isinstance(rerank, Model) else None)
 
 
 class _Face(types.ModuleType):

@@ -8,6 +8,12 @@ edges; and the edges made into groups (:mod:`dupq.dedup.clusters`: star clusters
 every member is a duplicate of its representative). Questions with the same text are duplicates
 whatever the model says (score 1.0), as SemHash groups exact copies first.
 
+**A reranker** (retrieve and rerank, as SemDeDup and NeMo Curator re-score their nearest-neighbour
+candidates): the fast model still proposes each question's candidates, and a second, better model
+judges them: every candidate pair is re-scored by the cosine of the reranker's vectors (each question
+encoded by it once) and judged by the reranker's own verdict (its threshold and calibration), and the
+groups are made of its duplicates and scored by it.
+
 A representative gathers at most ``neighbours`` members found from its side, plus those that found
 it; raise ``neighbours`` where one question is asked hundreds of times. :func:`dedup` is the whole
 run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`.
@@ -128,25 +134,55 @@ def group(edges: Edges, vectors: np.ndarray, model: Model, config: DedupConfig) 
     return scored_with_representatives(clusters, vectors, model, config) if config.method == "components" else clusters
 
 
+def rescored(reranked: np.ndarray, rows: np.ndarray, ids: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """The cosines ``(Q, k)`` of each query row ``rows[i]`` with its candidates ``ids[i]`` by the vectors
+    ``reranked (N, d')`` (a reranker's, unit length; -inf where a candidate is -1), a chunk of rows at a time."""
+    out = np.full(ids.shape, -np.inf, dtype=np.float32)
+    for lo in range(0, len(rows), chunk):
+        part = ids[lo : lo + chunk]  # (C, k)
+        mine = np.asarray(reranked[np.asarray(rows[lo : lo + chunk])], np.float32)  # (C, d')
+        theirs = np.asarray(reranked[part.clip(0).ravel()], np.float32).reshape(*part.shape, -1)  # (C, k, d')
+        out[lo : lo + chunk] = np.where(part >= 0, np.einsum("cd,ckd->ck", mine, theirs), -np.inf)
+    return out
+
+
 def block_edges(
-    model: Model, threshold: float, on: str | None, k: int, rows, queries, query_probes, corpus: Corpus
+    model: Model,
+    threshold: float,
+    on: str | None,
+    k: int,
+    rows,
+    queries,
+    query_probes,
+    corpus: Corpus,
+    reranked: np.ndarray | None = None,
 ) -> Edges:
     """The duplicates found from one block of query ``rows`` (``queries``: their vectors; ``query_probes``: their
-    lists, partitioned): their ``k`` candidates in ``corpus`` judged (:func:`judge`). Every engine maps this
+    lists, partitioned): their ``k`` candidates in ``corpus`` judged (:func:`judge`) by ``model``. With
+    ``reranked`` (every question's vector by a reranker, by row), ``model`` is that reranker: each candidate
+    pair is re-scored by the cosine of its two reranker vectors and judged by it. Every engine maps this
     over the blocks of a run's plan: in memory, on this machine, or as Ray tasks."""
     scores, ids = corpus.search(queries, query_probes, k)
-    return judge(model, corpus, rows, scores, ids, threshold, on)
+    if reranked is None:
+        return judge(model, corpus, rows, scores, ids, threshold, on)
+    return judge(model, reranked, rows, rescored(reranked, rows, ids), ids, threshold, on)
 
 
 def search_blocks(
-    model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int = 0
+    model: Model,
+    config: DedupConfig,
+    vectors: np.ndarray,
+    searched: Plan,
+    start: int = 0,
+    reranked: np.ndarray | None = None,
 ) -> Iterator[tuple[int, Edges]]:
     """``(number, edges)`` of each block of ``searched`` from ``start`` on, in this process (one index over every
-    question, built once): :func:`block_edges` mapped over the plan's blocks."""
+    question, built once): :func:`block_edges` mapped over the plan's blocks (``model`` the judge: the
+    reranker whose vectors are ``reranked`` where one is given)."""
     threshold, corpus = config.threshold_for(model), searched.corpus(vectors)
     for number, rows in searched.blocks(start):
         q = searched.probes_of(rows)
-        yield number, block_edges(model, threshold, config.on, searched.k, rows, vectors[rows], q, corpus)
+        yield number, block_edges(model, threshold, config.on, searched.k, rows, vectors[rows], q, corpus, reranked)
 
 
 def text_hash(text: str) -> int:
@@ -176,16 +212,27 @@ def same_text(texts: list[str]) -> Edges:
 
 
 def dedup_vectors(
-    vectors: np.ndarray, model: Model, config: DedupConfig | None = None, extra: Edges | None = None
+    vectors: np.ndarray,
+    model: Model,
+    config: DedupConfig | None = None,
+    extra: Edges | None = None,
+    reranker: Model | None = None,
+    reranked: np.ndarray | None = None,
 ) -> Clusters:
-    """Group questions already encoded as ``vectors (N, d)`` (``extra``: edges known otherwise, such as equal texts)."""
+    """Group questions already encoded as ``vectors (N, d)`` (``extra``: edges known otherwise, such as equal texts).
+    With a ``reranker`` and its vectors ``reranked (N, d')`` of the same questions, the reranker judges the
+    model's candidates and scores the groups."""
     config = config or DedupConfig()
+    judging, judged = (model, vectors) if reranker is None else (reranker, reranked)
+    searched = plan(vectors, config.candidates)
     parts = [extra] if extra is not None else []
-    parts += [edges for _, edges in search_blocks(model, config, vectors, plan(vectors, config.candidates))]
-    return group(Edges.join(parts), vectors, model, config)
+    parts += [edges for _, edges in search_blocks(judging, config, vectors, searched, reranked=reranked)]
+    return group(Edges.join(parts), judged, judging, config)
 
 
-def dedup(texts: list[str], model: Model, config: DedupConfig | None = None) -> Clusters:
-    """Encode ``texts`` and group them into duplicates (see the module docstring)."""
+def dedup(texts: list[str], model: Model, config: DedupConfig | None = None, reranker: Model | None = None) -> Clusters:
+    """Encode ``texts`` (by the reranker too, where one is given) and group them into duplicates (see the module
+    docstring)."""
     texts = check_questions(texts)
-    return dedup_vectors(model.encode(texts), model, config, extra=same_text(texts))
+    reranked = None if reranker is None else reranker.encode(texts)  # (N, d') each question once
+    return dedup_vectors(model.encode(texts), model, config, same_text(texts), reranker, reranked)

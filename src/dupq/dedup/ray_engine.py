@@ -112,6 +112,8 @@ def _reachable(address: str, node_ip: Callable[[], str], timeout: float = 10.0) 
 class RayEngine:
     """The heavy stages of a run on the Ray cluster at ``address`` (``HOST:PORT``, ``ray://...`` or ``auto``)."""
 
+    reranks = False  # a reranker (a transformer's folder) is not shipped to the nodes: a reranked run is refused
+
     def __init__(self, address: str):
         ray = _ray()
         _reachable(address, ray.util.get_node_ip_address)
@@ -203,7 +205,13 @@ class RayEngine:
         return out
 
     def search(
-        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+        self,
+        model: Model,
+        config: DedupConfig,
+        vectors: np.ndarray,
+        searched: Plan,
+        start: int,
+        reranked: np.ndarray | None = None,
     ) -> Iterator[tuple[int, Edges]]:
         """The plan's blocks as tasks: each gets its queries and what they are searched among (every question,
         put once; or the vectors of the lists its queries probe)."""

@@ -8,9 +8,11 @@ stage after another, each recorded in ``state.json`` only once its files are com
    memory, the texts themselves on disk), and an 8-byte hash of each text, so that equal texts are
    found without a dictionary of every text (a repeated key is refused the same way);
 2. **encode**: unit vectors written into ``vectors.npy`` a chunk at a time, the count recorded after
-   each chunk: a killed run goes on from the last chunk;
+   each chunk: a killed run goes on from the last chunk; with a reranker, its vectors of every question
+   into ``reranked.npy`` the same way (each question encoded by it once, not once per pair);
 3. **search**: each question's candidates (:mod:`dupq.dedup.candidates`), judged as the model judges
-   pairs, the duplicates appended to an edge file a block at a time, recorded after each block;
+   pairs (as the reranker judges them, by its cosine, with one), the duplicates appended to an edge file
+   a block at a time, recorded after each block;
 4. **group** and **write**: the edges made into groups (:mod:`dupq.dedup.clusters`) and the groups
    streamed to the output, surest first, through a temporary file renamed into place
    (:mod:`dupq.data.tables`); each row carries its group's size and confidence and its own tier
@@ -73,6 +75,7 @@ class Record:
     text: str
     key: str
     vector: np.ndarray | None = None
+    reranked: np.ndarray | None = None  # its reranker vector, when the source has one stored
 
 
 class Engine(Protocol):
@@ -82,8 +85,16 @@ class Engine(Protocol):
 
     def probes(self, vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray: ...
 
+    reranks: bool  # whether its search can judge by a reranker's vectors (``reranked``)
+
     def search(
-        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+        self,
+        model: Model,
+        config: DedupConfig,
+        vectors: np.ndarray,
+        searched: Plan,
+        start: int,
+        reranked: np.ndarray | None = None,
     ) -> Iterator[tuple[int, Edges]]: ...
 
     def watch(self, work: Path) -> contextlib.AbstractContextManager: ...
@@ -112,6 +123,8 @@ class Summary:
 class Local:
     """Encoding and search on this machine."""
 
+    reranks = True
+
     def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]:
         for lo, texts in chunks:
             yield lo, model.encode(texts)
@@ -122,9 +135,15 @@ class Local:
         return contextlib.nullcontext()
 
     def search(
-        self, model: Model, config: DedupConfig, vectors: np.ndarray, searched: Plan, start: int
+        self,
+        model: Model,
+        config: DedupConfig,
+        vectors: np.ndarray,
+        searched: Plan,
+        start: int,
+        reranked: np.ndarray | None = None,
     ) -> Iterator[tuple[int, Edges]]:
-        yield from search_blocks(model, config, vectors, searched, start)
+        yield from search_blocks(model, config, vectors, searched, start, reranked)
 
 
 def partition(work: Work, config: CandidateConfig, probing=probes) -> tuple[np.ndarray, np.ndarray]:
@@ -149,19 +168,29 @@ def run(
     engine: Engine | None = None,
     progress: Progress = _quiet,
     review: Path | None = None,
+    reranker: Model | None = None,
 ) -> Summary:
     """Group ``records`` into duplicates and write them to ``out`` (.csv, .jsonl or .parquet), and their review
     page into the new folder ``review`` when given (:func:`dupq.dedup.review.write_review`).
 
     ``identity`` says what the input is (a path, its size and time): with the model and the options it
-    decides whether a work folder left by a killed run is resumed. ``out`` may not lie in the work folder."""
+    decides whether a work folder left by a killed run is resumed. ``out`` may not lie in the work folder.
+    ``reranker``: the model that judges the candidates ``model`` finds (its threshold, its scores)."""
     kind = format_of(out)
     if review is not None:
         check_review_folder(review)
     engine = engine or Local()
+    if reranker is not None and not engine.reranks:
+        raise DupqError(
+            "a reranker judges on this machine only (it is not shipped to a Ray cluster); drop --ray, or the "
+            "reranker (--rerank, or --no-rerank for a collection's)."
+        )
     work = Work(Path(work_folder) if work_folder else out.with_name(out.name + ".work"))
     check_apart(out, work.folder)
     key = {"input": identity, "model": model.fingerprint(), "config": asdict(config), "format": 1}
+    if reranker is not None:
+        key["rerank"] = reranker.fingerprint()
+    judging = reranker or model  # the model whose verdict, threshold and scores the groups carry
     resumed = _open(work, key)
     try:
         if not work.state.get("read"):
@@ -175,14 +204,16 @@ def run(
     try:
         with engine.watch(work.folder):
             _encode(work, model, engine, progress)
-            _search(work, model, config, engine, progress)
+            if reranker is not None:
+                _encode(work, reranker, engine, progress, RERANKED)
+            _search(work, model, judging, config, engine, progress)
     except DupqError as e:  # the engine failed (a Ray cluster lost): what is done stays done
         raise DupqError(interrupted(str(e), work.folder)) from None
     remove_stale(out.parent)  # the temporary file of a write killed before its rename
-    vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
-    clusters = group(Edges.join([work.edges(), _same_text_edges(work)]), vectors, model, config)
+    vectors = np.load(work.path(_vectors_of(reranker)[0]), mmap_mode="r")
+    clusters = group(Edges.join([work.edges(), _same_text_edges(work)]), vectors, judging, config)
     progress("write", 0, clusters.duplicates + clusters.count)
-    thresholds = dedup_tiers(model, config.threshold_for(model), config.score_is(model))
+    thresholds = dedup_tiers(judging, config.threshold_for(judging), config.score_is(judging))
     groups = ranked(clusters)
     _write(work, out, kind, groups, thresholds, progress)
     text = work.strings("texts").read()
@@ -198,8 +229,8 @@ def run(
         n,
         clusters.count,
         clusters.duplicates,
-        config.threshold_for(model),
-        config.score_is(model),
+        config.threshold_for(judging),
+        config.score_is(judging),
         resumed,
         same,
         thresholds,
@@ -227,7 +258,7 @@ def _open(work: Work, key: dict) -> str | None:
         if not state.get("read"):
             return "read"
         n = state["read"]["questions"]
-        if state.get("encoded", 0) < n:
+        if state.get("encoded", 0) < n or ("rerank" in key and state.get("reranked", 0) < n):
             return "encode"
         return "search" if state.get("searched", 0) < -(-n // SEARCH_BLOCK) else "group"
     shutil.rmtree(folder, ignore_errors=True)
@@ -239,7 +270,7 @@ def _open(work: Work, key: dict) -> str | None:
 
 def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     texts, keys = work.strings("texts").writer(), work.strings("keys").writer()
-    text_hashes, key_hashes, given = array("q"), array("q"), []  # 8 bytes a question, not a Python int
+    text_hashes, key_hashes, given, reranked = array("q"), array("q"), [], []  # 8 bytes a question, not an int
     for i, r in enumerate(records):
         texts.add(r.text)
         keys.add(r.key)
@@ -247,6 +278,8 @@ def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
         key_hashes.append(text_hash(r.key))
         if r.vector is not None:
             given.append(r.vector)
+        if r.reranked is not None:
+            reranked.append(r.reranked)
         if i % 65_536 == 0:
             progress("read", i, 0)
     texts.close()
@@ -263,7 +296,10 @@ def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     np.save(work.path("same_text.npy"), same)
     if given:
         np.save(work.path("vectors.npy"), np.stack(given).astype(np.float32))
-    work.record(read={"questions": n, "same_text": len(same)}, encoded=n if given else 0)
+    whole = len(reranked) == n  # a source that has some of them only: all encoded by the run
+    if whole:
+        np.save(work.path(RERANKED[0]), np.stack(reranked).astype(np.float32))
+    work.record(read={"questions": n, "same_text": len(same)}, encoded=n if given else 0, reranked=n if whole else 0)
     progress("read", n, n)
 
 
@@ -272,26 +308,35 @@ def _same_text_edges(work: Work) -> Edges:
     return Edges(same[:, 0], same[:, 1], np.ones(len(same), np.float32))
 
 
-def _encode(work: Work, model: Model, engine: Engine, progress: Progress) -> None:
-    n, done = work.state["read"]["questions"], work.state.get("encoded", 0)
+ENCODED = ("vectors.npy", "encoded", "encode")  # the model's vectors: their file, their count's name, the stage
+RERANKED = ("reranked.npy", "reranked", "rerank")  # the reranker's likewise
+
+
+def _vectors_of(reranker: Model | None) -> tuple[str, str, str]:
+    """The vectors a run's pairs are judged by: the reranker's where it has one, else the model's."""
+    return ENCODED if reranker is None else RERANKED
+
+
+def _encode(work: Work, model: Model, engine: Engine, progress: Progress, into: tuple = ENCODED) -> None:
+    """Encode every question by ``model`` into the file ``into`` names, a chunk at a time, each recorded."""
+    name, count, stage = into
+    n, done = work.state["read"]["questions"], work.state.get(count, 0)
     if done >= n:
         return
-    if not work.path("vectors.npy").is_file():
-        np.lib.format.open_memmap(
-            work.path("vectors.npy"), mode="w+", dtype=np.float32, shape=(n, model.out_dim)
-        ).flush()
-    vectors = work.vectors
-    progress("encode", done, n)
+    if not work.path(name).is_file():
+        np.lib.format.open_memmap(work.path(name), mode="w+", dtype=np.float32, shape=(n, model.out_dim)).flush()
+    vectors = np.load(work.path(name), mmap_mode="r+")
+    progress(stage, done, n)
     for lo, v in engine.encode(model, work.strings("texts").chunks(ENCODE_CHUNK, start=done)):
         vectors[lo : lo + len(v)] = v
         vectors.flush()
         done = lo + len(v)
-        work.record(encoded=done)
-        progress("encode", done, n)
+        work.record(**{count: done})
+        progress(stage, done, n)
     del vectors
 
 
-def _search(work: Work, model: Model, config: DedupConfig, engine: Engine, progress: Progress) -> None:
+def _search(work: Work, model: Model, judging: Model, config: DedupConfig, engine: Engine, progress: Progress) -> None:
     n, state = work.state["read"]["questions"], work.state
     blocks = -(-n // SEARCH_BLOCK)
     start = state.get("searched", 0)
@@ -308,7 +353,8 @@ def _search(work: Work, model: Model, config: DedupConfig, engine: Engine, progr
         progress("search", start * SEARCH_BLOCK, n)
         vectors = np.load(work.path("vectors.npy"), mmap_mode="r")
         searched = plan(vectors, config.candidates, lambda v, c: partition(work, c, engine.probes), SEARCH_BLOCK)
-        for block, edges in engine.search(model, config, vectors, searched, start):
+        reranked = None if judging is model else np.load(work.path(RERANKED[0]), mmap_mode="r")
+        for block, edges in engine.search(judging, config, vectors, searched, start, reranked):
             for f, values, (_, dtype) in zip(files, (edges.a, edges.b, edges.score), EDGE_FILES):
                 f.write(values.astype(dtype).tobytes())
                 f.flush()
@@ -363,11 +409,13 @@ def dedup_file(
     progress: Progress = _quiet,
     dropped: Dropped | None = None,
     review: Path | None = None,
+    rerank: Model | str | os.PathLike | None = None,
 ) -> Summary:
     """Group the questions of the file ``path`` (any kind :func:`~dupq.data.questions.stream_questions` reads) into
     ``out``: each keyed by ``key_column``, else its line number. ``model`` a model or its folder (None: the bundled
     one), loaded once the file's first question is read, so that a bad file or column is refused first.
-    ``dropped`` counts the lines that hold no question; ``review``: the new folder of the run's review page."""
+    ``dropped`` counts the lines that hold no question; ``review``: the new folder of the run's review page;
+    ``rerank``: a reranker (a model or its folder, or a name such as ``minilm``) that judges the candidates."""
     path, out = Path(path), Path(out)
     check_apart(out, path, work_folder)
     stat = path.stat() if path.exists() else None
@@ -376,6 +424,7 @@ def dedup_file(
     stream = stream_questions(path, column, key_column, dropped)
     first = next(stream, None)
     model = model if isinstance(model, Model) else Model.load(model)
+    reranker = rerank if rerank is None or isinstance(rerank, Model) else Model.load(rerank)
 
     def records() -> Iterator[Record]:
         if first is None:
@@ -383,12 +432,24 @@ def dedup_file(
         for q in _chain(first, stream):
             yield Record(q.text, q.key if q.key is not None else str(q.line))
 
-    return run(records(), out, model, config, identity, work_folder, engine, progress, review)
+    return run(records(), out, model, config, identity, work_folder, engine, progress, review, reranker)
 
 
 def _chain(first, rest):
     yield first
     yield from rest
+
+
+def collection_reranker(collection, rerank: Model | bool | None, store: bool = True) -> tuple[Model | None, dict]:
+    """The reranker that judges a run over ``collection`` (``rerank``: None, the collection's where it has one;
+    False, none; a model, that one) and its vectors ``{id: (d',)}`` stored in the collection: with the
+    collection's own and ``store``, what is not stored yet is encoded now, once, and kept for its searches too."""
+    if isinstance(rerank, Model) or rerank is False:
+        return (rerank if isinstance(rerank, Model) else None), {}
+    if collection.reranker is None or not store:
+        return collection.reranker, {}
+    collection.rerank_all()
+    return collection.reranker, collection.stored_reranker_vectors()
 
 
 def dedup_collection(
@@ -400,12 +461,15 @@ def dedup_collection(
     engine: Engine | None = None,
     progress: Progress = _quiet,
     review: Path | None = None,
+    rerank: Model | bool | None = None,
 ) -> Summary:
     """Group the questions of an open :class:`~dupq.collection.collection.Collection` (any backend) into ``out``,
     with their stored vectors and the collection's model: each keyed by its key, else its id.
 
     Read through the collection's API, by id (a collection with removed or updated questions has gaps in its
-    ids); the run resumes while the stored questions stay the same."""
+    ids); the run resumes while the stored questions stay the same. ``rerank``: None, the collection's
+    reranker judges where it has one (its vectors encoded once and stored in the collection, as a search
+    stores them); False, none; a model, that one."""
     out = Path(out)
     check_apart(out, collection.location.local_path, work_folder)
     rows = collection.stored_rows()
@@ -416,5 +480,9 @@ def dedup_collection(
         digest.update(f"{i}\x00{key}\x00{text}\x01".encode())
     where = collection.location
     identity = {"collection": str(where.path.resolve()) if where.path else str(where), "rows": digest.hexdigest()}
-    records = (Record(text, str(i) if key is None else key, vectors[j]) for j, (i, key, text, _) in enumerate(rows))
-    return run(records, out, collection.model, config, identity, work_folder, engine, progress, review)
+    reranker, stored = collection_reranker(collection, rerank, store=engine is None or engine.reranks)
+    records = (
+        Record(text, str(i) if key is None else key, vectors[j], stored.get(i))
+        for j, (i, key, text, _) in enumerate(rows)
+    )
+    return run(records, out, collection.model, config, identity, work_folder, engine, progress, review, reranker)

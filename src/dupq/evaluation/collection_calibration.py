@@ -13,6 +13,11 @@ ROC-AUC to exist. Decisions that contradict each other (two questions judged dup
 question and distinct from each other, or one pair judged both ways) are counted and warned of, and fitted all
 the same: they are what the moderators said.
 
+**Per scope** (``scope="category"``, ``dupq index calibrate DIR --scope category``): the decisions are grouped by
+the value of that metadata field of the question judged against (the side a search finds, so that a hit is
+judged by the decisions on hits of its own scope), and each value with as many decisions as the collection
+needs (the same floor) gets a fit of its own on them alone; the other values are judged by the collection's.
+
 >>> calibrate_collection(Collection.open("runs/desk"))["held_out"]["after"]["roc_auc"]  # doctest: +SKIP
 0.93
 """
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dupq.collection.calibration import decision_features
+from dupq.collection.calibration import decision_features, scope_value
 from dupq.core.errors import DupqError
 from dupq.evaluation.calibration import fit_search_calibration
 from dupq.evaluation.metrics import expected_calibration_error, threshold_free
@@ -117,10 +122,43 @@ def _fit(features: dict) -> dict[str, Any]:
     return fit_search_calibration(features["logits"], features["cosines"], features["margins"], features["labels"])
 
 
-def calibrate_collection(collection: Collection, seed: int = SEED) -> dict[str, Any]:
-    """Fit the collection's search calibration on its decisions, keep it as the collection's own, and report
-    ``{"decisions", "duplicates", "contradictions", "held_out": {"decisions", "seed", "before", "after"},
-    "calibration": {"suggest", "duplicate"}, "fitted_on"}``."""
+def enough(labels: np.ndarray) -> bool:
+    """Whether ``labels`` are decisions enough to fit on (:func:`check_enough` does not refuse them)."""
+    try:
+        check_enough(labels)
+    except DupqError:
+        return False
+    return True
+
+
+def fit_scopes(collection: Collection, decisions: list[tuple], features: dict, field: str) -> tuple[dict, dict]:
+    """A fit per value of the metadata ``field`` of the decisions' other questions that has decisions enough:
+    ``{"field", "fits": {value: calibration}}``, and what is left to the collection's, ``{value: decisions}``."""
+    values = {other: scope_value(collection.get(other)[2], field) for other in {o for _, o, *_ in decisions}}
+    of = np.array([values[o] for _, o, *_ in decisions], dtype=object)  # (N,)
+    fits, too_few = {}, {}
+    for value in sorted({v for v in values.values() if v is not None}):
+        mask = of == value
+        labels = features["labels"][mask]
+        if not enough(labels):
+            too_few[value] = int(mask.sum())
+            continue
+        fit = _fit(_subset(features, mask))
+        fit["fitted_on"] = {
+            "decisions": int(mask.sum()),
+            "duplicates": int(labels.sum()),
+            "tiers": fit.pop("tiers_on_fit"),
+        }
+        fits[value] = fit
+    return {"field": field, "fits": fits}, too_few
+
+
+def calibrate_collection(collection: Collection, seed: int = SEED, scope: str | None = None) -> dict[str, Any]:
+    """Fit the collection's search calibration on its decisions (and, with ``scope``, one per value of that
+    metadata field with decisions enough), keep it as the collection's own, and report ``{"decisions",
+    "duplicates", "contradictions", "held_out": {"decisions", "seed", "before", "after"}, "calibration":
+    {"suggest", "duplicate"}, "fitted_on", "scopes"}`` (``scopes``: None, or ``{"field", "fitted": {value:
+    {"decisions", "duplicates", "suggest", "duplicate"}}, "too_few": {value: decisions}}``)."""
     decisions = collection.decisions()
     labels = np.array([y for *_, y in decisions], dtype=np.int64)
     check_enough(labels)
@@ -147,7 +185,10 @@ def calibrate_collection(collection: Collection, seed: int = SEED) -> dict[str, 
         "model_fingerprint": collection.model.fingerprint(),
     }
     fit["fitted_by"] = FITTED_BY
-    collection.use_calibration(fit)
+    scopes, too_few = fit_scopes(collection, decisions, features, scope) if scope else (None, {})
+    if scopes is not None:
+        fit["fitted_on"]["scope"] = scope
+    collection.use_calibration(fit, scopes)
     return {
         "decisions": len(labels),
         "duplicates": int(labels.sum()),
@@ -155,4 +196,14 @@ def calibrate_collection(collection: Collection, seed: int = SEED) -> dict[str, 
         "held_out": {"decisions": int(held.sum()), "seed": seed, "before": before, "after": after},
         "calibration": {"suggest": fit["suggest"], "duplicate": fit["duplicate"]},
         "fitted_on": fit["fitted_on"],
+        "scopes": None
+        if scopes is None
+        else {
+            "field": scope,
+            "fitted": {
+                value: {**f["fitted_on"], "suggest": f["suggest"], "duplicate": f["duplicate"]}
+                for value, f in scopes["fits"].items()
+            },
+            "too_few": too_few,
+        },
     }

@@ -11,6 +11,10 @@ searches every old question of the file plus the Quora distractors, and
 * its **negatives** are the wrong questions among the :data:`HITS` first hits: the hard candidates a
   moderator would be shown.
 
+With ``judged`` (``dupq calibrate MODEL --search --judged``) the questions judged duplicates of a new
+question (:func:`~dupq.evaluation.tasks.read_judged`: mostly Quora distractors that ask the same thing)
+are positives too, not negatives.
+
 :func:`calibrate_search` fits it (:func:`~dupq.evaluation.calibration.fit_search_calibration`: the
 weights and the ``suggest`` and ``duplicate`` tiers) into ``model.judge.search_calibration``, with what it
 was fitted on and the command that did it (``dupq calibrate MODEL --search``).
@@ -32,7 +36,7 @@ from dupq.modeling.model import ENCODE_BATCH, Model
 from dupq.modeling.verdict import pair_logits, search_margins
 
 HITS = 10  # the hits of each search whose wrong questions are the negatives (10: chosen on dev, beside 3, 5 and 20)
-FITTED_BY = "dupq calibrate MODEL --search"
+FITTED_BY = "dupq calibrate MODEL --search"  # with " --judged" where the judged duplicates were positives
 
 
 def search_pairs(model: Model, task: RetrievalTask, hits: int = HITS) -> dict[str, np.ndarray]:
@@ -60,9 +64,10 @@ def search_pairs(model: Model, task: RetrievalTask, hits: int = HITS) -> dict[st
     }
 
 
-def calibrate_search(model: Model, data: Path | None = None, hits: int = HITS) -> dict[str, Any]:
-    """Fit the model's search calibration and tiers on the help-desk yardstick's dev searches; return it."""
-    task, made_of = shipped_help_desk_task(data, "dev")
+def calibrate_search(model: Model, data: Path | None = None, hits: int = HITS, judged: bool = False) -> dict[str, Any]:
+    """Fit the model's search calibration and tiers on the help-desk yardstick's dev searches (``judged``: with the
+    judged duplicates as positives); return it."""
+    task, made_of = shipped_help_desk_task(data, "dev", judged)
     pairs = search_pairs(model, task, hits)
     if not 0 < pairs["labels"].sum() < len(pairs["labels"]):
         raise DupqError("the help-desk searches gave pairs of one label only; there is nothing to fit.")
@@ -75,9 +80,10 @@ def calibrate_search(model: Model, data: Path | None = None, hits: int = HITS) -
         "duplicates": int(pairs["labels"].sum()),
         "tiers": fit.pop("tiers_on_fit"),
         "sha256": made_of["sha256"],
+        **({"judged": True, "judged_sha256": made_of["judged_sha256"]} if judged else {}),
         "distractors": made_of["distractors"],
         "model_fingerprint": model.fingerprint(),
     }
-    fit["fitted_by"] = FITTED_BY
+    fit["fitted_by"] = FITTED_BY + (" --judged" if judged else "")
     model.judge.search_calibration = fit
     return fit

@@ -18,6 +18,14 @@ decision threshold in place of the model's (tasks that judge pairs only).
   ``test`` (210). Each new question of the split searches **every** old question of the file
   plus the first :data:`DISTRACTORS` distinct questions of Quora's dev rows (the seed split's, in
   file order, never a test row; 19,862 of them); the one relevant question is its own old one.
+  With ``judged`` (``--judged`` in the lab's commands), the questions judged duplicates of a new
+  question in ``yardsticks/help_desks_judged.tsv`` are relevant too (:func:`read_judged`): the
+  yardstick as written counts a distractor that asks the same thing as a miss. Its pool, TREC's
+  way: for every new question of both halves (420), the first hit other than its own old question
+  of the bundled model and of all-MiniLM-L6-v2 (``dupq-lab judged-pool``), each pair once,
+  shuffled, without scores or ranks; labelled blind by a dupq engineer on 2026-11-27 (1: one
+  answer serves both, as a help desk would close it as a duplicate; 0 otherwise, strictly). Pairs
+  outside the pool count as written (not relevant).
 * ``clean-pairs``: ``yardsticks/clean_pairs.tsv``, written by hand for dupq on 2026-11-22 (none
   of its questions is a Quora question): 126 paraphrases (one question asked twice in words that
   share little, ``is_duplicate`` 1) and 126 near misses (two questions sharing most words that
@@ -52,9 +60,11 @@ from dupq.modeling.verdict import Verdicts
 
 YARDSTICKS = Path(__file__).parent / "yardsticks"
 HELP_DESKS = YARDSTICKS / "help_desks.tsv"
+HELP_DESKS_JUDGED = YARDSTICKS / "help_desks_judged.tsv"
 CLEAN_PAIRS = YARDSTICKS / "clean_pairs.tsv"
 SPLITS = ("test", "dev")
 COLUMNS = ("domain", "split", "new", "old")  # the help-desk file's
+JUDGED_COLUMNS = ("split", "new", "candidate", "label")  # the judged file's (label 1: a duplicate, 0: not)
 DISTRACTORS = 20_000  # Quora dev questions added to the help desks' collection at most (the seed split has 19,862)
 
 
@@ -69,14 +79,19 @@ class HelpDeskPairs:
     sha256: str
 
 
-def read_help_desk_pairs(path: Path = HELP_DESKS) -> HelpDeskPairs:
-    """Read and check the help-desk file; any problem is a :class:`DupqError` naming the file (and line)."""
+def _tsv_rows(path: Path) -> tuple[list[list[str]], bytes]:
+    """The rows of a tab-separated file and its bytes; unreadable is a :class:`DupqError` naming it."""
     try:
         raw = path.read_bytes()
-        rows = list(csv.reader(io.StringIO(raw.decode("utf-8"), newline=""), delimiter="\t"))
+        return list(csv.reader(io.StringIO(raw.decode("utf-8"), newline=""), delimiter="\t")), raw
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise DupqError(f"cannot read the pairs file {path}: {reason}.") from None
+
+
+def read_help_desk_pairs(path: Path = HELP_DESKS) -> HelpDeskPairs:
+    """Read and check the help-desk file; any problem is a :class:`DupqError` naming the file (and line)."""
+    rows, raw = _tsv_rows(path)
     if not rows or tuple(rows[0]) != COLUMNS:
         raise DupqError(f"{path} needs the header {' / '.join(COLUMNS)} (tab-separated).")
     body = rows[1:]
@@ -89,33 +104,69 @@ def read_help_desk_pairs(path: Path = HELP_DESKS) -> HelpDeskPairs:
     return HelpDeskPairs(domains, splits, new, old, hashlib.sha256(raw).hexdigest())
 
 
+def read_judged(path: Path = HELP_DESKS_JUDGED) -> dict[tuple[str, str], set[str]]:
+    """The judged duplicates: ``(split, new question) -> {candidate judged a duplicate}`` (pairs labelled 1).
+
+    Lines starting with ``#`` (the judging rule) are skipped; any other problem is a :class:`DupqError`
+    naming the file and line."""
+    rows, _ = _tsv_rows(path)
+    numbered = [(n, r) for n, r in enumerate(rows, start=1) if not (r and r[0].startswith("#"))]
+    if not numbered or tuple(numbered[0][1]) != JUDGED_COLUMNS:
+        raise DupqError(f"{path} needs the header {' / '.join(JUDGED_COLUMNS)} (tab-separated).")
+    judged: dict[tuple[str, str], set[str]] = {}
+    for line, row in numbered[1:]:
+        if (
+            len(row) != len(JUDGED_COLUMNS)
+            or row[0] not in SPLITS
+            or row[3] not in ("0", "1")
+            or not all(x.strip() for x in row)
+        ):
+            raise DupqError(f"{path}, line {line}: needs a split of dev or test, two questions and a label of 0 or 1.")
+        if row[3] == "1":
+            judged.setdefault((row[0], row[1]), set()).add(row[2])
+    return judged
+
+
 def quora_distractors(pairs: Pairs, n: int = DISTRACTORS, split: SplitConfig | None = None) -> list[str]:
     """The first ``n`` distinct questions of the dev rows (of the seed split), in file order (never a test row)."""
     dev = split_pairs(pairs, split).dev
     return list(dict.fromkeys(q for a, b in zip(dev.q1, dev.q2) for q in (a, b)))[:n]
 
 
-def help_desk_task(file: HelpDeskPairs, split: str, distractors: list[str]) -> RetrievalTask:
-    """New questions of ``split`` search every old question of the file plus ``distractors``; relevant: its old one."""
+def help_desk_task(
+    file: HelpDeskPairs, split: str, distractors: list[str], judged: dict[tuple[str, str], set[str]] | None = None
+) -> RetrievalTask:
+    """New questions of ``split`` search every old question of the file plus ``distractors``; relevant: its old one,
+    and with ``judged`` (:func:`read_judged`) the questions of the collection judged its duplicates too."""
     corpus = list(dict.fromkeys([*file.old, *distractors]))
     position = {t: i for i, t in enumerate(corpus)}
     chosen = [i for i, s in enumerate(file.splits) if s == split]
+
+    def relevant(i: int) -> np.ndarray:
+        also = (judged or {}).get((split, file.new[i]), set())
+        found = dict.fromkeys([position[file.old[i]], *sorted(position[t] for t in also if t in position)])
+        return np.array(list(found), dtype=np.int64)  # its own old question first
+
     return RetrievalTask(
         corpus=corpus,
         queries=[file.new[i] for i in chosen],
-        relevant=[np.array([position[file.old[i]]], dtype=np.int64) for i in chosen],
+        relevant=[relevant(i) for i in chosen],
         own=np.array([position.get(file.new[i], -1) for i in chosen], dtype=np.int64),
     )
 
 
-def shipped_help_desk_task(data: Path | None, split: str) -> tuple[RetrievalTask, dict[str, Any]]:
-    """The help-desk task of ``split`` with the distractors of ``data``, and what it is made of."""
+def shipped_help_desk_task(data: Path | None, split: str, judged: bool = False) -> tuple[RetrievalTask, dict[str, Any]]:
+    """The help-desk task of ``split`` with the distractors of ``data`` (and ``judged``: the judged duplicates
+    relevant too), and what it is made of."""
     file = read_help_desk_pairs()
     distractors = quora_distractors(read_pairs(data or default_data_path())[0])
-    task = help_desk_task(file, split, distractors)
+    task = help_desk_task(file, split, distractors, read_judged() if judged else None)
     summary = task_summary(task)
-    del summary["queries_with_more_than_one_relevant"]  # one old question each
+    if not judged:
+        del summary["queries_with_more_than_one_relevant"]  # one old question each
     made_of = {"old_questions": len(set(file.old)), "distractors": len(distractors), "sha256": file.sha256}
+    if judged:
+        made_of["judged_sha256"] = hashlib.sha256(HELP_DESKS_JUDGED.read_bytes()).hexdigest()
     return task, {"split": split, **summary, **made_of}
 
 

@@ -20,6 +20,7 @@
     GET  /questions?limit&cursor&where  -> {questions: [{id, key, text, metadata}], next_cursor}  (in id order)
     GET  /decisions                     -> {decisions: [{key, other, text, other_text, duplicate}]}
     GET  /health                        -> {status, questions, threshold, threshold_on, calibration}
+                                        (calibration: what judges the hits, what it was fitted on, its scopes)
     GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
     GET  /                              -> the moderators' web page (its HTML, script and styles)
     GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
@@ -40,7 +41,9 @@ The model and the collection are opened once, when the app starts (its lifespan)
 FAISS run in worker threads, never on the event loop. Requests that arrive while a search is
 running wait for the next one and are answered together by *one* ``Collection.search`` call
 (one LSTM pass and one FAISS call for the whole group), and concurrent adds share one commit;
-on 2 cores this is what lets a few hundred searches a second through with a short tail.
+on 2 cores this is what lets a few hundred searches a second through with a short tail. Every
+``refit_every`` decisions a worker records, its collection's calibration is refitted in a background
+thread (:mod:`dupq.service.refit`).
 
 >>> app = create_app("runs/quora-coll", token="s3cret")                  # doctest: +SKIP
 >>> uvicorn.run(app, host="127.0.0.1", port=8000)                         # doctest: +SKIP
@@ -64,6 +67,7 @@ from dupq.service.batching import Batcher
 from dupq.service.errors import REFUSED, UNAUTHORISED, add_error_handlers
 from dupq.service.metrics import RequestMetrics
 from dupq.service.middleware import BODY_TIMEOUT, MAX_BODY, RequestGuard, SecurityHeaders
+from dupq.service.refit import REFIT_EVERY, Refitter
 from dupq.service.routes import health, page, questions, queue, search, similarity, stored
 from dupq.service.workers import with_these_threads
 
@@ -85,6 +89,7 @@ def create_app(
     read_token: str | None = None,
     max_body: int = MAX_BODY,
     body_timeout: float = BODY_TIMEOUT,
+    refit_every: int = REFIT_EVERY,
 ) -> FastAPI:
     """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
 
@@ -93,7 +98,8 @@ def create_app(
     ``protect_reads`` makes searches, similarities, ``/health`` and ``/metrics`` need it too (the
     page then asks for it); ``read_token`` (default: ``$DUPQ_READ_TOKEN``) protects them as well,
     and lets them through with itself or the write token, never a write. ``model_dir`` overrides
-    the collection's model (it must encode as the collection's did).
+    the collection's model (it must encode as the collection's did). ``refit_every``: refit the collection's
+    calibration in the background after every that many decisions (0: never; :mod:`dupq.service.refit`).
     """
     token = write_token(token)
     readers = auth.read_token(read_token, token)
@@ -102,7 +108,7 @@ def create_app(
         title="dupq",
         summary="Find the old questions a new question duplicates.",
         version=_version(),
-        lifespan=_lifespan(collection_dir, model_dir),
+        lifespan=_lifespan(collection_dir, model_dir, refit_every),
         docs_url=None,  # Swagger UI and ReDoc load their code from a CDN; /openapi.json stays
         redoc_url=None,
         redirect_slashes=False,  # a redirect would name the Host header's host, which the client chose: 404 instead
@@ -125,8 +131,9 @@ def create_app(
     return app
 
 
-def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
-    """Open the collection (in a worker thread) when the app starts, with its two batchers; close it when it stops."""
+def _lifespan(collection_dir, model_dir: str | os.PathLike | None, refit_every: int) -> Callable:
+    """Open the collection (in a worker thread) when the app starts, with its two batchers and its refitter;
+    close it when it stops (after a refit under way)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -142,9 +149,11 @@ def _lifespan(collection_dir, model_dir: str | os.PathLike | None) -> Callable:
         searches = with_these_threads(functools.partial(search.search_many, collection))
         app.state.searches = Batcher(searches, shared=shared)
         app.state.adds = Batcher(with_these_threads(functools.partial(questions.add_many, collection)), shared=shared)
+        app.state.refits = Refitter(collection, refit_every)
         try:
             yield
         finally:
+            await anyio.to_thread.run_sync(app.state.refits.wait)
             await anyio.to_thread.run_sync(collection.close)
 
     return lifespan

@@ -279,6 +279,7 @@ class StoredQuestion(BaseModel):
     key: str | None  # null: added without one
     text: str
     metadata: dict[str, Any]
+    pending: bool = False  # waiting in the review queue: found by no search until a moderator decides on it
 
 
 class QuestionPage(BaseModel):

@@ -21,6 +21,7 @@ from dupq.service import metrics
 from dupq.service.app import create_app, open_collection
 from dupq.service.auth import TOKEN_ENV, read_token, write_token
 from dupq.service.connections import allow_many_connections, server_config
+from dupq.service.refit import REFIT_EVERY
 from dupq.service.workers import limit_blas, refuse_inherited_metrics, run_workers
 
 
@@ -33,13 +34,15 @@ def serve(
     threads: int = 1,
     log: Callable[[str], None] = print,
     workers: int = 1,
+    refit_every: int = REFIT_EVERY,
 ) -> None:
     """Open the collection (a bad folder fails here, as one sentence) and serve it until stopped.
 
     ``workers`` processes serve it, each with its own copy of the model and the index (see
     :mod:`dupq.service.workers`); one is served in this process. ``threads`` is torch's and the
     BLAS's thread count for encoding (and FAISS's too with several workers): with searches batched there is one
-    encoding call at a time, and on a small machine the event loop needs the other core.
+    encoding call at a time, and on a small machine the event loop needs the other core. ``refit_every``:
+    each worker refits the collection's calibration after that many decisions (:mod:`dupq.service.refit`).
     """
     import torch
     import uvicorn
@@ -73,7 +76,13 @@ def serve(
         collection.close()  # each worker opens its own
         os.environ[metrics.MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="dupq-metrics-")  # the workers' shared values
         factory = functools.partial(
-            create_app, collection_dir, model_dir, token, protect_reads=protect_reads, read_token=readers
+            create_app,
+            collection_dir,
+            model_dir,
+            token,
+            protect_reads=protect_reads,
+            read_token=readers,
+            refit_every=refit_every,
         )
         try:
             run_workers(factory, listener, workers, threads)
@@ -81,7 +90,7 @@ def serve(
             listener.close()
             shutil.rmtree(os.environ.pop(metrics.MULTIPROCESS_ENV), ignore_errors=True)
         return
-    app = create_app(collection, token=token, protect_reads=protect_reads, read_token=readers)
+    app = create_app(collection, token=token, protect_reads=protect_reads, read_token=readers, refit_every=refit_every)
     allow_many_connections()
     uvicorn.Server(server_config(app)).run(sockets=[listener])
 

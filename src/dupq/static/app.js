@@ -167,7 +167,25 @@ function resultItem(hit) {
   return li;
 }
 
-// A moderator's decision on the question of the page's ?key= against a hit (needs the write token).
+// A moderator's decision on the question of the page's ?key= against a hit (needs the write token). A question
+// decided already (in this tab, or stored with a decision) is re-decided: the decision is sent as a change, which
+// the server records beside what it replaces, where it would otherwise refuse one that contradicts (409).
+const decidedTickets = new Set();
+
+function hasDecision(metadata) {
+  const distinct = (metadata || {}).not_duplicate_of;
+  return Boolean((metadata || {}).duplicate_of) || (Array.isArray(distinct) && distinct.length > 0);
+}
+
+async function decidedBefore(ticket) {
+  if (decidedTickets.has(ticket)) return true;
+  try {
+    return hasDecision((await get(`/questions/${encodeURIComponent(ticket)}`)).metadata);
+  } catch (e) {
+    return false;  // not stored yet, or unreadable: sent as a first decision (the server still refuses a contradiction)
+  }
+}
+
 function decisionButtons(ticket, other) {
   const box = el("span", "decide");
   for (const [label, field] of [["duplicate of this", "duplicate_of"], ["not a duplicate", "not_duplicate_of"]]) {
@@ -175,7 +193,10 @@ function decisionButtons(ticket, other) {
     button.type = "button";
     button.addEventListener("click", async () => {
       try {
-        await post(`/questions/${encodeURIComponent(ticket)}/decision`, { [field]: other });
+        const body = { [field]: other };
+        if (await decidedBefore(ticket)) body.change = true;
+        await post(`/questions/${encodeURIComponent(ticket)}/decision`, body);
+        decidedTickets.add(ticket);
         const marked = labelled("marked: ", ticket);
         marked.append(field === "duplicate_of" ? " duplicates " : " is not ", userText(other));
         box.replaceChildren(marked);
@@ -342,6 +363,7 @@ function decide(li, item, action, n = 0) {
     body = { duplicate_of: hit.key };
   } else if (action === "distinct" && keyed.length) body = { not_duplicate_of: keyed };
   else body = { keep: true };
+  if (hasDecision(item.metadata)) body.change = true;  // decided before it was queued again: a re-decision
   return withToken(async () => {
     try {
       await post(`/questions/${encodeURIComponent(item.key)}/decision`, body, undefined, moderator());

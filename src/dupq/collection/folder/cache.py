@@ -43,7 +43,7 @@ LOCK_FILE = "index.lock"  # held while index.faiss and the manifest are rewritte
 SAVE_ON_CLOSE = 1_000  # close() rewrites index.faiss when at least this many rows are not in it
 SAVE_DURING_ADD = 50_000  # an add rewrites it when this many are not (bounds the replay on open)
 # Vectors added to FAISS at a time when catching up: a rebuilt ivfpq index trains on the first
-# chunk, as its build did (collection.BUILD_CHUNK), not on one 64-vector store row.
+# chunk, as its build did (building.BUILD_CHUNK), not on one 64-vector store row.
 CATCH_UP_CHUNK = 50_000
 # An HNSW graph is built again without the removed questions once they are this share of its vectors
 # (searches walk past them, and memory keeps them; Qdrant's vacuum starts at the same 20 %).

@@ -71,6 +71,12 @@ def lock_key(table: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"dupq:{table}".encode(), digest_size=8).digest(), "big", signed=True)
 
 
+HASHED = 9
+"""From this many values a field is tested by ``= ANY(array)``, which PostgreSQL (14+) answers from a hash table,
+not by an OR of containments, which it tests one by one on every row it reads: a count of 500 values over 537,000
+rows took 24 s one way and 0.9 s the other. Below it, the containments let the GIN index find the rows."""
+
+
 def _equivalents(value) -> list:
     """The JSON values a filter ``value`` matches by the rule of :func:`~dupq.collection.backend.matches`
     (Python's ``==``): ``true`` and ``1`` match each other, ``false`` and ``0`` too; JSONB tells them apart."""
@@ -82,7 +88,8 @@ def _equivalents(value) -> list:
 
 
 def condition(where: Where | None, pending: bool = True) -> tuple[sql.Composable, list]:
-    """``where`` as a SQL condition on ``metadata`` (JSONB containment, which the GIN index serves) and its parameters;
+    """``where`` as a SQL condition on ``metadata`` (JSONB containment, which the GIN index serves, or a hashed
+    ``= ANY`` where a field has :data:`HASHED` values or more) and its parameters;
     unless ``pending``, the rows :data:`~dupq.collection.backend.HIDDEN` matches are left out too.
 
     A field matches one of its values exactly (no prefix, no case folding); a row without the
@@ -96,7 +103,13 @@ def condition(where: Where | None, pending: bool = True) -> tuple[sql.Composable
         return sql.SQL("TRUE"), []
     clauses, params = [], []
     for field, values in where.items():
-        wanted = [json.dumps({field: v}) for value in values for v in _equivalents(value)]
-        clauses.append(sql.SQL("({})").format(sql.SQL(" OR ").join([sql.SQL("metadata @> %s::jsonb")] * len(wanted))))
-        params += wanted
+        wanted = [v for value in values for v in _equivalents(value)]
+        if len(wanted) < HASHED:
+            clauses.append(
+                sql.SQL("({})").format(sql.SQL(" OR ").join([sql.SQL("metadata @> %s::jsonb")] * len(wanted)))
+            )
+            params += [json.dumps({field: v}) for v in wanted]
+        else:  # the same rows: a scalar contained under the field is the field's value (tested against containment)
+            clauses.append(sql.SQL("(metadata -> %s) = ANY(%s::jsonb[])"))
+            params += [field, [json.dumps(v) for v in wanted]]
     return sql.SQL(" AND ").join(clauses), params

@@ -102,6 +102,7 @@ async def decide(
     )
     metadata = await anyio.to_thread.run_sync(decide)
     metrics.UPDATED.inc()
+    request.app.state.refits.decided(0 if body.keep else 1 if body.duplicate_of is not None else len(distinct))
     i, _, _ = await anyio.to_thread.run_sync(collection.get, key)
     return Changed(key=key, id=i, count=len(collection), metadata=metadata)
 

@@ -4,6 +4,10 @@
 them in id order, ``cursor`` being the ``next_cursor`` of the page before, with the search's filter written
 ``where=FIELD=VALUE`` (repeated); ``GET /decisions`` answers the moderators' decisions as the labelled pairs
 ``dupq index decisions`` writes. Each calls one :class:`~dupq.collection.collection.Collection` method.
+
+A question waiting in the review queue is listed like any other, and says so (``pending``): a ticket system
+that pages through the listing to mirror what it stored sees every question once, its own new tickets
+included, and can tell those that no search finds yet (``where=pending=true`` lists only them).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Annotated
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 
-from dupq.collection.backend import MAX_FIELDS, MAX_ID, where_from_text
+from dupq.collection.backend import MAX_FIELDS, MAX_ID, hidden, where_from_text
 from dupq.service.errors import UNKNOWN
 from dupq.service.schemas import (
     MAX_PAGE,
@@ -46,11 +50,14 @@ async def list_questions(
         ),
     ] = None,
 ) -> QuestionPage:
-    """A page of the stored questions in id order; follow ``next_cursor`` until it is null to see each once."""
+    """A page of the stored questions in id order, those waiting in the review queue included (``pending``);
+    follow ``next_cursor`` until it is null to see each once."""
     where_ = where_from_text([item.split("=", 1) for item in where]) if where else None
     page = functools.partial(request.app.state.collection.page, cursor, limit, where_)
     rows, after = await anyio.to_thread.run_sync(page)
-    questions = [StoredQuestion(id=i, key=key, text=text, metadata=meta) for i, key, text, meta in rows]
+    questions = [
+        StoredQuestion(id=i, key=key, text=text, metadata=meta, pending=hidden(meta)) for i, key, text, meta in rows
+    ]
     return QuestionPage(questions=questions, next_cursor=after)
 
 
@@ -58,7 +65,7 @@ async def list_questions(
 async def get_question(key: Key, request: Request) -> StoredQuestion:
     """The question stored under ``key``: its id, text and metadata (decisions on it included)."""
     i, text, metadata = await anyio.to_thread.run_sync(request.app.state.collection.get, key)
-    return StoredQuestion(id=i, key=key, text=text, metadata=metadata)
+    return StoredQuestion(id=i, key=key, text=text, metadata=metadata, pending=hidden(metadata))
 
 
 @router.get("/decisions")

@@ -1,0 +1,172 @@
+"""`dupq dedup --rerank`: the fast model proposes candidate pairs, a second model judges them.
+
+The reference is brute force: every question's candidates by the fast model's cosine over all the
+others (a sort of the full matrix), each pair re-scored in a Python loop by the reranker's cosine (its
+vectors encoded once per question) and judged by the reranker (the cosine at the threshold, or the
+reranker's own verdict on the two texts), the duplicates grouped by the same star rule.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import dupq.dedup.run as dedup_run
+from dupq.cli import app
+from dupq.dedup import dedup as face
+from dupq.dedup.candidates import plan
+from dupq.dedup.clusters import Edges, star
+from dupq.dedup.grouping import DedupConfig, dedup, search_blocks
+from support.errors import refused
+
+NEIGHBOURS = 5
+
+
+def texts_of(splits, n: int = 300) -> list[str]:
+    """Distinct questions of the pool whose words differ (two texts one vector would tie in any order)."""
+    texts = list(dict.fromkeys(q for q in splits.pool.q1[:n] + splits.pool.q2[:n] if q.strip()))
+    return list({" ".join(sorted(t.lower().rstrip("?").split())): t for t in texts}.values())
+
+
+def brute_force_edges(texts, fast, reranker, threshold: float | None, k: int = NEIGHBOURS) -> set[tuple[int, int]]:
+    """The duplicate pairs ``(i, j)``, ``i < j`` (found from either side): candidates by the fast model's full cosine matrix, each judged in a
+    loop by the reranker (its cosine above ``threshold``; None: the reranker's own verdict on the two texts)."""
+    v, r = fast.encode(texts), reranker.encode(texts)  # (N, d), (N, d')
+    found = set()
+    for i in range(len(texts)):
+        order = np.argsort(-(v @ v[i]), kind="stable")[: k + 1]  # its k + 1 best, itself among them
+        for j in order[order != i]:
+            if threshold is None:
+                duplicate = bool(reranker.is_duplicate(texts[i], texts[int(j)]))
+            else:
+                duplicate = float(np.dot(r[i], r[j])) > threshold
+            if duplicate:
+                found.add((min(i, int(j)), max(i, int(j))))
+    return found
+
+
+@pytest.mark.parametrize("threshold", [0.8, None])  # the reranker's cosine at a threshold; its own calibrated verdict
+def test_reranked_edges_equal_a_brute_force_reference(small_splits, tiny_model, head_model, threshold):
+    texts = texts_of(small_splits)
+    config = DedupConfig(threshold=threshold, on=None if threshold is None else "similarity")
+    config.candidates.neighbours = NEIGHBOURS
+    vectors, reranked = tiny_model.encode(texts), head_model.encode(texts)
+    edges = Edges.join(
+        [e for _, e in search_blocks(head_model, config, vectors, plan(vectors, config.candidates), reranked=reranked)]
+    )
+    got = {(int(a), int(b)) for a, b in zip(edges.a, edges.b)}
+    assert got == brute_force_edges(texts, tiny_model, head_model, threshold) and got
+    # and not the fast model's own verdict: the reranker decides
+    own = Edges.join([e for _, e in search_blocks(tiny_model, config, vectors, plan(vectors, config.candidates))])
+    assert {(int(a), int(b)) for a, b in zip(own.a, own.b)} != got
+
+
+def test_reranked_groups_are_the_star_groups_of_the_reference_pairs(small_splits, tiny_model, head_model):
+    texts = texts_of(small_splits)
+    config = DedupConfig(threshold=0.8, on="similarity")
+    config.candidates.neighbours = NEIGHBOURS
+    got = dedup(texts, tiny_model, config, reranker=head_model)
+    r = head_model.encode(texts)
+    pairs = sorted(brute_force_edges(texts, tiny_model, head_model, 0.8))
+    ref = star(
+        Edges(
+            np.array([a for a, _ in pairs]),
+            np.array([b for _, b in pairs]),
+            np.array([r[a] @ r[b] for a, b in pairs], np.float32),
+        ),
+        len(texts),
+    )
+    assert sorted(map(sorted, (g.tolist() for g in got.groups()))) == sorted(
+        map(sorted, (g.tolist() for g in ref.groups()))
+    )
+    assert got.count > 0
+    assert np.allclose(got.score[got.label >= 0], ref.score[ref.label >= 0], atol=1e-5)  # scored by the reranker
+
+
+@pytest.mark.parametrize("exact_below", [10_000, 200])  # exact search, and k-means partitions
+def test_streamed_reranked_run_groups_as_in_memory_and_resumes(
+    small_splits, tiny_model, head_model, tmp_path, monkeypatch, exact_below
+):
+    texts = texts_of(small_splits, 400)
+    config = DedupConfig()
+    config.candidates.exact_below, config.candidates.list_size = exact_below, 50
+    memory = dedup(texts, tiny_model, config, reranker=head_model)
+    records = lambda: (dedup_run.Record(t, str(i)) for i, t in enumerate(texts))  # noqa: E731
+    monkeypatch.setattr(dedup_run, "ENCODE_CHUNK", 100)
+
+    def kill_in_rerank(stage, done, total):
+        if stage == "rerank" and done >= 200:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        dedup_run.run(
+            records(), tmp_path / "r.csv", tiny_model, config, {"f": 1}, progress=kill_in_rerank, reranker=head_model
+        )
+    encoded = []
+    summary = dedup_run.run(
+        records(), tmp_path / "r.csv", tiny_model, config, {"f": 1}, reranker=head_model,
+        progress=lambda s, d, t: encoded.append((s, d)),
+    )  # fmt: skip
+    assert summary.resumed_from == "encode" and min(d for s, d in encoded if s == "rerank") >= 200
+    assert not any(s == "encode" for s, _ in encoded)  # the fast model's vectors were done: not encoded again
+    assert summary.threshold == head_model.threshold and summary.score_is == head_model.threshold_on
+    rows = list(csv.DictReader((tmp_path / "r.csv").open()))
+    streamed = {int(r["index"]): (int(r["representative"]), round(float(r["score"]), 4)) for r in rows}
+    expected = {
+        i: (int(memory.representative[i]), round(float(memory.score[i]), 4))
+        for g in memory.groups()
+        for i in g.tolist()
+    }
+    assert streamed == expected and memory.count > 0
+
+
+def test_a_collections_reranker_judges_unless_told_not_to(small_splits, tiny_model, head_model, tmp_path):
+    from dupq.collection.collection import Collection
+
+    texts = texts_of(small_splits, 150)
+    config = DedupConfig()
+    with Collection.build(tmp_path / "c", texts, tiny_model, rerank=head_model) as coll:
+        assert not coll.stored_reranker_vectors()  # lazy: none encoded yet
+        reranked = face(coll)
+        assert len(coll.stored_reranker_vectors()) == len(texts)  # encoded once, kept for its searches too
+        plain = face(coll, rerank=False)
+    expected = dedup(texts, tiny_model, config, reranker=head_model)
+    assert reranked.label.tolist() == expected.label.tolist()
+    assert plain.label.tolist() == dedup(texts, tiny_model, config).label.tolist()
+    assert reranked.label.tolist() != plain.label.tolist()
+
+    runner = CliRunner()
+    for extra, judge in (([], head_model), (["--no-rerank"], tiny_model)):
+        out = tmp_path / f"d{len(extra)}.csv"
+        r = runner.invoke(app, ["dedup", str(tmp_path / "c"), "--out", str(out), "--no-progress", *extra])
+        assert r.exit_code == 0, r.output
+        assert f"> {judge.threshold:.2f}" in r.output
+    r = runner.invoke(
+        app, ["dedup", str(tmp_path / "c"), "--out", str(tmp_path / "x.csv"), "--rerank", "m", "--no-rerank"]
+    )
+    assert refused(r, "contradict")
+
+
+def test_cli_rerank_on_a_file_and_ray_refused(small_splits, tiny_model_dir, head_model_dir, head_model, tmp_path):
+    texts = texts_of(small_splits, 150)
+    (tmp_path / "q.txt").write_text("\n".join(texts) + "\n")
+    r = CliRunner().invoke(
+        app,
+        ["dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.csv"), "--model", str(tiny_model_dir),
+         "--rerank", str(head_model_dir), "--no-progress"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"{head_model.threshold_on} > {head_model.threshold:.2f}" in r.output
+
+    class NoReranking(dedup_run.Local):
+        reranks = False
+
+    records = [dedup_run.Record(t, str(i)) for i, t in enumerate(texts)]
+    with pytest.raises(Exception, match="on this machine only") as e:
+        dedup_run.run(
+            records, tmp_path / "e.csv", head_model, DedupConfig(), {"f": 1}, engine=NoReranking(), reranker=head_model
+        )
+    assert str(e.value).count(". ") == 0 and not (tmp_path / "e.csv.work").exists()

