@@ -144,9 +144,23 @@ def error_codes() -> list[list[str]]:
     return [header, *rows]
 
 
-def rerank_k() -> list[list[str]]:
-    """docs/collections.md: the saved dupq-lab rerank-k run: the model alone, then each K (the chosen one marked)."""
-    r = source("rerank_k.json")
+RERANKERS = {"minilm": "all-MiniLM-L6-v2", "mpnet": "all-mpnet-base-v2"}  # a named reranker -> its model's name
+RERANK_K_RUNS = {"minilm": "rerank_k.json", "mpnet": "rerank_k_mpnet.json"}  # the saved dupq-lab rerank-k runs
+
+
+def rerank_run(reranker: str, split: str, name: str | None = None) -> dict | None:
+    """The saved ``dupq-lab rerank-k`` (or, with ``name``, another command's) run of ``reranker`` on ``split``."""
+    name = name or RERANK_K_RUNS[reranker]
+    command = f"dupq-lab {'rerank-k' if name in RERANK_K_RUNS.values() else 'rerank-retrieval'} --rerank {reranker} --split {split}"
+    if not (RESULTS / name).is_file() or not any(e["command"].startswith(command) for e in saved(name)):
+        return None
+    return source(f"{name} | {command}")
+
+
+def rerank_k(reranker: str = "minilm") -> list[list[str]]:
+    """docs/collections.md: a saved dupq-lab rerank-k run on dev: the model alone, then each K (the chosen one
+    marked), then the test half at the chosen K."""
+    r = rerank_run(reranker, "dev") or {"per_k": {}}
     header = [
         "candidates (K)",
         "Recall@1",
@@ -155,7 +169,11 @@ def rerank_k() -> list[list[str]]:
         "first search: reranker encodes",
         "search p50, vectors stored",
     ]
-    rows = [["the model alone", f"{r['fast']['recall@1']:.3f}", f"{r['fast']['mrr@10']:.3f}", "-", "-", "-"]]
+    rows = (
+        [["the model alone", f"{r['fast']['recall@1']:.3f}", f"{r['fast']['mrr@10']:.3f}", "-", "-", "-"]]
+        if "fast" in r
+        else []
+    )
     for k, it in r["per_k"].items():
         label = f"{k} (the default)" if int(k) == r["chosen"] else k
         cells = [f"{it['recall@1']:.3f}", f"{it['mrr@10']:.3f}", f"{it['candidate_recall']:.3f}"]
@@ -167,8 +185,8 @@ def rerank_k() -> list[list[str]]:
                 f"{it['stored_search_ms_p50']:.1f} ms",
             ]
         )
-    test = source("rerank_k.json | dupq-lab rerank-k --rerank minilm --split test")
-    if test is not None and str(r["chosen"]) in test["per_k"]:  # reported on test, once K is chosen on dev
+    test = rerank_run(reranker, "test")
+    if test is not None and str(r.get("chosen")) in test["per_k"]:  # reported on test, once K is chosen on dev
         it = test["per_k"][str(r["chosen"])]
         rows.append(
             [
@@ -181,6 +199,55 @@ def rerank_k() -> list[list[str]]:
             ]
         )
     return [header, *rows]
+
+
+def rerank_retrieval() -> list[list[str]]:
+    """docs/collections.md: the saved dupq-lab rerank-retrieval runs: per reranker, the model alone and the reranker
+    alone, each K on Quora's dev rows (the chosen one marked), then the test and dev rows at the chosen K."""
+    header = ["reranker", "Quora rows", "candidates (K)", "MRR@10", "nDCG@10", "Recall@10", "a duplicate among the K"]
+    measures = lambda m: [f"{m['mrr@10']:.4f}", f"{m['ndcg@10']:.4f}", f"{m['recall@10']:.4f}"]  # noqa: E731
+    rows = []
+    for reranker, title in RERANKERS.items():
+        for split, rows_of in (("dev", "dev"), ("test", "test + dev")):
+            r = rerank_run(reranker, split, "rerank_retrieval.json")
+            dev = rerank_run(reranker, "dev", "rerank_retrieval.json")
+            if r is None or dev is None:
+                continue
+            rows.append([title, rows_of, "the model alone", *measures(r["fast"]), "-"])
+            if "alone" in r:
+                rows.append([title, rows_of, f"{title} alone", *measures(r["alone"]), "-"])
+            for k, it in r["per_k"].items():
+                label = f"{k} (chosen on dev)" if int(k) == dev["chosen"] else k
+                rows.append([title, rows_of, label, *measures(it), f"{it['candidate_recall']:.4f}"])
+    return [header, *rows]
+
+
+def reranked_tiers(bundled: dict) -> list[tuple[str, dict]]:
+    """The choice table's reranked tiers: the bundled model's top K (chosen on dev) ordered by each named reranker,
+    on the help desks' and Quora's test halves (the saved dupq-lab rerank-k and rerank-retrieval runs); it builds at
+    the ``bundled`` tier's speed, and a first search encodes K questions with the reranker."""
+    out = []
+    for reranker, title in RERANKERS.items():
+        desk, desk_dev = rerank_run(reranker, "test"), rerank_run(reranker, "dev")
+        if desk is None or desk_dev is None or str(desk_dev["chosen"]) not in desk["per_k"]:
+            continue
+        k = desk_dev["chosen"]
+        quora = rerank_run(reranker, "test", "rerank_retrieval.json")
+        quora_dev = rerank_run(reranker, "dev", "rerank_retrieval.json")
+        chosen = str(quora_dev["chosen"]) if quora_dev else None
+        first = k * desk_dev["reranker_ms_per_question"] / 1000
+        out.append(
+            (
+                f"dupq bundled, its top {k} reranked by {title} (`--rerank {reranker}`)",
+                {
+                    "help_desk": desk["per_k"][str(k)],
+                    "quora": quora["per_k"][chosen] if quora and chosen in quora["per_k"] else None,
+                    "questions_per_s": bundled["questions_per_s"],
+                    "build": f"{bundled['build_20k_s']:,.1f} s; a first search +{first:.1f} s",
+                },
+            )
+        )
+    return out
 
 
 def small_desk() -> list[list[str]]:
@@ -220,8 +287,9 @@ def tiers_runs(name: str) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-def tiers(name: str = "tiers_test.json") -> list[list[str]]:
-    """docs/experiments/10: the choice table, a row per tier of every saved dupq-lab tiers run in ``name``, then BM25."""
+def tiers(name: str = "tiers_test.json", reranked: bool = False) -> list[list[str]]:
+    """docs/experiments/10: the choice table, a row per tier of every saved dupq-lab tiers run in ``name``, then BM25;
+    ``reranked`` (the README's) adds the reranked tiers (:func:`reranked_tiers`) before BM25."""
     header = ["tier", "help desks, test: Recall@1", "MRR@10", "Quora test+dev rows: MRR@10", "questions/s", "20,000-question collection"]  # fmt: skip
     runs = tiers_runs(name)
     named = [(tier, row) for run in runs for tier, row in run["tiers"].items()]
@@ -230,10 +298,15 @@ def tiers(name: str = "tiers_test.json") -> list[list[str]]:
         for tier, row in named
         for item in [(tier, row), *((f"{tier}, {k}", v) for k, v in row.items() if k.startswith("joined with"))]
     ]
+    if runs and reranked:
+        named += reranked_tiers(
+            next(row for run in runs for row in run["tiers"].values() if row["folder"] == "bundled")
+        )
     if runs:
         named.append(("BM25 (bm25s)", runs[-1]["bm25"]))
-    templates = ["{help_desk[recall@1]:.3f}", "{help_desk[mrr@10]:.3f}", "{quora[mrr@10]:.4f}", "{questions_per_s:,.0f}", "{build_20k_s:,.1f} s"]  # fmt: skip
-    return [header, *([tier, *(cell(t, row) for t in templates)] for tier, row in named)]
+    templates = ["{help_desk[recall@1]:.3f}", "{help_desk[mrr@10]:.3f}", "{quora[mrr@10]:.4f}", "{questions_per_s:,.0f}"]  # fmt: skip
+    build = lambda row: "{build}" if "build" in row else "{build_20k_s:,.1f} s"  # noqa: E731 - a reranked tier's is text
+    return [header, *([tier, *(cell(t, row) for t in [*templates, build(row)])] for tier, row in named)]
 
 
 def tiers_dev(name: str) -> list[list[str]]:
@@ -539,9 +612,12 @@ TABLES: dict[str, Table] = {
     "branch-sources": Table(render=lambda: branch("static_branch_sources_dev.json")),
     "branch-adapted-weights": Table(render=lambda: branch("static_branch_adapted_weights_dev.json")),
     "tiers": Table(render=tiers),
+    "choice": Table(render=lambda: tiers(reranked=True)),  # README: the tiers, and the bundled model reranked
     "adapt-epochs": Table(render=lambda: tiers_dev("adapt_epochs_dev.json")),
     "small-desk": Table(render=small_desk),
-    "rerank-k": Table(render=rerank_k),
-    "error-codes": Table(render=error_codes),  # docs/collections.md: questions naming an error code, Recall@1  # docs/collections.md: Recall@1 and cost per K of a reranked collection
+    "rerank-k": Table(render=rerank_k),  # docs/collections.md: Recall@1 and cost per K of a reranked collection
+    "rerank-k-mpnet": Table(render=lambda: rerank_k("mpnet")),  # docs/collections.md: the same, mpnet reranking
+    "rerank-retrieval": Table(render=rerank_retrieval),  # docs/collections.md: Quora retrieval reranked, per K
+    "error-codes": Table(render=error_codes),  # docs/collections.md: questions naming an error code, Recall@1
 }
 # fmt: on

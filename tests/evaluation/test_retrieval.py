@@ -17,9 +17,12 @@ from dupq.data.pairs import Pairs, Splits, read_pairs
 from dupq.evaluation.retrieval import (
     RetrievalTask,
     bm25_ranking,
+    candidate_recall,
+    dense_ranking,
     evaluate_retrieval,
     held_out_task,
     ranking_measures,
+    reranked_ranking,
     retrieval_measures,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
@@ -174,6 +177,35 @@ def test_queries_outside_the_collection_search_all_of_it_and_a_small_collection_
         assert len(ranking) == 7
         rows.append(textbook(ranking, set(rel.tolist())))
     assert result == pytest.approx(mean_of(rows))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("outside", [False, True])
+def test_a_reranked_ranking_is_every_candidate_rescored_by_the_reranker_and_sorted(seed, outside):
+    splits, labelled = synthetic_split(seed, questions=60)
+    task = held_out_task(splits, labelled)
+    if outside:  # queries that are not in the collection are encoded by the reranker themselves
+        task = RetrievalTask(task.corpus, [f"new {q}" for q in task.queries], task.relevant, np.full(len(task.own), -1))
+    fast, slow = vectors_for(task.corpus + task.queries, seed), vectors_for(task.corpus + task.queries, seed + 100)
+    slow[task.corpus[1]] = slow[task.corpus[2]]  # a tie: the fast model's order decides it
+    encoded = []
+
+    def rerank(texts: list[str]) -> np.ndarray:
+        encoded.extend(texts)
+        return np.stack([slow[t] for t in texts]).reshape(len(texts), 6)
+
+    candidates = dense_ranking(lambda texts: np.stack([fast[t] for t in texts]), task, 7)  # (Q, 7)
+    ranked = reranked_ranking(candidates, rerank, task, k=5)
+    assert ranked.shape == (len(task.queries), 5)
+    for query, row, got in zip(task.queries, candidates.tolist(), ranked.tolist()):
+        scores = [float(slow[query] @ slow[task.corpus[j]]) for j in row]
+        expected = [row[i] for i in sorted(range(len(row)), key=lambda i: (-scores[i], i))][:5]
+        assert got == expected
+    assert len(encoded) == len(set(encoded))  # each text once
+    wanted = {task.corpus[j] for j in candidates.ravel()} | set(task.queries)
+    assert set(encoded) == wanted  # the candidates and the queries, nothing else
+    found = [bool(set(rel.tolist()) & set(row)) for rel, row in zip(task.relevant, candidates.tolist())]
+    assert candidate_recall(task, candidates) == pytest.approx(np.mean(found))
 
 
 def test_bm25_returns_bm25s_best_scores_with_the_query_itself_left_out():

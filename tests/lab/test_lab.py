@@ -31,3 +31,31 @@ def test_adapt_seeds_reads_lists_and_ranges_of_seeds():
 
     assert seeds_of("0-3,7") == [0, 1, 2, 3, 7]
     assert seeds_of("5") == [5] and seeds_of("2-2,") == [2]
+
+
+def test_the_digest_cache_encodes_each_text_once_and_keeps_it_for_the_next_run(tmp_path):
+    import numpy as np
+
+    from dupq_lab.vector_cache import DigestCache, cached
+
+    def vectors(texts):
+        return np.array([[len(t), t.count("a"), 1.0] for t in texts], dtype=np.float32)
+
+    class Counting:
+        out_dim, seen = 3, []
+
+        def encode(self, texts, batch_size=None):
+            self.seen.extend(texts)
+            return vectors(texts)
+
+    model = Counting()
+    with cached(model, tmp_path) as cache:
+        first = model.encode(["a", "bb", "a", "ccc"])
+        again = model.encode(["ccc", "dddd"])
+    assert model.seen == ["a", "bb", "ccc", "dddd"] and cache.encoded == 4
+    np.testing.assert_array_equal(first, vectors(["a", "bb", "a", "ccc"]))
+    np.testing.assert_array_equal(again[0], first[3])
+    assert "encode" not in vars(model)  # the model encodes by itself again after the block
+    reopened = DigestCache(model, tmp_path)  # a later run reads what was written
+    np.testing.assert_array_equal(reopened(["bb", "dddd"]), vectors(["bb", "dddd"]))
+    assert reopened.encoded == 0 and len(model.seen) == 4

@@ -16,7 +16,8 @@ The task is BEIR's Quora task and sentence-transformers' Quora split, on dupq's 
 the default (test and dev rows) is the reported one.
 
 A system ranks the collection for each query (:func:`dense_ranking` for unit vectors, by
-:func:`dupq.index.vectors.search`, exact; :func:`bm25_ranking` with the ``bm25s`` package), and
+:func:`dupq.index.vectors.search`, exact; :func:`bm25_ranking` with the ``bm25s`` package;
+:func:`reranked_ranking`: a dense ranking's top candidates ordered by a second encoder), and
 :func:`ranking_measures` scores its top ``k`` with trec_eval's measures through ``pytrec_eval``:
 MRR@10 (``recip_rank`` of a top-10 run), nDCG@10 (``ndcg_cut_10``), Recall@1 and Recall@10 (the
 share of a query's relevant questions in its top 1 / 10) and P@1. The run given to trec_eval
@@ -46,6 +47,7 @@ from dupq.modeling.model import ENCODE_BATCH, Model
 
 K = 10  # the cut-off of MRR@10 and nDCG@10, and how many each query retrieves
 QUERY_BLOCK = 1024  # queries searched at once (memory: QUERY_BLOCK x corpus scores and sort keys)
+RERANK_BLOCK = 64  # queries reranked at once (memory: RERANK_BLOCK x candidates x the reranker's width)
 HELD_OUT = ("test", "dev")  # the rows whose questions make the reported task
 PARTS = {"test": HELD_OUT, "dev": ("dev",)}  # a task's split -> the held-out rows whose questions make it
 # Our name -> trec_eval's, as pytrec_eval reports it (the measures it is asked for: TREC_MEASURES).
@@ -140,6 +142,38 @@ def dense_ranking(encode: Encode, task: RetrievalTask, k: int = K) -> np.ndarray
         [search(queries[i : i + QUERY_BLOCK], corpus, k + 1)[1] for i in range(0, len(queries), QUERY_BLOCK)]
     )
     return _without_own(ids, task.own, k)
+
+
+def reranked_ranking(candidates: np.ndarray, rerank: Encode, task: RetrievalTask, k: int = K) -> np.ndarray:
+    """``(Q, k)`` corpus indices: each query's ``candidates (Q, C)`` (a fast model's ranking, best first, its own
+    entry left out) ordered by the inner product of ``rerank``'s unit vectors, the ``k`` best of each.
+
+    Retrieve and rerank, as a collection with a reranker searches (:mod:`dupq.collection.rerank`): a
+    tie keeps the candidates' order, and only the candidates and the queries are encoded, each text
+    once (a query in the collection uses the collection's vector of it).
+    """
+    k = min(k, candidates.shape[1])
+    needed = np.unique(np.concatenate([candidates.ravel(), task.own[task.own >= 0]]))  # (U,)
+    vectors = np.asarray(rerank([task.corpus[i] for i in needed]), dtype=np.float32)  # (U, d')
+    row = np.full(len(task.corpus), -1, dtype=np.int64)
+    row[needed] = np.arange(len(needed))
+    queries = np.empty((len(task.queries), vectors.shape[1]), dtype=np.float32)  # (Q, d')
+    inside = task.own >= 0
+    queries[inside] = vectors[row[task.own[inside]]]
+    if not inside.all():
+        queries[~inside] = rerank([q for q, o in zip(task.queries, task.own) if o < 0])
+    out = np.empty((len(candidates), k), dtype=np.int64)
+    for lo in range(0, len(candidates), RERANK_BLOCK):
+        block = candidates[lo : lo + RERANK_BLOCK]  # (B, C)
+        scores = np.einsum("bcd,bd->bc", vectors[row[block]], queries[lo : lo + len(block)])  # (B, C)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # (B, k)
+        out[lo : lo + len(block)] = np.take_along_axis(block, order, axis=1)
+    return out
+
+
+def candidate_recall(task: RetrievalTask, candidates: np.ndarray) -> float:
+    """The share of queries with a relevant question among their ``candidates (Q, C)``: a reranker's ceiling."""
+    return float(np.mean([np.isin(rel, row).any() for rel, row in zip(task.relevant, candidates)]))
 
 
 def bm25_ranking(task: RetrievalTask, k: int = K) -> np.ndarray:

@@ -1,0 +1,92 @@
+"""Quora retrieval with a reranker: the fast model's top K of each query ordered by a transformer, per K.
+
+The task is ``dupq evaluate --task quora-retrieval``'s (:func:`dupq.evaluation.retrieval.held_out_task`:
+``--split test`` the test and dev rows of the model's split, the reported figure; ``--split dev`` the
+dev rows alone, to choose K on). The fast model (``--model``; default the bundled model) ranks every
+question exactly, and :func:`~dupq.evaluation.retrieval.reranked_ranking` orders each query's top K
+by the reranker's cosine, as a collection built with ``--rerank`` orders its candidates (a tie keeps
+the fast model's order). ``--alone`` also ranks every question by the reranker alone.
+
+The reranker's vectors are kept in ``--work`` by the digest of their text (:mod:`dupq_lab.vector_cache`),
+written as they are encoded: each question is encoded once over every K, both splits (the dev
+rows' questions are among the test split's) and a killed run; stderr tells how far an encoding
+has got and its ETA.
+
+Per K: the ranking measures of the reranked top 10 (MRR@10, nDCG@10, Recall@1, Recall@10, P@1)
+and the share of queries with a known duplicate among the fast model's K (the ceiling). ``chosen``
+is the smallest K whose MRR@10 is within 0.005 of the best K's (the rule of ``dupq-lab rerank-k``,
+on this task's primary measure).
+
+    dupq-lab rerank-retrieval --rerank MODEL [--model DIR] [--split dev|test] [--ks 30,100] [--alone] [--work DIR]
+
+Prints one JSON line: {"queries", "corpus", "relevant", ..., "split", "model", "rerank", "fast":
+{...}, ["alone": {...}], "per_k": {K: {"mrr@10", ..., "candidate_recall"}}, "chosen",
+"reranker_encoded", "fingerprints"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from dupq.core.errors import DupqError
+from dupq.data.pairs import read_pairs, recorded_split, split_pairs
+from dupq.evaluation.retrieval import (
+    PARTS,
+    candidate_recall,
+    dense_ranking,
+    held_out_task,
+    ranking_measures,
+    reranked_ranking,
+    task_summary,
+)
+from dupq.modeling.model import ENCODE_BATCH, Model
+from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers
+from dupq_lab.vector_cache import DigestCache
+
+TOP = 10  # the depth the ranking measures read
+CLOSE = 0.005  # MRR@10 within this of the best K's counts as the best (the smallest such K is chosen)
+
+
+def main(
+    rerank: Annotated[Path, typer.Option(metavar="MODEL", help="The reranker's model folder or name.")],
+    model: ModelFolder = None,
+    data: Data = DATA,
+    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose K on it) or test (report it).")] = "dev",
+    ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "30,100",
+    alone: Annotated[bool, typer.Option(help="Also rank every question by the reranker alone.")] = False,
+    work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = REPO
+    / "runs"
+    / "rerank-retrieval",
+) -> None:
+    try:
+        fast, reranker = Model.load(model), Model.load(rerank)
+        pairs, _ = read_pairs(data)
+        task = held_out_task(split_pairs(pairs, recorded_split(fast.metrics)), pairs, PARTS[split])
+        cache = DigestCache(reranker, work / reranker.fingerprint())
+        deep = dense_ranking(lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH), task, max(integers(ks)))
+        out = {**task_summary(task), "split": split, "model": str(model or "bundled"), "rerank": str(rerank)}
+        out["fast"] = ranking_measures(task, deep[:, :TOP])
+        per_k = {}
+        for k in integers(ks):
+            ranked = reranked_ranking(deep[:, :k], cache, task, TOP)
+            per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, deep[:, :k])}
+        if alone:  # after the candidates: the questions no K reaches are encoded last
+            out["alone"] = ranking_measures(task, dense_ranking(cache, task, TOP))
+    except DupqError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from e
+    best = max(v["mrr@10"] for v in per_k.values())
+    out["per_k"] = per_k
+    out["chosen"] = min(int(k) for k, v in per_k.items() if v["mrr@10"] >= best - CLOSE)
+    out["reranker_encoded"] = cache.encoded  # by this run (0: all were kept already)
+    out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    typer.run(main)
