@@ -17,11 +17,12 @@ share of queries whose old question is among the fast model's K (the ceiling), a
 the reranker's encodes a query needs when none of its candidates is stored (K; a first search
 costs about K times the reranker's ms per question, measured on the first 256 questions of the
 collection) and the p50 of one search with the candidates' vectors stored (one query at a time,
-the first 50). A search asks for 11 hits (its own entry may be among them), so K below 11 is 11. ``chosen``
+the first 50, on ``--threads`` torch threads: 1 by default, as ``dupq search`` and ``dupq serve`` run; a
+single short query gains nothing from a second thread and loses much where the other core is busy). A search asks for 11 hits (its own entry may be among them), so K below 11 is 11. ``chosen``
 is the smallest K whose Recall@1 is within 0.005 of the best K's: the default
 (:data:`~dupq.collection.rerank.RERANK_CANDIDATES`) is chosen on the dev half with it.
 
-    dupq-lab rerank-k --rerank MODEL [--model DIR] [--split dev|test] [--ks 10,20,50,100] [--work DIR]
+    dupq-lab rerank-k --rerank MODEL [--model DIR] [--split dev|test] [--ks 10,20,50,100] [--work DIR] [--threads 1]
 
 Prints one JSON line: {"split", "queries", "corpus", ..., "model", "rerank", "fast": {...},
 "per_k": {K: {"mrr@10", "recall@1", ..., "candidate_recall", "first_search_encodes",
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
+import torch
 import typer
 
 from dupq.collection.collection import Collection
@@ -73,6 +75,9 @@ def main(
     work: Annotated[Path, typer.Option(help="Where the task's collection is kept between runs.")] = REPO
     / "runs"
     / "rerank-k",
+    threads: Annotated[
+        int, typer.Option(min=1, help="torch's threads for the timed searches (dupq search's default).")
+    ] = 1,
 ) -> None:
     try:
         fast, reranker = Model.load(model), Model.load(rerank)
@@ -103,6 +108,8 @@ def main(
                     }
                     print(f"K = {k}: {json.dumps(per_k[str(k)])}", file=sys.stderr, flush=True)
             out["reranker_encoded"] = coll.reranker_encoded - encoded  # by this run (0: all were stored already)
+            torch.set_num_threads(threads)
+            out["threads"] = threads
             for k in integers(ks):  # timed without the cache: each search encodes its query with the reranker
                 timed = []
                 for query in task.queries[:TIMED]:
