@@ -230,3 +230,30 @@ def test_index_info_lists_the_scopes_fitted(tmp_path, tiny_model, synthetic_pair
     assert shown.exit_code == 0, shown.output
     scopes = json.loads(shown.output)["calibration"]["scopes"]
     assert scopes["field"] == "category" and list(scopes["fitted"]) == ["x"]
+
+
+def test_a_refit_worse_on_the_held_out_decisions_is_refused_unless_forced(
+    tmp_path, tiny_model, synthetic_pairs, monkeypatch
+):
+    """The fault: a fit that ranks the decisions backwards (its weights negated). It judges the held-out
+    decisions worse than the calibration in use on both counts, so it is refused and the file stays as it was."""
+    from dupq.evaluation import collection_calibration
+
+    coll, _ = _desk(tmp_path, tiny_model, synthetic_pairs)
+    with coll:
+        calibrate_collection(coll)
+        kept = (tmp_path / "desk" / CALIBRATION).read_bytes()
+        honest = collection_calibration._fit
+
+        def backwards(features):
+            fit = honest(features)
+            return {**fit, **{w: -fit[w] for w in ("a", "b", "cosine", "margin", "c")}}
+
+        monkeypatch.setattr(collection_calibration, "_fit", backwards)
+        with pytest.raises(DupqError, match="worse than the calibration in use") as e:
+            calibrate_collection(coll)
+        assert "\n" not in str(e.value)
+        assert (tmp_path / "desk" / CALIBRATION).read_bytes() == kept
+        report = calibrate_collection(coll, force=True)
+        assert report["held_out"]["after"]["roc_auc"] < report["held_out"]["before"]["roc_auc"]
+        assert (tmp_path / "desk" / CALIBRATION).read_bytes() != kept

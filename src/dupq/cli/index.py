@@ -378,6 +378,9 @@ def index_calibrate(
             "has decisions enough; hits of the other values are judged by the collection's.",
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Keep the refit even where it judges the held-out decisions worse than today's.")
+    ] = False,
 ) -> None:
     """Refit the collection's own search calibration on its moderators' decisions; its searches use it from then on.
 
@@ -388,7 +391,7 @@ def index_calibrate(
     from dupq.evaluation.collection_calibration import calibrate_collection
 
     with Collection.open(collection) as coll:
-        report = calibrate_collection(coll, scope=scope)
+        report = calibrate_collection(coll, scope=scope, force=force)
     if as_json:
         typer.echo(json.dumps(report))
         return

@@ -9,7 +9,9 @@ on the rest judges them, and so does the calibration the collection used before;
 
 Refused in one sentence with fewer than :data:`MIN_DECISIONS` decisions or fewer than :data:`MIN_EACH` of
 either label: the fit has five weights and two thresholds, and the held-out part must hold both labels for
-ROC-AUC to exist. Decisions that contradict each other (two questions judged duplicates of one canonical
+ROC-AUC to exist. A refit that judges the held-out decisions worse than the calibration in use on both
+counts (a lower ROC-AUC and a higher ECE) is refused too, and nothing changes (``force`` keeps it all the
+same), as ``dupq calibrate --pairs`` refuses a fit worse than the model's own. Decisions that contradict each other (two questions judged duplicates of one canonical
 question and distinct from each other, or one pair judged both ways) are counted and warned of, and fitted all
 the same: they are what the moderators said.
 
@@ -153,7 +155,20 @@ def fit_scopes(collection: Collection, decisions: list[tuple], features: dict, f
     return {"field": field, "fits": fits}, too_few
 
 
-def calibrate_collection(collection: Collection, seed: int = SEED, scope: str | None = None) -> dict[str, Any]:
+def check_better(before: dict, after: dict) -> None:
+    """Refuse in one sentence a refit that judges the held-out decisions worse on both counts than the calibration in use."""
+    if None in (before["roc_auc"], after["roc_auc"]):
+        return
+    if after["roc_auc"] < before["roc_auc"] and after["ece"] > before["ece"]:
+        raise DupqError(
+            f"the refit judges the held-out decisions worse than the calibration in use (ROC-AUC {before['roc_auc']} "
+            f"-> {after['roc_auc']}, ECE {before['ece']} -> {after['ece']}), so nothing was changed; --force keeps it."
+        )
+
+
+def calibrate_collection(
+    collection: Collection, seed: int = SEED, scope: str | None = None, force: bool = False
+) -> dict[str, Any]:
     """Fit the collection's search calibration on its decisions (and, with ``scope``, one per value of that
     metadata field with decisions enough), keep it as the collection's own, and report ``{"decisions",
     "duplicates", "contradictions", "held_out": {"decisions", "seed", "before", "after"}, "calibration":
@@ -175,6 +190,8 @@ def calibrate_collection(collection: Collection, seed: int = SEED, scope: str | 
     test = _subset(features, held)
     before = judged_measures(collection, test, collection.calibration)
     after = judged_measures(collection, test, _fit(_subset(features, ~held)))
+    if not force:
+        check_better(before, after)
     fit = _fit(features)
     fit["fitted_on"] = {
         "decisions": len(labels),
