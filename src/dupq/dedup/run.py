@@ -296,7 +296,7 @@ def _read(work: Work, records: Iterable[Record], progress: Progress) -> None:
     np.save(work.path("same_text.npy"), same)
     if given:
         np.save(work.path("vectors.npy"), np.stack(given).astype(np.float32))
-    whole = len(reranked) == n  # a source that has some of them only: all encoded by the run
+    whole = bool(reranked) and len(reranked) == n  # a source with some or none of them: all encoded by the run
     if whole:
         np.save(work.path(RERANKED[0]), np.stack(reranked).astype(np.float32))
     work.record(read={"questions": n, "same_text": len(same)}, encoded=n if given else 0, reranked=n if whole else 0)
