@@ -17,7 +17,11 @@ stored question searched with its own text.
 ``tiers``), with the figures as written beside them (``as_written``), and ``judged_wrong`` counts the top
 hits (of each tier) that the yardstick as written calls wrong and the judgments call duplicates.
 
-    dupq-lab desk-verdict [--split test] [--no-distractors] [--judged] [--model FOLDER]
+``--rerank MODEL``: the collection is built with a reranker (``dupq index build --rerank``), so each
+search's candidates are ordered and judged by it, its tiers too; its vectors encode through the lab's
+cache by text (``--work``/vectors, :mod:`dupq_lab.vector_cache`), each text once across runs.
+
+    dupq-lab desk-verdict [--split test] [--no-distractors] [--judged] [--model FOLDER] [--rerank MODEL]
 
 Prints one JSON line.
 """
@@ -29,8 +33,9 @@ import platform
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional
 
 import torch
 import typer
@@ -39,7 +44,8 @@ from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, read_judged, shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder
+from dupq_lab.options import DATA, REPO, Data, ModelFolder
+from dupq_lab.vector_cache import cached
 
 TIERS = ("duplicate", "suggest")
 
@@ -89,7 +95,13 @@ def main(
         bool, typer.Option(help="Count the questions judged duplicates of a new question as right too.")
     ] = False,
     model: ModelFolder = None,
+    rerank: Annotated[
+        Optional[str], typer.Option(metavar="MODEL", help="A reranker (a folder or a name): its order and verdict.")
+    ] = None,
     data: Data = DATA,
+    work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = REPO
+    / "runs"
+    / "rerank-k",
 ) -> None:
     torch.set_num_threads(1)
     try:
@@ -102,13 +114,19 @@ def main(
             )
         )
         judge = Model.load(model)
+        reranker = None if rerank is None else Model.load(rerank)
     except DupqError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(2) from e
     old = [int(r[0]) for r in task.relevant]  # the query's own old question comes first
     relevant = [set(r.tolist()) for r in task.relevant]
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, Collection.build(Path(tmp) / "desk", task.corpus, judge) as desk:
+    vectors = nullcontext() if reranker is None else cached(reranker, work / "vectors" / reranker.fingerprint())
+    with (
+        vectors,
+        tempfile.TemporaryDirectory() as tmp,
+        Collection.build(Path(tmp) / "desk", task.corpus, judge, rerank=reranker) as desk,
+    ):
         built = time.perf_counter() - started
         hits = desk.search(task.queries, k=k)
         olds = sorted(set(old))
@@ -150,6 +168,7 @@ def main(
         "sha256": made_of["sha256"],
         **({"judged_sha256": made_of["judged_sha256"]} if "judged_sha256" in made_of else {}),
         "fingerprint": judge.fingerprint(),
+        **({} if reranker is None else {"rerank": rerank, "rerank_fingerprint": reranker.fingerprint()}),
         "build_s": round(built, 1),
         "machine": platform.machine(),
     }
