@@ -1,4 +1,4 @@
-"""The suite's own conftest: what it adds to pytest's report."""
+"""The suites' conftest (the repository's conftest.py): what it adds to pytest's report."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_make_test_says_when_the_distil_tests_were_skipped_and_why(tmp_path):
-    """tests/conftest.py prints one line after pytest's summary of skips when the distil extra is missing."""
+    """conftest.py prints one line after pytest's summary of skips when the distil extra is missing."""
     (tmp_path / "test_teacher_like.py").write_text(
         "import pytest\n\n"
         "@pytest.mark.skip(reason='the distil extra is not installed (pip install -e .[distil])')\n"
@@ -22,7 +22,7 @@ def test_make_test_says_when_the_distil_tests_were_skipped_and_why(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
         capture_output=True,
         text=True,
     )

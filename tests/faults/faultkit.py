@@ -5,7 +5,7 @@ runs the installed package as a user does, on the bundled model and synthetic qu
 temporary folder; ``test_mutations.py`` shows, for the tests that could hide a fault, that each fails
 on the fault it names. A fault test of a module's own promise lives beside that module's tests,
 marked ``faults`` too (``test_collection.py``'s kill -9 during an add). Whatever one encodes in the
-test's own process runs on one thread (``tests/conftest.py``), as its subprocesses do.
+test's own process runs on one thread (the repository's ``conftest.py``), as its subprocesses do.
 
 Every fault test runs ``dupq`` as a user does, in a subprocess, through :data:`DUPQ` and
 :data:`ENV`, read at each call: ``test_mutations.py`` points them at a deliberately broken build

@@ -60,14 +60,14 @@ NAN_STORED = """
 import json
 import dupq.collection.collection as collection
 import dupq.core.files as files
-import dupq.cli.index as index
+import dupq.cli.search as search
 
 def lenient(metadata, n):  # NaN allowed into the store, as before the check
     return [json.dumps(m) if m else None for m in (metadata or [None] * n)]
 
 patch(collection, "check_metadata", lenient)
 patch(files, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
-patch(index, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
+patch(search, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 """
 
 NAN_READ = """
@@ -75,12 +75,12 @@ import json
 import dupq.collection.collection as collection
 import dupq.collection.hits as hits
 import dupq.core.files as files
-import dupq.cli.index as index
+import dupq.cli.search as search
 
 patch(collection, "read_metadata", lambda text: (json.loads(text) if text else {}, None))
 patch(hits, "read_metadata", lambda text: (json.loads(text) if text else {}, None))  # a search's hits read there
 patch(files, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
-patch(index, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
+patch(search, "to_json", lambda obj, **kwargs: json.dumps(obj, **kwargs))
 """
 
 FAILS_AFTER_COMMIT = """

@@ -5,7 +5,7 @@ The modules register their commands on :data:`dupq.cli.common.app` when imported
 """
 
 # isort: off
-from dupq.cli import train, judge, index, dedup, distil, adapt  # noqa: F401 - each registers its commands
+from dupq.cli import train, judge, index, search, dedup, distil, adapt  # noqa: F401 - each registers its commands
 from dupq.cli.common import app
 
 # isort: on

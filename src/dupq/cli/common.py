@@ -257,6 +257,10 @@ def out_location(help: str = LOCATION_HELP) -> Any:
 ModelOption = Annotated[Optional[Path], model_option()]
 ModelArgument = Annotated[Optional[Path], model_argument()]
 CollectionArgument = Annotated[str, typer.Argument(metavar="COLLECTION", help=COLLECTION_HELP)]
+# The model of a command on a collection: the one the collection was built with unless another is given.
+CollectionModel = Annotated[
+    Optional[Path], model_option("Model folder (default: the one the collection was built with).")
+]
 Threshold = Annotated[Optional[float], threshold_option()]
 DATA_OPTION = typer.Option(
     help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz"

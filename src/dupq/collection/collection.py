@@ -20,17 +20,9 @@ collection under a temporary name) and renames it into place at the end.
 the stored id, so a retried add is safe; :meth:`Collection.remove` and :meth:`Collection.update`
 take keys, and an update that changes nothing (a retry) writes nothing.
 
-**Moderators' decisions** live in a question's metadata: ``duplicate_of`` (the key of its
-canonical question, shown on every hit of it as :attr:`Hit.duplicate_of` while that question is
-stored), ``not_duplicate_of`` (keys a moderator judged distinct) and ``judged`` (a digest of the two
-texts of each decision); :meth:`Collection.decide` writes them, and every way in checks their types
-(:func:`~dupq.collection.rows.decision_problem`). A decision follows the texts judged, not only the
-keys: :meth:`Collection.decisions` leaves out one whose side's text changed since.
+**Moderators' decisions** and **the review queue** (``add(..., pending=True)``): the methods of
+:class:`~dupq.collection.moderation.Moderated`, which a collection is (:meth:`Collection.decide`, ...).
 
-**The review queue**: ``add(..., pending=True)`` stores questions that no search finds until a
-moderator decides on them (:mod:`dupq.collection.review`): :meth:`Collection.queue` lists them,
-:meth:`Collection.decide` clears the flag and records who decided when, :meth:`Collection.undo` takes
-that back, :meth:`Collection.reviewed` lists the queue's past decisions.
 **A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model)
 orders and judges each search's :data:`~dupq.collection.rerank.RERANK_CANDIDATES` best questions;
 its vectors are stored once per question (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it.
@@ -57,13 +49,12 @@ from dupq.collection import review
 from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
 from dupq.collection.building import build_inputs, encoded_chunks
 from dupq.collection.calibration import KeptCalibration, judge_hits
-from dupq.collection.decisions import decision_edit, decision_pairs
 from dupq.collection.hits import Hit, hits_of_queries, without_ids, without_removed_canonicals
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
+from dupq.collection.moderation import Moderated
 from dupq.collection.rerank import RERANK_CANDIDATES, Reranking
 from dupq.collection.rows import (
-    PENDING,
     KeyConflict,
     StoreFailure,
     UnknownKey,
@@ -82,7 +73,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Collection", "Hit", "IndexStats", "KeyConflict", "Location", "StoreFailure", "UnknownKey"]
 
 
-class Collection:
+class Collection(Moderated):
     """Stored questions, their embeddings and a search index, and the model that encodes them.
 
     Build one with :meth:`build`, reopen it with :meth:`open`; ``location`` is a folder or a Milvus
@@ -423,70 +414,6 @@ class Collection:
             vector = self.model.encode([text])[0]  # (d,)
         with self._writing():
             return self._backend.update(key, text, meta, vector)
-
-    def decide(
-        self,
-        key: str,
-        *,
-        duplicate_of: str | None = None,
-        not_duplicate_of: str | list[str] | None = None,
-        keep: bool = False,
-        by: str | None = None,
-        change: bool = False,
-    ) -> dict:
-        """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
-        canonical question), not a duplicate of ``not_duplicate_of`` (a key, or a list: of none of them), or
-        (``keep``) a new question, no pair judged; its metadata afterwards.
-
-        Both questions must be stored, and a duplicate's canonical question may not lead back to it
-        (a cycle is refused). A question is a duplicate of one canonical question at a time. A decision
-        that contradicts an earlier one (a duplicate of another canonical question, or distinct from its
-        canonical one, or a duplicate of one judged distinct) is :class:`KeyConflict` unless ``change``:
-        then it replaces the earlier one, and ``decision_changes`` keeps what it was and when. A digest of
-        the two texts is kept with the decision (``judged``). The stored metadata is read and written
-        back in one transaction of the backend, so decisions recorded at once by several workers are
-        all kept; stored decision fields of the wrong type are refused, never rewritten. A pending
-        question leaves the review queue, with who (``by``) decided what and when recorded
-        (:func:`~dupq.collection.review.reviewed`; :meth:`undo` takes it back).
-        """
-        self._check_open()
-        others, edit = decision_edit(
-            self._backend.find, str(self.location), key, duplicate_of, not_duplicate_of, keep, by, change
-        )
-        with self._writing():
-            _, stored = self._backend.edit(key, edit, others)
-        return read_metadata(stored)[0]
-
-    def undo(self, key: str) -> dict:
-        """Take back the review queue's decision on the question of ``key``: it is pending again, and its
-        decision fields are as they were before (one transaction); its metadata afterwards."""
-        self._check_open()
-        check_keys([key], 1)
-        with self._writing():
-            _, stored = self._backend.edit(key, lambda stored: review.undone(stored, key), [])
-        return read_metadata(stored)[0]
-
-    def queue(self, where: dict | None = None) -> list[tuple[int, str | None, str, dict]]:
-        """The questions waiting for a moderator as ``(id, key, text, metadata)``, in id order (a folder's: the
-        oldest first); ``where`` keeps those whose metadata match, as a search's filter does."""
-        self._check_open()
-        where = check_where(where)
-        return review.waiting(self._backend.rows_naming(PENDING), where)
-
-    def reviewed(self) -> list[tuple[str, str, dict]]:
-        """The review queue's past decisions still standing as ``(key, text, record)``, the latest first; a record
-        says ``by`` whom, ``at`` what time, the ``action`` (duplicate, distinct, new) and the ``keys`` judged against."""
-        self._check_open()
-        return review.past(self._backend.rows_naming(review.REVIEWED))
-
-    def decisions(self) -> list[tuple[str, str, str, str, int]]:
-        """Every moderator's decision between two stored questions as ``(key, other key, text, other text,
-        1 duplicate / 0 not)``, in id order.
-
-        Left out, each kind with a warning (:func:`~dupq.collection.decisions.decision_pairs`): a decision naming
-        a question removed since, one whose side's text changed since it was judged, and those of a question whose
-        decision fields are of the wrong type."""
-        return decision_pairs(self.stored_rows(), str(self.location))
 
     def close(self) -> None:
         """Write the index cache if many rows are missing from it, and release the backend."""

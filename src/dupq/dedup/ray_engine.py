@@ -38,8 +38,8 @@ import numpy as np
 from dupq.core.errors import DupqError
 from dupq.dedup.candidates import Corpus, Plan
 from dupq.dedup.clusters import Edges
+from dupq.dedup.engine import interrupted
 from dupq.dedup.grouping import DedupConfig, block_edges
-from dupq.dedup.run import interrupted
 from dupq.modeling.model import Model
 
 WATCH = 2.0  # seconds between two checks that the cluster still answers, while a result is awaited

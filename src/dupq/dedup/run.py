@@ -23,7 +23,7 @@ per-question arrays; never a matrix of pairs. A run started again with the same 
 options resumes; with anything else it starts over. The work folder is removed after the output is
 written, or when the input is refused. dupq marks a work folder it makes (:data:`MARKER`): only such a
 folder (or an empty one) is reused or deleted, any other is refused. ``engine`` does the encoding and
-the search: this machine (:class:`Local`) or a Ray cluster (:mod:`dupq.dedup.ray_engine`); when it
+the search (:mod:`dupq.dedup.engine`): this machine (:class:`Local`) or a Ray cluster; when it
 fails mid-way the work folder is kept and the run resumes when started again.
 
 :func:`dedup_file` and :func:`dedup_collection` are the two sources a run reads (what ``dupq dedup`` calls);
@@ -32,7 +32,6 @@ the output may be neither input nor inside the work folder (:func:`dupq.core.fil
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -40,7 +39,6 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -48,9 +46,10 @@ from dupq.core.errors import DupqError
 from dupq.core.files import atomic_output, atomic_write, check_apart, remove_stale
 from dupq.data.questions import Dropped, stream_questions
 from dupq.data.tables import RowWriter, format_of
-from dupq.dedup.candidates import BLOCK, CandidateConfig, Plan, plan, probes, train_centroids
+from dupq.dedup.candidates import BLOCK, CandidateConfig, plan, probes, train_centroids
 from dupq.dedup.clusters import Edges
-from dupq.dedup.grouping import DedupConfig, group, same_pairs, search_blocks, text_hash
+from dupq.dedup.engine import Engine, Local, interrupted
+from dupq.dedup.grouping import DedupConfig, group, same_pairs, text_hash
 from dupq.dedup.review import Group, check_review_folder, ranked, write_review
 from dupq.dedup.work import EDGE_FILES, MARKER, Work
 from dupq.modeling.model import Model
@@ -78,33 +77,6 @@ class Record:
     reranked: np.ndarray | None = None  # its reranker vector, when the source has one stored
 
 
-class Engine(Protocol):
-    """Where the heavy stages run: this machine or a Ray cluster."""
-
-    def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]: ...
-
-    def probes(self, vectors: np.ndarray, centroids: np.ndarray, nprobe: int) -> np.ndarray: ...
-
-    reranks: bool  # whether its search can judge by a reranker's vectors (``reranked``)
-
-    def search(
-        self,
-        model: Model,
-        config: DedupConfig,
-        vectors: np.ndarray,
-        searched: Plan,
-        start: int,
-        reranked: np.ndarray | None = None,
-    ) -> Iterator[tuple[int, Edges]]: ...
-
-    def watch(self, work: Path) -> contextlib.AbstractContextManager: ...
-
-
-def interrupted(error: str, work: Path) -> str:
-    """The sentence of a run whose engine failed mid-way: ``error``, and how to go on from the work folder kept."""
-    return f"{error.rstrip('.')}; the work folder {work} is kept: resume with the same command."
-
-
 @dataclass
 class Summary:
     """What a run did, for the command's last line and for scripts."""
@@ -118,32 +90,6 @@ class Summary:
     same_text: int  # pairs of questions with the very same text
     tiers: dict  # the tier thresholds of a member's score (dupq.modeling.verdict.dedup_tiers)
     surest: list[dict]  # the first groups of the output: {"cluster", "size", "confidence", "text"} each
-
-
-class Local:
-    """Encoding and search on this machine."""
-
-    reranks = True
-
-    def encode(self, model: Model, chunks: Iterable[tuple[int, list[str]]]) -> Iterator[tuple[int, np.ndarray]]:
-        for lo, texts in chunks:
-            yield lo, model.encode(texts)
-
-    probes = staticmethod(probes)
-
-    def watch(self, work: Path) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def search(
-        self,
-        model: Model,
-        config: DedupConfig,
-        vectors: np.ndarray,
-        searched: Plan,
-        start: int,
-        reranked: np.ndarray | None = None,
-    ) -> Iterator[tuple[int, Edges]]:
-        yield from search_blocks(model, config, vectors, searched, start, reranked)
 
 
 def partition(work: Work, config: CandidateConfig, probing=probes) -> tuple[np.ndarray, np.ndarray]:

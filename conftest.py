@@ -1,5 +1,9 @@
 """Shared fixtures: a synthetic pairs file, splits of it, tiny models trained on them, and the real Quora file.
 
+Here at the repository's root so that both suites use them: the product's (``tests/``) and the lab's
+(``lab/tests/``), which pytest runs together (``testpaths`` in pyproject.toml); each session fixture is made
+once for both.
+
 Most tests need *some* question pairs, not Quora's: they use ``pairs_path``, a synthetic file in
 the Quora format written in the session (``tests/support/synthetic.py``), and the splits and models made
 from it. These run anywhere.
@@ -28,7 +32,7 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 from dupq.data.pairs import Pairs, SplitConfig, Splits, read_pairs, split_pairs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))
 SMALL_SPLIT = SplitConfig(train_pool=20_000, test=2_000, dev=2_000, labelled_val=2_000)
 SYNTHETIC_ROWS = 32_000  # SMALL_SPLIT's 24,000, and the 32,000 of the kill -9 training test
