@@ -1,5 +1,6 @@
-# Quick start:  make demo   (install; a small help desk built, searched and judged with the bundled model; the seed
-#                            recipe trained briefly and asked the seeds' two questions: about two minutes)
+# Quick start:  make demo   (install; a small help desk built and searched with the bundled model, its verdict refitted
+#                            on a moderator's decisions and searched again, pairs judged; the seed recipe trained
+#                            briefly and asked the seeds' two questions: about two minutes)
 #               make test   (install, then run the test suite)
 # make labelled: the labelled recipe without its teacher, evaluated, with its report (six epochs: 10-15 minutes)
 # make bundled: the bundled model itself (needs the .[distil] extra: teacher vectors first, then the same training with them,
@@ -30,6 +31,12 @@ demo: install
 	rm -rf runs/desk
 	$(BIN)/dupq index build examples/desk/questions.tsv --key-column key --out runs/desk
 	@echo "== six new questions, each with its three likeliest old ones"
+	$(BIN)/dupq search runs/desk --queries examples/desk/new.txt -k 3
+	@echo "== 75 tickets wait for review; a moderator decides each one's top three hits (examples/desk/moderate.py)"
+	$(BIN)/python examples/desk/moderate.py runs/desk examples/desk/tickets.tsv
+	@echo "== the desk's verdict refitted on those decisions (held-out decisions judged before and after)"
+	$(BIN)/dupq index calibrate runs/desk
+	@echo "== the six new questions again, judged by the desk's own fit (the tickets are stored questions now too)"
 	$(BIN)/dupq search runs/desk --queries examples/desk/new.txt -k 3
 	@echo "== pairs judged: a question against itself, a rewording, a different question"
 	$(BIN)/dupq predict "Can I use the app offline?" "Can I use the app offline?"
