@@ -18,6 +18,7 @@ import sys
 from dupq import Collection
 
 HITS = 3  # the hits shown per ticket, each decided: as many as the demo's `dupq search -k 3` shows
+SHOWN = 3  # the tickets whose decisions are printed
 MODERATOR = "demo moderator"  # who decided, as the review page's past decisions show it
 
 
@@ -27,8 +28,9 @@ def read_tickets(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def moderate(collection: Collection, tickets: list[dict[str, str]], hits: int = HITS) -> dict[str, int]:
-    """Queue ``tickets`` in ``collection`` and decide each one's shown hits; what was decided, counted."""
+def moderate(collection: Collection, tickets: list[dict[str, str]], hits: int = HITS, show: int = 0) -> dict[str, int]:
+    """Queue ``tickets`` in ``collection`` and decide each one's shown hits (the first ``show`` tickets' decisions
+    printed); what was decided, counted."""
     collection.add(
         [t["question"] for t in tickets],
         [{"category": t["category"]} for t in tickets],
@@ -46,6 +48,8 @@ def moderate(collection: Collection, tickets: list[dict[str, str]], hits: int = 
             collection.decide(key, not_duplicate_of=different, by=MODERATOR)
         if canonical is not None:
             collection.decide(key, duplicate_of=canonical, by=MODERATOR)
+        if counts["tickets"] < show:
+            print(f"{key} {text!r}: duplicate of {canonical or 'none'}; different: {', '.join(different) or 'none'}")
         counts["tickets"] += 1
         counts["duplicates"] += canonical is not None
         counts["shown"] += canonical in shown
@@ -55,7 +59,7 @@ def moderate(collection: Collection, tickets: list[dict[str, str]], hits: int = 
 
 def main(desk: str, tickets: str) -> None:
     with Collection.open(desk) as collection:
-        n = moderate(collection, read_tickets(tickets))
+        n = moderate(collection, read_tickets(tickets), show=SHOWN)
     print(
         f"decided {n['tickets']} tickets in {desk}: {n['duplicates']} duplicates of an old question "
         f"({n['shown']} of them among the top {HITS} hits), {n['different']} hits judged different"
