@@ -133,7 +133,9 @@ def main(
         own = desk.search([task.corpus[i] for i in olds], k=1)
         stored_identical = min(h[0].probability for h in own if h and h[0].probability is not None)
         tiered = hasattr(desk, "tiers")  # a dupq before tiers (to measure it) has one verdict, `duplicate`
-        thresholds = desk.tiers if tiered else {"duplicate": desk.threshold, "on": judge.threshold_on}
+        thresholds = (
+            desk.tiers_of(reranker is not None) if tiered else {"duplicate": desk.threshold, "on": judge.threshold_on}
+        )
     out = {
         "split": split,
         "distractors": distractors,
