@@ -15,9 +15,11 @@ batch and the int8 product, as the encoder's int8 graph runs it). Each reports m
 questions (length-sorted batches of 128, as the encoder runs them): the share of its operator time spent in
 products with a weight matrix (``weight_matmul_share``, p), the rest being attention's products of activations,
 softmax, layer norms, GELU and reshapes; the same for the int8 graph, with the time its activations take to
-be quantised. Amdahl: when only the weight products get faster, by the kernel's factor s, the encoder gets
-``amdahl_ceiling`` = 1 / ((1 - p) + p / s) faster at most, and 1 / (1 - p) (``no_matmul_ceiling``) were they
-free. ``encoder_questions_per_s``: torch float32, ONNX Runtime float32 and int8 encoding those questions, taking
+be quantised. ``weight_matmul_speedup_in_encoder``: how much faster the int8 graph's weight products ran than
+float32's inside the encoder (each graph's share of its own encoding time). Amdahl: when only the weight
+products get faster, by s (the larger of the two factors measured, alone and in the encoder), the encoder
+gets ``amdahl_ceiling`` = 1 / ((1 - p) + p / s) faster at most, and 1 / (1 - p) (``no_matmul_ceiling``) were
+they free. ``encoder_questions_per_s``: torch float32, ONNX Runtime float32 and int8 encoding those questions, taking
 turns, so that ``ceiling_over_torch_float32`` (the Amdahl ceiling times ONNX Runtime float32's gain over torch
 float32) is the most int8 by ONNX Runtime can give against the product's float32 path here.
 """
@@ -163,12 +165,14 @@ def main(
         with tempfile.TemporaryDirectory() as scratch:
             weights = kernel(transformer, rows, repeats, threads, Path(scratch))
             encoder = encoder_profile(transformer, texts, threads, rounds, Path(scratch))
-        p, s = encoder["profile"]["onnx float32"]["weight_matmul_share"], weights["int8_speedup"]["onnx"]
-        qps = encoder["encoder_questions_per_s"]
-        ceiling = 1 / ((1 - p) + p / s)
+        shares, qps = encoder["profile"], encoder["encoder_questions_per_s"]
+        p = shares["onnx float32"]["weight_matmul_share"]
+        in_encoder = (p / qps["onnx float32"]) / (shares["onnx int8"]["weight_matmul_share"] / qps["onnx int8"])
+        ceiling = 1 / ((1 - p) + p / max(weights["int8_speedup"]["onnx"], in_encoder))
         result[name] = {
             "kernel": weights,
             **encoder,
+            "weight_matmul_speedup_in_encoder": round(in_encoder, 2),
             "amdahl_ceiling": round(ceiling, 2),
             "no_matmul_ceiling": round(1 / (1 - p), 2),
             "measured_int8_speedup": round(qps["onnx int8"] / qps["onnx float32"], 2),

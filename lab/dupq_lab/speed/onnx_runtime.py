@@ -2,8 +2,9 @@
 
 The way sentence-transformers' ``backend="onnx"`` and Hugging Face Optimum do it: the transformer (token ids
 to hidden states) is exported to an ONNX graph once (torch's TorchScript exporter, dynamic batch and length),
-optionally quantised with ``onnxruntime.quantization.quantize_dynamic`` (weights int8 per output channel,
-activations quantised per batch as they come, the graph's MatMuls becoming MatMulInteger), and run by an
+optionally quantised with ``onnxruntime.quantization.quantize_dynamic`` (weights int8 per output channel, in 7
+bits on a CPU without VNNI, activations quantised per batch as they come, the graph's MatMuls becoming
+MatMulInteger), optionally fused first by ONNX Runtime's transformer optimiser, and run by an
 ``InferenceSession`` with every graph optimisation on. Pooling (mean over real tokens) and the unit length are
 done here in NumPy, as the model's own pooling module does. Needs ``onnx`` and ``onnxruntime``.
 
@@ -15,6 +16,8 @@ done here in NumPy, as the model's own pooling module does. Needs ``onnx`` and `
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +44,8 @@ def export(transformer, folder: Path) -> Path:
     names = [k for k in INPUTS if k in example]
     path = folder / "model.onnx"
     axes = {k: {0: "batch", 1: "tokens"} for k in [*names, "hidden"]}
-    with torch.inference_mode(False), torch.no_grad():
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python branches it records as constants
         torch.onnx.export(
             _Hidden(transformer[0].auto_model.eval(), names),
             tuple(example[k] for k in names),
@@ -90,24 +94,27 @@ def quantized(graph: Path, keep_float: Callable[[str], bool] = lambda node: Fals
 
     exclude = [n.name for n in onnx.load(str(graph)).graph.node if n.op_type == "MatMul" and keep_float(n.name)]
     out = graph.with_name(f"{graph.stem}-int8{'-full' if full_range else ''}{len(exclude) or ''}.onnx")
-    quantize_dynamic(
-        graph,
-        out,
-        per_channel=True,
-        reduce_range=not full_range,
-        weight_type=QuantType.QInt8,
-        op_types_to_quantize=["MatMul", "Attention"],
-        nodes_to_exclude=exclude,
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # a fused graph's own operators: float32
-    )
+    logging.disable(logging.WARNING)  # its advice to run its pre-processing first, once a graph
+    try:
+        quantize_dynamic(
+            graph,
+            out,
+            per_channel=True,
+            reduce_range=not full_range,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul", "Attention"],
+            nodes_to_exclude=exclude,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # a fused graph's own operators: float32
+        )
+    finally:
+        logging.disable(logging.NOTSET)
     return out
 
 
 def fused(graph: Path, transformer) -> Path:
     """``graph`` through ONNX Runtime's transformer optimiser (as Optimum's ``ORTOptimizer`` does): a BERT-like
     block's attention fused into one ``Attention`` node (its int8 form is ``QAttention``), layer norms with their
-    residual added and GELU with its bias fused. Where the optimiser does not recognise the attention (MPNet's
-    has a relative-position bias), the other fusions are still made."""
+    residual added and GELU with its bias fused, as far as it recognises the model's graph."""
     from onnxruntime.transformers.optimizer import optimize_model
 
     config = transformer[0].auto_model.config
