@@ -58,6 +58,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "pair-words": "experiments.pair_words",
     "named-calibration": "experiments.named_calibration",
     "int8": "speed.int8",
+    "int8-ceiling": "speed.int8_ceiling",
     "rerank-k": "experiments.rerank_k",
     "rerank-retrieval": "experiments.rerank_retrieval",
     "error-codes": "experiments.error_codes",

@@ -488,6 +488,17 @@ SWEEP = (
 SIDE = "{{s[{0}][search_per_s]:,.0f}} | {{s[{0}][search_p50_ms]:.1f}} / {{s[{0}][search_p99_ms]:.1f}} ms | {{s[{0}][mixed_search_per_s]:,.0f}}, {{s[{0}][mixed_p99_ms]:.1f}} ms | {{s[{0}][in_process_per_s]:,.0f}}/s, p50 {{s[{0}][in_process_p50_ms]:.2f}} ms | {{s[{0}][kill9_lost]}} / {{s[{0}][kill9_acked]:,}}"
 PGVECTOR = "{{r[results][{0}][build_s]:,.1f}} s | {{r[results][{0}][none][p50_ms]:.2f}} / {{r[results][{0}][none][p99_ms]:.2f}} ms | {{r[results][{0}][none][recall@10]:.4f}} | {{r[results][{0}][50%][recall@10]:.4f}} / {{r[results][{0}][5%][recall@10]:.4f}} / {{r[results][{0}][0.1%][recall@10]:.4f}} | {{r[results][{0}][50%][p50_ms]:.1f}} / {{r[results][{0}][5%][p50_ms]:.1f}} / {{r[results][{0}][0.1%][p50_ms]:.1f}} ms"
 STAGE_8 = ("mrr", "recall@1", "mrr_filtered", "mrr_any")
+INT8 = (  # dupq-lab int8's table: header, then the row of each variant
+    "model / variant | questions/s | / torch float32 | one question alone | cosine to float32: mean (1st percentile) | help-desk dev Recall@1 (lost)",
+    "{key} | {it[questions_per_s]:,} | {it[speedup]}x | {it[one_query_ms]} ms | {it[cosine_to_float32][mean]} ({it[cosine_to_float32][p1]}) | {it[recall@1]:.3f} ({it[recall@1_lost]:+.3f})",
+)
+
+
+def int8_variants(spec: str) -> dict:
+    """Every variant of every ``dupq-lab int8`` run in ``spec`` (a run stopped after a model: that model's line)."""
+    return {k: v for run in source(spec) or [] for k, v in run.get("variants", run).items()}
+
+
 TABLES: dict[str, Table] = {
     "summary": Table(  # README: the models on the seed's test pairs, at the dev-chosen threshold
         header="model | accuracy | ROC-AUC | ECE",
@@ -597,9 +608,17 @@ TABLES: dict[str, Table] = {
         rows=("{it[label]} | {it[build_s]} s | {it[on_disk]:bytes} | {it[p50_ms]} / {it[p99_ms]} ms ({it[index_p50_ms]} ms) | {it[batch256_qps]:,} q/s | {it[recall@10]}",),
     ),
     "int8": Table(  # docs/transformers.md: each named transformer run every way (torch, ONNX Runtime; float32, int8), a model's side by side in one run
-        header="model / variant | questions/s | / torch float32 | one question alone | cosine to float32: mean (1st percentile) | help-desk dev Recall@1 (lost)",
-        data={"variants": lambda: {k: v for run in source("int8.json *") or [] for k, v in run.get("variants", run).items()}}, each="variants",  # a run stopped after a model: that model's line
-        rows=("{key} | {it[questions_per_s]:,} | {it[speedup]}x | {it[one_query_ms]} ms | {it[cosine_to_float32][mean]} ({it[cosine_to_float32][p1]}) | {it[recall@1]:.3f} ({it[recall@1_lost]:+.3f})",),
+        header=INT8[0], rows=INT8[1:], each="variants",
+        data={"variants": lambda: int8_variants("int8.json *")},
+    ),
+    "int8-recall": Table(  # docs/transformers.md: mpnet's int8 that keeps the agreement, on the help-desk dev half too
+        header=INT8[0], rows=INT8[1:], each="variants",
+        data={"variants": lambda: int8_variants("int8_recall.json *")},
+    ),
+    "int8-ceiling": Table(  # docs/transformers.md: a named transformer's weight product float32 against int8, its encoder's profile, Amdahl
+        header="model | weight product (rows x in x out) | ONNX Runtime float32 / int8 GFLOP/s | int8 product speedup alone: ONNX Runtime (torch) | in the encoder | encoder time in weight products: float32 (int8) graph | Amdahl ceiling (were they free) | int8 graph measured | ONNX Runtime float32 / torch float32 | ceiling / torch float32",
+        data={"models": lambda: (source("int8_ceiling.json") or {}).get("models", {})}, each="models",
+        rows=("{key} | {it[kernel][shape]} | {it[kernel][onnx float32][gflops]} / {it[kernel][onnx int8][gflops]} | {it[kernel][int8_speedup][onnx]}x ({it[kernel][int8_speedup][torch]}x) | {it[weight_matmul_speedup_in_encoder]}x | {it[profile][onnx float32][weight_matmul_share]} ({it[profile][onnx int8][weight_matmul_share]}) | {it[amdahl_ceiling]}x ({it[no_matmul_ceiling]}x) | {it[measured_int8_speedup]}x | {it[onnx_float32_over_torch]}x | {it[ceiling_over_torch_float32]}x",),
     ),
     "labelled-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("labelled.jsonl")}, each="rows"),
     "distil-sweep": Table(header=SWEEP[0], rows=SWEEP[1:], data={"rows": lambda: sweep("distil.jsonl")}, each="rows"),

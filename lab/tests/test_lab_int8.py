@@ -52,18 +52,40 @@ def small_transformer(tmp_path_factory):
 def test_onnx_float32_gives_torch_vectors_and_its_int8_agrees(small_transformer, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from dupq_lab.speed.onnx_runtime import export, onnx_encoder, quantized
+    from dupq_lab.speed.onnx_runtime import export, fused, onnx_encoder, quantized, session
+
+    def encode(graph, texts=QUESTIONS):
+        return onnx_encoder(small_transformer, session(graph, threads=1))(texts)
 
     want = small_transformer.encode(QUESTIONS, normalize_embeddings=True, convert_to_numpy=True)  # (6, 64)
     graph = export(small_transformer, tmp_path)
-    float32 = onnx_encoder(small_transformer, graph, threads=1)(QUESTIONS)
-    np.testing.assert_allclose(float32, want, atol=1e-5)  # same arithmetic, same padding rule, same pooling
-    np.testing.assert_allclose(onnx_encoder(small_transformer, graph, 1)(QUESTIONS[:1]), want[:1], atol=1e-5)  # alone
+    np.testing.assert_allclose(encode(graph), want, atol=1e-5)  # same arithmetic, same padding rule, same pooling
+    np.testing.assert_allclose(encode(graph, QUESTIONS[:1]), want[:1], atol=1e-5)  # alone
 
-    int8 = onnx_encoder(small_transformer, quantized(graph), threads=1)(QUESTIONS)
+    int8 = encode(quantized(graph))
     assert not np.allclose(int8, want, atol=1e-5)  # it did change the arithmetic
     assert (int8 * want).sum(1).min() >= 0.99
 
     kept = quantized(graph, lambda node: "/output/dense/" in node and "/attention/" not in node)
     assert kept != quantized(graph)
-    assert (onnx_encoder(small_transformer, kept, 1)(QUESTIONS) * want).sum(1).min() >= 0.99
+    assert (encode(kept) * want).sum(1).min() >= 0.99
+
+    np.testing.assert_allclose(encode(fused(graph, small_transformer)), want, atol=1e-4)  # fusing keeps float32
+    assert (encode(quantized(fused(graph, small_transformer))) * want).sum(1).min() >= 0.99
+
+
+def test_int8_weights_leave_room_in_the_16_bit_sums_of_a_cpu_without_vnni(tmp_path):
+    """Without VNNI, ONNX Runtime adds each pair of uint8 x int8 products in 16 bits, which hold 32,767: inputs
+    near their largest (255) times full 8-bit weights (127) overflow them, twice 32,385. The products of
+    all-mpnet-base-v2 did, and its int8 vectors were unrelated to float32's; 7-bit weights leave the room."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from dupq_lab.speed.onnx_runtime import dense_graph, quantized, session
+
+    rng = np.random.default_rng(0)
+    weight = rng.uniform(0.9, 1.0, (8, 256)).astype(np.float32)  # (out, in): each row near its largest
+    x = rng.uniform(0.9, 1.0, (4, 256)).astype(np.float32)  # (rows, in): each value near the batch's largest
+    want = x @ weight.T  # (4, 8)
+    graph = dense_graph(weight, np.zeros(8, np.float32), tmp_path / "dense.onnx")
+    got = session(quantized(graph), threads=1).run(None, {"x": x})[0]  # (4, 8)
+    np.testing.assert_allclose(got, want, rtol=0.02)

@@ -16,9 +16,13 @@ The variants, the field's ways of running a transformer on a CPU:
 - ``torch int8 all``: the same with every linear layer quantised;
 - ``onnx float32``: ONNX Runtime on the exported graph, every graph optimisation on
   (:mod:`dupq_lab.speed.onnx_runtime`);
-- ``onnx int8``: that graph through ``onnxruntime.quantization.quantize_dynamic`` (per-channel weights), as
-  sentence-transformers' ``export_dynamic_quantized_onnx_model`` does;
-- ``onnx int8 ffn float``: the same with each block's feed-forward output MatMul left in float32.
+- ``onnx int8``: that graph's weight MatMuls through ``onnxruntime.quantization.quantize_dynamic`` (per-channel
+  7-bit weights, :func:`~dupq_lab.speed.onnx_runtime.quantized`), as sentence-transformers'
+  ``export_dynamic_quantized_onnx_model`` does but for the 7 bits;
+- ``onnx int8 ffn float``: the same with each block's feed-forward output MatMul left in float32;
+- ``onnx int8 full range``: 8-bit weights, which overflow the 16-bit sums of a CPU without VNNI (the fault);
+- ``onnx float32 fused`` and ``onnx int8 fused``: the graph through ONNX Runtime's transformer optimiser first
+  (attention, layer norm and GELU fused, :func:`~dupq_lab.speed.onnx_runtime.fused`).
 
 Each reports questions per second and its ratio to ``torch float32``'s, the cosine between each Quora question's
 vector and float32's (min, 1st percentile, mean), Recall@1 / MRR@10 of the help-desk dev half and the Recall@1
@@ -29,6 +33,7 @@ first 50. Needs the ``quality`` extra, and ``onnx`` and ``onnxruntime`` for the 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -51,7 +56,17 @@ from dupq_lab.options import DATA, Data, Threads
 
 WARMUP = 128
 ONE_QUERY = 50  # new questions encoded one at a time for one_query_ms
-VARIANTS = ("torch float32", "torch int8", "torch int8 all", "onnx float32", "onnx int8", "onnx int8 ffn float")
+VARIANTS = (
+    "torch float32",
+    "torch int8",
+    "torch int8 all",
+    "onnx float32",
+    "onnx int8",
+    "onnx int8 ffn float",
+    "onnx int8 full range",
+    "onnx float32 fused",
+    "onnx int8 fused",
+)
 Encode = Callable[[list[str]], np.ndarray]
 
 
@@ -72,16 +87,19 @@ def encoder(name: str, variant: str, threads: int, scratch: Path) -> Encode:
                 transformer, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
             )
     if variant.startswith("onnx"):
-        from dupq_lab.speed.onnx_runtime import export, onnx_encoder, quantized
+        from dupq_lab.speed.onnx_runtime import export, fused, onnx_encoder, quantized, session
 
         folder = scratch / name
         graph = folder / "model.onnx"
         if not graph.exists():
             folder.mkdir(parents=True)
             export(transformer, folder)
-        if variant != "onnx float32":
-            graph = quantized(graph, _ffn_output if variant.endswith("ffn float") else lambda node: False)
-        return onnx_encoder(transformer, graph, threads)
+        if "fused" in variant:
+            graph = fused(graph, transformer)
+        if "int8" in variant:
+            keep = _ffn_output if "ffn float" in variant else lambda node: False
+            graph = quantized(graph, keep, full_range="full range" in variant)
+        return onnx_encoder(transformer, session(graph, threads))
 
     def encode(texts: list[str]) -> np.ndarray:
         return transformer.encode(
@@ -182,7 +200,19 @@ def main(
         versions["onnxruntime"] = onnxruntime.__version__
     except ImportError:
         pass
-    print(json.dumps({"variants": result, **made_of, "threads": threads, **versions, "machine": platform.machine()}))
+    load = [round(x, 2) for x in os.getloadavg()]  # a shared machine's: the ratios of one run are what count
+    print(
+        json.dumps(
+            {
+                "variants": result,
+                **made_of,
+                "threads": threads,
+                "load_average_at_end": load,
+                **versions,
+                "machine": platform.machine(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
