@@ -7,6 +7,7 @@ finds the candidates, ``head_model`` (a pair head: its verdicts read both vector
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from dupq.cli import app
 from dupq.collection.collection import Collection, Location
 from dupq.collection.folder.backend import DATABASE
 from dupq.collection.reencode import reencode
+from dupq.collection.rerank import RERANK_CANDIDATES, rerank_candidates
 from dupq.core.errors import DupqError
 from support.errors import refused
 
@@ -82,6 +84,20 @@ def test_reranked_order_equals_brute_force(tmp_path, texts, queries, tiny_model,
             verdicts = head_model.verdicts([query] * len(hits), [h.text for h in hits])  # the reranker's judge
             assert [h.duplicate for h in hits] == verdicts.duplicate.tolist()
             np.testing.assert_allclose([h.probability for h in hits], verdicts.probability, atol=1e-5)
+
+
+def test_a_rerankers_own_number_of_candidates_is_the_default(tmp_path, texts, queries, tiny_model, head_model):
+    """A reranker whose search calibration records its number of candidates (a named model's, chosen on the
+    help-desk dev half) orders that many when a search does not say; one without orders RERANK_CANDIDATES."""
+    own = copy.deepcopy(head_model)
+    fit = {"a": 1.0, "b": 1.0, "c": 0.0, "cosine": 0.0, "margin": 0.0, "margin_range": [-1.0, 1.0]}
+    own.judge.search_calibration = {**fit, "suggest": 0.3, "duplicate": 0.6, "candidates": 3}
+    with Collection.build(tmp_path / "c", texts, tiny_model, rerank=own) as coll:
+        ids = lambda hits: [[h.id for h in row] for row in hits]  # noqa: E731
+        default = ids(coll.search(queries, k=3))
+        assert default == ids(coll.search(queries, k=3, candidates=3))
+        assert default != ids(coll.search(queries, k=3, candidates=RERANK_CANDIDATES))  # the fault: K ignored
+    assert rerank_candidates(head_model) == RERANK_CANDIDATES
 
 
 def test_no_rerank_gives_the_fast_models_order(tmp_path, texts, queries, tiny_model, tiny_model_dir, head_model_dir):

@@ -10,7 +10,8 @@ teacher-model`` do; never test pairs) and writes ``src/dupq/modeling/named/NAME.
 
 ``--search`` also fits how the model judges search hits, its ``suggest`` and ``duplicate`` tiers
 (:func:`dupq.evaluation.search_calibration.calibrate_search`, as ``dupq calibrate MODEL --search`` does: on
-the help-desk yardstick's dev searches, never its test half), so a collection that the named model
+the help-desk yardstick's dev searches, never its test half), with ``--candidates K`` the number of the fast
+model's best it orders as a reranker (``dupq-lab rerank-k``'s choice on the dev half), so a collection that the named model
 reranks judges its hits as a help desk's, out of the box. The model's vectors of the yardstick's
 questions encode through the lab's cache by text (``--work``/vectors), each once across runs.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import numpy as np
 import typer
@@ -41,6 +42,10 @@ def main(
     search: Annotated[
         bool, typer.Option(help="Fit the search calibration (tiers) on the help-desk dev half too.")
     ] = False,
+    candidates: Annotated[
+        Optional[int],
+        typer.Option(min=1, help="With --search: how many candidates it orders as a reranker (rerank-k's dev choice)."),
+    ] = None,
     data: Data = DATA,
     work: Annotated[Path, typer.Option(help="Where the model's vectors are kept between runs.")] = REPO
     / "runs"
@@ -56,9 +61,17 @@ def main(
     if search:
         with cached(model, work / "vectors" / model.fingerprint()):
             fit = calibrate_search(model, data)
-        model.metrics["search_calibration"] = {k: fit[k] for k in ("fitted_on", "fitted_by", "suggest", "duplicate")}
+        if candidates is not None:
+            fit["candidates"] = candidates
+        model.metrics["search_calibration"] = {
+            k: fit[k] for k in ("fitted_on", "fitted_by", "suggest", "duplicate", "candidates") if k in fit
+        }
     model.save(model.folder)  # its config.json and metrics.json in the cache, as resolve will write them
-    command = f"dupq-lab named-calibration {name} --pairs {pairs} --seed {seed}" + (" --search" if search else "")
+    command = (
+        f"dupq-lab named-calibration {name} --pairs {pairs} --seed {seed}"
+        + (" --search" if search else "")
+        + (f" --candidates {candidates}" if candidates else "")
+    )
     config = json.loads((model.folder / "config.json").read_text(encoding="utf-8"))
     write_json(NAMED_JSON / f"{name}.json", {"command": command, "config": config, "metrics": model.metrics})
     print(

@@ -24,7 +24,7 @@ take keys, and an update that changes nothing (a retry) writes nothing.
 :class:`~dupq.collection.moderation.Moderated`, which a collection is (:meth:`Collection.decide`, ...).
 
 **A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model)
-orders and judges each search's :data:`~dupq.collection.rerank.RERANK_CANDIDATES` best questions;
+orders and judges each search's best candidates (as many as :func:`~dupq.collection.rerank.rerank_candidates` says);
 its vectors are stored once per question (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it.
 
 **Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
@@ -53,7 +53,7 @@ from dupq.collection.hits import Hit, hits_of_queries, without_ids, without_remo
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
 from dupq.collection.moderation import Moderated
-from dupq.collection.rerank import RERANK_CANDIDATES, Reranking
+from dupq.collection.rerank import Reranking, rerank_candidates
 from dupq.collection.rows import (
     KeyConflict,
     StoreFailure,
@@ -267,7 +267,7 @@ class Collection(Moderated):
 
         ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
         field equal to its value (or to one of its values). With a reranker (``rerank`` None or True)
-        the model's ``candidates`` best (default :data:`RERANK_CANDIDATES`, at least ``k``) are ordered
+        the model's ``candidates`` best (default :func:`~dupq.collection.rerank.rerank_candidates`, at least ``k``) are ordered
         and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys
         of questions left out (a ticket searching for its own duplicates leaves itself out); the ``k`` best
         of the rest.
@@ -286,7 +286,7 @@ class Collection(Moderated):
             return []
         vectors = self.model.encode(queries)  # (Q, d)
         wanted = max(k, 2) + len(left_out)  # a runner-up for the top hit; a key left out is at most one hit of a query
-        depth = max(wanted, candidates or RERANK_CANDIDATES) if reranking else wanted
+        depth = max(wanted, candidates or rerank_candidates(self.reranker)) if reranking else wanted
         scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
         judge, hit_vectors, rows = self.model, self._backend.vectors, None
         if reranking:

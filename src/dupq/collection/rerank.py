@@ -32,6 +32,13 @@ RERANK_CANDIDATES = (
 RERANK_CHUNK = 4_096  # questions encoded by the reranker and stored per transaction (encode_all)
 
 
+def rerank_candidates(reranker: Model) -> int:
+    """How many of the fast model's best ``reranker`` orders when a search does not say: the number its search
+    calibration records (chosen for it on the help-desk dev half, as the named models' are), else
+    :data:`RERANK_CANDIDATES`."""
+    return int((reranker.judge.search_calibration or {}).get("candidates") or RERANK_CANDIDATES)
+
+
 class Reranking:
     """A reranker and the vectors of it a backend stores. Thread-safe: one thread encodes what is missing."""
 

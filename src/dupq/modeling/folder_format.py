@@ -99,8 +99,16 @@ class SearchCalibration(BaseModel):
     margin_range: tuple[number(-2.0, 2.0), number(-2.0, 2.0)]  # the margins the fit saw; others are clipped to them
     suggest: number(0.0, 1.0)  # a hit whose probability is above it is worth a look
     duplicate: number(0.0, 1.0)  # above it, safe to act on (precision >= 0.95 on the fitting pairs)
+    candidates: Annotated[int, Field(ge=1, le=100_000)] | None = None  # as a reranker: how many it orders
     fitted_on: dict | None = None  # the pairs it was fitted on, and its figures there
     fitted_by: str | None = None  # the command that fitted it
+
+
+def _search(calibration: SearchCalibration | None) -> dict | None:
+    """A search calibration as the judge keeps it (``candidates`` only where one was chosen)."""
+    if calibration is None:
+        return None
+    return calibration.model_dump(exclude={"candidates"} if calibration.candidates is None else set())
 
 
 def _encoder_tag(encoder: Any) -> str:
@@ -176,7 +184,7 @@ class ModelConfig(BaseModel):
             "threshold_info": self.threshold_info,
             "calibration": self.calibration.model_dump() if self.calibration is not None else None,
             "threshold_on": self.threshold_on,
-            "search_calibration": self.search_calibration.model_dump() if self.search_calibration else None,
+            "search_calibration": _search(self.search_calibration),
         }
 
 
