@@ -59,6 +59,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "named-calibration": "experiments.named_calibration",
     "int8": "speed.int8",
     "rerank-k": "experiments.rerank_k",
+    "rerank-cost": "speed.rerank_cost",
     "rerank-retrieval": "experiments.rerank_retrieval",
     "error-codes": "experiments.error_codes",
 }
