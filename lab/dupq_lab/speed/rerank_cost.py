@@ -9,11 +9,13 @@ Quora's dev questions, 20,282 on the dev half; ``--questions N`` keeps its first
 2. **first search**: on the last lazily reranked build, single-query searches (one torch thread, as ``dupq search``
    runs) of ``--searches`` queries chosen so that no two share a candidate of the fast model's
    :data:`~dupq.collection.rerank.RERANK_CANDIDATES`: each search encodes its K candidates with the reranker
-   (``encoded_per_search`` says how many it did). p50, and the ms each encoded candidate cost.
+   (``encoded_per_search`` says how many it did). p50 (wall, and this process's CPU: the figure a loaded machine
+   bends least), and the ms each encoded candidate cost.
 3. **stored search**: the same queries again, their candidates' vectors now stored; p50 and p99 over three passes.
 4. **serve**: ``dupq serve`` on that collection with its default workers, ``--clients`` keep-alive HTTP clients
    (:mod:`dupq_lab.service.http_load`) sending those queries for ``--seconds``, reranked and with
-   ``"rerank": false``, alternated ``--rounds`` times on the same server: searches/s, p50 and p99, and the ratio.
+   ``"rerank": false``, alternated ``--rounds`` times on the same server: searches/s, p50 and p99, the server's CPU ms
+   per search (the machine's cores over it bound the rate, whatever else runs), and the ratio.
 
 ``targets`` compares each figure with the issue's: build within 2x, stored search p50 <= 30 ms, first search p50 <=
 1.5 s, served reranked searches >= 100/s. The machine's load average is printed at the start and the end (on a
@@ -81,15 +83,17 @@ def apart(coll, queries: list[str], wanted: int) -> list[str]:
     return chosen
 
 
-def timed(coll, queries: list[str]) -> tuple[list[float], list[int]]:
-    """Each query searched alone: its wall ms, and how many questions the reranker encoded for it."""
-    ms, encoded = [], []
+def timed(coll, queries: list[str]) -> tuple[list[float], list[float], list[int]]:
+    """Each query searched alone: its wall ms, its CPU ms (this process's: less bound to the machine's load), and how
+    many questions the reranker encoded for it."""
+    ms, cpu_ms, encoded = [], [], []
     for query in queries:
-        before, started = coll.reranker_encoded, time.perf_counter()
+        before, started, cpu = coll.reranker_encoded, time.perf_counter(), time.process_time()
         coll.search([query], k=HITS)
         ms.append((time.perf_counter() - started) * 1000)
+        cpu_ms.append((time.process_time() - cpu) * 1000)
         encoded.append(coll.reranker_encoded - before)
-    return ms, encoded
+    return ms, cpu_ms, encoded
 
 
 def searched(folder: Path, queries: list[str], wanted: int) -> dict:
@@ -101,15 +105,16 @@ def searched(folder: Path, queries: list[str], wanted: int) -> dict:
     one_thread()
     with Collection.open(folder) as coll:
         chosen = apart(coll, queries, wanted)
-        first_ms, encoded = timed(coll, chosen)
+        first_ms, first_cpu, encoded = timed(coll, chosen)
         passes = [timed(coll, chosen) for _ in range(PASSES)]
-    stored_ms, stored_encoded = [t for ms, _ in passes for t in ms], sum(sum(n) for _, n in passes)
+    stored_ms, stored_cpu = ([t for run in passes for t in run[part]] for part in (0, 1))
     per_question = [t / n for t, n in zip(first_ms, encoded) if n]
     return {
         "chosen": chosen,
         "first_search": {
             "searches": len(first_ms),
             "p50_ms": round(float(np.median(first_ms)), 1),
+            "cpu_p50_ms": round(float(np.median(first_cpu)), 1),
             "encoded_per_search_p50": float(np.median(encoded)),
             "ms_per_encoded_question": round(float(np.median(per_question)), 2) if per_question else None,
         },
@@ -117,7 +122,8 @@ def searched(folder: Path, queries: list[str], wanted: int) -> dict:
             "searches": len(stored_ms),
             "p50_ms": round(float(np.median(stored_ms)), 2),
             "p99_ms": round(float(np.percentile(stored_ms, 99)), 2),
-            "encoded": stored_encoded,  # 0: every candidate's vector was stored
+            "cpu_p50_ms": round(float(np.median(stored_cpu)), 2),
+            "encoded": sum(sum(run[2]) for run in passes),  # 0: every candidate's vector was stored
         },
     }
 
@@ -125,7 +131,7 @@ def searched(folder: Path, queries: list[str], wanted: int) -> dict:
 def served(folder: Path, queries: list[str], clients: int, seconds: float, rounds: int, work: Path) -> dict:
     """``dupq serve`` of ``folder`` (default workers) under ``clients`` HTTP clients, reranked and not, alternated."""
     from dupq_lab.service.http_load import run_phase
-    from dupq_lab.service.service_load import free_port, start_server, stop
+    from dupq_lab.service.service_load import free_port, group_cpu_s, start_server, stop
 
     args = SimpleNamespace(workers=None, start_timeout=300.0, code=None)
     port, token, rng = free_port(), secrets.token_urlsafe(16), random.Random(0)
@@ -137,16 +143,26 @@ def served(folder: Path, queries: list[str], clients: int, seconds: float, round
             for _ in range(rounds):
                 for side, extra in (("reranked", None), ("plain", {"rerank": False})):
                     phase = run_phase(port, token, clients, seconds, 100_000, queries, 0.0, rng, side, extra=extra)
-                    sides[side].append(asyncio.run(phase)["search"])
+                    cpu = group_cpu_s(server.pid)
+                    result = asyncio.run(phase)["search"]
+                    if cpu is not None and result["requests"]:  # the machine's cores over it bound the rate
+                        result["cpu_ms"] = 1000 * (group_cpu_s(server.pid) - cpu) / result["requests"]
+                    sides[side].append(result)
         finally:
             stop(server)
     out = {
         side: {key: statistics.median(r[key] for r in runs) for key in ("per_s", "p50_ms", "p99_ms")}
+        | {"server_cpu_ms_per_search": median_of([r["cpu_ms"] for r in runs if "cpu_ms" in r])}
         | {"errors": sum(r["errors"] for r in runs)}
         for side, runs in sides.items()
     }
     out["per_s_ratio"] = round(out["reranked"]["per_s"] / out["plain"]["per_s"], 3)
     return out
+
+
+def median_of(values: list[float]) -> float | None:
+    """The median, rounded; None for no value (a system without /proc)."""
+    return round(statistics.median(values), 2) if values else None
 
 
 def measure(
