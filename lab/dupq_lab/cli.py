@@ -60,6 +60,7 @@ COMMANDS = {  # command: its module, whose docstring's first line is its help
     "int8": "speed.int8",
     "int8-ceiling": "speed.int8_ceiling",
     "rerank-k": "experiments.rerank_k",
+    "rerank-cost": "speed.rerank_cost",
     "rerank-retrieval": "experiments.rerank_retrieval",
     "error-codes": "experiments.error_codes",
 }

@@ -179,6 +179,23 @@ def test_a_stale_vector_is_encoded_again(tmp_path, texts, tiny_model, head_model
         assert 7 in assert_fresh(coll, expect_all=True)
 
 
+def test_a_damaged_vector_is_encoded_again_and_its_neighbours_are_read_whole(tmp_path, texts, tiny_model, head_model):
+    """A stored vector of the wrong length, or holding a NaN, is read as missing (the others read with it are not)."""
+    folder = tmp_path / "c"
+    Collection.build(folder, texts[:50], tiny_model, rerank=head_model, rerank_now=True).close()
+    with sqlite3.connect(folder / DATABASE) as db:
+        db.execute("UPDATE reranked SET vector = substr(vector, 1, 8) WHERE id = 3")
+        nan = np.full(head_model.out_dim, np.nan, dtype=np.float32).tobytes()
+        db.execute("UPDATE reranked SET vector = ? WHERE id = 4", (nan,))
+    with Collection.open(folder) as coll:
+        stored = coll.stored_reranker_vectors()
+        assert set(stored) == set(range(50)) - {3, 4}
+        for i in (2, 5):
+            np.testing.assert_allclose(stored[i], head_model.encode([texts[i]])[0], atol=1e-5)
+        coll.rerank_all()
+        assert coll.reranker_encoded == 2 and set(assert_fresh(coll, expect_all=True)) == set(range(50))
+
+
 def test_refusals(tmp_path, texts, tiny_model, head_model, tiny_model_dir):
     folder = tmp_path / "c"
     Collection.build(folder, texts[:20], tiny_model, rerank=head_model).close()

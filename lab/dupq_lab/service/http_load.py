@@ -75,8 +75,9 @@ def summary(latencies: list[float], seconds: float, errors: int) -> dict:
     }
 
 
-async def run_phase(port, token, clients, seconds, max_requests, searches, add_share, rng, tag) -> dict:
-    """Clients searching (and adding with probability ``add_share``) until time or count runs out."""
+async def run_phase(port, token, clients, seconds, max_requests, searches, add_share, rng, tag, extra=None) -> dict:
+    """Clients searching (and adding with probability ``add_share``) until time or count runs out; ``extra``: more
+    fields of each search's body (``{"rerank": False}``)."""
     lat = {"search": [], "add": []}
     errors = {"search": 0, "add": 0}
     samples: list[str] = []
@@ -98,7 +99,7 @@ async def run_phase(port, token, clients, seconds, max_requests, searches, add_s
                     True,
                 )
             else:
-                req = ("POST", "/search", {"question": rng.choice(searches), "k": 10}, False)
+                req = ("POST", "/search", {"question": rng.choice(searches), "k": 10, **(extra or {})}, False)
             started = time.perf_counter()
             try:
                 status, payload = await conn.request(*req)

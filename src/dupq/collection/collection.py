@@ -53,7 +53,7 @@ from dupq.collection.hits import Hit, hits_of_queries, without_ids, without_remo
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
 from dupq.collection.moderation import Moderated
-from dupq.collection.rerank import Reranking, rerank_candidates
+from dupq.collection.rerank import RERANK_BATCH, Reranking, rerank_candidates
 from dupq.collection.rows import (
     KeyConflict,
     StoreFailure,
@@ -290,7 +290,7 @@ class Collection(Moderated):
         scores, ids = self._backend.search(vectors, depth, where)  # (Q, depth'), (Q, depth')
         judge, hit_vectors, rows = self.model, self._backend.vectors, None
         if reranking:
-            vectors = self.reranker.encode(queries)  # (Q, d') the queries as the reranker sees them
+            vectors = self.reranker.encode(queries, RERANK_BATCH)  # (Q, d') the queries as the reranker sees them
             scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, wanted)  # (Q, k'), (Q, k')
             judge = self.reranker
         if left_out:  # before the margins: a ticket's own text must not stand in front of its duplicates

@@ -265,16 +265,18 @@ def remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
 
 def reranked(db: sqlite3.Connection, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
     """``{id: (digest, vector (dim,))}`` of the ``ids`` that have a reranker vector (a damaged one is left out: encoded again)."""
-    wanted, found = sorted(set(ids)), {}
+    wanted, whole = sorted(set(ids)), []
     for lo in range(0, len(wanted), PARAMETERS):
         part = wanted[lo : lo + PARAMETERS]
         query = f"SELECT id, digest, vector FROM reranked WHERE id IN ({','.join('?' * len(part))})"
-        for i, digest, blob in db.execute(query, part):
-            if isinstance(blob, bytes) and len(blob) == 4 * dim and isinstance(digest, str):
-                vector = np.frombuffer(blob, dtype=np.float32)
-                if np.isfinite(vector).all():
-                    found[i] = (digest, vector)
-    return found
+        whole += [
+            (i, digest, blob)
+            for i, digest, blob in db.execute(query, part)
+            if isinstance(blob, bytes) and len(blob) == 4 * dim and isinstance(digest, str)
+        ]
+    vectors = np.frombuffer(b"".join(blob for *_, blob in whole), dtype=np.float32).reshape(len(whole), dim)  # (F, dim)
+    finite = np.isfinite(vectors).all(axis=1)  # (F,) read as one array: a search reads K of them
+    return {i: (digest, vectors[n]) for n, (i, digest, _) in enumerate(whole) if finite[n]}
 
 
 def keep_reranked(db: sqlite3.Connection, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
