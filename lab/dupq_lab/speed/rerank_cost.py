@@ -8,7 +8,7 @@ Quora's dev questions, 20,282 on the dev half; ``--questions N`` keeps its first
    model loads, the encoding, the store), alternated ``--rounds`` times; the medians and their ratio.
 2. **first search**: on the last lazily reranked build, single-query searches (one torch thread, as ``dupq search``
    runs) of ``--searches`` queries chosen so that no two share a candidate of the fast model's
-   :data:`~dupq.collection.rerank.RERANK_CANDIDATES`: each search encodes its K candidates with the reranker
+   :func:`~dupq.collection.rerank.rerank_candidates` (K): each search encodes its K candidates with the reranker
    (``encoded_per_search`` says how many it did). p50 (wall, and this process's CPU: the figure a loaded machine
    bends least), and the ms each encoded candidate cost.
 3. **stored search**: the same queries again, their candidates' vectors now stored; p50 and p99 over three passes.
@@ -46,8 +46,9 @@ from typing import Annotated, Literal, Optional
 import numpy as np
 import typer
 
-from dupq.collection.rerank import RERANK_CANDIDATES
+from dupq.collection.rerank import rerank_candidates
 from dupq.core.errors import DupqError
+from dupq.modeling.model import Model
 from dupq_lab.options import DATA, REPO, Data, ModelFolder, Rounds, Seconds
 
 TARGETS = {"build_ratio": 2.0, "stored_search_p50_ms": 30.0, "first_search_p50_ms": 1500.0, "serve_per_s": 100.0}
@@ -71,7 +72,7 @@ def built(corpus: Path, out: Path, model: Optional[Path], rerank: str | None) ->
 
 def apart(coll, queries: list[str], wanted: int) -> list[str]:
     """Up to ``wanted`` of ``queries``, in order, no two of which share one of the fast model's candidates."""
-    _, ids = coll.nearest(coll.model.encode(queries), RERANK_CANDIDATES)  # (Q, K)
+    _, ids = coll.nearest(coll.model.encode(queries), rerank_candidates(coll.reranker))  # (Q, K)
     chosen, seen = [], set()
     for query, row in zip(queries, ids.tolist()):
         candidates = {i for i in row if i >= 0}
@@ -191,7 +192,7 @@ def measure(
         "collection_questions": len(corpus),
         "model": str(model or "bundled"),
         "rerank": rerank,
-        "k": RERANK_CANDIDATES,
+        "k": rerank_candidates(Model.load(rerank)),
         "build": {"plain_s": round(plain, 2), "rerank_s": round(reranked, 2), "ratio": round(reranked / plain, 3)},
     }
     # a child process: one torch thread for the searches, as dupq search runs, and this one keeps its own
