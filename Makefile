@@ -1,6 +1,6 @@
 # Quick start:  make demo   (install; a small help desk built and searched with the bundled model, its verdict refitted
 #                            on a moderator's decisions and searched again, pairs judged; the seed recipe trained
-#                            briefly and asked the seeds' two questions: about two minutes)
+#                            briefly and asked the seeds' two questions: about a minute and a half on a quiet VM, the install included)
 #               make test   (install, then run the test suite)
 # make labelled: the labelled recipe without its teacher, evaluated, with its report (six epochs: 10-15 minutes)
 # make bundled: the bundled model itself (needs the .[distil] extra: teacher vectors first, then the same training with them,
