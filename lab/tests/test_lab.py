@@ -26,13 +26,6 @@ def test_a_cell_is_a_dash_where_its_input_or_key_is_missing():
     assert [cell(t, data) for t in ("{r[bm25][mrr@10]:.3f}", "{none[x]}", "{gone}")] == ["-", "-", "-"]
 
 
-def test_adapt_seeds_reads_lists_and_ranges_of_seeds():
-    from dupq_lab.experiments.adapt_seeds import seeds_of
-
-    assert seeds_of("0-3,7") == [0, 1, 2, 3, 7]
-    assert seeds_of("5") == [5] and seeds_of("2-2,") == [2]
-
-
 def test_the_digest_cache_encodes_each_text_once_and_keeps_it_for_the_next_run(tmp_path):
     import numpy as np
 

@@ -1,1 +1,1 @@
-"""Experiments whose rows stay in docs/experiments: the yardsticks' scripts (quora-dev, retrieval, out-of-domain, clean-pairs), the sweep, the static branch, calibration, pair words."""
+"""Experiments behind the docs' quality figures: the yardsticks' scripts (retrieval, out-of-domain), the tiers, the help desks' verdict and calibration, the reranker."""
