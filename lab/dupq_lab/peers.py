@@ -23,8 +23,6 @@ library's functions:
 * speed: questions per second encoding every distinct test and dev question once, batch 128,
   ``torch.set_num_threads(2)``, tokenising included.
 
-    dupq-lab peers [--model-folder DIR] [--data PATH] [--limit N]
-
 Prints one JSON line: {"model", "calibration", "test", "retrieval": {"test", "dev"}, "speed", ...}.
 """
 

@@ -1,7 +1,5 @@
 """Regenerate the figures of the docs: run each marked console block's commands and write their output.
 
-    dupq-lab figures [FILE...] [--check] [--measure] [--only TEXT]
-
 With no FILE, every page of the docs: README.md and docs/**/*.md (:func:`doc_files`).
 
 A block is marked by the HTML comment line ``<!-- regenerate -->`` right before a fenced

@@ -17,8 +17,6 @@ question is ``duplicate_of``, the others ``not_duplicate_of`` (``Collection.deci
 ``--judged``: a hit judged a duplicate of the new question (:func:`dupq.evaluation.tasks.read_judged`)
 is decided ``duplicate_of`` too.
 
-    dupq-lab desk-calibration [--review 3] [--judged]
-
 Prints one JSON line.
 """
 

@@ -12,8 +12,6 @@ the test half's new questions search it through the API before and after: for th
 it is the query's old question or a ticket decided a duplicate of it. ``refit`` is the fit's own report (held-out
 decisions, seed 0).
 
-    dupq-lab desk-loop [--decisions 100] [--find-right] [--model FOLDER]
-
 Prints one JSON line.
 """
 

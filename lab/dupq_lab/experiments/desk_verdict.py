@@ -21,8 +21,6 @@ hits (of each tier) that the yardstick as written calls wrong and the judgments 
 search's candidates are ordered and judged by it, its tiers too; its vectors encode through the lab's
 cache by text (``--work``/vectors, :mod:`dupq_lab.vector_cache`), each text once across runs.
 
-    dupq-lab desk-verdict [--split test] [--no-distractors] [--judged] [--model FOLDER] [--rerank MODEL]
-
 Prints one JSON line.
 """
 

@@ -20,8 +20,6 @@ Recall@1 on the queries with a code, on all queries, and on the help-desk yardst
 per half; ``chosen``: the rule with the best dev Recall@1 on code queries whose dev Recall@1 on all
 queries is not lower than without it (ties: the simplest). Test is only reported.
 
-    dupq-lab error-codes [--model DIR] [--rerank minilm] [--data FILE]
-
 Prints one JSON line: {"rule", "queries": {half: {"with_code", "all"}}, "corpus", "recall@1":
 {half: {search: {"codes", "all", "help_desks"}}}, "chosen"}.
 """
@@ -40,8 +38,8 @@ from dupq.data.codes import codes, shared_codes, tokens
 from dupq.data.pairs import default_data_path, read_pairs
 from dupq.evaluation.tasks import YARDSTICKS, help_desk_task, quora_distractors, read_help_desk_pairs
 from dupq.modeling.model import Model
-from dupq_lab.experiments.tiers import cached
 from dupq_lab.options import DATA, REPO, Data, ModelFolder
+from dupq_lab.vector_cache import DigestCache
 
 ERROR_CODES = YARDSTICKS / "error_codes.tsv"
 RULES = ("none", "codes first", "codes added")  # simplest first: a tie keeps the simpler rule
@@ -85,8 +83,8 @@ def main(
     for i, text in enumerate(corpus):  # each token of the corpus's codes -> the questions that hold it
         for token in tokens(text):
             holders.setdefault(token, []).append(i)
-    fast_encode = cached(fast.encode, f"fast-{fast.fingerprint()}", CACHE)  # each text encoded once, kept
-    rerank_encode = cached(reranker.encode, f"rerank-{reranker.fingerprint()}", CACHE)
+    fast_encode = DigestCache(fast, CACHE / f"fast-{fast.fingerprint()}")  # each text encoded once, kept
+    rerank_encode = DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")
     v, r = fast_encode(corpus), rerank_encode(corpus)  # (N, d), (N, d')
     own_desk = set(desks.new)
     out = {

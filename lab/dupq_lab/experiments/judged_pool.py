@@ -8,8 +8,6 @@ are not its own old question, and writes them as ``split, new, candidate`` rows,
 shuffled with ``--seed`` and without scores or ranks, so that whoever labels them sees neither.
 The labels go in ``yardsticks/help_desks_judged.tsv`` (:func:`dupq.evaluation.tasks.read_judged`).
 
-    dupq-lab judged-pool --model bundled --model minilm --out runs/judged_pool.tsv
-
 Prints one JSON line: the pool's size, per half and per model.
 """
 

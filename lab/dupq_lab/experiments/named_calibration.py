@@ -1,7 +1,5 @@
 """A named model's judge (threshold and probability map) fitted on Quora dev pairs, written into the package.
 
-    dupq-lab named-calibration minilm [--pairs 1000] [--seed 0] [--search] [--data PATH]
-
 Loads the named model (``minilm`` or ``mpnet``, as every MODEL option does: from its packages, run as its
 shipped config says, int8 included), fits its threshold and beta calibration on ``--pairs`` dev pairs drawn
 at random from the Quora split (``dupq.evaluation.evaluate.calibrate``, as ``dupq train`` and ``dupq distil

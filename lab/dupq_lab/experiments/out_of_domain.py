@@ -6,9 +6,6 @@ searching every old question plus Quora's 19,862 dev questions as distractors). 
 task's measures of a dupq model (``--model``; default the bundled model) and of BM25, and with
 ``--minilm`` (the ``distil`` extra) all-MiniLM-L6-v2 zero-shot's on the same task.
 
-    dupq-lab out-of-domain [--split dev|test] [--model DIR] [--minilm] [--data PATH]
-    dupq-lab out-of-domain --write-questions runs/ood-questions.txt
-
 ``--write-questions FILE`` writes, instead, what a help desk adapts on (``dupq adapt FILE``): the
 collection, every old question then the distractors, one a line, never a new question; it prints
 {"wrote", "questions"}.

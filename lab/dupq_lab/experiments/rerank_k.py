@@ -22,8 +22,6 @@ single short query gains nothing from a second thread and loses much where the o
 is the smallest K whose Recall@1 is within 0.005 of the best K's: the default
 (:data:`~dupq.collection.rerank.RERANK_CANDIDATES`) is chosen on the dev half with it.
 
-    dupq-lab rerank-k --rerank MODEL [--model DIR] [--split dev|test] [--ks 10,20,50,100] [--work DIR] [--threads 1]
-
 Prints one JSON line: {"split", "queries", "corpus", ..., "model", "rerank", "fast": {...},
 "per_k": {K: {"mrr@10", "recall@1", ..., "candidate_recall", "first_search_encodes",
 "stored_search_ms_p50"}}, "reranker_ms_per_question", "chosen"}.

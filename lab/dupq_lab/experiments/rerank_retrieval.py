@@ -17,8 +17,6 @@ and the share of queries with a known duplicate among the fast model's K (the ce
 is the smallest K whose MRR@10 is within 0.005 of the best K's (the rule of ``dupq-lab rerank-k``,
 on this task's primary measure).
 
-    dupq-lab rerank-retrieval --rerank MODEL [--model DIR] [--split dev|test] [--ks 30,100] [--alone] [--work DIR]
-
 Prints one JSON line: {"queries", "corpus", "relevant", ..., "split", "model", "rerank", "fast":
 {...}, ["alone": {...}], "per_k": {K: {"mrr@10", ..., "candidate_recall"}}, "chosen",
 "reranker_encoded", "fingerprints"}.

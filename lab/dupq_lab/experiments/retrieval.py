@@ -8,8 +8,6 @@ every known duplicate counts as found (the labels' transitive closure over the w
 to choose on. ``--minilm`` also scores all-MiniLM-L6-v2 zero-shot (the ``distil`` extra; encoding
 the 38,614 questions takes minutes on a 2-core CPU).
 
-    dupq-lab retrieval [--model DIR] [--data PATH] [--split test|dev] [--minilm]
-
 Prints one JSON line: {"dupq": {"mrr@10", "ndcg@10", "recall@1", "recall@10", "p@1",
 "mrr@10_question2"}, "bm25": {...}, ["minilm": {...}], "queries", "corpus", "relevant",
 "queries_with_more_than_one_relevant", "split", "model", "fingerprint"}.

@@ -6,8 +6,6 @@ yardstick). For each ``--mix`` (``dupq adapt --mix N``: with fewer questions tha
 are added up to N; 0 adds none), ``dupq adapt DESK --mix N`` runs as a user types it, and what it printed is kept
 in ``WORK/mix-N.log``. The model before adapting (``--model``, default the bundled one) is measured beside them.
 
-    dupq-lab small-desk [--split dev|test] [--mix 0,20000] [--model DIR] [--work runs/small-desk]
-
 An adapted model already in ``WORK`` (``mix-N``) is measured, not adapted again. Prints one JSON line per model:
 {"model", "mix", "desk": {measures}, "with_distractors": {measures}}, Recall@1 = the share of new questions whose
 old question comes first.

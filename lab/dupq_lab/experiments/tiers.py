@@ -17,10 +17,8 @@ the bundled model's at each weight (``dupq distil teacher-model --join``'s rule,
 ``--judged``: the questions judged duplicates of a new question (:func:`dupq.evaluation.tasks.read_judged`)
 count as found too.
 
-Vectors are kept in ``--cache`` (default ``runs/tier-vectors``), one file per model fingerprint, so
+Vectors are kept in ``--cache`` (default ``runs/tier-vectors``), a folder per model fingerprint, so
 that a transformer encodes each text once across runs and halves. Choose on dev; run test only for the choice.
-
-    dupq-lab tiers --split dev --tier bundled=bundled --tier quality=runs/quality [--minilm] [--quora] [--speed] [--join 0.25,0.5,1]
 
 Prints one JSON line: {"split", "tiers": {name: {"help_desk": {...}, ["quora": {...}], ["questions_per_s",
 "build_20k_s"], "fingerprint", "folder"}}, "bm25": {...}, "machine"}.
@@ -37,7 +35,6 @@ import time
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-import numpy as np
 import typer
 
 from dupq.core.errors import DupqError
@@ -47,30 +44,10 @@ from dupq.evaluation.tasks import quora_distractors, shipped_help_desk_task
 from dupq.modeling.model import Model
 from dupq.modeling.static import join_vectors
 from dupq_lab.options import DATA, Data
+from dupq_lab.vector_cache import DigestCache
 
 SPEED_QUESTIONS = 2_000
 COLLECTION = 20_000
-
-
-def cached(encode, key: str, cache: Path):
-    """``encode`` with every text's vector kept in ``cache/KEY.npz`` (texts and vectors), each text encoded once."""
-
-    def run(texts: list[str]) -> np.ndarray:
-        path = cache / f"{key}.npz"
-        kept: dict[str, np.ndarray] = {}
-        if path.exists():
-            stored = np.load(path, allow_pickle=False)
-            kept = dict(zip(stored["texts"].tolist(), stored["vectors"]))
-        missing = [t for t in dict.fromkeys(texts) if t not in kept]
-        if missing:
-            kept.update(zip(missing, np.asarray(encode(missing), dtype=np.float32)))
-            cache.mkdir(parents=True, exist_ok=True)
-            tmp = cache / f"{key}.tmp.npz"
-            np.savez(tmp, texts=np.array(list(kept)), vectors=np.stack(list(kept.values())))
-            os.replace(tmp, path)
-        return np.stack([kept[t] for t in texts])
-
-    return run
 
 
 def sentence_model(folder: Path | None) -> Model:
@@ -154,13 +131,13 @@ def main(
     out: dict = {}
     bundled = None
     for name, model in tiers.items():
-        encode = cached(model.encode, model.fingerprint(), cache)
+        encode = DigestCache(model, cache / model.fingerprint())
         row = {t: retrieval_measures(encode, k) for t, k in tasks.items()}
         if measure_speed:
             row.update(speed(model, questions, build))
         if model.encoder.copied and weights:  # a transformer: joined with the bundled model at each weight
             bundled = bundled or Model.load()
-            student = cached(bundled.encode, bundled.fingerprint(), cache)
+            student = DigestCache(bundled, cache / bundled.fingerprint())
             for w in weights:
                 joined = lambda texts, w=w, e=encode, s=student: join_vectors(e(texts), s(texts), w)  # noqa: E731
                 row[f"joined with bundled, weight {w:g}"] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}

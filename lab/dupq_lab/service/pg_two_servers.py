@@ -1,7 +1,5 @@
 """Two `dupq serve` on one Postgres table, each killed with kill -9 once: is every acknowledged add stored once?
 
-    dupq-lab pg-two-servers [--adds 20000] [--clients 4] [--workers 2]
-
 A table of a private pgserver PostgreSQL (pgvector) holds a few questions (the bundled model); two
 ``dupq serve --workers 2`` serve it. ``--clients`` threads add ``--adds`` new questions through
 both, each under a key of its own, as a client behind a load balancer would: a request that gets

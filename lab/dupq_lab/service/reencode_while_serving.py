@@ -1,8 +1,6 @@
 """`dupq index reencode` of a collection that `dupq serve` serves while writers add to it: are the adds made
 during the re-encoding in the new collection?
 
-    dupq-lab reencode-while-serving [--questions 20000] [--writers 4] [--workers 2]
-
 Builds a collection of synthetic questions (the bundled model) in a temporary folder, serves it,
 starts ``--writers`` clients that add new questions (``POST /questions``) as fast as they are
 answered, and re-encodes the collection with the bundled model into a new one meanwhile. The

@@ -1,7 +1,5 @@
 """Training speed on 1 and 2 processes (gloo, one thread each) and the share of a step spent communicating.
 
-    dupq-lab ddp-speed [--data PATH] [--steps 40]
-
 One JSON line per (recipe, processes): ``pairs_per_s`` over ``--steps`` optimizer steps of 256
 pairs after 5 warm-up steps (every rank encodes its half of each global batch, the vectors are
 gathered with gradients, DDP averages the gradients: the step `dupq train` takes under torchrun),

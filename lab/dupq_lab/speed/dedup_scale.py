@@ -176,6 +176,25 @@ def speed(sizes: list[int]) -> dict:
     return {"cosine": COSINE, "runs": rows, "all": {"questions": everything, **end_to_end(everything)}}
 
 
+def labelled(pairs, where: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The labelled ``pairs`` whose two questions are both in the input (``where``: text -> row): rows a, b, labels."""
+    a = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q1])
+    b = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q2])
+    keep = (a >= 0) & (b >= 0) & (a != b)
+    return a[keep], b[keep], pairs.labels[keep]
+
+
+def group_sizes(labels: np.ndarray) -> dict:
+    """How many groups ``labels`` (-1: in none) make, the largest, and the duplicate pairs they imply."""
+    sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.zeros(1, int)
+    sizes = sizes[sizes > 0]
+    return {
+        "groups": int(len(sizes)),
+        "largest": int(sizes.max()),
+        "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
+    }
+
+
 def quality(cosines: list[float]) -> dict:
     from dupq.data.pairs import default_data_path, held_out
     from dupq.dedup.candidates import neighbour_blocks
@@ -190,13 +209,7 @@ def quality(cosines: list[float]) -> dict:
     model = Model.load()
     splits = held_out(model.metrics, default_data_path())
 
-    def labelled(pairs):
-        a = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q1])
-        b = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q2])
-        keep = (a >= 0) & (b >= 0) & (a != b)
-        return a[keep], b[keep], pairs.labels[keep]
-
-    dev, test = labelled(splits.dev), labelled(splits.test)
+    dev, test = labelled(splits.dev, where), labelled(splits.test, where)
     low = min(cosines)
     by_cosine, by_model = [], []
     for rows, scores, ids in neighbour_blocks(vectors, DedupConfig().candidates):
@@ -220,15 +233,7 @@ def quality(cosines: list[float]) -> dict:
     groupings[f"SemHash self_deduplicate (cosine > {chosen})"] = np.load(saved)
     table = {}
     for name, labels in groupings.items():
-        sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.zeros(1, int)
-        sizes = sizes[sizes > 0]
-        table[name] = {
-            "dev": pairwise(labels, *dev),
-            "test": pairwise(labels, *test),
-            "groups": int(len(sizes)),
-            "largest": int(sizes.max()),
-            "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
-        }
+        table[name] = {"dev": pairwise(labels, *dev), "test": pairwise(labels, *test), **group_sizes(labels)}
     return {
         "questions": n,
         "dev_sweep_star_f1": {str(t): sweep[t]["f1"] for t in cosines},
@@ -244,7 +249,7 @@ def reranked_quality(rerank: str) -> dict:
     from dupq.dedup.grouping import DedupConfig, dedup_vectors, same_text
     from dupq.evaluation.grouping import pairwise
     from dupq.modeling.model import Model
-    from dupq_lab.experiments.tiers import cached
+    from dupq_lab.vector_cache import DigestCache
 
     model, reranker = Model.load(), Model.load(rerank)
     splits = held_out(model.metrics, default_data_path())
@@ -254,18 +259,12 @@ def reranked_quality(rerank: str) -> dict:
     texts = [t for t in texts if t]
     where = {t: i for i, t in enumerate(texts)}
 
-    def labelled(pairs):
-        a = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q1])
-        b = np.array([where.get(" ".join(q.split()), -1) for q in pairs.q2])
-        keep = (a >= 0) & (b >= 0) & (a != b)
-        return a[keep], b[keep], pairs.labels[keep]
-
-    labels = {name: labelled(p) for name, p in halves.items()}
+    labels = {name: labelled(p, where) for name, p in halves.items()}
     started = time.perf_counter()
     vectors = model.encode(texts)  # (N, d)
     encode_s = {"model": round(time.perf_counter() - started, 1)}
     started = time.perf_counter()
-    reranked = cached(reranker.encode, f"rerank-{reranker.fingerprint()}", CACHE)(texts)  # (N, d') each once
+    reranked = DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")(texts)  # (N, d') each once
     encode_s["rerank"] = round(time.perf_counter() - started, 1)
     same, config, table = same_text(texts), DedupConfig(), {}
     runs = {
@@ -278,13 +277,9 @@ def reranked_quality(rerank: str) -> dict:
     for name, extra in runs.items():
         started = time.perf_counter()
         clusters = dedup_vectors(vectors, model, config, same, **extra)
-        sizes = np.bincount(clusters.label[clusters.label >= 0]) if clusters.count else np.zeros(1, int)
-        sizes = sizes[sizes > 0]
         table[name] = {
             **{half: pairwise(clusters.label, *labels[half]) for half in halves},
-            "groups": int(clusters.count),
-            "largest": int(sizes.max()),
-            "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
+            **group_sizes(clusters.label),
             "group_seconds": round(time.perf_counter() - started, 1),
         }
     return {

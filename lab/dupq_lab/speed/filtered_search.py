@@ -14,8 +14,6 @@ For each filter and a seeded sample of stored questions as queries:
 * ``after_one_removal_p50_ms``: the unfiltered search again once one question is removed (every
   search then keeps to the others), and ``vs_before`` (put back at the end).
 
-    dupq-lab filtered-search [--index hnsw] [--questions N] [--queries 200] [--keep DIR]
-
 ``--questions`` keeps the first N distinct questions (e.g. 19,000 for HNSW, 42,000 for ivfpq: sizes
 where the exact path and the index's own disagreed most). Prints one JSON line. The collection is built in a temporary folder (removed at the end) unless
 ``--keep DIR`` names one (built there once, reused after).

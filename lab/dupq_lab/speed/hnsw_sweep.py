@@ -13,10 +13,7 @@ The queries are ``--queries`` stored questions drawn with ``--query-seed``: choo
 with ``--query-seed 1`` and report them with the default 0. The last line, ``chosen``, names the
 setting whose recall@10 stays at least ``--recall`` two standard errors down (the error of the mean
 of the queries' own recalls: a setting just at the bar on one sample of queries misses it on
-another), and of those the one with the fewest bytes a question, then the fastest.
-
-    dupq-lab hnsw-sweep [--m 16,32,64] [--ef-construction 64,200] [--ef-search 16,32,64,128,256]
-"""
+another), and of those the one with the fewest bytes a question, then the fastest."""
 
 from __future__ import annotations
 

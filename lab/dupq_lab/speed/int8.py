@@ -1,7 +1,5 @@
 """The named transformers in int8 against float32, every way side by side: speed and agreement; prints one JSON line.
 
-    dupq-lab int8 [--models minilm,mpnet] [--variants ...] [--distractors 2000] [--no-recall] [--chunk 256] [--threads 2] [--data PATH]
-
 For each named model (``dupq.modeling.pretrained.NAMES``) each variant of :data:`VARIANTS` encodes the same
 questions, after a warm-up batch, the variants taking turns
 (:func:`measured`): the help-desk yardstick's dev half (its 210 new questions, every old question

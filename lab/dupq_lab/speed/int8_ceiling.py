@@ -1,7 +1,5 @@
 """The most int8 can speed a named transformer on this CPU: its weight products timed, its encoder profiled; prints one JSON line.
 
-    dupq-lab int8-ceiling [--models minilm,mpnet] [--rows 4096] [--repeats 15] [--questions 128] [--threads 2] [--data PATH]
-
 ``kernel``: for each named model, one of its own weight matrices, the first block's feed-forward input (H x 4H:
 384 x 1536 for MiniLM, 768 x 3072 for mpnet), multiplies ``--rows`` token rows (32 questions of 128 tokens
 by default, a batch as the encoder sees it) every way, the ways taking turns (:func:`timed`):

@@ -1,7 +1,5 @@
 """How close the training step's LSTM runs to the machine's arithmetic speed; prints one JSON line.
 
-    dupq-lab lstm-roofline [--threads 2] [--dim 128] [--shapes 64x8 64x16 128x16 512x12] [--repeats 30]
-
 ``matmul_gflops``: a large float32 matrix product (2048 x 2048 by 2048 x 2048) through oneDNN,
 the library whose kernels run torch's CPU LSTM: the practical ceiling for dense float32 work on
 these threads. ``torch_mm_gflops``: the same product through ``torch.mm`` (the BLAS torch was

@@ -12,8 +12,6 @@ metadata field ``group`` drawn uniformly from 0..999 (seeded), so a filter keeps
 * ``recall@10``: share of the top 10 whose exact score reaches the exact 10th (ties count), and
   the same under each filter against the exact filtered top 10.
 
-    dupq-lab pgvector-speed [--questions 20000] [--queries 200]
-
 Prints one JSON line.
 """
 

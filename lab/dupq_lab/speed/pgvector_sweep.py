@@ -6,10 +6,7 @@ in dupq-lab pgvector-speed) are stored in a table of a private pgserver PostgreS
 stored questions, one at a time. One JSON row per setting: ``recall@10`` against the exact top 10
 (ties count), ``p50_ms`` and the graph's ``build_s``. The last line, ``chosen``, is the cheapest
 setting (fewest links, then smallest ef_construction, then ef_search) whose recall@10 reaches
-``--recall``.
-
-    dupq-lab pgvector-sweep [--questions 20000] [--m 16,32] [--ef-construction 64,200] [--ef-search 20,40,80]
-"""
+``--recall``."""
 
 from __future__ import annotations
 

@@ -12,8 +12,6 @@ of the oldest questions, one at a time, each waited on until any rebuild it star
 * ``recall@10``: after all of it, the hits of 200 stored questions as queries against the exact search
   over the stored vectors (:func:`~dupq_lab.speed.filtered_search.recall_at_10`); no removed id is found.
 
-    dupq-lab removal-cost [--questions 20000] [--undo 0.25] [--removals 100]
-
 Prints one JSON line. The collection is built in a temporary folder, removed at the end.
 """
 

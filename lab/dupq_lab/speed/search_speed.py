@@ -15,8 +15,6 @@ For each index kind (flat = exact, hnsw = approximate, ivfpq = compressed and re
 * ``recall@10``: share of its top 10 whose true score reaches the exact 10th score of
   :func:`dupq.index.vectors.search` (ties broken either way count; 1.0 for flat up to rounding).
 
-    dupq-lab search-speed --model runs/model [--data PATH] [--index flat,hnsw,ivfpq] [--query-seed 0]
-
 IVF-PQ's settings (``--nlist``, ``--pq-m``, ``--nprobe``, ``--rerank``) were chosen with
 ``--query-seed 1`` (another sample of queries) and are reported with the default seed 0.
 

@@ -10,8 +10,6 @@ in order) and verdicts agree between the two. ``encode_ms``: ``Model.encode`` of
 questions under each variant (the median of ``--repeats`` calls), where
 :data:`~dupq.modeling.kernels.FEW_QUESTIONS` comes from.
 
-    dupq-lab single-search [--collection C] [--seconds 5] [--rounds 3]
-
 Prints one JSON line.
 """
 

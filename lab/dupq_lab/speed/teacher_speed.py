@@ -1,7 +1,5 @@
 """The teacher under bfloat16 autocast against float32: speed and agreement; prints one JSON line.
 
-    dupq-lab teacher-speed [--teacher FOLDER] [--questions 3000] [--threads 2] [--data PATH]
-
 Encodes the first ``--questions`` distinct questions of the training pool with ``dupq.training.distil.teacher``'s
 ``load_teacher`` twice, as `dupq distil teach` does (batch 128, unit vectors), once with
 ``bf16=False`` and once with ``bf16=True``, after a warm-up batch each; reports questions per

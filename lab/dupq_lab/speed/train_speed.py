@@ -1,7 +1,5 @@
 """Training speed of each recipe and encoding speed, on the real Quora data; prints one JSON line.
 
-    dupq-lab train-speed [--data PATH] [--steps 200] [--repeats 3] [--dim 128] [--encode 200000] [--keras]
-
 train_pairs_per_s: {recipe: pairs/s}: optimizer steps on random batches of 256 pairs (forward of
 every question of the batch, the recipe's objective, backward, fused Adam), after 10 warm-up
 steps, from one full process; the median of ``--repeats`` windows of ``--steps`` steps, each

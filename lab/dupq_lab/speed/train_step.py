@@ -1,7 +1,5 @@
 """Where a training step's time goes, per recipe and batching variant; prints one JSON line.
 
-    dupq-lab train-step [--recipe labelled] [--steps 40] [--threads 1] [--variants "4 8 16 32 8,bf16 16,bf16 8,dense"]
-
 For each variant ``CHUNKS[,bf16][,dense]`` (``TrainConfig.chunks``: length-sorted LSTM calls per batch;
 ``bf16``: forward under
 ``torch.autocast("cpu", torch.bfloat16)``, as `dupq train --bf16`; ``dense``: the plain update, ``zero_grad``,
