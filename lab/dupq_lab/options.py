@@ -6,11 +6,16 @@ The options are typer's ``Annotated`` types, as dupq's own commands declare thei
 
 from __future__ import annotations
 
+import functools
+import json
+import sys
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from dupq.core.errors import DupqError
 from dupq.data.pairs import default_data_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +35,43 @@ Work = Annotated[Path, typer.Option(help="Folder of the built collection (and of
 Index = Annotated[str, typer.Option(help="Index kind of a collection built here: flat, hnsw or ivfpq.")]
 Seconds = Annotated[float, typer.Option(min=0.0, help="Length of each timed window.")]
 Rounds = Annotated[int, typer.Option(min=1, help="Timed windows (rounds) of each variant; the median is reported.")]
+
+
+def one_sentence(main):
+    """``main`` saying a :class:`DupqError` as dupq's commands do: ``error: SENTENCE`` on stderr, exit status 2."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except DupqError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(2) from e
+
+    return run
+
+
+def timed(fn, items) -> tuple[list, list[float]]:
+    """``fn(item)`` for each of ``items``, one at a time: what each call returned, and the seconds each took."""
+    out, seconds = [], []
+    for item in items:
+        started = time.perf_counter()
+        out.append(fn(item))
+        seconds.append(time.perf_counter() - started)
+    return out, seconds
+
+
+def latency_ms(seconds: list[float], digits: int = 3) -> dict[str, float]:
+    """``{"p50_ms", "p99_ms"}``: the median and 99th percentile of ``seconds``, in milliseconds."""
+    import numpy as np
+
+    ms = np.asarray(seconds) * 1000
+    return {f"p{q}_ms": round(float(np.percentile(ms, q)), digits) for q in (50, 99)}
+
+
+def report(result: dict) -> None:
+    """A measurement's result: one JSON line on stdout, the line docs/results keeps."""
+    print(json.dumps(result), flush=True)
 
 
 def integers(text: str) -> list[int]:

@@ -29,8 +29,6 @@ Prints one JSON line: {"model", "calibration", "test", "retrieval": {"test", "de
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 from collections.abc import Callable
 from importlib import metadata
@@ -41,7 +39,6 @@ import numpy as np
 import torch
 import typer
 
-from dupq.core.errors import DupqError
 from dupq.data.pairs import Splits, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration, threshold_record
 from dupq.evaluation.evaluate import evaluate_scores
@@ -50,7 +47,7 @@ from dupq.evaluation.retrieval import held_out_task, retrieval_measures
 from dupq.modeling.pretrained import PACKAGE, load_sentence_transformer
 from dupq.modeling.probability import calibrated
 from dupq.modeling.sentence_model import ENCODE_BATCH as BATCH
-from dupq_lab.options import DATA, Data
+from dupq_lab.options import DATA, Data, one_sentence, report
 
 THREADS = 2  # this project's machine has 2 cores
 
@@ -86,6 +83,7 @@ def cosines(vector: dict[str, np.ndarray], q1: list[str], q2: list[str]) -> np.n
     return np.einsum("nd,nd->n", u, v).astype(np.float64)
 
 
+@one_sentence
 def main(
     model_folder: Annotated[
         Optional[Path],
@@ -98,11 +96,7 @@ def main(
     ] = None,
 ) -> None:
     torch.set_num_threads(THREADS)
-    try:
-        encode_texts, name = sentence_encoder(model_folder, device)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    encode_texts, name = sentence_encoder(model_folder, device)
     pairs, _ = read_pairs(data)
     splits = limited(split_pairs(pairs), limit)
 
@@ -129,33 +123,31 @@ def main(
         version = metadata.version(PACKAGE) if model_folder is None else None
     except metadata.PackageNotFoundError:
         version = None
-    print(
-        json.dumps(
-            {
-                "model": f"{name} zero-shot" if model_folder is None else str(model_folder),
-                "package": f"{PACKAGE} {version}" if version else None,
-                "dimension": int(vectors.shape[1]),
-                "calibration": {
-                    **chosen,
-                    "probability_calibration": calibration,
-                    "dev_pairs": len(splits.dev),
-                },
-                "test": test,
-                "retrieval": {
-                    "test": retrieval_measures(encode, held_out_task(splits, pairs)),
-                    "dev": retrieval_measures(encode, held_out_task(splits, pairs, parts=("dev",))),
-                },
-                "speed": {
-                    "questions_per_s": round(len(texts) / seconds, 1),
-                    "questions": len(texts),
-                    "seconds": round(seconds, 1),
-                    "batch_size": BATCH,
-                    "threads": THREADS,
-                    "device": device,
-                },
-                "limit": limit,
-            }
-        )
+    report(
+        {
+            "model": f"{name} zero-shot" if model_folder is None else str(model_folder),
+            "package": f"{PACKAGE} {version}" if version else None,
+            "dimension": int(vectors.shape[1]),
+            "calibration": {
+                **chosen,
+                "probability_calibration": calibration,
+                "dev_pairs": len(splits.dev),
+            },
+            "test": test,
+            "retrieval": {
+                "test": retrieval_measures(encode, held_out_task(splits, pairs)),
+                "dev": retrieval_measures(encode, held_out_task(splits, pairs, parts=("dev",))),
+            },
+            "speed": {
+                "questions_per_s": round(len(texts) / seconds, 1),
+                "questions": len(texts),
+                "seconds": round(seconds, 1),
+                "batch_size": BATCH,
+                "threads": THREADS,
+                "device": device,
+            },
+            "limit": limit,
+        }
     )
 
 

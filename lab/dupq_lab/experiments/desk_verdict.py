@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import platform
-import sys
 import tempfile
 import time
 from contextlib import nullcontext
@@ -39,10 +38,9 @@ import torch
 import typer
 
 from dupq.collection.collection import Collection
-from dupq.core.errors import DupqError
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, read_judged, shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder
+from dupq_lab.options import DATA, REPO, Data, ModelFolder, one_sentence
 from dupq_lab.vector_cache import cached
 
 TIERS = ("duplicate", "suggest")
@@ -81,6 +79,7 @@ def judged_wrong(hits: list, relevant: list[set[int]], own: list[int], tier: str
     return {"wrong_as_written": len(wrong), "judged_duplicates": sum(t.id in r for t, r in wrong)}
 
 
+@one_sentence
 def main(
     split: Annotated[
         Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")
@@ -102,20 +101,16 @@ def main(
     / "rerank-k",
 ) -> None:
     torch.set_num_threads(1)
-    try:
-        task, made_of = (
-            shipped_help_desk_task(data, split, judged)
-            if distractors
-            else (
-                help_desk_task(read_help_desk_pairs(), split, [], read_judged() if judged else None),
-                {"sha256": read_help_desk_pairs().sha256},
-            )
+    task, made_of = (
+        shipped_help_desk_task(data, split, judged)
+        if distractors
+        else (
+            help_desk_task(read_help_desk_pairs(), split, [], read_judged() if judged else None),
+            {"sha256": read_help_desk_pairs().sha256},
         )
-        judge = Model.load(model)
-        reranker = None if rerank is None else Model.load(rerank)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    )
+    judge = Model.load(model)
+    reranker = None if rerank is None else Model.load(rerank)
     old = [int(r[0]) for r in task.relevant]  # the query's own old question comes first
     relevant = [set(r.tolist()) for r in task.relevant]
     started = time.perf_counter()

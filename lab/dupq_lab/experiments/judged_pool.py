@@ -16,19 +16,18 @@ from __future__ import annotations
 import csv
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from dupq.core.errors import DupqError
 from dupq.evaluation.tasks import SPLITS, shipped_help_desk_task
 from dupq.index.vectors import search
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq_lab.options import DATA, Data
+from dupq_lab.options import DATA, Data, one_sentence
 
 
+@one_sentence
 def main(
     out: Annotated[Path, typer.Option(help="The pool file to write (split, new, candidate; no scores).")],
     model: Annotated[
@@ -40,12 +39,8 @@ def main(
     seed: Annotated[int, typer.Option(help="Seed of the shuffle.")] = 0,
     data: Data = DATA,
 ) -> None:
-    try:
-        tasks = {split: shipped_help_desk_task(data, split)[0] for split in SPLITS}
-        models = {m: Model.load(None if m == "bundled" else m) for m in model or ["bundled"]}
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    tasks = {split: shipped_help_desk_task(data, split)[0] for split in SPLITS}
+    models = {m: Model.load(None if m == "bundled" else m) for m in model or ["bundled"]}
     pool: dict[tuple[str, str, str], None] = {}
     counts: dict = {}
     for name, m in models.items():

@@ -29,7 +29,7 @@ from dupq.evaluation.evaluate import calibrate
 from dupq.evaluation.search_calibration import calibrate_search
 from dupq.modeling.model import Model
 from dupq.modeling.pretrained import NAMED_JSON, NAMES
-from dupq_lab.options import DATA, REPO, Data, Seed
+from dupq_lab.options import DATA, REPO, Data, Seed, report
 from dupq_lab.vector_cache import cached
 
 
@@ -72,16 +72,14 @@ def main(
     )
     config = json.loads((model.folder / "config.json").read_text(encoding="utf-8"))
     write_json(NAMED_JSON / f"{name}.json", {"command": command, "config": config, "metrics": model.metrics})
-    print(
-        json.dumps(
-            {
-                "model": name,
-                "command": command,
-                "file": str((NAMED_JSON / f"{name}.json").relative_to(REPO)),
-                **record,
-                **({"search_calibration": model.metrics["search_calibration"]} if search else {}),
-            }
-        )
+    report(
+        {
+            "model": name,
+            "command": command,
+            "file": str((NAMED_JSON / f"{name}.json").relative_to(REPO)),
+            **record,
+            **({"search_calibration": model.metrics["search_calibration"]} if search else {}),
+        }
     )
 
 

@@ -18,18 +18,16 @@ A file or folder that cannot be read is one sentence on stderr and exit status 2
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
-from dupq.core.errors import DupqError
 from dupq.core.files import atomic_write
 from dupq.evaluation.retrieval import RetrievalTask, retrieval_measures
 from dupq.evaluation.tasks import help_desks, shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder
+from dupq_lab.options import DATA, Data, ModelFolder, one_sentence
 
 
 def write_questions(task: RetrievalTask, path: Path) -> None:
@@ -39,6 +37,7 @@ def write_questions(task: RetrievalTask, path: Path) -> None:
     atomic_write(path, lines.encode("utf-8"))
 
 
+@one_sentence
 def main(
     split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
     model: ModelFolder = None,
@@ -48,22 +47,18 @@ def main(
         Optional[Path], typer.Option("--write-questions", help="Write the collection, one a line, and stop.")
     ] = None,
 ) -> None:
-    try:
-        if questions_file:
-            task, _ = shipped_help_desk_task(data, split)
-            write_questions(task, questions_file)
-            print(json.dumps({"wrote": str(questions_file), "questions": len(task.corpus)}))
-            return
-        folder, model = model, Model.load(model)
-        result = help_desks(model, data, split)
-        result["dupq"] = result.pop("model")
-        if minilm:
-            from dupq_lab.peers import sentence_encoder
+    if questions_file:
+        task, _ = shipped_help_desk_task(data, split)
+        write_questions(task, questions_file)
+        print(json.dumps({"wrote": str(questions_file), "questions": len(task.corpus)}))
+        return
+    folder, model = model, Model.load(model)
+    result = help_desks(model, data, split)
+    result["dupq"] = result.pop("model")
+    if minilm:
+        from dupq_lab.peers import sentence_encoder
 
-            result["minilm"] = retrieval_measures(sentence_encoder()[0], shipped_help_desk_task(data, split)[0])
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+        result["minilm"] = retrieval_measures(sentence_encoder()[0], shipped_help_desk_task(data, split)[0])
     print(json.dumps({**result, "model": str(folder or "bundled"), "fingerprint": model.fingerprint()}))
 
 

@@ -40,11 +40,10 @@ import torch
 import typer
 
 from dupq.collection.collection import Collection
-from dupq.core.errors import DupqError
 from dupq.evaluation.retrieval import ranking_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers
+from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers, one_sentence
 from dupq_lab.vector_cache import cached
 
 TOP = 10  # the depth the ranking measures read
@@ -64,6 +63,7 @@ def ranked(coll: Collection, queries: list[str], own: np.ndarray, **search) -> n
     return out
 
 
+@one_sentence
 def main(
     rerank: Annotated[Path, typer.Option(metavar="MODEL", help="The reranker's model folder.")],
     model: ModelFolder = None,
@@ -77,53 +77,49 @@ def main(
         int, typer.Option(min=1, help="torch's threads for the timed searches (dupq search's default).")
     ] = 1,
 ) -> None:
-    try:
-        fast, reranker = Model.load(model), Model.load(rerank)
-        task, made_of = shipped_help_desk_task(data, split)
-        folder = work / f"{fast.fingerprint()}-{reranker.fingerprint()}"
-        if (folder / "manifest.json").is_file():
-            coll = Collection.open(folder, fast, reranker)
-        else:
-            coll = Collection.build(folder, task.corpus, fast, rerank=reranker)
-        with coll:
-            out = {**made_of, "model": str(model or "bundled"), "rerank": str(rerank)}
-            plain = ranked(coll, task.queries, task.own, rerank=False)
-            out["fast"] = ranking_measures(task, plain)
-            _, deep = coll.nearest(fast.encode(task.queries), max(integers(ks)) + 1)  # (Q, K+1) the fast model's order
-            encoded, per_k = coll.reranker_encoded, {}
-            with cached(reranker, work / "vectors" / reranker.fingerprint()):
-                for k in integers(ks):
-                    ids = ranked(coll, task.queries, task.own, candidates=k)
-                    within = [
-                        {i for i in row.tolist() if i >= 0 and i != o}.intersection(row[: k + 1].tolist())
-                        for row, o in zip(deep, task.own)
-                    ]
-                    ceiling = np.mean([bool(set(r.tolist()) & w) for r, w in zip(task.relevant, within)])
-                    per_k[str(k)] = {
-                        **ranking_measures(task, ids),
-                        "candidate_recall": float(ceiling),
-                        "first_search_encodes": k,
-                    }
-                    print(f"K = {k}: {json.dumps(per_k[str(k)])}", file=sys.stderr, flush=True)
-            out["reranker_encoded"] = coll.reranker_encoded - encoded  # by this run (0: all were stored already)
-            torch.set_num_threads(threads)
-            out["threads"] = threads
-            for k in integers(ks):  # timed without the cache: each search encodes its query with the reranker
-                timed = []
-                for query in task.queries[:TIMED]:
-                    started = time.perf_counter()
-                    coll.search([query], k=TOP, candidates=k)
-                    timed.append(time.perf_counter() - started)
-                per_k[str(k)]["stored_search_ms_p50"] = float(np.median(timed) * 1000)
-            out["per_k"] = per_k
-            started = time.perf_counter()
-            reranker.encode(task.corpus[:SAMPLE])
-            out["reranker_ms_per_question"] = (time.perf_counter() - started) * 1000 / SAMPLE
-            best = max(v["recall@1"] for v in per_k.values())
-            out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    fast, reranker = Model.load(model), Model.load(rerank)
+    task, made_of = shipped_help_desk_task(data, split)
+    folder = work / f"{fast.fingerprint()}-{reranker.fingerprint()}"
+    if (folder / "manifest.json").is_file():
+        coll = Collection.open(folder, fast, reranker)
+    else:
+        coll = Collection.build(folder, task.corpus, fast, rerank=reranker)
+    with coll:
+        out = {**made_of, "model": str(model or "bundled"), "rerank": str(rerank)}
+        plain = ranked(coll, task.queries, task.own, rerank=False)
+        out["fast"] = ranking_measures(task, plain)
+        _, deep = coll.nearest(fast.encode(task.queries), max(integers(ks)) + 1)  # (Q, K+1) the fast model's order
+        encoded, per_k = coll.reranker_encoded, {}
+        with cached(reranker, work / "vectors" / reranker.fingerprint()):
+            for k in integers(ks):
+                ids = ranked(coll, task.queries, task.own, candidates=k)
+                within = [
+                    {i for i in row.tolist() if i >= 0 and i != o}.intersection(row[: k + 1].tolist())
+                    for row, o in zip(deep, task.own)
+                ]
+                ceiling = np.mean([bool(set(r.tolist()) & w) for r, w in zip(task.relevant, within)])
+                per_k[str(k)] = {
+                    **ranking_measures(task, ids),
+                    "candidate_recall": float(ceiling),
+                    "first_search_encodes": k,
+                }
+                print(f"K = {k}: {json.dumps(per_k[str(k)])}", file=sys.stderr, flush=True)
+        out["reranker_encoded"] = coll.reranker_encoded - encoded  # by this run (0: all were stored already)
+        torch.set_num_threads(threads)
+        out["threads"] = threads
+        for k in integers(ks):  # timed without the cache: each search encodes its query with the reranker
+            timed = []
+            for query in task.queries[:TIMED]:
+                started = time.perf_counter()
+                coll.search([query], k=TOP, candidates=k)
+                timed.append(time.perf_counter() - started)
+            per_k[str(k)]["stored_search_ms_p50"] = float(np.median(timed) * 1000)
+        out["per_k"] = per_k
+        started = time.perf_counter()
+        reranker.encode(task.corpus[:SAMPLE])
+        out["reranker_ms_per_question"] = (time.perf_counter() - started) * 1000 / SAMPLE
+        best = max(v["recall@1"] for v in per_k.values())
+        out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
     out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}
     print(json.dumps(out))
 

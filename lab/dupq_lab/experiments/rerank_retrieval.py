@@ -25,13 +25,11 @@ Prints one JSON line: {"queries", "corpus", "relevant", ..., "split", "model", "
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
-from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.evaluation.retrieval import (
     PARTS,
@@ -43,13 +41,14 @@ from dupq.evaluation.retrieval import (
     task_summary,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers
+from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers, one_sentence
 from dupq_lab.vector_cache import DigestCache
 
 TOP = 10  # the depth the ranking measures read
 CLOSE = 0.005  # MRR@10 within this of the best K's counts as the best (the smallest such K is chosen)
 
 
+@one_sentence
 def main(
     rerank: Annotated[Path, typer.Option(metavar="MODEL", help="The reranker's model folder or name.")],
     model: ModelFolder = None,
@@ -61,23 +60,19 @@ def main(
     / "runs"
     / "rerank-retrieval",
 ) -> None:
-    try:
-        fast, reranker = Model.load(model), Model.load(rerank)
-        pairs, _ = read_pairs(data)
-        task = held_out_task(split_pairs(pairs, recorded_split(fast.metrics)), pairs, PARTS[split])
-        cache = DigestCache(reranker, work / reranker.fingerprint())
-        deep = dense_ranking(lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH), task, max(integers(ks)))
-        out = {**task_summary(task), "split": split, "model": str(model or "bundled"), "rerank": str(rerank)}
-        out["fast"] = ranking_measures(task, deep[:, :TOP])
-        per_k = {}
-        for k in integers(ks):
-            ranked = reranked_ranking(deep[:, :k], cache, task, TOP)
-            per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, deep[:, :k])}
-        if alone:  # after the candidates: the questions no K reaches are encoded last
-            out["alone"] = ranking_measures(task, dense_ranking(cache, task, TOP))
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    fast, reranker = Model.load(model), Model.load(rerank)
+    pairs, _ = read_pairs(data)
+    task = held_out_task(split_pairs(pairs, recorded_split(fast.metrics)), pairs, PARTS[split])
+    cache = DigestCache(reranker, work / reranker.fingerprint())
+    deep = dense_ranking(lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH), task, max(integers(ks)))
+    out = {**task_summary(task), "split": split, "model": str(model or "bundled"), "rerank": str(rerank)}
+    out["fast"] = ranking_measures(task, deep[:, :TOP])
+    per_k = {}
+    for k in integers(ks):
+        ranked = reranked_ranking(deep[:, :k], cache, task, TOP)
+        per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, deep[:, :k])}
+    if alone:  # after the candidates: the questions no K reaches are encoded last
+        out["alone"] = ranking_measures(task, dense_ranking(cache, task, TOP))
     best = max(v["mrr@10"] for v in per_k.values())
     out["per_k"] = per_k
     out["chosen"] = min(int(k) for k, v in per_k.items() if v["mrr@10"] >= best - CLOSE)

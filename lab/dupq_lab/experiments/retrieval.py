@@ -16,19 +16,18 @@ Prints one JSON line: {"dupq": {"mrr@10", "ndcg@10", "recall@1", "recall@10", "p
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated, Literal
 
 import typer
 
-from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import quora_retrieval
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder
+from dupq_lab.options import DATA, Data, ModelFolder, one_sentence
 
 
+@one_sentence
 def main(
     model: ModelFolder = None,
     data: Data = DATA,
@@ -37,19 +36,15 @@ def main(
     ] = "test",
     minilm: Annotated[bool, typer.Option(help="Also score all-MiniLM-L6-v2 zero-shot.")] = False,
 ) -> None:
-    try:
-        folder, model = model, Model.load(model)
-        result = quora_retrieval(model, data, split)
-        out = {"dupq": result.pop("model"), "bm25": result.pop("bm25")}
-        if minilm:
-            from dupq_lab.peers import sentence_encoder
+    folder, model = model, Model.load(model)
+    result = quora_retrieval(model, data, split)
+    out = {"dupq": result.pop("model"), "bm25": result.pop("bm25")}
+    if minilm:
+        from dupq_lab.peers import sentence_encoder
 
-            pairs, _ = read_pairs(data)
-            task = held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[split])
-            out["minilm"] = retrieval_measures(sentence_encoder()[0], task)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+        pairs, _ = read_pairs(data)
+        task = held_out_task(split_pairs(pairs, recorded_split(model.metrics)), pairs, PARTS[split])
+        out["minilm"] = retrieval_measures(sentence_encoder()[0], task)
     del result["parts"], result["k"]
     summary = {**result, "split": split, "model": str(folder or "bundled")}
     print(json.dumps({**out, **summary, "fingerprint": model.fingerprint()}))

@@ -26,7 +26,7 @@ from dupq.core.files import atomic_write
 from dupq.evaluation.retrieval import retrieval_measures
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq_lab.options import DATA, Data, ModelFolder, integers
+from dupq_lab.options import DATA, Data, ModelFolder, integers, one_sentence
 
 WORK = Path("runs/small-desk")  # in the repository, where dupq-lab figures runs
 SHOWN = ("recall@1", "mrr@10", "recall@10")
@@ -50,6 +50,7 @@ def shown(model: Model, task) -> dict[str, float]:
     return {k: round(measures[k], 4) for k in SHOWN}
 
 
+@one_sentence
 def main(
     split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
     mix: Annotated[str, typer.Option(help="dupq adapt --mix values, comma-separated.")] = "0,20000",
@@ -57,20 +58,16 @@ def main(
     work: Annotated[Path, typer.Option(help="Folder of the desk's questions and the adapted models.")] = WORK,
     data: Data = DATA,
 ) -> None:
-    try:
-        file = read_help_desk_pairs()
-        work.mkdir(parents=True, exist_ok=True)
-        desk = work / "desk.txt"
-        atomic_write(desk, "".join(f"{q}\n" for q in dict.fromkeys(file.old)).encode("utf-8"))
-        tasks = {"desk": help_desk_task(file, split, []), "with_distractors": shipped_help_desk_task(data, split)[0]}
-        folders = {"before": model} | {n: adapted(desk, n, model, work, data) for n in integers(mix)}
-        for name, folder in folders.items():
-            loaded = Model.load(folder)
-            measures = {t: shown(loaded, task) for t, task in tasks.items()}
-            print(json.dumps({"model": str(folder or "bundled"), "mix": name, **measures}), flush=True)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    file = read_help_desk_pairs()
+    work.mkdir(parents=True, exist_ok=True)
+    desk = work / "desk.txt"
+    atomic_write(desk, "".join(f"{q}\n" for q in dict.fromkeys(file.old)).encode("utf-8"))
+    tasks = {"desk": help_desk_task(file, split, []), "with_distractors": shipped_help_desk_task(data, split)[0]}
+    folders = {"before": model} | {n: adapted(desk, n, model, work, data) for n in integers(mix)}
+    for name, folder in folders.items():
+        loaded = Model.load(folder)
+        measures = {t: shown(loaded, task) for t, task in tasks.items()}
+        print(json.dumps({"model": str(folder or "bundled"), "mix": name, **measures}), flush=True)
 
 
 if __name__ == "__main__":

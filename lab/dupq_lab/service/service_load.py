@@ -49,7 +49,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Seconds, Seed, Work
+from dupq_lab.launch import free_port
+from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Seconds, Seed, Work, latency_ms
 from dupq_lab.service.http_load import HOST, adds_until_killed, run_phase, verify
 
 
@@ -64,12 +65,6 @@ def stored(collection: Path, acked: list[tuple[int, str]], ids: list[int]) -> li
         return [i for i in ids if db.execute("SELECT text FROM questions WHERE id = ?", (i,)).fetchone() == (texts[i],)]
     finally:
         db.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def start_server(collection: Path, port: int, token: str, log, args: SimpleNamespace):
@@ -158,8 +153,6 @@ def one_thread() -> None:
 
 def timed_searches(coll, queries: list[str], seconds: float) -> dict:
     """``coll.search([q], k=10)`` one query after another for ``seconds``: how many, searches/s, p50 / p99 in ms."""
-    import numpy as np
-
     times = []
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -167,13 +160,7 @@ def timed_searches(coll, queries: list[str], seconds: float) -> dict:
         coll.search([queries[len(times) % len(queries)]], k=10)
         times.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
-    ms = np.asarray(times) * 1000
-    return {
-        "searches": len(times),
-        "per_s": round(len(times) / elapsed, 1),
-        "p50_ms": round(float(np.percentile(ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(ms, 99)), 3),
-    }
+    return {"searches": len(times), "per_s": round(len(times) / elapsed, 1), **latency_ms(times)}
 
 
 def in_process(copy: Path, searches: list[str], seconds: float) -> dict:

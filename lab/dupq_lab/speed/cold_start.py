@@ -14,7 +14,6 @@ the same command line, that reports ``sys.modules`` at exit).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -28,7 +27,7 @@ from typing import Annotated
 
 import typer
 
-from dupq_lab.options import ModelFolder
+from dupq_lab.options import ModelFolder, report
 
 PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
 QUERY = "How can I learn to code in Python?"
@@ -111,18 +110,16 @@ def main(
             )
     finally:
         shutil.rmtree(folder)
-    print(
-        json.dumps(
-            {
-                "benchmark": "cold_start",
-                "model": str(model or "bundled"),
-                "runs": runs,
-                "collection": questions,
-                "commands": results,
-                "cpus": os.cpu_count(),
-                "machine": platform.machine(),
-            }
-        )
+    report(
+        {
+            "benchmark": "cold_start",
+            "model": str(model or "bundled"),
+            "runs": runs,
+            "collection": questions,
+            "commands": results,
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+        }
     )
 
 

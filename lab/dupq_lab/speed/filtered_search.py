@@ -37,7 +37,7 @@ from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Index, Seed
+from dupq_lab.options import DATA, Data, Index, Seed, latency_ms, timed
 
 FILTERS = {"100%": 1000, "67%": 667, "50%": 500, "33%": 333, "5%": 50, "1%": 10, "0.1%": 1}  # groups kept, of 1,000
 
@@ -51,15 +51,6 @@ def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, ke
         scores = vectors[ids] @ queries[q]
         shares.append(float(np.sum(scores >= best[q, -1] - 1e-6)) / best.shape[1])
     return float(np.mean(shares))
-
-
-def timed(fn, items) -> list[float]:
-    seconds = []
-    for item in items:
-        t = time.perf_counter()
-        fn(item)
-        seconds.append(time.perf_counter() - t)
-    return seconds
 
 
 def main(
@@ -100,22 +91,21 @@ def main(
             picked = np.random.default_rng(seed + 1).choice(len(vectors), queries, replace=False)
             query_vectors = vectors[picked]  # (Q, d)
             coll.nearest(query_vectors[:5], 10)  # warm-up
-            plain = timed(lambda q: coll.nearest(q[None], 10), query_vectors)
+            _, plain = timed(lambda q: coll.nearest(q[None], 10), query_vectors)
             results = {}
             for name, kept_groups in FILTERS.items():
                 where = {"group": list(range(kept_groups))}
                 t = time.perf_counter()
                 coll.nearest(query_vectors[:1], 10, where=where)  # reads the matching ids once
                 first = time.perf_counter() - t
-                seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), query_vectors)
+                _, seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), query_vectors)
                 found = coll.nearest(query_vectors, 10, where=where)[1]
                 kept = np.flatnonzero(group < kept_groups)
                 assert np.isin(found[found >= 0], kept).all(), "a hit outside the filter"
                 results[name] = {
                     "kept": int(len(kept)),
                     "recall@10": round(recall_at_10(found, query_vectors, vectors, kept), 4),
-                    "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
-                    "p99_ms": round(float(np.percentile(seconds, 99)) * 1000, 3),
+                    **latency_ms(seconds),
                     "first_filter_ms": round(first * 1000, 1),
                 }
             unfiltered = float(np.percentile(plain, 50))
@@ -126,7 +116,7 @@ def main(
             _, key, text, meta = rows[gone]
             coll.remove([key])
             coll.nearest(query_vectors[:5], 10)  # warm-up (reads the removal)
-            after = timed(lambda q: coll.nearest(q[None], 10), query_vectors)
+            _, after = timed(lambda q: coll.nearest(q[None], 10), query_vectors)
             coll.add([text], metadata=[meta], keys=[key])  # put back (a kept collection is reused)
             out = {
                 "questions": len(vectors),

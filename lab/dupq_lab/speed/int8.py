@@ -50,7 +50,7 @@ from dupq.evaluation.retrieval import retrieval_measures
 from dupq.evaluation.tasks import help_desk_task, quora_distractors, read_help_desk_pairs
 from dupq.modeling.pretrained import load_sentence_transformer
 from dupq.modeling.sentence_model import ENCODE_BATCH
-from dupq_lab.options import DATA, Data, Threads
+from dupq_lab.options import DATA, Data, Threads, report
 
 WARMUP = 128
 ONE_QUERY = 50  # new questions encoded one at a time for one_query_ms
@@ -199,17 +199,15 @@ def main(
     except ImportError:
         pass
     load = [round(x, 2) for x in os.getloadavg()]  # a shared machine's: the ratios of one run are what count
-    print(
-        json.dumps(
-            {
-                "variants": result,
-                **made_of,
-                "threads": threads,
-                "load_average_at_end": load,
-                **versions,
-                "machine": platform.machine(),
-            }
-        )
+    report(
+        {
+            "variants": result,
+            **made_of,
+            "threads": threads,
+            "load_average_at_end": load,
+            **versions,
+            "machine": platform.machine(),
+        }
     )
 
 

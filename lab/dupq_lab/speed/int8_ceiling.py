@@ -42,7 +42,7 @@ from dupq.data.pairs import read_pairs
 from dupq.evaluation.tasks import quora_distractors
 from dupq.modeling.pretrained import load_sentence_transformer, quantize
 from dupq.modeling.sentence_model import ENCODE_BATCH
-from dupq_lab.options import DATA, Data, Threads
+from dupq_lab.options import DATA, Data, Threads, report
 
 MATMULS = {"MatMul", "FusedMatMul", "Gemm", "MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 QUANTISING = {"DynamicQuantizeLinear"}
@@ -181,20 +181,18 @@ def main(
     import onnxruntime
 
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    print(
-        json.dumps(
-            {
-                "models": result,
-                "questions": len(texts),
-                "threads": threads,
-                "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-                "avx2": "avx2" in flags,
-                "avx512_vnni": "avx512_vnni" in flags or "avx_vnni" in flags,
-                "torch": torch.__version__,
-                "onnxruntime": onnxruntime.__version__,
-                "machine": platform.machine(),
-            }
-        )
+    report(
+        {
+            "models": result,
+            "questions": len(texts),
+            "threads": threads,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            "avx2": "avx2" in flags,
+            "avx512_vnni": "avx512_vnni" in flags or "avx_vnni" in flags,
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "machine": platform.machine(),
+        }
     )
 
 

@@ -22,7 +22,6 @@ PAIRS.tsv: one duplicate pair per line, the two questions separated by a tab. Ne
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -31,7 +30,7 @@ from typing import Annotated
 
 import typer
 
-from dupq_lab.options import Threads
+from dupq_lab.options import Threads, report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter stays off stdout's one line
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -130,17 +129,15 @@ def main(
     windows = [
         steps * BATCH / (ends[WARMUP - 1 + (r + 1) * steps] - ends[WARMUP - 1 + r * steps]) for r in range(repeats)
     ]
-    print(
-        json.dumps(
-            {
-                "keras_seed_pairs_per_s": round(statistics.median(windows)),
-                "keras_seed_pairs_per_s_windows": [round(w) for w in windows],
-                "keras_vocab_size": vocab_size,
-                "tensorflow": tf.__version__,
-                "keras": keras.__version__,
-                "threads": threads,
-            }
-        )
+    report(
+        {
+            "keras_seed_pairs_per_s": round(statistics.median(windows)),
+            "keras_seed_pairs_per_s_windows": [round(w) for w in windows],
+            "keras_vocab_size": vocab_size,
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "threads": threads,
+        }
     )
 
 

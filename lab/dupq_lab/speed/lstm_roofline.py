@@ -19,7 +19,6 @@ a lower bound.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -29,7 +28,7 @@ import torch
 import torch.utils.mkldnn
 import typer
 
-from dupq_lab.options import Threads
+from dupq_lab.options import Threads, report
 
 
 def rate(fn, repeats: int) -> float:
@@ -84,19 +83,17 @@ def main(
         row = lstm_shape(dim, rows, length, repeats)
         row["share_of_matmul"] = round(row["gflops"] / ceiling["matmul_gflops"], 2)
         shapes.append(row)
-    print(
-        json.dumps(
-            {
-                **ceiling,
-                "dim": dim,
-                "lstm": shapes,
-                "threads": torch.get_num_threads(),
-                "mkldnn": torch.backends.mkldnn.is_available(),
-                "torch": torch.__version__,
-                "cpus": os.cpu_count(),
-                "machine": platform.processor() or platform.machine(),
-            }
-        )
+    report(
+        {
+            **ceiling,
+            "dim": dim,
+            "lstm": shapes,
+            "threads": torch.get_num_threads(),
+            "mkldnn": torch.backends.mkldnn.is_available(),
+            "torch": torch.__version__,
+            "cpus": os.cpu_count(),
+            "machine": platform.processor() or platform.machine(),
+        }
     )
 
 

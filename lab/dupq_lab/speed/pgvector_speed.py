@@ -36,7 +36,7 @@ from dupq.collection.manifest import new_manifest
 from dupq.data.questions import read_questions
 from dupq.index.vectors import IndexConfig, search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Seed
+from dupq_lab.options import DATA, Data, Seed, latency_ms, report, timed
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
 CHUNK = 50_000
@@ -103,17 +103,12 @@ def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarra
         where = None if kept_groups is None else {"group": list(range(kept_groups))}
         kept = np.ones(len(vectors), bool) if kept_groups is None else groups < kept_groups
         backend.search(queries[:1], 10, where)  # a filter's first use (FAISS reads its ids; Postgres counts them)
-        seconds, found = [], []
-        for q in queries:
-            t = time.perf_counter()
-            found.append(backend.search(q[None], 10, where)[1][0])
-            seconds.append(time.perf_counter() - t)
+        found, seconds = timed(lambda q, w=where: backend.search(q[None], 10, w)[1][0], queries)
         found = np.array([np.pad(f, (0, 10 - len(f)), constant_values=-1) for f in found])
         out[name] = {
             "kept": int(kept.sum()),
             "recall@10": round(recall_at_10(found, queries, vectors, np.flatnonzero(kept)), 4),
-            "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
-            "p99_ms": round(float(np.percentile(seconds, 99)) * 1000, 3),
+            **latency_ms(seconds),
         }
         progress(f"  filter {name}: {json.dumps(out[name])}")
     return out
@@ -144,20 +139,16 @@ def main(
                     backend.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(
-        json.dumps(
-            {
-                "questions": len(texts),
-                "queries": len(picked),
-                "index": {
-                    k: v for k, v in vars(config).items() if k in ("kind", "hnsw_m", "ef_construction", "ef_search")
-                },
-                "results": results,
-                "threads": 1,
-                "machine": platform.machine(),
-                "cpus": __import__("os").cpu_count(),
-            }
-        )
+    report(
+        {
+            "questions": len(texts),
+            "queries": len(picked),
+            "index": {k: v for k, v in vars(config).items() if k in ("kind", "hnsw_m", "ef_construction", "ef_search")},
+            "results": results,
+            "threads": 1,
+            "machine": platform.machine(),
+            "cpus": __import__("os").cpu_count(),
+        }
     )
 
 

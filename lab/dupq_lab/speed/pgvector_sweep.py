@@ -14,7 +14,6 @@ import dataclasses
 import json
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +22,7 @@ import torch
 import typer
 
 from dupq.index.vectors import IndexConfig
-from dupq_lab.options import DATA, Data, Seed, integers
+from dupq_lab.options import DATA, Data, Seed, integers, latency_ms, timed
 from dupq_lab.speed.pgvector_speed import build, private_postgres, quora, recall_at_10
 
 
@@ -51,11 +50,7 @@ def main(
                     try:
                         for efs in integers(ef_search):
                             backend.config = dataclasses.replace(config, ef_search=efs)
-                            seconds, found = [], []
-                            for q in picked:
-                                t = time.perf_counter()
-                                found.append(backend.search(q[None], 10)[1][0])
-                                seconds.append(time.perf_counter() - t)
+                            found, seconds = timed(lambda q, b=backend: b.search(q[None], 10)[1][0], picked)
                             row = {
                                 "m": links,
                                 "ef_construction": efc,
@@ -63,7 +58,7 @@ def main(
                                 "recall@10": round(
                                     recall_at_10(np.array(found), picked, vectors, np.arange(len(vectors))), 4
                                 ),
-                                "p50_ms": round(float(np.percentile(seconds, 50)) * 1000, 3),
+                                "p50_ms": latency_ms(seconds)["p50_ms"],
                                 "build_s": round(build_s, 1),
                             }
                             rows.append(row)

@@ -12,7 +12,6 @@ the stream holds one chunk at a time whatever the file's length.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -28,7 +27,7 @@ from typing import Annotated
 import typer
 
 from dupq.data.pairs import read_pairs
-from dupq_lab.options import DATA, Data, ModelFolder
+from dupq_lab.options import DATA, Data, ModelFolder, report
 
 
 def usable(q1: list[str], q2: list[str]) -> list[tuple[str, str]]:
@@ -90,24 +89,22 @@ def main(
         second = run(model, long, chunk)
     finally:
         shutil.rmtree(folder)
-    print(
-        json.dumps(
-            {
-                "benchmark": "predict_stream",
-                "model": str(model or "bundled"),
-                "chunk": chunk,
-                "file_mib": round(size_mib, 1),
-                "lines": second["lines"],
-                "seconds": second["seconds"],
-                "pairs_per_s": second["pairs_per_s"],
-                "peak_rss_mib": second["peak_rss_mib"],
-                f"peak_rss_mib_at_{small}": first["peak_rss_mib"],
-                f"pairs_per_s_at_{small}": first["pairs_per_s"],
-                "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),
-                "cpus": os.cpu_count(),
-                "machine": platform.machine(),
-            }
-        )
+    report(
+        {
+            "benchmark": "predict_stream",
+            "model": str(model or "bundled"),
+            "chunk": chunk,
+            "file_mib": round(size_mib, 1),
+            "lines": second["lines"],
+            "seconds": second["seconds"],
+            "pairs_per_s": second["pairs_per_s"],
+            "peak_rss_mib": second["peak_rss_mib"],
+            f"peak_rss_mib_at_{small}": first["peak_rss_mib"],
+            f"pairs_per_s_at_{small}": first["pairs_per_s"],
+            "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+        }
     )
 
 

@@ -33,7 +33,7 @@ import typer
 from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Seed
+from dupq_lab.options import DATA, Data, Seed, timed
 from dupq_lab.speed.filtered_search import recall_at_10
 
 
@@ -80,13 +80,8 @@ def main(
             coll.remove(newest)
             settled(coll)
             undo_s = time.perf_counter() - started
-            seconds = []
             started = time.perf_counter()
-            for key in keys[:removals]:
-                t = time.perf_counter()
-                coll.remove([key])
-                settled(coll)
-                seconds.append(time.perf_counter() - t)
+            _, seconds = timed(lambda key: (coll.remove([key]), settled(coll)), keys[:removals])
             removals_s = time.perf_counter() - started
             live = np.array([i for i, *_ in coll.stored_rows()])  # (N',) the stored ids
             by_id = np.zeros((len(keys), coll.manifest["dim"]), np.float32)  # (N, d): zero where removed

@@ -49,7 +49,7 @@ import typer
 from dupq.collection.rerank import rerank_candidates
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, Rounds, Seconds
+from dupq_lab.options import DATA, REPO, Data, ModelFolder, Rounds, Seconds, one_sentence
 
 TARGETS = {"build_ratio": 2.0, "stored_search_p50_ms": 30.0, "first_search_p50_ms": 1500.0, "serve_per_s": 100.0}
 PASSES = 3  # passes over the queries for the stored-search latency
@@ -219,6 +219,7 @@ def measure(
     return out
 
 
+@one_sentence
 def main(
     rerank: Annotated[str, typer.Option(metavar="MODEL", help="The reranker: minilm, mpnet or a model folder.")],
     model: ModelFolder = None,
@@ -241,16 +242,12 @@ def main(
         spec = json.loads(child)
         into.write_text(json.dumps(searched(Path(spec["folder"]), spec["queries"], spec["wanted"])))
         return
-    try:
-        from dupq.evaluation.tasks import shipped_help_desk_task
+    from dupq.evaluation.tasks import shipped_help_desk_task
 
-        task, made_of = shipped_help_desk_task(data, split)
-        corpus = task.corpus[:questions] if questions else task.corpus
-        sizes = {"searches": searches, "clients": clients, "seconds": seconds, "rounds": rounds}
-        out = measure(corpus, task.queries, model, rerank, work, **sizes)
-    except DupqError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise typer.Exit(2) from e
+    task, made_of = shipped_help_desk_task(data, split)
+    corpus = task.corpus[:questions] if questions else task.corpus
+    sizes = {"searches": searches, "clients": clients, "seconds": seconds, "rounds": rounds}
+    out = measure(corpus, task.queries, model, rerank, work, **sizes)
     command = f"dupq-lab rerank-cost --rerank {rerank} --split {split} --seconds {seconds:g} --rounds {rounds}"
     command += f" --questions {questions}" if questions else ""
     print(json.dumps({"command": command, **made_of, **out}))

@@ -42,18 +42,13 @@ from dupq.collection.folder.backend import INDEX_FILE
 from dupq.data.questions import read_questions
 from dupq.index.vectors import IndexConfig, search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder
+from dupq_lab.options import DATA, Data, ModelFolder, latency_ms
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
 
 
 def folder_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
-
-
-def percentiles(seconds: list[float]) -> tuple[float, float]:
-    ms = np.asarray(seconds) * 1000
-    return round(float(np.percentile(ms, 50)), 3), round(float(np.percentile(ms, 99)), 3)
 
 
 def measure(coll: Collection, queries: list[str], batches: int) -> dict:
@@ -70,7 +65,6 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
         t0 = time.perf_counter()
         coll.nearest(v, 10)
         index.append(time.perf_counter() - t0)
-    p50, p99 = percentiles(total)
     rng = np.random.default_rng(1)
     batch_queries = [[queries[i] for i in rng.integers(0, len(queries), 256)] for _ in range(batches)]
     t0 = time.perf_counter()
@@ -78,10 +72,9 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
         coll.search(batch, k=10)
     qps = 256 * batches / (time.perf_counter() - t0)
     return {
-        "p50_ms": p50,
-        "p99_ms": p99,
-        "encode_p50_ms": percentiles(encode)[0],
-        "index_p50_ms": percentiles(index)[0],
+        **latency_ms(total),
+        "encode_p50_ms": latency_ms(encode)["p50_ms"],
+        "index_p50_ms": latency_ms(index)["p50_ms"],
         "batch256_qps": round(qps, 1),
     }
 

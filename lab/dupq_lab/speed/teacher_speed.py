@@ -11,7 +11,6 @@ listed under ``cpu_flags``.
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import typer
 
 from dupq.data.pairs import read_pairs, split_pairs
 from dupq.training.distil.teacher import load_teacher
-from dupq_lab.options import DATA, Data, Threads
+from dupq_lab.options import DATA, Data, Threads, report
 
 WARMUP = 128
 
@@ -65,23 +64,21 @@ def main(
         vectors[precision], seconds = timed(encode, texts)
         rates[precision] = round(len(texts) / seconds, 1)
     cosines = (vectors["float32"] * vectors["bfloat16"]).sum(1)
-    print(
-        json.dumps(
-            {
-                "teacher": name.removesuffix(" (bf16)"),
-                "questions_per_s": rates,
-                "bf16_speedup": round(rates["bfloat16"] / rates["float32"], 2),
-                "cosine_bf16_vs_float32": {
-                    "min": round(float(cosines.min()), 6),
-                    "mean": round(float(cosines.mean()), 6),
-                },
-                "questions": len(texts),
-                "threads": threads,
-                "cpu_flags": cpu_flags(),
-                "torch": torch.__version__,
-                "machine": platform.machine(),
-            }
-        )
+    report(
+        {
+            "teacher": name.removesuffix(" (bf16)"),
+            "questions_per_s": rates,
+            "bf16_speedup": round(rates["bfloat16"] / rates["float32"], 2),
+            "cosine_bf16_vs_float32": {
+                "min": round(float(cosines.min()), 6),
+                "mean": round(float(cosines.mean()), 6),
+            },
+            "questions": len(texts),
+            "threads": threads,
+            "cpu_flags": cpu_flags(),
+            "torch": torch.__version__,
+            "machine": platform.machine(),
+        }
     )
 
 

@@ -43,7 +43,7 @@ from dupq.training.distributed import World
 from dupq.training.loop import Update
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
-from dupq_lab.options import DATA, Data
+from dupq_lab.options import DATA, Data, report
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -138,26 +138,24 @@ def main(
     model.encode(questions)
     encode_rate = len(questions) / (time.perf_counter() - t0)
 
-    print(
-        json.dumps(
-            {
-                "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
-                "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
-                **seeds,
-                "encode_questions_per_s": round(encode_rate),
-                "tokenize_questions_per_s": round(tokenize_rate),
-                "vocab_size": len(vocab),
-                "dim": dim,
-                "batch_size": TrainConfig().batch_size,
-                "train_steps": steps,
-                "repeats": repeats,
-                "encoded_questions": len(questions),
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "cpus": os.cpu_count(),
-                "machine": platform.processor() or platform.machine(),
-            }
-        )
+    report(
+        {
+            "train_pairs_per_s": {k: round(v) for k, v in rates.items()},
+            "train_pairs_per_s_windows": {k: [round(r) for r in v] for k, v in windows.items()},
+            **seeds,
+            "encode_questions_per_s": round(encode_rate),
+            "tokenize_questions_per_s": round(tokenize_rate),
+            "vocab_size": len(vocab),
+            "dim": dim,
+            "batch_size": TrainConfig().batch_size,
+            "train_steps": steps,
+            "repeats": repeats,
+            "encoded_questions": len(questions),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
+            "machine": platform.processor() or platform.machine(),
+        }
     )
 
 

@@ -14,7 +14,6 @@ grows with the number of chunks while ``padded`` shrinks, each LSTM call has a f
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -27,7 +26,7 @@ import typer
 from dupq.data.pairs import read_pairs, split_pairs
 from dupq.training.loop import Update
 from dupq.training.step import encode_in_chunks
-from dupq_lab.options import DATA, Data, Threads
+from dupq_lab.options import DATA, Data, Threads, report
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
 PHASES = ("batch", "encode", "objective", "backward", "optimizer")
@@ -107,19 +106,17 @@ def main(
         if unknown:
             raise typer.BadParameter(f"a variant is CHUNKS[,bf16][,dense], not {variant!r}")
         rows.append(profile(splits, recipe, int(chunks), steps, "bf16" in rest, "dense" in rest))
-    print(
-        json.dumps(
-            {
-                "recipe": recipe,
-                "variants": rows,
-                "steps": steps,
-                "torch": torch.__version__,
-                "mkldnn": torch.backends.mkldnn.is_available(),
-                "threads": torch.get_num_threads(),
-                "cpus": os.cpu_count(),
-                "machine": platform.processor() or platform.machine(),
-            }
-        )
+    report(
+        {
+            "recipe": recipe,
+            "variants": rows,
+            "steps": steps,
+            "torch": torch.__version__,
+            "mkldnn": torch.backends.mkldnn.is_available(),
+            "threads": torch.get_num_threads(),
+            "cpus": os.cpu_count(),
+            "machine": platform.processor() or platform.machine(),
+        }
     )
 
 
