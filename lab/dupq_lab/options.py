@@ -21,7 +21,8 @@ from dupq.data.pairs import default_data_path
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results"  # the saved measurements the figures are rendered from
 DATA = default_data_path()
-WORK = REPO / "runs" / "bench-service"
+RUNS = REPO / "runs"  # where the lab keeps what it builds and caches between runs
+WORK = RUNS / "bench-service"
 
 ModelFolder = Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")]
 Data = Annotated[Path, typer.Option(help="Quora pairs file (default: $DUPQ_DATA, else the shared one).")]

@@ -40,7 +40,7 @@ import typer
 from dupq.collection.collection import Collection
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, read_judged, shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, one_sentence
 from dupq_lab.vector_cache import cached
 
 TIERS = ("duplicate", "suggest")
@@ -96,9 +96,7 @@ def main(
         Optional[str], typer.Option(metavar="MODEL", help="A reranker (a folder or a name): its order and verdict.")
     ] = None,
     data: Data = DATA,
-    work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = REPO
-    / "runs"
-    / "rerank-k",
+    work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = RUNS / "rerank-k",
 ) -> None:
     torch.set_num_threads(1)
     task, made_of = (

@@ -38,12 +38,12 @@ from dupq.data.codes import codes, shared_codes, tokens
 from dupq.data.pairs import default_data_path, read_pairs
 from dupq.evaluation.tasks import YARDSTICKS, help_desk_task, quora_distractors, read_help_desk_pairs
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder
 from dupq_lab.vector_cache import DigestCache
 
 ERROR_CODES = YARDSTICKS / "error_codes.tsv"
 RULES = ("none", "codes first", "codes added")  # simplest first: a tie keeps the simpler rule
-CACHE = REPO / "runs" / "error-codes"
+CACHE = RUNS / "error-codes"
 
 
 def ranked(scores: np.ndarray, own: int, depth: int) -> list[int]:

@@ -29,7 +29,7 @@ from dupq.evaluation.evaluate import calibrate
 from dupq.evaluation.search_calibration import calibrate_search
 from dupq.modeling.model import Model
 from dupq.modeling.pretrained import NAMED_JSON, NAMES
-from dupq_lab.options import DATA, REPO, Data, Seed, report
+from dupq_lab.options import DATA, REPO, RUNS, Data, Seed, report
 from dupq_lab.vector_cache import cached
 
 
@@ -45,9 +45,7 @@ def main(
         typer.Option(min=1, help="With --search: how many candidates it orders as a reranker (rerank-k's dev choice)."),
     ] = None,
     data: Data = DATA,
-    work: Annotated[Path, typer.Option(help="Where the model's vectors are kept between runs.")] = REPO
-    / "runs"
-    / "rerank-k",
+    work: Annotated[Path, typer.Option(help="Where the model's vectors are kept between runs.")] = RUNS / "rerank-k",
 ) -> None:
     if name not in NAMES:
         raise typer.BadParameter(f"{name} is not one of {', '.join(NAMES)}.")

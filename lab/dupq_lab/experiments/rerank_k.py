@@ -43,7 +43,7 @@ from dupq.collection.collection import Collection
 from dupq.evaluation.retrieval import ranking_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, integers, one_sentence, timed
 from dupq_lab.vector_cache import cached
 
 TOP = 10  # the depth the ranking measures read
@@ -70,9 +70,7 @@ def main(
     split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
     ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "10,20,50,100",
     data: Data = DATA,
-    work: Annotated[Path, typer.Option(help="Where the task's collection is kept between runs.")] = REPO
-    / "runs"
-    / "rerank-k",
+    work: Annotated[Path, typer.Option(help="Where the task's collection is kept between runs.")] = RUNS / "rerank-k",
     threads: Annotated[
         int, typer.Option(min=1, help="torch's threads for the timed searches (dupq search's default).")
     ] = 1,
@@ -108,12 +106,8 @@ def main(
         torch.set_num_threads(threads)
         out["threads"] = threads
         for k in integers(ks):  # timed without the cache: each search encodes its query with the reranker
-            timed = []
-            for query in task.queries[:TIMED]:
-                started = time.perf_counter()
-                coll.search([query], k=TOP, candidates=k)
-                timed.append(time.perf_counter() - started)
-            per_k[str(k)]["stored_search_ms_p50"] = float(np.median(timed) * 1000)
+            _, seconds = timed(lambda q, k=k: coll.search([q], k=TOP, candidates=k), task.queries[:TIMED])
+            per_k[str(k)]["stored_search_ms_p50"] = float(np.median(seconds) * 1000)
         out["per_k"] = per_k
         started = time.perf_counter()
         reranker.encode(task.corpus[:SAMPLE])

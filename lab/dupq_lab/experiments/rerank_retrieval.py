@@ -41,7 +41,7 @@ from dupq.evaluation.retrieval import (
     task_summary,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, integers, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, integers, one_sentence
 from dupq_lab.vector_cache import DigestCache
 
 TOP = 10  # the depth the ranking measures read
@@ -56,8 +56,7 @@ def main(
     split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose K on it) or test (report it).")] = "dev",
     ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "30,100",
     alone: Annotated[bool, typer.Option(help="Also rank every question by the reranker alone.")] = False,
-    work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = REPO
-    / "runs"
+    work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = RUNS
     / "rerank-retrieval",
 ) -> None:
     fast, reranker = Model.load(model), Model.load(rerank)

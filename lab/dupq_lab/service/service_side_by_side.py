@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from dupq_lab.options import REPO, Rounds, Seconds
+from dupq_lab.options import RUNS, Rounds, Seconds
 
 
 def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict:
@@ -69,8 +69,7 @@ def main(
     ] = "baseline",
     rounds: Rounds = 2,
     seconds: Seconds = 20.0,
-    work: Annotated[Path, typer.Option(help="Folder of each side's load-test copy and logs.")] = REPO
-    / "runs"
+    work: Annotated[Path, typer.Option(help="Folder of each side's load-test copy and logs.")] = RUNS
     / "bench-side-by-side",
 ) -> None:
 

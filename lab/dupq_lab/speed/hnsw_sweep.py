@@ -30,19 +30,14 @@ import typer
 from dupq.data.questions import read_questions
 from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder, integers
+from dupq_lab.options import DATA, Data, ModelFolder, integers, timed
 
 
 def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.ndarray:
     """Microseconds per query, one query at a time (after 50 warm-up queries)."""
     for q in queries[:50]:
         index.search(q[None], k)
-    seconds = np.empty(len(queries))
-    for i, q in enumerate(queries):
-        t0 = time.perf_counter()
-        index.search(q[None], k)
-        seconds[i] = time.perf_counter() - t0
-    return seconds * 1e6
+    return np.asarray(timed(lambda q: index.search(q[None], k), queries)[1]) * 1e6
 
 
 def recall_at_k(

@@ -49,7 +49,7 @@ import typer
 from dupq.collection.rerank import rerank_candidates
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, REPO, Data, ModelFolder, Rounds, Seconds, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Rounds, Seconds, one_sentence
 
 TARGETS = {"build_ratio": 2.0, "stored_search_p50_ms": 30.0, "first_search_p50_ms": 1500.0, "serve_per_s": 100.0}
 PASSES = 3  # passes over the queries for the stored-search latency
@@ -232,8 +232,7 @@ def main(
     clients: Annotated[int, typer.Option(min=1, help="Concurrent HTTP clients of dupq serve.")] = 16,
     seconds: Seconds = 10.0,
     rounds: Rounds = 1,
-    work: Annotated[Path, typer.Option(help="Where the collections are built (replaced on each run).")] = REPO
-    / "runs"
+    work: Annotated[Path, typer.Option(help="Where the collections are built (replaced on each run).")] = RUNS
     / "rerank-cost",
     child: Annotated[Optional[str], typer.Option("--searched", hidden=True)] = None,
     into: Annotated[Optional[Path], typer.Option(hidden=True)] = None,

@@ -20,7 +20,6 @@ import os
 import platform
 import random
 import statistics
-import time
 from types import SimpleNamespace
 from typing import Annotated
 
@@ -30,19 +29,14 @@ import typer
 from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.modeling.kernels import Kernels
-from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Rounds, Seconds, Seed, Work
+from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Rounds, Seconds, Seed, Work, timed
 from dupq_lab.service.service_load import built, one_thread, timed_searches
 
 
 def encode_ms(model, queries: list[str], size: int, repeats: int) -> float:
     """The median milliseconds of ``model.encode`` on ``size`` questions at a time."""
-    times = []
-    for i in range(repeats):
-        batch = queries[i * size % len(queries) :][:size]
-        t0 = time.perf_counter()
-        model.encode(batch)
-        times.append(time.perf_counter() - t0)
-    return round(statistics.median(times) * 1000, 3)
+    batches = [queries[i * size % len(queries) :][:size] for i in range(repeats)]
+    return round(statistics.median(timed(model.encode, batches)[1]) * 1000, 3)
 
 
 def hits(coll: Collection, query: str) -> list[tuple[int, bool]]:
