@@ -2,8 +2,7 @@
 
 Each command is a module of the lab, imported only when it runs (torch, FAISS and Ray load as a measurement needs
 them); its options are its ``main``'s typer parameters (``dupq-lab COMMAND --help``), the ones several share declared
-once in :mod:`dupq_lab.options`. A module runs alone too: ``python -m dupq_lab.speed.cold_start`` is
-``dupq-lab cold-start``.
+once in :mod:`dupq_lab.options`. ``python -m dupq_lab cold-start`` is ``dupq-lab cold-start``.
 """
 
 from __future__ import annotations

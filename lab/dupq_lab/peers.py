@@ -149,7 +149,3 @@ def main(
             "limit": limit,
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -178,7 +178,3 @@ def main(
                 path.write_text("\n".join(after) + "\n")
                 print(f"updated {path}", file=sys.stderr)
     sys.exit(1 if check and changed else 0)
-
-
-if __name__ == "__main__":
-    typer.run(main)

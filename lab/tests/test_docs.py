@@ -31,7 +31,7 @@ def update_docs(*args: str, data: Path | None = None) -> subprocess.CompletedPro
     """``dupq-lab figures`` with ``args``; ``data`` is where it is told the Quora file is (default: as dupq finds it)."""
     env = {**os.environ, **({"DUPQ_DATA": str(data)} if data else {})}
     return subprocess.run(
-        [sys.executable, "-m", "dupq_lab.update_docs", *args],
+        [sys.executable, "-m", "dupq_lab", "figures", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -84,7 +84,3 @@ def main(
         out["test_duplicates"] = int(labelled["test"].labels.sum())
     out["machine"] = platform.machine()
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -129,7 +129,3 @@ def main(
         "machine": platform.machine(),
     }
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -168,5 +168,5 @@ def main(
     print(json.dumps(out))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # docs/judge.md runs it so, under an older checkout's src
     typer.run(main)

@@ -133,7 +133,3 @@ def main(
         allowed = [rule for rule in RULES if dev[f"{name} | {rule}"]["all"] >= base]
         out["chosen"][name] = max(allowed, key=lambda rule: (dev[f"{name} | {rule}"]["codes"], -RULES.index(rule)))
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

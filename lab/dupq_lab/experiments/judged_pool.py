@@ -64,7 +64,3 @@ def main(
         w.writerow(("split", "new", "candidate"))
         w.writerows(rows)
     print(json.dumps({"pairs": len(rows), "new_pairs_by_model": counts, "depth": depth, "seed": seed}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -79,7 +79,3 @@ def main(
             **({"search_calibration": model.metrics["search_calibration"]} if search else {}),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

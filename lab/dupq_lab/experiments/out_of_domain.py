@@ -60,7 +60,3 @@ def main(
 
         result["minilm"] = retrieval_measures(sentence_encoder()[0], shipped_help_desk_task(data, split)[0])
     print(json.dumps({**result, "model": str(folder or "bundled"), "fingerprint": model.fingerprint()}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -116,7 +116,3 @@ def main(
         out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
     out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

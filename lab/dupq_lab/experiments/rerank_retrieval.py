@@ -78,7 +78,3 @@ def main(
     out["reranker_encoded"] = cache.encoded  # by this run (0: all were kept already)
     out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

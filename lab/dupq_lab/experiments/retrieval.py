@@ -48,7 +48,3 @@ def main(
     del result["parts"], result["k"]
     summary = {**result, "split": split, "model": str(folder or "bundled")}
     print(json.dumps({**out, **summary, "fingerprint": model.fingerprint()}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

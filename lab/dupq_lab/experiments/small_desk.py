@@ -68,7 +68,3 @@ def main(
         loaded = Model.load(folder)
         measures = {t: shown(loaded, task) for t, task in tasks.items()}
         print(json.dumps({"model": str(folder or "bundled"), "mix": name, **measures}), flush=True)
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -146,7 +146,3 @@ def main(
     bm25 = {t: retrieval_measures(None, k) for t, k in tasks.items()}
     machine = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
     print(json.dumps({"split": split, "tiers": out, "bm25": bm25, "machine": machine}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

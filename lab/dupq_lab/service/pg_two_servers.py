@@ -192,7 +192,3 @@ def main(
             clients,
         )
     print(json.dumps({**figures, "clients": clients, "workers": workers, "servers": 2, "cpus": os.cpu_count()}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

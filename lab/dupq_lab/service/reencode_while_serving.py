@@ -100,7 +100,3 @@ def main(
     with tempfile.TemporaryDirectory(prefix="dupq-reencode-") as tmp:
         figures = json.dumps(measure(Path(tmp), questions, writers, workers))
         print(figures.replace(tmp, "TMP").replace(str(BUNDLED), "BUNDLED"))  # no folder of this machine
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -124,7 +124,8 @@ def in_process_child(copy: Path, searches: list[str], seconds: float, args: Simp
         [
             sys.executable,
             "-m",
-            "dupq_lab.service.service_load",
+            "dupq_lab",
+            "service-load",
             "--in-process",
             str(copy),
             str(queries),
@@ -378,7 +379,3 @@ def main(
         shutil.rmtree(copy, ignore_errors=True)
     result["target_met"] = target_met(result)
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -28,7 +28,7 @@ from dupq_lab.options import RUNS, Rounds, Seconds
 
 
 def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict:
-    command = [sys.executable, "-m", "dupq_lab.service.service_load", "--collection", str(collection)]
+    command = [sys.executable, "-m", "dupq_lab", "service-load", "--collection", str(collection)]
     command += ["--seconds", str(seconds), "--work", str(work)]
     if code is not None:
         command += ["--code", str(code)]
@@ -90,7 +90,3 @@ def main(
         },
     }
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -121,7 +121,3 @@ def main(
             "machine": platform.machine(),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

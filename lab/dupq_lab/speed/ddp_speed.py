@@ -86,7 +86,3 @@ def main(data: Data = DATA, steps: Annotated[int, typer.Option(min=1, help="Opti
         mp.spawn(_worker, args=(2, port, splits, recipe, steps, str(out)), nprocs=2, join=True)
         print(json.dumps({**json.loads(out.read_text()), "cpus": os.cpu_count()}), flush=True)
         out.unlink()
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -439,5 +439,5 @@ def main(
     print(json.dumps({**machine, **result}))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # a timed child (me()) starts here, without the CLI's start
     typer.run(main)

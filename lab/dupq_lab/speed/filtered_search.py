@@ -134,7 +134,3 @@ def main(
         if keep is None:
             shutil.rmtree(folder.parent, ignore_errors=True)
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -124,7 +124,3 @@ def main(
     # then the walk's time (tens of microseconds of a ~1 ms search, and they drift between runs)
     chosen = min(good, key=lambda r: (r["bytes_per_question"], r["p50_us"])) if good else None
     print(json.dumps({"questions": len(vectors), "query_seed": query_seed, "chosen": chosen}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -209,7 +209,3 @@ def main(
             "machine": platform.machine(),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -139,7 +139,3 @@ def main(
             "threads": threads,
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -95,7 +95,3 @@ def main(
             "machine": platform.processor() or platform.machine(),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

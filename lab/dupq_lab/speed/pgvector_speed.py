@@ -150,7 +150,3 @@ def main(
             "cpus": __import__("os").cpu_count(),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

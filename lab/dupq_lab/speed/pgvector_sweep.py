@@ -70,7 +70,3 @@ def main(
     passing = [r for r in rows if r["recall@10"] >= recall]
     chosen = min(passing, key=lambda r: (r["m"], r["ef_construction"], r["ef_search"]), default=None)
     print(json.dumps({"chosen": chosen, "questions": len(texts), "queries": len(picked), "recall": recall}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

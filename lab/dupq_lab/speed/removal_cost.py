@@ -108,7 +108,3 @@ def main(
         logger.removeHandler(rebuilds)
         shutil.rmtree(folder.parent, ignore_errors=True)
     print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    typer.run(main)

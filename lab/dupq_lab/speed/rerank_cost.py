@@ -198,7 +198,7 @@ def measure(
     # a child process: one torch thread for the searches, as dupq search runs, and this one keeps its own
     child = work / "searched.json"
     spec = json.dumps({"folder": str(work / "reranked"), "queries": queries, "wanted": searches})
-    command = [sys.executable, "-m", "dupq_lab.speed.rerank_cost", "--rerank", rerank]
+    command = [sys.executable, "-m", "dupq_lab", "rerank-cost", "--rerank", rerank]
     done = subprocess.run([*command, "--searched", spec, "--into", str(child)], capture_output=True, text=True)
     if done.returncode != 0:
         raise DupqError(f"the timed searches failed: {done.stderr.strip()[-500:]}")
@@ -250,7 +250,3 @@ def main(
     command = f"dupq-lab rerank-cost --rerank {rerank} --split {split} --seconds {seconds:g} --rounds {rounds}"
     command += f" --questions {questions}" if questions else ""
     print(json.dumps({"command": command, **made_of, **out}))
-
-
-if __name__ == "__main__":
-    typer.run(main)

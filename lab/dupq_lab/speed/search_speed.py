@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -143,7 +142,3 @@ def main(
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -92,7 +92,3 @@ def main(
     result["same_hits"] = round(float(np.mean([a == b for a, b in zip(found["kernels"], found["torch"])])), 4)
     result["encode_ms"] = batches
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    typer.run(main)

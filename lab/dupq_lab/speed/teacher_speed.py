@@ -80,7 +80,3 @@ def main(
             "machine": platform.machine(),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -100,7 +100,7 @@ def keras_rate(train, steps: int, repeats: int) -> dict:
         lines = (f"{' '.join(a.split())}\t{' '.join(b.split())}\n" for a, b in zip(train.q1, train.q2))
         pairs.write_text("".join(lines), encoding="utf-8")
         child = subprocess.run(
-            [sys.executable, "-m", "dupq_lab.speed.keras_seed", str(pairs)]
+            [sys.executable, "-m", "dupq_lab", "keras-seed", str(pairs)]
             + ["--steps", str(steps), "--repeats", str(repeats), "--threads", str(torch.get_num_threads())],
             capture_output=True,
             text=True,
@@ -157,7 +157,3 @@ def main(
             "machine": platform.processor() or platform.machine(),
         }
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)
