@@ -256,7 +256,7 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
     for name, (edit, message) in cases.items():
         bad = broken(name.replace(" ", "-"), edit)
         with pytest.raises(DupqError, match=message):
-            Model.load(bad)
+            Model.load(bad).encode(["How?"])  # refused at load, or at the first encode that loads the network
         line = refused(runner.invoke(app, ["predict", "How?", "Why?", "--model", str(bad)]))
         assert message in line, (name, line)
 
@@ -275,6 +275,20 @@ def test_without_sentence_transformers_the_base_install_runs_and_the_folder_is_o
         refused(done)
         == f'error: the model folder {folder} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
     )
+
+
+def test_the_network_loads_at_the_first_encode_not_with_the_folder(folder, reference):
+    code = (
+        "import sys; from dupq.modeling import Model\n"
+        f"model = Model.load({str(folder)!r}); fingerprint = model.fingerprint()\n"
+        "print('sentence_transformers' in sys.modules)\n"
+        "print(model.encode(['How do I reset my password?'])[0, :4].round(5).tolist())\n"
+        "print('sentence_transformers' in sys.modules, model.fingerprint() == fingerprint)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, vector, after = done.stdout.splitlines()
+    assert before == "False" and after == "True True"
+    assert json.loads(vector) == pytest.approx(reference(["How do I reset my password?"])[0, :4].tolist(), abs=1e-4)
 
 
 def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, tmp_path, monkeypatch):

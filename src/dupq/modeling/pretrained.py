@@ -67,9 +67,7 @@ def load_sentence_transformer(
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        raise DupqError(
-            f'{needed_by} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
-        ) from None
+        raise not_installed(needed_by) from None
     if name is None:
         folder, name = packaged_teacher(), "all-MiniLM-L6-v2"
     else:
@@ -95,6 +93,11 @@ def load_sentence_transformer(
             quantize(model)
             name = f"{name} (int8)"
     return model, name
+
+
+def not_installed(needed_by: str) -> DupqError:
+    """The one sentence for ``needed_by`` (what needs it) when sentence-transformers is not installed."""
+    return DupqError(f'{needed_by} needs sentence-transformers; install it with `pip install -e ".[distil]"`.')
 
 
 def runs_int8(name: str | os.PathLike) -> bool:

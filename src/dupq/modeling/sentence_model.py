@@ -28,7 +28,9 @@ sentence-transformers is imported only when such a folder is loaded or made: the
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ from dupq.modeling.architecture import SENTENCE_TRANSFORMERS, SentenceConfig
 from dupq.modeling.encoding import READERS, TextEncoder
 from dupq.modeling.folder_format import ModelConfig, check_files
 from dupq.modeling.model import Model
-from dupq.modeling.pretrained import load_sentence_transformer
+from dupq.modeling.pretrained import load_sentence_transformer, not_installed
 from dupq.modeling.static import join_vectors
 
 SUBFOLDER = "sentence-transformers"  # where a model folder keeps the transformer
@@ -48,19 +50,39 @@ ENCODE_BATCH = 128  # questions per forward pass, as dupq-lab peers measured Min
 
 
 class TransformerEncoder(TextEncoder):
-    """A loaded ``SentenceTransformer`` (``transformer``) whose files are in ``files``: the fingerprint is theirs.
+    """A ``SentenceTransformer`` (``transformer``) whose files are in ``files``: the fingerprint is theirs.
 
     ``config`` is ``config.json``'s encoder entry; a folder joined to a dupq model (``config.join``) is
-    read as a :class:`JoinedEncoder` holding this one.
+    read as a :class:`JoinedEncoder` holding this one. ``transformer`` None: the network is loaded at its
+    first use (the errors name the model folder ``home``), so a model that never encodes (a reranker
+    recorded at build, a search answered from stored vectors) costs no import of sentence-transformers.
     """
 
     copied = True
 
-    def __init__(self, transformer, config: SentenceConfig, files: Path):
-        self.transformer = transformer
+    def __init__(self, transformer, config: SentenceConfig, files: Path, home: Path | None = None):
+        self._transformer = transformer
+        self._loading = threading.Lock()  # the service's threads may ask for it at once: load it once
         self.config = config
         self.files = Path(files)
+        self.home = home
         self._hashed: hashlib._Hash | None = None
+
+    @property
+    def transformer(self):
+        """The loaded network; loaded here the first time, refused in one sentence if ``encoder.dim`` is wrong."""
+        with self._loading:
+            if self._transformer is None:
+                transformer, _ = load_sentence_transformer(
+                    str(self.files), needed_by=f"the model folder {self.home}", int8=self.config.int8
+                )
+                if width(transformer) != self.config.dim:
+                    raise DupqError(
+                        f"{Path(self.home or self.files) / 'config.json'} is corrupt: encoder.dim is {self.config.dim}, "
+                        f"but the model in {self.files} encodes {width(transformer)} dimensions."
+                    )
+                self._transformer = transformer
+        return self._transformer
 
     @property
     def out_dim(self) -> int:
@@ -175,13 +197,9 @@ def read_transformer(folder: Path, config: ModelConfig) -> tuple[TransformerEnco
     if sentence.join is not None:
         student = Model.load(folder / sentence.join)
         student.encoder.lstm(f"{folder / sentence.join} must hold a dupq LSTM model to join.")
-    transformer, _ = load_sentence_transformer(str(files), needed_by=f"the model folder {folder}", int8=sentence.int8)
-    if width(transformer) != sentence.dim:
-        raise DupqError(
-            f"{folder / 'config.json'} is corrupt: encoder.dim is {sentence.dim}, "
-            f"but the model in {files} encodes {width(transformer)} dimensions."
-        )
-    encoder = TransformerEncoder(transformer, sentence, files)
+    if importlib.util.find_spec("sentence_transformers") is None:  # refused now; the network loads at first encode
+        raise not_installed(f"the model folder {folder}")
+    encoder = TransformerEncoder(None, sentence, files, folder)
     return (encoder if student is None else JoinedEncoder(encoder, student)), None
 
 

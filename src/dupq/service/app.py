@@ -77,7 +77,10 @@ def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathL
     from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
 
-    return Collection.open(collection_dir, Model.load(model_dir) if model_dir is not None else None)
+    collection = Collection.open(collection_dir, Model.load(model_dir) if model_dir is not None else None)
+    if collection.reranker is not None:  # a transformer loads at its first encode: here, not in a search's time
+        collection.reranker.encode(["dupq"])
+    return collection
 
 
 def create_app(
