@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from collkit import ASKS, TOPICS  # the first eight topics here
 
 from dupq.collection.backend import check_where, hidden, matches
 from dupq.collection.collection import Collection
@@ -16,8 +17,6 @@ from dupq.collection.review import shared_words
 from dupq.core.errors import DupqError
 from dupq.index.vectors import search as exact_search
 
-TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess"]
-ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
 CATEGORIES = ["billing", "login", "export"]
 
 
