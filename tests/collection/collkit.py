@@ -9,6 +9,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+import numpy as np
+
+from dupq.collection.backend import check_where, hidden, matches
+from dupq.index.vectors import search as exact_search
+
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]  # `dupq` as a user runs it, in another process
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
@@ -29,6 +34,25 @@ def distinct(splits, n: int, skip: int = 0) -> list[str]:
         if len(seen) >= n + skip:
             break
     return list(seen)[skip:]
+
+
+def check_search(coll, queries: list[str], k: int = 10, where=None, removed=()) -> None:
+    """``coll.search`` against the naive reference: brute force over the stored vectors of the rows that are not
+    pending and match ``where`` (a loop over ``stored_rows``), the best ``k``. The scores agree (not the ids: the small
+    model ties texts), every hit matches ``where``, none is ``removed``; where ``k`` takes every row, the keys too."""
+    rows = coll.stored_rows()  # in the order of coll.stored_vectors()
+    keep = [
+        n for n, (*_, meta) in enumerate(rows) if not hidden(meta or {}) and matches(meta or {}, check_where(where))
+    ]
+    got = coll.search(queries, k=k, where=where)
+    if not keep:
+        assert not any(got), got
+        return
+    scores, found = exact_search(coll.model.encode(queries), coll.stored_vectors()[keep], min(k, len(keep)))
+    for hits, want, ids in zip(got, scores.tolist(), found.tolist()):
+        np.testing.assert_allclose([h.score for h in hits], want, atol=1e-5)
+        assert all(matches(h.metadata, check_where(where)) for h in hits) and not {h.key for h in hits} & set(removed)
+        assert k < len(keep) or sorted(h.key for h in hits) == sorted(rows[keep[j]][1] for j in ids)
 
 
 def kill_9_when(command: list[str], enough: Callable[[str], bool] | int) -> list[str]:

@@ -10,6 +10,7 @@ import time
 import faiss
 import numpy as np
 import pytest
+from collkit import check_search
 
 import dupq.collection.folder.cache as cache_module
 import dupq.collection.folder.store as store
@@ -19,7 +20,6 @@ from dupq.collection.folder.store import WRITER_LOCK
 from dupq.collection.rows import StoreFailure
 from dupq.core.files import file_lock
 from dupq.index.vectors import IndexConfig, VectorIndex, checksum_of, scans_exactly
-from dupq.index.vectors import search as exact_search
 from support.private import folder_cache, folder_store
 
 
@@ -154,15 +154,6 @@ def wait_for(condition, seconds: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def check_search(coll: Collection, queries: list[str], removed: set[str]) -> None:
-    """The collection's hits against brute force over its stored vectors (scores: the small model ties texts)."""
-    got = coll.search(queries, k=10)
-    want, _ = exact_search(coll.model.encode(queries), coll.stored_vectors(), 10)
-    for hits, scores in zip(got, want.tolist()):
-        np.testing.assert_allclose([h.score for h in hits], scores, atol=1e-5)
-        assert removed.isdisjoint(h.key for h in hits)
-
-
 def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, tiny_model):
     """Past REBUILD_SHARE removed, a thread builds a graph of the others and publishes it in index.faiss; another
     handle (another worker) loads it at its next search; later adds and removals follow; a new open reads it."""
@@ -180,18 +171,18 @@ def test_an_hnsw_graph_is_built_again_without_its_removed_questions(tmp_path, ti
             saved = VectorIndex.load(folder / INDEX_FILE, coll.manifest["dim"], config, checksum=manifest["checksum"])
             assert saved.stored == 210 and saved.ids().tolist() == list(range(90, 300))
             for handle in (coll, other):
-                check_search(handle, queries, set(keys[:90]))
+                check_search(handle, queries, removed=set(keys[:90]))
                 stats = handle.index_stats()
                 assert (stats.vectors, stats.generation) == (210, 1)  # the other handle loaded it
             coll.add(["Which river flows through the most countries?"], keys=["new"])
             coll.remove(["k95"])
             for handle in (other, coll):
                 assert handle.search(["Which river flows through the most countries?"], k=1)[0][0].key == "new"
-                check_search(handle, queries + ["How do I learn topic number 95 well?"], {*keys[:90], "k95"})
+                check_search(handle, queries + ["How do I learn topic number 95 well?"], removed={*keys[:90], "k95"})
     with Collection.open(folder, tiny_model) as again:
         assert folder_cache(again).index.mapped and again.index_stats().vectors == 211
         assert again.index_stats() == IndexStats("hnsw", 211, 1, 1, True)  # k95 removed since the rebuild
-        check_search(again, queries, {*keys[:90], "k95"})
+        check_search(again, queries, removed={*keys[:90], "k95"})
 
 
 def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_searches_right(
@@ -212,12 +203,12 @@ def test_a_rebuild_cut_short_before_its_manifest_leaves_a_collection_that_search
     coll.remove(keys[:100])
     wait_for(lambda: coll.cache_error is not None)  # publishing it failed
     assert coll.index_stats().vectors == 100  # swapped in before
-    check_search(coll, texts(3, offset=150), set(keys[:100]))
+    check_search(coll, texts(3, offset=150), removed=set(keys[:100]))
     coll.close()
     monkeypatch.setattr(cache_module, "write_json", real)
     with Collection.open(folder, tiny_model) as again:
         assert len(again) == 100
-        check_search(again, texts(3, offset=150), set(keys[:100]))
+        check_search(again, texts(3, offset=150), removed=set(keys[:100]))
 
 
 def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_model, caplog):
@@ -243,12 +234,12 @@ def test_removing_the_newest_questions_rebuilds_the_graph_once(tmp_path, tiny_mo
             assert rebuilds() == 1 and coll.index_stats().generation == 1
             assert coll.index_stats().vectors == 152  # the 150 kept, the update's new text and the add
             for handle in (coll, other):
-                check_search(handle, queries, removed)
+                check_search(handle, queries, removed=removed)
                 assert handle.search(["What is the tallest mountain on Mars?"], k=1)[0][0].key == "new"
             assert other.index_stats().generation == 1 and not other.index_stats().rebuilding
     with Collection.open(folder, tiny_model) as again:
         assert again.index_stats().vectors == 152 and len(folder_cache(again).index) == 202  # ids up to 201
-        check_search(again, queries, removed)
+        check_search(again, queries, removed=removed)
     assert rebuilds() == 1
 
 

@@ -66,27 +66,22 @@ def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
 
 def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
     other = Model.create(tiny_model.encoder.vocab, dim=32)
-    with pytest.raises(DupqError, match=rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"):
-        Collection.open(built, other)
-    with pytest.raises(DupqError, match="does not exist"):
-        Collection.open(tmp_path / "missing")
-    with pytest.raises(DupqError, match="not a dupq collection"):
-        Collection.open(tmp_path)
-    with pytest.raises(DupqError, match="not empty"):
-        Collection.build(built, ["a question"], tiny_model)
-    with pytest.raises(DupqError, match="question 2 is empty"):
-        Collection.build(tmp_path / "e", ["a question", "  "], tiny_model)
-    with pytest.raises(DupqError, match="not unique"):
-        Collection.build(tmp_path / "e", ["a", "b"], tiny_model, keys=["x", "x"])
-    assert not (tmp_path / "e").exists()
-    with Collection.open(built) as coll:
-        with pytest.raises(DupqError, match="query 1 is empty"):
-            coll.search(["   "])
-        with pytest.raises(DupqError, match="not a single string"):
-            coll.search("How?")
-        with pytest.raises(DupqError, match="JSON"):
-            coll.add(["ok"], metadata=[{"bad": object()}])
-        assert len(coll) == 2000  # nothing half-added by the refused add
+    coll = Collection.open(built)
+    for call, says in [
+        (lambda: Collection.open(built, other), rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"),
+        (lambda: Collection.open(tmp_path / "missing"), "does not exist"),
+        (lambda: Collection.open(tmp_path), "not a dupq collection"),
+        (lambda: Collection.build(built, ["a question"], tiny_model), "not empty"),
+        (lambda: Collection.build(tmp_path / "e", ["a question", "  "], tiny_model), "question 2 is empty"),
+        (lambda: Collection.build(tmp_path / "e", ["a", "b"], tiny_model, keys=["x", "x"]), "not unique"),
+        (lambda: coll.search(["   "]), "query 1 is empty"),
+        (lambda: coll.search("How?"), "not a single string"),
+        (lambda: coll.add(["ok"], metadata=[{"bad": object()}]), "JSON"),
+    ]:
+        with pytest.raises(DupqError, match=says):
+            call()
+    assert not (tmp_path / "e").exists() and len(coll) == 2000  # nothing half-built, nothing half-added
+    coll.close()
 
 
 def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):

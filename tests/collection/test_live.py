@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 import pytest
-from collkit import ASKS, TOPICS, kill_9_when
+from collkit import ASKS, TOPICS, check_search, kill_9_when
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -51,26 +51,6 @@ def desk(n: int = N) -> tuple[list[str], list[str], list[dict]]:
     return texts, keys, meta
 
 
-def reference(coll: Collection, queries: list[str], k: int, where) -> list[list[tuple[str, float]]]:
-    """The brute-force answer: every stored row that matches, scored exactly, the best ``k``."""
-    rows = coll.stored_rows()
-    keep = [n for n, (_, _, _, meta) in enumerate(rows) if matches(meta or {}, check_where(where))]
-    if not keep:
-        return [[] for _ in queries]
-    vectors = coll.stored_vectors()[keep]
-    scores, found = exact_search(coll.model.encode(queries), vectors, k)
-    return [[(rows[keep[j]][1], s) for s, j in zip(srow, jrow)] for srow, jrow in zip(scores.tolist(), found.tolist())]
-
-
-def check_against_reference(coll, queries, k, where) -> None:
-    got = coll.search(queries, k=k, where=where)
-    want = reference(coll, queries, k, where)
-    for g, w in zip(got, want):
-        assert len(g) == len(w)
-        np.testing.assert_allclose([h.score for h in g], [s for _, s in w], atol=1e-5)
-        assert all(matches(h.metadata, check_where(where)) for h in g)
-
-
 @pytest.fixture
 def live(location, tiny_model):
     texts, keys, meta = desk()
@@ -95,7 +75,7 @@ WHERES = [
 @pytest.mark.parametrize("where", WHERES, ids=lambda w: json.dumps(w))
 def test_a_filtered_search_is_the_brute_force_filter(live, where):
     coll, texts = live
-    check_against_reference(coll, texts[:6] + ["How do I learn about chess?"], 10, where)
+    check_search(coll, texts[:6] + ["How do I learn about chess?"], 10, where)
 
 
 def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_model, monkeypatch):
@@ -105,7 +85,7 @@ def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_m
     with Collection.build(tmp_path / "c", texts, tiny_model, keys=keys, metadata=meta) as coll:
         coll.remove(["t0", "t4"])  # tombstones and a filter together
         for where in WHERES[:3]:
-            check_against_reference(coll, texts[:8], 10, where)
+            check_search(coll, texts[:8], 10, where)
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
@@ -156,7 +136,7 @@ def test_remove_and_update_by_key(live, location, tiny_model):
     assert coll.search([texts[8]], k=1, where={"product": "chat"})[0][0].key == "t8"
     with pytest.raises(UnknownKey):
         coll.update("nobody", text=new)
-    check_against_reference(coll, [texts[3], new, texts[8]], 10, {"product": ["chat", "mail"]})
+    check_search(coll, [texts[3], new, texts[8]], 10, {"product": ["chat", "mail"]})
     with Collection.open(location, tiny_model) as again:  # another handle sees every change
         assert len(again) == N - 2 and again.get("t7")[1] == new
         assert "t3" not in {h.key for h in again.search([texts[3]], k=20)[0]}
@@ -392,7 +372,7 @@ def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_tw
         changed = [f"What changed in release {i} of the help desk?" for i in range(n) if i % 3 != 2]
         for row in coll.search(changed[:5], k=N):  # every new text found once (the small model ties them all)
             assert sorted(h.text for h in row if h.text.startswith("What changed")) == sorted(changed)
-        check_against_reference(coll, texts[:5], 10, {"product": "mail"})
+        check_search(coll, texts[:5], 10, {"product": "mail"})
 
 
 def test_metrics_count_requests_changes_and_follow_the_read_token(tmp_path, tiny_model_dir):

@@ -73,43 +73,38 @@ def test_health_page_and_schema(client):
     assert "security" in paths["/questions"]["post"] and "security" not in paths["/search"]["post"]
 
 
-def test_search_matches_the_library(client, texts):
-    collection = client.app.state.collection
-    query = texts[5]
-    got = client.post("/search", json={"question": query, "k": 7}).json()
-    want = collection.search([query], k=7)[0]
-    assert got["question"] == query and got["threshold"] == collection.threshold
-    assert [r["id"] for r in got["results"]] == [h.id for h in want]
-    assert [r["score"] for r in got["results"]] == pytest.approx([h.score for h in want], abs=1e-6)
-    assert got["results"][0]["text"] == query and got["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
-    assert got["results"][0]["metadata"] == {"row": 5}
-    for r in got["results"]:
-        assert r["duplicate"] == (r["score"] > collection.threshold)
-    assert len(client.post("/search", json={"question": query}).json()["results"]) == 10  # default k
-
-
-def test_search_answer_is_the_validated_models_json(client, texts):
-    """The route writes its answer without building SearchResponse: its bytes are those of the validated model,
-    awkward metadata (tiny and huge floats, non-ASCII text, nesting) and a key left out included."""
-
+def test_search_answers_the_librarys_hits_as_the_validated_models_json(client, texts):
+    """/search answers the hits ``Collection.search`` finds. The route writes its answer without building
+    SearchResponse: its bytes are those of the validated model, awkward metadata (tiny and huge floats, non-ASCII
+    text, nesting) and a key left out included."""
     odd = {"tiny": 1e-7, "huge": 1e16, "name": "Zürich 中", "nest": {"a": [1, 2.5, None, True, -0.0]}}
     added = client.post("/questions", json={"text": texts[3] + " again", "metadata": odd, "key": "odd"}, headers=AUTH)
     assert added.status_code == 201
     collection = client.app.state.collection
-    for body in ({"question": texts[3], "k": 5}, {"question": texts[3], "k": 3, "exclude": ["odd"]}):
+    tiers = collection.tiers
+    for body in (
+        {"question": texts[5], "k": 7},
+        {"question": texts[3], "k": 5},
+        {"question": texts[3], "k": 3, "exclude": ["odd"]},
+    ):
         got = client.post("/search", json=body)
         hits = collection.search([body["question"]], k=body["k"], exclude=body.get("exclude"))[0]
-        tiers = collection.tiers
+        results = [HitOut.model_validate(h, from_attributes=True) for h in hits]
         want = SearchResponse(
             question=body["question"],
             threshold=tiers["duplicate"],
             threshold_on=tiers["on"],
             tiers=tiers,
-            results=[HitOut.model_validate(h, from_attributes=True) for h in hits],
+            results=results,
         )
         assert got.headers["content-type"] == "application/json"
         assert got.content == TypeAdapter(SearchResponse).dump_json(want)
     assert any(r["metadata"] == odd for r in client.post("/search", json={"question": texts[3]}).json()["results"])
+    answer = client.post("/search", json={"question": texts[5]}).json()
+    assert len(answer["results"]) == 10 and answer["threshold"] == collection.threshold  # the default k
+    top = answer["results"][0]
+    assert (top["text"], top["metadata"]) == (texts[5], {"row": 5}) and top["score"] == pytest.approx(1.0, abs=1e-4)
+    assert all(r["duplicate"] == (r["score"] > collection.threshold) for r in answer["results"])
 
 
 def test_similarity_matches_the_model(client, texts):
