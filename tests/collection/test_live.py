@@ -1,8 +1,8 @@
 """A collection that lives: removal and update by key, scoped (filtered) search, moderators' decisions.
 
-Every test runs on both backends (the ``location`` fixture: a folder, then milvus-lite) and
-compares with a naive reference: a brute-force search over the stored vectors with the filter
-applied row by row (:func:`dupq.collection.backend.matches`), or the rows read back.
+Most tests run on every store (the ``location`` fixture: a folder, milvus-lite, Postgres) and compare with a naive
+reference: a brute-force search over the stored vectors with the filter applied row by row
+(:func:`collkit.check_search`), or the rows read back.
 """
 
 from __future__ import annotations
