@@ -5,35 +5,28 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
+from collkit import DUPQ, distinct, kill_9_when, synthetic
 from typer.testing import CliRunner
 
+import dupq.collection.folder.cache
+import dupq.collection.folder.sqlite
 from dupq.cli import app
 from dupq.collection.collection import Collection, Hit, KeyConflict
 from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
-from dupq.index.vectors import search
+from dupq.index.vectors import IndexConfig, search, training_size
 from dupq.modeling.model import Model
 from support.errors import refused
-
-
-def distinct(splits, n: int, skip: int = 0) -> list[str]:
-    """``n`` distinct non-empty questions of the small split, after the first ``skip``."""
-    seen: dict[str, None] = {}
-    for q in splits.pool.q1 + splits.pool.q2 + splits.test.q1 + splits.test.q2:
-        if q.strip():
-            seen.setdefault(q)
-        if len(seen) >= n + skip:
-            break
-    return list(seen)[skip:]
+from support.servicekit import milvus_or_skip
 
 
 @pytest.fixture(scope="module")
@@ -52,46 +45,6 @@ def built(tmp_path_factory, texts, tiny_model) -> Path:
 def stored_count(folder: Path) -> tuple[int, int]:
     with sqlite3.connect(folder / DATABASE) as db:
         return db.execute("SELECT COUNT(*), (SELECT SUM(count) FROM embeddings) FROM questions").fetchone()
-
-
-def test_build_open_search(built, texts, tiny_model):
-    with Collection.open(built) as coll:  # no model: the recorded folder is loaded
-        assert len(coll) == len(texts) and coll.threshold == coll.model.threshold
-        hits = coll.search([texts[7], texts[8]], k=5)
-        assert [len(h) for h in hits] == [5, 5]
-        top = hits[0][0]
-        assert isinstance(top, Hit) and top.id == 7 and top.text == texts[7] and top.score > 0.999
-        assert top.duplicate and top.key == "q7" and top.metadata == {"row": 7}
-        assert hits[1][0].metadata == {} and hits[1][0].key == "q8"
-        assert all(a.score >= b.score for a, b in zip(hits[0], hits[0][1:]))
-        # The collection's answer is the pure search over the stored questions' vectors.
-        queries = ["How do I learn Python fast?", "Why is the sky blue?"]
-        got = coll.search(queries, k=10)
-        want_scores, want_ids = search(tiny_model.encode(queries), tiny_model.encode(texts), 10)
-        assert [[h.id for h in row] for row in got] == want_ids.tolist()
-        np.testing.assert_allclose([[h.score for h in row] for row in got], want_scores, atol=1e-5)
-        assert len(coll.search(["anything at all"], k=len(texts) + 50)[0]) == len(texts)
-
-
-def test_add_is_durable_and_indexed(tmp_path, texts, tiny_model):
-    folder = tmp_path / "c"
-    coll = Collection.build(folder, texts[:300], tiny_model, index="hnsw")
-    assert coll.add(texts[300:310], metadata=[{"answer": i} for i in range(10)]) == list(range(300, 310))
-    assert coll.add([]) == []
-    assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
-    # A second handle, opened without closing the first (as after a crash), sees every added row.
-    other = Collection.open(folder, tiny_model)
-    assert len(other) == 310 and other.indexed == 310
-    assert other.search([texts[309]], k=1)[0][0].id == 309
-    # Rows added by another handle are caught up before this one adds its own.
-    assert other.add([texts[400]]) == [310]
-    assert coll.add([texts[401]]) == [311]
-    assert coll.search([texts[400]], k=1)[0][0].id == 310
-    coll.close()
-    other.close()
-    coll.close()  # closing twice is harmless
-    with pytest.raises(DupqError, match="closed"):
-        coll.search(["x"])
 
 
 def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
@@ -113,27 +66,22 @@ def test_stale_or_broken_index_file_is_repaired(tmp_path, texts, tiny_model):
 
 def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
     other = Model.create(tiny_model.encoder.vocab, dim=32)
-    with pytest.raises(DupqError, match=rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"):
-        Collection.open(built, other)
-    with pytest.raises(DupqError, match="does not exist"):
-        Collection.open(tmp_path / "missing")
-    with pytest.raises(DupqError, match="not a dupq collection"):
-        Collection.open(tmp_path)
-    with pytest.raises(DupqError, match="not empty"):
-        Collection.build(built, ["a question"], tiny_model)
-    with pytest.raises(DupqError, match="question 2 is empty"):
-        Collection.build(tmp_path / "e", ["a question", "  "], tiny_model)
-    with pytest.raises(DupqError, match="not unique"):
-        Collection.build(tmp_path / "e", ["a", "b"], tiny_model, keys=["x", "x"])
-    assert not (tmp_path / "e").exists()
-    with Collection.open(built) as coll:
-        with pytest.raises(DupqError, match="query 1 is empty"):
-            coll.search(["   "])
-        with pytest.raises(DupqError, match="not a single string"):
-            coll.search("How?")
-        with pytest.raises(DupqError, match="JSON"):
-            coll.add(["ok"], metadata=[{"bad": object()}])
-        assert len(coll) == 2000  # nothing half-added by the refused add
+    coll = Collection.open(built)
+    for call, says in [
+        (lambda: Collection.open(built, other), rf"{tiny_model.fingerprint()}.*{other.fingerprint()}"),
+        (lambda: Collection.open(tmp_path / "missing"), "does not exist"),
+        (lambda: Collection.open(tmp_path), "not a dupq collection"),
+        (lambda: Collection.build(built, ["a question"], tiny_model), "not empty"),
+        (lambda: Collection.build(tmp_path / "e", ["a question", "  "], tiny_model), "question 2 is empty"),
+        (lambda: Collection.build(tmp_path / "e", ["a", "b"], tiny_model, keys=["x", "x"]), "not unique"),
+        (lambda: coll.search(["   "]), "query 1 is empty"),
+        (lambda: coll.search("How?"), "not a single string"),
+        (lambda: coll.add(["ok"], metadata=[{"bad": object()}]), "JSON"),
+    ]:
+        with pytest.raises(DupqError, match=says):
+            call()
+    assert not (tmp_path / "e").exists() and len(coll) == 2000  # nothing half-built, nothing half-added
+    coll.close()
 
 
 def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):
@@ -151,25 +99,27 @@ def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):
     assert result.exit_code == 0 and result.output.count('"id"') >= 3
 
 
-def test_cli_build_add_search(tmp_path, small_splits, tiny_model_dir):
-    runner = CliRunner()
+def test_cli_builds_adds_and_searches_each_store(location, tmp_path, tiny_model_dir):
+    where, folder = str(location), isinstance(location, Path)
     qfile = tmp_path / "faq.csv"
     qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
-    out = tmp_path / "faq"
-    result = runner.invoke(
-        app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", str(out), "--index", "hnsw"]
-    )
-    assert result.exit_code == 0, result.output
-    assert "stored 2 questions" in result.output
-    result = runner.invoke(app, ["index", "add", str(out), "How can I learn Python quickly?"])
-    assert result.exit_code == 0 and "id 2" in result.output
-    result = runner.invoke(app, ["search", str(out), "How do I learn Python?", "-k", "1"])
-    assert result.exit_code == 0 and "How do I learn Python?" in result.output
+    run = CliRunner().invoke
+    index = ["--index", "hnsw"] if folder else []
+    built = run(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where, *index])
+    assert built.exit_code == 0 and "stored 2 questions" in built.output, built.output
+    added = run(app, ["index", "add", where, "How can I learn Python quickly?", "--key", "p1"])
+    new = re.search(r"id (\d+)", added.output)
+    assert added.exit_code == 0 and new and (not folder or new.group(1) == "2"), added.output
+    found = run(app, ["search", where, "How can I learn Python quickly?", "-k", "1", "--json"])
+    hit = json.loads(found.output)["hits"][0]
+    assert (hit["id"], hit["key"], hit["metadata"]) == (int(new.group(1)), "p1", {})
+    found = run(app, ["search", where, "How do I learn Python?", "-k", "1"])
+    assert found.exit_code == 0 and "How do I learn Python?" in found.output
     queries = tmp_path / "q.txt"
     queries.write_text("Why is the sky blue?\nHow to learn Python?\n")
-    result = runner.invoke(app, ["search", str(out), "--queries", str(queries), "-k", "2", "--json"])
-    assert result.exit_code == 0 and len(result.output.strip().splitlines()) == 2
-    assert '"answer": "Rayleigh"' in result.output
+    found = run(app, ["search", where, "--queries", str(queries), "-k", "2", "--json"])
+    assert found.exit_code == 0 and len(found.output.strip().splitlines()) == 2
+    assert '"answer": "Rayleigh"' in found.output
 
 
 def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
@@ -215,23 +165,14 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
     assert len(new) == 10_000
     qfile = tmp_path / "new.txt"
     qfile.write_text("\n".join(new) + "\n")
-    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
-    proc = subprocess.Popen(
-        [*dupq, "index", "add", str(folder), "--file", str(qfile), "--batch-size", "50"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
     reported: list[int] = []
-    for line in proc.stdout:
+
+    def acknowledged(line: str) -> bool:
         lo, hi = map(int, re.search(r"ids (\d+)-(\d+)", line).groups())
         reported.extend(range(lo, hi + 1))
-        if len(reported) >= 1000:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+        return len(reported) >= 1000
+
+    kill_9_when([*DUPQ, "index", "add", str(folder), "--file", str(qfile), "--batch-size", "50"], acknowledged)
     questions, vectors = stored_count(folder)
     assert questions == vectors  # every stored question has its embedding, and no more
     assert 500 + len(reported) <= questions < 500 + len(new)  # all acknowledged, not all
@@ -246,22 +187,6 @@ def test_kill_9_during_add(tmp_path, small_splits, texts, tiny_model, tiny_model
 
 # Faults, one per class a hostile tester found: synthetic questions and the bundled model, so these need no training.
 
-TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
-ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
-
-
-def synthetic(n: int, offset: int = 0) -> list[str]:
-    """``n`` distinct questions made from templates (question ``i`` is the same on every call)."""
-    return [
-        ASKS[i % len(ASKS)].format(TOPICS[(i // len(ASKS)) % len(TOPICS)]) + f" ({i})"
-        for i in range(offset, offset + n)
-    ]
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    return Model.load()
-
 
 def rows(folder: Path) -> list[tuple]:
     with sqlite3.connect(folder / DATABASE) as db:
@@ -272,32 +197,7 @@ def full_disk(*args, **kwargs):
     raise OSError(28, "No space left on device")
 
 
-def test_a_failure_after_the_commit_answers_the_ids_and_stores_once(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.collection.collection
-    import dupq.collection.folder.cache
-
-    folder = tmp_path / "c"
-    Collection.build(folder, synthetic(20), bundled).close()
-    monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
-    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)  # ... on a full disk
-    new = synthetic(5, offset=20)
-    with Collection.open(folder, bundled) as coll:
-        ids = coll.add(new[:3], keys=["a", "b", None])
-        assert ids == [20, 21, 22] and "No space left" in coll.cache_error
-        assert coll.add(new[:2], keys=["a", "b"]) == [20, 21]  # a retry stores nothing
-        assert coll.add([new[3], new[3]], keys=["d", "d"]) == [23, 23]
-        with pytest.raises(dupq.collection.collection.KeyConflict, match="'a' is stored already"):
-            coll.add([new[4]], keys=["a"])
-        assert [h[0].id for h in coll.search(new[:4], k=1)] == [20, 21, 22, 23]
-    assert [r[2] for r in rows(folder)] == synthetic(20) + new[:4]  # the naive reference: each text once, in order
-    monkeypatch.undo()
-    with Collection.open(folder, bundled) as coll:  # index.faiss was never rewritten: rebuilt from SQLite
-        assert coll.indexed == len(coll) == 24
-
-
 def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, bundled, monkeypatch, one_torch_thread):
-    import dupq.collection.folder.cache
-
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
@@ -310,35 +210,15 @@ def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, 
             app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"]
         )
         assert result.exit_code == 0, result.output
-        assert (
-            "ids 10-13" in result.output
-            and "ids 14-15" in result.output
-            and "warning: could not write" in result.output
-        )
-    result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
-    result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
+        assert all(said in result.output for said in ("ids 10-13", "ids 14-15", "warning: could not write"))
+    for _ in range(2):  # the retry stores nothing
+        result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
     assert result.exit_code == 0 and "id 16" in result.output
-    assert [(r[1], r[2]) for r in rows(folder)][10:] == [
-        (f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))
-    ] + [("x1", "One more question about chess?")]
-
-
-def test_reads_see_adds_of_another_process(location, bundled, one_torch_thread):
-    Collection.build(location, synthetic(30), bundled).close()
-    server = Collection.open(location, bundled)
-    assert len(server.search(synthetic(1), k=1)[0]) == 1
-    new = synthetic(3, offset=30)
-    with Collection.open(location, bundled) as other:  # another process (its own connections, its own FAISS)
-        ids = other.add(new)
-    got = server.search(new, k=1)
-    assert [row[0].id for row in got] == ids and [row[0].text for row in got] == new
-    assert len(server) == 33
-    server.close()
+    want = [(f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))] + [("x1", "One more question about chess?")]
+    assert [(r[1], r[2]) for r in rows(folder)][10:] == want
 
 
 def test_the_whole_index_cache_is_checked(tmp_path, bundled, one_torch_thread):
-    import faiss
-
     folder = tmp_path / "c"
     texts = synthetic(50)
     Collection.build(folder, texts, bundled).close()
@@ -436,9 +316,8 @@ def test_cli_refuses_text_that_is_not_utf8_and_files_without_questions(tmp_path,
 
 
 def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = dead.stdout.strip()
     folder = tmp_path / "c"
     Collection.build(folder, synthetic(5), bundled).close()
     stale = [folder / f".index.faiss.{dead}-abcd1234.tmp", folder / f".manifest.json.{dead}-x1y2z3w4.tmp"]
@@ -454,23 +333,7 @@ def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
     assert not building.exists()
 
 
-def test_stored_vectors_and_nearest_agree_with_the_model_and_brute_force(tiny_model, tmp_path):
-    texts = [f"how do i learn language number {i}?" for i in range(30)] + ["what is the capital of france?"]
-    with Collection.build(tmp_path / "c", texts, tiny_model) as coll:
-        stored = coll.stored_vectors()
-        np.testing.assert_allclose(
-            stored, tiny_model.encode(texts), atol=1e-6
-        )  # batched encoding sums in another order
-        queries = tiny_model.encode(["capital city of france?", "learning languages?"])
-        scores, ids = coll.nearest(queries, 5)
-        expected_scores, _ = search(queries, stored, 5)
-        np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
-        assert ids.shape == (2, 5) and (ids >= 0).all()
-
-
 def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tmp_path, small_splits, tiny_model):
-    from dupq.index.vectors import IndexConfig, training_size
-
     config = IndexConfig("ivfpq", nlist=16, pq_m=tiny_model.out_dim // 2, nprobe=8, rerank=100)  # 2 dims a code
     texts = distinct(small_splits, training_size(config) + 300)
     queries = ["How do I learn Python fast?", *texts[:40:4]]
@@ -482,29 +345,21 @@ def test_an_ivfpq_collection_re_ranks_from_the_store_and_judges_as_a_flat_one(tm
         got = coll.search(queries, k=10)
         coll.add(texts[-300:])  # encoded with the quantizers trained at build
         got_after = coll.search(queries, k=10)
-    stored = tiny_model.encode(texts)
+    stored, query_vectors = tiny_model.encode(texts), tiny_model.encode(queries)
     for hits, expected in ((got, want), (got_after, want_after)):
         # A hit counts when its score reaches the exact 10th (synthetic questions tie often, so not by id).
         recall = np.mean([h.score >= w[-1].score - 1e-6 for g, w in zip(hits, expected) for h in g])
         assert recall >= 0.9  # a bound: the short list comes from codes; measured 1.0 on these questions
-        query_vectors = tiny_model.encode(queries)
+        judged = {(q, h.id): (h.probability, h.duplicate) for q, row in enumerate(expected) for h in row}
         for q, row in enumerate(hits):  # scores and verdicts exact: from the stored vectors, as the flat collection's
             np.testing.assert_allclose(
                 [h.score for h in row], stored[[h.id for h in row]] @ query_vectors[q], atol=1e-5
             )
-        judged = {(q, h.id): (h.probability, h.duplicate) for q, row in enumerate(expected) for h in row}
-        for q, row in enumerate(hits):
-            for h in row:
-                if (q, h.id) in judged:
-                    assert (  # float32 head arithmetic in batches of other sizes: BLAS may round otherwise
-                        h.probability == pytest.approx(judged[q, h.id][0], abs=1e-5)
-                        and h.duplicate == judged[q, h.id][1]
-                    )
+            for h in (h for h in row if (q, h.id) in judged):  # float32 head arithmetic in batches of other sizes
+                assert (pytest.approx(h.probability, abs=1e-5), h.duplicate) == judged[q, h.id]
     (tmp_path / "pq" / INDEX_FILE).unlink()  # the cache is rebuilt from the store, trained the same way
     with Collection.open(tmp_path / "pq", tiny_model) as again:
-        assert [[h.id for h in row] for row in again.search(queries, k=10)] == [
-            [h.id for h in row] for row in got_after
-        ]
+        assert [[h.id for h in row] for row in again.search(queries, k=10)] == [[h.id for h in r] for r in got_after]
     with pytest.raises(DupqError, match="use the flat index for a collection this small"):
         Collection.build(tmp_path / "small", texts[:100], tiny_model, index=config)
     assert not (tmp_path / "small").exists()
@@ -515,28 +370,22 @@ def test_vectors_read_by_id_and_by_range_are_the_encoded_ones_whatever_the_row_s
     tmp_path, tiny_model, texts, blob_rows, monkeypatch
 ):
     """Folders written with big rows (before) and small rows (now) read back the same vectors, by id and by range."""
-    import dupq.collection.folder.sqlite
-
     monkeypatch.setattr(dupq.collection.folder.sqlite, "BLOB_ROWS", blob_rows)
     folder = tmp_path / "c"
     Collection.build(folder, texts[:700], tiny_model).close()
     monkeypatch.undo()  # adds to an old folder go in small rows beside its big one
     with Collection.open(folder, tiny_model) as coll:
         coll.add(texts[700:900])
-        reference = np.concatenate(
-            [tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])]
-        )  # (900, d): as stored
+        reference = np.concatenate([tiny_model.encode(texts[:700]), tiny_model.encode(texts[700:900])])  # (900, d)
         ids = np.random.default_rng(0).permutation(900)[:250]
         np.testing.assert_array_equal(coll.stored_vectors(ids), reference[ids])
         np.testing.assert_array_equal(coll.stored_vectors(), reference)
     with sqlite3.connect(folder / DATABASE) as db:
         sizes = [n for (n,) in db.execute("SELECT count FROM embeddings ORDER BY start")]
-    assert (
-        max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64
-    )  # the build's rows, then the add's 200 in 4 rows
+    assert max(sizes[:-4]) == min(blob_rows, 700) and max(sizes[-4:]) == 64  # the build's rows, the add's 200 in 4
 
 
-# The same tests on every store (the `location` fixture: a folder, then a milvus-lite file).
+# The same tests on every store (the `location` fixture: a folder, a milvus-lite file, a Postgres table).
 
 
 def stored_texts(coll: Collection) -> list[str]:
@@ -549,50 +398,68 @@ def stored_texts(coll: Collection) -> list[str]:
 def test_each_store_builds_searches_and_reopens(location, texts, tiny_model):
     chosen = texts[:400]
     meta = [{"row": i} if i % 2 else {} for i in range(len(chosen))]
-    queries = ["How do I learn Python fast?", "Why is the sky blue?", chosen[7]]
-    want_scores, want_ids = search(
-        tiny_model.encode(queries), tiny_model.encode(chosen), 10
-    )  # the brute-force reference
-    with Collection.build(location, chosen, tiny_model, keys=[f"q{i}" for i in range(len(chosen))], metadata=meta):
-        pass
+    queries = ["How do I learn Python fast?", "Why is the sky blue?", chosen[7], chosen[8]]
+    want_scores, want_ids = search(tiny_model.encode(queries), tiny_model.encode(chosen), 10)  # the brute force
+    Collection.build(location, chosen, tiny_model, keys=[f"q{i}" for i in range(len(chosen))], metadata=meta).close()
     with Collection.open(location) as coll:  # no model: the recorded folder is loaded
         assert len(coll) == len(chosen) and coll.model.fingerprint() == tiny_model.fingerprint()
+        assert coll.threshold == coll.model.threshold
         got = coll.search(queries, k=10)
         np.testing.assert_allclose([[h.score for h in row] for row in got], want_scores, atol=1e-5)
+        scores, ids = coll.nearest(tiny_model.encode(queries), 10)  # the store's own nearest, without the judge
+        np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+        assert ids.shape == (4, 10) and (ids >= 0).all()
         for row, ids in zip(got, want_ids):  # ties may swap places, so compare the texts found as sets
             assert {h.text for h in row if h.score > row[-1].score + 1e-5} <= {chosen[i] for i in ids}
-        top = got[2][0]
-        assert top.text == chosen[7] and top.metadata == {"row": 7} and top.key == "q7" and top.duplicate
+        if isinstance(location, Path):  # a folder's ids are positions, in the pure search's order
+            assert [[h.id for h in row] for row in got] == want_ids.tolist()
+        top, second = got[2][0], got[3][0]
+        assert isinstance(top, Hit) and top.text == chosen[7] and top.score > 0.999 and top.duplicate
+        assert (top.key, top.metadata, second.key, second.metadata) == ("q7", {"row": 7}, "q8", {})
+        assert all(a.score >= b.score for row in got for a, b in zip(row, row[1:]))
+        assert len(coll.search(["anything at all"], k=len(chosen) + 50)[0]) == len(chosen)
         assert sorted(stored_texts(coll)) == sorted(chosen)
         stored, encoded = coll.stored_vectors(), tiny_model.encode(chosen)  # (400, d) each, the store's in its id order
         np.testing.assert_array_equal(stored[np.lexsort(stored.T)], encoded[np.lexsort(encoded.T)])
 
 
 def test_each_store_keeps_an_add_and_shows_it_to_other_handles(location, texts, tiny_model):
-    coll = Collection.build(location, texts[:300], tiny_model)
+    folder = isinstance(location, Path)
+    coll = Collection.build(location, texts[:300], tiny_model, index="hnsw" if folder else "flat")
     ids = coll.add(texts[300:310], metadata=[{"answer": i} for i in range(10)])
     assert len(set(ids)) == 10 and len(coll) == 310 and coll.add([]) == []
-    if isinstance(location, Path):
-        assert ids == list(range(300, 310))  # a folder's ids are positions
     assert coll.search([texts[305]], k=1)[0][0].metadata == {"answer": 5}
-    other = Collection.open(location, tiny_model)  # a second handle, opened without closing the first
+    other = Collection.open(location, tiny_model)  # a second handle, opened without closing the first (a crash)
     assert len(other) == 310 and other.search([texts[309]], k=1)[0][0].id == ids[9]
+    assert not folder or other.indexed == 310  # every added row is in its index too
     (new,) = other.add([texts[400]])
-    assert coll.search([texts[400]], k=1)[0][0].id == new and len(coll) == 311  # the first handle sees it
+    (mine,) = coll.add([texts[401]])  # the other handle's add is caught up before this one adds its own
+    found = [row[0] for row in coll.search([texts[400], texts[401]], k=1)]
+    assert [(h.id, h.text) for h in found] == [(new, texts[400]), (mine, texts[401])] and len(coll) == 312
+    if folder:  # a folder's ids are positions
+        assert ids == list(range(300, 310)) and (new, mine) == (310, 311) and coll.indexed == 312
     other.close()
     coll.close()
+    coll.close()  # closing twice is harmless
     with Collection.open(location, tiny_model) as again:  # reopened: everything is there
-        assert len(again) == 311 and [h[0].id for h in again.search([texts[303], texts[400]], k=1)] == [ids[3], new]
+        assert len(again) == 312 and [h[0].id for h in again.search([texts[303], texts[400]], k=1)] == [ids[3], new]
     with pytest.raises(DupqError, match="closed"):
         coll.search(["x"])
 
 
-def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_thread):
+def test_each_store_makes_keyed_retries_idempotent(location, bundled, monkeypatch, one_torch_thread):
+    """On a folder every add also fails to write its cache after the commit (a full disk): it answers the ids all
+    the same, and a retry stores nothing."""
+    folder = isinstance(location, Path)
     Collection.build(location, synthetic(20), bundled).close()
+    if folder:
+        monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)  # every add rewrites index.faiss ...
+        monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)  # ... on a full disk
     new = synthetic(5, offset=20)
     with Collection.open(location, bundled) as coll:
         ids = coll.add(new[:3], keys=["a", "b", None])
         assert len(set(ids)) == 3 and len(coll) == 23
+        assert not folder or (ids == [20, 21, 22] and "No space left" in coll.cache_error)
         assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry stores nothing
         same = coll.add([new[3], new[3]], keys=["d", "d"])
         assert same[0] == same[1] and same[0] not in ids
@@ -601,42 +468,33 @@ def test_each_store_makes_keyed_retries_idempotent(location, bundled, one_torch_
         with pytest.raises(DupqError, match="JSON"):
             coll.add(["ok"], metadata=[{"bad": object()}])
         assert [h[0].id for h in coll.search(new[:4], k=1)] == [*ids, same[0]]
+    if folder:  # the naive reference: each text once, in order
+        assert [r[2] for r in rows(location)] == synthetic(20) + new[:4]
+    monkeypatch.undo()
     with Collection.open(location, bundled) as coll:
+        assert not folder or coll.indexed == len(coll) == 24  # index.faiss was never rewritten: rebuilt from SQLite
         assert coll.add(new[:2], keys=["a", "b"]) == ids[:2]  # a retry after a restart too
-        assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # the naive reference: each text once
+        assert sorted(stored_texts(coll)) == sorted(synthetic(20) + new[:4])  # each text once
 
 
 @pytest.mark.slow
 def test_kill_9_during_a_milvus_add(tmp_path):
     """kill -9 a `dupq index add --file` into milvus-lite mid-way; reopen; every acknowledged question is there, none twice."""
-    from support.servicekit import milvus_or_skip
-
     where = milvus_or_skip(tmp_path / "k.db")
     first, new = tmp_path / "first.txt", synthetic(1000, offset=20)
     first.write_text("\n".join(synthetic(20)) + "\n")
     qfile = tmp_path / "new.txt"
     qfile.write_text("\n".join(new) + "\n")
-    dupq = [
-        sys.executable,
-        "-c",
-        "from dupq.cli import main; main()",
-    ]  # one process at a time may hold a milvus-lite file
-    subprocess.run([*dupq, "index", "build", str(first), "--out", where], check=True, capture_output=True)
-    proc = subprocess.Popen(
-        [*dupq, "index", "add", where, "--file", str(qfile), "--batch-size", "25"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    # one process at a time may hold a milvus-lite file: the build runs in one of its own
+    subprocess.run([*DUPQ, "index", "build", str(first), "--out", where], check=True, capture_output=True)
     acknowledged = 0
-    for line in proc.stdout:
+
+    def enough(line: str) -> bool:
+        nonlocal acknowledged
         acknowledged += int(re.match(r"added (\d+) questions", line).group(1))
-        if acknowledged >= 300:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+        return acknowledged >= 300
+
+    kill_9_when([*DUPQ, "index", "add", where, "--file", str(qfile), "--batch-size", "25"], enough)
     with Collection.open(where) as coll:
         assert 20 + acknowledged <= len(coll) < 20 + len(new)  # all acknowledged, not all
         done = new[:acknowledged]
@@ -648,8 +506,6 @@ def test_kill_9_during_a_milvus_add(tmp_path):
 def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_named_after_it(
     tmp_path, tiny_model_dir, monkeypatch
 ):
-    from support.servicekit import milvus_or_skip
-
     where = milvus_or_skip(tmp_path / "m.db")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -657,46 +513,35 @@ def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_name
     qfile, more = tmp_path / "faq.txt", tmp_path / "more.txt"
     qfile.write_text("How do I learn Python?\nWhy is the sky blue?\n")
     more.write_text("How do I bake bread?\nWhere is Mongolia?\nWhat is a volcano?\n")
-    runner = CliRunner()
-    built = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
-    added = runner.invoke(app, ["index", "add", where, "--file", str(more), "--batch-size", "3"])
+    run = CliRunner().invoke
+    built = run(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
+    added = run(app, ["index", "add", where, "--file", str(more), "--batch-size", "3"])
     assert built.exit_code == 0 and added.exit_code == 0, built.output + added.output
     assert list(cwd.iterdir()) == []
     ids = [int(i) for i in re.search(r"ids (\d+), \.\.\., (\d+)", added.output).groups()]  # hashed keys: no range
-    found = json.loads(runner.invoke(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][
-        0
-    ]
+    found = json.loads(run(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][0]
     assert found["text"] == "What is a volcano?" and found["id"] == ids[1]
-    old = runner.invoke(app, ["index", "build", str(qfile), "--store", where])  # --out's twin, refused for a release
+    old = run(app, ["index", "build", str(qfile), "--store", where])  # --out's twin, refused for a release
     assert refused(old).startswith("error: --store is now --out LOCATION")
 
 
-def test_cli_on_a_milvus_collection_and_its_refusals(tmp_path, tiny_model_dir, monkeypatch):
-    from support.servicekit import milvus_or_skip
-
+def test_cli_refusals_on_a_milvus_location(tmp_path, tiny_model, tiny_model_dir, monkeypatch):
     where = milvus_or_skip(tmp_path / "m.db")
-    runner = CliRunner()
-    qfile = tmp_path / "faq.csv"
-    qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
-    result = runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
-    assert result.exit_code == 0 and "stored 2 questions" in result.output, result.output
-    result = runner.invoke(app, ["index", "add", where, "How can I learn Python quickly?", "--key", "p1"])
-    added = re.search(r"id (\d+)", result.output)
-    assert result.exit_code == 0 and added, result.output
-    result = runner.invoke(app, ["search", where, "How can I learn Python quickly?", "-k", "1", "--json"])
-    hit = json.loads(result.output)["hits"][0]
-    assert (hit["id"], hit["key"], hit["metadata"]) == (int(added.group(1)), "p1", {})
+    Collection.build(where, ["How do I learn Python?", "Why is the sky blue?"], tiny_model).close()
+    run = CliRunner().invoke
     monkeypatch.setitem(sys.modules, "pymilvus", None)  # as if the extra were not installed
-    missing = runner.invoke(app, ["search", where, "How?"])
+    missing = run(app, ["search", where, "How?"])
     monkeypatch.undo()
+    qfile = tmp_path / "faq.txt"
+    qfile.write_text("How do I learn Python?\n")
     cases = {
         "missing package": missing,
-        "no such file": runner.invoke(app, ["search", f"milvus:{tmp_path / 'none.db'}", "How?"]),
-        "not a .db": runner.invoke(app, ["search", f"milvus:{tmp_path / 'm.txt'}", "How?"]),
-        "unreachable": runner.invoke(app, ["search", "milvus+http://127.0.0.1:1?collection=faq", "How?"]),
-        "malformed": runner.invoke(app, ["serve", "milvus+ftp://somewhere"]),
-        "bad name": runner.invoke(app, ["index", "add", f"{where}?collection=9x", "How?"]),
-        "exists": runner.invoke(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where]),
+        "no such file": run(app, ["search", f"milvus:{tmp_path / 'none.db'}", "How?"]),
+        "not a .db": run(app, ["search", f"milvus:{tmp_path / 'm.txt'}", "How?"]),
+        "unreachable": run(app, ["search", "milvus+http://127.0.0.1:1?collection=faq", "How?"]),
+        "malformed": run(app, ["serve", "milvus+ftp://somewhere"]),
+        "bad name": run(app, ["index", "add", f"{where}?collection=9x", "How?"]),
+        "exists": run(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where]),
     }
     for result in cases.values():
         refused(result)

@@ -13,11 +13,11 @@ import math
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from collkit import DUPQ, TOPICS
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -25,17 +25,18 @@ from dupq.cli import app
 from dupq.collection.collection import Collection
 from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
+from dupq.core.nesting import MAX_DEPTH
+from dupq.modeling.model import Model
 from support.errors import refused
+from support.servicekit import milvus_or_skip
+from support.serving import ServeProcess
 
-TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 TEXTS = [f"How do I learn about {TOPICS[i % 10]} in step {i}?" for i in range(40)]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     """40 keyed questions with metadata ``{"row": i}``, built with the bundled model."""
-    from dupq.modeling.model import Model
-
     folder = tmp_path_factory.mktemp("damage") / "c"
     model = Model.load()
     assert len({v.tobytes() for v in model.encode(TEXTS)}) == len(TEXTS)  # so a search tells each question apart
@@ -108,8 +109,6 @@ def test_a_row_whose_text_is_not_utf8_is_left_out(folder):
 
 
 def test_metadata_deeper_than_the_limit_is_refused_on_the_way_in(folder):
-    from dupq.core.nesting import MAX_DEPTH
-
     metadata: dict = {}
     for _ in range(MAX_DEPTH - 1):
         metadata = {"a": metadata}  # MAX_DEPTH levels: the limit itself is stored
@@ -128,12 +127,10 @@ def test_a_collection_on_a_read_only_mount_is_searched(folder, tmp_path):
     mount = tmp_path / "ro"
     mount.mkdir()
     script = f'mount --bind "{folder}" "{mount}" && mount -o remount,bind,ro "{mount}" && exec "$@"'
-    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
 
     def inside(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["unshare", "-rm", "sh", "-c", script, "sh", *dupq, *args], capture_output=True, text=True, timeout=300
-        )
+        command = ["unshare", "-rm", "sh", "-c", script, "sh", *DUPQ, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
     search = inside("search", str(mount), TEXTS[5], "-k", "1", "--json")
     assert search.returncode == 0, search.stderr
@@ -144,15 +141,11 @@ def test_a_collection_on_a_read_only_mount_is_searched(folder, tmp_path):
 
 def test_a_milvus_lite_file_in_use_by_another_process_is_named(tmp_path):
     """milvus-lite opens a file in one process at a time: `index add` beside `serve` says so, in one sentence."""
-    from support.servicekit import milvus_or_skip
-    from support.serving import ServeProcess
-
     location = milvus_or_skip(tmp_path / "x.db")
     (tmp_path / "q.txt").write_text("\n".join(TEXTS[:10]) + "\n")
-    dupq = [sys.executable, "-c", "from dupq.cli import main; main()"]
 
     def run(*args: str) -> subprocess.CompletedProcess:  # another process: this one would keep the file open
-        return subprocess.run([*dupq, *args], capture_output=True, text=True, timeout=300)
+        return subprocess.run([*DUPQ, *args], capture_output=True, text=True, timeout=300)
 
     assert run("index", "build", str(tmp_path / "q.txt"), "--out", location).returncode == 0
     with ServeProcess(location):

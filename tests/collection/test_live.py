@@ -1,22 +1,22 @@
 """A collection that lives: removal and update by key, scoped (filtered) search, moderators' decisions.
 
-Every test runs on both backends (the ``location`` fixture: a folder, then milvus-lite) and
-compares with a naive reference: a brute-force search over the stored vectors with the filter
-applied row by row (:func:`dupq.collection.backend.matches`), or the rows read back.
+Most tests run on every store (the ``location`` fixture: a folder, milvus-lite, Postgres) and compare with a naive
+reference: a brute-force search over the stored vectors with the filter applied row by row
+(:func:`collkit.check_search`), or the rows read back.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
+from collkit import ASKS, TOPICS, check_search, kill_9_when
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -26,12 +26,13 @@ from dupq.collection.collection import Collection, KeyConflict, UnknownKey
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
 from dupq.index import vectors as vector_module
+from dupq.index.vectors import IndexConfig, VectorIndex
 from dupq.index.vectors import search as exact_search
+from dupq.modeling.model import Model
+from dupq.service.app import create_app
 from support.errors import refused
 from support.serving import metric
 
-TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
-ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
 N = 400
 
 
@@ -48,26 +49,6 @@ def desk(n: int = N) -> tuple[list[str], list[str], list[dict]]:
         for i in range(n)
     ]
     return texts, keys, meta
-
-
-def reference(coll: Collection, queries: list[str], k: int, where) -> list[list[tuple[str, float]]]:
-    """The brute-force answer: every stored row that matches, scored exactly, the best ``k``."""
-    rows = coll.stored_rows()
-    keep = [n for n, (_, _, _, meta) in enumerate(rows) if matches(meta or {}, check_where(where))]
-    if not keep:
-        return [[] for _ in queries]
-    vectors = coll.stored_vectors()[keep]
-    scores, found = exact_search(coll.model.encode(queries), vectors, k)
-    return [[(rows[keep[j]][1], s) for s, j in zip(srow, jrow)] for srow, jrow in zip(scores.tolist(), found.tolist())]
-
-
-def check_against_reference(coll, queries, k, where) -> None:
-    got = coll.search(queries, k=k, where=where)
-    want = reference(coll, queries, k, where)
-    for g, w in zip(got, want):
-        assert len(g) == len(w)
-        np.testing.assert_allclose([h.score for h in g], [s for _, s in w], atol=1e-5)
-        assert all(matches(h.metadata, check_where(where)) for h in g)
 
 
 @pytest.fixture
@@ -94,7 +75,7 @@ WHERES = [
 @pytest.mark.parametrize("where", WHERES, ids=lambda w: json.dumps(w))
 def test_a_filtered_search_is_the_brute_force_filter(live, where):
     coll, texts = live
-    check_against_reference(coll, texts[:6] + ["How do I learn about chess?"], 10, where)
+    check_search(coll, texts[:6] + ["How do I learn about chess?"], 10, where)
 
 
 def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_model, monkeypatch):
@@ -104,31 +85,36 @@ def test_a_collection_keeps_to_a_filter_through_faiss_selectors(tmp_path, tiny_m
     with Collection.build(tmp_path / "c", texts, tiny_model, keys=keys, metadata=meta) as coll:
         coll.remove(["t0", "t4"])  # tombstones and a filter together
         for where in WHERES[:3]:
-            check_against_reference(coll, texts[:8], 10, where)
+            check_search(coll, texts[:8], 10, where)
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw"])
-@pytest.mark.parametrize("share", [0.5, 0.05, 0.01])
-def test_a_filtered_index_search_finds_what_brute_force_finds(kind, share, monkeypatch):
-    """VectorIndex.search with a mask, through the selector (forced) and through the exact scan, against brute force
-    over random unit vectors (the graph a real collection has: the small model's many ties make a poor one)."""
-    from dupq.index.vectors import IndexConfig, VectorIndex
-
+@pytest.mark.parametrize("share", [1 - 1 / 3000, 0.75, 0.5, 0.05, 0.01])
+def test_a_masked_index_search_finds_what_brute_force_finds(kind, share, monkeypatch):
+    """VectorIndex.search kept to some ids (a filter, or the removed left out), by the path it chooses, through the
+    selector (forced) and through the exact scan (forced), against brute force over random unit vectors (the graph a
+    real collection has: the small model's many ties make a poor one). A graph with one removal, or a quarter, is
+    walked with them left out, not turned into an exact scan of the others."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3000, 32)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     index = VectorIndex(32, IndexConfig(kind=kind))
     index.add(x)
-    allowed = rng.random(3000) < share
+    allowed = np.ones(3000, dtype=bool)
+    allowed[rng.choice(3000, max(1, round(3000 * (1 - share))), replace=False)] = False
     queries = x[rng.choice(3000, 50, replace=False)]
     ids = np.flatnonzero(allowed)
     want = ids[exact_search(queries, x[ids], 10)[1]]
-    for exact in (False, True):  # the selector, then the exact scan
-        monkeypatch.setattr(vector_module, "scans_exactly", lambda *args, exact=exact: exact)
+    scans = []
+    monkeypatch.setattr(vector_module, "search", lambda *a, **kw: scans.append(1) or exact_search(*a, **kw))
+    for exact in (None, False, True):  # as chosen, the selector, the exact scan
+        if exact is not None:
+            monkeypatch.setattr(vector_module, "scans_exactly", lambda *args, exact=exact: exact)
         _, got = index.search(queries, 10, allowed=allowed)
         assert allowed[got[got >= 0]].all()
         recall = np.mean([len(set(g) & set(w)) / len(w) for g, w in zip(got.tolist(), want.tolist())])
         assert recall >= (1.0 if kind == "flat" or exact else 0.99), recall
+        assert exact is not None or kind == "flat" or share < 0.75 or not scans  # the graph walked
 
 
 def test_remove_and_update_by_key(live, location, tiny_model):
@@ -150,7 +136,7 @@ def test_remove_and_update_by_key(live, location, tiny_model):
     assert coll.search([texts[8]], k=1, where={"product": "chat"})[0][0].key == "t8"
     with pytest.raises(UnknownKey):
         coll.update("nobody", text=new)
-    check_against_reference(coll, [texts[3], new, texts[8]], 10, {"product": ["chat", "mail"]})
+    check_search(coll, [texts[3], new, texts[8]], 10, {"product": ["chat", "mail"]})
     with Collection.open(location, tiny_model) as again:  # another handle sees every change
         assert len(again) == N - 2 and again.get("t7")[1] == new
         assert "t3" not in {h.key for h in again.search([texts[3]], k=20)[0]}
@@ -297,9 +283,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def test_http_remove_update_filter_and_decide(location, tiny_model_dir):
-    from dupq.modeling.model import Model
-    from dupq.service.app import create_app
-
     texts, keys, meta = desk(60)
     Collection.build(location, texts, Model.load(tiny_model_dir), keys=keys, metadata=meta).close()
     with TestClient(create_app(location, token=TOKEN)) as c:
@@ -366,8 +349,6 @@ def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_tw
 
     The collection is built in a process of its own: milvus-lite serves a file from one process at a
     time, until that process ends, so this one opens it only once the killed one is gone."""
-    from dupq.modeling.model import Model
-
     texts, keys, meta = desk()
     folder = location
     index = "flat" if str(location).startswith("milvus:") else "hnsw"
@@ -380,24 +361,10 @@ def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_tw
     assert built.returncode == 0, built.stderr
     tiny_model = Model.load(tiny_model_dir)
     n = 300
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(n=n), str(folder)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    done = -1
-    for line in proc.stdout:
-        done = int(line)
-        if done >= 40:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+    done = [int(line) for line in kill_9_when([sys.executable, "-c", CHILD.format(n=n), str(folder)], 41)]
     with Collection.open(folder, tiny_model) as coll:
         rows = {key: text for _, key, text, _ in coll.stored_rows()}
-        for i in range(done + 1):  # every acknowledged operation is there
+        for i in done:  # every acknowledged operation is there
             assert (f"t{i}" not in rows) if i % 3 == 2 else rows[f"t{i}"].startswith("What changed")
         apply_once(coll, n)
         final = coll.stored_rows()
@@ -405,13 +372,10 @@ def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_tw
         changed = [f"What changed in release {i} of the help desk?" for i in range(n) if i % 3 != 2]
         for row in coll.search(changed[:5], k=N):  # every new text found once (the small model ties them all)
             assert sorted(h.text for h in row if h.text.startswith("What changed")) == sorted(changed)
-        check_against_reference(coll, texts[:5], 10, {"product": "mail"})
+        check_search(coll, texts[:5], 10, {"product": "mail"})
 
 
 def test_metrics_count_requests_changes_and_follow_the_read_token(tmp_path, tiny_model_dir):
-    from dupq.modeling.model import Model
-    from dupq.service.app import create_app
-
     texts, keys, meta = desk(30)
     Collection.build(tmp_path / "c", texts, Model.load(tiny_model_dir), keys=keys, metadata=meta).close()
     with TestClient(create_app(tmp_path / "c", token=TOKEN)) as c:
@@ -439,8 +403,6 @@ def test_metrics_count_requests_changes_and_follow_the_read_token(tmp_path, tiny
 def test_decisions_from_two_writers_at_once_are_all_kept(tmp_path, tiny_model):
     """Two handles (two workers) record decisions on one question at the same time: each decision reads the stored
     metadata and writes it back, so without one transaction around both a decision of one overwrites the other's."""
-    import threading
-
     texts, keys, meta = desk(80)
     folder = tmp_path / "c"
     Collection.build(folder, texts, tiny_model, keys=keys, metadata=meta).close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
+from collkit import ONE_THREAD, kill_9_when
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -27,8 +27,10 @@ from dupq.collection.postgres.address import parse
 from dupq.collection.rows import StoreFailure
 from dupq.core.errors import DupqError
 from dupq.index.vectors import search as exact_search
+from dupq.service.app import create_app
 from support.errors import refused
 from support.private import postgres_connections
+from support.serving import ServeProcess, http
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # platformdirs' note on XDG_RUNTIME_DIR
 SECRET = "s3cret-Pw!"
@@ -109,9 +111,7 @@ def scram_user(postgres_server, tmp_path):
     import psycopg
 
     desk = postgres_server.replace("/postgres?", "/desk?").replace("postgresql://postgres@", "postgresql://desk@")
-    for _ in range(
-        600
-    ):  # the server reads pg_hba.conf again soon after pg_reload_conf(), not at once (a busy machine: later)
+    for _ in range(600):  # the server reads pg_hba.conf again soon after pg_reload_conf(), not at once
         try:
             psycopg.connect(desk).close()
         except psycopg.OperationalError:
@@ -143,8 +143,6 @@ def test_a_wrong_password_a_missing_extension_and_a_stranger_s_table_are_one_sen
 
 
 def test_a_server_gone_is_unreachable_with_retry_after(postgres, tiny_model):
-    from dupq.service.app import create_app
-
     server = postgres.rsplit("&table=", 1)[0]
     Collection.build(postgres, texts_of(20), tiny_model, metadata=[{"n": i} for i in range(20)]).close()
     with Collection.open(postgres, tiny_model) as coll:
@@ -206,30 +204,20 @@ with Collection.open(location, Model.load(model)) as coll:
 """
 
 
-def adder(location, model_dir, first, last, step=10) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", ADDER, location, str(model_dir), str(first), str(last), str(step)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+def adder(location, model_dir, first, last, step=10) -> list[str]:
+    """The command of a process adding keys ``k{first}`` to ``k{last}``, ``step`` at a time, printing each count."""
+    return [sys.executable, "-c", ADDER, location, str(model_dir), str(first), str(last), str(step)]
 
 
 @pytest.mark.slow
 def test_two_writers_and_a_killed_one_store_each_key_once(postgres, tiny_model, tiny_model_dir):
     Collection.build(postgres, texts_of(10, 10_000), tiny_model, index="hnsw").close()
-    both = [adder(postgres, tiny_model_dir, 0, 300), adder(postgres, tiny_model_dir, 150, 450)]  # 150 keys in common
-    for proc in both:
-        assert proc.wait(120) == 0, proc.stderr.read()
-    killed = adder(postgres, tiny_model_dir, 450, 2_000)
-    acknowledged = 0
-    for line in killed.stdout:
-        acknowledged = int(line)
-        if acknowledged >= 550:
-            os.kill(killed.pid, signal.SIGKILL)
-            break
-    killed.wait()
+    both = [  # 150 keys in common
+        subprocess.Popen(adder(postgres, tiny_model_dir, *keys), stdout=subprocess.DEVNULL, env=ONE_THREAD)
+        for keys in ((0, 300), (150, 450))
+    ]
+    assert [proc.wait(120) for proc in both] == [0, 0]
+    acknowledged = int(kill_9_when(adder(postgres, tiny_model_dir, 450, 2_000), lambda line: int(line) >= 550)[-1])
     with Collection.open(postgres, tiny_model) as coll:
         keys = [key for _, key, _, _ in coll.stored_rows() if key is not None]
         assert len(keys) == len(set(keys))  # none twice
@@ -241,8 +229,6 @@ def test_two_writers_and_a_killed_one_store_each_key_once(postgres, tiny_model, 
 
 @pytest.mark.slow
 def test_serve_with_two_workers_and_dedup_from_the_table(postgres, tiny_model, tmp_path):
-    from support.serving import ServeProcess, http
-
     texts = texts_of(40) + ["How can I reset my password?", "How do I reset my password?"]
     keys = [f"k{i}" for i in range(len(texts))]
     Collection.build(postgres, texts, tiny_model, keys=keys).close()

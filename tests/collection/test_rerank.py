@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
 import sqlite3
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from collkit import distinct, kill_9_when
 from typer.testing import CliRunner
 
 from dupq.cli import app
@@ -32,13 +30,7 @@ K = 20  # candidates in these tests
 
 @pytest.fixture(scope="module")
 def texts(small_splits) -> list[str]:
-    seen: dict[str, None] = {}
-    for q in small_splits.pool.q1 + small_splits.pool.q2:
-        if q.strip():
-            seen.setdefault(q)
-        if len(seen) >= 400:
-            break
-    return list(seen)
+    return distinct(small_splits, 400)
 
 
 @pytest.fixture(scope="module")
@@ -166,34 +158,32 @@ def test_stored_vectors_follow_add_update_remove_and_reencode(tmp_path, texts, q
         assert new_coll.reranker_encoded <= len(queries) * 5
 
 
-def test_a_stale_vector_is_encoded_again(tmp_path, texts, tiny_model, head_model):
-    """A vector stored with another text's digest (whatever wrote it) is read as missing and encoded again."""
+@pytest.mark.parametrize("damage", ["another text's digest", "wrong length", "NaN"])
+def test_a_stale_or_damaged_vector_is_encoded_again_and_its_neighbours_are_read_whole(
+    tmp_path, texts, tiny_model, head_model, damage
+):
+    """A vector stored with another text's digest (whatever wrote it), of the wrong length, or holding a NaN is read
+    as missing (the others read with it are not) and encoded again."""
     folder = tmp_path / "c"
     Collection.build(folder, texts[:50], tiny_model, rerank=head_model, rerank_now=True).close()
+    nan = np.full(head_model.out_dim, np.nan, dtype=np.float32).tobytes()
     with sqlite3.connect(folder / DATABASE) as db:
-        db.execute("UPDATE reranked SET digest = 'not-this-text', vector = zeroblob(length(vector)) WHERE id = 7")
-    with Collection.open(folder) as coll:
-        assert 7 not in coll.stored_reranker_vectors()
-        hits = coll.search([texts[7]], k=1)
-        assert hits[0][0].id == 7 and coll.reranker_encoded >= 1
-        assert 7 in assert_fresh(coll, expect_all=True)
-
-
-def test_a_damaged_vector_is_encoded_again_and_its_neighbours_are_read_whole(tmp_path, texts, tiny_model, head_model):
-    """A stored vector of the wrong length, or holding a NaN, is read as missing (the others read with it are not)."""
-    folder = tmp_path / "c"
-    Collection.build(folder, texts[:50], tiny_model, rerank=head_model, rerank_now=True).close()
-    with sqlite3.connect(folder / DATABASE) as db:
-        db.execute("UPDATE reranked SET vector = substr(vector, 1, 8) WHERE id = 3")
-        nan = np.full(head_model.out_dim, np.nan, dtype=np.float32).tobytes()
-        db.execute("UPDATE reranked SET vector = ? WHERE id = 4", (nan,))
+        db.execute(
+            {
+                "another text's digest": "UPDATE reranked SET digest = 'x', vector = zeroblob(length(vector)) WHERE id = 7",
+                "wrong length": "UPDATE reranked SET vector = substr(vector, 1, 8) WHERE id = 7",
+                "NaN": "UPDATE reranked SET vector = :nan WHERE id = 7",
+            }[damage],
+            {"nan": nan},
+        )
     with Collection.open(folder) as coll:
         stored = coll.stored_reranker_vectors()
-        assert set(stored) == set(range(50)) - {3, 4}
-        for i in (2, 5):
+        assert set(stored) == set(range(50)) - {7}
+        for i in (6, 8):
             np.testing.assert_allclose(stored[i], head_model.encode([texts[i]])[0], atol=1e-5)
         coll.rerank_all()
-        assert coll.reranker_encoded == 2 and set(assert_fresh(coll, expect_all=True)) == set(range(50))
+        assert coll.reranker_encoded == 1 and coll.search([texts[7]], k=1)[0][0].id == 7
+        assert set(assert_fresh(coll, expect_all=True)) == set(range(50))
 
 
 def test_refusals(tmp_path, texts, tiny_model, head_model, tiny_model_dir):
@@ -246,19 +236,7 @@ def test_kill_9_mid_write_leaves_stored_vectors_equal_to_fresh(tmp_path, texts, 
     folder = tmp_path / "c"
     Collection.build(folder, texts[:100], tiny_model, rerank=head_model).close()
     for lines in (9, 41):  # killed at two moments of the loop
-        proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(folder), str(lines), *texts[100:160]],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        for seen, _ in enumerate(proc.stdout, 1):
-            if seen >= lines:
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-        proc.wait()
-        assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+        kill_9_when([sys.executable, "-c", WRITER, str(folder), str(lines), *texts[100:160]], lines)
         with Collection.open(folder) as coll:
             stored = assert_fresh(coll)
             assert len(stored) > 0

@@ -7,17 +7,14 @@ and the queue as that loop lists it.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from collkit import ASKS, TOPICS, check_search  # the first eight topics here
 
 from dupq.collection.backend import check_where, hidden, matches
 from dupq.collection.collection import Collection
 from dupq.collection.review import shared_words
 from dupq.core.errors import DupqError
-from dupq.index.vectors import search as exact_search
 
-TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess"]
-ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
 CATEGORIES = ["billing", "login", "export"]
 
 
@@ -33,16 +30,6 @@ def waiting(coll: Collection, where=None) -> list[str]:
     """The naive queue: every stored row, in id order, whose metadata says pending (and match ``where``)."""
     where = check_where(where)
     return [key for _, key, _, meta in coll.stored_rows() if hidden(meta or {}) and matches(meta or {}, where)]
-
-
-def check_search_leaves_out_pending(coll: Collection, queries: list[str], where=None) -> None:
-    rows = coll.stored_rows()
-    keep = [n for n, (_, _, _, meta) in enumerate(rows) if not hidden(meta or {}) and matches(meta or {}, where)]
-    scores, found = exact_search(coll.model.encode(queries), coll.stored_vectors()[keep], len(keep))
-    got = coll.search(queries, k=len(rows), where=where)
-    for g, s, f in zip(got, scores.tolist(), found.tolist()):
-        assert sorted(h.key for h in g) == sorted(rows[keep[j]][1] for j in f)
-        np.testing.assert_allclose([h.score for h in g], s, atol=1e-5)
 
 
 @pytest.fixture
@@ -61,8 +48,8 @@ def test_pending_questions_are_kept_out_of_searches_and_listed(desk):
     assert sorted(waiting(coll)) == [f"p{i}" for i in range(len(NEW))]
     assert [key for _, key, _, _ in coll.queue({"category": "login"})] == waiting(coll, {"category": "login"})
     assert sorted(waiting(coll, {"category": "login"})) == ["p1", "p4"]
-    check_search_leaves_out_pending(coll, NEW)  # its own text finds no pending question, itself included
-    check_search_leaves_out_pending(coll, NEW[:2], {"category": ["login", "export"]})
+    check_search(coll, NEW, k=len(coll))  # its own text finds no pending question, itself included
+    check_search(coll, NEW[:2], len(coll), {"category": ["login", "export"]})
     assert coll.get("p0")[2] == {"category": "billing", "pending": True}
     assert coll.add([NEW[0]], [{"category": "billing"}], ["p0"], pending=True) == [coll.get("p0")[0]]  # a retry
 
@@ -76,7 +63,7 @@ def test_a_decision_takes_a_question_out_of_the_queue_and_undo_puts_it_back(desk
     coll.decide("p2", keep=True)
     assert waiting(coll) == [key for _, key, _, _ in coll.queue()]
     assert sorted(waiting(coll)) == ["p3", "p4", "p5"]
-    check_search_leaves_out_pending(coll, NEW)  # the decided ones are found again
+    check_search(coll, NEW, k=len(coll))  # the decided ones are found again
     assert coll.search([NEW[2]], k=1)[0][0].key == "p2"
     assert sorted((a, b, y) for a, b, _, _, y in coll.decisions()) == [
         ("p0", "t1", 1),
@@ -96,7 +83,7 @@ def test_a_decision_takes_a_question_out_of_the_queue_and_undo_puts_it_back(desk
     assert again == {"category": "billing", "pending": True}
     assert waiting(coll) == [key for _, key, _, _ in coll.queue()]
     assert sorted(waiting(coll)) == ["p0", "p3", "p4", "p5"]
-    check_search_leaves_out_pending(coll, NEW)
+    check_search(coll, NEW, k=len(coll))
     assert [(a, b) for a, b, _, _, _ in coll.decisions() if a == "p0"] == []
     assert "p0" not in [key for key, _, _ in coll.reviewed()]
     with pytest.raises(DupqError, match="no decision from the review queue"):

@@ -9,11 +9,13 @@ import socket
 
 import numpy as np
 import pytest
+from dedupkit import check_streamed_as_in_memory, member_sets, naive_star, pool_texts, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from dupq.cli import app
+from dupq.collection.collection import Collection
+from dupq.core.errors import DupqError
+from dupq.core.files import check_apart
 from dupq.dedup import candidates
 from dupq.dedup import run as dedup_run
 from dupq.dedup.candidates import CandidateConfig, neighbour_blocks, probes, train_centroids
@@ -26,22 +28,6 @@ def edges_above(vectors: np.ndarray, threshold: float) -> Edges:
     s = vectors @ vectors.T
     a, b = np.nonzero(np.triu(s > threshold, 1))
     return Edges(a, b, s[a, b].astype(np.float32))
-
-
-def naive_star(vectors: np.ndarray, threshold: float) -> list[list[int]]:
-    """The star rule written plainly: every pair, Python loops."""
-    n = len(vectors)
-    sim = [[float(np.dot(vectors[i], vectors[j])) for j in range(n)] for i in range(n)]
-    nbrs = [[j for j in range(n) if j != i and sim[i][j] > threshold] for i in range(n)]
-    taken: set[int] = set()
-    groups = []
-    for c in sorted(range(n), key=lambda i: (-len(nbrs[i]), i)):
-        free = [j for j in nbrs[c] if j not in taken]
-        if c in taken or not free:
-            continue
-        groups.append([c, *sorted(free, key=lambda j: (-sim[c][j], j))])
-        taken.update(groups[-1])
-    return groups
 
 
 def naive_components(vectors: np.ndarray, threshold: float) -> list[set[int]]:
@@ -78,7 +64,8 @@ def naive_leader(vectors: np.ndarray, threshold: float) -> dict[int, int]:
 def test_groupings_equal_naive_references(n, d, seed, t):
     vectors = np.random.default_rng(seed).integers(-2, 3, (n, d)).astype(np.float32)  # exact products, many ties
     e = edges_above(vectors, t)
-    assert sorted(g.tolist() for g in star(e, n).groups()) == sorted(naive_star(vectors, t))
+    sim = [[float(vectors[i] @ vectors[j]) for j in range(n)] for i in range(n)]
+    assert sorted(g.tolist() for g in star(e, n).groups()) == sorted([c, *m] for c, m in naive_star(sim, t).items())
     assert sorted((set(g.tolist()) for g in components(e, n).groups()), key=min) == naive_components(vectors, t)
     got, ref = leader(e, n), naive_leader(vectors, t)
     for i in range(n):
@@ -135,7 +122,7 @@ def test_partitioned_search_finds_near_duplicates(flat_lists, monkeypatch):
 
 
 def test_dedup_in_memory_matches_star_on_the_judged_pairs(small_splits, tiny_model):
-    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:300] + small_splits.pool.q2[:300] if q.strip()))
+    texts = pool_texts(small_splits, 300)
     texts += texts[:5]  # exact repeats land with their originals
     vectors = tiny_model.encode(texts)
     config = DedupConfig(threshold=0.9)
@@ -143,9 +130,7 @@ def test_dedup_in_memory_matches_star_on_the_judged_pairs(small_splits, tiny_mod
     got = dedup(texts, tiny_model, config)
     same = Edges(np.arange(5), np.arange(len(texts) - 5, len(texts)), np.ones(5, np.float32))
     ref = star(Edges.join([edges_above(vectors, 0.9), same]), len(texts))
-    assert sorted(map(sorted, (g.tolist() for g in got.groups()))) == sorted(
-        map(sorted, (g.tolist() for g in ref.groups()))
-    )
+    assert member_sets(got) == member_sets(ref)
     for i in range(5):
         assert got.label[i] == got.label[len(texts) - 5 + i] >= 0
 
@@ -153,22 +138,15 @@ def test_dedup_in_memory_matches_star_on_the_judged_pairs(small_splits, tiny_mod
 @pytest.mark.parametrize("exact_below", [10_000, 200])  # exact search, and k-means partitions
 def test_in_memory_and_streamed_runs_group_alike(small_splits, tiny_model, tmp_path, exact_below):
     """One plan, one block function: dedup() in memory and a streamed run give the same groups and scores."""
-    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:400] + small_splits.pool.q2[:400] if q.strip()))
+    texts = pool_texts(small_splits, 400)
     texts += texts[:7]  # exact repeats, found by their hashes in both
     config = DedupConfig(threshold=0.9)
     config.candidates.exact_below, config.candidates.list_size = exact_below, 50
     memory = dedup(texts, tiny_model, config)
     records = [dedup_run.Record(t, str(i)) for i, t in enumerate(texts)]
     dedup_run.run(records, tmp_path / "run.csv", tiny_model, config, {"f": 1})
-    with open(tmp_path / "run.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    streamed = {int(r["index"]): (int(r["representative"]), round(float(r["score"]), 4)) for r in rows}
-    expected = {
-        i: (int(memory.representative[i]), round(float(memory.score[i]), 4))
-        for group in memory.groups()
-        for i in group.tolist()
-    }
-    assert streamed == expected and memory.count > 7
+    check_streamed_as_in_memory(tmp_path / "run.csv", memory)
+    assert memory.count > 7
 
 
 def test_same_text_equals_a_naive_reference():
@@ -177,10 +155,6 @@ def test_same_text_equals_a_naive_reference():
     naive = {(first[t], i) for i, t in enumerate(texts) if first[t] != i}
     edges = same_text(texts)
     assert set(zip(edges.a.tolist(), edges.b.tolist())) == naive and set(edges.score.tolist()) == {1.0}
-
-
-def run_cli(*args):
-    return CliRunner().invoke(app, ["dedup", *map(str, args), "--no-progress"])
 
 
 QUESTIONS = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "", "How can I learn python"]
@@ -245,7 +219,7 @@ class Killed(Exception):
 def test_a_killed_run_resumes_and_writes_what_an_uninterrupted_run_writes(
     tmp_path, tiny_model, small_splits, monkeypatch, stage
 ):
-    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:1500] + small_splits.pool.q2[:1500] if q.strip()))
+    texts = pool_texts(small_splits, 1500)
     records = lambda: (dedup_run.Record(t, str(i)) for i, t in enumerate(texts))  # noqa: E731
     monkeypatch.setattr(dedup_run, "ENCODE_CHUNK", 200)
     monkeypatch.setattr(dedup_run, "SEARCH_BLOCK", 300)
@@ -286,8 +260,6 @@ def test_a_changed_run_starts_over(tmp_path, tiny_model):
 
 
 def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model):
-    from dupq.collection.collection import Collection
-
     texts = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "How can I learn python"]
     Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]).close()
     r = run_cli(tmp_path / "c", "--threshold", "0.99", "--out", tmp_path / "d.csv")
@@ -322,7 +294,6 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
 
 
 def test_a_ray_address_out_of_reach_is_one_sentence():
-    from dupq.core.errors import DupqError
     from dupq.dedup.ray_engine import _reachable
 
     with (
@@ -341,8 +312,6 @@ def test_a_ray_address_out_of_reach_is_one_sentence():
 def test_dedup_collection_reads_a_living_collection_by_id(tmp_path, tiny_model):
     """The library's collection source: after a remove and a text update, the groups are those of the stored
     questions, keyed by key, as a file of the same questions gives them."""
-    from dupq.collection.collection import Collection
-
     texts = ["How do I learn Python?", "Why is the sky blue?", "How do I learn Python?", "How do I cook rice?"]
     out = tmp_path / "d.jsonl"
     with Collection.build(tmp_path / "c", texts, tiny_model, keys=["a", "b", "c", "d"]) as coll:
@@ -358,9 +327,6 @@ def test_dedup_collection_reads_a_living_collection_by_id(tmp_path, tiny_model):
 
 def test_an_output_is_never_an_input(tmp_path):
     """check_apart: the same file by another spelling, a link or a hard link; inside an input folder; holding one."""
-    from dupq.core.errors import DupqError
-    from dupq.core.files import check_apart
-
     (tmp_path / "sub").mkdir()
     (tmp_path / "a.csv").write_text("x\n")
     (tmp_path / "link.csv").symlink_to(tmp_path / "a.csv")

@@ -6,6 +6,7 @@ The cluster is :func:`support.ray_cluster.local_cluster`'s (the lab's `dupq-lab 
 from __future__ import annotations
 
 import pytest
+from dedupkit import pool_texts
 from typer.testing import CliRunner
 
 from dupq.cli import app
@@ -25,7 +26,7 @@ def ray_address():
 
 @pytest.mark.parametrize("exact_below", ["50000", "300"])  # exact search, and k-means partitions
 def test_ray_gives_the_groups_of_one_machine(ray_address, tmp_path, tiny_model_dir, small_splits, exact_below):
-    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:1500] + small_splits.pool.q2[:1500] if q.strip()))
+    texts = pool_texts(small_splits, 1500)
     (tmp_path / "q.txt").write_text("\n".join(texts) + "\n")
     args = ["dedup", str(tmp_path / "q.txt"), "--model", str(tiny_model_dir), "--threshold", "0.9"]
     args += ["--exact-below", exact_below, "--no-progress"]

@@ -8,9 +8,8 @@ import json
 import re
 
 import numpy as np
-from typer.testing import CliRunner
+from dedupkit import naive_star, pool_texts, run_cli
 
-from dupq.cli import app
 from dupq.dedup import run as dedup_run
 from dupq.dedup.clusters import Clusters
 from dupq.dedup.grouping import DedupConfig
@@ -26,23 +25,8 @@ def pair_scores(model, texts: list[str]) -> list[list[float]]:
     return [[1.0 if texts[i] == texts[j] else score[i][j] for j in range(n)] for i in range(n)]
 
 
-def brute_force_groups(model, texts: list[str], threshold: float) -> dict[int, dict]:
-    """Star groups written plainly from every pair's model score: ``{representative: {member: score}}``."""
-    score, n = pair_scores(model, texts), len(texts)
-    nbrs = [[j for j in range(n) if j != i and score[i][j] > threshold] for i in range(n)]
-    taken: set[int] = set()
-    groups = {}
-    for c in sorted(range(n), key=lambda i: (-len(nbrs[i]), i)):
-        free = [j for j in nbrs[c] if j not in taken]
-        if c in taken or not free:
-            continue
-        groups[c] = {j: score[c][j] for j in free}
-        taken.update([c, *free])
-    return groups
-
-
 def test_groups_equal_a_brute_force_computation_surest_first(small_splits, tiny_model, tmp_path):
-    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:60] + small_splits.pool.q2[:60] if q.strip()))
+    texts = pool_texts(small_splits, 60)
     texts += texts[:3]  # exact repeats
     threshold = 0.8
     config = DedupConfig(threshold=threshold)
@@ -55,7 +39,8 @@ def test_groups_equal_a_brute_force_computation_surest_first(small_splits, tiny_
     written: dict[int, list[dict]] = {}
     for r in rows:
         written.setdefault(r["cluster"], []).append(r)
-    expected = brute_force_groups(tiny_model, texts, threshold)
+    score = pair_scores(tiny_model, texts)
+    expected = {c: {j: score[c][j] for j in members} for c, members in naive_star(score, threshold).items()}
     assert len(written) == len(expected) > 3
     for members in written.values():
         rep = members[0]
@@ -75,7 +60,7 @@ def test_groups_equal_a_brute_force_computation_surest_first(small_splits, tiny_
 
 
 def test_a_components_member_is_scored_with_its_representative_not_its_best_edge(small_splits, tiny_model, tmp_path):
-    texts = list(dict.fromkeys(q for q in small_splits.pool.q1[:60] + small_splits.pool.q2[:60] if q.strip()))
+    texts = pool_texts(small_splits, 60)
     config = DedupConfig(threshold=0.8, method="components")
     config.candidates.neighbours = len(texts)
     dedup_run.run([dedup_run.Record(t, str(i)) for i, t in enumerate(texts)], tmp_path / "g.jsonl", tiny_model,
@@ -135,10 +120,6 @@ def test_review_page_escapes_text_and_lists_groups_largest_then_least_certain_fi
     short = write_review(tmp_path / "short", groups_of(toy_clusters()), texts.__getitem__, str, thresholds, limit=2)
     assert [int(n) for n in re.findall(r"<h2>Group (\d+):", short.read_text())] == [1, 0]
     assert "The first 2 of 4 groups" in short.read_text()
-
-
-def run_cli(*args):
-    return CliRunner().invoke(app, ["dedup", *map(str, args), "--no-progress"])
 
 
 def test_cli_review_writes_the_page_and_refuses_an_existing_folder(tmp_path, tiny_model_dir):

@@ -16,20 +16,15 @@ from urllib.parse import urlencode
 
 import pytest
 
+from dupq.collection.collection import Collection
+from dupq.modeling.model import Model
+from dupq.service.app import create_app
 from support.servicekit import EXTRA, LiveServer, build_collection, questions
 
 CHROMIUM = Path("/usr/bin/chromium")
 QUESTION = "How can I lose weight quickly?"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
+ARGS += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def browser_missing() -> str | None:
@@ -59,8 +54,6 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_dir, small_splits):
-    from dupq.service.app import create_app
-
     folder = build_collection(tmp_path_factory.mktemp("page") / "coll", tiny_model_dir, questions(small_splits, 3000))
     with LiveServer(create_app(folder, token="page-token")) as live:
         yield live
@@ -136,10 +129,6 @@ def test_right_to_left_text_cannot_reorder_the_page(browser, tmp_path, tiny_mode
     page's own words after it (the "likely duplicate" badge, the next metadata entry) still read left to right."""
     from playwright.sync_api import expect
 
-    from dupq.collection.collection import Collection
-    from dupq.modeling.model import Model
-    from dupq.service.app import create_app
-
     flipped = "Why is the sky \u202eblue at noon?"
     texts = [*questions(small_splits, 50), flipped]
     metadata = [{"note": "\u202eflipped", "zz": "marker"} if t == flipped else {} for t in texts]
@@ -170,10 +159,6 @@ def test_a_moderator_walks_the_review_queue(browser, tmp_path, tiny_model_dir, s
     """Open the queue, give the token (and a name) once at the first decision, decide one with a click and one
     with a key, undo it, filter by category, and read the past decisions, checking each against the server."""
     from playwright.sync_api import expect
-
-    from dupq.collection.collection import Collection
-    from dupq.modeling.model import Model
-    from dupq.service.app import create_app
 
     texts = questions(small_splits, 200)
     coll = Collection.build(tmp_path / "desk", texts, Model.load(tiny_model_dir), keys=[f"q{i}" for i in range(200)])

@@ -14,6 +14,7 @@ from dupq.collection.backend import hidden
 from dupq.collection.collection import Collection
 from dupq.collection.review import shared_words
 from dupq.modeling.model import Model
+from dupq.service.app import create_app
 from support.servicekit import questions
 
 TOKEN = "queue-token"
@@ -29,8 +30,6 @@ NEW = [
 
 @pytest.fixture
 def client(tmp_path, tiny_model_dir, small_splits):
-    from dupq.service.app import create_app
-
     texts = questions(small_splits, 300)
     folder = tmp_path / "coll"
     Collection.build(folder, texts, Model.load(tiny_model_dir), keys=[str(i) for i in range(len(texts))]).close()
@@ -61,11 +60,8 @@ def test_pending_questions_wait_in_the_queue_with_their_candidates(client):
         found = c.post("/search", json={"question": text, "k": 100}).json()["results"]
         assert not {h["key"] for h in found} & {k for k, _, _ in NEW}
     page = c.get("/queue", params={"size": 2, "page": 2}).json()
-    assert (page["total"], page["field"], page["categories"]) == (
-        5,
-        "category",
-        {"billing": 2, "login": 2, "export": 1},
-    )
+    categories = {"billing": 2, "login": 2, "export": 1}
+    assert (page["total"], page["field"], page["categories"]) == (5, "category", categories)
     assert [item["key"] for item in page["items"]] == ["n2", "n3"]
     item = page["items"][0]
     assert item["category"] == "billing" and item["metadata"] == {"category": "billing", "pending": True}

@@ -1,4 +1,5 @@
-"""The service refits its collection's calibration by itself after every N decisions (``--refit-every``)."""
+"""The service refits its collection's calibration by itself after every N decisions (``--refit-every``), and a desk's
+loop refits it by hand."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from dupq.collection.calibration import CALIBRATION
 from dupq.collection.collection import Collection
 from dupq.evaluation.calibration import fit_search_calibration
+from dupq.evaluation.collection_calibration import calibrate_collection
 from dupq.service.app import create_app
 
 AUTH = {"Authorization": "Bearer t"}
@@ -34,10 +36,8 @@ def _desk(folder, model, synthetic_pairs) -> list[tuple[str, str, int]]:
 
 def _decide(client, tickets, start: int = 0) -> None:
     for n, (text, old, y) in enumerate(tickets, start):
-        assert (
-            client.post("/questions", json={"text": text, "key": f"t{n}", "pending": True}, headers=AUTH).status_code
-            == 201
-        )
+        ticket = {"text": text, "key": f"t{n}", "pending": True}
+        assert client.post("/questions", json=ticket, headers=AUTH).status_code == 201
         decision = {"duplicate_of": old} if y else {"not_duplicate_of": old}
         assert client.post(f"/questions/t{n}/decision", json=decision, headers=AUTH).status_code == 200
 
@@ -135,3 +135,25 @@ def test_a_refit_killed_during_its_write_leaves_the_old_calibration_whole(tmp_pa
     assert (folder / CALIBRATION).read_bytes() == old
     with Collection.open(folder, tiny_model) as coll:
         assert coll.calibration["fitted_on"]["made_up"] is True
+
+
+def test_decisions_sent_through_the_api_refit_the_verdict_its_searches_give(tmp_path, tiny_model, synthetic_pairs):
+    """A desk's loop: tickets decided by a moderator through the API, the collection refitted by hand, its searches
+    judged anew."""
+    folder = tmp_path / "desk"
+    tickets = _desk(folder, tiny_model, synthetic_pairs)
+    with TestClient(create_app(folder, token="t")) as client:
+        assert client.get("/health", headers=AUTH).json()["calibration"]["source"] != "collection"
+        _decide(client, tickets)
+        query = {"question": tickets[0][0] + " today", "k": 3}
+        before = client.post("/search", json=query, headers=AUTH).json()
+        report = calibrate_collection(client.app.state.collection)
+        after = client.post("/search", json=query, headers=AUTH).json()
+        health = client.get("/health", headers=AUTH).json()
+    assert report["decisions"] == len(tickets)
+    for when in ("before", "after"):
+        assert 0 <= report["held_out"][when]["accuracy"] <= 1
+    fitted = client.app.state.collection.calibration
+    assert after["tiers"]["duplicate"] == fitted["duplicate"] != before["tiers"]["duplicate"]
+    assert health["calibration"]["source"] == "collection"
+    assert health["calibration"]["fitted_on"]["decisions"] == len(tickets)

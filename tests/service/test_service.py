@@ -8,15 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import TypeAdapter
 from typer.testing import CliRunner
 
+import dupq.collection.folder.cache
+import dupq.index.vectors
+import dupq.service.routes.similarity as route
+from dupq.cli import app
+from dupq.collection.collection import Collection
+from dupq.collection.rows import StoreFailure
 from dupq.core.errors import DupqError
+from dupq.service.app import create_app
+from dupq.service.batching import Batcher
+from dupq.service.schemas import HitOut, SearchResponse
 from support.errors import refused
-from support.servicekit import build_collection, milvus_or_skip, questions
+from support.servicekit import LiveServer, build_collection, milvus_or_skip, questions
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -43,8 +55,6 @@ def coll_dir(request, built, tmp_path, tiny_model_dir, texts):
 
 @pytest.fixture
 def client(coll_dir, monkeypatch):
-    from dupq.service.app import create_app
-
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
         yield c
@@ -63,46 +73,38 @@ def test_health_page_and_schema(client):
     assert "security" in paths["/questions"]["post"] and "security" not in paths["/search"]["post"]
 
 
-def test_search_matches_the_library(client, texts):
-    collection = client.app.state.collection
-    query = texts[5]
-    got = client.post("/search", json={"question": query, "k": 7}).json()
-    want = collection.search([query], k=7)[0]
-    assert got["question"] == query and got["threshold"] == collection.threshold
-    assert [r["id"] for r in got["results"]] == [h.id for h in want]
-    assert [r["score"] for r in got["results"]] == pytest.approx([h.score for h in want], abs=1e-6)
-    assert got["results"][0]["text"] == query and got["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
-    assert got["results"][0]["metadata"] == {"row": 5}
-    for r in got["results"]:
-        assert r["duplicate"] == (r["score"] > collection.threshold)
-    assert len(client.post("/search", json={"question": query}).json()["results"]) == 10  # default k
-
-
-def test_search_answer_is_the_validated_models_json(client, texts):
-    """The route writes its answer without building SearchResponse: its bytes are those of the validated model,
-    awkward metadata (tiny and huge floats, non-ASCII text, nesting) and a key left out included."""
-    from pydantic import TypeAdapter
-
-    from dupq.service.schemas import HitOut, SearchResponse
-
+def test_search_answers_the_librarys_hits_as_the_validated_models_json(client, texts):
+    """/search answers the hits ``Collection.search`` finds. The route writes its answer without building
+    SearchResponse: its bytes are those of the validated model, awkward metadata (tiny and huge floats, non-ASCII
+    text, nesting) and a key left out included."""
     odd = {"tiny": 1e-7, "huge": 1e16, "name": "Zürich 中", "nest": {"a": [1, 2.5, None, True, -0.0]}}
     added = client.post("/questions", json={"text": texts[3] + " again", "metadata": odd, "key": "odd"}, headers=AUTH)
     assert added.status_code == 201
     collection = client.app.state.collection
-    for body in ({"question": texts[3], "k": 5}, {"question": texts[3], "k": 3, "exclude": ["odd"]}):
+    tiers = collection.tiers
+    for body in (
+        {"question": texts[5], "k": 7},
+        {"question": texts[3], "k": 5},
+        {"question": texts[3], "k": 3, "exclude": ["odd"]},
+    ):
         got = client.post("/search", json=body)
         hits = collection.search([body["question"]], k=body["k"], exclude=body.get("exclude"))[0]
-        tiers = collection.tiers
+        results = [HitOut.model_validate(h, from_attributes=True) for h in hits]
         want = SearchResponse(
             question=body["question"],
             threshold=tiers["duplicate"],
             threshold_on=tiers["on"],
             tiers=tiers,
-            results=[HitOut.model_validate(h, from_attributes=True) for h in hits],
+            results=results,
         )
         assert got.headers["content-type"] == "application/json"
         assert got.content == TypeAdapter(SearchResponse).dump_json(want)
     assert any(r["metadata"] == odd for r in client.post("/search", json={"question": texts[3]}).json()["results"])
+    answer = client.post("/search", json={"question": texts[5]}).json()
+    assert len(answer["results"]) == 10 and answer["threshold"] == collection.threshold  # the default k
+    top = answer["results"][0]
+    assert (top["text"], top["metadata"]) == (texts[5], {"row": 5}) and top["score"] == pytest.approx(1.0, abs=1e-4)
+    assert all(r["duplicate"] == (r["score"] > collection.threshold) for r in answer["results"])
 
 
 def test_similarity_matches_the_model(client, texts):
@@ -134,18 +136,14 @@ def test_writes_need_the_token(client):
     assert "token" in missing.json()["detail"]
     wrong = client.post("/questions", json=body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["detail"] == "the bearer token is wrong."
-    odd = client.post(
-        "/questions", json=body, headers={"Authorization": "Bearer \u00e9\u00e9".encode("latin-1")}
-    )  # not ASCII
-    assert odd.status_code == 401
+    not_ascii = {"Authorization": "Bearer \u00e9\u00e9".encode("latin-1")}
+    assert client.post("/questions", json=body, headers=not_ascii).status_code == 401
     assert client.get("/health").json()["questions"] == N
     ok = client.post("/questions", json=body, headers=AUTH)
     assert ok.status_code == 201 and ok.json()["count"] == N + 1
 
 
 def test_token_from_the_environment_and_writes_off_without_one(coll_dir, monkeypatch):
-    from dupq.service.app import create_app
-
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     with TestClient(create_app(coll_dir)) as c:
         refused = c.post("/questions", json={"text": "Why?"}, headers=AUTH)
@@ -153,14 +151,11 @@ def test_token_from_the_environment_and_writes_off_without_one(coll_dir, monkeyp
     monkeypatch.setenv("DUPQ_API_TOKEN", "from-env")
     with TestClient(create_app(coll_dir)) as c:
         assert c.post("/questions", json={"text": "Why?"}, headers=AUTH).status_code == 401
-        assert (
-            c.post("/questions", json={"text": "Why?"}, headers={"Authorization": "Bearer from-env"}).status_code == 201
-        )
+        from_env = {"Authorization": "Bearer from-env"}
+        assert c.post("/questions", json={"text": "Why?"}, headers=from_env).status_code == 201
 
 
 def test_reads_can_be_protected(coll_dir, texts):
-    from dupq.service.app import create_app
-
     with TestClient(create_app(coll_dir, token=TOKEN, protect_reads=True)) as c:
         assert c.post("/search", json={"question": texts[0]}).status_code == 401
         assert c.post("/similarity", json={"q1": "a", "q2": "b"}).status_code == 401
@@ -172,8 +167,6 @@ def test_reads_can_be_protected(coll_dir, texts):
 
 
 def test_added_questions_survive_a_restart(coll_dir, monkeypatch):
-    from dupq.service.app import create_app
-
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     new = ["What is the capital of Mongolia today?", "How do volcanoes form under the sea?"]
     with TestClient(create_app(coll_dir, token=TOKEN)) as c:
@@ -249,30 +242,32 @@ def test_library_errors_become_400(client, monkeypatch):
     assert r.status_code == 400 and r.json() == {"detail": "this question cannot be searched."}
 
 
-def test_batcher_isolates_a_failing_request():
-    from dupq.service.batching import Batcher
-
+def test_a_failed_batch_is_retried_item_by_item_unless_the_store_failed():
+    """A batch that fails is retried one item at a time, so a bad item fails alone; a store failure (a full disk)
+    answers the whole batch at once, as retrying each item alone would not help."""
     calls = []
 
     def fn(items):
         calls.append(list(items))
+        if "full" in items:
+            raise StoreFailure("the disk is full", "full")
         if "bad" in items:
             raise DupqError("bad item")
         return [item.upper() for item in items]
 
-    async def main():
-        batcher = Batcher(fn)
-        return await asyncio.gather(*(batcher.submit(x) for x in ["a", "bad", "c", "d"]), return_exceptions=True)
+    async def submit(items):
+        batcher = Batcher(fn, shared=lambda e: isinstance(e, StoreFailure))
+        return await asyncio.gather(*(batcher.submit(x) for x in items), return_exceptions=True)
 
-    a, bad, c, d = asyncio.run(main())
+    a, bad, c, d = asyncio.run(submit(["a", "bad", "c", "d"]))
     assert (a, c, d) == ("A", "C", "D") and isinstance(bad, DupqError)
-    assert calls[0] == ["a", "bad", "c", "d"]  # submitted together: one call
-    assert calls[1:] == [["a"], ["bad"], ["c"], ["d"]]  # it failed: each retried alone
+    assert calls == [["a", "bad", "c", "d"], ["a"], ["bad"], ["c"], ["d"]]  # one call, then each item alone
+    calls.clear()
+    assert all(isinstance(answer, StoreFailure) for answer in asyncio.run(submit(["a", "full", "c", "d"])))
+    assert calls == [["a", "full", "c", "d"]]
 
 
 def test_serve_command_reports_a_missing_collection(tmp_path):
-    from dupq.cli import app
-
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "nowhere")])
     refused(result, "does not exist")
 
@@ -306,10 +301,6 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
     """the cache write fails after every commit; 5 concurrent adds, then retries of each."""
-    import dupq.collection.folder.cache
-    import dupq.index.vectors
-    from dupq.service.app import create_app
-
     monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(
         dupq.index.vectors,
@@ -343,8 +334,6 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
 
 
 def test_the_server_sees_adds_of_another_process(client):
-    from dupq.collection.collection import Collection
-
     new = "Which river flows through the most countries in the world?"
     with Collection.open(client.app.state.collection.location) as other:
         (new_id,) = other.add([new])
@@ -353,8 +342,6 @@ def test_the_server_sees_adds_of_another_process(client):
 
 
 def test_scores_are_clamped_and_refusals_are_json(client, monkeypatch):
-    import dupq.service.routes.similarity as route
-
     judged = {"similarity": 1.0000001, "probability": None, "duplicate": True, "threshold": 0.7}  # float32 rounding
     monkeypatch.setattr(route, "judge", lambda model, a, b: [judged])
     assert client.post("/similarity", json={"q1": "How?", "q2": "Why?"}).json()["similarity"] == 1.0
@@ -369,21 +356,14 @@ def test_scores_are_clamped_and_refusals_are_json(client, monkeypatch):
 def test_security_headers_and_no_cdn(client):
     for r in (client.get("/"), client.get("/health"), client.post("/search", json={})):
         assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
-        assert (
-            r.headers["referrer-policy"] == "no-referrer"
-            and "default-src 'self'" in r.headers["content-security-policy"]
-        )
+        assert r.headers["referrer-policy"] == "no-referrer"
+        assert "default-src 'self'" in r.headers["content-security-policy"]
     assert client.get("/docs").status_code == 404 and client.get("/redoc").status_code == 404
     assert "cdn" not in client.get("/").text.lower()
     assert client.get("/openapi.json").status_code == 200
 
 
 def test_slow_bodies_are_cut_off(coll_dir):
-    import socket
-    import time
-
-    from dupq.service.app import create_app
-    from support.servicekit import LiveServer
 
     with LiveServer(create_app(coll_dir, token=TOKEN, body_timeout=0.5)) as server:
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -398,9 +378,6 @@ def test_slow_bodies_are_cut_off(coll_dir):
 
 
 def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
-    import socket
-
-    from dupq.cli import app
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -413,9 +390,6 @@ def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
 def test_search_is_reranked_where_the_collection_has_a_reranker(tmp_path, texts, tiny_model, head_model):
     """/search orders and judges by the collection's reranker; "rerank": false gives the model's order; a
     collection without one refuses "rerank": true in one sentence, a 409 (the schema allows the request)."""
-    from dupq.collection.collection import Collection
-    from dupq.service.app import create_app
-
     Collection.build(tmp_path / "r", texts, tiny_model, rerank=head_model).close()
     query = texts[7]
     with TestClient(create_app(tmp_path / "r", token=TOKEN)) as c:

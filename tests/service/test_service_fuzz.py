@@ -1,12 +1,6 @@
-"""Fuzz the API from its own OpenAPI schema with schemathesis: no 500, answers match the schema.
-
-Schemathesis generates valid and invalid bodies for every operation (hypothesis underneath),
-sends them through the ASGI app (with the write token) and runs its default checks: no server
-error, status codes and bodies as documented, valid data accepted, invalid data refused. A
-second fuzzer sends what schemathesis never does: NaN and Infinity (which Python's JSON parser
-accepts) and lone surrogates, anywhere in a body. The number of examples is bounded so the file
-runs in seconds.
-"""
+"""Fuzz the API from its own OpenAPI schema with schemathesis (valid and invalid bodies for every operation, with the
+write token, its default checks: no server error, answers as documented), and with what schemathesis never sends:
+NaN, Infinity and lone surrogates anywhere in a body. Examples are bounded so the file runs in seconds."""
 
 from __future__ import annotations
 
@@ -15,11 +9,17 @@ import math
 
 import pytest
 import schemathesis
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
+from dupq.collection.backend import check_where
+from dupq.core.errors import DupqError
+from dupq.service.app import create_app
+from dupq.service.schemas import SearchRequest
 from support.servicekit import build_collection, questions
 
 TOKEN = "fuzz-token"
@@ -27,8 +27,6 @@ TOKEN = "fuzz-token"
 
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory, tiny_model_dir, small_splits):
-    from dupq.service.app import create_app
-
     folder = build_collection(tmp_path_factory.mktemp("fuzz") / "coll", tiny_model_dir, questions(small_splits, 200))
     # An invalid body may also be refused for its size: a filter's list one value over its 1,000 is
     # often over the 64 KiB a body may hold, and 413 is the right answer to it (schemathesis's list, and 413).
@@ -76,9 +74,6 @@ BODIES = {
 
 @pytest.fixture(scope="module")
 def fuzz_client(tmp_path_factory, tiny_model_dir, small_splits):
-    from fastapi.testclient import TestClient
-
-    from dupq.service.app import create_app
 
     folder = build_collection(tmp_path_factory.mktemp("fuzz-odd") / "coll", tiny_model_dir, questions(small_splits, 50))
     with TestClient(create_app(folder, token=TOKEN), raise_server_exceptions=False) as client:
@@ -90,9 +85,8 @@ def test_non_finite_numbers_and_invalid_unicode_get_json_4xx(fuzz_client, path):
     @given(body=BODIES[path], extra=VALUES)
     @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     def fuzz(body, extra):
-        content = json.dumps(
-            body if extra is None else {**body, "extra": extra}
-        ).encode()  # NaN stays NaN, "\ud800" escaped
+        # NaN stays NaN, "\ud800" is escaped
+        content = json.dumps(body if extra is None else {**body, "extra": extra}).encode()
         r = fuzz_client.post(
             path, content=content, headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
         )
@@ -118,9 +112,8 @@ def not_json(content: bytes) -> bool:
 # NUMBERS); the service's schema says it with the same constants. They must agree on every filter, or a
 # schema-valid request would get a 400 (schemathesis's ST202) and a refused one would reach the store.
 
-FIELD_NAMES = st.sampled_from(["", "a", "_", "status", "1a", "a-b", "a b", "é", "a\n", "x" * 64, "x" * 65]) | st.text(
-    max_size=6
-)
+FIELD_NAMES = st.sampled_from(["", "a", "_", "status", "1a", "a-b", "a b", "é", "a\n", "x" * 64, "x" * 65])
+FIELD_NAMES |= st.text(max_size=6)
 FILTER_VALUES = (
     st.none()
     | st.booleans()
@@ -138,11 +131,6 @@ FILTERS = st.dictionaries(
 @given(where=FILTERS)
 @settings(max_examples=400, deadline=None, database=None)
 def test_the_schema_and_check_where_agree_on_every_filter(where):
-    from pydantic import ValidationError
-
-    from dupq.collection.backend import check_where
-    from dupq.core.errors import DupqError
-    from dupq.service.schemas import SearchRequest
 
     try:
         check_where(where)

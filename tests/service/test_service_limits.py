@@ -1,11 +1,7 @@
-"""The service's limits and failures: nesting, headers on every answer, 5xx for the server's own
-failures, and connections that send nothing or trickle.
-
-Each test checks one promise of the README's "what bad input gets": a body nested too deep is a
-422 before anything parses it; every answer, a bug's 500 included, carries the security headers;
-a full disk is a 507 and a busy store a 503 with ``Retry-After``, never a 400; a connection that
-does not deliver a request's headers in time is closed.
-"""
+"""The service's limits and failures, each a promise of the README's "what bad input gets": a body nested too deep
+is a 422 before anything parses it; every answer, a bug's 500 included, carries the security headers; a full disk is
+a 507 and a busy store a 503 with ``Retry-After``, never a 400; a connection that does not deliver a request's
+headers in time is closed."""
 
 from __future__ import annotations
 
@@ -23,7 +19,12 @@ from fastapi.testclient import TestClient
 
 from dupq.collection.collection import Collection
 from dupq.collection.folder.backend import DATABASE
+from dupq.modeling.model import Model
+from dupq.service import connections
+from dupq.service.app import create_app
+from dupq.service.connections import HEADER_TIMEOUT, KEEP_ALIVE
 from support.private import writer_connection
+from support.serving import LiveServer, ServeProcess
 
 TOKEN = "limits-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -33,8 +34,6 @@ TEXTS = [f"How do I learn about {topic} in step {i}?" for i, topic in enumerate(
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    from dupq.modeling.model import Model
-
     folder = tmp_path_factory.mktemp("limits") / "c"
     Collection.build(folder, TEXTS, Model.load()).close()
     return folder
@@ -47,8 +46,6 @@ def folder(built, tmp_path) -> Path:
 
 @pytest.fixture
 def client(folder, monkeypatch):
-    from dupq.service.app import create_app
-
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
     with TestClient(create_app(folder, token=TOKEN), raise_server_exceptions=False) as c:
         yield c
@@ -118,27 +115,6 @@ def test_a_full_disk_is_507_and_a_busy_store_503(client, folder):
     assert client.get("/health").json()["questions"] == len(TEXTS) + 1
 
 
-def test_a_store_failure_answers_the_whole_batch_at_once():
-    """Retrying each request of a failed batch alone helps when one request is bad, not when the disk is full."""
-    import asyncio
-
-    from dupq.collection.rows import StoreFailure
-    from dupq.service.batching import Batcher
-
-    calls = []
-
-    def fn(items):
-        calls.append(list(items))
-        raise StoreFailure("the disk is full", "full")
-
-    async def main():
-        batcher = Batcher(fn, shared=lambda e: isinstance(e, StoreFailure))
-        return await asyncio.gather(*(batcher.submit(x) for x in "abcd"), return_exceptions=True)
-
-    answers = asyncio.run(main())
-    assert all(isinstance(a, StoreFailure) for a in answers) and calls == [["a", "b", "c", "d"]]
-
-
 def connect(port: int, first: bytes = b"") -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.sendall(first)
@@ -163,9 +139,6 @@ def closed_after(sock: socket.socket, started: float, limit: float, trickle: byt
 
 def test_idle_and_trickling_connections_are_closed(folder):
     """`dupq serve` as a user runs it: a connection must deliver a request's headers within 10 s (old: never closed)."""
-    from dupq.service.connections import HEADER_TIMEOUT, KEEP_ALIVE
-    from support.serving import ServeProcess
-
     with ServeProcess(folder) as server:
         started = time.monotonic()
         idle = connect(server.port)
@@ -185,9 +158,6 @@ def test_idle_and_trickling_connections_are_closed(folder):
 
 def test_a_request_whose_headers_arrive_in_time_is_answered(folder):
     """The deadline cuts only what is late: a client that pauses under it is served, on the same connection too."""
-    from dupq.service.app import create_app
-    from support.serving import LiveServer
-
     with LiveServer(create_app(folder, token=TOKEN), header_timeout=1.0) as server:
         sock = connect(server.port, b"GET /health HTTP/1.1\r\n")
         time.sleep(0.5)
@@ -216,10 +186,6 @@ def test_serve_raises_its_open_files_limit_to_the_hard_limit():
 def test_a_request_uvicorn_cannot_parse_gets_the_security_headers(folder, base, monkeypatch):
     """A malformed request is answered by uvicorn itself, before the app: a 400 that closes the
     connection and carries the headers every other answer carries (old: uvicorn's bare 400)."""
-    from dupq.service import connections
-    from dupq.service.app import create_app
-    from support.serving import LiveServer
-
     if base == "h11":  # the protocol uvicorn falls back to without httptools
         from uvicorn.protocols.http.h11_impl import H11Protocol
 

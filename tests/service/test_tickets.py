@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from dupq.collection.collection import Collection
+from dupq.modeling.model import Model
+from dupq.service.app import create_app
 from support.servicekit import questions
 
 TOKEN = "ticket-token"
@@ -22,10 +25,6 @@ def texts(small_splits) -> list[str]:
 @pytest.fixture
 def desk(tmp_path, tiny_model_dir, texts):
     """A client of a fresh help desk (keys q0.., a category each) and the library's own handle on it."""
-    from dupq.collection.collection import Collection
-    from dupq.modeling.model import Model
-    from dupq.service.app import create_app
-
     metadata = [{"category": CATEGORIES[i % 3], "n": i} for i in range(N)]
     keys = [f"q{i}" for i in range(N)]
     Collection.build(tmp_path / "desk", texts, Model.load(tiny_model_dir), keys=keys, metadata=metadata).close()
@@ -48,15 +47,22 @@ def test_a_question_by_key_is_the_librarys(desk):
     client, coll = desk
     for key in ("q0", "q7", "q119"):
         i, text, metadata = coll.get(key)
-        assert client.get(f"/questions/{key}").json() == {
-            "id": i,
-            "key": key,
-            "text": text,
-            "metadata": metadata,
-            "pending": False,
-        }
+        want = {"id": i, "key": key, "text": text, "metadata": metadata, "pending": False}
+        assert client.get(f"/questions/{key}").json() == want
     missing = client.get("/questions/nobody")
     assert missing.status_code == 404 and missing.json()["detail"] == "no question with the key 'nobody'."
+
+
+def every_page(client, limit: int, **params) -> list[dict]:
+    """Every question GET /questions lists, page after page, ``limit`` to a page at most."""
+    got, cursor = [], None
+    while True:
+        extra = {} if cursor is None else {"cursor": cursor}
+        page = client.get("/questions", params={"limit": limit, **params, **extra}).json()
+        assert len(page["questions"]) <= limit
+        got += page["questions"]
+        if (cursor := page["next_cursor"]) is None:
+            return got
 
 
 @pytest.mark.parametrize("where", [[], ["category=login"], ["category=login", "category=export", "n=5"]])
@@ -73,15 +79,7 @@ def test_pages_give_every_question_once_in_order(desk, where):
         for i, key, text, meta in coll.stored_rows()
         if all(meta.get(field) in values for field, values in wanted.items())
     ]
-    got, cursor = [], None
-    while True:
-        params = {"limit": 11, "where": where} | ({"cursor": cursor} if cursor is not None else {})
-        page = client.get("/questions", params=params).json()
-        assert len(page["questions"]) <= 11
-        got += page["questions"]
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
+    got = every_page(client, limit=11, where=where)
     assert got == loop and len({q["id"] for q in got}) == len(got)
     assert client.get("/questions", params={"limit": 0}).status_code == 422
 
@@ -144,12 +142,7 @@ def test_a_question_waiting_for_review_is_listed_and_says_so(desk):
     client, coll = desk
     ticket = {"text": "Can I pay an invoice in two parts?", "key": "T-3", "pending": True}
     assert client.post("/questions", json=ticket, headers=AUTH).status_code == 201
-    listed, cursor = [], None
-    while True:
-        page = client.get("/questions", params={"limit": 50} | ({"cursor": cursor} if cursor is not None else {}))
-        listed += page.json()["questions"]
-        if (cursor := page.json()["next_cursor"]) is None:
-            break
+    listed = every_page(client, limit=50)
     assert [q["key"] for q in listed if q["pending"]] == ["T-3"] and len(listed) == len(coll)
     assert client.get("/questions/T-3").json()["pending"] is True
     only = client.get("/questions", params={"where": ["pending=true"]}).json()["questions"]
@@ -171,9 +164,6 @@ def test_a_ticket_left_out_is_judged_as_if_never_stored(tmp_path, tiny_model_dir
     """The ticket is left out before the hits are judged: its duplicates' scores, probabilities and tiers are those
     of a collection that never stored it (stored, the ticket's own text would stand in front of every hit and
     lower each one's margin)."""
-    from dupq.collection.collection import Collection
-    from dupq.modeling.model import Model
-
     tiny_model = Model.load(tiny_model_dir)
     # a search calibration that weighs the margin heavily (tiers at 0.3 and 0.7), so a margin computed with the
     # ticket in front would change every probability
@@ -190,6 +180,5 @@ def test_a_ticket_left_out_is_judged_as_if_never_stored(tmp_path, tiny_model_dir
     with_ticket.add([ticket], keys=["T-1"])
     got = with_ticket.search([ticket], k=5, exclude=["T-1"])[0]
     with_ticket.close()
-    assert [(h.id, h.score, h.probability, h.tier) for h in got] == [
-        (h.id, h.score, h.probability, h.tier) for h in want
-    ]
+    judged = lambda hits: [(h.id, h.score, h.probability, h.tier) for h in hits]  # noqa: E731
+    assert judged(got) == judged(want)

@@ -17,9 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from dupq.cli import app
+from dupq.service.workers import default_workers
 from support.errors import refused
 from support.servicekit import build_collection, free_port, questions
+from support.serving import metric
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers through /proc")
 
@@ -105,9 +109,7 @@ def test_two_workers_answer_and_see_each_others_adds(served):
             if (top["id"], top["text"]) == (added.json()["id"], new) or time.monotonic() > deadline:
                 break
         assert (top["id"], top["text"]) == (added.json()["id"], new)  # the other worker found it within a second
-        again = post(
-            url, "/questions", {"text": new, "key": "river"}, headers=AUTH
-        )  # a retry reaching the other worker
+        again = post(url, "/questions", {"text": new, "key": "river"}, headers=AUTH)  # a retry, at the other worker
         assert again.status_code == 201 and again.json() == added.json()  # stored once
     counts = set()
     for worker, other in ((a, b), (b, a)):
@@ -135,10 +137,6 @@ def _zombie(pid: int) -> bool:
 
 
 def test_a_milvus_lite_file_is_served_by_one_process(tmp_path):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-    from dupq.service.workers import default_workers
 
     assert default_workers(f"milvus:{tmp_path / 'c.db'}") == 1
     assert default_workers(str(tmp_path)) == default_workers(tmp_path) == os.cpu_count()
@@ -193,8 +191,6 @@ def test_a_removal_and_an_update_through_one_worker_are_seen_by_the_other_within
 
 def test_metrics_sum_every_worker(served):
     """prometheus-client's multiprocess mode: a scrape through either worker counts both workers' requests."""
-    from support.serving import metric
-
     url, proc, (a, b) = served
     for worker, other, n in ((a, b, 2), (b, a, 3)):
         with only(worker, [other]):
