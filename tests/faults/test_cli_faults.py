@@ -19,14 +19,6 @@ from support.errors import library_refuses, refused
 pytestmark = pytest.mark.faults
 
 
-def test_cli_add_is_idempotent(tmp_path: Path):
-    """`index add --key` run twice stores one question."""
-    folder = build(tmp_path / "c")
-    for _ in range(2):
-        clean(dupq("index", "add", str(folder), "What is the deepest lake on earth?", "--key", "q-1"))
-    assert [t for _, _, t in stored(folder)].count("What is the deepest lake on earth?") == 1
-
-
 def test_every_line_accounted_for(tmp_path: Path):
     """Unclosed quotes and wrong field counts, each line with its reason (train/evaluate read this way)."""
     from dupq.data.pairs import read_pairs

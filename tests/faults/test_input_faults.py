@@ -275,12 +275,21 @@ def test_a_key_given_twice_in_one_add_is_not_called_stored(tmp_path):
 # output paths: the error names the user's path; a missing folder is not created.
 
 
-@pytest.mark.parametrize("name", ["x.json", "x.jsonl"])
-def test_dedup_into_a_folder_names_the_folder_not_a_temporary_file(tmp_path, run, name):
+@pytest.mark.parametrize("name", ["x.json", "x.jsonl", "x.csv"])
+@pytest.mark.parametrize("where", ["a folder", "a missing folder"])
+def test_dedup_out_where_no_file_can_go(tmp_path: Path, run, where, name):
+    """`dedup --out` naming a folder, or a file in a folder that does not exist: refused naming the user's path,
+    never a temporary file; nothing is written and no folder created."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
-    (tmp_path / name).mkdir()
-    error = refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / name)), str(tmp_path / name))
-    assert ".tmp" not in error and list((tmp_path / name).iterdir()) == []
+    folder = where == "a folder"
+    out = tmp_path / name if folder else tmp_path / "none" / "dir" / name
+    if folder:
+        out.mkdir()
+    error = refused(
+        run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out) if folder else f"{out.parent} does not exist"
+    )
+    assert ".tmp" not in error
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["q.txt", name] if folder else ["q.txt"])
 
 
 def test_a_write_the_file_system_refuses_names_the_target(tmp_path, monkeypatch):
@@ -314,15 +323,6 @@ def test_a_failure_inside_a_new_folder_names_the_file_in_the_folder(tmp_path):
         raise OSError(28, "No space left on device", str(tmp / "index.faiss"))
     assert isinstance(e.value, OSError) and e.value.filename == str(tmp_path / "c" / "index.faiss")
     assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("name", ["x.json", "x.jsonl", "x.csv"])
-def test_missing_output_folder(tmp_path: Path, run, name):
-    """`dedup --out /nonexistent/dir/x.json` is refused naming the folder; no folder is created."""
-    (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
-    out = tmp_path / "none" / "dir" / name
-    refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out.parent), "does not exist")
-    assert not (tmp_path / "none").exists()
 
 
 RANK_ONE = """import os, sys

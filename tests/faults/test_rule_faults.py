@@ -162,7 +162,7 @@ def test_preset_and_teacher_sentences(tmp_path: Path):
 
 
 def test_add_says_what_it_stored(tmp_path: Path):
-    """`index add` of a key stored already says nothing was added, not "added 1 question"."""
+    """`index add --key` run twice stores one question, and the second says nothing was added, not "added 1"."""
     folder = build(tmp_path / "c", n=10)
     runs = [dupq("index", "add", str(folder), "How do I tie a knot?", "--key", "knot") for _ in range(2)]
     for run in runs:
@@ -170,6 +170,7 @@ def test_add_says_what_it_stored(tmp_path: Path):
     second = runs[1].stdout.decode()
     assert "added 1" in runs[0].stdout.decode()
     assert not second.startswith("added") and "stored already" in second, second
+    assert [t for _, _, t in stored(folder)].count("How do I tie a knot?") == 1
 
 
 def test_adapt_names_skipped_lines(tmp_path: Path):

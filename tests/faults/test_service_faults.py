@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from faultkit import AUTH, TOPICS, Server, build, client, dupq, lacks_headers, stored, synthetic
 
-from support.errors import library_refuses, refused
+from support.errors import library_refuses
 from support.private import writer_connection
 from support.serving import http as request
 
@@ -144,34 +144,12 @@ def test_hostile_json_bodies(tmp_path: Path):
     assert not any(lacks_headers(a) for a in answers)
 
 
-def test_service_manners(tmp_path: Path):
-    """HEAD /, JSON refusals, security headers, no CDN docs, protected reads incl. /health."""
+def test_protect_reads(tmp_path: Path):
+    """`serve --protect-reads` guards reads, /health too (the app's own manners: tests/service/test_service.py)."""
     folder = build(tmp_path / "c")
     with Server(folder, "--protect-reads") as server:
-        page = request(server.url + "/")
-        codes = {
-            "head": request(server.url + "/", method="HEAD").status,
-            "docs": request(server.url + "/docs").status,
-            "health open": request(server.url + "/health").status,
-            "health token": request(server.url + "/health", headers=AUTH).status,
-            "missing": request(server.url + "/nowhere").status,
-        }
-    assert codes == {"head": 200, "docs": 404, "health open": 401, "health token": 200, "missing": 404}
-    headers = page.headers
-    assert "default-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
-    assert headers["x-content-type-options"] == "nosniff"
-    assert b'id="token-form"' in page.body and b"cdn" not in page.body.lower()
-
-
-def test_serve_on_a_port_in_use(tmp_path: Path):
-    """The error comes before any "serving ..." line."""
-    folder = build(tmp_path / "c")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        run = dupq("serve", str(folder), "--port", str(taken.getsockname()[1]))
-    refused(run)
-    assert b"serving" not in run.stdout
+        codes = [request(server.url + "/health").status, request(server.url + "/health", headers=AUTH).status]
+    assert codes == [401, 200]
 
 
 def test_slow_request_bodies(tmp_path: Path):
