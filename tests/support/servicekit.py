@@ -3,6 +3,7 @@ with HTML in it, to check that the page shows it as text), and the stores that m
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from dupq.data.pairs import Splits
 from support.serving import LiveServer, free_port
 
-__all__ = ["EXTRA", "LiveServer", "build_collection", "free_port", "milvus_or_skip", "questions"]
+__all__ = ["EXTRA", "LiveServer", "build_collection", "free_port", "milvus_or_skip", "postgres_or_skip", "questions"]
 
 EXTRA = [
     "How can I lose weight fast?",
@@ -59,3 +60,24 @@ def milvus_or_skip(path: Path) -> str:
     except ImportError as e:
         lacking("milvus", e)
     return f"milvus:{path}"
+
+
+@contextlib.contextmanager
+def postgres_or_skip(folder: Path):
+    """A private PostgreSQL server with pgvector in ``folder`` (pgserver), as the URI of its database ``postgres``
+    reached by its socket; a skip saying why it cannot run here (an error under CI). Stopped at the end.
+
+    As root, pgserver runs the server as a system user ``pgserver`` it creates (Postgres refuses root).
+    """
+    try:
+        import pgserver
+        import psycopg  # noqa: F401
+        from pgvector.psycopg import register_vector  # noqa: F401
+    except ImportError as e:
+        lacking("postgres", e)
+    server = pgserver.get_server(folder / "data", cleanup_mode="delete")
+    try:
+        socket = server.get_postmaster_info().socket_dir
+        yield f"postgresql://postgres@/postgres?host={socket}"
+    finally:
+        server.cleanup()
