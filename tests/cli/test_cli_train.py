@@ -1,4 +1,4 @@
-"""`dupq train` and `dupq info` from the command line: the happy path and every user mistake."""
+"""`dupq train`, `compact` and the options commands share, from the command line (bad values: tests/faults)."""
 
 from __future__ import annotations
 
@@ -34,33 +34,6 @@ def test_wrong_columns(tmp_path):
     bad.write_text("id,first,second,label\n1,a,b,0\n")
     line = refused(runner.invoke(app, ["train", "--data", str(bad), "--out", str(tmp_path / "m")]))
     assert "question1, question2, is_duplicate" in line
-
-
-def test_bad_option_values(pairs_path, tmp_path):
-    line = refused(
-        runner.invoke(app, ["train", "--data", str(pairs_path), "--train-pool", "500000", "--out", str(tmp_path / "m")])
-    )
-    assert "choose smaller sizes" in line
-    for option, value, named in (
-        ("--device", "meta", "device"),
-        ("--loss", "hinge", "hinge"),
-        ("--head", "attention", "--head"),
-        ("--lr", "inf", "--lr"),
-        # Sizes beyond what the machine can hold (or torch's seed can take) are refused before anything is built.
-        ("--seed", "-1", "--seed"),
-        ("--seed", "1" * 24, "--seed"),
-        ("--dim", "1000000", "--dim"),
-        ("--threads", "100000", "--threads"),
-        ("--batch-size", "10000000", "--batch-size"),
-        # Ablations that left the command line: a preset sets them (test_presets.py checks their ranges there).
-        ("--head-hidden", "1e9", "--head-hidden"),
-        ("--oov-buckets", "1e11", "--oov-buckets"),
-        ("--recipe", "labelled", "--recipe"),
-    ):
-        line = refused(
-            runner.invoke(app, ["train", "--data", str(pairs_path), "--out", str(tmp_path / "m"), option, value])
-        )
-        assert named in line
 
 
 CONFIGS = (TrainConfig, ModelOptions, SplitConfig)
@@ -159,20 +132,6 @@ def test_values_outside_a_fields_choices_or_range_are_refused(pairs_path, tmp_pa
 def test_configs_refuse_what_the_command_line_refuses(config, field, value, named):
     with pytest.raises(DupqError, match=f"^{named} must be"):
         config(**{field: value})
-
-
-@pytest.mark.parametrize("setup", ["missing", "empty", "corrupt-weights", "corrupt-config"])
-def test_bad_model_folders(tiny_model_dir, tmp_path, setup):
-    folder = tmp_path / setup
-    if setup != "missing":
-        folder.mkdir()
-    if setup.startswith("corrupt"):
-        for name in ("config.json", "vocab.json", "model.safetensors", "metrics.json"):
-            (folder / name).write_bytes((tiny_model_dir / name).read_bytes())
-        target = "model.safetensors" if setup == "corrupt-weights" else "config.json"
-        (folder / target).write_bytes(b"garbage")
-    line = refused(runner.invoke(app, ["info", str(folder)]))
-    assert str(folder) in line
 
 
 @pytest.mark.slow

@@ -29,6 +29,13 @@ def collection(tmp_path_factory):
     return folder / "c"
 
 
+def fresh(code: str) -> list[str]:
+    """The lines ``code`` prints in a fresh interpreter (``sys`` imported)."""
+    done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 def test_predict_judges_a_pair_without_torch():
     assert not imports_torch("predict", *PAIR)
     assert not imports_torch("predict", *PAIR, "--json")
@@ -48,26 +55,23 @@ def test_a_bulk_encode_does_import_torch(tmp_path):
 
 def test_the_service_app_imports_without_torch():
     """The app factory, its routers and the launcher leave torch to the model: `serve` imports it when it starts."""
-    code = (
-        "import sys\nimport dupq.service.app, dupq.service.server\n"
+    printed = fresh(
+        "import dupq.service.app, dupq.service.server\n"
         "from dupq.service.app import create_app\ncreate_app('nowhere', token='t').openapi()\n"
         "print('torch' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+    assert printed == ["False"]
 
 
 def test_import_dupq_leaves_faiss_and_torch_until_a_name_needs_them():
     """``import dupq`` and its cheap names import neither; asking for Collection brings FAISS, adapt torch."""
-    code = (
-        "import sys\nimport dupq\nfrom dupq import DupqError, Model, dedup\n"
-        "print('faiss' in sys.modules, 'torch' in sys.modules)\n"
-        "from dupq import Collection\nprint('faiss' in sys.modules, 'torch' in sys.modules)\n"
-        "from dupq import adapt\nprint('faiss' in sys.modules, 'torch' in sys.modules)"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:3] == ["False False", "True False", "True True"]
+    steps = [
+        "import dupq\nfrom dupq import DupqError, Model, dedup",
+        "from dupq import Collection",
+        "from dupq import adapt",
+    ]
+    printed = fresh("".join(f"{step}\nprint('faiss' in sys.modules, 'torch' in sys.modules)\n" for step in steps))
+    assert printed == ["False False", "True False", "True True"]
 
 
 PACKAGES = ["dupq", "dupq.collection", "dupq.core", "dupq.dedup", "dupq.index", "dupq.modeling", "dupq.training"]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, Server, build, dupq
+from faultkit import AUTH, Server, build, client, dupq
 
 from support.errors import refused
 from support.serving import free_port
@@ -24,14 +24,6 @@ from support.serving import http as request
 pytestmark = pytest.mark.faults
 
 KEYS = ["faq/17", "a/b/c", "50%", "why?", "x#y", "x/decision"]  # printable ASCII: keys the key rule allows
-
-
-def _client(folder: Path):
-    from fastapi.testclient import TestClient
-
-    from dupq.service.app import create_app
-
-    return TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False)
 
 
 def _path(key: str, encode_slash: bool) -> str:
@@ -44,7 +36,7 @@ def test_keys_with_a_slash(tmp_path: Path):
     """Every key the key rule allows reaches PUT, the decision route and DELETE, written with its `/` or as %2F."""
     folder = build(tmp_path / "c", keys=True)
     answers = {}
-    with _client(folder) as c:
+    with client(folder) as c:
         for n, key in enumerate(KEYS):
             added = c.post("/questions", json={"text": f"Where is stored question {n}?", "key": key}, headers=AUTH)
             assert added.status_code == 201, (key, added.text)
@@ -62,7 +54,7 @@ def test_no_redirect_to_a_clients_host(tmp_path: Path):
     """A path with a trailing slash is never redirected, least of all to the host a client names."""
     folder = build(tmp_path / "c", keys=True)
     evil = {"Host": "evil.example", **AUTH}
-    with _client(folder) as c:
+    with client(folder) as c:
         answers = [
             c.delete("/questions/k5/", headers=evil, follow_redirects=False),
             c.get("/health/", headers=evil, follow_redirects=False),
@@ -81,21 +73,14 @@ def test_a_read_token(tmp_path: Path):
     search = json.dumps({"question": "How do I learn about rice?"}).encode()
     with Server(folder, env={"DUPQ_READ_TOKEN": "read-only"}) as server:
         codes = {
-            "search read": request(server.url + "/search", search, read).status,
-            "metrics read": request(server.url + "/metrics", headers=read).status,
-            "health read": request(server.url + "/health", headers=read).status,
-            "search write": request(server.url + "/search", search, AUTH).status,
-            "search none": request(server.url + "/search", search).status,
-            "add read": request(server.url + "/questions", b'{"text": "Can a reader write?"}', read).status,
+            ("search read", 200): request(server.url + "/search", search, read).status,
+            ("metrics read", 200): request(server.url + "/metrics", headers=read).status,
+            ("health read", 200): request(server.url + "/health", headers=read).status,
+            ("search write", 200): request(server.url + "/search", search, AUTH).status,
+            ("search none", 401): request(server.url + "/search", search).status,
+            ("add read", 401): request(server.url + "/questions", b'{"text": "Can a reader write?"}', read).status,
         }
-    assert codes == {
-        "search read": 200,
-        "metrics read": 200,
-        "health read": 200,
-        "search write": 200,
-        "search none": 401,
-        "add read": 401,
-    }, codes
+    assert [(name, got) for (name, want), got in codes.items() if got != want] == []
     for token in (" ", "fault-token"):
         serve = dupq("serve", str(folder), "--port", str(free_port()), timeout=60, env={"DUPQ_READ_TOKEN": token})
         refused(serve, "DUPQ_READ_TOKEN")
@@ -104,7 +89,7 @@ def test_a_read_token(tmp_path: Path):
 def test_empty_bodies_are_422(tmp_path: Path):
     """`{}` to PUT or the decision route is a body the schema calls invalid: 422, as the OpenAPI document says."""
     folder = build(tmp_path / "c", keys=True)
-    with _client(folder) as c:
+    with client(folder) as c:
         schema = c.get("/openapi.json").json()
         codes = {
             "put": c.put("/questions/k1", json={}, headers=AUTH).status_code,
@@ -129,7 +114,7 @@ def test_what_the_schema_allows_is_not_refused_as_a_400(tmp_path: Path):
     now forbids: a 422, as for any body the schema calls invalid) and a decision that closes a cycle (a conflict
     with what is stored: 409, documented)."""
     folder = build(tmp_path / "c", keys=True)
-    with _client(folder) as c:
+    with client(folder) as c:
         schema = c.get("/openapi.json").json()
         nul = {"text": "Why is the sky blue?", "metadata": {"a": [{"b\u0000": 1}]}}
         codes = {
@@ -151,13 +136,6 @@ def _worker_ages(url: str) -> set[str]:
     return set(re.findall(r'dupq_index_age_seconds\{pid="(\d+)"\}', text))
 
 
-def _workers(parent: int) -> list[int]:
-    children = []
-    for task in Path(f"/proc/{parent}/task").iterdir():
-        children += [int(pid) for pid in (task / "children").read_text().split()]
-    return sorted(pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the workers through /proc")
 def test_a_killed_worker(tmp_path: Path):
     """kill -9 of one of two workers: a new one serves, and `/metrics` drops the dead one's series (how soon it is
@@ -165,17 +143,17 @@ def test_a_killed_worker(tmp_path: Path):
     folder = build(tmp_path / "c")
     with Server(folder, "--workers", "2") as server:
         deadline = time.monotonic() + 60
-        while len(workers := _workers(server.proc.pid)) < 2 or len(_worker_ages(server.url)) < 2:
+        while len(workers := server.workers()) < 2 or len(_worker_ages(server.url)) < 2:
             assert time.monotonic() < deadline, f"the workers did not both answer: {_worker_ages(server.url)}"
             request(server.url + "/health")
             time.sleep(0.1)
         dead = workers[0]
         os.kill(dead, signal.SIGKILL)
         killed = time.monotonic()
-        while len(_workers(server.proc.pid)) < 2 or dead in _workers(server.proc.pid):
+        while len(server.workers()) < 2 or dead in server.workers():
             time.sleep(0.1)
             assert time.monotonic() - killed < 90, "no new worker within 90 s of a kill -9"
-        new = next(pid for pid in _workers(server.proc.pid) if pid not in workers)
+        new = next(pid for pid in server.workers() if pid not in workers)
         while str(new) not in _worker_ages(server.url):  # the new worker serves: it answered, and its series shows
             request(server.url + "/health")
             time.sleep(0.1)

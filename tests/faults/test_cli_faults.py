@@ -1,8 +1,7 @@
 """Faults of the command line: files and arguments a user gives, and the model folders dupq reads.
 
-Each test runs ``dupq`` in a subprocess and checks the promise of every command: a mistake is
-one ``error:`` sentence and exit status 2, never a traceback, and nothing is stored or written
-on the way.
+Each test runs ``dupq`` as a user does (the model folders both ways, the ``run`` fixture) and checks the promise
+of every command: a mistake is one ``error:`` sentence and exit status 2, and nothing is stored or written.
 """
 
 from __future__ import annotations
@@ -13,19 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import build, clean, dupq, pairs_file, stored
+from faultkit import AUTH, build, clean, client, dupq, model_copy, stored
 
 from support.errors import library_refuses, refused
 
 pytestmark = pytest.mark.faults
-
-
-def test_cli_add_is_idempotent(tmp_path: Path):
-    """`index add --key` run twice stores one question."""
-    folder = build(tmp_path / "c")
-    for _ in range(2):
-        clean(dupq("index", "add", str(folder), "What is the deepest lake on earth?", "--key", "q-1"))
-    assert [t for _, _, t in stored(folder)].count("What is the deepest lake on earth?") == 1
 
 
 def test_every_line_accounted_for(tmp_path: Path):
@@ -47,82 +38,87 @@ def test_every_line_accounted_for(tmp_path: Path):
 
 
 def test_questions_without_words(tmp_path: Path):
-    """ "???" is refused by every entry point, never stored or called a duplicate."""
-    from fastapi.testclient import TestClient
-
+    """ "???" is refused by the library and the API, never stored or called a duplicate (the command line:
+    test_one_question_rule_on_the_command_line)."""
     from dupq.modeling.model import Model
-    from dupq.service.app import create_app
 
     folder = build(tmp_path / "c")
-    refused(dupq("index", "add", str(folder), "???"))
-    refused(dupq("search", str(folder), "?!?"))
     assert library_refuses(lambda: Model.load().similarity("", ""))
     (tmp_path / "q.txt").write_text("???\n!!!\n...\nHow do I learn Python?\n")
     clean(dupq("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.json")))
     assert json.loads((tmp_path / "d.json").read_text()) == []
-    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
         codes = [
             c.post("/similarity", json={"q1": "\u001c", "q2": "\u001d"}).status_code,
             c.post("/search", json={"question": "?!?"}).status_code,
-            c.post("/questions", json={"text": "..."}, headers={"Authorization": "Bearer t"}).status_code,
+            c.post("/questions", json={"text": "..."}, headers=AUTH).status_code,
         ]
     assert codes == [422, 422, 422] and len(stored(folder)) == 40
 
 
-def test_not_utf8_on_the_command_line(tmp_path: Path):
-    """`index add C $'Caf\\xe9 question'`."""
-    folder = build(tmp_path / "c")
-    refused(dupq("index", "add", str(folder), b"Caf\xe9 question"))
-    assert len(stored(folder)) == 40
+def edited(file: str, edit):
+    """A damage: ``edit`` applied to the JSON of a model folder's ``file``."""
+
+    def damage(folder: Path) -> None:
+        obj = json.loads((folder / file).read_text())
+        edit(obj)
+        (folder / file).write_text(json.dumps(obj))
+
+    return damage
 
 
-def _edited_model(folder: Path, file: str, edit) -> Path:
-    """A copy of the bundled model in ``folder`` with ``edit`` applied to the JSON of its ``file``."""
-    from dupq.modeling.model import BUNDLED
+def nan_weight(folder: Path) -> None:
+    from safetensors.torch import load_file, save_file
 
-    shutil.copytree(BUNDLED, folder)
-    obj = json.loads((folder / file).read_text())
-    edit(obj)
-    (folder / file).write_text(json.dumps(obj))
-    return folder
+    weights = load_file(str(folder / "model.safetensors"))
+    weights[sorted(weights)[0]].view(-1)[0] = float("nan")
+    save_file(weights, str(folder / "model.safetensors"))
 
 
-def _token(vocab):
-    vocab["tokens"][5] = 7
-
-
-# Model folders that predict must refuse in one sentence: (file, edit).
+# Damage to a copy of the bundled model that `predict` must refuse in one sentence holding the words given.
 BAD_MODELS = {
-    "dim a string": ("config.json", lambda c: c["encoder"].update(dim="128")),
-    "dropout 5": ("config.json", lambda c: c["encoder"].update(dropout=5)),
-    "encoder null": ("config.json", lambda c: c.update(encoder=None)),
-    "threshold nan": ("config.json", lambda c: c.update(threshold=math.nan)),
-    "threshold_info a string": ("config.json", lambda c: c.update(threshold_info="dev")),
-    "number token": ("vocab.json", _token),
-    "max_tokens -1": ("vocab.json", lambda v: v.update(max_tokens=-1)),
-    "tokens a string": ("vocab.json", lambda v: v.update(tokens="abc")),
-    "no tokens": ("vocab.json", lambda v: v.pop("tokens")),
-    "head a list": ("config.json", lambda c: c.update(head=[])),
-    "head a string": ("config.json", lambda c: c.update(head="mlp")),
-    "head kind 5": ("config.json", lambda c: c["head"].update(kind=5)),
+    "no folder": (shutil.rmtree, "does not exist"),
+    "empty": (lambda f: [p.unlink() for p in f.iterdir()], "is empty"),
+    "config not JSON": (lambda f: (f / "config.json").write_text("{not json"), "is corrupt"),
+    "config a list": (lambda f: (f / "config.json").write_text("[]"), "not a dupq model config"),
+    "weights zeros": (lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 10), "is corrupt"),
+    "no weights": (lambda f: (f / "model.safetensors").unlink(), "missing"),
+    "vocab not UTF-8": (lambda f: (f / "vocab.json").write_bytes(b"\xff\xfe"), "is corrupt"),
+    "weights nan": (nan_weight, ""),
+    "dim a string": (edited("config.json", lambda c: c["encoder"].update(dim="128")), ""),
+    "dropout 5": (edited("config.json", lambda c: c["encoder"].update(dropout=5)), ""),
+    "encoder null": (edited("config.json", lambda c: c.update(encoder=None)), ""),
+    "threshold nan": (edited("config.json", lambda c: c.update(threshold=math.nan)), ""),
+    "threshold_info a string": (edited("config.json", lambda c: c.update(threshold_info="dev")), ""),
+    "number token": (edited("vocab.json", lambda v: v["tokens"].__setitem__(5, 7)), ""),
+    "max_tokens -1": (edited("vocab.json", lambda v: v.update(max_tokens=-1)), ""),
+    "tokens a string": (edited("vocab.json", lambda v: v.update(tokens="abc")), ""),
+    "no tokens": (edited("vocab.json", lambda v: v.pop("tokens")), ""),
+    "head a list": (edited("config.json", lambda c: c.update(head=[])), ""),
+    "head a string": (edited("config.json", lambda c: c.update(head="mlp")), ""),
+    "head kind 5": (edited("config.json", lambda c: c["head"].update(kind=5)), ""),
     # Huge sizes, and a calibration that overflows.
-    "dim 65536": ("config.json", lambda c: c["encoder"].update(dim=65536)),
-    "head hidden 1e9": ("config.json", lambda c: c["head"].update(hidden=10**9)),
-    "vocab_size 1e9": ("config.json", lambda c: c["encoder"].update(vocab_size=10**9)),
-    "calibration a 1e308": ("config.json", lambda c: c["calibration"].update(a=1e308)),
+    "dim 65536": (edited("config.json", lambda c: c["encoder"].update(dim=65536)), ""),
+    "head hidden 1e9": (edited("config.json", lambda c: c["head"].update(hidden=10**9)), ""),
+    "vocab_size 1e9": (edited("config.json", lambda c: c["encoder"].update(vocab_size=10**9)), ""),
+    "calibration a 1e308": (edited("config.json", lambda c: c["calibration"].update(a=1e308)), ""),
 }
 
 
 @pytest.mark.parametrize("fault", BAD_MODELS)
-def test_bad_model_files(tmp_path: Path, fault):
-    """config.json and vocab.json with wrong types, sizes the machine cannot hold, thresholds out of range."""
-    model = _edited_model(tmp_path / "m", *BAD_MODELS[fault])
-    refused(dupq("predict", "How do I learn Python?", "How can I learn Python?", "--model", str(model)))
+def test_bad_model_folders(tmp_path: Path, run, fault):
+    """Missing or corrupt files, wrong types, NaN weights, sizes the machine cannot hold, thresholds out of range:
+    refused by `predict`, and by `info` naming the folder."""
+    damage, said = BAD_MODELS[fault]
+    model = model_copy(tmp_path / "m")
+    damage(model)
+    refused(run("predict", "How do I learn Python?", "How can I learn Python?", "--model", str(model)), said)
+    refused(run("info", str(model)), str(model))
 
 
 def test_bad_metrics_file_and_thresholds(tmp_path: Path):
     """metrics.json not an object (evaluate, report); a dedup threshold out of range."""
-    model = _edited_model(tmp_path / "m", "config.json", lambda c: None)
+    model = model_copy(tmp_path / "m")
     (model / "metrics.json").write_text("[1, 2]")
     refused(dupq("evaluate", str(model)))
     refused(dupq("report", str(model), "--out", str(tmp_path / "r")))
@@ -156,19 +152,3 @@ def test_links_out_of_a_model_folder(tmp_path: Path):
     config = {"format": "dupq-model/1", "encoder": encoder, "threshold": 0.5}
     (model / "config.json").write_text(json.dumps(config))
     refused(dupq("predict", "How?", "Why?", "--model", str(model)), "outside")
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [
-        ["--seed", "-1"],
-        ["--seed", "1" * 24],
-        ["--dim", "1000000"],
-        ["--threads", "100000"],
-        ["--batch-size", str(10**9)],
-    ],
-    ids=["seed -1", "seed 1e24", "dim 1e6", "threads 1e5", "batch 1e9"],
-)
-def test_sizes_on_the_command_line(tmp_path: Path, extra):
-    """A seed, width, batch or thread count the machine cannot hold is one sentence, before any data is read."""
-    refused(dupq("train", "--data", str(pairs_file(tmp_path)), "--out", str(tmp_path / "x"), "--epochs", "1", *extra))

@@ -18,19 +18,13 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, Server, build, clean, dupq, stored, strict_json, synthetic
+from faultkit import AUTH, Server, build, clean, dupq, sql, stored, strict_json, synthetic
 
 from support.errors import library_refuses, refused
 from support.serving import free_port
 from support.serving import http as request
 
 pytestmark = pytest.mark.faults
-
-
-def sql(folder: Path, statement: str, *params) -> None:
-    """One statement on the collection's SQLite file, committed (damage done by "another writer")."""
-    with sqlite3.connect(folder / "questions.sqlite") as db:
-        db.execute(statement, params)
 
 
 def set_vector(folder: Path, i: int, value: float) -> None:

@@ -1,22 +1,17 @@
 """Faults of moderators' decisions and what is made of them: reserved fields of the wrong type, decisions on
 texts that changed since, cycles and removed targets, a pairs file that does not read back, and a
 calibration on decisions too noisy or too few to trust.
-
-The rules live in :mod:`dupq.collection.rows` (the reserved fields, the digest of what was judged),
-:meth:`dupq.collection.collection.Collection.decide`, :func:`dupq.data.pairs.write_pairs` and
-:func:`dupq.evaluation.evaluate.calibrate_on_decisions`; each test meets them as a user does.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, build, clean, dupq, synthetic
+from faultkit import AUTH, build, clean, client, dupq, model_copy, pairs_file, sql, synthetic
 
 from support.errors import library_refuses, refused
 
@@ -27,10 +22,7 @@ def test_reserved_decision_fields(tmp_path: Path):
     """A string `not_duplicate_of` from a CSV ("12", once read as keys "1" and "2"), `duplicate_of` ["x"] or 5: refused
     in one sentence by `index build`, the library and the API; stored before the rule, `index decisions` skips them
     with a warning and the decision route answers without a 500, the stored value kept."""
-    from fastapi.testclient import TestClient
-
     from dupq.collection.collection import Collection
-    from dupq.service.app import create_app
 
     texts = synthetic(3)
     table = tmp_path / "q.csv"
@@ -43,21 +35,20 @@ def test_reserved_decision_fields(tmp_path: Path):
         assert library_refuses(lambda: coll.add(synthetic(1, 50), metadata=[{"not_duplicate_of": 5}]))
         assert library_refuses(lambda: coll.update("k1", metadata={"duplicate_of": ["k2"]}))
         assert library_refuses(lambda: coll.update("k1", metadata={"not_duplicate_of": "k12"}))
-    with TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
         put = c.put("/questions/k1", json={"metadata": {"duplicate_of": 5}}, headers=AUTH)
         assert 400 <= put.status_code < 500, put.text
 
     old = {1: '{"not_duplicate_of": 5}', 2: '{"duplicate_of": ["x"]}', 3: '{"not_duplicate_of": "k12"}'}
-    with sqlite3.connect(folder / "questions.sqlite") as db:  # stored by a dupq before the rule
-        for i, text in old.items():
-            db.execute("UPDATE questions SET metadata = ? WHERE id = ?", (text, i))
+    for i, text in old.items():  # stored by a dupq before the rule
+        sql(folder, "UPDATE questions SET metadata = ? WHERE id = ?", text, i)
     with Collection.open(folder) as coll:
         coll.decide("k5", duplicate_of="k6")
     run = dupq("index", "decisions", str(folder), "--out", str(tmp_path / "p.tsv"))
     clean(run)
     assert b"warning" in run.stderr and b"k1" in run.stderr, run.stderr
     assert b"wrote 1 decision" in run.stdout, run.stdout
-    with TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
         answers = [
             c.post(f"/questions/k{i}/decision", json={"not_duplicate_of": "k9"}, headers=AUTH) for i in (1, 2, 3)
         ]
@@ -112,7 +103,7 @@ def test_pair_files_round_trip(tmp_path: Path):
     pairs file with rows that cannot be used makes `calibrate --pairs` say how many it dropped."""
     from dupq.collection.collection import Collection
     from dupq.data.pairs import read_pairs
-    from dupq.modeling.model import BUNDLED, Model
+    from dupq.modeling.model import Model
 
     texts = [t.replace(" in ", " in\r") if i % 3 == 0 else t for i, t in enumerate(synthetic(40))]
     keys = [f"k{i}" for i in range(40)]
@@ -127,20 +118,9 @@ def test_pair_files_round_trip(tmp_path: Path):
 
     broken = tmp_path / "broken.tsv"
     broken.write_text((tmp_path / "p.tsv").read_text() + "98\tx\ty\t\tHow?\t1\n99\tx\ty\tWhy is it?\tHow?\t7\n")
-    model = Path(shutil.copytree(BUNDLED, tmp_path / "m"))
+    model = model_copy(tmp_path / "m")
     run = dupq("calibrate", str(model), "--pairs", str(broken))
     assert b"skipped 2 line(s)" in run.stderr, (run.stdout + run.stderr).decode()
-
-
-def _pairs(path: Path, labels: list[int], reworded: list[bool]) -> Path:
-    """A pairs file: each pair a reworded question (True) or two topics (False), labelled as given."""
-    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
-    for i, (y, same) in enumerate(zip(labels, reworded)):
-        a = synthetic(1, i)[0]
-        b = a.replace("How do I learn about", "What is the best way to learn") if same else synthetic(1, i + 3)[0]
-        lines.append(f"{i}\t{2 * i}\t{2 * i + 1}\t{a}\t{b}\t{y}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_calibrate_on_untrustworthy_decisions(tmp_path: Path):
@@ -149,20 +129,20 @@ def test_calibrate_on_untrustworthy_decisions(tmp_path: Path):
     (cross-validated), refuses a flat or worse fit (the model kept), and says when the decisions are too few."""
     from dupq.data.pairs import read_pairs
     from dupq.evaluation.evaluate import pair_logits
-    from dupq.modeling.model import BUNDLED, Model
+    from dupq.modeling.model import Model
     from dupq.modeling.probability import calibrated
 
-    model = Path(shutil.copytree(BUNDLED, tmp_path / "m"))
+    model = model_copy(tmp_path / "m")
     config = (model / "config.json").read_bytes()
     rng = random.Random(0)
-    noisy = _pairs(tmp_path / "noisy.tsv", [rng.randint(0, 1) for _ in range(400)], [i % 2 == 1 for i in range(400)])
+    noisy = pairs_file(tmp_path, labels=[rng.randint(0, 1) for _ in range(400)], name="noisy.tsv")
     run = dupq("calibrate", str(model), "--pairs", str(noisy))
     refused(run, "calibration")
     out = run.stdout.decode()
     assert "ROC-AUC" in out and "ECE" in out and "accuracy" in out, out
     assert (model / "config.json").read_bytes() == config
 
-    few = _pairs(tmp_path / "few.tsv", [i % 2 for i in range(24)], [i % 2 == 1 for i in range(24)])
+    few = pairs_file(tmp_path, 24, name="few.tsv")
     run = dupq("calibrate", str(model), "--pairs", str(few))
     said = (run.stdout + run.stderr).decode()
     assert "too few" in said, said

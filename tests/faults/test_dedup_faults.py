@@ -1,9 +1,5 @@
 """Faults of `dupq dedup`: a work folder that is not dupq's, an output over an input, keys that do not come back,
 a living collection, leftovers of a refused or killed run.
-
-The rules these tests hold are each in one place: the work folder's marker (:mod:`dupq.dedup.run`), the output
-apart from the inputs (:func:`dupq.core.files.check_apart`, every command that reads a file and writes one), the
-CSV formula guard (:func:`dupq.data.tables.inert`) and the collection's dedup (:func:`dupq.dedup.run.dedup_collection`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Faults of the files and folders dupq reads and writes: nesting that breaks a parser, folders that
 a command would overwrite, teacher vectors a run would throw away, adds a re-encoding would miss.
-
-The rules these tests hold are each in one place: :func:`dupq.core.files.read_json` (every JSON
-file), :func:`dupq.core.files.check_new_folder` (every command that writes a folder), the teacher
-cache's ``extend`` (:func:`dupq.training.distil.teacher.teach`) and :mod:`dupq.collection.reencode`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -19,7 +13,20 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, TRAIN, Server, build, clean, dupq, pairs_file, stored, synthetic
+from faultkit import (
+    AUTH,
+    NESTED,
+    TRAIN,
+    Server,
+    build,
+    clean,
+    dupq,
+    fake_teacher,
+    model_copy,
+    pairs_file,
+    stored,
+    synthetic,
+)
 
 from support.errors import refused
 from support.serving import free_port
@@ -27,19 +34,11 @@ from support.serving import http as request
 
 pytestmark = pytest.mark.faults
 
-NESTED = "[" * 1000 + "]" * 1000  # Python's parser recurses once a level: RecursionError, where it is not checked
-
-
-def _model_copy(tmp: Path) -> Path:
-    from dupq.modeling.model import BUNDLED
-
-    return Path(shutil.copytree(BUNDLED, tmp / "m"))
-
 
 @pytest.mark.parametrize("name", ["metrics.json", "config.json", "vocab.json"])
 def test_nested_json_in_model_files(tmp_path: Path, name):
     """1,000 nested brackets in a model's metrics.json, config.json or vocab.json: one sentence from info, predict, compact."""
-    model = _model_copy(tmp_path)
+    model = model_copy(tmp_path / "m")
     (model / name).write_text(NESTED)
     refused(dupq("info", str(model)), "nests more than")
     refused(dupq("predict", "How?", "Why?", "--model", str(model)), "nests more than")
@@ -63,7 +62,7 @@ def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
 
 def test_compact_over_an_existing_folder(tmp_path: Path):
     """`dupq compact` refuses a folder that holds a model or anything else without --overwrite; with it, replaces a model."""
-    model = _model_copy(tmp_path)
+    model = model_copy(tmp_path / "m")
     clean(dupq("compact", str(model), "--out", str(tmp_path / "e")))
     before = (tmp_path / "e" / "model.safetensors").read_bytes()
     refused(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half"), "--overwrite")
@@ -78,7 +77,7 @@ def test_compact_over_an_existing_folder(tmp_path: Path):
 
 def test_commands_that_write_a_folder(tmp_path: Path):
     """train, report, compact, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
-    model = _model_copy(tmp_path)
+    model = model_copy(tmp_path / "m")
     folder = build(tmp_path / "c", n=10)
     full = tmp_path / "full"
     full.mkdir()
@@ -99,7 +98,7 @@ def test_commands_that_write_a_folder(tmp_path: Path):
 def test_overwrite_replaces_only_a_model(tmp_path: Path):
     """`--overwrite` of every command that writes a model folder (train, compact, adapt, distil branch and
     teacher-model) refuses a collection folder: one model-folder rule, and a collection is never replaced."""
-    model = _model_copy(tmp_path)
+    model = model_copy(tmp_path / "m")
     folder = build(tmp_path / "c", n=10)
     before = sorted(p.name for p in folder.iterdir())
     (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
@@ -116,18 +115,6 @@ def test_overwrite_replaces_only_a_model(tmp_path: Path):
     clean(dupq("search", str(folder), "How do I learn about Python in step 0?"))
 
 
-def _fake_teacher(calls: list[str]):
-    """A deterministic teacher of 16 dimensions that records the texts it encodes."""
-
-    def encode(texts: list[str]) -> np.ndarray:
-        calls.extend(texts)
-        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little") for t in texts]
-        vectors = np.stack([np.random.default_rng(s).standard_normal(16) for s in seeds]).astype(np.float32)
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-    return encode
-
-
 def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     """adapt with --cache of a teach run keeps every vector there and encodes only the questions it lacks."""
     from dupq.modeling.model import Model
@@ -135,7 +122,7 @@ def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache, teach
 
     calls: list[str] = []
-    encode = _fake_teacher(calls)
+    encode = fake_teacher(calls)
     taught, mine = synthetic(60), synthetic(40, offset=40)  # 20 in common
     teach(taught, tmp_path / "cache", encode, "fake")
     before = TeacherCache.load(tmp_path / "cache")

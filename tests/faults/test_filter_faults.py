@@ -1,9 +1,6 @@
 """Faults of scoped search and of what a row's metadata may hold: a number filter on metadata a CSV gave as text,
 U+0000 matched by its prefix, a control character that fails a Milvus search batched with good ones, and a
 key of the wrong type read as an empty one.
-
-The filter rule lives in :mod:`dupq.collection.backend` (:func:`~dupq.collection.backend.check_where`,
-:func:`~dupq.collection.backend.where_from_text`), what metadata may hold in :mod:`dupq.collection.rows`.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, build, clean, dupq, synthetic
+from faultkit import AUTH, build, clean, client, dupq, synthetic
 
 from support.errors import library_refuses
 
@@ -37,10 +34,7 @@ def test_typed_filters_on_text_metadata(tmp_path: Path):
 def test_nul_in_metadata_and_filters(tmp_path: Path):
     """Metadata holding U+0000 (`"acme\\u0000evil"`, found by the filter `"acme"` through SQLite's json_extract) is
     refused on the way in, by the library and the API; so is a filter holding it."""
-    from fastapi.testclient import TestClient
-
     from dupq.collection.collection import Collection
-    from dupq.service.app import create_app
 
     folder = build(tmp_path / "c", n=10, keys=True)
     with Collection.open(folder) as coll:
@@ -48,7 +42,7 @@ def test_nul_in_metadata_and_filters(tmp_path: Path):
         assert library_refuses(lambda: coll.update("k1", metadata={"note": ["a", {"b": "x\u0000"}]}))
         assert library_refuses(lambda: coll.add(synthetic(1, 51), metadata=[{"a\u0000b": 1}]))
         assert library_refuses(lambda: coll.search(synthetic(1), where={"tenant": "acme\u0000"}))
-    with TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
         added = c.post("/questions", json={"text": synthetic(1, 60)[0], "metadata": {"t": "a\u0000"}}, headers=AUTH)
         found = c.post("/search", json={"question": synthetic(1)[0], "filter": {"tenant": "acme\u0000"}})
     assert 400 <= added.status_code < 500 and 400 <= found.status_code < 500, (added.text, found.text)
@@ -57,12 +51,8 @@ def test_nul_in_metadata_and_filters(tmp_path: Path):
 def test_control_characters_in_filters(tmp_path: Path):
     """A filter value holding a control character is the request's own 4xx, answered before it joins a batch: the
     good searches sent with it are answered 200 (on Milvus they were all 503)."""
-    from fastapi.testclient import TestClient
-
-    from dupq.service.app import create_app
-
     folder = build(tmp_path / "c", n=20, metadata=True)
-    with TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
 
         def search(i: int):
             value = "a\u0001b" if i == 0 else i

@@ -2,12 +2,9 @@
 twice, an endless line, a full disk during a build, a broken Milvus address, spreadsheet formulas, keys given
 twice, output paths that are folders or lie in missing folders, and torchrun ranks given other options.
 
-A fault met through the CLI is run both ways (the ``run`` fixture): in this process with ``CliRunner``, and as
-a user runs ``dupq``, in a subprocess (:data:`faultkit.DUPQ`). The rule under it is checked once more through
-the library (``read_questions``, ``read_pairs``, ``RowWriter``, ``atomic_write``), so each test also fails on
-code without the rule. A command that reads without bound runs only in a subprocess, with its memory capped
-(1 GiB of data): on code without the line cap it fails in seconds with a MemoryError instead of taking the
-machine's memory.
+A fault met through the CLI runs both ways (the ``run`` fixture); the rule under it is checked through the library
+too. A command that reads without bound runs in a subprocess with its memory capped (1 GiB of data), so that code
+without the line cap fails in seconds with a MemoryError instead of taking the machine's memory.
 """
 
 from __future__ import annotations
@@ -19,21 +16,16 @@ import json
 import os
 import random
 import resource
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import faultkit
 import pytest
-from faultkit import TRAIN, build, clean, pairs_file, stored, synthetic
-from typer.testing import CliRunner
+from faultkit import TRAIN, build, clean, in_process, model_copy, pairs_file, stored, synthetic
 
-from dupq.cli import app
 from dupq.collection.collection import Collection, KeyConflict
 from dupq.core.errors import DupqError
 from dupq.core.files import new_folder
@@ -50,20 +42,6 @@ LINE_CAP = "longer than 1,048,576 bytes"
 LONG = 2 << 20  # bytes of an overlong line: twice the cap
 PAIRS = b"How do I learn Python?\tWhat is the best way to learn Python?\nHow old are you?\tWhat is your age?\n"
 MILVUS = ["milvus+http://[::1?collection=x", "milvus+https://[fe80::1/?collection=x"]  # unclosed IPv6 brackets
-
-
-def in_process(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    """``dupq *args`` through ``CliRunner`` in this process, answered as a subprocess would be."""
-    result = CliRunner().invoke(app, [str(a) for a in args], input=stdin)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception  # a crash, shown with its traceback
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes, result.stderr_bytes)
-
-
-@pytest.fixture(params=["in-process", "subprocess"])
-def run(request):
-    """``run(*args, stdin=...)``: ``dupq *args`` one of the two ways, as a ``CompletedProcess`` either way."""
-    return in_process if request.param == "in-process" else faultkit.dupq
 
 
 def limited(*args: str, data: int = 1 << 30, file_size: int | None = None, stdin: bytes | None = None):
@@ -297,57 +275,33 @@ def test_a_key_given_twice_in_one_add_is_not_called_stored(tmp_path):
 # output paths: the error names the user's path; a missing folder is not created.
 
 
-@pytest.mark.parametrize("name", ["x.json", "x.jsonl"])
-def test_dedup_into_a_folder_names_the_folder_not_a_temporary_file(tmp_path, run, name):
+@pytest.mark.parametrize("name", ["x.json", "x.jsonl", "x.csv"])
+@pytest.mark.parametrize("where", ["a folder", "a missing folder"])
+def test_dedup_out_where_no_file_can_go(tmp_path: Path, run, where, name):
+    """`dedup --out` naming a folder, or a file in a folder that does not exist: refused naming the user's path,
+    never a temporary file; nothing is written and no folder created."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
-    (tmp_path / name).mkdir()
-    error = refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / name)), str(tmp_path / name))
-    assert ".tmp" not in error and list((tmp_path / name).iterdir()) == []
+    folder = where == "a folder"
+    out = tmp_path / name if folder else tmp_path / "none" / "dir" / name
+    if folder:
+        out.mkdir()
+    error = refused(
+        run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out) if folder else f"{out.parent} does not exist"
+    )
+    assert ".tmp" not in error
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["q.txt", name] if folder else ["q.txt"])
 
 
-@contextmanager
-def read_only(folder: Path) -> Iterator[bool]:
-    """``folder`` made read-only for the block (whether that worked): ``chmod``, or as root, whom modes do not
-    stop, the immutable attribute (``chattr +i``, on file systems that have it)."""
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        try:
-            yield True
-        finally:
-            folder.chmod(0o755)
-        return
-    done = shutil.which("chattr") is not None and subprocess.run(["chattr", "+i", str(folder)]).returncode == 0
-    try:
-        yield done
-    finally:
-        if done:
-            subprocess.run(["chattr", "-i", str(folder)])
+def test_a_write_the_file_system_refuses_names_the_target(tmp_path, monkeypatch):
+    """A read-only folder (simulated: tests may run as root, whom permissions do not stop): the error names the
+    file the user asked for, from the library and from `calibrate` and `dedup`, never the temporary file."""
+    import dupq.core.files
 
-
-def test_calibrate_of_a_read_only_model_names_the_model_file(tmp_path: Path):
-    """`calibrate` of a read-only model folder (where the file system lets it be made one): the sentence names
-    the user's file, never a temporary file."""
-    from dupq.modeling.model import BUNDLED
-
-    model = shutil.copytree(BUNDLED, tmp_path / "model")
+    model = model_copy(tmp_path / "model")
     metrics = json.loads((model / "metrics.json").read_text())
     metrics.setdefault("training", {})["split"] = {"train_pool": 400, "test": 100, "dev": 100}  # pairs_file's rows
     (model / "metrics.json").write_text(json.dumps(metrics))
     data = pairs_file(tmp_path)
-    with read_only(model) as done:
-        if not done:
-            pytest.skip("this file system cannot make a folder read-only for root")
-        error = refused(faultkit.dupq("calibrate", str(model), "--data", str(data)), str(model / "model.safetensors"))
-    assert ".tmp" not in error
-
-
-def test_a_write_the_file_system_refuses_names_the_target(tmp_path, monkeypatch):
-    """A read-only folder (simulated: tests may run as root, whom permissions do not stop): the error names
-    the file the user asked for, from the library and on the command line, never the temporary file."""
-    import dupq.core.files
-
-    model = tmp_path / "model"
-    Model.load().save(model)
     (tmp_path / "q.txt").write_text("\n".join(synthetic(3)) + "\n")
 
     def read_only(prefix, suffix, dir):
@@ -357,10 +311,11 @@ def test_a_write_the_file_system_refuses_names_the_target(tmp_path, monkeypatch)
     with pytest.raises(PermissionError) as e:
         Model.load(model).save(model, half=None)  # what `dupq calibrate` does last
     assert e.value.filename == str(model / "model.safetensors")
-    error = refused(
-        in_process("dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.json")), "Permission denied"
-    )
-    assert str(tmp_path / "d.json") in error and ".tmp" not in error
+    errors = [
+        refused(in_process("calibrate", model, "--data", data), str(model / "model.safetensors")),
+        refused(in_process("dedup", tmp_path / "q.txt", "--out", tmp_path / "d.json"), str(tmp_path / "d.json")),
+    ]
+    assert not [e for e in errors if ".tmp" in e or "Permission denied" not in e], errors
 
 
 def test_a_failure_inside_a_new_folder_names_the_file_in_the_folder(tmp_path):
@@ -368,15 +323,6 @@ def test_a_failure_inside_a_new_folder_names_the_file_in_the_folder(tmp_path):
         raise OSError(28, "No space left on device", str(tmp / "index.faiss"))
     assert isinstance(e.value, OSError) and e.value.filename == str(tmp_path / "c" / "index.faiss")
     assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize("name", ["x.json", "x.jsonl", "x.csv"])
-def test_missing_output_folder(tmp_path: Path, run, name):
-    """`dedup --out /nonexistent/dir/x.json` is refused naming the folder; no folder is created."""
-    (tmp_path / "q.txt").write_text("\n".join(synthetic(4)) + "\n")
-    out = tmp_path / "none" / "dir" / name
-    refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out.parent), "does not exist")
-    assert not (tmp_path / "none").exists()
 
 
 RANK_ONE = """import os, sys

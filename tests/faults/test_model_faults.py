@@ -1,27 +1,19 @@
 """Faults of a model's own parts: the static branch's taught words, a joined model's weight and branch, and the
 words ``dupq adapt`` teaches in scripts and punctuation beyond ASCII.
-
-The rules these tests hold: a model folder's files are read through :func:`dupq.core.files.read_json`
-(nesting, a byte-order mark, each word once, each naming its file); the join weight has one range,
-the one ``config.json``'s reader enforces, checked before anything is written, and a model folder is
-loaded back before it replaces one (:func:`dupq.modeling.model.new_model_folder`); the static
-branch's words are :func:`dupq.data.tokenizer.branch_words`.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from faultkit import clean, dupq, pairs_file
+from faultkit import NESTED, clean, dupq, fake_teacher, model_copy, pairs_file
 
 from support.errors import refused
 
 pytestmark = pytest.mark.faults
 
-NESTED = "[" * 1000 + "]" * 1000
 SPLIT = ["--train-pool", "300", "--test-size", "40", "--dev-size", "60", "--threads", "1"]
 
 
@@ -56,10 +48,8 @@ def test_a_damaged_static_words_file(tmp_path: Path, damage):
 
 def test_join_weights_out_of_range(tmp_path: Path):
     """--join-weight 2e6, inf or -1: refused before anything is written; with --overwrite, the working model stays."""
-    from dupq.modeling.model import BUNDLED
-
     data = pairs_file(tmp_path, 400)
-    out = Path(shutil.copytree(BUNDLED, tmp_path / "working"))
+    out = model_copy(tmp_path / "working")
     before = sorted(p.name for p in out.iterdir())
     for weight in ("2e6", "inf", "-1"):
         run = dupq("distil", "teacher-model", "--data", str(data), "--out", str(out), "--overwrite", *SPLIT,
@@ -82,25 +72,18 @@ def test_compact_no_branch_of_a_joined_model(tmp_path: Path):
 def test_adapt_words_beyond_ascii(tmp_path: Path, monkeypatch):
     """adapt on Chinese, Arabic and full-width punctuation teaches words, not whole questions or words with a
     question mark inside; a script it cannot cut into words is said in one warning line."""
-    import hashlib
-
     import dupq.training.distil.branch as branch
     from dupq.modeling.model import Model
     from dupq.training.adapt import AdaptConfig, adapt_with
 
     monkeypatch.setattr(branch, "FIT_COSINE", -1.0)  # a random teacher's words: taught anyway, through a poor map
 
-    def encode(texts: list[str]) -> np.ndarray:
-        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little") for t in texts]
-        vectors = np.stack([np.random.default_rng(s).standard_normal(16) for s in seeds]).astype(np.float32)
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
     texts = [f"如何学习编程语言第{i}课" for i in range(10)]
     texts += [f"كيف أتعلم البرمجة رقم{i}؟" for i in range(10)]
     texts += [f"How to learn qqz{i}？" for i in range(10)]
     texts += [f"เรียนภาษาไทยอย่างไร{i}" for i in range(10)]
     said: list[str] = []
-    model = adapt_with(Model.load(), texts, tmp_path / "a", encode, "fake", AdaptConfig(epochs=1, batch_size=16),
+    model = adapt_with(Model.load(), texts, tmp_path / "a", fake_teacher(), "fake", AdaptConfig(epochs=1, batch_size=16),
                   log=said.append, progress=False)  # fmt: skip
     words = model.encoder.lstm().branch.added_words
     assert not [w for w in words if any(c in w for c in "؟？?")], words

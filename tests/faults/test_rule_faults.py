@@ -1,23 +1,18 @@
 """Faults of the rules every entry point shares: a question, a key, a retry, a bearer token, a dev split a
 threshold can be chosen on, a worker that cannot start, and the smaller sentences around them.
-
-Each rule lives in one function (:func:`dupq.data.questions.check_question`,
-:func:`dupq.data.questions.check_key`, :func:`dupq.collection.rows.same_metadata`,
-:func:`dupq.service.auth.write_token`, :func:`dupq.evaluation.evaluate.check_dev_labels`); a test
-runs it through the command line, the library and the service alike.
+Each rule lives in one function; a test runs it through the command line, the library and the service alike.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
-from faultkit import Server, build, clean, dupq, stored, synthetic
+from faultkit import AUTH, Server, build, clean, client, dupq, model_copy, pairs_file, stored
 
 from support.errors import library_refuses, refused
 from support.serving import free_port
@@ -29,19 +24,13 @@ LONG = "Why " + "is it so " * 111 + "?"  # 1,004 characters: the API refuses it 
 
 def test_calibrate_on_a_single_label(tmp_path: Path):
     """`dupq calibrate` on dev pairs of one label refuses in a sentence and leaves the model's threshold as it was."""
-    from dupq.modeling.model import BUNDLED
-
-    model = Path(shutil.copytree(BUNDLED, tmp_path / "m"))
+    model = model_copy(tmp_path / "m")
     metrics = json.loads((model / "metrics.json").read_text())
     metrics.setdefault("training", {})["split"] = {"train_pool": 100, "test": 50, "dev": 50, "labelled_val": 10}
     (model / "metrics.json").write_text(json.dumps(metrics))
-    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
-    texts = synthetic(400)
-    labels = [i % 2 if i < 150 else 0 for i in range(200)]  # pool and test rows of both labels, dev rows of one
-    lines += [f"{i}\t{2 * i}\t{2 * i + 1}\t{texts[2 * i]}\t{texts[2 * i + 1]}\t{labels[i]}" for i in range(200)]
-    (tmp_path / "p.tsv").write_text("\n".join(lines) + "\n")
+    data = pairs_file(tmp_path, labels=[i % 2 if i < 150 else 0 for i in range(200)])  # dev rows of one label
     config = (model / "config.json").read_bytes()
-    refused(dupq("calibrate", str(model), "--data", str(tmp_path / "p.tsv")), "non-duplicates")
+    refused(dupq("calibrate", str(model), "--data", str(data)), "non-duplicates")
     assert (model / "config.json").read_bytes() == config
 
 
@@ -64,11 +53,8 @@ def test_worker_cannot_open_its_collection(tmp_path: Path):
         deadline = time.monotonic() + 120
         while server.stderr().count("Application startup complete") < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
-        # a worker, not multiprocessing's resource tracker
-        worker = next(c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes())
         folder.rename(tmp_path / "moved")
-        os.kill(int(worker), signal.SIGKILL)
+        os.kill(server.workers()[0], signal.SIGKILL)
         # A new worker loads the model before it finds the folder gone: slow on a busy machine.
         deadline = time.monotonic() + 240
         while server.proc.poll() is None and time.monotonic() < deadline:
@@ -83,14 +69,10 @@ def test_worker_cannot_open_its_collection(tmp_path: Path):
 def test_keyed_retries_compare_values(tmp_path: Path):
     """A keyed retry whose metadata lists the names in another order (or 1.0 for 1) is the same add, in the API and
     `index add --file`; true for 1 is not."""
-    from fastapi.testclient import TestClient
-
-    from dupq.service.app import create_app
-
     folder = build(tmp_path / "c", n=10)
     body = {"text": "How deep is the sea?", "key": "sea-1", "metadata": {"a": 1, "b": [1, 2]}}
-    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as client:
-        post = lambda b: client.post("/questions", json=b, headers={"Authorization": "Bearer t"})  # noqa: E731
+    with client(folder) as c:
+        post = lambda b: c.post("/questions", json=b, headers=AUTH)  # noqa: E731
         first, same = post(body), post({**body, "metadata": {"b": [1.0, 2], "a": 1.0}})
         other = post({**body, "metadata": {"b": [True, 2], "a": 1}})
     assert [first.status_code, same.status_code, other.status_code] == [201, 201, 409]
@@ -102,19 +84,36 @@ def test_keyed_retries_compare_values(tmp_path: Path):
     assert len(stored(folder)) == 12
 
 
-def test_one_question_rule(tmp_path: Path):
-    """A 1,004-character question: refused by index add, search, predict, the library and the API; a file's line is
-    left out with its reason."""
-    from fastapi.testclient import TestClient
+# Questions every entry point refuses in one sentence holding the words given.
+BAD_QUESTIONS = {
+    "empty": ("", "is empty"),
+    "blank": ("   ", "is empty"),
+    "no words": ("?!...", "has no words"),
+    "not UTF-8": (b"Caf\xe9 question", "is not valid UTF-8"),  # as a shell hands $'Caf\xe9 question' on
+    "1,004 characters": (LONG, "1,004 characters long"),
+}
 
+
+@pytest.mark.parametrize("fault", BAD_QUESTIONS)
+def test_one_question_rule_on_the_command_line(tmp_path: Path, run, fault):
+    """`predict`, `search` and `index add` refuse the question, storing nothing."""
+    question, said = BAD_QUESTIONS[fault]
+    folder = build(tmp_path / "c", n=10)
+    for args in (
+        ["predict", question, "How?"],
+        ["search", str(folder), question],
+        ["index", "add", str(folder), question],
+    ):
+        refused(run(*args), said)
+    assert len(stored(folder)) == 10
+
+
+def test_one_question_rule(tmp_path: Path):
+    """A 1,004-character question: refused by the library and the API; a file's line is left out with its reason."""
     from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq.service.app import create_app
 
     folder = build(tmp_path / "c", n=10)
-    refused(dupq("index", "add", str(folder), LONG), "1,000")
-    refused(dupq("search", str(folder), LONG), "1,000")
-    refused(dupq("predict", LONG, "How?"), "1,000")
     (tmp_path / "q.txt").write_text(f"How do I fly a kite?\n{LONG}\n")
     built = dupq("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "b"))
     clean(built)
@@ -122,8 +121,8 @@ def test_one_question_rule(tmp_path: Path):
     with Collection.open(folder) as coll:
         assert library_refuses(lambda: coll.add([LONG]))
     assert library_refuses(lambda: Model.load().similarity(LONG, "How?"))
-    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as client:
-        assert client.post("/search", json={"question": LONG}).status_code == 422
+    with client(folder) as c:
+        assert c.post("/search", json={"question": LONG}).status_code == 422
     assert len(stored(folder)) == 10
 
 
@@ -163,7 +162,7 @@ def test_preset_and_teacher_sentences(tmp_path: Path):
 
 
 def test_add_says_what_it_stored(tmp_path: Path):
-    """`index add` of a key stored already says nothing was added, not "added 1 question"."""
+    """`index add --key` run twice stores one question, and the second says nothing was added, not "added 1"."""
     folder = build(tmp_path / "c", n=10)
     runs = [dupq("index", "add", str(folder), "How do I tie a knot?", "--key", "knot") for _ in range(2)]
     for run in runs:
@@ -171,6 +170,7 @@ def test_add_says_what_it_stored(tmp_path: Path):
     second = runs[1].stdout.decode()
     assert "added 1" in runs[0].stdout.decode()
     assert not second.startswith("added") and "stored already" in second, second
+    assert [t for _, _, t in stored(folder)].count("How do I tie a knot?") == 1
 
 
 def test_adapt_names_skipped_lines(tmp_path: Path):

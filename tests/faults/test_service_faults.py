@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, TOPICS, Server, build, dupq, lacks_headers, stored, synthetic
+from faultkit import AUTH, TOPICS, Server, build, client, dupq, lacks_headers, stored, synthetic
 
-from support.errors import library_refuses, refused
+from support.errors import library_refuses
 from support.private import writer_connection
 from support.serving import http as request
 
@@ -30,11 +30,8 @@ pytestmark = pytest.mark.faults
 def test_adds_after_a_failing_commit(tmp_path: Path, monkeypatch):
     """The cache write fails after every commit (a full disk): 5 concurrent adds without keys, each retried by
     its client if it failed: every question stored once (an add that fails after its commit shows as twice)."""
-    from fastapi.testclient import TestClient
-
     import dupq.collection.folder.cache
     import dupq.index.vectors
-    from dupq.service.app import create_app
 
     folder = build(tmp_path / "c")
     monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
@@ -44,13 +41,11 @@ def test_adds_after_a_failing_commit(tmp_path: Path, monkeypatch):
 
     monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
     new, codes = synthetic(5, offset=100), []
-    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
 
         def add(i):  # a client: no key (nothing makes a retry safe), one retry after a server error
             for _ in range(2):
-                codes.append(
-                    c.post("/questions", json={"text": new[i]}, headers={"Authorization": "Bearer t"}).status_code
-                )
+                codes.append(c.post("/questions", json={"text": new[i]}, headers=AUTH).status_code)
                 if codes[-1] < 500:
                     return
 
@@ -96,10 +91,6 @@ def test_deeply_nested_bodies(tmp_path: Path):
 def test_security_headers_everywhere(tmp_path: Path):
     """Every route and every refusal carries the security headers: 200, 201, 401, 404, 405, 409, 413, 422, and
     the JSON 500 of a bug (injected in an in-process server)."""
-    from fastapi.testclient import TestClient
-
-    from dupq.service.app import create_app
-
     folder = build(tmp_path / "c")
     search = json.dumps({"question": "How do I learn Python?"}).encode()
     with Server(folder) as server:
@@ -126,7 +117,7 @@ def test_security_headers_everywhere(tmp_path: Path):
     def boom(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
         c.app.state.collection.search = boom
         bug = c.post("/search", json={"question": "How?"})
     assert [name for (name, status), a in answers.items() if a.status != status] == [] and bug.status_code == 500
@@ -153,34 +144,12 @@ def test_hostile_json_bodies(tmp_path: Path):
     assert not any(lacks_headers(a) for a in answers)
 
 
-def test_service_manners(tmp_path: Path):
-    """HEAD /, JSON refusals, security headers, no CDN docs, protected reads incl. /health."""
+def test_protect_reads(tmp_path: Path):
+    """`serve --protect-reads` guards reads, /health too (the app's own manners: tests/service/test_service.py)."""
     folder = build(tmp_path / "c")
     with Server(folder, "--protect-reads") as server:
-        page = request(server.url + "/")
-        codes = {
-            "head": request(server.url + "/", method="HEAD").status,
-            "docs": request(server.url + "/docs").status,
-            "health open": request(server.url + "/health").status,
-            "health token": request(server.url + "/health", headers=AUTH).status,
-            "missing": request(server.url + "/nowhere").status,
-        }
-    assert codes == {"head": 200, "docs": 404, "health open": 401, "health token": 200, "missing": 404}
-    headers = page.headers
-    assert "default-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
-    assert headers["x-content-type-options"] == "nosniff"
-    assert b'id="token-form"' in page.body and b"cdn" not in page.body.lower()
-
-
-def test_serve_on_a_port_in_use(tmp_path: Path):
-    """The error comes before any "serving ..." line."""
-    folder = build(tmp_path / "c")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        run = dupq("serve", str(folder), "--port", str(taken.getsockname()[1]))
-    refused(run)
-    assert b"serving" not in run.stdout
+        codes = [request(server.url + "/health").status, request(server.url + "/health", headers=AUTH).status]
+    assert codes == [401, 200]
 
 
 def test_slow_request_bodies(tmp_path: Path):
@@ -301,29 +270,25 @@ def _closed_after(sock: socket.socket, started: float, every_second=None, limit:
 def test_server_side_failures_are_5xx(tmp_path: Path, monkeypatch):
     """A full disk is 507 and a write lock held by another process 503 with Retry-After, each a sentence with
     the security headers (not a 400, not "cannot rollback"); searches still answer; nothing half stored."""
-    from fastapi.testclient import TestClient
-
     import dupq.collection.folder.store
-    from dupq.service.app import create_app
 
     folder = build(tmp_path / "c")
     monkeypatch.setattr(
         dupq.collection.folder.store, "BUSY_TIMEOUT", 1.0, raising=False
     )  # how long an add waits for the lock
-    auth = {"Authorization": "Bearer t"}
-    with TestClient(create_app(folder, token="t"), raise_server_exceptions=False) as c:
+    with client(folder) as c:
         writer = writer_connection(c.app.state.collection)
         pages = writer.execute("PRAGMA page_count").fetchone()[0]
         writer.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full: no page more
-        full = c.post("/questions", json={"text": "Is the disk full?", "metadata": {"pad": "x" * 20_000}}, headers=auth)
+        full = c.post("/questions", json={"text": "Is the disk full?", "metadata": {"pad": "x" * 20_000}}, headers=AUTH)
         writer.execute("PRAGMA max_page_count = 1073741823")
         other = sqlite3.connect(folder / "questions.sqlite", isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-        busy = c.post("/questions", json={"text": "Is the store busy?"}, headers=auth)
+        busy = c.post("/questions", json={"text": "Is the store busy?"}, headers=AUTH)
         search = c.post("/search", json={"question": "How do I learn Python?"})
         other.execute("ROLLBACK")
         other.close()
-        after = c.post("/questions", json={"text": "Is the store free again?"}, headers=auth)
+        after = c.post("/questions", json={"text": "Is the store free again?"}, headers=AUTH)
     assert [a.status_code for a in (full, busy, search, after)] == [507, 503, 200, 201]
     assert "disk is full" in full.json()["detail"] and "write lock" in busy.json()["detail"]
     assert busy.headers.get("retry-after", "").isdigit()

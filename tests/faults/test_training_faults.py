@@ -1,12 +1,8 @@
-"""Faults of training: resuming with other options, a corrupt checkpoint, NaN weights, bad options, kill -9.
-
-Each test trains tiny models (``--dim 8``) on a synthetic pairs file for a few seconds.
-"""
+"""Faults of training: resuming with other options, a corrupt checkpoint, bad options, kill -9 (tiny models)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -39,7 +35,7 @@ def test_resume_with_other_options(tmp_path: Path):
 
 
 def test_corrupt_checkpoint_and_non_finite_options(tmp_path: Path):
-    """0xff bytes in the checkpoint are refused and nothing good is overwritten; inf/nan options refused."""
+    """0xff bytes in the checkpoint are refused and nothing good is overwritten; NaN options of a preset refused."""
     data, out = pairs_file(tmp_path), tmp_path / "run"
     clean(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "1", *TRAIN))
     checkpoint, weights = out / "checkpoint.safetensors", out / "model.safetensors"
@@ -48,34 +44,39 @@ def test_corrupt_checkpoint_and_non_finite_options(tmp_path: Path):
     good = weights.read_bytes()
     refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN))
     assert checkpoint.read_bytes() == corrupt and weights.read_bytes() == good
-    refused(dupq("train", "--data", str(data), "--out", str(tmp_path / "x"), "--lr", "inf", *TRAIN))
     for key, value in (("margin", "nan"), ("scale", "-inf")):  # options without a flag: from a preset file
         preset = tmp_path / f"{key}.toml"
         preset.write_text(f"{key} = {value}\n")
         refused(dupq("train", "--data", str(data), "--out", str(tmp_path / "x"), "--preset", str(preset), *TRAIN))
 
 
-def test_model_with_nan_weights(tmp_path: Path):
-    """A model folder whose weights hold NaN is refused before it judges anything."""
-    from safetensors.torch import load_file, save_file
+# Options `dupq train` refuses in one sentence holding the words given (sizes: before any data is read).
+BAD_OPTIONS = {
+    "pool 500000": (["--train-pool", "500000"], "choose smaller sizes"),
+    "device": (["--device", "meta"], "device"),
+    "head": (["--head", "attention"], "--head"),
+    "loss": (["--loss", "hinge"], "hinge"),
+    "loss argument": (["--loss", "bce:x"], ""),
+    "preset": (["--preset", "nope"], ""),
+    "lr inf": (["--lr", "inf"], "--lr"),
+    "seed -1": (["--seed", "-1"], "--seed"),
+    "seed 1e24": (["--seed", "1" * 24], "--seed"),
+    "dim 1e6": (["--dim", "1000000"], "--dim"),
+    "threads 1e5": (["--threads", "100000"], "--threads"),
+    "batch 1e9": (["--batch-size", str(10**9)], "--batch-size"),
+    # Ablations that left the command line: a preset sets them (test_presets.py checks their ranges there).
+    "head-hidden": (["--head-hidden", "1e9"], "--head-hidden"),
+    "oov-buckets": (["--oov-buckets", "1e11"], "--oov-buckets"),
+    "recipe": (["--recipe", "labelled"], "--recipe"),
+}
 
-    from dupq.modeling.model import BUNDLED
 
-    model = shutil.copytree(BUNDLED, tmp_path / "model")
-    weights = load_file(str(model / "model.safetensors"))
-    weights[sorted(weights)[0]].view(-1)[0] = float("nan")
-    save_file(weights, str(model / "model.safetensors"))
-    refused(dupq("predict", "How do I learn Python?", "How can I learn Python?", "--model", str(model)))
-
-
-@pytest.mark.parametrize(
-    "extra",
-    [["--device", "meta"], ["--head", "attention"], ["--loss", "hinge"], ["--loss", "bce:x"], ["--preset", "nope"]],
-    ids=["device", "head", "loss", "loss argument", "preset"],
-)
-def test_bad_training_options(tmp_path: Path, extra):
-    """An unusable device, pair head, loss or preset is one sentence, not a traceback."""
-    refused(dupq("train", "--data", str(pairs_file(tmp_path)), "--out", str(tmp_path / "x"), *extra, *TRAIN))
+@pytest.mark.parametrize("fault", BAD_OPTIONS)
+def test_bad_training_options(tmp_path: Path, run, fault):
+    """An unusable device, head, loss or preset, a size the machine cannot hold, a gone option: one sentence."""
+    options, said = BAD_OPTIONS[fault]
+    data = pairs_file(tmp_path)
+    refused(run("train", "--data", str(data), "--out", str(tmp_path / "x"), "--epochs", "1", *TRAIN, *options), said)
 
 
 def test_kill_9_during_training(tmp_path: Path):
@@ -87,12 +88,8 @@ def test_kill_9_during_training(tmp_path: Path):
     train += ["--no-progress", "--epochs", "6", "--preset", "labelled", "--labelled-val", "200"]
     clean(dupq("train", "--data", str(data), "--out", str(tmp_path / "whole"), *train))
     out = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [*faultkit.DUPQ, "train", "--data", str(data), "--out", str(out), *train],
-        env=faultkit.ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [*faultkit.DUPQ, "train", "--data", str(data), "--out", str(out), *train]
+    proc = subprocess.Popen(command, env=faultkit.ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while not (out / "checkpoint.safetensors").exists() and time.time() < deadline:
         time.sleep(0.02)

@@ -1,7 +1,5 @@
-"""Helpers for the CLI tests: a slice of a pairs file, and a model trained on it by `dupq train`.
-
-Not a test module. The slice lives in a pytest temporary folder, never in the repository.
-"""
+"""Helpers for the CLI tests: a slice of a pairs file (in a pytest temporary folder), and a model `dupq train`
+trained on it."""
 
 from __future__ import annotations
 
@@ -37,24 +35,8 @@ def cli_model(source: Path, tmp_path_factory) -> tuple[Path, Path]:
         out = folder / "model"
         before = torch.get_num_threads()  # --threads 1 is faster here, but must not leak into other tests
         try:
-            result = CliRunner().invoke(
-                app,
-                [
-                    "train",
-                    "--data",
-                    str(data),
-                    "--out",
-                    str(out),
-                    "--epochs",
-                    "1",
-                    "--dim",
-                    "32",
-                    "--threads",
-                    "1",
-                    "--no-progress",
-                    *SPLIT_ARGS,
-                ],
-            )
+            args = ["--epochs", "1", "--dim", "32", "--threads", "1", "--no-progress", *SPLIT_ARGS]
+            result = CliRunner().invoke(app, ["train", "--data", str(data), "--out", str(out), *args])
         finally:
             torch.set_num_threads(before)
         assert result.exit_code == 0, result.output

@@ -1,9 +1,5 @@
-"""Helpers for the service tests: a small collection of the small split's questions, and a live server.
-
-The collection holds the first distinct questions of the small split's pool, plus a few
-questions written here (one with HTML in it, to check the page shows it as text). The live
-server is :mod:`support.serving`'s, the harness the fault tests (tests/faults) use too.
-"""
+"""Helpers for the service tests: a small collection of the small split's questions (and a few written here, one
+with HTML in it, to check that the page shows it as text), and the stores that may be missing here."""
 
 from __future__ import annotations
 

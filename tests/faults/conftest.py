@@ -1,0 +1,12 @@
+"""The fault tests' one fixture: a command of the CLI run both ways a user's input reaches it."""
+
+from __future__ import annotations
+
+import pytest
+from faultkit import dupq, in_process
+
+
+@pytest.fixture(params=["in-process", "subprocess"])
+def run(request):
+    """``run(*args, stdin=...)``: ``dupq *args`` through ``CliRunner`` here or as a user runs it, in a subprocess."""
+    return in_process if request.param == "in-process" else dupq
