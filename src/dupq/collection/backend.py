@@ -143,6 +143,25 @@ def _scalar(value) -> bool:
     return isinstance(value, (str, int, float)) and value is not None
 
 
+def hit_arrays(found: list) -> tuple[np.ndarray, np.ndarray]:
+    """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of each query's hits ``[(id, score), ...]``, best first."""
+    width = max((len(hits) for hits in found), default=0)
+    scores = np.zeros((len(found), width), np.float32)
+    ids = np.full((len(found), width), -1, np.int64)
+    for q, hits in enumerate(found):
+        for j, (i, score) in enumerate(hits):
+            ids[q, j], scores[q, j] = i, score
+    return scores, ids
+
+
+def in_order(found: dict, ids: list[int], dim: int, where: str) -> np.ndarray:
+    """The vectors of ``ids`` from ``found`` (id -> vector), ``(len(ids), dim)`` float32; a DupqError names an id not found."""
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise DupqError(f"{where} holds no question with id {missing[0]}.")
+    return np.array([found[i] for i in ids], dtype=np.float32).reshape(len(ids), dim)
+
+
 @dataclass(frozen=True)
 class IndexStats:
     """What a collection's search index holds, as this process last caught it up: a read-only view."""

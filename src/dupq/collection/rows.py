@@ -266,8 +266,13 @@ def edited(stored: dict, key: str, others: list[str], change, where) -> tuple[in
     """The edit rule every backend's ``edit`` applies to the rows it read (``stored``: key -> ``(id, text,
     metadata)``): ``key`` and ``others`` must all be stored, else :class:`UnknownKey`; returns ``key``'s id, its
     metadata before, and after ``change``."""
-    missing = [k for k in [key, *others] if k not in stored]
-    if missing:
-        raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {where}; nothing was changed.")
+    check_stored(stored, [key, *others], where, "changed")
     i, _, old = stored[key]
     return i, old, change(old)
+
+
+def check_stored(stored: dict, keys: list[str], where, undone: str) -> None:
+    """:class:`UnknownKey` naming the first of ``keys`` not in ``stored`` (and that nothing was ``undone``)."""
+    missing = [k for k in keys if k not in stored]
+    if missing:
+        raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {where}; nothing was {undone}.")

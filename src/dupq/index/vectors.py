@@ -1,26 +1,18 @@
 """Top-k search by inner product: a pure function, and the FAISS index the collection keeps.
 
-Questions are unit vectors (see :mod:`dupq.modeling.model`), so the inner product is the cosine
-similarity and "most similar" is "largest inner product" (maximum inner product search).
+Questions are unit vectors, so the largest inner product is the most similar.
 
-* :func:`search` is the exact answer for arrays already in memory: ``queries (Q, d)`` against
-  ``corpus (N, d)``, blocked so that a large corpus never needs a ``(Q, N)`` matrix at once.
-  It is what everything else is checked against (and it is checked against brute force).
-* :class:`VectorIndex` is the structure a collection keeps and grows: FAISS ``IndexFlatIP``
-  (exact, the default: a scan of every vector, memory-bound, ~N*d*4 bytes per query) or
-  ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` (approximate: a navigable small-world graph,
-  Malkov & Yashunin 2016, arXiv:1603.09320; sub-millisecond queries, recall measured against
-  :func:`search`). Vectors get consecutive ids ``0, 1, 2, ...`` in the order they are added,
-  which is the collection's question id. HNSW cannot take a vector out, so a collection whose
-  graph holds many removed questions builds a new one of the others (:meth:`VectorIndex.rebuilt`):
-  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the store's last one
-  (its extent, kept beside the map: the newest questions may be removed ones, left out).
-* ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011, "Product
-  quantization for nearest neighbor search") keeps each vector as ``pq_m`` one-byte codes of its
-  residual to one of ``nlist`` coarse centroids, ~40 bytes a question instead of 512, and scans
-  only the ``nprobe`` nearest lists. Its scores are approximate, so :meth:`VectorIndex.search`
-  takes a short list of ``rerank`` candidates and re-ranks it by the exact inner product of the
-  stored vectors, which the caller reads from disk (``fetch``): memory holds the codes only.
+* :func:`search` is the exact answer for arrays in memory, blocked so that a large corpus never
+  needs a ``(Q, N)`` matrix at once; everything else is checked against it.
+* :class:`VectorIndex` is what a collection keeps and grows: ``IndexFlatIP`` (exact, the default)
+  or ``IndexHNSWFlat`` (approximate; Malkov & Yashunin 2016, arXiv:1603.09320). Vectors get ids
+  ``0, 1, 2, ...`` in the order added: the question ids. HNSW cannot take a vector out, so a graph
+  holding many removed questions is built again of the others (:meth:`VectorIndex.rebuilt`), an
+  ``IndexIDMap2`` keeping their ids and the store's extent beside it.
+* ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011) keeps ``pq_m``
+  one-byte codes per vector (~40 bytes instead of 512) and scans the ``nprobe`` nearest of
+  ``nlist`` lists; its short list of ``rerank`` candidates is re-ranked by the exact inner product
+  of the stored vectors, which the caller reads from disk (``fetch``).
 
 >>> scores, ids = search(np.eye(3, dtype=np.float32), np.eye(3, dtype=np.float32), k=1)
 >>> ids.ravel().tolist()

@@ -34,7 +34,7 @@ import numpy as np
 from dupq.collection.backend import Row, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
-from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, edited, place, same_metadata
+from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
 
@@ -158,11 +158,7 @@ class SQLiteStore:
     def remove(self, keys: list[str]) -> list[int]:
         with self._transaction("remove from") as db:
             stored = sqlite.find(db, keys)
-            missing = [k for k in keys if k not in stored]
-            if missing:
-                raise UnknownKey(
-                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
-                )
+            check_stored(stored, keys, self.where, "removed")
             ids = sorted({stored[k][0] for k in keys})
             sqlite.remove_ids(db, ids)
         return [stored[k][0] for k in keys]
@@ -170,8 +166,7 @@ class SQLiteStore:
     def update(self, key: str, text: str | None, metadata: str | None, vector) -> int:
         with self._transaction("update") as db:
             stored = sqlite.find(db, [key])
-            if key not in stored:
-                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            check_stored(stored, [key], self.where, "changed")
             i, old_text, old_meta = stored[key]
             text = old_text if text is None else text
             metadata = old_meta if metadata is None else metadata

@@ -1,33 +1,18 @@
 """A collection kept in PostgreSQL with pgvector: one database shared by every writer and server, on every machine.
 
-Location::
+Location: ``postgresql://USER@HOST:PORT/DB?table=NAME`` (password in the URI, ``$PGPASSWORD`` or
+``~/.pgpass``); the tables are :mod:`dupq.collection.postgres.schema`'s. Postgres searches (``<#>``,
+through HNSW or by a scan of a flat collection) and nothing is cached in the process. Beyond
+:mod:`dupq.collection.backend`'s promises:
 
-    postgresql://USER@HOST:PORT/DB?table=NAME    (password: in the URI, $PGPASSWORD or ~/.pgpass)
+* a build is one transaction too, so no half collection is ever visible;
+* adds are idempotent by key across processes (``INSERT ... ON CONFLICT (key) DO NOTHING``, a key
+  committed meanwhile read back and checked, else :class:`~dupq.collection.rows.KeyConflict`);
+* a filter loses nothing: pgvector's HNSW filters after its walk, so a narrow filter is searched
+  by an exact scan, and an HNSW search answering fewer than ``k`` is made again exactly;
+* writers hold a shared advisory lock of the table; :meth:`writers_held` takes it exclusively.
 
-The tables are :mod:`dupq.collection.postgres.schema`'s. **Postgres does the search**: pgvector
-orders the rows by inner product (``<#>``), through the HNSW index of an hnsw collection (with
-the manifest's ``hnsw_m``, ``ef_construction`` and ``ef_search``) or by a scan of every row of a
-flat one. Nothing is cached in the process, so every search sees every committed write, from
-any process on any machine.
-
-What holds, as for the other backends (:mod:`dupq.collection.backend`):
-
-* an add, a removal, an update and an edit are each **one transaction**; a writer killed before
-  its commit leaves nothing (the server rolls it back), and a build is one transaction too, so
-  no half collection is ever visible.
-* **Adds are idempotent by key across processes**: the rows go in with ``INSERT ... ON CONFLICT
-  (key) DO NOTHING``; a key another writer stored meanwhile is read back and must hold the same
-  question (else :class:`~dupq.collection.rows.KeyConflict`, and nothing of the add is stored).
-* **A filter loses nothing**: it is JSONB containment on ``metadata`` (the GIN index serves it).
-  pgvector's HNSW filters *after* its walk, which could return fewer than ``k`` rows; so a narrow
-  filter (one the walk would need more than pgvector's 1,000 candidates to fill) is searched
-  exactly, by a scan of the matching rows, and any HNSW search that answers fewer than ``k`` is
-  made again exactly.
-* Writers take a shared advisory lock of the table in each transaction; :meth:`writers_held`
-  takes it exclusively, so that a re-encoding's last round sees every write committed before it.
-
-Ids are ``0, 1, 2, ...`` from a sequence (a rolled-back add leaves a gap); a new text for a key
-keeps the key's id.
+Ids come from a sequence (a rolled-back add leaves a gap); a new text for a key keeps its id.
 """
 
 from __future__ import annotations
@@ -39,12 +24,12 @@ import time
 
 import numpy as np
 
-from dupq.collection.backend import Backend, Row, Where
+from dupq.collection.backend import Backend, Row, Where, hit_arrays, in_order
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.postgres import schema
 from dupq.collection.postgres.address import Address, parse
 from dupq.collection.postgres.connections import Connections, ensure_vector, failure, psycopg_modules
-from dupq.collection.rows import PARAMETERS, KeyConflict, UnknownKey, edited, place, same_metadata
+from dupq.collection.rows import PARAMETERS, KeyConflict, check_stored, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 
@@ -178,11 +163,8 @@ class PostgresBackend(Backend):
 
         ids = [int(i) for i in np.asarray(ids).ravel()]
         query = sql.SQL("SELECT id, embedding FROM {t} WHERE id = ANY(%s)").format(**self.n)
-        found = dict(self._read("read", query, [sorted(set(ids))]))
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise DupqError(f"{self.where} holds no question with id {missing[0]}.")
-        return np.array([_array(found[i]) for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
+        found = {i: _array(v) for i, v in self._read("read", query, [sorted(set(ids))])}
+        return in_order(found, ids, self.dim, self.where)
 
     def all_vectors(self) -> np.ndarray:
         from psycopg import sql
@@ -208,13 +190,7 @@ class PostgresBackend(Backend):
         found = self.connections.run(
             "search", lambda conn: [self._one(conn, q, k, condition, ef) for q in vectors], retry=True
         )
-        width = max((len(hits) for hits in found), default=0)
-        scores = np.zeros((len(vectors), width), np.float32)
-        ids = np.full((len(vectors), width), -1, np.int64)
-        for q, hits in enumerate(found):
-            for j, (i, score) in enumerate(hits):
-                ids[q, j], scores[q, j] = i, score
-        return scores, ids
+        return hit_arrays(found)
 
     def _ef(self, k: int, where: Where | None) -> int | None:
         """The ``hnsw.ef_search`` of a search (``ef_search``, at least ``k``, widened by the share a filter keeps),
@@ -334,11 +310,7 @@ class PostgresBackend(Backend):
         query = sql.SQL("DELETE FROM {t} WHERE key = ANY(%s) RETURNING key, id").format(**self.n)
         with self._transaction("remove from") as conn:
             removed = dict(conn.execute(query, [list(keys)]).fetchall())
-            missing = [k for k in keys if k not in removed]
-            if missing:
-                raise UnknownKey(
-                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
-                )
+            check_stored(removed, keys, self.where, "removed")
         self._counts.clear()
         return [removed[k] for k in keys]
 
@@ -347,8 +319,7 @@ class PostgresBackend(Backend):
 
         with self._transaction("update") as conn:
             stored = self._find(conn, [key], lock=True)
-            if key not in stored:
-                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            check_stored(stored, [key], self.where, "changed")
             i, old_text, old_meta = stored[key]
             if text is not None and text != old_text:
                 query = sql.SQL("UPDATE {t} SET text = %s, embedding = %s WHERE id = %s").format(**self.n)
