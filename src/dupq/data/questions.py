@@ -1,24 +1,15 @@
 """Reading a list of questions to store, search for or deduplicate.
 
-Five kinds of file, told apart by their name and header (``.gz`` is read transparently), each read as
-a stream (:func:`stream_questions`), so a file of millions never has to fit in memory:
+Five kinds of file, told apart by name and header (``.gz`` read transparently), each streamed
+(:func:`stream_questions`): a **Quora pairs file** (every distinct question once, keyed by its
+qid), a **CSV/TSV file** with a header (the ``--column``, default ``question``), **JSON lines**,
+**Parquet**, and otherwise a **text file**, one question a line. A row's other fields are its
+metadata; ``--key-column`` names its key.
 
-* a **Quora pairs file** (a header with ``qid1, qid2, question1, question2``): every distinct
-  question once, keyed by its qid, in order of first appearance (537,617 questions with words in
-  the shared file);
-* a **CSV/TSV file** with a header: the column ``--column`` names (default ``question``); the
-  other columns of the row (an answer, a URL, ...) are kept as the question's metadata;
-* **JSON lines** (``.jsonl``, ``.ndjson``): one object a line, the question in its ``--column`` field;
-* **Parquet** (``.parquet``, through pyarrow): the question in its ``--column`` column;
-* anything else: a **text file**, one question a line.
-
-The other fields of a row (an answer, a URL, ...) are its metadata; ``--key-column`` names its key.
-
-Every line is accounted for: a question, or a reason it was left out (a blank line, an empty
-question, one with no words (see :func:`check_question`), a row with the wrong
-number of fields or an unclosed quote), counted in ``Questions.dropped``; none is stored. A file
-that cannot be read as a whole is refused in one sentence: not UTF-8, a line over the cap, a header
-naming a column twice (:mod:`dupq.data.text`), or a key given to two lines.
+Every line is a question or a counted reason it was left out (``Questions.dropped``: blank, no
+words, :func:`check_question`, wrong number of fields, an unclosed quote). A file that cannot be
+read as a whole is refused in one sentence (not UTF-8, a line over the cap, a column named twice,
+a key given to two lines).
 """
 
 from __future__ import annotations
