@@ -1,19 +1,15 @@
 """What a stored row may hold, checked on the way in and on the way out, and how a store fails.
 
-Every store (:mod:`dupq.collection.folder.store`'s SQLite, :mod:`dupq.collection.milvus.backend`) takes its rows through
-:func:`check_metadata` and :func:`check_keys` before it stores them, gives ids by the key rule
-(:func:`place`), reads metadata back through :func:`read_metadata`, and reports its own failures
-(a full disk, a lock held too long, a damaged file) as :class:`StoreFailure`, whose ``reason`` the
-service turns into an HTTP status.
+Every backend takes its rows through :func:`check_metadata` and :func:`check_keys`, gives ids by
+the key rule (:func:`place`), reads metadata back through :func:`read_metadata`, and reports its
+own failures as :class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.
 
-Four metadata fields are reserved for moderators' decisions (:func:`decision_problem` is their rule):
-``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys), ``judged`` (``{key: digest}``, the
-:func:`judged_digest` of the two texts each decision was made on, so that a decision whose side
-changed since is known) and ``decision_changes`` (a list of objects: each decision changed, from what
-and when). A fifth, ``pending`` (true while a question waits for a moderator), keeps it out of searches, and
-``reviewed`` records the review queue's decision (:mod:`dupq.collection.review`). Metadata holds no U+0000:
-SQLite's ``json_extract`` reads a string only
-up to it, so ``"acme\\u0000evil"`` would pass the filter ``"acme"``.
+Reserved metadata fields (:func:`decision_problem` is their rule): ``duplicate_of`` (one key),
+``not_duplicate_of`` (a list of keys), ``judged`` (``{key: digest}`` of the two texts each decision
+was made on, :func:`judged_digest`), ``decision_changes`` (each decision changed, from what and
+when), ``pending`` (waiting for a moderator: out of searches) and ``reviewed`` (the review queue's
+decision). Metadata holds no U+0000: SQLite's ``json_extract`` stops at it, so
+``"acme\u0000evil"`` would pass the filter ``"acme"``.
 """
 
 from __future__ import annotations
