@@ -323,7 +323,6 @@ def file_lock(path: str | os.PathLike, timeout: float | None = None) -> Iterator
     read-only folder).
     """
     import fcntl
-    import time
 
     with open(path, "a") as f:
         if timeout is None:

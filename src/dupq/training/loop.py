@@ -33,16 +33,6 @@ def cosine(step: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * step / max(1, total)))
 
 
-def warmup_linear(warmup: float) -> Callable[[int, int], float]:
-    """Linear warm-up over ``warmup`` of the steps, then linear decay to 0 (sentence-transformers' default)."""
-
-    def factor(step: int, total: int) -> float:
-        ramp = max(1, int(warmup * total))
-        return (step + 1) / ramp if step < ramp else max(0.0, (total - step) / max(1, total - ramp))
-
-    return factor
-
-
 SCHEDULES = {"constant": constant, "cosine": cosine}  # TrainConfig.lr_schedule -> share of lr at a step
 
 

@@ -35,7 +35,7 @@ from dupq.collection.milvus import schema as milvus
 from dupq.collection.milvus.address import Address, parse
 from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata
 from dupq.core.errors import DupqError
-from dupq.core.files import alive, parse_json
+from dupq.core.files import alive, file_lock, parse_json
 from dupq.index.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
@@ -81,28 +81,17 @@ def _client(where: Address, create: bool = False):
 
 
 def _held_by_another_process(file: Path) -> bool:
-    """Whether milvus-lite's lock on ``file`` is held (asked after a failure to open it: then not by this process).
-
-    milvus-lite lets one process at a time open a file: it holds an exclusive ``flock`` on the
-    ``LOCK`` file in the database folder for as long as it has it open (and within one process,
-    every client shares one server, so a client of this process never fails on it).
-    """
-    import fcntl
-
-    try:
-        fd = os.open(file / "LOCK", os.O_RDWR)
-    except OSError:  # no lock file: another milvus-lite layout, or no database
+    """Whether milvus-lite's ``flock`` on the database's ``LOCK`` file is held: it holds one while a process has
+    the file open (asked after a failure to open it, so not by this process, whose clients share one server)."""
+    if not (file / "LOCK").is_file():  # another milvus-lite layout, or no database
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
+        with file_lock(file / "LOCK", timeout=0):
+            return False
+    except TimeoutError:
         return True
     except OSError:
         return False
-    finally:
-        os.close(fd)
 
 
 def _reason(e: Exception) -> str:

@@ -93,16 +93,12 @@ class PostgresBackend(Backend):
                 conn.execute(
                     sql.SQL("INSERT INTO {manifest} (manifest) VALUES (%s)").format(**n), [json.dumps(manifest)]
                 )
-        except DupqError:
-            conn.close()
-            connections.close()
-            raise
         except Exception as e:
             conn.close()
             connections.close()
             import psycopg
 
-            if isinstance(e, psycopg.Error):
+            if isinstance(e, psycopg.Error):  # a DupqError passes as it is
                 raise failure("build a collection in", where, e) from None
             raise
         conn.dupq_ef = None
@@ -132,9 +128,8 @@ class PostgresBackend(Backend):
     def count(self) -> int:
         from psycopg import sql
 
-        return self._read("count the questions of", sql.SQL("SELECT count(*) FROM {t}").format(**self.n), fetch="one")[
-            0
-        ]
+        query = sql.SQL("SELECT count(*) FROM {t}").format(**self.n)
+        return self._read("count the questions of", query, fetch="one")[0]
 
     def find(self, keys) -> dict[str, tuple[int, str, str | None]]:
         return self.connections.run("read", lambda conn: self._find(conn, list(keys)), retry=True)
@@ -343,12 +338,9 @@ class PostgresBackend(Backend):
                 self._set_metadata(conn, i, new)
         return i, new
 
+    @contextlib.contextmanager
     def writers_held(self):
         """The table's writer lock, exclusively, on a connection of its own: every writer waits until the context ends."""
-        return self._held()
-
-    @contextlib.contextmanager
-    def _held(self):
         conn = self.connections.connect(vector=False)
         try:
             try:
