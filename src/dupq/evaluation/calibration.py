@@ -1,12 +1,10 @@
 """Fitting a model's calibration on dev pairs: the beta map's numbers and the decision threshold.
 
-Beta calibration, ``p = sigmoid(a ln s - b ln(1 - s) + c)`` with ``s = sigmoid(logit)`` (Kull,
-Silva Filho & Flach 2017). :func:`fit_calibration` fits ``a, b, c`` on dev pairs' logits and
-labels; :func:`dupq.modeling.probability.calibrated` applies them (the model does, for every
-probability it reports). :func:`threshold_record` chooses the threshold on dev scores with
-:func:`dupq.evaluation.metrics.best_threshold`. Pure numpy: :func:`dupq.evaluation.evaluate.calibrate`
-gives them a model's dev pairs, and :func:`dupq.evaluation.metrics.expected_calibration_error`
-checks the fit on test pairs.
+Beta calibration (Kull, Silva Filho & Flach 2017): :func:`fit_calibration` fits ``a, b, c`` of
+``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, on dev pairs;
+:func:`dupq.modeling.probability.calibrated` applies them; :func:`threshold_record` chooses the
+threshold on dev scores. Pure NumPy: :func:`dupq.evaluation.evaluate.calibrate` gives them a model's
+dev pairs.
 """
 
 from __future__ import annotations

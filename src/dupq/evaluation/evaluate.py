@@ -1,12 +1,10 @@
 """Judging a model on a split: its pair scores, every metric of them, the dev threshold, the summary.
 
-:func:`evaluate` asks a :class:`~dupq.modeling.model.Model` for the scores of a split's pairs and reports
-the metrics of :mod:`dupq.evaluation.metrics` at the model's threshold. :func:`calibrate` has the model's
-threshold chosen (and :mod:`dupq.modeling.probability`'s probability map fitted) on the **dev** pairs,
-and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
-flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does that; this
-module does not). :func:`calibrate_and_test` keeps both records in ``model.metrics``; the split
-comes from :func:`dupq.data.pairs.held_out` and :meth:`Model.save <dupq.modeling.model.Model.save>` writes the folder.
+:func:`evaluate` reports the metrics of :mod:`dupq.evaluation.metrics` of a split's pairs at the
+model's threshold. :func:`calibrate` chooses the threshold (and fits the probability map) on the
+**dev** pairs, and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is
+reported would flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does).
+:func:`calibrate_and_test` keeps both records in ``model.metrics``.
 """
 
 from __future__ import annotations

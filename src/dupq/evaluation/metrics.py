@@ -1,19 +1,16 @@
 """Metrics of judged pairs: pure functions of numpy arrays, checked against scikit-learn in the tests.
 
-The seed (002, part 4 "classify") scores a test pair by the cosine similarity ``d`` of its two
-question vectors, calls it a duplicate when ``d > threshold`` (0.7 there) and reports accuracy
-and the confusion matrix with rows = true label 0/1 and columns = predicted 0/1:
+The seed scores a test pair by the cosine ``d`` of its two vectors, calls it a duplicate when
+``d > threshold`` (0.7 there) and reports accuracy and the confusion matrix, rows = true label,
+columns = predicted::
 
     [[TN, FP],
      [FN, TP]]          the seed's model: [[4872, 1510], [1309, 2549]], accuracy 0.7247
 
-Every function takes ``scores`` (N,) floats and ``labels`` (N,) 0/1 and knows nothing of a
-model and no file: :mod:`dupq.evaluation.evaluate` asks a model for the scores and :mod:`dupq.modeling.probability`
-maps its logits to probabilities. :func:`best_threshold` chooses a threshold on whatever pairs it
-is given; :func:`dupq.modeling.probability.threshold_record` gives it the dev pairs, never the reported ones.
-
-ROC-AUC and average precision follow scikit-learn's definitions exactly, tied scores included:
-the curves have one point per *distinct* score, so pairs with equal scores move together.
+Every function takes ``scores (N,)`` and ``labels (N,)`` 0/1 and knows no model and no file.
+:func:`best_threshold` chooses on whatever pairs it is given (the caller gives it dev pairs, never
+the reported ones). ROC-AUC and average precision follow scikit-learn's definitions exactly, ties
+included: the curves have one point per *distinct* score.
 """
 
 from __future__ import annotations

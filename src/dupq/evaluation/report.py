@@ -1,19 +1,13 @@
 """A report with pictures: how a model was trained and how it judges the test pairs.
 
-``write_report(model, test_pairs, out)`` writes ``out/index.html`` and five PNG files beside it
-(referenced by relative paths, so the folder can be moved, zipped or opened offline):
-
-* ``training.png``: train and validation loss per epoch (from ``metrics.json``);
-* ``histogram.png``: similarity of duplicate vs non-duplicate test pairs, the threshold drawn;
-* ``roc.png`` and ``pr.png``: the ROC and precision-recall curves, the operating point marked;
-* ``confusion.png``: the confusion matrix in the seed's orientation (rows true, columns predicted);
-* ``reliability.png``: for a model with a probability, the reliability diagram (predicted
-  probability against the share of duplicates, per tenth) and its expected calibration error.
-
-The page ends with the worst errors: the non-duplicates the model was surest were duplicates
-(highest score) and the duplicates it was surest were not (lowest score), texts HTML-escaped.
-The score is the one the threshold applies to: the cosine, or the probability for a model judged
-on one; the verdict is :func:`dupq.modeling.verdict.above`, as everywhere. Pictures are drawn with matplotlib's ``Figure`` (Agg, no display, no pyplot state).
+``write_report(model, test_pairs, out)`` writes ``out/index.html`` and its PNG files beside it
+(relative paths: the folder can be moved): ``training.png`` (loss per epoch), ``histogram.png``
+(scores of duplicates and non-duplicates, the threshold drawn), ``roc.png`` and ``pr.png`` (the
+operating point marked), ``confusion.png`` (rows true, columns predicted) and, for a model with a
+probability, ``reliability.png`` with its ECE. The page ends with the worst errors of either kind,
+HTML-escaped. The score is the one the threshold applies to and the verdict
+:func:`dupq.modeling.verdict.above`, as everywhere; figures are drawn with matplotlib's ``Figure``
+(Agg, no pyplot state).
 """
 
 from __future__ import annotations

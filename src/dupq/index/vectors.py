@@ -123,16 +123,11 @@ class IndexConfig:
     """Which FAISS index a collection keeps; saved in its manifest."""
 
     kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
-    # HNSW, chosen by dupq-lab hnsw-sweep on Quora's 537,617 questions (the bundled model) with the query
-    # sample of seed 1: recall@10 at least 0.99 two standard errors down (0.9939 +- 0.0010), then the fewest
-    # bytes a question, then the fastest walk (~0.08 ms); seed 0's queries, only reported, give 0.9936.
-    # A well-built graph, not a wide search, is what Quora's many near-identical questions need:
-    # efConstruction 64 left M=16 at 0.973 with efSearch 64. M=32 passes with efSearch 24, in about the
-    # same time, with 20 % more memory a question. A collection keeps the settings it was built with
-    # (its manifest records them): one built with the earlier 64 / 64 / 256 searches as before.
-    hnsw_m: int = (
-        16  # graph links per vector (2M on the bottom layer): more = better recall, more memory and build time
-    )
+    # HNSW, chosen by dupq-lab hnsw-sweep on Quora's 537,617 questions: recall@10 >= 0.99 two standard errors
+    # down, then the fewest bytes, then the fastest walk; Quora's near-identical questions need a well-built
+    # graph more than a wide search. A collection keeps the settings it was built with (its manifest).
+    # graph links per vector (2M on the bottom layer): more = better recall, more memory and build time
+    hnsw_m: int = 16
     ef_construction: int = 200  # candidates while linking: more = better graph, slower build
     ef_search: int = 40  # candidates while searching (at least k are kept): more = better recall, slower queries
     # IVF-PQ (see dupq-lab search-speed for the figures on Quora's 537k questions):
