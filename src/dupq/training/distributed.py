@@ -1,12 +1,10 @@
 """Training on several processes or machines: torchrun's environment, the process group, the shared batch.
 
-DDP as nanoGPT does it: ``torchrun`` starts one process per CPU share or GPU and sets
-``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; with ``WORLD_SIZE`` > 1 a run joins a process group
-(gloo on CPU, NCCL on GPU). Every rank builds the same global batch (the same seeded batch
-source), encodes a contiguous share of its questions, and gathers every rank's vectors *with
-their gradients* (``torch.distributed.nn.functional.all_gather``, as sentence-transformers'
-``gather_across_devices`` and pytorch-metric-learning's ``DistributedLossWrapper``), so the
-in-batch negatives of a rank span the whole global batch.
+DDP as nanoGPT does it: ``torchrun`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; with
+``WORLD_SIZE`` > 1 a run joins a process group (gloo on CPU, NCCL on GPU). Every rank builds the same
+global batch, encodes a contiguous share of it and gathers every rank's vectors *with their
+gradients* (``torch.distributed.nn.functional.all_gather``, as sentence-transformers'
+``gather_across_devices``), so the in-batch negatives span the whole global batch.
 
 Why the gradients come out right: every rank computes the *same* full loss ``L`` on the gathered
 ``(N, d)`` vectors. The gather's backward sums the ranks' gradients of each share, so rank ``r``'s

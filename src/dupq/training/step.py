@@ -22,13 +22,10 @@ from dupq.training.objectives import Objective
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
     """``encoder(ids, lengths)`` computed as ``chunks`` recurrent calls on length-sorted slices of the batch.
 
-    A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
-    max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
-    and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) in
-    less time (dupq-lab train-step measures it), without making the batch's questions (the
-    in-batch negatives) share a length. The slices' word ids are looked up in one call and the
-    vectors normalised in one, so the embedding table gets one gradient per batch and the small
-    operations of a step are not repeated per slice.
+    A random batch is padded to its longest question (mean 11, max 237 tokens), so one call spends
+    most of its steps on padding; slices run at their own width give the same vectors (to ~1e-6) in
+    less time (dupq-lab train-step). Word ids are looked up and vectors normalised in one call each,
+    so the embedding table gets one gradient per batch.
     """
     if chunks <= 1:
         return encoder(ids, lengths)
