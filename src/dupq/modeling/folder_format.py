@@ -1,6 +1,6 @@
 """A model folder's format, and its one reader: ``config.json``, ``metrics.json``, the transformer's files.
 
-A trained model is a folder (:mod:`dupq.modeling.model`)::
+A trained model is a folder::
 
     config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on,
                        search_calibration (how search hits are judged, in two tiers)
@@ -10,13 +10,10 @@ A trained model is a folder (:mod:`dupq.modeling.model`)::
     static.safetensors the static branch's word table, when config.json names one (dupq.modeling.static)
     sentence-transformers/   a pretrained sentence encoder, JSON and safetensors only
 
-Everything that reads a model folder (:meth:`Model.load <dupq.modeling.model.Model.load>`, the
-sentence-transformers reader, the teacher of distillation, the check before a folder is replaced)
-reads it here, through the pydantic formats below and :func:`dupq.core.formats.check_format`, so a
-mistake in any file is one sentence naming the file and the field. The encoder and head entries
-are read straight into :class:`~dupq.modeling.architecture.EncoderConfig`,
-:class:`~dupq.modeling.architecture.SentenceConfig` and :class:`~dupq.modeling.architecture.HeadConfig`, whose
-annotations bound every size. Keys a format does not know are ignored (a newer dupq may add some).
+Everything that reads a model folder reads it here, through the pydantic formats below, so a mistake
+in any file is one sentence naming the file and the field; the encoder and head entries are read
+straight into the :mod:`dupq.modeling.architecture` configs, whose annotations bound every size.
+Keys a format does not know are ignored (a newer dupq may add some).
 
 >>> check_format(ModelConfig, {"format": FORMAT, "encoder": {"vocab_size": 10, "dim": "128"}}, "m/config.json")
 Traceback (most recent call last):
