@@ -1,10 +1,9 @@
 """What keeps a collection: the interface every backend implements whole, and the filter rule they share.
 
-A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and
-searches the vectors. :class:`~dupq.collection.collection.Collection` joins a backend and the model
-(it encodes, judges and builds hits); it never asks which backend it holds
-(:class:`~dupq.collection.location.Location` picks it). Three exist: a folder kept by SQLite and FAISS
-(:mod:`dupq.collection.folder.backend`), Milvus (:mod:`dupq.collection.milvus.backend`) and Postgres
+A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and searches the vectors.
+:class:`~dupq.collection.collection.Collection` joins a backend and the model (it encodes, judges and builds hits); it
+never asks which backend it holds (:class:`~dupq.collection.location.Location` picks it). Three exist: a folder kept by
+SQLite and FAISS (:mod:`dupq.collection.folder.backend`), Milvus (:mod:`dupq.collection.milvus.backend`) and Postgres
 with pgvector (:mod:`dupq.collection.postgres.backend`).
 
 What every backend guarantees (the collection's promises rest on these):
@@ -30,13 +29,12 @@ What every backend guarantees (the collection's promises rest on these):
   rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
   however few match.
 
-``where`` is ``{field: [values]}`` (:func:`check_where`): a row matches when, for every field, its
-metadata's value is one of the values (JSON scalars compared as Python compares them). A filter's text
-holds no control character (U+0000 to U+001F, U+007F to U+009F): SQLite reads a string only up to
-U+0000, and Milvus's filter expressions take no escape for them, so they are the caller's one
-sentence before any store sees them. Typed on a command line, a value that reads as a number or a
-boolean is also matched as the text it was typed as (:func:`where_from_text`): metadata from a CSV
-file is all text.
+``where`` is ``{field: [values]}`` (:func:`check_where`): a row matches when, for every field, its metadata's value is
+one of the values (JSON scalars compared as Python compares them). A filter's text holds no control character (U+0000 to
+U+001F, U+007F to U+009F): SQLite reads a string only up to U+0000, and Milvus's filter expressions take no escape for
+them, so they are the caller's one sentence before any store sees them. Typed on a command line, a value that reads as a
+number or a boolean is also matched as the text it was typed as (:func:`where_from_text`): metadata from a CSV file is
+all text.
 """
 
 from __future__ import annotations

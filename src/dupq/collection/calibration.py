@@ -1,17 +1,15 @@
 """A collection's own search calibration: fitted on its moderators' decisions, kept in ``calibration.json``.
 
 A collection whose moderators judged enough of its questions may carry a calibration of its own
-(:func:`dupq.evaluation.collection_calibration.calibrate_collection`, ``dupq index calibrate DIR``),
-judging its hits in place of the model's. Each decision is a pair judged as a search would judge it
-(:func:`decision_features`): its pair logit, its cosine and its margin over the best other hit of
-the search its text makes (itself left out).
+(:func:`dupq.evaluation.collection_calibration.calibrate_collection`, ``dupq index calibrate DIR``), judging its hits in
+place of the model's. Each decision is a pair judged as a search would judge it (:func:`decision_features`): its pair
+logit, its cosine and its margin over the best other hit of the search its text makes (itself left out).
 
-A folder keeps it in ``calibration.json``, written atomically; a database collection keeps none
-yet. :class:`KeptCalibration` reads the file again whenever it changes (inode, size, mtime), so
-every process judges with the newest fit at its next search. **Scopes**: one fit per value of a
-metadata field (``--scope category``); a hit is judged by its value's fit (:func:`judge_hits`), or
-the collection's where its value has none. A value is the field's text or a number's text
-(:func:`scope_value`, which the review queue's category filter reads too).
+A folder keeps it in ``calibration.json``, written atomically; a database collection keeps none yet.
+:class:`KeptCalibration` reads the file again whenever it changes (inode, size, mtime), so every process judges with the
+newest fit at its next search. **Scopes**: one fit per value of a metadata field (``--scope category``); a hit is judged
+by its value's fit (:func:`judge_hits`), or the collection's where its value has none. A value is the field's text or a
+number's text (:func:`scope_value`, which the review queue's category filter reads too).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A persistent, searchable question collection: a backend that keeps the questions, and the model.
 
-A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`, whose promises
-it rests on: each write one transaction, keys make retries idempotent, a filter loses nothing) and
-the model that encodes the questions. Where it lives picks the backend
-(:class:`~dupq.collection.location.Location`); nothing here asks which.
+A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`, whose promises it rests on: each write one
+transaction, keys make retries idempotent, a filter loses nothing) and the model that encodes the questions. Where it
+lives picks the backend (:class:`~dupq.collection.location.Location`); nothing here asks which.
 
 **Crash safety.** When a write returns, the change is durable and every reader sees it at its next
 search; a ``kill -9`` before the commit leaves none of it. After the commit nothing fails the call:
@@ -251,12 +250,11 @@ class Collection(Moderated):
     ) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed change included).
 
-        ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
-        field equal to its value (or to one of its values). With a reranker (``rerank`` None or True)
-        the model's ``candidates`` best (default :func:`~dupq.collection.rerank.rerank_candidates`, at least ``k``) are ordered
-        and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys
-        of questions left out (a ticket searching for its own duplicates leaves itself out); the ``k`` best
-        of the rest.
+        ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each field equal to its
+        value (or to one of its values). With a reranker (``rerank`` None or True) the model's ``candidates`` best
+        (default :func:`~dupq.collection.rerank.rerank_candidates`, at least ``k``) are ordered and judged by the
+        reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys of questions left out (a
+        ticket searching for its own duplicates leaves itself out); the ``k`` best of the rest.
         """
         self._check_open()
         queries = check_questions(queries, "query")
@@ -355,11 +353,10 @@ class Collection(Moderated):
     ) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.
 
-        When this returns, the questions are on disk and searchable; if the process dies
-        before, none of them is stored. A question whose ``key`` is stored already is not stored
-        again: its stored id is returned (the same key with another text or metadata raises
-        :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait in the review
-        queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
+        When this returns, the questions are on disk and searchable; if the process dies before, none of them is stored.
+        A question whose ``key`` is stored already is not stored again: its stored id is returned (the same key with
+        another text or metadata raises :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait
+        in the review queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
         each needs a key, which the decision names).
         """
         self._check_open()

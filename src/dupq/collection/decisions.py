@@ -1,10 +1,9 @@
 """Moderators' decisions on a collection's questions: how one is recorded in a question's metadata, and read back.
 
-A decision lives in the judged question's reserved metadata fields (:mod:`dupq.collection.rows`).
-:func:`recorded` is the change one decision makes (one that contradicts an earlier decision is a
-:class:`~dupq.collection.rows.KeyConflict` unless sent as a change: none is replaced silently),
-:func:`refuse_cycle` keeps canonical questions from leading back to the judged one, and
-:func:`decision_pairs` reads every decision back as a labelled pair, leaving out (with a warning)
+A decision lives in the judged question's reserved metadata fields (:mod:`dupq.collection.rows`). :func:`recorded` is
+the change one decision makes (one that contradicts an earlier decision is a :class:`~dupq.collection.rows.KeyConflict`
+unless sent as a change: none is replaced silently), :func:`refuse_cycle` keeps canonical questions from leading back to
+the judged one, and :func:`decision_pairs` reads every decision back as a labelled pair, leaving out (with a warning)
 what no longer holds. The collection applies them in one transaction of its backend.
 """
 

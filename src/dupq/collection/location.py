@@ -8,9 +8,8 @@ A location is written as text (a command's argument, a service's setting) or giv
 * ``postgresql://USER@HOST:PORT/DB?table=NAME``: tables in a PostgreSQL database with pgvector
   (:mod:`dupq.collection.postgres.backend`); a password in it is never shown (``text`` has ``***``).
 
-:meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it.
-Nothing above this module asks which backend a collection has: a third backend is one module
-and one line of :data:`BACKENDS`.
+:meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it. Nothing above this
+module asks which backend a collection has: a third backend is one module and one line of :data:`BACKENDS`.
 
 >>> Location.parse("milvus:runs/faq.db").kind, Location.parse("runs/faq").kind
 ('milvus', 'folder')

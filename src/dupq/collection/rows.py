@@ -1,14 +1,13 @@
 """What a stored row may hold, checked on the way in and on the way out, and how a store fails.
 
-Every backend takes its rows through :func:`check_metadata` and :func:`check_keys`, gives ids by
-the key rule (:func:`place`), reads metadata back through :func:`read_metadata`, and reports its
-own failures as :class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.
+Every backend takes its rows through :func:`check_metadata` and :func:`check_keys`, gives ids by the key rule
+(:func:`place`), reads metadata back through :func:`read_metadata`, and reports its own failures as
+:class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.
 
-Reserved metadata fields (:func:`decision_problem` is their rule): ``duplicate_of`` (one key),
-``not_duplicate_of`` (a list of keys), ``judged`` (``{key: digest}`` of the two texts each decision
-was made on, :func:`judged_digest`), ``decision_changes`` (each decision changed, from what and
-when), ``pending`` (waiting for a moderator: out of searches) and ``reviewed`` (the review queue's
-decision). Metadata holds no U+0000: SQLite's ``json_extract`` stops at it, so
+Reserved metadata fields (:func:`decision_problem` is their rule): ``duplicate_of`` (one key), ``not_duplicate_of`` (a
+list of keys), ``judged`` (``{key: digest}`` of the two texts each decision was made on, :func:`judged_digest`),
+``decision_changes`` (each decision changed, from what and when), ``pending`` (waiting for a moderator: out of searches)
+and ``reviewed`` (the review queue's decision). Metadata holds no U+0000: SQLite's ``json_extract`` stops at it, so
 ``"acme\u0000evil"`` would pass the filter ``"acme"``.
 """
 
@@ -227,11 +226,10 @@ def place(
 ) -> tuple[list[int], list[int]]:
     """The id of each question, and the positions of those to store (the key rule of every store).
 
-    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen
-    there, or earlier in the same call, keeps its id (:class:`KeyConflict` if its text or metadata
-    differ; stored metadata counts as the same without the decisions recorded on it since, so a ticket
-    sent again after a moderator's decision is the same ticket); ``new_id(n, key)`` is the id of the
-    ``n``-th new question.
+    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen there, or earlier in
+    the same call, keeps its id (:class:`KeyConflict` if its text or metadata differ; stored metadata counts as the same
+    without the decisions recorded on it since, so a ticket sent again after a moderator's decision is the same ticket);
+    ``new_id(n, key)`` is the id of the ``n``-th new question.
     """
     stored = dict(stored)
     ids, new = [], []

@@ -20,9 +20,8 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 def json_depth(text: str | bytes, limit: int | None = None) -> int:
     """How many levels of objects and arrays ``text`` nests (0 for a scalar), without parsing it.
 
-    With ``limit``, the scan stops as soon as the depth passes it (and answers ``limit + 1``), so
-    a hostile body costs no more than its first ``limit`` brackets. Text that is not JSON gets a
-    number too; the parser refuses it later.
+    With ``limit``, the scan stops as soon as the depth passes it (and answers ``limit + 1``), so a hostile body costs
+    no more than its first ``limit`` brackets. Text that is not JSON gets a number too; the parser refuses it later.
     """
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     depth = deepest = 0

@@ -1,11 +1,10 @@
 """Config fields that are also command-line options, declared once.
 
-A config dataclass declares each field that a command exposes with :func:`option` (default,
-``--help`` text, choices, range); the command line builds its options from these fields
-(``dupq.cli.common.config_options``) and the dataclass checks the same choices and range in
-``__post_init__`` (:func:`check_options`), so Python is refused what a command line would be, in
-the same words. ``cli=False``: an option of the config (a preset sets it, ``--show`` prints it)
-without a flag. A plain ``field`` is not an option.
+A config dataclass declares each field that a command exposes with :func:`option` (default, ``--help`` text, choices,
+range); the command line builds its options from these fields (``dupq.cli.common.config_options``) and the dataclass
+checks the same choices and range in ``__post_init__`` (:func:`check_options`), so Python is refused what a command line
+would be, in the same words. ``cli=False``: an option of the config (a preset sets it, ``--show`` prints it) without a
+flag. A plain ``field`` is not an option.
 
 >>> from dataclasses import dataclass
 >>> @dataclass

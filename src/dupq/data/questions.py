@@ -6,10 +6,9 @@ qid), a **CSV/TSV file** with a header (the ``--column``, default ``question``),
 **Parquet**, and otherwise a **text file**, one question a line. A row's other fields are its
 metadata; ``--key-column`` names its key.
 
-Every line is a question or a counted reason it was left out (``Questions.dropped``: blank, no
-words, :func:`check_question`, wrong number of fields, an unclosed quote). A file that cannot be
-read as a whole is refused in one sentence (not UTF-8, a line over the cap, a column named twice,
-a key given to two lines).
+Every line is a question or a counted reason it was left out (``Questions.dropped``: blank, no words,
+:func:`check_question`, wrong number of fields, an unclosed quote). A file that cannot be read as a whole is refused in
+one sentence (not UTF-8, a line over the cap, a column named twice, a key given to two lines).
 """
 
 from __future__ import annotations
@@ -37,13 +36,12 @@ MAX_QUESTION = 1000  # characters in one question a user gives (the CLI, the lib
 def check_question(text: str, where: str = "the question", longest: int | None = MAX_QUESTION) -> str:
     """``text`` if it is a question dupq can encode, else a :class:`DupqError` naming ``where`` it came from.
 
-    The one rule every entry point applies (the CLI, the library, the service): a question is
-    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates), at most
-    :data:`MAX_QUESTION` characters long, and holds at least one word once punctuation and blanks
-    are stripped. A question with no words would get
-    the padding vector, so any two such "questions" ("???", "!!!", a control character) would
-    look identical, with similarity 1.0. ``longest=None`` lifts the length rule, for questions a
-    collection stored already (one stored before the rule is re-encoded whole, not refused).
+    The one rule every entry point applies (the CLI, the library, the service): a question is valid Unicode (no
+    undecodable bytes, which Python keeps as lone surrogates), at most :data:`MAX_QUESTION` characters long, and holds
+    at least one word once punctuation and blanks are stripped. A question with no words would get the padding vector,
+    so any two such "questions" ("???", "!!!", a control character) would look identical, with similarity 1.0.
+    ``longest=None`` lifts the length rule, for questions a collection stored already (one stored before the rule is
+    re-encoded whole, not refused).
 
     >>> check_question("???", "question 1")
     Traceback (most recent call last):
@@ -112,14 +110,13 @@ def table_rows(
 ) -> Iterator[tuple[int, int, list[str]]]:
     """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
 
-    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
-    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
-    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
-    line up to the next quote (or the end of the file) into one row, and two stray quotes would
-    even pair up into a row of the right width. So rows are read strictly (a closing quote must
-    end its field), and a row that breaks that, or spans several lines with the wrong number of
-    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
-    on the line after it. A quoting slip within one line is read leniently, as before.
+    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason (``blank line``, ``wrong
+    number of fields``, ``unclosed quote``), by line number. The ``csv`` module lets a quoted field run over line ends,
+    so a stray ``"`` would swallow every line up to the next quote (or the end of the file) into one row, and two stray
+    quotes would even pair up into a row of the right width. So rows are read strictly (a closing quote must end its
+    field), and a row that breaks that, or spans several lines with the wrong number of fields, is taken to be an
+    unclosed quote: its first line is dropped and reading starts again on the line after it. A quoting slip within one
+    line is read leniently, as before.
     """
     source, pushed_back = iter(f), deque()
     taken: list[str] = []  # the physical lines of the row being read

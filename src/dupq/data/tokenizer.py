@@ -1,16 +1,14 @@
 """Turning questions into token ids, as the seed's Keras ``TextVectorization`` does.
 
-The seed adapts ``TextVectorization(split="whitespace", standardize="strip_punctuation")`` on the
-training duplicates' questions. The same here: delete every ASCII punctuation character
-(``"I'm"`` becomes ``"Im"``; case kept unless ``lowercase``), split on whitespace, keep at most
-``max_tokens`` words, and look up: 0 padding, 1 out-of-vocabulary, then the words by falling
-frequency (ties: the later word in code-point order first, as Keras). ``oov_buckets = K > 0``
-hashes an unknown word (CRC-32) into one of K ids instead, so two questions differing only in
-unseen words no longer encode alike. (Hugging Face ``tokenizers`` gives the same ids but took
-5.2 s for 500,000 questions against 2.7 s here.)
+The seed adapts ``TextVectorization(split="whitespace", standardize="strip_punctuation")`` on the training duplicates'
+questions. The same here: delete every ASCII punctuation character (``"I'm"`` becomes ``"Im"``; case kept unless
+``lowercase``), split on whitespace, keep at most ``max_tokens`` words, and look up: 0 padding, 1 out-of-vocabulary,
+then the words by falling frequency (ties: the later word in code-point order first, as Keras). ``oov_buckets = K > 0``
+hashes an unknown word (CRC-32) into one of K ids instead, so two questions differing only in unseen words no longer
+encode alike. (Hugging Face ``tokenizers`` gives the same ids but took 5.2 s for 500,000 questions against 2.7 s here.)
 
-Encoded questions are ragged: one flat id array plus offsets, padded per batch on demand. The
-vocabulary is saved as ``vocab.json`` (:class:`VocabFile`).
+Encoded questions are ragged: one flat id array plus offsets, padded per batch on demand. The vocabulary is saved as
+``vocab.json`` (:class:`VocabFile`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """Each question's nearest neighbours among all the others, in memory that grows linearly.
 
-Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked). Above it the
-questions are **partitioned** (an inverted file, Jégou, Douze & Schmid 2011; SemDeDup and NeMo
-Curator partition by k-means too): spherical k-means puts each in one of ``P = N / list_size``
-lists, and a question is compared only with the ``nprobe`` lists nearest to it, so its cost stays
-``nprobe x list_size`` whatever ``N``; queries go in list order, so consecutive ones scan lists in
-the cache. With ``P > FLAT_LISTS`` the centroids are searched approximately, as FAISS advises: the
-probes through an HNSW graph (``IVFn_HNSW32``, a beam of :data:`PROBE_BEAM` x ``nprobe``) and the
-k-means' assignments through a nested ``IVFn(IVFm)``.
+Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked). Above it the questions are
+**partitioned** (an inverted file, Jégou, Douze & Schmid 2011; SemDeDup and NeMo Curator partition by k-means too):
+spherical k-means puts each in one of ``P = N / list_size`` lists, and a question is compared only with the ``nprobe``
+lists nearest to it, so its cost stays ``nprobe x list_size`` whatever ``N``; queries go in list order, so consecutive
+ones scan lists in the cache. With ``P > FLAT_LISTS`` the centroids are searched approximately, as FAISS advises: the
+probes through an HNSW graph (``IVFn_HNSW32``, a beam of :data:`PROBE_BEAM` x ``nprobe``) and the k-means' assignments
+through a nested ``IVFn(IVFm)``.
 
-The lists a query probes (:func:`probes`) come from the centroids alone, so :func:`search_lists`
-over a part of the lists finds what the whole index finds: how the Ray run
-(:mod:`dupq.dedup.ray_engine`) spreads it over machines.
+The lists a query probes (:func:`probes`) come from the centroids alone, so :func:`search_lists` over a part of the
+lists finds what the whole index finds: how the Ray run (:mod:`dupq.dedup.ray_engine`) spreads it over machines.
 
 >>> v = np.eye(3, dtype=np.float32)
 >>> exact_neighbours(v, v, 2)[1][:, 0].tolist()

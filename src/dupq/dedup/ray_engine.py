@@ -1,15 +1,14 @@
 """``dupq dedup --ray ADDRESS``: the encoding and the search of a run as Ray tasks.
 
-The driver streams the input, keeps the work folder and writes the output as on one machine
-(:mod:`dupq.dedup.run`); the cluster gets the arithmetic: **encode** (chunks of texts; the model
-shipped once as the folder's bytes), **probe** (chunks of vectors against the centroids trained on
-the driver from 32 a list) and **search** (blocks of queries in list order, each task given the
-vectors of exactly the lists its queries probe, :func:`dupq.dedup.candidates.list_index`), so
+The driver streams the input, keeps the work folder and writes the output as on one machine (:mod:`dupq.dedup.run`); the
+cluster gets the arithmetic: **encode** (chunks of texts; the model shipped once as the folder's bytes), **probe**
+(chunks of vectors against the centroids trained on the driver from 32 a list) and **search** (blocks of queries in list
+order, each task given the vectors of exactly the lists its queries probe, :func:`dupq.dedup.candidates.list_index`), so
 the groups are the same as on one machine (up to the order of equal scores).
 
-At most ``2 x`` the cluster's CPUs tasks are in flight and results are taken in order, so memory
-stays bounded and a killed run resumes from the last block. A cluster that dies mid-run is noticed
-within seconds (:meth:`RayEngine.watch`): one ``error:`` sentence, exit 2, the work folder kept.
+At most ``2 x`` the cluster's CPUs tasks are in flight and results are taken in order, so memory stays bounded and a
+killed run resumes from the last block. A cluster that dies mid-run is noticed within seconds (:meth:`RayEngine.watch`):
+one ``error:`` sentence, exit 2, the work folder kept.
 """
 
 from __future__ import annotations

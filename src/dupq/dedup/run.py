@@ -1,7 +1,7 @@
 """``dupq dedup`` on an archive of any size: streamed in, resumable, streamed out.
 
-The run keeps its intermediate results in a **work folder** beside the output (``OUT.work``), one
-stage after another, each recorded in ``state.json`` only once its files are complete:
+The run keeps its intermediate results in a **work folder** beside the output (``OUT.work``), one stage after another,
+each recorded in ``state.json`` only once its files are complete:
 
 1. **read**: the questions streamed in, texts and keys appended to flat files (8 bytes of offset a
    question in memory), with an 8-byte hash of each text, so equal texts (and repeated keys) are
@@ -14,13 +14,12 @@ stage after another, each recorded in ``state.json`` only once its files are com
    surest first, through a temporary file renamed into place, each row with its tier
    (:mod:`dupq.dedup.review`, which also writes the review page).
 
-Memory grows linearly (``(4d + 8)`` bytes a question and the edges), never a matrix of pairs. A run
-started again with the same input, model and options resumes; with anything else it starts over.
-The work folder is removed once the output is written or the input refused; only a folder dupq
-marked (:data:`MARKER`), or an empty one, is reused or deleted. ``engine``
-(:mod:`dupq.dedup.engine`: :class:`Local` or a Ray cluster) encodes and searches; when it fails
-mid-way the work folder is kept for the resume. :func:`dedup_file` and :func:`dedup_collection`
-are the two sources; the output may be neither input nor inside the work folder.
+Memory grows linearly (``(4d + 8)`` bytes a question and the edges), never a matrix of pairs. A run started again with
+the same input, model and options resumes; with anything else it starts over. The work folder is removed once the output
+is written or the input refused; only a folder dupq marked (:data:`MARKER`), or an empty one, is reused or deleted.
+``engine`` (:mod:`dupq.dedup.engine`: :class:`Local` or a Ray cluster) encodes and searches; when it fails mid-way the
+work folder is kept for the resume. :func:`dedup_file` and :func:`dedup_collection` are the two sources; the output may
+be neither input nor inside the work folder.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """A report with pictures: how a model was trained and how it judges the test pairs.
 
-``write_report(model, test_pairs, out)`` writes ``out/index.html`` and its PNG files beside it
-(relative paths: the folder can be moved): ``training.png`` (loss per epoch), ``histogram.png``
-(scores of duplicates and non-duplicates, the threshold drawn), ``roc.png`` and ``pr.png`` (the
-operating point marked), ``confusion.png`` (rows true, columns predicted) and, for a model with a
-probability, ``reliability.png`` with its ECE. The page ends with the worst errors of either kind,
-HTML-escaped. The score is the one the threshold applies to and the verdict
-:func:`dupq.modeling.verdict.above`, as everywhere; figures are drawn with matplotlib's ``Figure``
-(Agg, no pyplot state).
+``write_report(model, test_pairs, out)`` writes ``out/index.html`` and its PNG files beside it (relative paths: the
+folder can be moved): ``training.png`` (loss per epoch), ``histogram.png`` (scores of duplicates and non-duplicates, the
+threshold drawn), ``roc.png`` and ``pr.png`` (the operating point marked), ``confusion.png`` (rows true, columns
+predicted) and, for a model with a probability, ``reliability.png`` with its ECE. The page ends with the worst errors of
+either kind, HTML-escaped. The score is the one the threshold applies to and the verdict
+:func:`dupq.modeling.verdict.above`, as everywhere; figures are drawn with matplotlib's ``Figure`` (Agg, no pyplot
+state).
 """
 
 from __future__ import annotations

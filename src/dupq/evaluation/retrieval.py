@@ -7,12 +7,11 @@ held-out duplicate pair whose texts differ (7,025), each searching with its own 
 **relevant** ones every known duplicate, by the transitive closure of the whole file's labels
 (:func:`dupq.data.duplicates.duplicate_groups`; no held-out text is trained on).
 
-A system ranks the collection for each query (:func:`dense_ranking`, exact;
-:func:`bm25_ranking` with ``bm25s``; :func:`reranked_ranking`), and :func:`ranking_measures` scores
-its top ``k`` with trec_eval's measures through ``pytrec_eval``: MRR@10, nDCG@10, Recall@1/10 and
-P@1. Each list is scored by position, so trec_eval keeps the system's order (its own tie rule would
-sort equal scores by document id). ``mrr@10_question2`` is the seeds' older figure: the reciprocal
-rank of each held-out pair's own question2 only.
+A system ranks the collection for each query (:func:`dense_ranking`, exact; :func:`bm25_ranking` with ``bm25s``;
+:func:`reranked_ranking`), and :func:`ranking_measures` scores its top ``k`` with trec_eval's measures through
+``pytrec_eval``: MRR@10, nDCG@10, Recall@1/10 and P@1. Each list is scored by position, so trec_eval keeps the system's
+order (its own tie rule would sort equal scores by document id). ``mrr@10_question2`` is the seeds' older figure: the
+reciprocal rank of each held-out pair's own question2 only.
 
 >>> result = evaluate_retrieval(Model.load(), read_pairs(default_data_path())[0])   # doctest: +SKIP
 >>> result["model"]["mrr@10"], result["bm25"]["mrr@10"]                              # doctest: +SKIP
@@ -74,8 +73,7 @@ class RetrievalTask:
 def held_out_task(splits: Splits, labelled: Pairs, parts: Sequence[str] = HELD_OUT) -> RetrievalTask:
     """The Quora retrieval task of the held-out rows ``parts`` of ``splits`` (see the module docstring).
 
-    ``labelled``: every pair of the data file; its duplicate labels, closed transitively, are the
-    relevance judgements.
+    ``labelled``: every pair of the data file; its duplicate labels, closed transitively, are the relevance judgements.
     """
     unknown = set(parts) - set(HELD_OUT)
     if unknown or not parts:
@@ -168,9 +166,8 @@ def candidate_recall(task: RetrievalTask, candidates: np.ndarray) -> float:
 def bm25_ranking(task: RetrievalTask, k: int = K) -> np.ndarray:
     """``(Q, k)`` corpus indices, best first, by BM25 (the ``bm25s`` package, its defaults).
 
-    bm25s's defaults: Lucene's BM25 (k1 = 1.5, b = 0.75), lowercased words of two or more letters,
-    English stopwords left out. A query with no word of the collection gets bm25s's order of
-    zero scores.
+    bm25s's defaults: Lucene's BM25 (k1 = 1.5, b = 0.75), lowercased words of two or more letters, English stopwords
+    left out. A query with no word of the collection gets bm25s's order of zero scores.
     """
     import bm25s
 
@@ -197,9 +194,8 @@ def _run(ranked: np.ndarray) -> dict[str, dict[str, float]]:
 def ranking_measures(task: RetrievalTask, ranked: np.ndarray) -> dict[str, float]:
     """MRR@10, nDCG@10, Recall@1, Recall@10 and P@1 of ``ranked (Q, k)`` (best first), by trec_eval.
 
-    Each is the mean over every query of the task; with a task's ``pairs``, ``mrr@10_question2``
-    too. ``k`` is the run's depth: MRR@10 is the reciprocal rank within it (0 when no relevant
-    question is in it).
+    Each is the mean over every query of the task; with a task's ``pairs``, ``mrr@10_question2`` too. ``k`` is the run's
+    depth: MRR@10 is the reciprocal rank within it (0 when no relevant question is in it).
     """
     if ranked.shape[0] != len(task.queries):
         raise DupqError(f"the ranking has {ranked.shape[0]} rows for {len(task.queries)} queries.")

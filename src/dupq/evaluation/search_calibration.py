@@ -1,13 +1,12 @@
 """The search calibration a model folder carries for collections: fitted on the help-desk yardstick's dev half.
 
-A hit is judged by more than its pair: how far it stands out from the other hits of its search says
-much about whether a moderator can act on it (:func:`dupq.modeling.probability.search_calibrated`).
-It is fitted on the searches of the ``help-desks`` task's dev half (the test half is what
-``dupq-lab desk-verdict`` reports): each new question's **positive** is its own old question,
-wherever ranked; its **negatives** the wrong questions among the :data:`HITS` first hits. With
-``judged`` the questions :func:`~dupq.evaluation.tasks.read_judged` judged duplicates are positives
-too. :func:`calibrate_search` fits it into ``model.judge.search_calibration`` with what it was
-fitted on (``dupq calibrate MODEL --search``).
+A hit is judged by more than its pair: how far it stands out from the other hits of its search says much about whether a
+moderator can act on it (:func:`dupq.modeling.probability.search_calibrated`). It is fitted on the searches of the
+``help-desks`` task's dev half (the test half is what ``dupq-lab desk-verdict`` reports): each new question's
+**positive** is its own old question, wherever ranked; its **negatives** the wrong questions among the :data:`HITS`
+first hits. With ``judged`` the questions :func:`~dupq.evaluation.tasks.read_judged` judged duplicates are positives
+too. :func:`calibrate_search` fits it into ``model.judge.search_calibration`` with what it was fitted on (``dupq
+calibrate MODEL --search``).
 """
 
 from __future__ import annotations

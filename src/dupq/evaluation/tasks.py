@@ -1,10 +1,9 @@
 """The yardsticks that decide the product: named tasks, each a function returning one plain dict.
 
-``dupq evaluate MODEL --task NAME [--split dev|test]`` runs one (:func:`run_task`); the lab's
-scripts call the same functions. Every task is ``task(model, data, split, threshold) -> dict``:
-``data`` the Quora pairs file, ``split`` ``"test"`` (reported) or ``"dev"`` (chosen on),
-``threshold`` one in place of the model's (tasks that judge pairs only). docs/judge.md
-(Evaluate, Yardsticks) says how each yardstick was written and judged.
+``dupq evaluate MODEL --task NAME [--split dev|test]`` runs one (:func:`run_task`); the lab's scripts call the same
+functions. Every task is ``task(model, data, split, threshold) -> dict``: ``data`` the Quora pairs file, ``split``
+``"test"`` (reported) or ``"dev"`` (chosen on), ``threshold`` one in place of the model's (tasks that judge pairs only).
+docs/judge.md (Evaluate, Yardsticks) says how each yardstick was written and judged.
 
 * ``quora-pairs``: :func:`~dupq.evaluation.evaluate.evaluate` on the model's split's pairs.
 * ``quora-retrieval``: :func:`~dupq.evaluation.retrieval.evaluate_retrieval`, each held-out
@@ -194,9 +193,8 @@ def quora_retrieval(
 def help_desks(model: Model, data: Path | None = None, split: str = "test", threshold: float | None = None) -> dict:
     """The help-desk task's measures (:func:`~dupq.evaluation.retrieval.ranking_measures`), the model's and BM25's.
 
-    Returns ``{"split", "queries", "corpus", "relevant", "old_questions", "distractors", "sha256",
-    "model": {measure: value}, "bm25": {...}}``; with one relevant question,
-    Recall@1 = P@1 = the share found first.
+    Returns ``{"split", "queries", "corpus", "relevant", "old_questions", "distractors", "sha256", "model": {measure:
+    value}, "bm25": {...}}``; with one relevant question, Recall@1 = P@1 = the share found first.
     """
     _no_threshold("help-desks", threshold)
     task, made_of = shipped_help_desk_task(data, split)

@@ -83,9 +83,8 @@ def search(queries: np.ndarray, corpus: np.ndarray, k: int, block: int = 65_536)
 def _rank_key(scores: np.ndarray) -> np.ndarray:
     """``uint64`` keys, one per score of a ``(Q, B)`` block, ascending in (score desc, column asc).
 
-    ``argpartition`` on the scores alone keeps an arbitrary member of a tie that straddles the
-    k-th place; this key makes the cut exact: the float's bits made order-preserving, then the
-    column in the low 32 bits.
+    ``argpartition`` on the scores alone keeps an arbitrary member of a tie that straddles the k-th place; this key
+    makes the cut exact: the float's bits made order-preserving, then the column in the low 32 bits.
     """
     bits = (scores + np.float32(0)).view(np.uint32)  # + 0 turns -0.0 into 0.0
     ascending = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000))  # uint32 order == float order
@@ -287,11 +286,10 @@ class VectorIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``scores (Q, k')`` and ``ids (Q, k')``, best first, ``k' = min(k, len(self))``.
 
-        HNSW and IVF-PQ may return fewer than ``k'`` results for a query; missing slots have id -1.
-        For IVF-PQ, ``fetch(ids) -> (len(ids), d)`` reads stored vectors: the best ``rerank``
-        candidates by code are re-ranked by exact inner product, so the scores are exact. Without
-        ``fetch`` the scores are the codes' approximations. ``allowed`` (a ``(len(self),)`` bool
-        mask) keeps the search to those ids: see :meth:`_search_within`.
+        HNSW and IVF-PQ may return fewer than ``k'`` results for a query; missing slots have id -1. For IVF-PQ,
+        ``fetch(ids) -> (len(ids), d)`` reads stored vectors: the best ``rerank`` candidates by code are re-ranked by
+        exact inner product, so the scores are exact. Without ``fetch`` the scores are the codes' approximations.
+        ``allowed`` (a ``(len(self),)`` bool mask) keeps the search to those ids: see :meth:`_search_within`.
         """
         k = min(k, len(self))
         if k < 1:
@@ -310,12 +308,11 @@ class VectorIndex:
     def _search_within(self, queries, k, fetch, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The search kept to the ``allowed`` ids, losing none of the hits a filter keeps.
 
-        Few allowed (:func:`scans_exactly`): an exact scan of their vectors (:func:`search`), so a
-        search's cost never jumps with the filter's width or one removal. More: FAISS searches with an ``IDSelectorBitmap``
-        (the graph walk or the lists skip the others), widened in proportion to what the filter
-        removes: HNSW's ``efSearch`` and IVF's ``nprobe`` divided by the allowed share, so that as
-        many allowed candidates are weighed as an unfiltered search weighs. Recall against the
-        exact filtered search: dupq-lab filtered-search.
+        Few allowed (:func:`scans_exactly`): an exact scan of their vectors (:func:`search`), so a search's cost never
+        jumps with the filter's width or one removal. More: FAISS searches with an ``IDSelectorBitmap`` (the graph walk
+        or the lists skip the others), widened in proportion to what the filter removes: HNSW's ``efSearch`` and IVF's
+        ``nprobe`` divided by the allowed share, so that as many allowed candidates are weighed as an unfiltered search
+        weighs. Recall against the exact filtered search: dupq-lab filtered-search.
         """
         ids = np.flatnonzero(allowed)  # (A,)
         if not len(ids):

@@ -233,10 +233,9 @@ def read_config(folder: Path) -> ModelConfig:
 
 
 def read_weights(folder: Path, config: ModelConfig) -> dict[str, np.ndarray]:
-    """``folder/model.safetensors`` as float32 NumPy arrays by name (no torch), or one sentence: the file
-    must hold finite floating-point numbers, and exactly the weights, of exactly the shapes, that
-    ``config`` needs (:func:`~dupq.modeling.architecture.weight_shapes`); a head's weights are ignored
-    where ``config`` has no head."""
+    """``folder/model.safetensors`` as float32 NumPy arrays by name (no torch), or one sentence: the file must hold
+    finite floating-point numbers, and exactly the weights, of exactly the shapes, that ``config`` needs
+    (:func:`~dupq.modeling.architecture.weight_shapes`); a head's weights are ignored where ``config`` has no head."""
     path = folder / "model.safetensors"
     if not path.is_file():
         raise DupqError(f"the weights of {folder} are missing: {path} does not exist.")
@@ -309,12 +308,11 @@ def transformer_files(folder: Path) -> Path | None:
 
 
 def check_files(files: Path, root: Path | None = None) -> Path:
-    """``files`` if it is a saved sentence-transformers model of JSON and safetensors inside the model
-    folder ``root`` (default: its parent), else one sentence.
+    """``files`` if it is a saved sentence-transformers model of JSON and safetensors inside the model folder ``root``
+    (default: its parent), else one sentence.
 
-    Links are followed: a file or folder that resolves outside ``root`` is refused, and so is any
-    pickle format (``.bin``, ``.pt``, ...), by its own name or by the name it resolves to, since
-    loading one can run code.
+    Links are followed: a file or folder that resolves outside ``root`` is refused, and so is any pickle format
+    (``.bin``, ``.pt``, ...), by its own name or by the name it resolves to, since loading one can run code.
     """
     root = files.parent if root is None else root
     if not files.is_dir():

@@ -1,14 +1,13 @@
 """NumPy forward passes on the CPU: the LSTM encoder for a few questions, and the pair head.
 
-For the little arithmetic of one search (one question, ten hits) PyTorch spends most of its time
-dispatching small operators and reordering the recurrent weights (oneDNN), and pushes the index's
-and SQLite's data out of the caches; ``dupq-lab single-search`` times both (docs/scale.md).
+For the little arithmetic of one search (one question, ten hits) PyTorch spends most of its time dispatching small
+operators and reordering the recurrent weights (oneDNN), and pushes the index's and SQLite's data out of the caches;
+``dupq-lab single-search`` times both (docs/scale.md).
 
-The torch modules stay the definition; this is a second backend for their forward pass at
-inference, held equal to them by ``tests/modeling/test_kernels.py``. The kernels read weights by the
-modules' state-dict names, from a module or from ``model.safetensors`` (:class:`Stored`), so a model
-loaded to judge and search needs no torch. :class:`Kernels` prepares the weights once and again
-whenever a parameter changes; it answers None where torch must run: a bidirectional encoder,
+The torch modules stay the definition; this is a second backend for their forward pass at inference, held equal to them
+by ``tests/modeling/test_kernels.py``. The kernels read weights by the modules' state-dict names, from a module or from
+``model.safetensors`` (:class:`Stored`), so a model loaded to judge and search needs no torch. :class:`Kernels` prepares
+the weights once and again whenever a parameter changes; it answers None where torch must run: a bidirectional encoder,
 weights not float32 on the CPU, training mode, or more than :data:`FEW_QUESTIONS` questions.
 """
 

@@ -1,12 +1,11 @@
 """The user-facing :class:`Model`: an encoder and a judge.
 
-The encoder (:mod:`dupq.modeling.encoding`, named in ``config.json``: the LSTM with or without a
-static branch, a sentence-transformers model, or one joined to an LSTM) turns questions into unit
-vectors; search uses their cosine alone. The judge (:mod:`dupq.modeling.judge`) may add a pair head
-(``scale * (cos - bias)``, or a small network over InferSent's ``[|u - v|, u * v, cos]``) and a
-beta calibration fitted on dev pairs, so :meth:`Model.probability` reads as a probability; the rule
-is :mod:`dupq.modeling.verdict`'s. A trained model is a folder (:mod:`dupq.modeling.folder_format`);
-loading one imports no torch unless its encoder needs it.
+The encoder (:mod:`dupq.modeling.encoding`, named in ``config.json``: the LSTM with or without a static branch, a
+sentence-transformers model, or one joined to an LSTM) turns questions into unit vectors; search uses their cosine
+alone. The judge (:mod:`dupq.modeling.judge`) may add a pair head (``scale * (cos - bias)``, or a small network over
+InferSent's ``[|u - v|, u * v, cos]``) and a beta calibration fitted on dev pairs, so :meth:`Model.probability` reads as
+a probability; the rule is :mod:`dupq.modeling.verdict`'s. A trained model is a folder
+(:mod:`dupq.modeling.folder_format`); loading one imports no torch unless its encoder needs it.
 """
 
 from __future__ import annotations

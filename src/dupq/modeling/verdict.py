@@ -1,9 +1,9 @@
 """The verdict rule: how a pair's cosine (and its pair logit) become its probability and the verdict.
 
-Every entry point that says whether two questions are duplicates calls this module, so that they
-all agree (``Model``, ``dupq predict``, ``POST /similarity``, search hits, ``dupq dedup``, ``dupq
-evaluate`` and ``report``, a freshly trained model's threshold). It reads a model's judging settings
-(``threshold``, ``threshold_on``, ``calibration``, the pair head); docs/judge.md tells the rule to users.
+Every entry point that says whether two questions are duplicates calls this module, so that they all agree (``Model``,
+``dupq predict``, ``POST /similarity``, search hits, ``dupq dedup``, ``dupq evaluate`` and ``report``, a freshly trained
+model's threshold). It reads a model's judging settings (``threshold``, ``threshold_on``, ``calibration``, the pair
+head); docs/judge.md tells the rule to users.
 
 - A model gives ``P(duplicate)`` when it has a beta calibration fitted on dev pairs or a pair head
   (trained with a logistic loss); else the probability is None.
@@ -18,11 +18,10 @@ evaluate`` and ``report``, a freshly trained model's threshold). It reads a mode
   (:func:`for_search`); without one both tiers are the model's threshold. Dedup's pairs have no
   margin: :func:`dedup_tiers`.
 
-Front doors for pairs, all ending in :func:`_decide`: :func:`from_vectors`, :func:`from_logits`
-(computed already, as evaluation does in bulk), :func:`from_cosines` (a search's, vectors fetched
-only for an mlp head) and :func:`on_cosines` (a given threshold, ``dupq dedup --on similarity``).
-:func:`clip_cosines` keeps a cosine of unit vectors in [-1, 1]; :func:`verdict_json` is one pair's
-verdict as ``dupq predict --json`` prints it.
+Front doors for pairs, all ending in :func:`_decide`: :func:`from_vectors`, :func:`from_logits` (computed already, as
+evaluation does in bulk), :func:`from_cosines` (a search's, vectors fetched only for an mlp head) and :func:`on_cosines`
+(a given threshold, ``dupq dedup --on similarity``). :func:`clip_cosines` keeps a cosine of unit vectors in [-1, 1];
+:func:`verdict_json` is one pair's verdict as ``dupq predict --json`` prints it.
 """
 
 from __future__ import annotations

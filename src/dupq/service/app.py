@@ -1,17 +1,16 @@
 """The HTTP API and the moderators' web page over a question collection (FastAPI, run by uvicorn).
 
 ``create_app(collection_dir)`` is the factory (as fastapi-cli expects); ``dupq serve COLL`` runs it
-(:mod:`dupq.service.server`); its routes, one router per area, are in :mod:`dupq.service.routes`.
-docs/serve.md lists every route, what each answers and what bad input gets: a refusal is JSON with a
-``detail`` (401, 404 for a path that names no route, never a redirect, 408, 409, 413, 422, 400), a
-failure of the server's own a 5xx with a sentence (507 disk full, 503 with ``Retry-After`` busy or
-unreachable or read-only), a bug a JSON 500; every answer carries the security headers.
+(:mod:`dupq.service.server`); its routes, one router per area, are in :mod:`dupq.service.routes`. docs/serve.md lists
+every route, what each answers and what bad input gets: a refusal is JSON with a ``detail`` (401, 404 for a path that
+names no route, never a redirect, 408, 409, 413, 422, 400), a failure of the server's own a 5xx with a sentence (507
+disk full, 503 with ``Retry-After`` busy or unreachable or read-only), a bug a JSON 500; every answer carries the
+security headers.
 
-The model and the collection are opened once, in the app's lifespan. Encoding and FAISS run in
-worker threads, never on the event loop; requests that arrive during a search are answered
-together by one ``Collection.search`` call, and concurrent adds share one commit (what lets a few
-hundred searches a second through on 2 cores). Every ``refit_every`` recorded decisions the
-calibration is refitted in a background thread (:mod:`dupq.service.refit`).
+The model and the collection are opened once, in the app's lifespan. Encoding and FAISS run in worker threads, never on
+the event loop; requests that arrive during a search are answered together by one ``Collection.search`` call, and
+concurrent adds share one commit (what lets a few hundred searches a second through on 2 cores). Every ``refit_every``
+recorded decisions the calibration is refitted in a background thread (:mod:`dupq.service.refit`).
 
 >>> app = create_app("runs/quora-coll", token="s3cret")                  # doctest: +SKIP
 """
@@ -60,13 +59,12 @@ def create_app(
 ) -> FastAPI:
     """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
 
-    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused; an
-    empty one, or one no client can send, is refused here: see :func:`~dupq.service.auth.write_token`);
-    ``protect_reads`` makes searches, similarities, ``/health`` and ``/metrics`` need it too (the
-    page then asks for it); ``read_token`` (default: ``$DUPQ_READ_TOKEN``) protects them as well,
-    and lets them through with itself or the write token, never a write. ``model_dir`` overrides
-    the collection's model (it must encode as the collection's did). ``refit_every``: refit the collection's
-    calibration in the background after every that many decisions (0: never; :mod:`dupq.service.refit`).
+    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused; an empty one, or one no
+    client can send, is refused here: see :func:`~dupq.service.auth.write_token`); ``protect_reads`` makes searches,
+    similarities, ``/health`` and ``/metrics`` need it too (the page then asks for it); ``read_token`` (default:
+    ``$DUPQ_READ_TOKEN``) protects them as well, and lets them through with itself or the write token, never a write.
+    ``model_dir`` overrides the collection's model (it must encode as the collection's did). ``refit_every``: refit the
+    collection's calibration in the background after every that many decisions (0: never; :mod:`dupq.service.refit`).
     """
     token = write_token(token)
     readers = auth.read_token(read_token, token)

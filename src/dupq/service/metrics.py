@@ -1,14 +1,13 @@
 """``GET /metrics``: the service's counters in Prometheus' text format (prometheus-client).
 
-``dupq_requests_total{route, method, status}``, ``dupq_request_seconds{route}`` (by the route's
-template, not each key), ``dupq_questions_{added,removed,updated}_total``, ``dupq_questions_stored``
-and ``dupq_index_age_seconds`` (how long ago the answering process's index caught up; 0 for Milvus).
+``dupq_requests_total{route, method, status}``, ``dupq_request_seconds{route}`` (by the route's template, not each key),
+``dupq_questions_{added,removed,updated}_total``, ``dupq_questions_stored`` and ``dupq_index_age_seconds`` (how long ago
+the answering process's index caught up; 0 for Milvus).
 
 With several workers, prometheus-client's multiprocess mode: ``serve`` gives them a shared folder
-(``PROMETHEUS_MULTIPROC_DIR``) where each writes its values; a scrape sums the counters of all,
-shows the latest ``dupq_questions_stored`` and one ``dupq_index_age_seconds`` per live worker
-(label ``pid``). An inherited ``PROMETHEUS_MULTIPROC_DIR`` is refused
-(:func:`~dupq.service.workers.refuse_inherited_metrics`).
+(``PROMETHEUS_MULTIPROC_DIR``) where each writes its values; a scrape sums the counters of all, shows the latest
+``dupq_questions_stored`` and one ``dupq_index_age_seconds`` per live worker (label ``pid``). An inherited
+``PROMETHEUS_MULTIPROC_DIR`` is refused (:func:`~dupq.service.workers.refuse_inherited_metrics`).
 """
 
 from __future__ import annotations

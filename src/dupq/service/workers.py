@@ -1,18 +1,17 @@
 """Several worker processes serving one collection over one listening socket (``dupq serve --workers N``).
 
-One process answers at the speed of one core (tokenising, validation, JSON and the hits hold the
-GIL). With ``N`` workers the parent binds the socket (a port in use fails before anything starts)
-and uvicorn's ``Multiprocess`` supervisor starts ``N`` *spawned* children that accept on it (torch's
-and OpenMP's thread pools and SQLite connections must not cross a fork), restarts one that dies or
-stops answering its health check, and stops them all on SIGINT or SIGTERM.
+One process answers at the speed of one core (tokenising, validation, JSON and the hits hold the GIL). With ``N``
+workers the parent binds the socket (a port in use fails before anything starts) and uvicorn's ``Multiprocess``
+supervisor starts ``N`` *spawned* children that accept on it (torch's and OpenMP's thread pools and SQLite connections
+must not cross a fork), restarts one that dies or stops answering its health check, and stops them all on SIGINT or
+SIGTERM.
 
-Each worker opens the collection itself; the store is the one truth they share, and before every
-search a worker catches its index up with the others' committed writes. A worker that dies is
-noticed within :data:`ALIVE_CHECK_S` and replaced at once, even during a health check (uvicorn's
-own wait would last :data:`HEALTH_CHECK_S`); its live-process gauges are dropped from the metrics,
-its counts kept. A worker whose parent disappears shuts itself down (no orphan keeps the port). A
-worker that cannot open the collection logs one sentence (:class:`StartupSentence`) and exits as
-failed to start; the supervisor then stops them all and ``dupq serve`` ends with one ``error:``.
+Each worker opens the collection itself; the store is the one truth they share, and before every search a worker catches
+its index up with the others' committed writes. A worker that dies is noticed within :data:`ALIVE_CHECK_S` and replaced
+at once, even during a health check (uvicorn's own wait would last :data:`HEALTH_CHECK_S`); its live-process gauges are
+dropped from the metrics, its counts kept. A worker whose parent disappears shuts itself down (no orphan keeps the
+port). A worker that cannot open the collection logs one sentence (:class:`StartupSentence`) and exits as failed to
+start; the supervisor then stops them all and ``dupq serve`` ends with one ``error:``.
 """
 
 from __future__ import annotations

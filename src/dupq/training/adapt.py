@@ -1,21 +1,20 @@
 """Adapting a trained student to a help desk's own questions, without labels: the teacher shows the way.
 
-The teacher (all-MiniLM-L6-v2 by default) encodes the help desk's questions once, into a resumable
-cache (:func:`dupq.training.distil.teacher.teach`), and the student is fine-tuned on them with the
-``distil`` loss, through a projection to the teacher's width that starts as the least-squares map
-from the student's vectors (so the first steps move the encoder, not a random projection). What
-keeps Quora's skills is how little the weights move: the defaults are the point chosen on the
-out-of-domain yardstick's dev half; docs/distil.md (Adapt) lists what was measured and not kept.
+The teacher (all-MiniLM-L6-v2 by default) encodes the help desk's questions once, into a resumable cache
+(:func:`dupq.training.distil.teacher.teach`), and the student is fine-tuned on them with the ``distil`` loss, through a
+projection to the teacher's width that starts as the least-squares map from the student's vectors (so the first steps
+move the encoder, not a random projection). What keeps Quora's skills is how little the weights move: the defaults are
+the point chosen on the out-of-domain yardstick's dev half; docs/distil.md (Adapt) lists what was measured and not kept.
 A help desk of fewer than ``mix`` questions gets questions of Quora's training pool mixed in
-(:func:`~dupq.training.adapt_questions.quora_questions`). The pair head, calibration and threshold stay the
-starting model's (no labelled help-desk pair exists to fit them on); a static branch learns the
-words its table lacks (:func:`dupq.training.distil.branch.taught_words`); the vocabulary stays the
-starting model's (new words land in its unknown-word buckets, counted in ``metrics.json``).
+(:func:`~dupq.training.adapt_questions.quora_questions`). The pair head, calibration and threshold stay the starting
+model's (no labelled help-desk pair exists to fit them on); a static branch learns the words its table lacks
+(:func:`dupq.training.distil.branch.taught_words`); the vocabulary stays the starting model's (new words land in its
+unknown-word buckets, counted in ``metrics.json``).
 
 The loop is ``dupq train``'s (:func:`dupq.training.loop.fit`); the result is written through
-:func:`~dupq.modeling.model.new_model_folder`, so a failed run leaves no half folder.
-:func:`adapt` is the face (``dupq.adapt``, ``dupq adapt``): it chooses the base (:func:`base_model`),
-mixes in Quora's questions (:func:`mixed_in`) and loads the teacher; :func:`adapt_with` fine-tunes.
+:func:`~dupq.modeling.model.new_model_folder`, so a failed run leaves no half folder. :func:`adapt` is the face
+(``dupq.adapt``, ``dupq adapt``): it chooses the base (:func:`base_model`), mixes in Quora's questions
+(:func:`mixed_in`) and loads the teacher; :func:`adapt_with` fine-tunes.
 
 >>> model = adapt(["my tap drips", "the tap leaks", ...], "runs/adapted")   # doctest: +SKIP
 """

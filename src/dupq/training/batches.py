@@ -1,12 +1,11 @@
 """Batch sources: which pairs a training step sees, with which labels, and which columns are negatives.
 
-A training run is a batch source + an objective (:mod:`dupq.training.objectives`) + the loop; a
-source turns labelled pairs into :class:`Batch` objects and knows nothing of losses. ``"duplicates"``
-(the seed's) batches duplicate pairs only, every other question of a batch a negative of a row;
-``"labelled"`` batches every labelled pair, so a pair loss also learns from the 60 % that are not
-duplicates while the ranking losses still use the duplicate rows. Either can add **hard
-negatives**: for a duplicate row (a, b), a question labelled not a duplicate of a or b elsewhere in
-the pool, as an extra column.
+A training run is a batch source + an objective (:mod:`dupq.training.objectives`) + the loop; a source turns labelled
+pairs into :class:`Batch` objects and knows nothing of losses. ``"duplicates"`` (the seed's) batches duplicate pairs
+only, every other question of a batch a negative of a row; ``"labelled"`` batches every labelled pair, so a pair loss
+also learns from the 60 % that are not duplicates while the ranking losses still use the duplicate rows. Either can add
+**hard negatives**: for a duplicate row (a, b), a question labelled not a duplicate of a or b elsewhere in the pool, as
+an extra column.
 
 **False negatives.** Quora repeats questions (318 of 349 batches of a seed epoch hold one twice), so
 every question carries a *group* (same text, or joined by known duplicates, transitively:
@@ -79,9 +78,8 @@ class Batch:
 class PairBatches:
     """Random batches over labelled pairs (the ``"duplicates"`` source passes duplicates only).
 
-    ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it,
-    where the pool has one (drawn from ``rng``); rows without one get none. ``teacher`` attaches
-    each question's teacher vector.
+    ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it, where the pool has one
+    (drawn from ``rng``); rows without one get none. ``teacher`` attaches each question's teacher vector.
     """
 
     def __init__(

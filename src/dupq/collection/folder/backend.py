@@ -6,15 +6,14 @@
     questions.sqlite   the truth: every question and its embedding (WAL), and a reranker's vectors
     index.faiss        a cache of the FAISS index (:mod:`dupq.collection.folder.cache`)
 
-A write is one transaction of the store (:class:`~dupq.collection.folder.store.SQLiteStore`); FAISS
-follows after the commit. A question's id is its FAISS position; FAISS cannot take a vector out of
-HNSW, so a removed id is marked (the ``removed`` table) and filtered out of every search, and a new
-text for a key is a new id. Once removed questions are :data:`~dupq.collection.folder.cache.REBUILD_SHARE`
-of a graph, a thread builds one of the others from a snapshot (one process at a time, by
-``rebuild.lock``), swaps it in, catches it up and publishes it (temporary file, rename): a crash
-leaves the old graph or the new one. Before every search SQLite's ``data_version`` says whether
-another process committed since, and if so FAISS catches up from the stored embeddings. Searches
-run in several threads; writes are serialised and block searches only while FAISS grows.
+A write is one transaction of the store (:class:`~dupq.collection.folder.store.SQLiteStore`); FAISS follows after the
+commit. A question's id is its FAISS position; FAISS cannot take a vector out of HNSW, so a removed id is marked (the
+``removed`` table) and filtered out of every search, and a new text for a key is a new id. Once removed questions are
+:data:`~dupq.collection.folder.cache.REBUILD_SHARE` of a graph, a thread builds one of the others from a snapshot (one
+process at a time, by ``rebuild.lock``), swaps it in, catches it up and publishes it (temporary file, rename): a crash
+leaves the old graph or the new one. Before every search SQLite's ``data_version`` says whether another process
+committed since, and if so FAISS catches up from the stored embeddings. Searches run in several threads; writes are
+serialised and block searches only while FAISS grows.
 """
 
 from __future__ import annotations

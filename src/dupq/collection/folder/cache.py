@@ -1,17 +1,15 @@
 """The FAISS index of a SQLite-stored collection, and its cache file ``index.faiss``.
 
-The store is the truth; the index lives in memory and is cached in ``index.faiss`` (rewritten
-atomically now and then; the manifest records its count and CRC-32) so that an open need not
-re-add every vector. :meth:`FaissCache.open` checks it whole (checksum, count, its first and last
-vectors against the stored ones; else it is rebuilt from the stored vectors) and adds the rows
-beyond it, so after a crash at any moment index and store agree without re-encoding. A failure to
-write the cache (a full disk) is kept in :attr:`FaissCache.cache_error`, never raised: the
-questions are stored and the next open rebuilds what the file lacks. A question's FAISS position
-is its id.
+The store is the truth; the index lives in memory and is cached in ``index.faiss`` (rewritten atomically now and then;
+the manifest records its count and CRC-32) so that an open need not re-add every vector. :meth:`FaissCache.open` checks
+it whole (checksum, count, its first and last vectors against the stored ones; else it is rebuilt from the stored
+vectors) and adds the rows beyond it, so after a crash at any moment index and store agree without re-encoding. A
+failure to write the cache (a full disk) is kept in :attr:`FaissCache.cache_error`, never raised: the questions are
+stored and the next open rebuilds what the file lacks. A question's FAISS position is its id.
 
-Past :data:`REBUILD_SHARE` removed vectors in an HNSW graph, a graph of the others is built in
-the background (:meth:`FaissCache.replace`) and written with the manifest's ``rebuilt`` generation
-raised; other processes load it at their next search (:meth:`FaissCache.stale`).
+Past :data:`REBUILD_SHARE` removed vectors in an HNSW graph, a graph of the others is built in the background
+(:meth:`FaissCache.replace`) and written with the manifest's ``rebuilt`` generation raised; other processes load it at
+their next search (:meth:`FaissCache.stale`).
 
 Not thread-safe: the collection holds its lock around :meth:`search` (shared) and :meth:`catch_up` (exclusive).
 """
@@ -194,10 +192,9 @@ class FaissCache:
     def save(self) -> None:
         """Rewrite ``index.faiss`` and the manifest that describes it; a failure lands in :attr:`cache_error`.
 
-        Several processes may hold the collection open (``dupq serve --workers``, an ``index add``
-        beside a server): the file and the manifest are written under an exclusive lock on
-        ``index.lock``, so the manifest always describes the file beside it, and a process whose
-        index holds no more vectors than the file already does writes nothing.
+        Several processes may hold the collection open (``dupq serve --workers``, an ``index add`` beside a server): the
+        file and the manifest are written under an exclusive lock on ``index.lock``, so the manifest always describes
+        the file beside it, and a process whose index holds no more vectors than the file already does writes nothing.
         """
         try:
             with file_lock(self.folder / LOCK_FILE):

@@ -164,14 +164,12 @@ def _check_finite(vectors: np.ndarray, first_id, ids=None) -> None:
 def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
     """The stored embeddings of ``ids``, ``(len(ids), d)``, read from their rows' BLOBs a row at a time.
 
-    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of a vector without reading its
-    whole row: this is how an ivfpq collection re-ranks its short list while memory holds codes
-    only. SQLite walks a BLOB's overflow pages up to the offset, so the cost grows with the row:
-    a vector deep in a 65,536-vector row (older collections) costs milliseconds, one in a row of
-    :data:`BLOB_ROWS` a few page reads. The ids are read in id order, each row opened once, and
-    the span from its first wanted vector to its last read at once when it is at most
-    :data:`SPAN_BYTES` (a filter's thousands of allowed ids cost about a row read each, not a
-    lookup and an open each).
+    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of a vector without reading its whole row: this is how
+    an ivfpq collection re-ranks its short list while memory holds codes only. SQLite walks a BLOB's overflow pages up
+    to the offset, so the cost grows with the row: a vector deep in a 65,536-vector row (older collections) costs
+    milliseconds, one in a row of :data:`BLOB_ROWS` a few page reads. The ids are read in id order, each row opened
+    once, and the span from its first wanted vector to its last read at once when it is at most :data:`SPAN_BYTES` (a
+    filter's thousands of allowed ids cost about a row read each, not a lookup and an open each).
     """
     ids = np.asarray(ids, dtype=np.int64)
     out = np.empty((len(ids), dim), dtype=np.float32)

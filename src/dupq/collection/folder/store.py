@@ -46,11 +46,10 @@ WRITER_LOCK = "writer.lock"  # beside the database: held by the process adding t
 class SQLiteStore:
     """The questions and embeddings in one SQLite file: ids ``0, 1, 2, ...`` in order of addition.
 
-    A removed question's row goes and its id joins ``removed``; its vector stays in its embeddings
-    row (the rows of vectors stay whole, so a question's id stays its FAISS position), and the
-    index filters it out. A new text for a key is a new id (the old one removed) in the same
-    transaction. Two connections: one for writes (and the range reads of a catch-up, which the
-    backend makes under its write lock), one for the look-ups of searches.
+    A removed question's row goes and its id joins ``removed``; its vector stays in its embeddings row (the rows of
+    vectors stay whole, so a question's id stays its FAISS position), and the index filters it out. A new text for a key
+    is a new id (the old one removed) in the same transaction. Two connections: one for writes (and the range reads of a
+    catch-up, which the backend makes under its write lock), one for the look-ups of searches.
     """
 
     def __init__(self, path: Path, dim: int):

@@ -1,10 +1,9 @@
 """A collection stored in Milvus, which also searches it: milvus-lite in a local file, or a server.
 
-Locations: ``milvus:PATH.db`` (milvus-lite, one process at a time) or
-``milvus+http(s)://HOST:19530?collection=NAME`` (token from ``$DUPQ_MILVUS_TOKEN``). One row per
-question (``id``, ``key``, ``text``, ``metadata`` JSON text, ``vector``); the manifest is a property
-of the collection. Every search reads every acknowledged write (consistency ``Strong``), so
-several servers on several machines can share one collection (docs/collections.md says why Milvus
+Locations: ``milvus:PATH.db`` (milvus-lite, one process at a time) or ``milvus+http(s)://HOST:19530?collection=NAME``
+(token from ``$DUPQ_MILVUS_TOKEN``). One row per question (``id``, ``key``, ``text``, ``metadata`` JSON text,
+``vector``); the manifest is a property of the collection. Every search reads every acknowledged write (consistency
+``Strong``), so several servers on several machines can share one collection (docs/collections.md says why Milvus
 searches rather than FAISS beside it). Where it differs from :mod:`dupq.collection.backend`'s promises:
 
 * **Ids** are a 53-bit hash of the key (a retry from any process upserts the same row), or a

@@ -1,9 +1,8 @@
 """A collection kept in PostgreSQL with pgvector: one database shared by every writer and server, on every machine.
 
-Location: ``postgresql://USER@HOST:PORT/DB?table=NAME`` (password in the URI, ``$PGPASSWORD`` or
-``~/.pgpass``); the tables are :mod:`dupq.collection.postgres.schema`'s. Postgres searches (``<#>``,
-through HNSW or by a scan of a flat collection) and nothing is cached in the process. Beyond
-:mod:`dupq.collection.backend`'s promises:
+Location: ``postgresql://USER@HOST:PORT/DB?table=NAME`` (password in the URI, ``$PGPASSWORD`` or ``~/.pgpass``); the
+tables are :mod:`dupq.collection.postgres.schema`'s. Postgres searches (``<#>``, through HNSW or by a scan of a flat
+collection) and nothing is cached in the process. Beyond :mod:`dupq.collection.backend`'s promises:
 
 * a build is one transaction too, so no half collection is ever visible;
 * adds are idempotent by key across processes (``INSERT ... ON CONFLICT (key) DO NOTHING``, a key

@@ -1,10 +1,9 @@
 """What the collection stores, read as a ticket system reads it: one question by key, a page of them, the decisions.
 
-``GET /questions/{key}`` (404 for a key not stored), ``GET /questions`` (pages in id order, ``cursor``
-the previous page's ``next_cursor``, the search's filter written ``where=FIELD=VALUE``) and
-``GET /decisions`` (the labelled pairs ``dupq index decisions`` writes). A pending question is listed
-like any other and says so, so a mirror of the listing sees every question once
-(``where=pending=true`` lists only them).
+``GET /questions/{key}`` (404 for a key not stored), ``GET /questions`` (pages in id order, ``cursor`` the previous
+page's ``next_cursor``, the search's filter written ``where=FIELD=VALUE``) and ``GET /decisions`` (the labelled pairs
+``dupq index decisions`` writes). A pending question is listed like any other and says so, so a mirror of the listing
+sees every question once (``where=pending=true`` lists only them).
 """
 
 from __future__ import annotations
