@@ -1,19 +1,10 @@
 """A folder collection's questions and their embeddings: SQLite (:class:`SQLiteStore`).
 
-The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
-of models or search; :class:`~dupq.collection.folder.backend.FolderBackend` joins it and the FAISS index.
-
-What it guarantees (the backend's promises, :mod:`dupq.collection.backend`, rest on these):
-
-* an add, a removal and an update are each **one transaction**: when it returns, the change is
-  durable and seen by any reader; if it raises or the process dies first, none of it is applied.
-* **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
-  id; the same key with another text or metadata raises :class:`~dupq.collection.rows.KeyConflict`
-  (:func:`~dupq.collection.rows.place` is the rule, shared by both stores).
-* Ids are what :meth:`SQLiteStore.add` answered, for as long as the row is stored (a new text
-  for a key is a new id; the old one joins ``removed``, and its vector stays).
-
-The tables and the SQL they are read and written with are :mod:`dupq.collection.folder.sqlite`.
+The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row, and knows nothing of models or
+search; :class:`~dupq.collection.folder.backend.FolderBackend` joins it and the FAISS index. Its transactions keep the
+promises of :mod:`dupq.collection.backend` (one transaction per write; keys by :func:`~dupq.collection.rows.place`'s
+rule), and an id is what :meth:`SQLiteStore.add` answered for as long as the row is stored (a new text for a key is a
+new id; the old one joins ``removed``, its vector kept). The tables and their SQL are :mod:`dupq.collection.folder.sqlite`.
 
 >>> store = SQLiteStore(Path("runs/faq/questions.sqlite"), dim=128)      # doctest: +SKIP
 >>> store.add(["How do I learn Python?"], [None], [None], vectors)        # doctest: +SKIP
