@@ -78,28 +78,12 @@ def reliability_figure(probabilities: np.ndarray, labels: np.ndarray) -> Figure:
     ax = fig.subplots()
     ax.plot([0, 1], [0, 1], color="gray", ls="--", lw=1, label="perfectly calibrated")
     used = [i for i, n in enumerate(r["pairs"]) if n]
-    ax.plot(
-        [r["mean_probability"][i] for i in used],
-        [r["duplicate_share"][i] for i in used],
-        "o-",
-        color=DUP,
-        label="test pairs",
-    )
-    for i in used:
-        ax.annotate(
-            f"{r['pairs'][i]:,}",
-            (r["mean_probability"][i], r["duplicate_share"][i]),
-            fontsize=6,
-            xytext=(3, -8),
-            textcoords="offset points",
-        )
-    ax.set(
-        xlim=(0, 1),
-        ylim=(0, 1),
-        xlabel="predicted probability (mean per tenth)",
-        ylabel="share that are duplicates",
-        title=f"Reliability (ECE {ece:.3f})",
-    )
+    xs, ys = [r["mean_probability"][i] for i in used], [r["duplicate_share"][i] for i in used]
+    ax.plot(xs, ys, "o-", color=DUP, label="test pairs")
+    for i, x, y in zip(used, xs, ys):
+        ax.annotate(f"{r['pairs'][i]:,}", (x, y), fontsize=6, xytext=(3, -8), textcoords="offset points")
+    ax.set(xlim=(0, 1), ylim=(0, 1), title=f"Reliability (ECE {ece:.3f})")
+    ax.set(xlabel="predicted probability (mean per tenth)", ylabel="share that are duplicates")
     ax.legend(fontsize=8, loc="upper left")
     return fig
 
@@ -278,9 +262,8 @@ def _calibration_section(probabilities: np.ndarray | None, labels: np.ndarray, o
     if probabilities is None:
         return None, ""
     figure = _png(reliability_figure(probabilities, labels), out / "reliability.png")
-    return expected_calibration_error(
-        probabilities, labels
-    ), f'<h2>Calibration</h2><img src="{figure}" alt="reliability diagram">'
+    section = f'<h2>Calibration</h2><img src="{figure}" alt="reliability diagram">'
+    return expected_calibration_error(probabilities, labels), section
 
 
 def _training_section(model: Model, out: Path) -> str:
