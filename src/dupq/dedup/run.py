@@ -25,6 +25,7 @@ be neither input nor inside the work folder.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shutil
 from array import array
@@ -367,15 +368,10 @@ def dedup_file(
     def records() -> Iterator[Record]:
         if first is None:
             return
-        for q in _chain(first, stream):
+        for q in itertools.chain([first], stream):
             yield Record(q.text, q.key if q.key is not None else str(q.line))
 
     return run(records(), out, model, config, identity, work_folder, engine, progress, review, reranker)
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
 
 
 def collection_reranker(collection, rerank: Model | bool | None, store: bool = True) -> tuple[Model | None, dict]:
