@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
-from dupq.data.questions import check_key
+from dupq.data.questions import check_key, is_key
 
 PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit is 999 in old builds)
 # The metadata fields of moderators' decisions: the canonical question's key, keys judged distinct, what was judged.
@@ -97,14 +97,6 @@ def holds_nul(value) -> bool:
     return isinstance(value, list) and any(holds_nul(v) for v in value)
 
 
-def _key(value) -> bool:
-    try:
-        check_key(value)
-    except DupqError:
-        return False
-    return True
-
-
 def decision_problem(metadata: dict) -> str | None:
     """What is wrong with ``metadata``'s reserved decision fields (as the end of a sentence), None when nothing is.
 
@@ -112,14 +104,14 @@ def decision_problem(metadata: dict) -> str | None:
     read as one, it named the keys ``"1"`` and ``"2"``), ``judged`` an object of keys and digests.
     """
     canonical = metadata.get(DUPLICATE_OF)
-    if DUPLICATE_OF in metadata and not _key(canonical):
+    if DUPLICATE_OF in metadata and not is_key(canonical):
         return f"gives {DUPLICATE_OF} {canonical!r}, which is not one key (it names one question)"
     distinct = metadata.get(NOT_DUPLICATE_OF)
-    if NOT_DUPLICATE_OF in metadata and not (isinstance(distinct, list) and all(_key(k) for k in distinct)):
+    if NOT_DUPLICATE_OF in metadata and not (isinstance(distinct, list) and all(is_key(k) for k in distinct)):
         return f"gives {NOT_DUPLICATE_OF} {distinct!r}, which is not a list of keys"
     judged = metadata.get(JUDGED)
     if JUDGED in metadata and not (
-        isinstance(judged, dict) and all(_key(k) and isinstance(v, str) for k, v in judged.items())
+        isinstance(judged, dict) and all(is_key(k) and isinstance(v, str) for k, v in judged.items())
     ):
         return f"gives {JUDGED} {judged!r}, which is not an object of keys and digests (dupq writes it)"
     changes = metadata.get(CHANGES)

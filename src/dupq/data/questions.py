@@ -204,7 +204,8 @@ def _usable(text: str, where: str, dropped: Dropped, lines: int = 1) -> bool:
     return True
 
 
-def _valid_key(key: str) -> bool:
+def is_key(key) -> bool:
+    """Whether ``key`` passes :func:`check_key`."""
     try:
         check_key(key)
     except DupqError:
@@ -345,7 +346,7 @@ def _table(
     for number, lines, row in rows:
         if k is not None and not row[k].strip():
             dropped.add(f"line {number}", "empty key", lines)
-        elif k is not None and not _valid_key(row[k]):
+        elif k is not None and not is_key(row[k]):
             dropped.add(f"line {number}", "key not printable ASCII or too long", lines)
         elif _usable(row[i], f"line {number}", dropped, lines):
             metadata = {name: value for j, (name, value) in enumerate(zip(header, row)) if j not in (i, k)}
@@ -370,7 +371,7 @@ def _record(obj: dict, column: str, key_column: str | None, where: str, dropped:
         if key is None or not key.strip():
             dropped.add(where, "empty key")
             return None
-        if not _valid_key(key):
+        if not is_key(key):
             dropped.add(where, "key not printable ASCII or too long")
             return None
     if not _usable(text, where, dropped):
