@@ -248,8 +248,6 @@ class Backend(ABC):
     def page(self, after: int, limit: int, where: Where | None = None) -> list[tuple[int, Row]]:
         """Up to ``limit`` stored ``(id, (key, text, metadata JSON))`` of ids above ``after`` whose metadata match
         ``where``, in id order (by default filtered from :meth:`all_rows`; a store that can, answers in one query)."""
-        from dupq.collection.rows import read_metadata
-
         out = []
         for i, row in self.all_rows():
             if i > after and matches(read_metadata(row[2])[0], where):

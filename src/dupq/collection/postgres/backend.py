@@ -22,6 +22,9 @@ import logging
 import time
 
 import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from dupq.collection.backend import Backend, Row, Where, hit_arrays, in_order
 from dupq.collection.manifest import FORMAT, check_manifest
@@ -54,8 +57,6 @@ class PostgresBackend(Backend):
     @classmethod
     def build(cls, location, manifest: dict, chunks) -> PostgresBackend:
         """The tables, rows and indexes of a new collection, in one transaction: visible only when complete."""
-        from psycopg import sql
-
         where = parse(location.address)
         config = IndexConfig(**manifest["index"])
         if config.kind not in ("flat", "hnsw"):
@@ -95,8 +96,6 @@ class PostgresBackend(Backend):
         except Exception as e:
             conn.close()
             connections.close()
-            import psycopg
-
             if isinstance(e, psycopg.Error):  # a DupqError passes as it is
                 raise failure("build a collection in", where, e) from None
             raise
@@ -125,8 +124,6 @@ class PostgresBackend(Backend):
         return self.connections.run(doing, run, retry=True)
 
     def count(self) -> int:
-        from psycopg import sql
-
         query = sql.SQL("SELECT count(*) FROM {t}").format(**self.n)
         return self._read("count the questions of", query, fetch="one")[0]
 
@@ -134,8 +131,6 @@ class PostgresBackend(Backend):
         return self.connections.run("read", lambda conn: self._find(conn, list(keys)), retry=True)
 
     def _find(self, conn, keys: list[str], lock: bool = False) -> dict[str, tuple[int, str, str | None]]:
-        from psycopg import sql
-
         query = sql.SQL(
             "SELECT key, id, text, metadata::text FROM {t} WHERE key = ANY(%s)" + (" FOR UPDATE" if lock else "")
         )
@@ -146,29 +141,21 @@ class PostgresBackend(Backend):
         return found
 
     def rows(self, ids) -> dict[int, Row]:
-        from psycopg import sql
-
         query = sql.SQL("SELECT id, key, text, metadata::text FROM {t} WHERE id = ANY(%s)").format(**self.n)
         wanted = sorted({int(i) for i in ids})
         return {i: (key, text, meta) for i, key, text, meta in self._read("read", query, [wanted])}
 
     def vectors(self, ids) -> np.ndarray:
-        from psycopg import sql
-
         ids = [int(i) for i in np.asarray(ids).ravel()]
         query = sql.SQL("SELECT id, embedding FROM {t} WHERE id = ANY(%s)").format(**self.n)
         found = {i: _array(v) for i, v in self._read("read", query, [sorted(set(ids))])}
         return in_order(found, ids, self.dim, self.where)
 
     def all_vectors(self) -> np.ndarray:
-        from psycopg import sql
-
         rows = self._read("read", sql.SQL("SELECT embedding FROM {t} ORDER BY id").format(**self.n))
         return np.array([_array(v) for (v,) in rows], dtype=np.float32).reshape(len(rows), self.dim)
 
     def all_rows(self) -> list[tuple[int, Row]]:
-        from psycopg import sql
-
         query = sql.SQL("SELECT id, key, text, metadata::text FROM {t} ORDER BY id").format(**self.n)
         return [(i, (key, text, meta)) for i, key, text, meta in self._read("read", query)]
 
@@ -201,8 +188,6 @@ class PostgresBackend(Backend):
 
     def _matching(self, where: Where | None) -> int:
         """How many rows match ``where`` (all rows for None), counted at most every :data:`COUNTS_KEPT_S` seconds."""
-        from psycopg import sql
-
         name = json.dumps(where, sort_keys=True)
         now = time.monotonic()
         kept = self._counts.get(name)
@@ -219,8 +204,6 @@ class PostgresBackend(Backend):
     def _one(self, conn, q: np.ndarray, k: int, condition: tuple, ef: int | None) -> list[tuple[int, float]]:
         """One query's ``(id, score)`` of the rows ``condition`` (SQL, parameters) keeps: through HNSW with ``ef``,
         then exactly if that answered fewer than ``k``."""
-        from psycopg import sql
-
         condition, params = condition
         if ef is not None:
             if conn.dupq_ef != ef:
@@ -243,8 +226,6 @@ class PostgresBackend(Backend):
     @contextlib.contextmanager
     def _transaction(self, doing: str):
         """One write transaction on a connection of its own, with the writers' shared lock held (see :meth:`writers_held`)."""
-        import psycopg
-
         try:
             with self.connections.get() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [self.lock])
@@ -264,8 +245,6 @@ class PostgresBackend(Backend):
         return ids
 
     def _draw(self, conn, n: int) -> list[int]:
-        from psycopg import sql
-
         if n == 0:
             return []
         query = sql.SQL("SELECT nextval(%s) FROM generate_series(1, %s)")
@@ -274,8 +253,6 @@ class PostgresBackend(Backend):
     def _insert(self, conn, ids, new, texts, keys, metadata, vectors) -> list[int]:
         """Insert the ``new`` rows, ``ON CONFLICT (key) DO NOTHING``; a key another writer committed since this
         transaction read it is read again and must hold the same question (:func:`place`'s rule)."""
-        from psycopg import sql
-
         query = sql.SQL(
             "INSERT INTO {t} (id, key, text, metadata, embedding) VALUES (%s, %s, %s, %s::jsonb, %s) "
             "ON CONFLICT (key) DO NOTHING RETURNING id"
@@ -299,8 +276,6 @@ class PostgresBackend(Backend):
         return ids
 
     def remove(self, keys) -> list[int]:
-        from psycopg import sql
-
         query = sql.SQL("DELETE FROM {t} WHERE key = ANY(%s) RETURNING key, id").format(**self.n)
         with self._transaction("remove from") as conn:
             removed = dict(conn.execute(query, [list(keys)]).fetchall())
@@ -309,8 +284,6 @@ class PostgresBackend(Backend):
         return [removed[k] for k in keys]
 
     def update(self, key, text, metadata, vector) -> int:
-        from psycopg import sql
-
         with self._transaction("update") as conn:
             stored = self._find(conn, [key], lock=True)
             check_stored(stored, [key], self.where, "changed")
@@ -323,8 +296,6 @@ class PostgresBackend(Backend):
         return i
 
     def _set_metadata(self, conn, i: int, metadata: str | None) -> None:
-        from psycopg import sql
-
         query = sql.SQL("UPDATE {t} SET metadata = %s::jsonb WHERE id = %s").format(**self.n)
         conn.execute(query, [metadata or None, i])
         self._counts.clear()
@@ -356,8 +327,6 @@ class PostgresBackend(Backend):
 
 def _json(text: str | None):
     """Metadata's JSON text as a jsonb value for COPY (sent as it is: no parse and dump again)."""
-    from psycopg.types.json import Jsonb
-
     return None if text is None else Jsonb(text, dumps=str)
 
 
@@ -368,8 +337,6 @@ def _array(vector) -> np.ndarray:
 
 def _read_manifest(conn, where: Address) -> dict:
     """The manifest of the collection at ``where``, after checking that its table is dupq's."""
-    from psycopg import sql
-
     n = schema.names(where.table)
     table, manifest = conn.execute(
         "SELECT to_regclass(%s), to_regclass(%s)", [n["t"].as_string(conn), n["manifest"].as_string(conn)]
