@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dupq.collection.milvus.address import is_lite, is_milvus
+from dupq.collection.milvus.address import is_lite, is_milvus, parse
 from dupq.collection.postgres.address import is_postgres, redact
 
 # kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
@@ -68,8 +68,6 @@ class Location:
         if self.kind == "folder":
             return self.path
         if self.one_process:
-            from dupq.collection.milvus.address import parse
-
             return parse(self.text).file
         return None
 

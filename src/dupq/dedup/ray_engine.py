@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.dedup.candidates import Corpus, Plan
+from dupq.dedup.candidates import Corpus, Plan, probes
 from dupq.dedup.clusters import Edges
 from dupq.dedup.engine import interrupted
 from dupq.dedup.grouping import DedupConfig, block_edges
@@ -59,7 +59,6 @@ def _encode(files, name, texts):
 
 
 def _probes(vectors, centroids, nprobe):
-    from dupq.dedup.candidates import probes
 
     return probes(vectors, centroids, nprobe)
 
