@@ -27,7 +27,7 @@ from dupq.cli.common import (
 )
 from dupq.core.errors import DupqError
 from dupq.core.files import check_apart
-from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
+from dupq.data.pairs import SplitConfig
 from dupq.training.presets import BRANCH_PRESETS, read_options
 
 distil_app = typer.Typer(
@@ -79,6 +79,7 @@ def distil_teach(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from dupq.data.pairs import read_pairs, split_pairs
     from dupq.training.distil.teacher import load_teacher, teach, training_texts
 
     path = _data(data)
@@ -158,6 +159,7 @@ def distil_teacher_model(
     ] = None,
 ) -> None:
     """Make the teacher itself a dupq model folder (slower than the LSTM, better at finding duplicates): its threshold and calibration chosen on the dev pairs, as dupq train does."""
+    from dupq.data.pairs import read_pairs, split_pairs
     from dupq.evaluation.evaluate import summary_line
     from dupq.modeling.folder_format import check_new_model_folder
     from dupq.modeling.model import Model

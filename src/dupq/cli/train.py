@@ -23,7 +23,7 @@ from dupq.cli.common import (
     typed_option,
 )
 from dupq.core.files import check_apart
-from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
+from dupq.data.pairs import SplitConfig
 from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.presets import KEYS, PRESETS, configs, read_preset, to_toml
 
@@ -67,6 +67,7 @@ def train(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a Siamese LSTM on a Quora-style pairs file and save the model folder (dupq train alone: the seed recipe)."""
+    from dupq.data.pairs import read_pairs, split_pairs
     from dupq.training.checkpoint import check_output_folder
     from dupq.training.distributed import World
     from dupq.training.train import train as run_training

@@ -43,7 +43,7 @@ from dupq.training.adapt_questions import base_model, distinct_questions, mixed_
 from dupq.training.batches import Batch, length_batches
 from dupq.training.config import AdaptConfig
 from dupq.training.distil.branch import taught_words
-from dupq.training.distil.teacher import TeacherCache, load_teacher, teach
+from dupq.training.distil.teacher import TeacherCache, teach
 from dupq.training.distributed import World
 from dupq.training.loop import Epoch, Loop, Update, cosine, fit
 from dupq.training.objectives import Objective
@@ -152,6 +152,7 @@ def adapt(
     Quora's training questions from ``data`` are mixed in (:func:`mixed_in`). ``source`` names the questions in
     what is said (default: how many). The rest is :func:`adapt_with`'s. Returns the adapted model.
     """
+    from dupq.training.distil.teacher import load_teacher
 
     config = config or AdaptConfig()
     collection_model = None

@@ -18,7 +18,7 @@ from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.training.batches import PairBatches
 from dupq.training.config import ModelOptions, TrainConfig
-from dupq.training.distil.teacher import TeacherCache, load_teacher, word_vectors
+from dupq.training.distil.teacher import TeacherCache
 from dupq.training.step import Siamese
 
 
@@ -110,6 +110,7 @@ def init_word_embeddings(encoder: Encoder, vocab: Vocabulary, teacher: str, log:
     see :func:`dupq.training.distil.teacher.word_vectors`. The scale matches the random start it
     replaces: the root mean square of every row but padding's and the unknown id's.
     """
+    from dupq.training.distil.teacher import load_teacher, word_vectors
 
     encode, name = load_teacher(None if teacher == "teacher" else teacher)
     ids, texts = vocab.teachable()
