@@ -4,17 +4,16 @@ A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`, who
 transaction, keys make retries idempotent, a filter loses nothing) and the model that encodes the questions. Where it
 lives picks the backend (:class:`~dupq.collection.location.Location`); nothing here asks which.
 
-**Crash safety.** When a write returns, the change is durable and every reader sees it at its next
-search; a ``kill -9`` before the commit leaves none of it. After the commit nothing fails the call:
-an index that could not follow catches up from the stored embeddings on the next read, so a caller
-never sees an error for an applied change. ``build`` writes under a hidden name and renames at the end.
+**Crash safety.** When a write returns, the change is durable and every reader sees it at its next search; a ``kill -9``
+before the commit leaves none of it. After the commit nothing fails the call: an index that could not follow catches up
+from the stored embeddings on the next read, so a caller never sees an error for an applied change. ``build`` writes
+under a hidden name and renames at the end.
 
-**Keys** (the caller's id: a qid, a ticket number, an ``Idempotency-Key``) ride on every hit; a
-retried add or update stores nothing. Moderators' decisions and the review queue
-(``add(..., pending=True)``) are :class:`~dupq.collection.moderation.Moderated`'s methods. **A
-reranker** (``build(..., rerank=MODEL)``, in the manifest) orders and judges each search's best
-candidates (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it. **Scoped search**:
-``search(..., where={"product": "mail", "status": ["open", "solved"]})``.
+**Keys** (the caller's id: a qid, a ticket number, an ``Idempotency-Key``) ride on every hit; a retried add or update
+stores nothing. Moderators' decisions and the review queue (``add(..., pending=True)``) are
+:class:`~dupq.collection.moderation.Moderated`'s methods. **A reranker** (``build(..., rerank=MODEL)``, in the manifest)
+orders and judges each search's best candidates (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it. **Scoped
+search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})``.
 
 >>> coll = Collection.build("runs/faq", ["How do I learn Python?"], Model.load("runs/model"))  # doctest: +SKIP
 >>> coll.search(["What is the best way to learn Python?"], k=1)[0][0].text                   # doctest: +SKIP

@@ -1,10 +1,9 @@
 """Reading a list of questions to store, search for or deduplicate.
 
 Five kinds of file, told apart by name and header (``.gz`` read transparently), each streamed
-(:func:`stream_questions`): a **Quora pairs file** (every distinct question once, keyed by its
-qid), a **CSV/TSV file** with a header (the ``--column``, default ``question``), **JSON lines**,
-**Parquet**, and otherwise a **text file**, one question a line. A row's other fields are its
-metadata; ``--key-column`` names its key.
+(:func:`stream_questions`): a **Quora pairs file** (every distinct question once, keyed by its qid), a **CSV/TSV file**
+with a header (the ``--column``, default ``question``), **JSON lines**, **Parquet**, and otherwise a **text file**, one
+question a line. A row's other fields are its metadata; ``--key-column`` names its key.
 
 Every line is a question or a counted reason it was left out (``Questions.dropped``: blank, no words,
 :func:`check_question`, wrong number of fields, an unclosed quote). A file that cannot be read as a whole is refused in

@@ -1,10 +1,9 @@
 """Judging a model on a split: its pair scores, every metric of them, the dev threshold, the summary.
 
-:func:`evaluate` reports the metrics of :mod:`dupq.evaluation.metrics` of a split's pairs at the
-model's threshold. :func:`calibrate` chooses the threshold (and fits the probability map) on the
-**dev** pairs, and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is
-reported would flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does).
-:func:`calibrate_and_test` keeps both records in ``model.metrics``.
+:func:`evaluate` reports the metrics of :mod:`dupq.evaluation.metrics` of a split's pairs at the model's threshold.
+:func:`calibrate` chooses the threshold (and fits the probability map) on the **dev** pairs, and :func:`evaluate` only
+*reports* it on the test pairs: choosing it where it is reported would flatter the model (sentence-transformers'
+``BinaryClassificationEvaluator`` does). :func:`calibrate_and_test` keeps both records in ``model.metrics``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Retrieval quality: a question searches a collection; is a known duplicate at the top?
 
-BEIR's and sentence-transformers' Quora task, on dupq's held-out rows (:func:`held_out_task`): the
-**collection** is every distinct question of the test and dev rows (38,614 on the seed split;
-``parts=("dev",)``: the dev rows alone, to choose on); the **queries** every distinct question1 of a
-held-out duplicate pair whose texts differ (7,025), each searching with its own entry left out; the
-**relevant** ones every known duplicate, by the transitive closure of the whole file's labels
-(:func:`dupq.data.duplicates.duplicate_groups`; no held-out text is trained on).
+BEIR's and sentence-transformers' Quora task, on dupq's held-out rows (:func:`held_out_task`): the **collection** is
+every distinct question of the test and dev rows (38,614 on the seed split; ``parts=("dev",)``: the dev rows alone, to
+choose on); the **queries** every distinct question1 of a held-out duplicate pair whose texts differ (7,025), each
+searching with its own entry left out; the **relevant** ones every known duplicate, by the transitive closure of the
+whole file's labels (:func:`dupq.data.duplicates.duplicate_groups`; no held-out text is trained on).
 
 A system ranks the collection for each query (:func:`dense_ranking`, exact; :func:`bm25_ranking` with ``bm25s``;
 :func:`reranked_ranking`), and :func:`ranking_measures` scores its top ``k`` with trec_eval's measures through

@@ -7,12 +7,11 @@ also learns from the 60 % that are not duplicates while the ranking losses still
 **hard negatives**: for a duplicate row (a, b), a question labelled not a duplicate of a or b elsewhere in the pool, as
 an extra column.
 
-**False negatives.** Quora repeats questions (318 of 349 batches of a seed epoch hold one twice), so
-every question carries a *group* (same text, or joined by known duplicates, transitively:
-:func:`dupq.data.duplicates.duplicate_groups`); :func:`false_negatives` marks the cells whose column
-is in the anchor's group and the losses leave them out. Given a
-:class:`~dupq.training.distil.teacher.TeacherCache`, a batch also carries the teacher's vectors of its
-taught questions (``Batch.teacher``, ``Batch.taught``).
+**False negatives.** Quora repeats questions (318 of 349 batches of a seed epoch hold one twice), so every question
+carries a *group* (same text, or joined by known duplicates, transitively:
+:func:`dupq.data.duplicates.duplicate_groups`); :func:`false_negatives` marks the cells whose column is in the anchor's
+group and the losses leave them out. Given a :class:`~dupq.training.distil.teacher.TeacherCache`, a batch also carries
+the teacher's vectors of its taught questions (``Batch.teacher``, ``Batch.taught``).
 """
 
 from __future__ import annotations
