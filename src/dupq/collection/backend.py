@@ -1,10 +1,9 @@
 """What keeps a collection: the interface every backend implements whole, and the filter rule they share.
 
-A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and
-searches the vectors. :class:`~dupq.collection.collection.Collection` joins a backend and the model
-(it encodes, judges and builds hits); it never asks which backend it holds
-(:class:`~dupq.collection.location.Location` picks it). Three exist: a folder kept by SQLite and FAISS
-(:mod:`dupq.collection.folder.backend`), Milvus (:mod:`dupq.collection.milvus.backend`) and Postgres
+A backend stores rows ``(id, key, text, metadata JSON)`` with one float32 vector each, and searches the vectors.
+:class:`~dupq.collection.collection.Collection` joins a backend and the model (it encodes, judges and builds hits); it
+never asks which backend it holds (:class:`~dupq.collection.location.Location` picks it). Three exist: a folder kept by
+SQLite and FAISS (:mod:`dupq.collection.folder.backend`), Milvus (:mod:`dupq.collection.milvus.backend`) and Postgres
 with pgvector (:mod:`dupq.collection.postgres.backend`).
 
 What every backend guarantees (the collection's promises rest on these):
@@ -30,13 +29,12 @@ What every backend guarantees (the collection's promises rest on these):
   rows whose metadata match (:func:`matches` is the rule, checked against it in the tests),
   however few match.
 
-``where`` is ``{field: [values]}`` (:func:`check_where`): a row matches when, for every field, its
-metadata's value is one of the values (JSON scalars compared as Python compares them). A filter's text
-holds no control character (U+0000 to U+001F, U+007F to U+009F): SQLite reads a string only up to
-U+0000, and Milvus's filter expressions take no escape for them, so they are the caller's one
-sentence before any store sees them. Typed on a command line, a value that reads as a number or a
-boolean is also matched as the text it was typed as (:func:`where_from_text`): metadata from a CSV
-file is all text.
+``where`` is ``{field: [values]}`` (:func:`check_where`): a row matches when, for every field, its metadata's value is
+one of the values (JSON scalars compared as Python compares them). A filter's text holds no control character (U+0000 to
+U+001F, U+007F to U+009F): SQLite reads a string only up to U+0000, and Milvus's filter expressions take no escape for
+them, so they are the caller's one sentence before any store sees them. Typed on a command line, a value that reads as a
+number or a boolean is also matched as the text it was typed as (:func:`where_from_text`): metadata from a CSV file is
+all text.
 """
 
 from __future__ import annotations
@@ -143,6 +141,25 @@ def _scalar(value) -> bool:
     return isinstance(value, (str, int, float)) and value is not None
 
 
+def hit_arrays(found: list) -> tuple[np.ndarray, np.ndarray]:
+    """``scores (Q, k')`` and ``ids (Q, k')`` (-1: none) of each query's hits ``[(id, score), ...]``, best first."""
+    width = max((len(hits) for hits in found), default=0)
+    scores = np.zeros((len(found), width), np.float32)
+    ids = np.full((len(found), width), -1, np.int64)
+    for q, hits in enumerate(found):
+        for j, (i, score) in enumerate(hits):
+            ids[q, j], scores[q, j] = i, score
+    return scores, ids
+
+
+def in_order(found: dict, ids: list[int], dim: int, where: str) -> np.ndarray:
+    """The vectors of ``ids`` from ``found`` (id -> vector), ``(len(ids), dim)`` float32; a DupqError names an id not found."""
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise DupqError(f"{where} holds no question with id {missing[0]}.")
+    return np.array([found[i] for i in ids], dtype=np.float32).reshape(len(ids), dim)
+
+
 @dataclass(frozen=True)
 class IndexStats:
     """What a collection's search index holds, as this process last caught it up: a read-only view."""
@@ -231,8 +248,6 @@ class Backend(ABC):
     def page(self, after: int, limit: int, where: Where | None = None) -> list[tuple[int, Row]]:
         """Up to ``limit`` stored ``(id, (key, text, metadata JSON))`` of ids above ``after`` whose metadata match
         ``where``, in id order (by default filtered from :meth:`all_rows`; a store that can, answers in one query)."""
-        from dupq.collection.rows import read_metadata
-
         out = []
         for i, row in self.all_rows():
             if i > after and matches(read_metadata(row[2])[0], where):

@@ -1,25 +1,15 @@
 """A collection's own search calibration: fitted on its moderators' decisions, kept in ``calibration.json``.
 
-A model folder carries a search calibration fitted on the help-desk yardstick
-(:mod:`dupq.evaluation.search_calibration`); a collection whose moderators have judged enough of its
-questions may carry its own, fitted on those decisions (:func:`dupq.evaluation.collection_calibration.calibrate_collection`,
-``dupq index calibrate DIR``). Its searches then judge hits with it in place of the model's.
+A collection whose moderators judged enough of its questions may carry a calibration of its own
+(:func:`dupq.evaluation.collection_calibration.calibrate_collection`, ``dupq index calibrate DIR``), judging its hits in
+place of the model's. Each decision is a pair judged as a search would judge it (:func:`decision_features`): its pair
+logit, its cosine and its margin over the best other hit of the search its text makes (itself left out).
 
-Each decision is a labelled pair judged as a search would judge it (:func:`decision_features`): the question's
-text searches the collection (itself left out), and the pair gets the features a search hit gets, its pair
-logit, its cosine, and its margin over the best other hit of that search (the runner-up's cosine when the
-other question comes first, the first hit's otherwise), as the yardstick's fitting computes them.
-
-A folder collection keeps the calibration as ``calibration.json`` beside its manifest, written atomically (a
-kill between the write and the rename leaves the old one); a collection in a database keeps none yet.
-:class:`KeptCalibration` holds what the file says and reads it again whenever the file changes (its inode, size
-or modification time: a rename by another process's refit), so every process serving the collection judges with
-the newest fit at its next search.
-
-**Scopes.** A calibration may carry one fit per value of a metadata field (``dupq index calibrate DIR --scope
-category``): each hit is judged by the fit of its own value of that field (:func:`judge_hits`), and a hit whose
-value has no fit (too few decisions) by the collection's. A value is the field's text, or a number's text
-(:func:`scope_value`, the rule the review queue's category filter reads too).
+A folder keeps it in ``calibration.json``, written atomically; a database collection keeps none yet.
+:class:`KeptCalibration` reads the file again whenever it changes (inode, size, mtime), so every process judges with the
+newest fit at its next search. **Scopes**: one fit per value of a metadata field (``--scope category``); a hit is judged
+by its value's fit (:func:`judge_hits`), or the collection's where its value has none. A value is the field's text or a
+number's text (:func:`scope_value`, which the review queue's category filter reads too).
 """
 
 from __future__ import annotations

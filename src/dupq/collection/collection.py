@@ -1,35 +1,19 @@
 """A persistent, searchable question collection: a backend that keeps the questions, and the model.
 
-A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`), which stores every
-question, its key, metadata and embedding and searches the embeddings, and the model that
-encodes them. Where it lives picks the backend (:class:`~dupq.collection.location.Location`): a
-folder is kept by SQLite and FAISS (:mod:`dupq.collection.folder.backend`), ``milvus:PATH.db`` or
-``milvus+http://HOST:19530?collection=NAME`` by Milvus (:mod:`dupq.collection.milvus.backend`). Nothing
-here asks which.
+A collection joins a **backend** (:class:`~dupq.collection.backend.Backend`, whose promises it rests on: each write one
+transaction, keys make retries idempotent, a filter loses nothing) and the model that encodes the questions. Where it
+lives picks the backend (:class:`~dupq.collection.location.Location`); nothing here asks which.
 
-**Crash safety.** An add, a removal and an update are each one transaction of the backend:
-when they return the change is durable and every reader sees it at its next search; a
-``kill -9`` before the commit leaves none of it. After the commit nothing fails the call: an
-index that could not follow (a full disk for the FAISS cache) catches up from the stored
-embeddings on the next read, so a caller never sees an error for a change that is applied (and
-never applies it again on a retry). ``build`` writes into a hidden sibling folder (Milvus: a
-collection under a temporary name) and renames it into place at the end.
+**Crash safety.** When a write returns, the change is durable and every reader sees it at its next search; a ``kill -9``
+before the commit leaves none of it. After the commit nothing fails the call: an index that could not follow catches up
+from the stored embeddings on the next read, so a caller never sees an error for an applied change. ``build`` writes
+under a hidden name and renames at the end.
 
-**Keys.** A question may carry a key (the caller's id: a Quora qid, a ticket number, an
-``Idempotency-Key``); every hit carries its key. Adding a stored key stores nothing and answers
-the stored id, so a retried add is safe; :meth:`Collection.remove` and :meth:`Collection.update`
-take keys, and an update that changes nothing (a retry) writes nothing.
-
-**Moderators' decisions** and **the review queue** (``add(..., pending=True)``): the methods of
-:class:`~dupq.collection.moderation.Moderated`, which a collection is (:meth:`Collection.decide`, ...).
-
-**A reranker** (``Collection.build(..., rerank=MODEL)``, recorded in the manifest beside the model)
-orders and judges each search's best candidates (as many as :func:`~dupq.collection.rerank.rerank_candidates` says);
-its vectors are stored once per question (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it.
-
-**Scoped search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})`` keeps
-the hits whose metadata match (a list: any of them), and loses none of them (the backend's
-promise, checked against a brute-force filter in the tests).
+**Keys** (the caller's id: a qid, a ticket number, an ``Idempotency-Key``) ride on every hit; a retried add or update
+stores nothing. Moderators' decisions and the review queue (``add(..., pending=True)``) are
+:class:`~dupq.collection.moderation.Moderated`'s methods. **A reranker** (``build(..., rerank=MODEL)``, in the manifest)
+orders and judges each search's best candidates (:mod:`dupq.collection.rerank`); ``rerank=False`` skips it. **Scoped
+search**: ``search(..., where={"product": "mail", "status": ["open", "solved"]})``.
 
 >>> coll = Collection.build("runs/faq", ["How do I learn Python?"], Model.load("runs/model"))  # doctest: +SKIP
 >>> coll.search(["What is the best way to learn Python?"], k=1)[0][0].text                   # doctest: +SKIP
@@ -265,12 +249,11 @@ class Collection(Moderated):
     ) -> list[list[Hit]]:
         """The ``k`` stored questions most similar to each query, best first (every committed change included).
 
-        ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each
-        field equal to its value (or to one of its values). With a reranker (``rerank`` None or True)
-        the model's ``candidates`` best (default :func:`~dupq.collection.rerank.rerank_candidates`, at least ``k``) are ordered
-        and judged by the reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys
-        of questions left out (a ticket searching for its own duplicates leaves itself out); the ``k`` best
-        of the rest.
+        ``where`` (``{field: value or [values]}``) keeps the questions whose metadata match: each field equal to its
+        value (or to one of its values). With a reranker (``rerank`` None or True) the model's ``candidates`` best
+        (default :func:`~dupq.collection.rerank.rerank_candidates`, at least ``k``) are ordered and judged by the
+        reranker; ``rerank=False`` keeps the model's order and verdicts. ``exclude``: keys of questions left out (a
+        ticket searching for its own duplicates leaves itself out); the ``k`` best of the rest.
         """
         self._check_open()
         queries = check_questions(queries, "query")
@@ -369,11 +352,10 @@ class Collection(Moderated):
     ) -> list[int]:
         """Store ``texts`` (and their metadata) in one transaction; returns their ids.
 
-        When this returns, the questions are on disk and searchable; if the process dies
-        before, none of them is stored. A question whose ``key`` is stored already is not stored
-        again: its stored id is returned (the same key with another text or metadata raises
-        :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait in the review
-        queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
+        When this returns, the questions are on disk and searchable; if the process dies before, none of them is stored.
+        A question whose ``key`` is stored already is not stored again: its stored id is returned (the same key with
+        another text or metadata raises :class:`KeyConflict`). ``pending`` (one for all, or one per question): they wait
+        in the review queue, and no search finds them until a moderator decides (their metadata holds ``pending: true``;
         each needs a key, which the decision names).
         """
         self._check_open()

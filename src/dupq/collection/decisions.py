@@ -1,14 +1,10 @@
 """Moderators' decisions on a collection's questions: how one is recorded in a question's metadata, and read back.
 
-A decision lives in the judged question's metadata, in the reserved fields of :mod:`dupq.collection.rows`:
-``duplicate_of`` (its one canonical question), ``not_duplicate_of`` (questions judged distinct), ``judged``
-(a digest of both texts as they were judged, per other key) and ``decision_changes`` (each decision that
-replaced an earlier one it contradicts: what was recorded before, what now, and when).
-:func:`recorded` is the change one decision makes (a contradiction of an earlier decision is refused as a
-:class:`~dupq.collection.rows.KeyConflict` unless it is sent as a change, so none is replaced silently),
-:func:`refuse_cycle` keeps canonical questions from leading back to the judged one, and :func:`decision_pairs`
-reads every decision back as a labelled pair, leaving out (with a warning) what no longer holds. The
-:class:`~dupq.collection.collection.Collection` applies them in one transaction of its backend.
+A decision lives in the judged question's reserved metadata fields (:mod:`dupq.collection.rows`). :func:`recorded` is
+the change one decision makes (one that contradicts an earlier decision is a :class:`~dupq.collection.rows.KeyConflict`
+unless sent as a change: none is replaced silently), :func:`refuse_cycle` keeps canonical questions from leading back to
+the judged one, and :func:`decision_pairs` reads every decision back as a labelled pair, leaving out (with a warning)
+what no longer holds. The collection applies them in one transaction of its backend.
 """
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ A location is written as text (a command's argument, a service's setting) or giv
 * ``postgresql://USER@HOST:PORT/DB?table=NAME``: tables in a PostgreSQL database with pgvector
   (:mod:`dupq.collection.postgres.backend`); a password in it is never shown (``text`` has ``***``).
 
-:meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it.
-Nothing above this module asks which backend a collection has: a third backend is one module
-and one line of :data:`BACKENDS`.
+:meth:`Location.parse` reads it; :meth:`Location.backend` is the class that builds and opens it. Nothing above this
+module asks which backend a collection has: a third backend is one module and one line of :data:`BACKENDS`.
 
 >>> Location.parse("milvus:runs/faq.db").kind, Location.parse("runs/faq").kind
 ('milvus', 'folder')
@@ -23,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dupq.collection.milvus.address import is_lite, is_milvus
+from dupq.collection.milvus.address import is_lite, is_milvus, parse
 from dupq.collection.postgres.address import is_postgres, redact
 
 # kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
@@ -69,8 +68,6 @@ class Location:
         if self.kind == "folder":
             return self.path
         if self.one_process:
-            from dupq.collection.milvus.address import parse
-
             return parse(self.text).file
         return None
 

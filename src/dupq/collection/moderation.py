@@ -1,20 +1,12 @@
 """The moderators' side of a collection: their decisions between its questions, and the review queue.
 
-**Moderators' decisions** live in a question's metadata: ``duplicate_of`` (the key of its canonical
-question, shown on every hit of it as :attr:`~dupq.collection.hits.Hit.duplicate_of` while that question is
-stored), ``not_duplicate_of`` (keys a moderator judged distinct) and ``judged`` (a digest of the two
-texts of each decision); :meth:`Moderated.decide` writes them, and every way in checks their types
-(:func:`~dupq.collection.rows.decision_problem`). A decision follows the texts judged, not only the
-keys: :meth:`Moderated.decisions` leaves out one whose side's text changed since.
-
-**The review queue**: ``add(..., pending=True)`` stores questions that no search finds until a
-moderator decides on them (:mod:`dupq.collection.review`): :meth:`Moderated.queue` lists them,
-:meth:`Moderated.decide` clears the flag and records who decided when, :meth:`Moderated.undo` takes
-that back, :meth:`Moderated.reviewed` lists the queue's past decisions.
-
-:class:`Moderated` holds these methods of :class:`~dupq.collection.collection.Collection`, apart from its
-storing and searching; each reads or writes through the collection's backend (a write: one transaction,
-under the collection's write lock).
+A decision lives in the judged question's metadata (:mod:`dupq.collection.decisions`): its ``duplicate_of`` shows on
+every hit of it as :attr:`~dupq.collection.hits.Hit.duplicate_of`; a decision follows the texts judged, so
+:meth:`Moderated.decisions` leaves out one whose side changed since. The review queue (:mod:`dupq.collection.review`):
+``add(..., pending=True)`` stores questions no search finds until a moderator decides (:meth:`Moderated.queue`,
+:meth:`Moderated.decide`, :meth:`Moderated.undo`, :meth:`Moderated.reviewed`). :class:`Moderated` holds these methods of
+:class:`~dupq.collection.collection.Collection`; each write is one transaction of the backend, under the collection's
+write lock.
 """
 
 from __future__ import annotations
@@ -42,19 +34,18 @@ class Moderated:
         by: str | None = None,
         change: bool = False,
     ) -> dict:
-        """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its
-        canonical question), not a duplicate of ``not_duplicate_of`` (a key, or a list: of none of them), or
-        (``keep``) a new question, no pair judged; its metadata afterwards.
+        """Record a moderator's decision on the question of ``key``: a duplicate of ``duplicate_of`` (its canonical
+        question), not a duplicate of ``not_duplicate_of`` (a key, or a list: of none of them), or (``keep``) a new
+        question, no pair judged; its metadata afterwards.
 
-        Both questions must be stored, and a duplicate's canonical question may not lead back to it
-        (a cycle is refused). A question is a duplicate of one canonical question at a time. A decision
-        that contradicts an earlier one (a duplicate of another canonical question, or distinct from its
-        canonical one, or a duplicate of one judged distinct) is :class:`KeyConflict` unless ``change``:
-        then it replaces the earlier one, and ``decision_changes`` keeps what it was and when. A digest of
-        the two texts is kept with the decision (``judged``). The stored metadata is read and written
-        back in one transaction of the backend, so decisions recorded at once by several workers are
-        all kept; stored decision fields of the wrong type are refused, never rewritten. A pending
-        question leaves the review queue, with who (``by``) decided what and when recorded
+        Both questions must be stored, and a duplicate's canonical question may not lead back to it (a cycle is
+        refused). A question is a duplicate of one canonical question at a time. A decision that contradicts an earlier
+        one (a duplicate of another canonical question, or distinct from its canonical one, or a duplicate of one judged
+        distinct) is :class:`KeyConflict` unless ``change``: then it replaces the earlier one, and ``decision_changes``
+        keeps what it was and when. A digest of the two texts is kept with the decision (``judged``). The stored
+        metadata is read and written back in one transaction of the backend, so decisions recorded at once by several
+        workers are all kept; stored decision fields of the wrong type are refused, never rewritten. A pending question
+        leaves the review queue, with who (``by``) decided what and when recorded
         (:func:`~dupq.collection.review.reviewed`; :meth:`undo` takes it back).
         """
         self._check_open()

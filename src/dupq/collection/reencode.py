@@ -1,20 +1,14 @@
 """A collection's questions encoded again with another model, into a new collection.
 
-A collection records the fingerprint of the model that encoded it and refuses any other (its
-vectors would not be comparable with a query's). After ``dupq adapt`` the stored questions must
-therefore be encoded again with the adapted model: :func:`reencode` reads every stored question
-(its key and metadata too, in id order) from the old collection and builds a new one with the new
-model and the old one's index settings. The old collection is left as it was, so a search keeps
-working until the new one is in place; the build itself writes into a hidden sibling and renames
-it (a killed re-encoding leaves no half collection). A collection with a reranker keeps it, and
-the reranker's stored vectors go with their texts (the reranker does not change, so nothing is
-encoded by it again).
+A collection refuses any model but the one that encoded it, so after ``dupq adapt`` :func:`reencode` reads every stored
+question (key and metadata too, in id order) and builds a new collection with the new model and the old index settings
+(a hidden sibling renamed into place). The old collection stays as it was, serving until the new one is in place; a
+reranker and its stored vectors go with their texts (nothing is encoded by it again).
 
-The old collection may be served while this runs: what changed in it after the first read (adds,
-and by key updates, moderators' decisions and removals) is copied too, in rounds, until few changes
-are left; the last round holds the old folder's writer lock (its writers wait those moments), so
-that every change committed before it ends is in the new collection. A Milvus collection has no
-such lock: its last round is not held.
+The old collection may be served while this runs: what changed in it after the first read (adds, and by key updates,
+moderators' decisions and removals) is copied too, in rounds, until few changes are left; the last round holds the old
+folder's writer lock (its writers wait those moments), so that every change committed before it ends is in the new
+collection. A Milvus collection has no such lock: its last round is not held.
 
 >>> reencode("runs/faq", Model.load("runs/adapted"), "runs/faq-adapted").close()   # doctest: +SKIP
 """
@@ -94,12 +88,11 @@ def _changes(old: Collection, copied: dict[int, tuple]) -> tuple[list[tuple], li
 
 
 def _copy(new: Collection, changes: tuple[list[tuple], list[int]], copied: dict[int, tuple]) -> tuple[int, int]:
-    """Apply ``changes`` (:func:`_changes`) of the old collection to ``new``; how many questions were added,
-    and how many updated or removed.
+    """Apply ``changes`` (:func:`_changes`) of the old collection to ``new``; how many questions were added, and how
+    many updated or removed.
 
-    Only a keyed question can be removed or updated, so a row gone or changed has a key: a stored
-    key under a new id is an update of its text, the same id with other metadata an update of that,
-    a key stored no more a removal."""
+    Only a keyed question can be removed or updated, so a row gone or changed has a key: a stored key under a new id is
+    an update of its text, the same id with other metadata an update of that, a key stored no more a removal."""
     later, gone = changes
     keys = {key for key, _, _ in copied.values() if key is not None}
     fresh = [row for row in later if row[0] not in copied and (row[1] is None or row[1] not in keys)]

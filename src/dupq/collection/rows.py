@@ -1,19 +1,14 @@
 """What a stored row may hold, checked on the way in and on the way out, and how a store fails.
 
-Every store (:mod:`dupq.collection.folder.store`'s SQLite, :mod:`dupq.collection.milvus.backend`) takes its rows through
-:func:`check_metadata` and :func:`check_keys` before it stores them, gives ids by the key rule
-(:func:`place`), reads metadata back through :func:`read_metadata`, and reports its own failures
-(a full disk, a lock held too long, a damaged file) as :class:`StoreFailure`, whose ``reason`` the
-service turns into an HTTP status.
+Every backend takes its rows through :func:`check_metadata` and :func:`check_keys`, gives ids by the key rule
+(:func:`place`), reads metadata back through :func:`read_metadata`, and reports its own failures as
+:class:`StoreFailure`, whose ``reason`` the service turns into an HTTP status.
 
-Four metadata fields are reserved for moderators' decisions (:func:`decision_problem` is their rule):
-``duplicate_of`` (one key), ``not_duplicate_of`` (a list of keys), ``judged`` (``{key: digest}``, the
-:func:`judged_digest` of the two texts each decision was made on, so that a decision whose side
-changed since is known) and ``decision_changes`` (a list of objects: each decision changed, from what
-and when). A fifth, ``pending`` (true while a question waits for a moderator), keeps it out of searches, and
-``reviewed`` records the review queue's decision (:mod:`dupq.collection.review`). Metadata holds no U+0000:
-SQLite's ``json_extract`` reads a string only
-up to it, so ``"acme\\u0000evil"`` would pass the filter ``"acme"``.
+Reserved metadata fields (:func:`decision_problem` is their rule): ``duplicate_of`` (one key), ``not_duplicate_of`` (a
+list of keys), ``judged`` (``{key: digest}`` of the two texts each decision was made on, :func:`judged_digest`),
+``decision_changes`` (each decision changed, from what and when), ``pending`` (waiting for a moderator: out of searches)
+and ``reviewed`` (the review queue's decision). Metadata holds no U+0000: SQLite's ``json_extract`` stops at it, so
+``"acme\u0000evil"`` would pass the filter ``"acme"``.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from collections.abc import Callable
 
 from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
-from dupq.data.questions import check_key
+from dupq.data.questions import check_key, is_key
 
 PARAMETERS = 900  # ids or keys sent in one statement or request (SQLite's limit is 999 in old builds)
 # The metadata fields of moderators' decisions: the canonical question's key, keys judged distinct, what was judged.
@@ -102,14 +97,6 @@ def holds_nul(value) -> bool:
     return isinstance(value, list) and any(holds_nul(v) for v in value)
 
 
-def _key(value) -> bool:
-    try:
-        check_key(value)
-    except DupqError:
-        return False
-    return True
-
-
 def decision_problem(metadata: dict) -> str | None:
     """What is wrong with ``metadata``'s reserved decision fields (as the end of a sentence), None when nothing is.
 
@@ -117,14 +104,14 @@ def decision_problem(metadata: dict) -> str | None:
     read as one, it named the keys ``"1"`` and ``"2"``), ``judged`` an object of keys and digests.
     """
     canonical = metadata.get(DUPLICATE_OF)
-    if DUPLICATE_OF in metadata and not _key(canonical):
+    if DUPLICATE_OF in metadata and not is_key(canonical):
         return f"gives {DUPLICATE_OF} {canonical!r}, which is not one key (it names one question)"
     distinct = metadata.get(NOT_DUPLICATE_OF)
-    if NOT_DUPLICATE_OF in metadata and not (isinstance(distinct, list) and all(_key(k) for k in distinct)):
+    if NOT_DUPLICATE_OF in metadata and not (isinstance(distinct, list) and all(is_key(k) for k in distinct)):
         return f"gives {NOT_DUPLICATE_OF} {distinct!r}, which is not a list of keys"
     judged = metadata.get(JUDGED)
     if JUDGED in metadata and not (
-        isinstance(judged, dict) and all(_key(k) and isinstance(v, str) for k, v in judged.items())
+        isinstance(judged, dict) and all(is_key(k) and isinstance(v, str) for k, v in judged.items())
     ):
         return f"gives {JUDGED} {judged!r}, which is not an object of keys and digests (dupq writes it)"
     changes = metadata.get(CHANGES)
@@ -231,11 +218,10 @@ def place(
 ) -> tuple[list[int], list[int]]:
     """The id of each question, and the positions of those to store (the key rule of every store).
 
-    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen
-    there, or earlier in the same call, keeps its id (:class:`KeyConflict` if its text or metadata
-    differ; stored metadata counts as the same without the decisions recorded on it since, so a ticket
-    sent again after a moderator's decision is the same ticket); ``new_id(n, key)`` is the id of the
-    ``n``-th new question.
+    ``stored`` maps the given keys that are stored already to ``(id, text, metadata)``; a key seen there, or earlier in
+    the same call, keeps its id (:class:`KeyConflict` if its text or metadata differ; stored metadata counts as the same
+    without the decisions recorded on it since, so a ticket sent again after a moderator's decision is the same ticket);
+    ``new_id(n, key)`` is the id of the ``n``-th new question.
     """
     stored = dict(stored)
     ids, new = [], []
@@ -266,8 +252,13 @@ def edited(stored: dict, key: str, others: list[str], change, where) -> tuple[in
     """The edit rule every backend's ``edit`` applies to the rows it read (``stored``: key -> ``(id, text,
     metadata)``): ``key`` and ``others`` must all be stored, else :class:`UnknownKey`; returns ``key``'s id, its
     metadata before, and after ``change``."""
-    missing = [k for k in [key, *others] if k not in stored]
-    if missing:
-        raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {where}; nothing was changed.")
+    check_stored(stored, [key, *others], where, "changed")
     i, _, old = stored[key]
     return i, old, change(old)
+
+
+def check_stored(stored: dict, keys: list[str], where, undone: str) -> None:
+    """:class:`UnknownKey` naming the first of ``keys`` not in ``stored`` (and that nothing was ``undone``)."""
+    missing = [k for k in keys if k not in stored]
+    if missing:
+        raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {where}; nothing was {undone}.")

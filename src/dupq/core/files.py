@@ -1,9 +1,8 @@
 """Small file helpers shared by every stage: crash-safe writes and checked reads.
 
-Anything dupq writes that a user would hate to lose (a model, a checkpoint, an index) goes
-through :func:`atomic_write`: the bytes land in a temporary file in the same folder, are
-flushed to disk, and only then renamed over the target, so a crash leaves either the old
-file or the new one, never half of one. A temporary name holds the writer's process id, so
+Anything dupq writes that a user would hate to lose (a model, a checkpoint, an index) goes through :func:`atomic_write`:
+the bytes land in a temporary file in the same folder, are flushed to disk, and only then renamed over the target, so a
+crash leaves either the old file or the new one, never half of one. A temporary name holds the writer's process id, so
 :func:`remove_stale` can delete what a killed writer left behind without touching a live one's.
 """
 
@@ -33,12 +32,11 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
 
 @contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file to write ``path`` through: a temporary file beside it, renamed into place when the
-    block ends without an error and removed when it does not, so ``path`` is whole or untouched.
+    """A binary file to write ``path`` through: a temporary file beside it, renamed into place when the block ends
+    without an error and removed when it does not, so ``path`` is whole or untouched.
 
-    ``path``'s folder must exist (a mistyped folder is refused, not created), and ``path`` must
-    not be a folder. An error of the file system (no space, no permission) names ``path``, never
-    the temporary file.
+    ``path``'s folder must exist (a mistyped folder is refused, not created), and ``path`` must not be a folder. An
+    error of the file system (no space, no permission) names ``path``, never the temporary file.
     """
     path = Path(path)
     check_target(path, folder=False)
@@ -136,10 +134,9 @@ def fsync_dir(folder: Path) -> None:
 def new_folder(folder: str | os.PathLike) -> Iterator[Path]:
     """A hidden sibling folder to fill, renamed into place as ``folder`` when the block ends.
 
-    If the block raises, the sibling is deleted and ``folder`` is left as it was; if the process
-    is killed, the sibling (``.NAME.building-PID``) is what :func:`remove_stale` deletes next
-    time. An existing ``folder`` is replaced: moved aside, the new one renamed in, the old one
-    deleted (a kill between the two renames leaves it as ``.NAME.old-PID``).
+    If the block raises, the sibling is deleted and ``folder`` is left as it was; if the process is killed, the sibling
+    (``.NAME.building-PID``) is what :func:`remove_stale` deletes next time. An existing ``folder`` is replaced: moved
+    aside, the new one renamed in, the old one deleted (a kill between the two renames leaves it as ``.NAME.old-PID``).
 
     >>> with new_folder("runs/model") as tmp:                                  # doctest: +SKIP
     ...     write_json(tmp / "config.json", config)
@@ -223,9 +220,8 @@ def parse_json(text: str | bytes, what: str, where: str | os.PathLike) -> Any:
 def check_new_folder(folder: str | os.PathLike, overwrite: bool | None = False) -> Path:
     """``folder`` if a command may write it: the rule of every command that writes a folder.
 
-    A folder that does not exist yet, or is empty, is fine; one that holds anything is refused
-    unless ``overwrite`` (the command's ``--overwrite``; ``None``: the command has no such option
-    and never replaces a folder); a file is refused.
+    A folder that does not exist yet, or is empty, is fine; one that holds anything is refused unless ``overwrite`` (the
+    command's ``--overwrite``; ``None``: the command has no such option and never replaces a folder); a file is refused.
     """
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
@@ -316,14 +312,12 @@ def remove_stale(folder: str | os.PathLike, old: float = 3600.0) -> list[Path]:
 def file_lock(path: str | os.PathLike, timeout: float | None = None) -> Iterator[None]:
     """An exclusive lock on ``path`` (created if missing) across processes, for as long as the ``with`` lasts.
 
-    Without ``timeout`` a waiter sleeps in the kernel until the lock is released (or its holder dies);
-    with one it tries every millisecond and raises :class:`TimeoutError` after ``timeout`` seconds.
-    Either way it takes the lock within a millisecond of its release, where SQLite's own busy handler
-    sleeps up to 100 ms between tries. Raises :class:`OSError` when ``path`` cannot be opened (a
-    read-only folder).
+    Without ``timeout`` a waiter sleeps in the kernel until the lock is released (or its holder dies); with one it tries
+    every millisecond and raises :class:`TimeoutError` after ``timeout`` seconds. Either way it takes the lock within a
+    millisecond of its release, where SQLite's own busy handler sleeps up to 100 ms between tries. Raises
+    :class:`OSError` when ``path`` cannot be opened (a read-only folder).
     """
     import fcntl
-    import time
 
     with open(path, "a") as f:
         if timeout is None:

@@ -1,19 +1,11 @@
 """Reading the JSON files dupq writes: one loader, pydantic formats, one sentence per mistake.
 
-Every file dupq reads back (a model's ``config.json``, ``metrics.json`` and ``vocab.json``, a
-collection's ``manifest.json``) has a pydantic format, declared beside the code that uses it
-(:mod:`dupq.modeling.folder_format`, :mod:`dupq.data.tokenizer`, :mod:`dupq.collection.manifest`), and is
-read through :func:`read_format` or :func:`check_format`. A wrong type or an out-of-range value
-anywhere becomes one :class:`DupqError` sentence naming the file and the field, instead of a
-traceback later, deep in the code that uses it (a ``"128"`` as a width, a list where the pair
-head belongs, ``-3`` links per vector in an HNSW graph).
-
-The field types here carry their own wording: :func:`integer`, :func:`number` and :func:`checked`
-are pydantic types whose failure reads "an integer from 1 to 4096", so that the sentence is
-``m/config.json is corrupt: encoder.dim must be an integer from 1 to 4096, not '128'.``
-
-The sizes a file may ask for are bounded so that loading one cannot exhaust this machine's
-memory (23 GiB here; see each limit) before any weight is read.
+Every file dupq reads back has a pydantic format, declared beside the code that uses it, and is
+read through :func:`read_format` or :func:`check_format`: a wrong type or an out-of-range value
+anywhere is one :class:`DupqError` sentence naming the file and the field, not a traceback deep in
+the code that uses it. :func:`integer`, :func:`number` and :func:`checked` carry their own wording
+(``m/config.json is corrupt: encoder.dim must be an integer from 1 to 4096, not '128'.``). The
+sizes a file may ask for are bounded so that loading one cannot exhaust memory before any weight is read.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """How deeply JSON nests, checked before anything parses or serialises it.
 
-Python's ``json`` parser and pydantic's serialiser recurse once per level: ``[`` repeated
-30,000 times makes the parser raise ``RecursionError``, and metadata nested 300 levels deep is
-parsed but cannot be serialised again, so a search that returns it fails. Metadata therefore
-nests at most :data:`MAX_DEPTH` levels, checked on the way in (every store's ``add``, and the
-service's bodies before they are parsed) and on the way out (a stored row written by anything
-else).
+Python's ``json`` parser and pydantic's serialiser recurse once per level: 30,000 ``[`` make the
+parser raise ``RecursionError``, and metadata 300 levels deep parses but cannot be served again.
+So metadata nests at most :data:`MAX_DEPTH` levels, checked on the way in and on the way out.
 """
 
 from __future__ import annotations
@@ -23,9 +20,8 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 def json_depth(text: str | bytes, limit: int | None = None) -> int:
     """How many levels of objects and arrays ``text`` nests (0 for a scalar), without parsing it.
 
-    With ``limit``, the scan stops as soon as the depth passes it (and answers ``limit + 1``), so
-    a hostile body costs no more than its first ``limit`` brackets. Text that is not JSON gets a
-    number too; the parser refuses it later.
+    With ``limit``, the scan stops as soon as the depth passes it (and answers ``limit + 1``), so a hostile body costs
+    no more than its first ``limit`` brackets. Text that is not JSON gets a number too; the parser refuses it later.
     """
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     depth = deepest = 0

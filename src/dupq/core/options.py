@@ -1,14 +1,10 @@
 """Config fields that are also command-line options, declared once.
 
-A config dataclass (:class:`~dupq.training.config.TrainConfig`, :class:`~dupq.training.config.ModelOptions`,
-:class:`~dupq.data.pairs.SplitConfig`) declares each field that ``dupq train`` exposes with
-:func:`option`: its default, its ``--help`` text, its choices and range. The command line builds
-its options from these fields (``dupq.cli.common.config_options``) and the dataclass checks the same
-choices and range in ``__post_init__`` (:func:`check_options`), so a value a command line
-would refuse is refused from Python too, in the same words. A field declared with ``cli=False``
-is an option of the config (a preset file sets it, ``--show`` prints it) without a command-line
-flag: a recipe's settings stay reachable without crowding ``--help``. A field made with
-plain ``field`` (``TrainConfig.chunks``) is not an option.
+A config dataclass declares each field that a command exposes with :func:`option` (default, ``--help`` text, choices,
+range); the command line builds its options from these fields (``dupq.cli.common.config_options``) and the dataclass
+checks the same choices and range in ``__post_init__`` (:func:`check_options`), so Python is refused what a command line
+would be, in the same words. ``cli=False``: an option of the config (a preset sets it, ``--show`` prints it) without a
+flag. A plain ``field`` is not an option.
 
 >>> from dataclasses import dataclass
 >>> @dataclass

@@ -1,9 +1,8 @@
 """Error codes in a question: a help desk's best clue, and one a sentence encoder barely sees.
 
-An encoder reads ``0x80070005`` as a few sub-word pieces that most codes share, so two questions about
-Windows Update with different codes look alike and the one with the same code need not come first.
-Search engines keep such rare tokens as exact terms. :func:`codes` finds them in a question, by one
-rule (lower-cased, so ``0x800CCC0E`` is ``0x800ccc0e``):
+An encoder reads ``0x80070005`` as a few sub-word pieces that most codes share, so two questions about Windows Update
+with different codes look alike and the one with the same code need not come first. Search engines keep such rare tokens
+as exact terms. :func:`codes` finds them in a question, by one rule (lower-cased, so ``0x800CCC0E`` is ``0x800ccc0e``):
 
 * a hexadecimal number of at least four digits: ``0x80070005``;
 * letters, a hyphen and digits (more groups allowed): ``ORA-00942``, ``E-401``, ``NW-2-5``, ``CE-34878-0``;
@@ -11,8 +10,8 @@ rule (lower-cased, so ``0x800CCC0E`` is ``0x800ccc0e``):
 * a number of at least two digits after ``error``, ``code``, ``status``, ``sqlstate`` or ``http``
   (``error code 83``, ``HTTP 503``, ``support code 5100``): a bare number is a code only so introduced.
 
-:func:`shared_codes` says which of a question's codes appear in another text as whole tokens (the other
-text may write ``401 Unauthorized`` with no ``error`` before it).
+:func:`shared_codes` says which of a question's codes appear in another text as whole tokens (the other text may write
+``401 Unauthorized`` with no ``error`` before it).
 
 >>> sorted(codes("Update fails with 0x80070005, then error 503 and ORA-00942"))
 ['0x80070005', '503', 'ora-00942']

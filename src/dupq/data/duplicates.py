@@ -1,10 +1,8 @@
-"""Known duplicates: the groups that duplicate labels join, transitively.
+"""Known duplicates: the groups that duplicate labels join, transitively (A ~ B and B ~ C make A ~ C).
 
-Quora labels only the pairs it showed its raters, but "duplicate" is an equivalence: if A ~ B and
-B ~ C are labelled, A ~ C is known too. Training uses the groups to keep a question from being
-pushed away from a known duplicate (:mod:`dupq.training.batches`); retrieval evaluation uses them as
-the relevance judgements (:mod:`dupq.evaluation.retrieval`), as BEIR's Quora task and
-sentence-transformers' Quora split do.
+Training keeps a question from being pushed away from a known duplicate (:mod:`dupq.training.batches`);
+retrieval evaluation takes the groups as relevance judgements (:mod:`dupq.evaluation.retrieval`), as
+BEIR's Quora task and sentence-transformers' Quora split do.
 """
 
 from __future__ import annotations

@@ -128,11 +128,7 @@ HELD_OUT_ROWS = 10_240
 
 @dataclass
 class SplitConfig:
-    """Sizes of the seed split, in rows of the source file; each field's help text says what it holds.
-
-    Every command that cuts the data (``dupq train``, ``dupq distil teach/tune/export``) takes its
-    split options from these fields.
-    """
+    """Sizes of the seed split, in rows of the source file: the split options of every command that cuts the data."""
 
     train_pool: int = option(
         300_000, "Rows at the top of the file that form the training pool (its pairs are the training data).", min=0

@@ -1,24 +1,13 @@
 """Reading a list of questions to store, search for or deduplicate.
 
-Five kinds of file, told apart by their name and header (``.gz`` is read transparently), each read as
-a stream (:func:`stream_questions`), so a file of millions never has to fit in memory:
+Five kinds of file, told apart by name and header (``.gz`` read transparently), each streamed
+(:func:`stream_questions`): a **Quora pairs file** (every distinct question once, keyed by its qid), a **CSV/TSV file**
+with a header (the ``--column``, default ``question``), **JSON lines**, **Parquet**, and otherwise a **text file**, one
+question a line. A row's other fields are its metadata; ``--key-column`` names its key.
 
-* a **Quora pairs file** (a header with ``qid1, qid2, question1, question2``): every distinct
-  question once, keyed by its qid, in order of first appearance (537,617 questions with words in
-  the shared file);
-* a **CSV/TSV file** with a header: the column ``--column`` names (default ``question``); the
-  other columns of the row (an answer, a URL, ...) are kept as the question's metadata;
-* **JSON lines** (``.jsonl``, ``.ndjson``): one object a line, the question in its ``--column`` field;
-* **Parquet** (``.parquet``, through pyarrow): the question in its ``--column`` column;
-* anything else: a **text file**, one question a line.
-
-The other fields of a row (an answer, a URL, ...) are its metadata; ``--key-column`` names its key.
-
-Every line is accounted for: a question, or a reason it was left out (a blank line, an empty
-question, one with no words (see :func:`check_question`), a row with the wrong
-number of fields or an unclosed quote), counted in ``Questions.dropped``; none is stored. A file
-that cannot be read as a whole is refused in one sentence: not UTF-8, a line over the cap, a header
-naming a column twice (:mod:`dupq.data.text`), or a key given to two lines.
+Every line is a question or a counted reason it was left out (``Questions.dropped``: blank, no words,
+:func:`check_question`, wrong number of fields, an unclosed quote). A file that cannot be read as a whole is refused in
+one sentence (not UTF-8, a line over the cap, a column named twice, a key given to two lines).
 """
 
 from __future__ import annotations
@@ -46,13 +35,12 @@ MAX_QUESTION = 1000  # characters in one question a user gives (the CLI, the lib
 def check_question(text: str, where: str = "the question", longest: int | None = MAX_QUESTION) -> str:
     """``text`` if it is a question dupq can encode, else a :class:`DupqError` naming ``where`` it came from.
 
-    The one rule every entry point applies (the CLI, the library, the service): a question is
-    valid Unicode (no undecodable bytes, which Python keeps as lone surrogates), at most
-    :data:`MAX_QUESTION` characters long, and holds at least one word once punctuation and blanks
-    are stripped. A question with no words would get
-    the padding vector, so any two such "questions" ("???", "!!!", a control character) would
-    look identical, with similarity 1.0. ``longest=None`` lifts the length rule, for questions a
-    collection stored already (one stored before the rule is re-encoded whole, not refused).
+    The one rule every entry point applies (the CLI, the library, the service): a question is valid Unicode (no
+    undecodable bytes, which Python keeps as lone surrogates), at most :data:`MAX_QUESTION` characters long, and holds
+    at least one word once punctuation and blanks are stripped. A question with no words would get the padding vector,
+    so any two such "questions" ("???", "!!!", a control character) would look identical, with similarity 1.0.
+    ``longest=None`` lifts the length rule, for questions a collection stored already (one stored before the rule is
+    re-encoded whole, not refused).
 
     >>> check_question("???", "question 1")
     Traceback (most recent call last):
@@ -121,14 +109,13 @@ def table_rows(
 ) -> Iterator[tuple[int, int, list[str]]]:
     """``(line, lines, row)`` for each row of ``width`` fields: its first physical line and how many it spans.
 
-    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason
-    (``blank line``, ``wrong number of fields``, ``unclosed quote``), by line number. The
-    ``csv`` module lets a quoted field run over line ends, so a stray ``"`` would swallow every
-    line up to the next quote (or the end of the file) into one row, and two stray quotes would
-    even pair up into a row of the right width. So rows are read strictly (a closing quote must
-    end its field), and a row that breaks that, or spans several lines with the wrong number of
-    fields, is taken to be an unclosed quote: its first line is dropped and reading starts again
-    on the line after it. A quoting slip within one line is read leniently, as before.
+    Every line is accounted for: a row is yielded, or recorded in ``dropped`` with its reason (``blank line``, ``wrong
+    number of fields``, ``unclosed quote``), by line number. The ``csv`` module lets a quoted field run over line ends,
+    so a stray ``"`` would swallow every line up to the next quote (or the end of the file) into one row, and two stray
+    quotes would even pair up into a row of the right width. So rows are read strictly (a closing quote must end its
+    field), and a row that breaks that, or spans several lines with the wrong number of fields, is taken to be an
+    unclosed quote: its first line is dropped and reading starts again on the line after it. A quoting slip within one
+    line is read leniently, as before.
     """
     source, pushed_back = iter(f), deque()
     taken: list[str] = []  # the physical lines of the row being read
@@ -216,7 +203,8 @@ def _usable(text: str, where: str, dropped: Dropped, lines: int = 1) -> bool:
     return True
 
 
-def _valid_key(key: str) -> bool:
+def is_key(key) -> bool:
+    """Whether ``key`` passes :func:`check_key`."""
     try:
         check_key(key)
     except DupqError:
@@ -357,7 +345,7 @@ def _table(
     for number, lines, row in rows:
         if k is not None and not row[k].strip():
             dropped.add(f"line {number}", "empty key", lines)
-        elif k is not None and not _valid_key(row[k]):
+        elif k is not None and not is_key(row[k]):
             dropped.add(f"line {number}", "key not printable ASCII or too long", lines)
         elif _usable(row[i], f"line {number}", dropped, lines):
             metadata = {name: value for j, (name, value) in enumerate(zip(header, row)) if j not in (i, k)}
@@ -382,7 +370,7 @@ def _record(obj: dict, column: str, key_column: str | None, where: str, dropped:
         if key is None or not key.strip():
             dropped.add(where, "empty key")
             return None
-        if not _valid_key(key):
+        if not is_key(key):
             dropped.add(where, "key not printable ASCII or too long")
             return None
     if not _usable(text, where, dropped):

@@ -1,11 +1,10 @@
 """Writing rows of results as a stream: CSV, JSON lines, a JSON array or Parquet, told apart by the file's name.
 
-Results that grow with the input (``dupq dedup``'s one row per member of a group) are written a
-batch at a time, so they never have to fit in memory: :class:`RowWriter` takes lists of rows (dicts
-with the same keys, in column order) and writes them to an open binary file, which the caller makes
-atomic (:func:`dupq.core.files.atomic_output`). A CSV cell a spreadsheet would run as a formula is
-made inert (:func:`inert`), except in the columns named ``verbatim``: an identifier that a program
-joins back on (a key such as ``-5``, ``+44`` or ``@user``) must come back as it was written.
+Results that grow with the input (``dupq dedup``'s one row per member of a group) are written a batch at a time, so they
+never have to fit in memory: :class:`RowWriter` takes lists of rows (dicts with the same keys, in column order) and
+writes them to an open binary file, which the caller makes atomic (:func:`dupq.core.files.atomic_output`). A CSV cell a
+spreadsheet would run as a formula is made inert (:func:`inert`), except in the columns named ``verbatim``: an
+identifier that a program joins back on (a key such as ``-5``, ``+44`` or ``@user``) must come back as it was written.
 
 >>> import io
 >>> buffer = io.BytesIO()

@@ -1,26 +1,14 @@
 """Turning questions into token ids, as the seed's Keras ``TextVectorization`` does.
 
-The seed (002) adapts ``TextVectorization(split="whitespace", standardize="strip_punctuation")``
-on the questions of the training duplicates. The same behaviour here:
+The seed adapts ``TextVectorization(split="whitespace", standardize="strip_punctuation")`` on the training duplicates'
+questions. The same here: delete every ASCII punctuation character (``"I'm"`` becomes ``"Im"``; case kept unless
+``lowercase``), split on whitespace, keep at most ``max_tokens`` words, and look up: 0 padding, 1 out-of-vocabulary,
+then the words by falling frequency (ties: the later word in code-point order first, as Keras). ``oov_buckets = K > 0``
+hashes an unknown word (CRC-32) into one of K ids instead, so two questions differing only in unseen words no longer
+encode alike. (Hugging Face ``tokenizers`` gives the same ids but took 5.2 s for 500,000 questions against 2.7 s here.)
 
-* standardise: delete every ASCII punctuation character (``"rising...what"`` becomes one word
-  ``"risingwhat"``, ``"I'm"`` becomes ``"Im"``); case is kept unless ``lowercase`` is set;
-* split on whitespace, keep at most ``max_tokens`` words;
-* look up: id 0 is padding, id 1 is out-of-vocabulary, then the words by falling frequency
-  (ties: the later word in code-point order first, as Keras orders them).
-
-Beyond the seed, ``oov_buckets = K > 0`` hashes an unknown word (CRC-32, stable across runs)
-into one of K extra ids after the words, instead of the single id 1: two questions that differ
-only in words never seen in training ("Worldpay" / "Mijireh") no longer encode identically.
-
-Why not Hugging Face ``tokenizers`` for words: it expresses this exactly (a ``Replace`` normaliser,
-``WhitespaceSplit``, ``WordLevel``) and gives the same ids, but on this 2-core machine it
-encodes 500,000 Quora questions in 5.2 s against 2.7 s for ``str.translate`` + ``str.split`` +
-a dict lookup, which are C code already; so the lighter path wins.
-
-Encoded questions are *ragged*: one flat id array plus offsets, padded per batch on demand.
-The vocabulary is saved as ``vocab.json`` (the words in id order) beside the model; its format
-is :class:`VocabFile`.
+Encoded questions are ragged: one flat id array plus offsets, padded per batch on demand. The vocabulary is saved as
+``vocab.json`` (:class:`VocabFile`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Grouping a corpus into groups of duplicate questions: candidates found, judged and grouped, in memory, streamed on
 this machine, or on a Ray cluster.
 
-:func:`dedup` is the package's face: a list of questions (or an open collection) in, :class:`Clusters` out, all
-in memory; the package itself calls it (``from dupq import dedup; dedup(questions)``), and stays a package
-(``import dupq.dedup.run`` finds its modules). ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`. The modules that import FAISS
-are imported when a name of theirs is first used, so ``import dupq`` stays cheap.
+:func:`dedup` is the package's face (a list of questions or an open collection in, :class:`Clusters` out, in memory),
+and the package itself calls it (``from dupq import dedup; dedup(questions)``); ``dupq dedup`` streams files of any
+size through :mod:`dupq.dedup.run`. Names whose modules import FAISS are imported when first used.
 """
 
 from __future__ import annotations

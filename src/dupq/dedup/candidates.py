@@ -1,24 +1,15 @@
 """Each question's nearest neighbours among all the others, in memory that grows linearly.
 
-Deduplicating ``N`` questions needs, for each, its ``k`` most similar others; the pairs among them
-that the model judges duplicates are the edges the groups are made of (:mod:`dupq.dedup.clusters`).
+Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked). Above it the questions are
+**partitioned** (an inverted file, Jégou, Douze & Schmid 2011; SemDeDup and NeMo Curator partition by k-means too):
+spherical k-means puts each in one of ``P = N / list_size`` lists, and a question is compared only with the ``nprobe``
+lists nearest to it, so its cost stays ``nprobe x list_size`` whatever ``N``; queries go in list order, so consecutive
+ones scan lists in the cache. With ``P > FLAT_LISTS`` the centroids are searched approximately, as FAISS advises: the
+probes through an HNSW graph (``IVFn_HNSW32``, a beam of :data:`PROBE_BEAM` x ``nprobe``) and the k-means' assignments
+through a nested ``IVFn(IVFm)``.
 
-* Up to ``exact_below`` questions the search is **exact** (FAISS's flat scan, blocked inside).
-* Above it the questions are **partitioned** (an inverted file, Jégou, Douze & Schmid 2011, as
-  FAISS's ``IndexIVFFlat``; SemDeDup and NeMo Curator also partition by k-means): spherical k-means
-  puts each question in one of ``P = N / list_size`` lists, and a question is compared only with the
-  questions of the ``nprobe`` lists whose centroids are nearest to it. The cost per question stays
-  ``nprobe x list_size`` inner products whatever ``N``. Queries are taken in the order of their
-  list, so consecutive queries scan the same lists while they are in the cache. With many lists
-  (``P > FLAT_LISTS``) the centroids are searched approximately, as FAISS advises for a large
-  ``nlist``: the probes through an HNSW graph (index factory ``IVFn_HNSW32``) searched with a beam
-  of :data:`PROBE_BEAM` times ``nprobe``, and the k-means' assignment steps through an inverted file
-  over the centroids themselves (a nested ``IVFn(IVFm)``), so neither costs a question time in
-  proportion to ``P`` (the graph ``log P``, the nested lists ``sqrt P``).
-
-The lists a query probes (:func:`probes`) come from the centroids alone, so a task that holds only
-those lists finds what the whole index finds: :func:`search_lists` is the same search over a part,
-which is how the Ray run (:mod:`dupq.dedup.ray_engine`) spreads it over machines.
+The lists a query probes (:func:`probes`) come from the centroids alone, so :func:`search_lists` over a part of the
+lists finds what the whole index finds: how the Ray run (:mod:`dupq.dedup.ray_engine`) spreads it over machines.
 
 >>> v = np.eye(3, dtype=np.float32)
 >>> exact_neighbours(v, v, 2)[1][:, 0].tolist()

@@ -1,23 +1,17 @@
-"""Three ways to turn duplicate pairs into groups, on one edge list.
+"""Three ways to turn duplicate pairs (the **edges**, :class:`Edges`) into groups; the choice decides what a group means.
 
-A deduplication run finds, for every question, candidate neighbours and judges each pair; the
-pairs judged duplicates are the **edges** (:class:`Edges`). How edges become groups decides what a
-group means:
+* :func:`star` (the default): greedy star clustering (Aslam, Pelekhov & Rus 2004): by falling
+  number of edges, each question not yet grouped becomes a representative and takes every
+  neighbour not yet grouped; every member is a duplicate *of its representative*, so a chain
+  A~B~C~D never joins A and D through B and C.
+* :func:`components`: connected components; chains glue far-apart questions (the reference,
+  as NeMo Curator's and SemDeDup's groups within a partition).
+* :func:`leader`: SemHash's rule: in input order, a question joins the best earlier
+  representative it is a duplicate of, or becomes one.
 
-* :func:`star` (the default): greedy star clustering (Aslam, Pelekhov & Rus 2004). In order of
-  falling number of edges, each question not yet grouped becomes a representative and takes every
-  neighbour not yet grouped. Every member is a duplicate *of its representative*, so a chain
-  A~B~C~D never puts A and D together unless one of them is the centre's duplicate.
-* :func:`components`: connected components (scipy's ``connected_components``). Every edge joins
-  its two ends, so chains glue far-apart questions together; kept as the reference the field
-  starts from (NeMo Curator's and SemDeDup's groups within a partition are of this kind).
-* :func:`leader`: SemHash's rule. In input order, a question joins the best earlier
-  representative it is a duplicate of (among those of its earlier neighbours) or becomes one.
-
-Each returns :class:`Clusters`: per question, its group number (-1 alone), whether it is the
-representative, and its score with the representative (1.0 for the representative itself; a
-component's member, its best edge's, until :func:`dupq.dedup.grouping.group` scores it with the
-representative).
+Each returns :class:`Clusters`: per question its group (-1 alone), whether it is the
+representative, and its score with the representative (1.0 for itself; a component's member its
+best edge's, until :func:`dupq.dedup.grouping.group` scores it).
 
 >>> e = Edges(np.array([0, 1]), np.array([1, 2]), np.array([0.9, 0.8], np.float32))
 >>> star(e, 4).label.tolist(), components(e, 4).label.tolist()

@@ -1,22 +1,16 @@
 """Grouping a corpus into groups of duplicate questions (cleaning a forum's archive).
 
-Three steps, each its own module: every question's candidate neighbours
-(:mod:`dupq.dedup.candidates`: exact below a size, partitioned above it, so memory grows linearly);
-each candidate pair judged as the model judges pairs (:mod:`dupq.modeling.verdict`: the model's score,
-its calibrated probability for the bundled model, above the threshold), the duplicates being the
-edges; and the edges made into groups (:mod:`dupq.dedup.clusters`: star clusters by default, so
-every member is a duplicate of its representative). Questions with the same text are duplicates
-whatever the model says (score 1.0), as SemHash groups exact copies first.
+Three steps, each its own module: every question's candidate neighbours (:mod:`dupq.dedup.candidates`),
+each pair judged as the model judges pairs (:mod:`dupq.modeling.verdict`), the duplicates being the
+edges, and the edges made into groups (:mod:`dupq.dedup.clusters`: star clusters by default). Equal
+texts are duplicates whatever the model says (score 1.0), as SemHash groups exact copies first.
 
-**A reranker** (retrieve and rerank, as SemDeDup and NeMo Curator re-score their nearest-neighbour
-candidates): the fast model still proposes each question's candidates, and a second, better model
-judges them: every candidate pair is re-scored by the cosine of the reranker's vectors (each question
-encoded by it once) and judged by the reranker's own verdict (its threshold and calibration), and the
-groups are made of its duplicates and scored by it.
+**A reranker** (retrieve and rerank, as SemDeDup and NeMo Curator re-score their candidates): the
+fast model proposes the candidates; the reranker re-scores each pair by the cosine of its vectors
+(each question encoded once), judges it by its own verdict and scores the groups.
 
 A representative gathers at most ``neighbours`` members found from its side, plus those that found
-it; raise ``neighbours`` where one question is asked hundreds of times. :func:`dedup` is the whole
-run in memory; ``dupq dedup`` streams files of any size through :mod:`dupq.dedup.run`.
+it. :func:`dedup` is the whole run in memory; ``dupq dedup`` streams files through :mod:`dupq.dedup.run`.
 
 >>> from dupq.modeling.model import Model
 >>> clusters = dedup(["How do I learn Python?", "How can I learn Python?", "Why is the sky blue?"], Model.load())

@@ -1,24 +1,14 @@
 """``dupq dedup --ray ADDRESS``: the encoding and the search of a run as Ray tasks.
 
-The driver (the machine that runs the command) streams the input, keeps the work folder and writes
-the output exactly as on one machine (:mod:`dupq.dedup.run`); what it hands to the cluster is
-the arithmetic:
+The driver streams the input, keeps the work folder and writes the output as on one machine (:mod:`dupq.dedup.run`); the
+cluster gets the arithmetic: **encode** (chunks of texts; the model shipped once as the folder's bytes), **probe**
+(chunks of vectors against the centroids trained on the driver from 32 a list) and **search** (blocks of queries in list
+order, each task given the vectors of exactly the lists its queries probe, :func:`dupq.dedup.candidates.list_index`), so
+the groups are the same as on one machine (up to the order of equal scores).
 
-* **encode**: chunks of texts, each a task that encodes them with the model (shipped once as the
-  folder's bytes, so the nodes need dupq installed but not the model);
-* **probe**: chunks of vectors, each a task that finds the lists they fall in (the k-means centroids
-  are trained on the driver from a sample of 32 per list);
-* **search**: blocks of queries taken in the order of their list, as on one machine; each task gets
-  its queries and the vectors of exactly the lists they probe, builds the same inverted file over
-  them (:func:`dupq.dedup.candidates.list_index`) and returns the judged duplicate pairs. A query
-  sees the same lists as on one machine, so the groups are the same (up to the order of equal scores).
-
-At most ``2 x`` the cluster's CPUs tasks are in flight, so the driver's memory stays bounded; results
-are taken in order, so a killed run resumes from the last block recorded, as on one machine.
-
-A cluster that dies mid-run is noticed within seconds (:meth:`RayEngine.watch`): one ``error:``
-sentence, exit status 2, the work folder kept to resume from, where Ray itself would retry for a
-minute and then end the process with its own fatal log.
+At most ``2 x`` the cluster's CPUs tasks are in flight and results are taken in order, so memory stays bounded and a
+killed run resumes from the last block. A cluster that dies mid-run is noticed within seconds (:meth:`RayEngine.watch`):
+one ``error:`` sentence, exit 2, the work folder kept.
 """
 
 from __future__ import annotations
@@ -36,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from dupq.core.errors import DupqError
-from dupq.dedup.candidates import Corpus, Plan
+from dupq.dedup.candidates import Corpus, Plan, probes
 from dupq.dedup.clusters import Edges
 from dupq.dedup.engine import interrupted
 from dupq.dedup.grouping import DedupConfig, block_edges
@@ -69,7 +59,6 @@ def _encode(files, name, texts):
 
 
 def _probes(vectors, centroids, nprobe):
-    from dupq.dedup.candidates import probes
 
     return probes(vectors, centroids, nprobe)
 

@@ -1,13 +1,12 @@
 """What a moderator reads of a dedup run: each group's size, representative, members' scores and tiers, and a
 review page.
 
-A group's **confidence** is its least member score with the representative (the member a moderator is least
-sure of decides whether the group can be merged as it is); each member's **tier** is its score against the
-run's tier thresholds (:func:`dupq.modeling.verdict.dedup_tiers`: ``suggest``, worth a look, or ``duplicate``,
-safe to act on). :func:`ranked` orders the groups as the output file lists them, surest first; :func:`for_review`
-as the review page does, the largest first and among equal sizes the least certain first, where a moderator's
-time matters most. :func:`write_review` writes the page: one self-contained HTML file (no script, no external
-asset, every text escaped) in a new folder, filled beside it and renamed into place.
+A group's **confidence** is its least member score with the representative (the member a moderator is least sure of
+decides whether the group can be merged as it is); each member's **tier** is its score against the run's
+:func:`dupq.modeling.verdict.dedup_tiers`. :func:`ranked` orders the groups as the output file lists them, surest
+first; :func:`for_review` as the review page does, the largest and least certain first, where a moderator's time
+matters most. :func:`write_review` writes the page: one self-contained HTML file (no script, no external asset, every
+text escaped) in a new folder, filled beside it and renamed into place.
 
 >>> c = Clusters(np.array([0, 0, 1, 1, 1]), np.array([1, 0, 1, 0, 0], bool), np.array([1, .6, 1, .9, .8], np.float32))
 >>> [(g.number, g.size, round(g.confidence, 2)) for g in ranked(c)]

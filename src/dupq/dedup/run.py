@@ -1,38 +1,31 @@
 """``dupq dedup`` on an archive of any size: streamed in, resumable, streamed out.
 
-The run keeps its intermediate results in a **work folder** beside the output (``OUT.work``), one
-stage after another, each recorded in ``state.json`` only once its files are complete:
+The run keeps its intermediate results in a **work folder** beside the output (``OUT.work``), one stage after another,
+each recorded in ``state.json`` only once its files are complete:
 
-1. **read**: the questions streamed from the file (:func:`dupq.data.questions.stream_questions`) or
-   the collection, their texts and keys appended to flat files (8 bytes of offset a question in
-   memory, the texts themselves on disk), and an 8-byte hash of each text, so that equal texts are
-   found without a dictionary of every text (a repeated key is refused the same way);
-2. **encode**: unit vectors written into ``vectors.npy`` a chunk at a time, the count recorded after
-   each chunk: a killed run goes on from the last chunk; with a reranker, its vectors of every question
-   into ``reranked.npy`` the same way (each question encoded by it once, not once per pair);
-3. **search**: each question's candidates (:mod:`dupq.dedup.candidates`), judged as the model judges
-   pairs (as the reranker judges them, by its cosine, with one), the duplicates appended to an edge file
-   a block at a time, recorded after each block;
-4. **group** and **write**: the edges made into groups (:mod:`dupq.dedup.clusters`) and the groups
-   streamed to the output, surest first, through a temporary file renamed into place
-   (:mod:`dupq.data.tables`); each row carries its group's size and confidence and its own tier
-   (:mod:`dupq.dedup.review`, which also writes the review page when one is asked for).
+1. **read**: the questions streamed in, texts and keys appended to flat files (8 bytes of offset a
+   question in memory), with an 8-byte hash of each text, so equal texts (and repeated keys) are
+   found without a dictionary of every text;
+2. **encode**: unit vectors into ``vectors.npy`` a chunk at a time (a reranker's into
+   ``reranked.npy``), the count recorded after each chunk: a killed run goes on from the last;
+3. **search**: each question's candidates (:mod:`dupq.dedup.candidates`) judged as the model (or
+   reranker) judges pairs, the duplicates appended to an edge file a block at a time;
+4. **group** and **write**: the edges made into groups (:mod:`dupq.dedup.clusters`) streamed out,
+   surest first, through a temporary file renamed into place, each row with its tier
+   (:mod:`dupq.dedup.review`, which also writes the review page).
 
-Memory grows linearly: the vectors and the index (``(4d + 8)`` bytes a question), the edges and the
-per-question arrays; never a matrix of pairs. A run started again with the same input, model and
-options resumes; with anything else it starts over. The work folder is removed after the output is
-written, or when the input is refused. dupq marks a work folder it makes (:data:`MARKER`): only such a
-folder (or an empty one) is reused or deleted, any other is refused. ``engine`` does the encoding and
-the search (:mod:`dupq.dedup.engine`): this machine (:class:`Local`) or a Ray cluster; when it
-fails mid-way the work folder is kept and the run resumes when started again.
-
-:func:`dedup_file` and :func:`dedup_collection` are the two sources a run reads (what ``dupq dedup`` calls);
-the output may be neither input nor inside the work folder (:func:`dupq.core.files.check_apart`).
+Memory grows linearly (``(4d + 8)`` bytes a question and the edges), never a matrix of pairs. A run started again with
+the same input, model and options resumes; with anything else it starts over. The work folder is removed once the output
+is written or the input refused; only a folder dupq marked (:data:`MARKER`), or an empty one, is reused or deleted.
+``engine`` (:mod:`dupq.dedup.engine`: :class:`Local` or a Ray cluster) encodes and searches; when it fails mid-way the
+work folder is kept for the resume. :func:`dedup_file` and :func:`dedup_collection` are the two sources; the output may
+be neither input nor inside the work folder.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import shutil
 from array import array
@@ -375,15 +368,10 @@ def dedup_file(
     def records() -> Iterator[Record]:
         if first is None:
             return
-        for q in _chain(first, stream):
+        for q in itertools.chain([first], stream):
             yield Record(q.text, q.key if q.key is not None else str(q.line))
 
     return run(records(), out, model, config, identity, work_folder, engine, progress, review, reranker)
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
 
 
 def collection_reranker(collection, rerank: Model | bool | None, store: bool = True) -> tuple[Model | None, dict]:

@@ -1,12 +1,9 @@
 """Fitting a model's calibration on dev pairs: the beta map's numbers and the decision threshold.
 
-Beta calibration, ``p = sigmoid(a ln s - b ln(1 - s) + c)`` with ``s = sigmoid(logit)`` (Kull,
-Silva Filho & Flach 2017). :func:`fit_calibration` fits ``a, b, c`` on dev pairs' logits and
-labels; :func:`dupq.modeling.probability.calibrated` applies them (the model does, for every
-probability it reports). :func:`threshold_record` chooses the threshold on dev scores with
-:func:`dupq.evaluation.metrics.best_threshold`. Pure numpy: :func:`dupq.evaluation.evaluate.calibrate`
-gives them a model's dev pairs, and :func:`dupq.evaluation.metrics.expected_calibration_error`
-checks the fit on test pairs.
+Beta calibration (Kull, Silva Filho & Flach 2017): :func:`fit_calibration` fits ``a, b, c`` of ``p = sigmoid(a ln s - b
+ln(1 - s) + c)``, ``s = sigmoid(logit)``, on dev pairs; :func:`dupq.modeling.probability.calibrated` applies them;
+:func:`threshold_record` chooses the threshold on dev scores. Pure NumPy: :func:`dupq.evaluation.evaluate.calibrate`
+gives them a model's dev pairs.
 """
 
 from __future__ import annotations
@@ -44,14 +41,13 @@ def logistic_fit(features: np.ndarray, labels: np.ndarray, iterations: int = 100
 def fit_calibration(logits: np.ndarray, labels: np.ndarray, smooth: bool = False) -> dict[str, float]:
     """Beta calibration of pair logits: ``p = sigmoid(a ln s - b ln(1 - s) + c)`` with ``s = sigmoid(logit)``.
 
-    Kull, Silva Filho & Flach 2017, *Beta calibration: a well-founded and easily implemented
-    improvement on logistic calibration for binary classifiers*. It contains Platt scaling's
-    family's shape at a = b and fits the asymmetric miscalibration of a pair head that Platt
-    scaling cannot (the first labelled model: dev ECE 0.037 with Platt scaling, 0.005 with this). A
-    negative a or b would make the map non-monotone; then the fit is redone without that term,
-    as the paper advises. Fit it on dev pairs; :func:`expected_calibration_error` checks it on test.
-    ``smooth``: fit Platt's (1999) targets ``(N+ + 1) / (N+ + 2)`` and ``1 / (N- + 2)`` in place of 1 and
-    0, so that a few separable pairs (a help desk's decisions) do not push every pair to 0 or 1.
+    Kull, Silva Filho & Flach 2017, *Beta calibration: a well-founded and easily implemented improvement on logistic
+    calibration for binary classifiers*. It contains Platt scaling's family's shape at a = b and fits the asymmetric
+    miscalibration of a pair head that Platt scaling cannot (the first labelled model: dev ECE 0.037 with Platt scaling,
+    0.005 with this). A negative a or b would make the map non-monotone; then the fit is redone without that term, as
+    the paper advises. Fit it on dev pairs; :func:`expected_calibration_error` checks it on test. ``smooth``: fit
+    Platt's (1999) targets ``(N+ + 1) / (N+ + 2)`` and ``1 / (N- + 2)`` in place of 1 and 0, so that a few separable
+    pairs (a help desk's decisions) do not push every pair to 0 or 1.
 
     >>> fit = fit_calibration(np.array([-2.0, -1.0, 1.0, 2.0, 0.5, -0.5]), np.array([0, 0, 1, 1, 0, 1]))
     >>> fit["a"] >= 0 and fit["b"] >= 0

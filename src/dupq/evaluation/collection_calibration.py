@@ -1,24 +1,16 @@
 """Refitting a collection's search calibration on its moderators' decisions (``dupq index calibrate DIR``).
 
-Each decision :meth:`~dupq.collection.collection.Collection.decisions` gives is a labelled search hit
-(:func:`~dupq.collection.calibration.decision_features`); :func:`calibrate_collection` fits
-:func:`~dupq.evaluation.calibration.fit_search_calibration` on all of them and keeps the fit as the
-collection's own (:meth:`~dupq.collection.collection.Collection.use_calibration`). What it is worth is
-measured on held-out decisions: a fixed-seed :data:`HELD_OUT` share of each label is set aside, a second fit
-on the rest judges them, and so does the calibration the collection used before; the report gives both.
+Each decision is a labelled search hit (:func:`~dupq.collection.calibration.decision_features`);
+:func:`calibrate_collection` fits :func:`~dupq.evaluation.calibration.fit_search_calibration` on all of
+them and keeps it as the collection's own. What it is worth is measured on a fixed-seed
+:data:`HELD_OUT` share of each label, judged by a fit on the rest and by the calibration used before.
 
-Refused in one sentence with fewer than :data:`MIN_DECISIONS` decisions or fewer than :data:`MIN_EACH` of
-either label: the fit has five weights and two thresholds, and the held-out part must hold both labels for
-ROC-AUC to exist. A refit that judges the held-out decisions worse than the calibration in use on both
-counts (a lower ROC-AUC and a higher ECE) is refused too, and nothing changes (``force`` keeps it all the
-same), as ``dupq calibrate --pairs`` refuses a fit worse than the model's own. Decisions that contradict each other (two questions judged duplicates of one canonical
-question and distinct from each other, or one pair judged both ways) are counted and warned of, and fitted all
-the same: they are what the moderators said.
-
-**Per scope** (``scope="category"``, ``dupq index calibrate DIR --scope category``): the decisions are grouped by
-the value of that metadata field of the question judged against (the side a search finds, so that a hit is
-judged by the decisions on hits of its own scope), and each value with as many decisions as the collection
-needs (the same floor) gets a fit of its own on them alone; the other values are judged by the collection's.
+Refused in one sentence below :data:`MIN_DECISIONS` decisions or :data:`MIN_EACH` of either label (the
+held-out part must hold both for ROC-AUC), and when the refit judges the held-out decisions worse on
+both counts (lower ROC-AUC, higher ECE) unless ``force``. Contradicting decisions are counted, warned
+of and fitted all the same: they are what the moderators said. **Per scope** (``scope="category"``):
+the decisions are grouped by that metadata field of the question judged against (the side a search
+finds), and each value with enough decisions gets a fit of its own; the others keep the collection's.
 
 >>> calibrate_collection(Collection.open("runs/desk"))["held_out"]["after"]["roc_auc"]  # doctest: +SKIP
 0.93

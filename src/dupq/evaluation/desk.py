@@ -1,16 +1,11 @@
 """A help desk's own searches: its new questions search its old ones; is the right old one found first?
 
-(A desk's labelled pairs, ``dupq evaluate --pairs FILE``, are judged by :func:`~dupq.evaluation.evaluate.evaluate`
-at the model's threshold, as any pairs are.) ``dupq evaluate --questions OLD --queries NEW`` runs
-:func:`desk_retrieval`: each new
-question searches the old ones (a file ``dupq index build`` takes), and the one relevant is the old
-question its ``old`` column names (by text, or by key); the measures are trec_eval's, as for the
-shipped help-desk task (:func:`~dupq.evaluation.retrieval.ranking_measures`: MRR@10, nDCG@10,
-Recall@1/10, P@1), the model's and BM25's.
+``dupq evaluate --questions OLD --queries NEW`` runs :func:`desk_retrieval`: each new question
+searches the old ones, and the one relevant is the old question its ``old`` column names (by text
+or key); the measures are trec_eval's (:func:`~dupq.evaluation.retrieval.ranking_measures`), the
+model's and BM25's. (A desk's labelled pairs, ``--pairs``, are judged as any pairs are.)
 
->>> old = read_questions("old.tsv")                                                      # doctest: +SKIP
->>> new = read_questions("new.tsv", column="question")  # its column old: each one's old question  # doctest: +SKIP
->>> desk_retrieval(Model.load(), old, new)["model"]["recall@10"]                        # doctest: +SKIP
+>>> desk_retrieval(Model.load(), read_questions("old.tsv"), read_questions("new.tsv"))["model"]["recall@10"]  # doctest: +SKIP
 1.0
 """
 

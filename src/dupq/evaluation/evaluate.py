@@ -1,12 +1,9 @@
 """Judging a model on a split: its pair scores, every metric of them, the dev threshold, the summary.
 
-:func:`evaluate` asks a :class:`~dupq.modeling.model.Model` for the scores of a split's pairs and reports
-the metrics of :mod:`dupq.evaluation.metrics` at the model's threshold. :func:`calibrate` has the model's
-threshold chosen (and :mod:`dupq.modeling.probability`'s probability map fitted) on the **dev** pairs,
-and :func:`evaluate` only *reports* it on the test pairs: choosing it where it is reported would
-flatter the model (sentence-transformers' ``BinaryClassificationEvaluator`` does that; this
-module does not). :func:`calibrate_and_test` keeps both records in ``model.metrics``; the split
-comes from :func:`dupq.data.pairs.held_out` and :meth:`Model.save <dupq.modeling.model.Model.save>` writes the folder.
+:func:`evaluate` reports the metrics of :mod:`dupq.evaluation.metrics` of a split's pairs at the model's threshold.
+:func:`calibrate` chooses the threshold (and fits the probability map) on the **dev** pairs, and :func:`evaluate` only
+*reports* it on the test pairs: choosing it where it is reported would flatter the model (sentence-transformers'
+``BinaryClassificationEvaluator`` does). :func:`calibrate_and_test` keeps both records in ``model.metrics``.
 """
 
 from __future__ import annotations
@@ -138,10 +135,9 @@ def check_dev_labels(labels: np.ndarray) -> None:
 def calibrate(model: Model, dev_pairs: Pairs, smooth: bool = False) -> dict[str, Any]:
     """Choose the model's threshold on the **dev** pairs: the one maximising accuracy.
 
-    The F1-maximising threshold is found too and kept for reference (a user who cares more
-    about finding every duplicate than about being right overall may prefer it). Sets
-    ``model.judge.threshold`` and ``threshold_info`` (saved in ``config.json`` by
-    ``model.save``) and returns the calibration record. Never pass test pairs here. ``smooth``: see
+    The F1-maximising threshold is found too and kept for reference (a user who cares more about finding every duplicate
+    than about being right overall may prefer it). Sets ``model.judge.threshold`` and ``threshold_info`` (saved in
+    ``config.json`` by ``model.save``) and returns the calibration record. Never pass test pairs here. ``smooth``: see
     :func:`~dupq.evaluation.calibration.fit_calibration` (for a few pairs).
     """
     if not len(dev_pairs):
@@ -172,14 +168,13 @@ TRUSTED = 50  # decisions of each label below which a calibration fitted on them
 def calibrate_on_decisions(model: Model, pairs: Pairs, log=print) -> dict[str, Any]:
     """Calibrate the model on a help desk's own decisions (``dupq index decisions``), if they can be trusted.
 
-    The model's own accuracy, ROC-AUC, ECE and Brier score on the pairs are reported (``log``) beside
-    those of a calibration fitted on them, judged by :data:`FOLDS`-fold cross-validation (each fold
-    scored by a map and a threshold fitted on the others; a fit judged on its own pairs flatters
-    itself). A fit no better than the decisions' share of duplicates (noise, or contradictory
-    decisions: a flat map, under which the model never finds a duplicate again), or worse than the
-    model's own probabilities, is refused and the model left as it was; fewer than :data:`TRUSTED`
-    of a label is said to be too few to trust. Otherwise as :func:`calibrate`, with Platt's
-    smoothed targets, and its record (``"decisions"``: the figures) is returned.
+    The model's own accuracy, ROC-AUC, ECE and Brier score on the pairs are reported (``log``) beside those of a
+    calibration fitted on them, judged by :data:`FOLDS`-fold cross-validation (each fold scored by a map and a threshold
+    fitted on the others; a fit judged on its own pairs flatters itself). A fit no better than the decisions' share of
+    duplicates (noise, or contradictory decisions: a flat map, under which the model never finds a duplicate again), or
+    worse than the model's own probabilities, is refused and the model left as it was; fewer than :data:`TRUSTED` of a
+    label is said to be too few to trust. Otherwise as :func:`calibrate`, with Platt's smoothed targets, and its record
+    (``"decisions"``: the figures) is returned.
     """
     if not len(pairs):
         raise DupqError("there are no pairs to calibrate on.")

@@ -1,11 +1,10 @@
 """How well groups of duplicates agree with labelled pairs: pairwise precision, recall and F1.
 
-A labelled pair ``(a, b)`` whose two questions are both in the grouped input is *predicted* a duplicate
-when both land in one group. Over the labelled pairs, precision is the share of predicted pairs that are
-labelled duplicates and recall the share of labelled duplicates predicted (the pairwise measures of
-record linkage and clustering, e.g. Menestrina, Whang & Garcia-Molina 2010). Only labelled pairs count,
-so a grouping that chains thousands of questions together is not charged for the unlabelled pairs it
-joins: read these beside the largest group (``dupq-lab dedup-scale`` prints both).
+A labelled pair ``(a, b)`` whose two questions are both in the grouped input is *predicted* a duplicate when both land
+in one group. Over the labelled pairs, precision is the share of predicted pairs that are labelled duplicates and recall
+the share of labelled duplicates predicted (the pairwise measures of record linkage and clustering, e.g. Menestrina,
+Whang & Garcia-Molina 2010). Only labelled pairs count, so a grouping that chains thousands of questions together is not
+charged for the unlabelled pairs it joins: read these beside the largest group (``dupq-lab dedup-scale`` prints both).
 
 >>> pairwise(np.array([0, 0, -1]), np.array([0, 1]), np.array([1, 2]), np.array([1, 1]))
 {'precision': 1.0, 'recall': 0.5, 'f1': 0.6667, 'pairs': 2}

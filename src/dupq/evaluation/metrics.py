@@ -1,19 +1,15 @@
 """Metrics of judged pairs: pure functions of numpy arrays, checked against scikit-learn in the tests.
 
-The seed (002, part 4 "classify") scores a test pair by the cosine similarity ``d`` of its two
-question vectors, calls it a duplicate when ``d > threshold`` (0.7 there) and reports accuracy
-and the confusion matrix with rows = true label 0/1 and columns = predicted 0/1:
+The seed scores a test pair by the cosine ``d`` of its two vectors, calls it a duplicate when
+``d > threshold`` (0.7 there) and reports accuracy and the confusion matrix, rows = true label,
+columns = predicted::
 
     [[TN, FP],
      [FN, TP]]          the seed's model: [[4872, 1510], [1309, 2549]], accuracy 0.7247
 
-Every function takes ``scores`` (N,) floats and ``labels`` (N,) 0/1 and knows nothing of a
-model and no file: :mod:`dupq.evaluation.evaluate` asks a model for the scores and :mod:`dupq.modeling.probability`
-maps its logits to probabilities. :func:`best_threshold` chooses a threshold on whatever pairs it
-is given; :func:`dupq.modeling.probability.threshold_record` gives it the dev pairs, never the reported ones.
-
-ROC-AUC and average precision follow scikit-learn's definitions exactly, tied scores included:
-the curves have one point per *distinct* score, so pairs with equal scores move together.
+Every function takes ``scores (N,)`` and ``labels (N,)`` 0/1 and knows no model and no file. :func:`best_threshold`
+chooses on whatever pairs it is given (the caller gives it dev pairs, never the reported ones). ROC-AUC and average
+precision follow scikit-learn's definitions exactly, ties included: the curves have one point per *distinct* score.
 """
 
 from __future__ import annotations
@@ -50,10 +46,9 @@ def _ratio(a: float, b: float) -> float:
 def binary_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, Any]:
     """Accuracy, precision, recall, F1 and the confusion matrix of ``score > threshold``.
 
-    ``confusion_matrix`` is ``[[TN, FP], [FN, TP]]`` (rows true 0/1, columns predicted 0/1, as
-    the seed's ``tf.math.confusion_matrix``). Precision/recall/F1 treat duplicates as positive
-    and are 0 when undefined (no predicted or no true duplicates), as scikit-learn's
-    ``zero_division=0``.
+    ``confusion_matrix`` is ``[[TN, FP], [FN, TP]]`` (rows true 0/1, columns predicted 0/1, as the seed's
+    ``tf.math.confusion_matrix``). Precision/recall/F1 treat duplicates as positive and are 0 when undefined (no
+    predicted or no true duplicates), as scikit-learn's ``zero_division=0``.
 
     >>> binary_metrics(np.array([0.9, 0.8, 0.3]), np.array([1, 0, 0]), 0.7)["confusion_matrix"]
     [[1, 1], [0, 1]]
@@ -93,8 +88,7 @@ def _cumulative(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.
 def roc_curve(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(fpr, tpr, thresholds)`` of the ROC curve, starting at (0, 0); ``(K + 1,)`` each.
 
-    The point k is for calling ``score >= thresholds[k]`` a duplicate; thresholds[0] is +inf.
-    Needs both labels present.
+    The point k is for calling ``score >= thresholds[k]`` a duplicate; thresholds[0] is +inf. Needs both labels present.
     """
     scores, labels = check_scores(scores, labels)
     tps, fps, t = _cumulative(scores, labels)
@@ -115,10 +109,9 @@ def precision_recall_curve(scores: np.ndarray, labels: np.ndarray) -> tuple[np.n
 def threshold_free(scores: np.ndarray, labels: np.ndarray) -> dict[str, float | None]:
     """ROC-AUC and average precision of the scores, as scikit-learn computes them.
 
-    ``roc_auc`` is the trapezoidal area under the ROC curve: the chance that a random duplicate
-    scores above a random non-duplicate, ties counting half. ``average_precision`` is
-    ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct scores, highest first (no
-    interpolation). Both are None when one of the labels is absent (undefined).
+    ``roc_auc`` is the trapezoidal area under the ROC curve: the chance that a random duplicate scores above a random
+    non-duplicate, ties counting half. ``average_precision`` is ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct
+    scores, highest first (no interpolation). Both are None when one of the labels is absent (undefined).
 
     >>> threshold_free(np.array([0.9, 0.8, 0.3]), np.array([1, 0, 0]))
     {'roc_auc': 1.0, 'average_precision': 1.0}
@@ -140,11 +133,10 @@ def threshold_free(scores: np.ndarray, labels: np.ndarray) -> dict[str, float | 
 def best_threshold(scores: np.ndarray, labels: np.ndarray, metric: str = "accuracy") -> dict[str, Any]:
     """The threshold ``t`` whose ``score > t`` maximises ``metric`` ("accuracy" or "f1"), exactly.
 
-    Only the set of pairs above ``t`` matters, so the candidates are one cut between each two
-    neighbouring distinct scores (their midpoint, so a new pair scoring in between is not
-    decided by a hair), plus "all duplicates" and "none". The counts for every cut come from
-    one cumulative sum over the sorted scores: O(N log N), no loop over thresholds. Ties
-    between cuts go to the highest threshold.
+    Only the set of pairs above ``t`` matters, so the candidates are one cut between each two neighbouring distinct
+    scores (their midpoint, so a new pair scoring in between is not decided by a hair), plus "all duplicates" and
+    "none". The counts for every cut come from one cumulative sum over the sorted scores: O(N log N), no loop over
+    thresholds. Ties between cuts go to the highest threshold.
 
     >>> best_threshold(np.array([0.9, 0.8, 0.3]), np.array([1, 1, 0]))
     {'metric': 'accuracy', 'threshold': 0.55, 'value': 1.0}

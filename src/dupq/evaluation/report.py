@@ -1,19 +1,12 @@
 """A report with pictures: how a model was trained and how it judges the test pairs.
 
-``write_report(model, test_pairs, out)`` writes ``out/index.html`` and five PNG files beside it
-(referenced by relative paths, so the folder can be moved, zipped or opened offline):
-
-* ``training.png``: train and validation loss per epoch (from ``metrics.json``);
-* ``histogram.png``: similarity of duplicate vs non-duplicate test pairs, the threshold drawn;
-* ``roc.png`` and ``pr.png``: the ROC and precision-recall curves, the operating point marked;
-* ``confusion.png``: the confusion matrix in the seed's orientation (rows true, columns predicted);
-* ``reliability.png``: for a model with a probability, the reliability diagram (predicted
-  probability against the share of duplicates, per tenth) and its expected calibration error.
-
-The page ends with the worst errors: the non-duplicates the model was surest were duplicates
-(highest score) and the duplicates it was surest were not (lowest score), texts HTML-escaped.
-The score is the one the threshold applies to: the cosine, or the probability for a model judged
-on one; the verdict is :func:`dupq.modeling.verdict.above`, as everywhere. Pictures are drawn with matplotlib's ``Figure`` (Agg, no display, no pyplot state).
+``write_report(model, test_pairs, out)`` writes ``out/index.html`` and its PNG files beside it (relative paths: the
+folder can be moved): ``training.png`` (loss per epoch), ``histogram.png`` (scores of duplicates and non-duplicates, the
+threshold drawn), ``roc.png`` and ``pr.png`` (the operating point marked), ``confusion.png`` (rows true, columns
+predicted) and, for a model with a probability, ``reliability.png`` with its ECE. The page ends with the worst errors of
+either kind, HTML-escaped. The score is the one the threshold applies to and the verdict
+:func:`dupq.modeling.verdict.above`, as everywhere; figures are drawn with matplotlib's ``Figure`` (Agg, no pyplot
+state).
 """
 
 from __future__ import annotations
@@ -85,28 +78,12 @@ def reliability_figure(probabilities: np.ndarray, labels: np.ndarray) -> Figure:
     ax = fig.subplots()
     ax.plot([0, 1], [0, 1], color="gray", ls="--", lw=1, label="perfectly calibrated")
     used = [i for i, n in enumerate(r["pairs"]) if n]
-    ax.plot(
-        [r["mean_probability"][i] for i in used],
-        [r["duplicate_share"][i] for i in used],
-        "o-",
-        color=DUP,
-        label="test pairs",
-    )
-    for i in used:
-        ax.annotate(
-            f"{r['pairs'][i]:,}",
-            (r["mean_probability"][i], r["duplicate_share"][i]),
-            fontsize=6,
-            xytext=(3, -8),
-            textcoords="offset points",
-        )
-    ax.set(
-        xlim=(0, 1),
-        ylim=(0, 1),
-        xlabel="predicted probability (mean per tenth)",
-        ylabel="share that are duplicates",
-        title=f"Reliability (ECE {ece:.3f})",
-    )
+    xs, ys = [r["mean_probability"][i] for i in used], [r["duplicate_share"][i] for i in used]
+    ax.plot(xs, ys, "o-", color=DUP, label="test pairs")
+    for i, x, y in zip(used, xs, ys):
+        ax.annotate(f"{r['pairs'][i]:,}", (x, y), fontsize=6, xytext=(3, -8), textcoords="offset points")
+    ax.set(xlim=(0, 1), ylim=(0, 1), title=f"Reliability (ECE {ece:.3f})")
+    ax.set(xlabel="predicted probability (mean per tenth)", ylabel="share that are duplicates")
     ax.legend(fontsize=8, loc="upper left")
     return fig
 
@@ -285,9 +262,8 @@ def _calibration_section(probabilities: np.ndarray | None, labels: np.ndarray, o
     if probabilities is None:
         return None, ""
     figure = _png(reliability_figure(probabilities, labels), out / "reliability.png")
-    return expected_calibration_error(
-        probabilities, labels
-    ), f'<h2>Calibration</h2><img src="{figure}" alt="reliability diagram">'
+    section = f'<h2>Calibration</h2><img src="{figure}" alt="reliability diagram">'
+    return expected_calibration_error(probabilities, labels), section
 
 
 def _training_section(model: Model, out: Path) -> str:

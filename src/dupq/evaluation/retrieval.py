@@ -1,29 +1,16 @@
 """Retrieval quality: a question searches a collection; is a known duplicate at the top?
 
-The task is BEIR's Quora task and sentence-transformers' Quora split, on dupq's held-out rows
-(:func:`held_out_task`):
+BEIR's and sentence-transformers' Quora task, on dupq's held-out rows (:func:`held_out_task`): the **collection** is
+every distinct question of the test and dev rows (38,614 on the seed split; ``parts=("dev",)``: the dev rows alone, to
+choose on); the **queries** every distinct question1 of a held-out duplicate pair whose texts differ (7,025), each
+searching with its own entry left out; the **relevant** ones every known duplicate, by the transitive closure of the
+whole file's labels (:func:`dupq.data.duplicates.duplicate_groups`; no held-out text is trained on).
 
-* **collection**: every distinct question of the held-out rows (the test *and* the dev rows of the
-  split the model was trained with: 38,614 questions on the seed split);
-* **queries**: every distinct question1 of a held-out duplicate pair whose two texts differ
-  (7,025); a query searches the collection with its own entry left out;
-* **relevant**: every known duplicate of the query in the collection: the transitive closure of
-  the duplicate labels of the whole file (A ~ B and B ~ C make A ~ C;
-  :func:`dupq.data.duplicates.duplicate_groups`). Training labels only say which questions are
-  duplicates; no text of a held-out row is trained on.
-
-``parts=("dev",)`` builds the same task from the dev rows alone, for choosing among models;
-the default (test and dev rows) is the reported one.
-
-A system ranks the collection for each query (:func:`dense_ranking` for unit vectors, by
-:func:`dupq.index.vectors.search`, exact; :func:`bm25_ranking` with the ``bm25s`` package;
-:func:`reranked_ranking`: a dense ranking's top candidates ordered by a second encoder), and
-:func:`ranking_measures` scores its top ``k`` with trec_eval's measures through ``pytrec_eval``:
-MRR@10 (``recip_rank`` of a top-10 run), nDCG@10 (``ndcg_cut_10``), Recall@1 and Recall@10 (the
-share of a query's relevant questions in its top 1 / 10) and P@1. The run given to trec_eval
-scores each query's list by its position, so trec_eval keeps the system's order (its own tie rule
-would sort equal scores by document id, backwards). ``mrr@10_question2`` is the seeds' older
-figure: the reciprocal rank of each held-out pair's own question2 only (0 past 10), per pair.
+A system ranks the collection for each query (:func:`dense_ranking`, exact; :func:`bm25_ranking` with ``bm25s``;
+:func:`reranked_ranking`), and :func:`ranking_measures` scores its top ``k`` with trec_eval's measures through
+``pytrec_eval``: MRR@10, nDCG@10, Recall@1/10 and P@1. Each list is scored by position, so trec_eval keeps the system's
+order (its own tie rule would sort equal scores by document id). ``mrr@10_question2`` is the seeds' older figure: the
+reciprocal rank of each held-out pair's own question2 only.
 
 >>> result = evaluate_retrieval(Model.load(), read_pairs(default_data_path())[0])   # doctest: +SKIP
 >>> result["model"]["mrr@10"], result["bm25"]["mrr@10"]                              # doctest: +SKIP
@@ -85,8 +72,7 @@ class RetrievalTask:
 def held_out_task(splits: Splits, labelled: Pairs, parts: Sequence[str] = HELD_OUT) -> RetrievalTask:
     """The Quora retrieval task of the held-out rows ``parts`` of ``splits`` (see the module docstring).
 
-    ``labelled``: every pair of the data file; its duplicate labels, closed transitively, are the
-    relevance judgements.
+    ``labelled``: every pair of the data file; its duplicate labels, closed transitively, are the relevance judgements.
     """
     unknown = set(parts) - set(HELD_OUT)
     if unknown or not parts:
@@ -179,9 +165,8 @@ def candidate_recall(task: RetrievalTask, candidates: np.ndarray) -> float:
 def bm25_ranking(task: RetrievalTask, k: int = K) -> np.ndarray:
     """``(Q, k)`` corpus indices, best first, by BM25 (the ``bm25s`` package, its defaults).
 
-    bm25s's defaults: Lucene's BM25 (k1 = 1.5, b = 0.75), lowercased words of two or more letters,
-    English stopwords left out. A query with no word of the collection gets bm25s's order of
-    zero scores.
+    bm25s's defaults: Lucene's BM25 (k1 = 1.5, b = 0.75), lowercased words of two or more letters, English stopwords
+    left out. A query with no word of the collection gets bm25s's order of zero scores.
     """
     import bm25s
 
@@ -208,9 +193,8 @@ def _run(ranked: np.ndarray) -> dict[str, dict[str, float]]:
 def ranking_measures(task: RetrievalTask, ranked: np.ndarray) -> dict[str, float]:
     """MRR@10, nDCG@10, Recall@1, Recall@10 and P@1 of ``ranked (Q, k)`` (best first), by trec_eval.
 
-    Each is the mean over every query of the task; with a task's ``pairs``, ``mrr@10_question2``
-    too. ``k`` is the run's depth: MRR@10 is the reciprocal rank within it (0 when no relevant
-    question is in it).
+    Each is the mean over every query of the task; with a task's ``pairs``, ``mrr@10_question2`` too. ``k`` is the run's
+    depth: MRR@10 is the reciprocal rank within it (0 when no relevant question is in it).
     """
     if ranked.shape[0] != len(task.queries):
         raise DupqError(f"the ranking has {ranked.shape[0]} rows for {len(task.queries)} queries.")

@@ -1,23 +1,12 @@
 """The search calibration a model folder carries for collections: fitted on the help-desk yardstick's dev half.
 
-A search hit is judged by more than its pair: how far it stands out from the other hits of its search
-says much about whether a moderator can act on it (:func:`dupq.modeling.probability.search_calibrated`).
-The pairs it is fitted on are the searches of the ``help-desks`` task of :mod:`dupq.evaluation.tasks`
-(``dev`` half only; the ``test`` half is what ``dupq-lab desk-verdict`` reports): each new question
-searches every old question of the file plus the Quora distractors, and
-
-* its **positive** is its own old question, wherever the search ranks it (its margin over the best
-  other hit: the runner-up's cosine when it comes first, the first hit's otherwise);
-* its **negatives** are the wrong questions among the :data:`HITS` first hits: the hard candidates a
-  moderator would be shown.
-
-With ``judged`` (``dupq calibrate MODEL --search --judged``) the questions judged duplicates of a new
-question (:func:`~dupq.evaluation.tasks.read_judged`: mostly Quora distractors that ask the same thing)
-are positives too, not negatives.
-
-:func:`calibrate_search` fits it (:func:`~dupq.evaluation.calibration.fit_search_calibration`: the
-weights and the ``suggest`` and ``duplicate`` tiers) into ``model.judge.search_calibration``, with what it
-was fitted on and the command that did it (``dupq calibrate MODEL --search``).
+A hit is judged by more than its pair: how far it stands out from the other hits of its search says much about whether a
+moderator can act on it (:func:`dupq.modeling.probability.search_calibrated`). It is fitted on the searches of the
+``help-desks`` task's dev half (the test half is what ``dupq-lab desk-verdict`` reports): each new question's
+**positive** is its own old question, wherever ranked; its **negatives** the wrong questions among the :data:`HITS`
+first hits. With ``judged`` the questions :func:`~dupq.evaluation.tasks.read_judged` judged duplicates are positives
+too. :func:`calibrate_search` fits it into ``model.judge.search_calibration`` with what it was fitted on (``dupq
+calibrate MODEL --search``).
 """
 
 from __future__ import annotations

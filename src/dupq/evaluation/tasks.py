@@ -1,38 +1,20 @@
 """The yardsticks that decide the product: named tasks, each a function returning one plain dict.
 
-``dupq evaluate MODEL --task NAME [--split dev|test]`` runs one (:func:`run_task`); the lab's
-scripts call the same functions. Every task is ``task(model, data, split, threshold) -> dict``:
-``data`` is the Quora pairs file (default :func:`~dupq.data.pairs.default_data_path`), ``split``
-``"test"`` (the reported figures) or ``"dev"`` (the figures to choose on), ``threshold`` a
-decision threshold in place of the model's (tasks that judge pairs only).
+``dupq evaluate MODEL --task NAME [--split dev|test]`` runs one (:func:`run_task`); the lab's scripts call the same
+functions. Every task is ``task(model, data, split, threshold) -> dict``: ``data`` the Quora pairs file, ``split``
+``"test"`` (reported) or ``"dev"`` (chosen on), ``threshold`` one in place of the model's (tasks that judge pairs only).
+docs/judge.md (Evaluate, Yardsticks) says how each yardstick was written and judged.
 
-* ``quora-pairs``: :func:`~dupq.evaluation.evaluate.evaluate` on the test (or dev) pairs of the
-  split the model was trained with: accuracy, F1, ROC-AUC, calibration (``dupq evaluate``).
+* ``quora-pairs``: :func:`~dupq.evaluation.evaluate.evaluate` on the model's split's pairs.
 * ``quora-retrieval``: :func:`~dupq.evaluation.retrieval.evaluate_retrieval`, each held-out
-  question searching the test and dev questions (dev: the dev rows alone); MRR@10, nDCG@10,
-  Recall@1/10, P@1, the model's and BM25's (``dupq evaluate --task quora-retrieval``).
-* ``help-desks``: the out-of-domain yardstick ``yardsticks/help_desks.tsv``, written by hand for
-  dupq: 420 (new question, old question) pairs from 21 domains of help desks and forums, every
-  question invented for this project, none taken from Quora or any data set. Its columns are
-  ``domain, split, new, old``; within each domain the pairs alternate between ``dev`` (210) and
-  ``test`` (210). Each new question of the split searches **every** old question of the file
-  plus the first :data:`DISTRACTORS` distinct questions of Quora's dev rows (the seed split's, in
-  file order, never a test row; 19,862 of them); the one relevant question is its own old one.
-  With ``judged`` (``--judged`` in the lab's commands), the questions judged duplicates of a new
-  question in ``yardsticks/help_desks_judged.tsv`` are relevant too (:func:`read_judged`): the
-  yardstick as written counts a distractor that asks the same thing as a miss. Its pool, TREC's
-  way: for every new question of both halves (420), the first hit other than its own old question
-  of the bundled model and of all-MiniLM-L6-v2 (``dupq-lab judged-pool``), each pair once,
-  shuffled, without scores or ranks; labelled blind by a dupq engineer on 2026-11-27 (1: one
-  answer serves both, as a help desk would close it as a duplicate; 0 otherwise, strictly). Pairs
-  outside the pool count as written (not relevant).
-* ``clean-pairs``: ``yardsticks/clean_pairs.tsv``, written by hand for dupq on 2026-11-22 (none
-  of its questions is a Quora question): 126 paraphrases (one question asked twice in words that
-  share little, ``is_duplicate`` 1) and 126 near misses (two questions sharing most words that
-  ask different things, 0). The model judges them at its own threshold, never one tuned on them:
-  accuracy, ``paraphrase_recall``, ``near_miss_specificity``, ROC-AUC and the mean score of each
-  kind. It exists because the Quora test split flatters peers trained on Quora duplicates
-  (all-MiniLM-L6-v2); it has no dev half.
+  question searching the test and dev questions (dev: the dev rows alone), beside BM25.
+* ``help-desks``: ``yardsticks/help_desks.tsv`` (``domain, split, new, old``; 210 dev and 210
+  test pairs, written for dupq): each new question searches every old question plus the first
+  :data:`DISTRACTORS` distinct questions of Quora's dev rows; its own old question is relevant,
+  and with ``judged`` the ones ``yardsticks/help_desks_judged.tsv`` judged duplicates too
+  (:func:`read_judged`).
+* ``clean-pairs``: ``yardsticks/clean_pairs.tsv`` (126 paraphrases, 126 near misses, no Quora
+  question, no dev half), judged at the model's own threshold.
 
 >>> round(run_task("help-desks", Model.load(), split="dev")["model"]["recall@1"], 3)   # doctest: +SKIP
 0.362
@@ -211,9 +193,8 @@ def quora_retrieval(
 def help_desks(model: Model, data: Path | None = None, split: str = "test", threshold: float | None = None) -> dict:
     """The help-desk task's measures (:func:`~dupq.evaluation.retrieval.ranking_measures`), the model's and BM25's.
 
-    Returns ``{"split", "queries", "corpus", "relevant", "old_questions", "distractors", "sha256",
-    "model": {measure: value}, "bm25": {...}}``; with one relevant question,
-    Recall@1 = P@1 = the share found first.
+    Returns ``{"split", "queries", "corpus", "relevant", "old_questions", "distractors", "sha256", "model": {measure:
+    value}, "bm25": {...}}``; with one relevant question, Recall@1 = P@1 = the share found first.
     """
     _no_threshold("help-desks", threshold)
     task, made_of = shipped_help_desk_task(data, split)

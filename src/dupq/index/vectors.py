@@ -1,26 +1,18 @@
 """Top-k search by inner product: a pure function, and the FAISS index the collection keeps.
 
-Questions are unit vectors (see :mod:`dupq.modeling.model`), so the inner product is the cosine
-similarity and "most similar" is "largest inner product" (maximum inner product search).
+Questions are unit vectors, so the largest inner product is the most similar.
 
-* :func:`search` is the exact answer for arrays already in memory: ``queries (Q, d)`` against
-  ``corpus (N, d)``, blocked so that a large corpus never needs a ``(Q, N)`` matrix at once.
-  It is what everything else is checked against (and it is checked against brute force).
-* :class:`VectorIndex` is the structure a collection keeps and grows: FAISS ``IndexFlatIP``
-  (exact, the default: a scan of every vector, memory-bound, ~N*d*4 bytes per query) or
-  ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` (approximate: a navigable small-world graph,
-  Malkov & Yashunin 2016, arXiv:1603.09320; sub-millisecond queries, recall measured against
-  :func:`search`). Vectors get consecutive ids ``0, 1, 2, ...`` in the order they are added,
-  which is the collection's question id. HNSW cannot take a vector out, so a collection whose
-  graph holds many removed questions builds a new one of the others (:meth:`VectorIndex.rebuilt`):
-  an ``IndexIDMap2`` keeps their ids, and later vectors get the ids after the store's last one
-  (its extent, kept beside the map: the newest questions may be removed ones, left out).
-* ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011, "Product
-  quantization for nearest neighbor search") keeps each vector as ``pq_m`` one-byte codes of its
-  residual to one of ``nlist`` coarse centroids, ~40 bytes a question instead of 512, and scans
-  only the ``nprobe`` nearest lists. Its scores are approximate, so :meth:`VectorIndex.search`
-  takes a short list of ``rerank`` candidates and re-ranks it by the exact inner product of the
-  stored vectors, which the caller reads from disk (``fetch``): memory holds the codes only.
+* :func:`search` is the exact answer for arrays in memory, blocked so that a large corpus never
+  needs a ``(Q, N)`` matrix at once; everything else is checked against it.
+* :class:`VectorIndex` is what a collection keeps and grows: ``IndexFlatIP`` (exact, the default)
+  or ``IndexHNSWFlat`` (approximate; Malkov & Yashunin 2016, arXiv:1603.09320). Vectors get ids
+  ``0, 1, 2, ...`` in the order added: the question ids. HNSW cannot take a vector out, so a graph
+  holding many removed questions is built again of the others (:meth:`VectorIndex.rebuilt`), an
+  ``IndexIDMap2`` keeping their ids and the store's extent beside it.
+* ``ivfpq`` is for collections past memory: ``IndexIVFPQ`` (Jégou et al. 2011) keeps ``pq_m``
+  one-byte codes per vector (~40 bytes instead of 512) and scans the ``nprobe`` nearest of
+  ``nlist`` lists; its short list of ``rerank`` candidates is re-ranked by the exact inner product
+  of the stored vectors, which the caller reads from disk (``fetch``).
 
 >>> scores, ids = search(np.eye(3, dtype=np.float32), np.eye(3, dtype=np.float32), k=1)
 >>> ids.ravel().tolist()
@@ -91,9 +83,8 @@ def search(queries: np.ndarray, corpus: np.ndarray, k: int, block: int = 65_536)
 def _rank_key(scores: np.ndarray) -> np.ndarray:
     """``uint64`` keys, one per score of a ``(Q, B)`` block, ascending in (score desc, column asc).
 
-    ``argpartition`` on the scores alone keeps an arbitrary member of a tie that straddles the
-    k-th place; this key makes the cut exact: the float's bits made order-preserving, then the
-    column in the low 32 bits.
+    ``argpartition`` on the scores alone keeps an arbitrary member of a tie that straddles the k-th place; this key
+    makes the cut exact: the float's bits made order-preserving, then the column in the low 32 bits.
     """
     bits = (scores + np.float32(0)).view(np.uint32)  # + 0 turns -0.0 into 0.0
     ascending = np.where(bits >> 31, ~bits, bits | np.uint32(0x80000000))  # uint32 order == float order
@@ -131,16 +122,11 @@ class IndexConfig:
     """Which FAISS index a collection keeps; saved in its manifest."""
 
     kind: str = "flat"  # "flat": exact scan, no build cost; "hnsw": approximate graph, fast queries
-    # HNSW, chosen by dupq-lab hnsw-sweep on Quora's 537,617 questions (the bundled model) with the query
-    # sample of seed 1: recall@10 at least 0.99 two standard errors down (0.9939 +- 0.0010), then the fewest
-    # bytes a question, then the fastest walk (~0.08 ms); seed 0's queries, only reported, give 0.9936.
-    # A well-built graph, not a wide search, is what Quora's many near-identical questions need:
-    # efConstruction 64 left M=16 at 0.973 with efSearch 64. M=32 passes with efSearch 24, in about the
-    # same time, with 20 % more memory a question. A collection keeps the settings it was built with
-    # (its manifest records them): one built with the earlier 64 / 64 / 256 searches as before.
-    hnsw_m: int = (
-        16  # graph links per vector (2M on the bottom layer): more = better recall, more memory and build time
-    )
+    # HNSW, chosen by dupq-lab hnsw-sweep on Quora's 537,617 questions: recall@10 >= 0.99 two standard errors
+    # down, then the fewest bytes, then the fastest walk; Quora's near-identical questions need a well-built
+    # graph more than a wide search. A collection keeps the settings it was built with (its manifest).
+    # graph links per vector (2M on the bottom layer): more = better recall, more memory and build time
+    hnsw_m: int = 16
     ef_construction: int = 200  # candidates while linking: more = better graph, slower build
     ef_search: int = 40  # candidates while searching (at least k are kept): more = better recall, slower queries
     # IVF-PQ (see dupq-lab search-speed for the figures on Quora's 537k questions):
@@ -300,11 +286,10 @@ class VectorIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``scores (Q, k')`` and ``ids (Q, k')``, best first, ``k' = min(k, len(self))``.
 
-        HNSW and IVF-PQ may return fewer than ``k'`` results for a query; missing slots have id -1.
-        For IVF-PQ, ``fetch(ids) -> (len(ids), d)`` reads stored vectors: the best ``rerank``
-        candidates by code are re-ranked by exact inner product, so the scores are exact. Without
-        ``fetch`` the scores are the codes' approximations. ``allowed`` (a ``(len(self),)`` bool
-        mask) keeps the search to those ids: see :meth:`_search_within`.
+        HNSW and IVF-PQ may return fewer than ``k'`` results for a query; missing slots have id -1. For IVF-PQ,
+        ``fetch(ids) -> (len(ids), d)`` reads stored vectors: the best ``rerank`` candidates by code are re-ranked by
+        exact inner product, so the scores are exact. Without ``fetch`` the scores are the codes' approximations.
+        ``allowed`` (a ``(len(self),)`` bool mask) keeps the search to those ids: see :meth:`_search_within`.
         """
         k = min(k, len(self))
         if k < 1:
@@ -323,12 +308,11 @@ class VectorIndex:
     def _search_within(self, queries, k, fetch, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The search kept to the ``allowed`` ids, losing none of the hits a filter keeps.
 
-        Few allowed (:func:`scans_exactly`): an exact scan of their vectors (:func:`search`), so a
-        search's cost never jumps with the filter's width or one removal. More: FAISS searches with an ``IDSelectorBitmap``
-        (the graph walk or the lists skip the others), widened in proportion to what the filter
-        removes: HNSW's ``efSearch`` and IVF's ``nprobe`` divided by the allowed share, so that as
-        many allowed candidates are weighed as an unfiltered search weighs. Recall against the
-        exact filtered search: dupq-lab filtered-search.
+        Few allowed (:func:`scans_exactly`): an exact scan of their vectors (:func:`search`), so a search's cost never
+        jumps with the filter's width or one removal. More: FAISS searches with an ``IDSelectorBitmap`` (the graph walk
+        or the lists skip the others), widened in proportion to what the filter removes: HNSW's ``efSearch`` and IVF's
+        ``nprobe`` divided by the allowed share, so that as many allowed candidates are weighed as an unfiltered search
+        weighs. Recall against the exact filtered search: dupq-lab filtered-search.
         """
         ids = np.flatnonzero(allowed)  # (A,)
         if not len(ids):

@@ -1,13 +1,9 @@
 """What a model is made of, without torch: the encoder's and the pair head's configs, and their weights' shapes.
 
-``config.json`` names the parts (:mod:`dupq.modeling.folder_format` reads it into these dataclasses) and
-``model.safetensors`` holds their weights under the names of the torch modules' state dicts
-(:class:`~dupq.modeling.encoders.Encoder`, :class:`~dupq.modeling.heads.PairHead`, the
-definition). Loading a model to judge or search reads both and runs the NumPy kernels
-(:mod:`dupq.modeling.kernels`), so this module, and every one a loaded model needs, imports no
-torch: a command that judges one pair starts in a fraction of a second instead of paying seconds
-for ``import torch``. :func:`weight_shapes` is what a folder's weights must hold;
-``tests/modeling/test_encoders.py`` keeps it equal to the torch modules' state dicts for every type.
+``config.json`` names the parts (read into these dataclasses by :mod:`dupq.modeling.folder_format`) and
+``model.safetensors`` holds their weights under the torch modules' state-dict names. A loaded model runs the NumPy
+kernels, so this module, like every one a loaded model needs, imports no torch. :func:`weight_shapes` is what a folder's
+weights must hold (``tests/modeling/test_encoders.py`` keeps it equal to the torch modules' state dicts).
 
 >>> weight_shapes("lstm", EncoderConfig(vocab_size=10, dim=4), HeadConfig(dim=4))["lstm.weight_hh_l0"]
 (16, 4)

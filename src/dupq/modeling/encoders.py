@@ -1,18 +1,13 @@
 """Question encoders: token ids ``(B, L)`` to unit vectors ``(B, d)``, registered by name.
 
-A model folder's ``config.json`` names its encoder, as sentence-transformers' ``modules.json``
-names each module: ``"encoder": {"type": "lstm", "vocab_size": ..., "dim": ...}``. The type is a
-key of :data:`ENCODERS`; the LSTM encoder (:class:`~dupq.modeling.lstm.LSTMEncoder`) only calls
-``encoder(ids, lengths)`` and reads ``encoder.config.out_dim``, so another encoder plugs in by
-adding a class here (and its recurrent layer's gate count to :data:`dupq.modeling.architecture.GATES`,
-which names the types without importing torch). A config without a type (every model saved before this registry) is the
-LSTM. Every registered encoder reads the vocabulary's word ids (``vocab.json``), right-padded.
-One more type is no encoder of this registry: ``"sentence-transformers"`` names a whole
-pretrained model with its own tokenizer, kept in a subfolder (:mod:`dupq.modeling.sentence_model`).
+``config.json`` names a model's encoder, as sentence-transformers' ``modules.json`` names each module: ``"encoder":
+{"type": "lstm", "vocab_size": ..., "dim": ...}``; the type is a key of :data:`ENCODERS` (a config without one is the
+LSTM). Another encoder plugs in by adding a class here and its gate count to :data:`dupq.modeling.architecture.GATES`
+(which names the types without torch). ``"sentence-transformers"`` is no type of this registry: a whole pretrained model
+with its own tokenizer (:mod:`dupq.modeling.sentence_model`).
 
-The seed's encoder (000, 002) is ``Embedding(V, d) -> LSTM(d) -> mean -> L2 normalise``.
-Unlike the seed's ``GlobalAveragePooling1D``, :func:`pool` skips padding, so a question's
-vector does not depend on how long the other questions of its batch are.
+The seed's encoder is ``Embedding(V, d) -> LSTM(d) -> mean -> L2 normalise``; unlike its ``GlobalAveragePooling1D``,
+:func:`pool` skips padding, so a question's vector does not depend on how long the other questions of its batch are.
 """
 
 from __future__ import annotations

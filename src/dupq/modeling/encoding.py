@@ -1,12 +1,10 @@
 """The encoder interface: questions to unit vectors, and the encoder's part of a model folder.
 
-A :class:`~dupq.modeling.model.Model` is an encoder and a judge (:mod:`dupq.modeling.judge`); as
+A :class:`~dupq.modeling.model.Model` is an encoder and a judge (:mod:`dupq.modeling.judge`); like
 sentence-transformers' modules, each encoder names its type in ``config.json`` and writes its own
-files. Three implement it: the LSTM over the vocabulary's word ids, with a static branch as an
-optional part joined to its vectors (:mod:`dupq.modeling.lstm`, :mod:`dupq.modeling.static`); a
-pretrained sentence-transformers model; and that model joined to a dupq LSTM model at a weight
-(:mod:`dupq.modeling.sentence_model`). Nothing above this interface asks which one it holds: it asks
-the encoder (``copied``, ``cosine_is_judged``, :meth:`TextEncoder.lstm`).
+files. Three implement it: the LSTM (with an optional static branch, :mod:`dupq.modeling.lstm`), a
+pretrained sentence-transformers model, and that model joined to an LSTM model
+(:mod:`dupq.modeling.sentence_model`). Nothing above this interface asks which one it holds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A model folder's format, and its one reader: ``config.json``, ``metrics.json``, the transformer's files.
 
-A trained model is a folder (:mod:`dupq.modeling.model`)::
+A trained model is a folder::
 
     config.json        format, encoder (type and sizes), head, calibration, threshold, threshold_on,
                        search_calibration (how search hits are judged, in two tiers)
@@ -10,13 +10,10 @@ A trained model is a folder (:mod:`dupq.modeling.model`)::
     static.safetensors the static branch's word table, when config.json names one (dupq.modeling.static)
     sentence-transformers/   a pretrained sentence encoder, JSON and safetensors only
 
-Everything that reads a model folder (:meth:`Model.load <dupq.modeling.model.Model.load>`, the
-sentence-transformers reader, the teacher of distillation, the check before a folder is replaced)
-reads it here, through the pydantic formats below and :func:`dupq.core.formats.check_format`, so a
-mistake in any file is one sentence naming the file and the field. The encoder and head entries
-are read straight into :class:`~dupq.modeling.architecture.EncoderConfig`,
-:class:`~dupq.modeling.architecture.SentenceConfig` and :class:`~dupq.modeling.architecture.HeadConfig`, whose
-annotations bound every size. Keys a format does not know are ignored (a newer dupq may add some).
+Everything that reads a model folder reads it here, through the pydantic formats below, so a mistake
+in any file is one sentence naming the file and the field; the encoder and head entries are read
+straight into the :mod:`dupq.modeling.architecture` configs, whose annotations bound every size.
+Keys a format does not know are ignored (a newer dupq may add some).
 
 >>> check_format(ModelConfig, {"format": FORMAT, "encoder": {"vocab_size": 10, "dim": "128"}}, "m/config.json")
 Traceback (most recent call last):
@@ -236,10 +233,9 @@ def read_config(folder: Path) -> ModelConfig:
 
 
 def read_weights(folder: Path, config: ModelConfig) -> dict[str, np.ndarray]:
-    """``folder/model.safetensors`` as float32 NumPy arrays by name (no torch), or one sentence: the file
-    must hold finite floating-point numbers, and exactly the weights, of exactly the shapes, that
-    ``config`` needs (:func:`~dupq.modeling.architecture.weight_shapes`); a head's weights are ignored
-    where ``config`` has no head."""
+    """``folder/model.safetensors`` as float32 NumPy arrays by name (no torch), or one sentence: the file must hold
+    finite floating-point numbers, and exactly the weights, of exactly the shapes, that ``config`` needs
+    (:func:`~dupq.modeling.architecture.weight_shapes`); a head's weights are ignored where ``config`` has no head."""
     path = folder / "model.safetensors"
     if not path.is_file():
         raise DupqError(f"the weights of {folder} are missing: {path} does not exist.")
@@ -312,12 +308,11 @@ def transformer_files(folder: Path) -> Path | None:
 
 
 def check_files(files: Path, root: Path | None = None) -> Path:
-    """``files`` if it is a saved sentence-transformers model of JSON and safetensors inside the model
-    folder ``root`` (default: its parent), else one sentence.
+    """``files`` if it is a saved sentence-transformers model of JSON and safetensors inside the model folder ``root``
+    (default: its parent), else one sentence.
 
-    Links are followed: a file or folder that resolves outside ``root`` is refused, and so is any
-    pickle format (``.bin``, ``.pt``, ...), by its own name or by the name it resolves to, since
-    loading one can run code.
+    Links are followed: a file or folder that resolves outside ``root`` is refused, and so is any pickle format
+    (``.bin``, ``.pt``, ...), by its own name or by the name it resolves to, since loading one can run code.
     """
     root = files.parent if root is None else root
     if not files.is_dir():

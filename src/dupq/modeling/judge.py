@@ -1,14 +1,10 @@
 """The judge: how two question vectors become a pair's logit, its probability and its verdict's threshold.
 
-A model is an encoder (questions to unit vectors, :mod:`dupq.modeling.encoding`) and a judge. The judge
-holds what ``config.json`` records of judging: the pair head (:mod:`dupq.modeling.heads`; None: the cosine
-is the logit), the beta calibration (:mod:`dupq.modeling.probability`), the threshold and the score it
-applies to, and the search calibration with its two tiers, ``suggest`` and ``duplicate``, that the hits of
-a search are judged by (fitted on the help-desk yardstick: :mod:`dupq.evaluation.search_calibration`). The rule that
-reads them, for every entry point, is :mod:`dupq.modeling.verdict`'s.
-
-Like the encoder, the head is read from a folder as NumPy arrays (:class:`~dupq.modeling.kernels.Stored`)
-and judged by the NumPy kernel; the torch module is built from them only when something needs it.
+A model is an encoder and a judge. The judge holds what ``config.json`` records of judging: the pair head
+(:mod:`dupq.modeling.heads`; None: the cosine is the logit), the beta calibration (:mod:`dupq.modeling.probability`),
+the threshold and the score it applies to, and the search calibration with its tiers
+(:mod:`dupq.evaluation.search_calibration`); :mod:`dupq.modeling.verdict` reads them. The head is read as NumPy arrays
+and judged by the NumPy kernel; the torch module is built only when something needs it.
 
 >>> judge = Judge(calibration=None, threshold=0.7)
 >>> judge.logits(np.array([[1.0, 0.0]], np.float32), np.array([[0.6, 0.8]], np.float32)).tolist()

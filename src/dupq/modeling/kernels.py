@@ -1,23 +1,14 @@
 """NumPy forward passes on the CPU: the LSTM encoder for a few questions, and the pair head.
 
-A search encodes one question and judges its ten hits. For that little arithmetic PyTorch spends
-most of its time elsewhere: dispatching a dozen small operators, and for the LSTM, oneDNN
-reordering the recurrent weights on every call (``ONEDNN_VERBOSE=1`` lists two reorders around
-each recurrence). Within a search, that work also pushes the index's and SQLite's data out of the
-CPU's caches, so the rest of the search pays for it again. ``dupq-lab single-search`` times whole
-searches with these kernels and with torch in one run (figures in docs/scale.md).
+For the little arithmetic of one search (one question, ten hits) PyTorch spends most of its time dispatching small
+operators and reordering the recurrent weights (oneDNN), and pushes the index's and SQLite's data out of the caches;
+``dupq-lab single-search`` times both (docs/scale.md).
 
-The torch modules stay the definition (:class:`~dupq.modeling.encoders.Encoder`,
-:class:`~dupq.modeling.heads.PairHead`); this module is a second backend for their forward pass at
-inference, like an exported runtime, and ``tests/modeling/test_kernels.py`` holds the two equal on random
-weights and on the bundled model. The kernels read weights as NumPy arrays under the modules'
-state-dict names: a torch module's (views of its parameters), or a model folder's as
-``model.safetensors`` holds them (:class:`Stored`), so that a model loaded to judge and search
-needs no torch at all (:meth:`dupq.modeling.model.Model.load`). :class:`Kernels` prepares the
-weights once and prepares a module's again whenever a parameter changes (training,
-``load_state_dict``). It answers None where torch must run: a bidirectional encoder,
-weights not float32 on the CPU, a module in training mode, or more than :data:`FEW_QUESTIONS`
-questions to encode, where one batched torch call is faster.
+The torch modules stay the definition; this is a second backend for their forward pass at inference, held equal to them
+by ``tests/modeling/test_kernels.py``. The kernels read weights by the modules' state-dict names, from a module or from
+``model.safetensors`` (:class:`Stored`), so a model loaded to judge and search needs no torch. :class:`Kernels` prepares
+the weights once and again whenever a parameter changes; it answers None where torch must run: a bidirectional encoder,
+weights not float32 on the CPU, training mode, or more than :data:`FEW_QUESTIONS` questions.
 """
 
 from __future__ import annotations

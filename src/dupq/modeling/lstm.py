@@ -1,16 +1,13 @@
 """The LSTM encoder of a dupq model: the vocabulary, the network, its NumPy kernels and an optional static branch.
 
-One network with shared weights reads both questions of a pair (a Siamese network): word ids
-from the vocabulary (``vocab.json``), the torch module of :mod:`dupq.modeling.encoders` (its type
-named in ``config.json``), unit vectors whose dot product is the cosine that search uses. A static
-branch (:mod:`dupq.modeling.static`, ``static.safetensors``) is a part joined to those vectors; the
-pair head still reads the network's half (:meth:`LSTMEncoder.judged`).
+One network with shared weights reads both questions of a pair (Siamese): word ids from
+``vocab.json``, the torch module of :mod:`dupq.modeling.encoders`, unit vectors whose dot product
+is the search's cosine. A static branch (:mod:`dupq.modeling.static`) is joined to those vectors;
+the pair head still reads the network's half (:meth:`LSTMEncoder.judged`).
 
-Loading a folder imports no torch: the weights are read as NumPy arrays (``safetensors.numpy``) and
-a few questions are encoded by the NumPy kernels (:mod:`dupq.modeling.kernels`). The torch module,
-the definition, is built from those arrays the first time something needs it: a batch of more than
-:data:`~dupq.modeling.kernels.FEW_QUESTIONS` questions, training, a GPU. So ``dupq predict`` and
-``dupq search`` start without paying for ``import torch``, and bulk encoding stays torch's.
+Loading a folder imports no torch: the weights are read as NumPy arrays and a few questions are
+encoded by :mod:`dupq.modeling.kernels`; the torch module is built from those arrays the first time
+something needs it (more than :data:`~dupq.modeling.kernels.FEW_QUESTIONS` questions, training, a GPU).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The user-facing :class:`Model`: an encoder and a judge.
 
-The encoder (:mod:`dupq.modeling.encoding`) turns questions into unit vectors; two questions are
-compared by the dot product of their vectors, their cosine similarity: search uses nothing else.
-Which encoder is named in ``config.json``: the LSTM over a word vocabulary, with or without a static
-branch (:mod:`dupq.modeling.lstm`), a pretrained sentence-transformers model, or one joined to a
-dupq LSTM model (:mod:`dupq.modeling.sentence_model`).
-
-Judging a *pair* can use more than the cosine. The judge (:mod:`dupq.modeling.judge`) may carry a
-pair head that turns two vectors into a logit, either ``scale * (cos - bias)`` or a small network over
-``[|u - v|, u * v, cos]`` (InferSent's pair features, symmetric in u and v), and a beta calibration
-``p = sigmoid(a ln s - b ln(1 - s) + c)``, ``s = sigmoid(logit)``, fitted on the dev pairs
-(:func:`dupq.evaluation.calibration.fit_calibration`), so that :meth:`Model.probability` is a
-probability one can read as such. The rule, for every entry point, is :mod:`dupq.modeling.verdict`'s.
-
-A trained model is a folder: ``config.json`` (encoder, head, calibration, threshold), the encoder's
-files (``vocab.json`` and ``model.safetensors`` for the LSTM; a ``sentence-transformers`` subfolder
-for a transformer) and ``metrics.json`` (how it was trained and what it scored). Loading one imports
-no torch unless its encoder needs it (:mod:`dupq.modeling.lstm`).
+The encoder (:mod:`dupq.modeling.encoding`, named in ``config.json``: the LSTM with or without a static branch, a
+sentence-transformers model, or one joined to an LSTM) turns questions into unit vectors; search uses their cosine
+alone. The judge (:mod:`dupq.modeling.judge`) may add a pair head (``scale * (cos - bias)``, or a small network over
+InferSent's ``[|u - v|, u * v, cos]``) and a beta calibration fitted on dev pairs, so :meth:`Model.probability` reads as
+a probability; the rule is :mod:`dupq.modeling.verdict`'s. A trained model is a folder
+(:mod:`dupq.modeling.folder_format`); loading one imports no torch unless its encoder needs it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Judging pairs given by a user: one pair from the command line, or a stream of millions.
 
-A pairs stream holds one pair a line, ``question1<TAB>question2``, UTF-8. It is read as bytes
-and judged ``chunk`` pairs at a time, so memory stays flat however long the stream is: at any
-moment only one chunk of texts and its ``(2 * chunk, d)`` vectors are held. A line that cannot
-be judged (not UTF-8, not exactly two fields, an empty question or one with no words) is
-reported with its line number and skipped; the rest go on. Blank lines are skipped silently. A
-line longer than :data:`dupq.data.text.MAX_LINE_BYTES` ends the stream (after the lines before it
-are judged): see :mod:`dupq.data.text`, which also drops a leading byte-order mark.
-
-This is the seed's ``predict``: ``d = v1 . v2`` of the two unit vectors, and the verdict
-``d > threshold``, or ``P(duplicate) > threshold`` for a model judged on its probability (the
-rule of :mod:`dupq.modeling.verdict`). Every verdict carries the probability where the model has one.
+A pairs stream holds one ``question1<TAB>question2`` a line, UTF-8, read as bytes and judged ``chunk`` pairs at a time,
+so memory stays flat. A line that cannot be judged (not UTF-8, not two fields, a question with no words) is reported
+with its number and skipped; blank lines silently; an overlong line ends the stream after the lines before it
+(:mod:`dupq.data.text`). The verdict is :mod:`dupq.modeling.verdict`'s, with the probability where the model has one.
 """
 
 from __future__ import annotations
@@ -95,9 +88,8 @@ def judge_stream(
 ) -> Iterator[list[Verdict | DupqError]]:
     """Judge a stream of ``question1<TAB>question2`` byte lines, ``chunk`` lines at a time.
 
-    Yields one list per chunk holding, in input order, a :class:`Verdict` for each pair and a
-    :class:`DupqError` for each line that cannot be judged. Memory is bounded by ``chunk``,
-    not by the length of the stream.
+    Yields one list per chunk holding, in input order, a :class:`Verdict` for each pair and a :class:`DupqError` for
+    each line that cannot be judged. Memory is bounded by ``chunk``, not by the length of the stream.
 
     >>> for items in judge_stream(model, [b"How old are you?\tWhat is your age?\n"]):  # doctest: +SKIP
     ...     print(items[0].text())

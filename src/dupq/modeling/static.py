@@ -1,32 +1,22 @@
 """A static branch beside the encoder: a table with one vector per word, summed into a second sentence vector.
 
-The LSTM learns what words mean only from Quora's labels and its teacher's view of Quora's
-questions, so a help desk's words ("faucet", "subscription") mean little to it. A static sentence
-vector built from a transformer's view of each word knows them: model2vec (Tulkens & van Dongen
-2024, *Model2Vec: Fast State-of-the-Art Static Embeddings*) distils a table of token vectors from
-a sentence encoder, and SIF (Arora, Liang & Ma 2017, *A Simple but Tough-to-Beat Baseline for
-Sentence Embeddings*) weights each word ``a / (a + p(word))``. The branch keeps one row per id of
-the model's vocabulary (the weight baked into the row; zeros for padding and the unknown-word
-buckets), so it costs one table lookup per word:
+The LSTM learns what words mean from Quora alone, so a help desk's words ("faucet") mean little to
+it. A static vector built from a transformer's view of each word knows them: model2vec (Tulkens &
+van Dongen 2024) distils a table of token vectors from a sentence encoder, and SIF (Arora, Liang &
+Ma 2017) weights each word ``a / (a + p(word))``. The branch keeps one row per vocabulary id (the
+weight baked in; zeros for padding and the unknown-word buckets), one lookup per word::
 
     s = normalise(sum_i words[id_i] + sum_j mean(pieces[piece] for piece in unknown word j))
 
-A word the vocabulary lacks has its own row when the branch was taught it (``dupq adapt`` adds
-the teacher's vector of each word of a help desk's questions that the vocabulary lacks); else it
-is cut into the teacher's WordPiece pieces (when the branch has them), and its vector is the mean
-of its pieces' rows. The model's unit vector ``u`` and ``s`` are joined
-as ``[u, sqrt(w) s] / sqrt(1 + w)``: a unit vector whose dot products are
-``(cos_u + w cos_s) / (1 + w)``, so collections and FAISS search it like any vector. Pairs are
-still judged by the pair head on ``u``, which :meth:`StaticBranch.model_half` recovers exactly.
+A word the vocabulary lacks has its own row when the branch was taught it (``dupq adapt``), else
+is cut into the teacher's WordPiece pieces (when the branch has them). The model's unit vector ``u``
+and ``s`` are joined as ``[u, sqrt(w) s] / sqrt(1 + w)``, a unit vector whose dot products are
+``(cos_u + w cos_s) / (1 + w)``, searched like any vector; the pair head still judges ``u``, which
+:meth:`StaticBranch.model_half` recovers exactly. All NumPy: no torch to load and encode a few.
 
-Everything here is NumPy, like the kernels (:mod:`dupq.modeling.kernels`): loading a model with a
-branch and encoding a few questions imports no torch.
-
-In a model folder (:mod:`dupq.modeling.folder_format`): ``config.json``'s ``static`` entry
-(:class:`StaticConfig`), ``static.safetensors`` (``words``; ``pieces`` with
-``static-tokenizer.json`` when unknown words are cut into pieces; ``added`` with ``static-words.json``,
-the words it was taught, one row each). ``dupq distil branch`` makes one
-(:mod:`dupq.training.distil.branch`).
+In a model folder: ``config.json``'s ``static`` entry (:class:`StaticConfig`) and
+``static.safetensors`` (``words``; ``pieces`` with ``static-tokenizer.json``; ``added`` with
+``static-words.json``, the words it was taught). ``dupq distil branch`` makes one.
 
 >>> branch = StaticBranch(StaticConfig(dim=2), np.eye(4, 2, dtype=np.float32))
 >>> branch.join(np.array([[1.0, 0.0]], np.float32), np.array([[0.0, 1.0]], np.float32)).round(3).tolist()

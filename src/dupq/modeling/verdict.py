@@ -1,45 +1,27 @@
 """The verdict rule: how a pair's cosine (and its pair logit) become its probability and the verdict.
 
-Every entry point that says whether two questions are duplicates calls this module, so that
-they all agree: :class:`~dupq.modeling.model.Model` (``probability``, ``scores``,
-``is_duplicate``), ``dupq predict`` and ``POST /similarity``, the hits of a search, ``dupq
-dedup``, ``dupq evaluate`` and ``report``, and the threshold a freshly trained model gets. The
-rule reads a model's stored judging settings (``config.json``): ``threshold``, ``threshold_on``,
-``calibration`` and the pair head.
+Every entry point that says whether two questions are duplicates calls this module, so that they all agree (``Model``,
+``dupq predict``, ``POST /similarity``, search hits, ``dupq dedup``, ``dupq evaluate`` and ``report``, a freshly trained
+model's threshold). It reads a model's judging settings (``threshold``, ``threshold_on``, ``calibration``, the pair
+head); docs/judge.md tells the rule to users.
 
-- **Is there a probability?** A model gives ``P(duplicate)`` when it has a beta calibration
-  fitted on dev pairs, or a pair head (trained with a logistic loss, so the sigmoid of its
-  logit is a probability already). Without either it has only the cosine: the probability is None.
-- **Which score does the threshold apply to?** ``threshold_on``: ``"similarity"`` compares the
-  cosine (the seed's rule ``d > threshold``), ``"probability"`` the calibrated probability.
-  A pair is a duplicate when that score is strictly above the threshold.
-- **What the probability needs.** An mlp head reads both question vectors; without one the
-  logit is a function of the cosine alone (the cosine itself, or ``scale * (cos - bias)``), so
-  the hits of a search are judged from their cosines without fetching the stored vectors.
-
-- **Identical texts are duplicates.** Whatever the model and its calibration, a pair of identical
-  vectors (one question, after the tokenizer's normalisation) has probability 1
+- A model gives ``P(duplicate)`` when it has a beta calibration fitted on dev pairs or a pair head
+  (trained with a logistic loss); else the probability is None.
+- ``threshold_on`` says which score the threshold applies to (``"similarity"``: the seed's
+  ``d > threshold``; ``"probability"``); a duplicate is strictly above it (:func:`above`).
+- Without an mlp head the logit is a function of the cosine alone, so search hits are judged
+  from their cosines without fetching the stored vectors.
+- Identical vectors (one question after normalisation) have probability 1
   (:func:`dupq.modeling.probability.identity_floor`).
-- **Search hits come in two tiers.** A model folder may carry a second calibration, for search hits
-  (``search_calibration``, fitted on the help-desk yardstick's dev half): it also reads how far a hit
-  stands out from the other hits of its search, and gives two thresholds, ``suggest`` (worth a
-  look) and ``duplicate`` (safe to act on: precision >= 0.95 on the pairs it was fitted on); a hit
-  is a duplicate when it is in the ``duplicate`` tier (:func:`for_search`). A model without one
-  judges hits as pairs, and both tiers are its one threshold. The Quora calibration stays what
-  judges a lone pair (``dupq predict``, ``dupq evaluate``). The pairs ``dupq dedup`` groups have no
-  search margin: their tiers are their own score against :func:`dedup_tiers`.
+- Search hits come in two tiers, ``suggest`` and ``duplicate`` (precision >= 0.95 where fitted),
+  from a ``search_calibration`` that also reads how far a hit stands out of its search
+  (:func:`for_search`); without one both tiers are the model's threshold. Dedup's pairs have no
+  margin: :func:`dedup_tiers`.
 
-Three front doors for pairs, one for each thing a caller holds, all ending in one decision
-(:func:`_decide`): :func:`from_vectors` (the two vectors of each pair), :func:`from_logits`
-(logits and cosines computed already, as evaluation does in bulk) and :func:`from_cosines`
-(the cosines of a search, the vectors fetched only when an mlp head needs them). A fourth,
-:func:`on_cosines`, judges cosines alone at a given threshold, whatever the model's own rule
-(``dupq dedup --on similarity``). The hits of a search go through :func:`for_search`.
-
-The two rules every other module calls rather than restates: :func:`above` (a score is a
-duplicate when strictly above the threshold; metrics and the report count with it) and
-:func:`clip_cosines` (a cosine of unit vectors kept in [-1, 1]). :func:`verdict_json` is one
-pair's verdict as the JSON object that ``dupq predict --json`` prints, one pair or a stream.
+Front doors for pairs, all ending in :func:`_decide`: :func:`from_vectors`, :func:`from_logits` (computed already, as
+evaluation does in bulk), :func:`from_cosines` (a search's, vectors fetched only for an mlp head) and :func:`on_cosines`
+(a given threshold, ``dupq dedup --on similarity``). :func:`clip_cosines` keeps a cosine of unit vectors in [-1, 1];
+:func:`verdict_json` is one pair's verdict as ``dupq predict --json`` prints it.
 """
 
 from __future__ import annotations

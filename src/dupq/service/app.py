@@ -1,52 +1,18 @@
 """The HTTP API and the moderators' web page over a question collection (FastAPI, run by uvicorn).
 
 ``create_app(collection_dir)`` is the factory (as fastapi-cli expects); ``dupq serve COLL`` runs it
-(:mod:`dupq.service.server`). Its routes, one router per area, are in :mod:`dupq.service.routes`::
+(:mod:`dupq.service.server`); its routes, one router per area, are in :mod:`dupq.service.routes`. docs/serve.md lists
+every route, what each answers and what bad input gets: a refusal is JSON with a ``detail`` (401, 404 for a path that
+names no route, never a redirect, 408, 409, 413, 422, 400), a failure of the server's own a 5xx with a sentence (507
+disk full, 503 with ``Retry-After`` busy or unreachable or read-only), a bug a JSON 500; every answer carries the
+security headers.
 
-    POST /similarity  {q1, q2}          -> {similarity, probability, duplicate, threshold, threshold_on}
-    POST /search      {question, k, filter, exclude}  -> {results: [{id, key, text, score, probability, duplicate, duplicate_of, metadata}], ...}
-    POST /questions   {text, metadata, key, pending}  -> 201 {id, count}   (bearer token; durable when answered;
-                                        a key, or an Idempotency-Key header, makes a retry store nothing;
-                                        pending: it waits in the review queue, found by no search)
-    PUT  /questions/{key}  {text, metadata}  -> {key, id, count, text, metadata}  (token; 404 for a key not stored)
-    DELETE /questions/{key}             -> {key, id: null, count}  (token; found by no search once answered)
-    POST /questions/{key}/decision {duplicate_of | not_duplicate_of | keep, change}  -> {key, id, count, metadata}
-                                        (token; X-Moderator: who, recorded when it leaves the review queue;
-                                        409 for one that contradicts an earlier decision, unless change is true)
-    POST /questions/{key}/undo          -> {key, id, count, metadata}  (token; the queue's decision taken back)
-    GET  /queue?page=&size=&category=&field=  -> {total, categories, items: [{key, text, category, candidates}]}
-    GET  /queue/decided?limit=          -> {decisions: [{key, text, action, keys, by, at}]}  (the latest first)
-    GET  /questions/{key}               -> {id, key, text, metadata}  (404 for a key not stored)
-    GET  /questions?limit&cursor&where  -> {questions: [{id, key, text, metadata}], next_cursor}  (in id order)
-    GET  /decisions                     -> {decisions: [{key, other, text, other_text, duplicate}]}
-    GET  /health                        -> {status, questions, threshold, threshold_on, calibration}
-                                        (calibration: what judges the hits, what it was fitted on, its scopes)
-    GET  /metrics                       -> Prometheus' text format (dupq.service.metrics)
-    GET  /                              -> the moderators' web page (its HTML, script and styles)
-    GET  /openapi.json                  -> FastAPI's schema (no /docs: Swagger UI would load from a CDN)
-
-Every request is validated (questions of 1 to 1,000 characters with at least one word, ``k`` an
-integer in 1..100, strict types, bodies of at most ``max_body`` bytes that arrive within
-``body_timeout`` seconds, JSON nested at most 33 levels (metadata 32), without NaN, Infinity or
-lone surrogates) and a refusal is JSON with a ``detail``: 401 without the token, 404 for a path
-that names no route (a trailing ``/`` included: never a redirect), 408 for a body
-too slow, 409 for a key stored with another question, 413 for an oversized body, 422 for a bad
-field or body, 400 for a question the collection refuses. A failure of the server's own is a 5xx
-with a sentence: 507 when its disk is full, 503 with ``Retry-After`` when its store is busy
-(another process holding the write lock) or unreachable, 503 for a write to a read-only
-collection; a bug is a JSON 500. Every answer carries security headers (a Content-Security-Policy
-allowing only the server's own scripts and styles, no framing, no sniffing, no referrer).
-
-The model and the collection are opened once, when the app starts (its lifespan). Encoding and
-FAISS run in worker threads, never on the event loop. Requests that arrive while a search is
-running wait for the next one and are answered together by *one* ``Collection.search`` call
-(one LSTM pass and one FAISS call for the whole group), and concurrent adds share one commit;
-on 2 cores this is what lets a few hundred searches a second through with a short tail. Every
-``refit_every`` decisions a worker records, its collection's calibration is refitted in a background
-thread (:mod:`dupq.service.refit`).
+The model and the collection are opened once, in the app's lifespan. Encoding and FAISS run in worker threads, never on
+the event loop; requests that arrive during a search are answered together by one ``Collection.search`` call, and
+concurrent adds share one commit (what lets a few hundred searches a second through on 2 cores). Every ``refit_every``
+recorded decisions the calibration is refitted in a background thread (:mod:`dupq.service.refit`).
 
 >>> app = create_app("runs/quora-coll", token="s3cret")                  # doctest: +SKIP
->>> uvicorn.run(app, host="127.0.0.1", port=8000)                         # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -96,13 +62,12 @@ def create_app(
 ) -> FastAPI:
     """The dupq web app over the collection in ``collection_dir`` (or an open ``Collection``).
 
-    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused; an
-    empty one, or one no client can send, is refused here: see :func:`~dupq.service.auth.write_token`);
-    ``protect_reads`` makes searches, similarities, ``/health`` and ``/metrics`` need it too (the
-    page then asks for it); ``read_token`` (default: ``$DUPQ_READ_TOKEN``) protects them as well,
-    and lets them through with itself or the write token, never a write. ``model_dir`` overrides
-    the collection's model (it must encode as the collection's did). ``refit_every``: refit the collection's
-    calibration in the background after every that many decisions (0: never; :mod:`dupq.service.refit`).
+    ``token`` guards the writes (default: ``$DUPQ_API_TOKEN``; with neither, writes are refused; an empty one, or one no
+    client can send, is refused here: see :func:`~dupq.service.auth.write_token`); ``protect_reads`` makes searches,
+    similarities, ``/health`` and ``/metrics`` need it too (the page then asks for it); ``read_token`` (default:
+    ``$DUPQ_READ_TOKEN``) protects them as well, and lets them through with itself or the write token, never a write.
+    ``model_dir`` overrides the collection's model (it must encode as the collection's did). ``refit_every``: refit the
+    collection's calibration in the background after every that many decisions (0: never; :mod:`dupq.service.refit`).
     """
     token = write_token(token)
     readers = auth.read_token(read_token, token)

@@ -1,11 +1,9 @@
 """The bearer tokens: the write token guards writes; reads, when protected, take the read token or the write token.
 
-The write token is ``$DUPQ_API_TOKEN`` (or ``create_app``'s ``token``); the read token,
-``$DUPQ_READ_TOKEN`` (or ``read_token``), lets a reader (a dashboard, Prometheus) search, judge a
-pair, check ``/health`` and scrape ``/metrics`` without being able to write, and setting it
-protects the reads. Both are checked at start by one rule (:func:`check_token`) and kept on the app
-(``app.state.token``, ``app.state.read_token``), so two dependencies, :func:`authorised` (writes)
-and :func:`reader` (reads), serve every router.
+The write token is ``$DUPQ_API_TOKEN`` (or ``create_app``'s ``token``); the read token, ``$DUPQ_READ_TOKEN`` (or
+``read_token``), lets a reader (a dashboard, Prometheus) search, judge, check ``/health`` and scrape ``/metrics``
+without writing, and setting it protects the reads. Both are checked at start by one rule (:func:`check_token`) and kept
+on the app, so two dependencies, :func:`authorised` (writes) and :func:`reader` (reads), serve every router.
 """
 
 from __future__ import annotations

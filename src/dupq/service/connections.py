@@ -1,18 +1,11 @@
 """How the service holds its TCP connections: a deadline for every request's headers, and room for many.
 
-uvicorn closes a keep-alive connection that stays idle ``timeout_keep_alive`` seconds *after an
-answer*, but nothing closes a connection that never sends a request, nor one that trickles its
-headers a byte at a time (every byte cancels that timer). A thousand such sockets use up the
-process's file descriptors, and then no one gets in, ``/health`` included. So here:
-
-* every connection must deliver a request's headers within :data:`HEADER_TIMEOUT` seconds of
-  opening, or of its previous answer, or it is closed (a body's own deadline is
-  :class:`~dupq.service.middleware.RequestGuard`'s);
-* an idle keep-alive connection is closed :data:`KEEP_ALIVE` seconds after its last answer;
-* ``dupq serve`` raises its soft limit of open files to the hard limit, so idle sockets have to
-  number in the tens of thousands, not one thousand, to crowd anyone out before their deadline;
-* a request uvicorn cannot parse (its own 400, which the app never sees) carries the security
-  headers that :class:`~dupq.service.middleware.SecurityHeaders` puts on every other answer.
+uvicorn closes a keep-alive connection idle ``timeout_keep_alive`` seconds after an answer, but nothing closes one that
+never sends a request or trickles its headers a byte at a time; a thousand such sockets use up the file descriptors and
+lock everyone out. So here a connection must deliver a request's headers within :data:`HEADER_TIMEOUT` seconds of
+opening or of its previous answer; an idle keep-alive connection is closed :data:`KEEP_ALIVE` seconds after its last
+answer; ``dupq serve`` raises its soft limit of open files to the hard limit; and uvicorn's own 400 (which the app never
+sees) carries the security headers too.
 
 >>> uvicorn.Server(server_config(app)).run(sockets=[listener])  # doctest: +SKIP
 """

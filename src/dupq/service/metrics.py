@@ -1,21 +1,13 @@
 """``GET /metrics``: the service's counters in Prometheus' text format (prometheus-client).
 
-* ``dupq_requests_total{route, method, status}`` and ``dupq_request_seconds{route}`` (a histogram):
-  every answer, by its route's template (``/questions/{key}``, not each key) and status;
-* ``dupq_questions_added_total``, ``dupq_questions_removed_total``, ``dupq_questions_updated_total``:
-  what the API changed;
-* ``dupq_questions_stored``: the collection's questions when scraped;
-* ``dupq_index_age_seconds``: how long ago the answering process's index last caught up with the
-  store (0 for a backend that never lags, Milvus).
+``dupq_requests_total{route, method, status}``, ``dupq_request_seconds{route}`` (by the route's template, not each key),
+``dupq_questions_{added,removed,updated}_total``, ``dupq_questions_stored`` and ``dupq_index_age_seconds`` (how long ago
+the answering process's index caught up; 0 for Milvus).
 
-**Several workers** (``dupq serve --workers N``): prometheus-client's multiprocess mode. ``serve``
-gives the workers a shared folder (``PROMETHEUS_MULTIPROC_DIR``, made before they start and
-removed when they stop) where each process writes its values; a scrape, whichever worker answers
-it, sums the counters and histograms of all of them, shows the latest ``dupq_questions_stored``
-and one ``dupq_index_age_seconds`` per live worker (label ``pid``), as set by that worker's last
-answer (a dead worker's is dropped when the supervisor replaces it). One process keeps its values
-in memory. A ``PROMETHEUS_MULTIPROC_DIR`` that ``dupq serve`` inherits is refused
-(:func:`~dupq.service.workers.refuse_inherited_metrics`).
+With several workers, prometheus-client's multiprocess mode: ``serve`` gives them a shared folder
+(``PROMETHEUS_MULTIPROC_DIR``) where each writes its values; a scrape sums the counters of all, shows the latest
+``dupq_questions_stored`` and one ``dupq_index_age_seconds`` per live worker (label ``pid``). An inherited
+``PROMETHEUS_MULTIPROC_DIR`` is refused (:func:`~dupq.service.workers.refuse_inherited_metrics`).
 """
 
 from __future__ import annotations

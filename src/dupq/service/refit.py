@@ -1,16 +1,12 @@
 """The service refits its collection's calibration by itself: after every ``N`` decisions (``dupq serve --refit-every N``).
 
-Each decision recorded through ``POST /questions/{key}/decision`` counts the pairs it judged (a duplicate of one
-question: one; distinct from three: three; kept as new: none). When a worker has counted :data:`REFIT_EVERY`
-(or ``N``) since its last refit, a background thread fits the collection's calibration on all of its decisions
-as ``dupq index calibrate DIR`` does (:func:`~dupq.evaluation.collection_calibration.calibrate_collection`, with
-the scope the kept calibration was fitted with) and writes it atomically beside the manifest; the request
-that crossed the count is answered at once. One refit runs at a time: in a worker, the decisions that arrive
-meanwhile count towards the next; across workers, a lock file (:data:`LOCK_FILE`) lets one refit while
-another worker's turn is skipped (the fit reads every decision anyway). Every worker judges with the new fit
-from its next search (:class:`~dupq.collection.calibration.KeptCalibration` reads the file again when it
-changes). A refit that is refused (fewer decisions than the floor, too few of a verdict) or fails is logged
-in one line, and the calibration kept before stays.
+Each recorded decision counts the pairs it judged (a duplicate of one question: one; distinct from
+three: three; kept as new: none). When a worker has counted :data:`REFIT_EVERY` (or ``N``) since
+its last refit, a background thread refits as ``dupq index calibrate`` does (with the kept
+calibration's scope) and writes it atomically; the request that crossed the count is answered at
+once. One refit at a time: in a worker, decisions meanwhile count towards the next; across
+workers, a lock file (:data:`LOCK_FILE`) lets one refit and skips the others' turn. A refused or
+failed refit is logged in one line and the kept calibration stays.
 
 >>> refits = Refitter(collection, every=50)   # doctest: +SKIP
 >>> refits.decided(1)                          # doctest: +SKIP

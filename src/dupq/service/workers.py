@@ -1,30 +1,17 @@
 """Several worker processes serving one collection over one listening socket (``dupq serve --workers N``).
 
-One process answers at the speed of one core: tokenising, FastAPI's validation and JSON, and
-building the hits hold the GIL, so a second core would idle. With ``N`` workers the parent binds
-the socket (a port in use fails before anything starts) and uvicorn's supervisor
-(``uvicorn.supervisors.Multiprocess``) starts ``N`` children that accept on it; it restarts a
-worker that dies or stops answering its health check, and stops them all on SIGINT or SIGTERM.
-The children are *spawned*, not forked: torch's and OpenMP's thread pools and SQLite connections
-must not cross a fork.
+One process answers at the speed of one core (tokenising, validation, JSON and the hits hold the GIL). With ``N``
+workers the parent binds the socket (a port in use fails before anything starts) and uvicorn's ``Multiprocess``
+supervisor starts ``N`` *spawned* children that accept on it (torch's and OpenMP's thread pools and SQLite connections
+must not cross a fork), restarts one that dies or stops answering its health check, and stops them all on SIGINT or
+SIGTERM.
 
-Each worker opens the collection itself (its own model, FAISS index and SQLite connections). The
-store is the one truth they share: an add is one SQLite transaction, ids come from the store, a
-key already stored stores nothing (across processes too, as SQLite serialises the writers), and
-before every search a worker compares SQLite's ``data_version`` and catches its index up from the
-stored embeddings, so every worker sees the others' committed adds at its next search. Writes of
-``index.faiss`` are serialised by :mod:`dupq.collection.folder.cache`.
-
-A worker that dies (``kill -9``) is noticed within :data:`ALIVE_CHECK_S` and replaced at once,
-also when it dies while the supervisor waits for its answer to a health check (uvicorn's own wait
-would last the whole :data:`HEALTH_CHECK_S`); its values in the metrics folder that describe a
-live process (``dupq_index_age_seconds``) are dropped then, while its counts stay in the sums.
-
-A worker whose parent disappears (a ``kill -9`` of the supervisor) shuts itself down, so no
-orphan keeps serving the port. A worker that cannot open the collection (its folder moved or
-damaged since the server started) logs one sentence, not a traceback (:class:`StartupSentence`),
-and exits as failed to start; uvicorn's supervisor then stops every worker and itself, since
-each new worker would fail the same way, and ``dupq serve`` ends with one ``error:`` sentence.
+Each worker opens the collection itself; the store is the one truth they share, and before every search a worker catches
+its index up with the others' committed writes. A worker that dies is noticed within :data:`ALIVE_CHECK_S` and replaced
+at once, even during a health check (uvicorn's own wait would last :data:`HEALTH_CHECK_S`); its live-process gauges are
+dropped from the metrics, its counts kept. A worker whose parent disappears shuts itself down (no orphan keeps the
+port). A worker that cannot open the collection logs one sentence (:class:`StartupSentence`) and exits as failed to
+start; the supervisor then stops them all and ``dupq serve`` ends with one ``error:``.
 """
 
 from __future__ import annotations

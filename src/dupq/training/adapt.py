@@ -1,40 +1,20 @@
 """Adapting a trained student to a help desk's own questions, without labels: the teacher shows the way.
 
-A model trained on Quora knows Quora's words as Quora's labels used them; a help desk's questions
-("my tap drips", "end my gym subscription") use words in senses Quora rarely paired. The help desk
-has its old questions but no labels. :func:`adapt` lets the teacher (a pretrained sentence
-encoder, all-MiniLM-L6-v2 by default) encode those questions once, into a resumable cache
-(:func:`dupq.training.distil.teacher.teach`), and fine-tunes the student on them with the
-``distil`` loss of :mod:`dupq.training.objectives`: the cosine distance between each question's
-vector, through a linear projection to the teacher's width, and the teacher's vector. The
-projection starts as the least-squares map from the starting student's vectors to the teacher's,
-so the first steps move the encoder, not a random projection.
+The teacher (all-MiniLM-L6-v2 by default) encodes the help desk's questions once, into a resumable cache
+(:func:`dupq.training.distil.teacher.teach`), and the student is fine-tuned on them with the ``distil`` loss, through a
+projection to the teacher's width that starts as the least-squares map from the student's vectors (so the first steps
+move the encoder, not a random projection). What keeps Quora's skills is how little the weights move: the defaults are
+the point chosen on the out-of-domain yardstick's dev half; docs/distil.md (Adapt) lists what was measured and not kept.
+A help desk of fewer than ``mix`` questions gets questions of Quora's training pool mixed in
+(:func:`~dupq.training.adapt_questions.quora_questions`). The pair head, calibration and threshold stay the starting
+model's (no labelled help-desk pair exists to fit them on); a static branch learns the words its table lacks
+(:func:`dupq.training.distil.branch.taught_words`); the vocabulary stays the starting model's (new words land in its
+unknown-word buckets, counted in ``metrics.json``).
 
-What keeps Quora's skills is how far the weights move: the learning rate and the epochs. The
-defaults are the point chosen on the out-of-domain yardstick's dev half (``dupq-lab
-out-of-domain``); matching the teacher's matrix of cosines, a penalty holding the weights near the
-starting model's (L2-SP), Quora duplicate pairs mixed in under the triplet loss, rewordings of the questions as more teacher targets and batches of teacher neighbours were
-measured there too and did no better than fewer steps, so they are not in. A help desk of fewer
-than ``mix`` questions gets questions of Quora's training pool (never a dev or test one,
-:func:`~dupq.training.adapt_questions.quora_questions`) taught and trained on with its own, so that a few hundred questions do not
-pull the student away from what it knew. The pair head, its calibration and threshold are the
-starting model's, unchanged: no labelled pair of the help desk exists to fit them again on, and
-Quora's dev pairs would fit them to Quora, not to the help desk. A static branch
-(:mod:`dupq.modeling.static`) keeps its table and learns the help desk's words that the vocabulary
-lacks, each the teacher's vector of the word alone (:func:`dupq.training.distil.branch.taught_words`).
-
-The student's vocabulary is the starting model's: a word it lacks is hashed into one of its
-unknown-word buckets (:class:`dupq.data.tokenizer.Vocabulary`), whose vectors are trained here like
-any word's; ``metrics.json`` counts how many of the questions' words that is.
-
-The loop is ``dupq train``'s, :func:`dupq.training.loop.fit` (the progress bar, Adam, the learning-rate
-schedule), over :class:`QuestionBatches`; the result is written through
-:func:`~dupq.modeling.model.new_model_folder`, so a killed or failed run leaves no half folder, and a
-folder that would not load replaces none.
-
-:func:`adapt` is the face (``dupq.adapt``, and what ``dupq adapt`` calls): it chooses the base model
-(:func:`base_model`), mixes in Quora's questions for a small help desk (:func:`mixed_in`) and loads the
-teacher; :func:`adapt_with` is the fine-tuning itself, given the base, the questions and the teacher's function.
+The loop is ``dupq train``'s (:func:`dupq.training.loop.fit`); the result is written through
+:func:`~dupq.modeling.model.new_model_folder`, so a failed run leaves no half folder. :func:`adapt` is the face
+(``dupq.adapt``, ``dupq adapt``): it chooses the base (:func:`base_model`), mixes in Quora's questions
+(:func:`mixed_in`) and loads the teacher; :func:`adapt_with` fine-tunes.
 
 >>> model = adapt(["my tap drips", "the tap leaks", ...], "runs/adapted")   # doctest: +SKIP
 """

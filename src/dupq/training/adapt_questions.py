@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dupq.core.errors import DupqError
-from dupq.data.questions import Dropped, check_questions
+from dupq.data.questions import Dropped, check_questions, read_questions
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.model import Model
 
@@ -27,7 +27,6 @@ def user_questions(source: str, column: str | None = None) -> tuple[list[str], M
     :func:`dupq.data.questions.read_questions` reads it (``column`` of a CSV/TSV file), with no model.
     """
     from dupq.collection.collection import Collection, Location
-    from dupq.data.questions import read_questions
 
     location = Location.parse(source)
     if location.holds_collection():

@@ -1,29 +1,17 @@
 """Batch sources: which pairs a training step sees, with which labels, and which columns are negatives.
 
-A training run is a batch source + an objective (:mod:`dupq.training.objectives`) + the loop
-(:mod:`dupq.training.train`). A source turns labelled pairs into :class:`Batch` objects; it knows nothing
-of losses. Two sources:
+A training run is a batch source + an objective (:mod:`dupq.training.objectives`) + the loop; a source turns labelled
+pairs into :class:`Batch` objects and knows nothing of losses. ``"duplicates"`` (the seed's) batches duplicate pairs
+only, every other question of a batch a negative of a row; ``"labelled"`` batches every labelled pair, so a pair loss
+also learns from the 60 % that are not duplicates while the ranking losses still use the duplicate rows. Either can add
+**hard negatives**: for a duplicate row (a, b), a question labelled not a duplicate of a or b elsewhere in the pool, as
+an extra column.
 
-* ``"duplicates"`` (the seed, 002 part 3): only duplicate pairs, in random batches; every other
-  question of the batch is taken as a negative of a row.
-* ``"labelled"``: every labelled pair of the training pool, both labels, in random batches, so
-  that a pair loss learns from the 60 % of pairs that are *not* duplicates, while the ranking
-  losses still use the duplicate rows and take every other question of the batch as a candidate.
-
-Either can add **hard negatives**: for a duplicate row (a, b), one question labelled *not* a
-duplicate of a or b elsewhere in the pool, appended as an extra column (sentence-transformers'
-(anchor, positive, negative) triples).
-
-**False negatives.** Quora repeats questions: 318 of the 349 batches of a default seed epoch hold
-the same question twice, so the seed pushes a question away from itself. Every question of a
-batch carries a *group*: questions with the same text, or joined by known duplicate pairs of the
-training data (transitively), share one (:func:`dupq.data.duplicates.duplicate_groups`). :func:`false_negatives` marks the cells whose column is
-in the anchor's group, and the losses leave them out (pytorch-metric-learning's miners decide this
-once, outside the loss).
-
-**Teacher vectors.** Given a :class:`~dupq.training.distil.teacher.TeacherCache`, a batch also carries the
-teacher's vector of each of its questions that was taught (``Batch.teacher``, ``Batch.taught``),
-for the distillation losses.
+**False negatives.** Quora repeats questions (318 of 349 batches of a seed epoch hold one twice), so every question
+carries a *group* (same text, or joined by known duplicates, transitively:
+:func:`dupq.data.duplicates.duplicate_groups`); :func:`false_negatives` marks the cells whose column is in the anchor's
+group and the losses leave them out. Given a :class:`~dupq.training.distil.teacher.TeacherCache`, a batch also carries
+the teacher's vectors of its taught questions (``Batch.teacher``, ``Batch.taught``).
 """
 
 from __future__ import annotations
@@ -89,9 +77,8 @@ class Batch:
 class PairBatches:
     """Random batches over labelled pairs (the ``"duplicates"`` source passes duplicates only).
 
-    ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it,
-    where the pool has one (drawn from ``rng``); rows without one get none. ``teacher`` attaches
-    each question's teacher vector.
+    ``hard_negatives`` appends, per duplicate row, one question labelled not a duplicate of it, where the pool has one
+    (drawn from ``rng``); rows without one get none. ``teacher`` attaches each question's teacher vector.
     """
 
     def __init__(

@@ -1,8 +1,7 @@
 """How a training run is set up: :class:`TrainConfig` (the loop) and :class:`ModelOptions` (the model it builds).
 
-Each option is declared once, with :func:`dupq.core.options.option`: its default, its help and its
-range; ``dupq train``'s flags are built from these fields and a preset file
-(:mod:`dupq.training.presets`) sets any of them.
+Each option is declared once, with :func:`dupq.core.options.option`: its default, its help and its range; ``dupq
+train``'s flags are built from these fields and a preset file (:mod:`dupq.training.presets`) sets any of them.
 """
 
 from __future__ import annotations

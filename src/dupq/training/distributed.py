@@ -1,18 +1,15 @@
 """Training on several processes or machines: torchrun's environment, the process group, the shared batch.
 
-DDP as nanoGPT does it: ``torchrun`` starts one process per CPU share or GPU and sets
-``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; with ``WORLD_SIZE`` > 1 a run joins a process group
-(gloo on CPU, NCCL on GPU). Every rank builds the same global batch (the same seeded batch
-source), encodes a contiguous share of its questions, and gathers every rank's vectors *with
-their gradients* (``torch.distributed.nn.functional.all_gather``, as sentence-transformers'
-``gather_across_devices`` and pytorch-metric-learning's ``DistributedLossWrapper``), so the
-in-batch negatives of a rank span the whole global batch.
+DDP as nanoGPT does it: ``torchrun`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; with ``WORLD_SIZE`` > 1 a run
+joins a process group (gloo on CPU, NCCL on GPU). Every rank builds the same global batch, encodes a contiguous share of
+it and gathers every rank's vectors *with their gradients* (``torch.distributed.nn.functional.all_gather``, as
+sentence-transformers' ``gather_across_devices``), so the in-batch negatives span the whole global batch.
 
-Why the gradients come out right: every rank computes the *same* full loss ``L`` on the gathered
-``(N, d)`` vectors. The gather's backward sums the ranks' gradients of each share, so rank ``r``'s
-share gets ``W * dL/dv_r``; DDP then averages the parameter gradients over the ``W`` ranks, which
-leaves ``sum_r dL/dv_r dv_r/dtheta = dL/dtheta``: the gradient of one process on the global batch.
-The head's gradient is ``dL/dtheta_head`` on every rank and is left as it is by the average.
+Why the gradients come out right: every rank computes the *same* full loss ``L`` on the gathered ``(N, d)`` vectors. The
+gather's backward sums the ranks' gradients of each share, so rank ``r``'s share gets ``W * dL/dv_r``; DDP then averages
+the parameter gradients over the ``W`` ranks, which leaves ``sum_r dL/dv_r dv_r/dtheta = dL/dtheta``: the gradient of
+one process on the global batch. The head's gradient is ``dL/dtheta_head`` on every rank and is left as it is by the
+average.
 """
 
 from __future__ import annotations
@@ -84,9 +81,8 @@ def share(n: int, world: World) -> slice:
 def gather(local: Tensor, n: int, world: World) -> Tensor:
     """Every rank's vectors of an ``n``-row batch, in batch order, ``(n, d)``; gradients flow back to their rank.
 
-    ``local`` holds this rank's :func:`share` (or one stand-in row where the share is empty, so
-    that every rank's encoder takes part in the step); shares are padded to one size for the
-    collective and cut back after it.
+    ``local`` holds this rank's :func:`share` (or one stand-in row where the share is empty, so that every rank's
+    encoder takes part in the step); shares are padded to one size for the collective and cut back after it.
     """
     width = -(-n // world.size)
     padded = F.pad(local[:width], (0, 0, 0, width - min(len(local), width)))  # (width, d)

@@ -33,16 +33,6 @@ def cosine(step: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * step / max(1, total)))
 
 
-def warmup_linear(warmup: float) -> Callable[[int, int], float]:
-    """Linear warm-up over ``warmup`` of the steps, then linear decay to 0 (sentence-transformers' default)."""
-
-    def factor(step: int, total: int) -> float:
-        ramp = max(1, int(warmup * total))
-        return (step + 1) / ramp if step < ramp else max(0.0, (total - step) / max(1, total - ramp))
-
-    return factor
-
-
 SCHEDULES = {"constant": constant, "cosine": cosine}  # TrainConfig.lr_schedule -> share of lr at a step
 
 
@@ -75,13 +65,12 @@ class Epoch:
 class Update:
     """One optimiser update from a batch's loss: clear the gradients, backward, the optimiser's step.
 
-    Given the model's word ``embedding``, its gradient stays sparse: the table is most of the
-    parameters but a batch touches a few thousand rows, so the lookup gives those rows only
-    (``nn.Embedding(sparse=True)``), they are added into one buffer of the table's shape kept across
-    steps, the optimiser reads it as the table's gradient (Adam moves every row, as with the dense
-    gradient), and only the rows added are zeroed again: the dense gradient's sums without a fresh
-    table-sized tensor per step (dupq-lab train-step measures the time saved). A gradient that
-    arrives dense is used as it is; among several processes DDP sums the sparse rows of every rank before the buffer sees them.
+    Given the model's word ``embedding``, its gradient stays sparse: the table is most of the parameters but a batch
+    touches a few thousand rows, so the lookup gives those rows only (``nn.Embedding(sparse=True)``), they are added
+    into one buffer of the table's shape kept across steps, the optimiser reads it as the table's gradient (Adam moves
+    every row, as with the dense gradient), and only the rows added are zeroed again: the dense gradient's sums without
+    a fresh table-sized tensor per step (dupq-lab train-step measures the time saved). A gradient that arrives dense is
+    used as it is; among several processes DDP sums the sparse rows of every rank before the buffer sees them.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, embedding: nn.Embedding | None = None):
@@ -124,9 +113,8 @@ def fit(
     after_epoch: Callable[[int, Epoch], bool | None] = lambda epoch, done: None,
 ) -> None:
     """Train ``model``. ``source.epoch(rng)`` gives an epoch's batches (row indices, each row once) and
-    ``source.batch(index, rng)`` one batch, which ``loss_of`` turns into ``(the loss optimised, the loss
-    per row logged)``; ``after_epoch(epoch, what it did)`` validates, checkpoints and logs, and returns
-    True to stop the run."""
+    ``source.batch(index, rng)`` one batch, which ``loss_of`` turns into ``(the loss optimised, the loss per row
+    logged)``; ``after_epoch(epoch, what it did)`` validates, checkpoints and logs, and returns True to stop the run."""
     steps = len(source.epoch(np.random.default_rng(0)))  # per epoch: the same count whatever the draw
     for epoch in range(loop.first_epoch, loop.epochs):
         rng = np.random.default_rng([loop.seed, epoch])  # the same batches on every rank

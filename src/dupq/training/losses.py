@@ -157,15 +157,14 @@ def multiple_negatives_ranking_loss(
 ) -> Tensor:
     """Softmax cross-entropy of each anchor over its positive and every other candidate of the batch.
 
-    ``L_i = -log softmax_j(scale * cos(a_i, c_j))[i]`` with candidates ``c = [positives; negatives]``
-    (``(B + M, D)``); column i is row i's positive. This is the "multiple negatives ranking loss"
-    of Henderson et al. 2017 (*Efficient Natural Language Response Suggestion for Smart Reply*,
-    arXiv:1705.00652), as sentence-transformers' ``MultipleNegativesRankingLoss`` computes it,
-    with (anchor, positive, hard negative) triples when ``negatives`` holds one labelled
-    non-duplicate per anchor. ``symmetric`` adds the reverse direction (each positive picks its
-    anchor among all anchors), averaged, as in ``MultipleNegativesSymmetricRankingLoss``.
-    ``excluded`` (``(B, B + M)`` bool) removes cells that are false negatives (same text, known
-    duplicate) from the softmax. Returns the mean over anchors.
+    ``L_i = -log softmax_j(scale * cos(a_i, c_j))[i]`` with candidates ``c = [positives; negatives]`` (``(B + M, D)``);
+    column i is row i's positive. This is the "multiple negatives ranking loss" of Henderson et al. 2017 (*Efficient
+    Natural Language Response Suggestion for Smart Reply*, arXiv:1705.00652), as sentence-transformers'
+    ``MultipleNegativesRankingLoss`` computes it, with (anchor, positive, hard negative) triples when ``negatives``
+    holds one labelled non-duplicate per anchor. ``symmetric`` adds the reverse direction (each positive picks its
+    anchor among all anchors), averaged, as in ``MultipleNegativesSymmetricRankingLoss``. ``excluded`` (``(B, B + M)``
+    bool) removes cells that are false negatives (same text, known duplicate) from the softmax. Returns the mean over
+    anchors.
 
     >>> v = torch.eye(3)
     >>> round(multiple_negatives_ranking_loss(v, v, scale=1.0, symmetric=False).item(), 4)
@@ -200,13 +199,12 @@ def pair_bce_loss(logits: Tensor, labels: Tensor) -> Tensor:
 def distillation_loss(student: Tensor, teacher: Tensor) -> Tensor:
     """Mean cosine distance between student vectors and the teacher's, row by row: ``mean_i 1 - cos(s_i, t_i)``.
 
-    The student (the LSTM's vector, through a learned projection when the widths differ) learns to
-    point where a pretrained sentence encoder points. Reimers & Gurevych 2020 (*Making Monolingual
-    Sentence Embeddings Multilingual using Knowledge Distillation*, sentence-transformers'
-    ``MSELoss``) and Tang et al. 2019 (*Distilling Task-Specific Knowledge from BERT into Simple
-    Neural Networks*) match the teacher's outputs with a squared error; on unit vectors
-    ``|s - t|^2 = 2 (1 - cos)``, so this is their loss up to a factor of 2 once ``s`` is normalised,
-    and it ignores the student's length, which dupq's encoder normalises away anyway.
+    The student (the LSTM's vector, through a learned projection when the widths differ) learns to point where a
+    pretrained sentence encoder points. Reimers & Gurevych 2020 (*Making Monolingual Sentence Embeddings Multilingual
+    using Knowledge Distillation*, sentence-transformers' ``MSELoss``) and Tang et al. 2019 (*Distilling Task-Specific
+    Knowledge from BERT into Simple Neural Networks*) match the teacher's outputs with a squared error; on unit vectors
+    ``|s - t|^2 = 2 (1 - cos)``, so this is their loss up to a factor of 2 once ``s`` is normalised, and it ignores the
+    student's length, which dupq's encoder normalises away anyway.
 
     >>> round(distillation_loss(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 2.0]])).item(), 4)
     1.0
@@ -217,11 +215,10 @@ def distillation_loss(student: Tensor, teacher: Tensor) -> Tensor:
 def similarity_matching_loss(student: Tensor, teacher: Tensor) -> Tensor:
     """Mean squared difference between the student's and the teacher's in-batch cosine matrices.
 
-    ``mean_{i,j} (cos(s_i, s_j) - cos(t_i, t_j))^2`` over the ``N x N`` cells: the student copies how
-    the teacher ranks the batch's questions against each other, not where its vectors lie, so no
-    projection is needed between different widths. This is the distance-wise term of relational
-    knowledge distillation (Park et al. 2019, *Relational Knowledge Distillation*) with cosine
-    similarity in place of Euclidean distance, the quantity retrieval ranks by.
+    ``mean_{i,j} (cos(s_i, s_j) - cos(t_i, t_j))^2`` over the ``N x N`` cells: the student copies how the teacher ranks
+    the batch's questions against each other, not where its vectors lie, so no projection is needed between different
+    widths. This is the distance-wise term of relational knowledge distillation (Park et al. 2019, *Relational Knowledge
+    Distillation*) with cosine similarity in place of Euclidean distance, the quantity retrieval ranks by.
 
     >>> round(similarity_matching_loss(torch.eye(2), torch.tensor([[1.0, 0.0], [1.0, 0.0]])).item(), 4)
     0.5

@@ -1,17 +1,16 @@
 """Objectives: a weighted sum of losses over one batch's embeddings; each loss one registered class.
 
-An objective reads the batch's question vectors ``v`` (``(N, d)``: q1 rows, q2 rows, extra
-negatives, distil-only rows), its labels and groups, the pair head and the distil projection,
-through :class:`Rows`; it never sees a model or a file. Each loss is a class in :data:`LOSSES`
-holding its own arguments and their defaults; its arithmetic is a function of embeddings in
-:mod:`dupq.training.losses`. With ``mask_false_negatives`` (mining, decided once for every loss),
+An objective reads the batch's question vectors ``v`` (``(N, d)``: q1 rows, q2 rows, extra negatives, distil-only rows),
+its labels and groups, the pair head and the distil projection, through :class:`Rows`; it never sees a model or a file.
+Each loss is a class in :data:`LOSSES` holding its own arguments and their defaults; its arithmetic is a function of
+embeddings in :mod:`dupq.training.losses`. With ``mask_false_negatives`` (mining, decided once for every loss),
 candidates in the anchor's group (same text, known duplicate) are left out of the ranked losses.
 
 >>> objective = Objective({"triplet": 1.0})          # the seed recipe
 >>> objective = Objective({"bce": 1.0, "triplet": {"weight": 1.0, "reduction": "mean"}}, mask_false_negatives=True)
 
-Adding a loss is one class under ``@register("name")``: ``--loss name``, a preset's ``[losses]``
-table and ``TrainConfig(losses=...)`` then reach it.
+Adding a loss is one class under ``@register("name")``: ``--loss name``, a preset's ``[losses]`` table and
+``TrainConfig(losses=...)`` then reach it.
 """
 
 from __future__ import annotations
@@ -274,9 +273,8 @@ class Objective:
         """The batch's loss per pair, the figure the logs show for training and validation alike.
 
         Every loss is a mean over the batch's rows already, except the triplet loss summed over them
-        (``reduction="sum"``, the seed's), which counts here divided by the batch's ``pairs``; a
-        loss's weight counts as it does in the loss optimised. An epoch's loss is the mean of this
-        over its pairs.
+        (``reduction="sum"``, the seed's), which counts here divided by the batch's ``pairs``; a loss's weight counts as
+        it does in the loss optimised. An epoch's loss is the mean of this over its pairs.
         """
         zero = next(iter(terms.values())).new_zeros(()) if terms else torch.zeros(())
         return sum((self.parts[name][1].per_pair(t, pairs) for name, t in terms.items()), zero).detach()

@@ -22,13 +22,9 @@ from dupq.training.objectives import Objective
 def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor, chunks: int) -> torch.Tensor:
     """``encoder(ids, lengths)`` computed as ``chunks`` recurrent calls on length-sorted slices of the batch.
 
-    A random batch is padded to its longest question (the lengths are long-tailed: mean 11,
-    max 237 tokens), so one call spends most of its steps on padding. Sorting the rows by length
-    and running each slice at its own width gives the same vectors (to float rounding, ~1e-6) in
-    less time (dupq-lab train-step measures it), without making the batch's questions (the
-    in-batch negatives) share a length. The slices' word ids are looked up in one call and the
-    vectors normalised in one, so the embedding table gets one gradient per batch and the small
-    operations of a step are not repeated per slice.
+    A random batch is padded to its longest question (mean 11, max 237 tokens), so one call spends most of its steps on
+    padding; slices run at their own width give the same vectors (to ~1e-6) in less time (dupq-lab train-step). Word ids
+    are looked up and vectors normalised in one call each, so the embedding table gets one gradient per batch.
     """
     if chunks <= 1:
         return encoder(ids, lengths)
@@ -53,11 +49,10 @@ def encode_in_chunks(encoder: Encoder, ids: torch.Tensor, lengths: torch.Tensor,
 def encode_batch(model: Siamese, batch: Batch, chunks: int, world: World = World(), bf16: bool = False) -> torch.Tensor:
     """Every question of ``batch`` encoded in one (chunked) LSTM pass: ``(N, d)`` float32.
 
-    Among several processes (``world``), this one encodes its share of the questions and gets
-    every rank's vectors back (:func:`dupq.training.distributed.gather`), so the objective sees the
-    whole batch: the same loss as one process. With ``bf16`` the encoder runs under bfloat16
-    autocast (the weights stay float32) and the vectors come back as float32, so the
-    similarities and losses keep float32's precision.
+    Among several processes (``world``), this one encodes its share of the questions and gets every rank's vectors back
+    (:func:`dupq.training.distributed.gather`), so the objective sees the whole batch: the same loss as one process.
+    With ``bf16`` the encoder runs under bfloat16 autocast (the weights stay float32) and the vectors come back as
+    float32, so the similarities and losses keep float32's precision.
     """
     rows = slice(None)
     if world.size > 1:
@@ -85,9 +80,8 @@ def loss_of_vectors(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch's ``(loss, loss per pair)`` from its questions' vectors ``v`` (``(N, d)``).
 
-    The one place a batch's loss is computed: training optimises the first and logs the second,
-    validation logs the second, so both report the same figure for the same batch
-    (:meth:`~dupq.training.objectives.Objective.per_pair`).
+    The one place a batch's loss is computed: training optimises the first and logs the second, validation logs the
+    second, so both report the same figure for the same batch (:meth:`~dupq.training.objectives.Objective.per_pair`).
     """
     terms = objective.terms(v, batch, model.head, model.projection)
     return objective.total(terms, v), objective.per_pair(terms, batch.size)

@@ -1,21 +1,11 @@
 """The training loop: a batch source + an objective + Adam, with checkpoints and exact resume.
 
-A run is three parts that do not know each other:
-
-* the **batch source** (:mod:`dupq.training.batches`): which pairs, which labels, how batched. The seed
-  recipe trains on the duplicates only (``train_on="duplicates"``); the labelled recipe on every
-  labelled pair of the training pool (``train_on="labelled"``);
-* the **objective** (:mod:`dupq.training.objectives`): a weighted list of losses (:mod:`dupq.training.losses`);
-* the **loop** (:func:`dupq.training.loop.fit`): build (or resume) -> per epoch: batches, loss, Adam
-  step -> validation -> checkpoint -> at the end, the best epoch's weights, calibrated on the dev
-  pairs, as the model folder (the folder ``dupq train`` writes).
-
-Everything random is derived from ``(seed, epoch)``, and the checkpoint is written after every
-epoch, so a run killed at any moment and restarted with ``resume=True`` ends with the same weights
-as one never interrupted. The checkpoint is one ``checkpoint.safetensors``: weights, the best
-epoch's weights and Adam moments as tensors, the configs, epoch and history as JSON in its
-metadata. No pickle anywhere. Weights that are not finite are never written: a diverged run stops
-with the last good checkpoint in place.
+A run is three parts that do not know each other: the **batch source** (:mod:`dupq.training.batches`: the seed's
+duplicates, or every labelled pair), the **objective** (:mod:`dupq.training.objectives`) and the **loop**
+(:func:`dupq.training.loop.fit`: per epoch batches, loss, Adam, validation, checkpoint; at the end the best epoch's
+weights, calibrated on the dev pairs, as the model folder). Everything random is derived from ``(seed, epoch)`` and the
+checkpoint (:mod:`dupq.training.checkpoint`) is written after every epoch, so a run killed at any moment and resumed
+ends with the same weights as one never interrupted; a diverged run stops with the last good checkpoint in place.
 """
 
 from __future__ import annotations
@@ -187,15 +177,14 @@ def train(
 ) -> Model:
     """Train on ``splits`` with ``config`` (the recipe) and ``options`` (what is built); save the model in ``out``.
 
-    ``option_overrides`` are :class:`ModelOptions` fields (``dim=32``) for short calls. ``split``
-    records how the data was cut, so that a resume on another cut is refused. Writes
-    ``out/vocab.json`` and ``out/checkpoint.safetensors`` as it goes and the model folder (the best
-    epoch's weights) at the end, calibrated on ``splits.dev`` and tested on ``splits.test`` when
-    both hold pairs: the folder ``dupq train`` writes. Returns the trained :class:`Model`.
+    ``option_overrides`` are :class:`ModelOptions` fields (``dim=32``) for short calls. ``split`` records how the data
+    was cut, so that a resume on another cut is refused. Writes ``out/vocab.json`` and ``out/checkpoint.safetensors`` as
+    it goes and the model folder (the best epoch's weights) at the end, calibrated on ``splits.dev`` and tested on
+    ``splits.test`` when both hold pairs: the folder ``dupq train`` writes. Returns the trained :class:`Model`.
 
-    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments and
-    trains on its share of each batch (:mod:`dupq.training.distributed`); rank 0 alone writes and logs, and
-    every rank returns the same model once the folder is written.
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments and trains on its share of
+    each batch (:mod:`dupq.training.distributed`); rank 0 alone writes and logs, and every rank returns the same model
+    once the folder is written.
     """
     out = Path(out)
     config = config or TrainConfig()

@@ -3,27 +3,17 @@
 ::
 
     manifest.json      format, the model that built it (fingerprint + folder), dim, index config
-    questions.sqlite   the source of truth: every question and its embedding (WAL journal), and
-                       a reranker's vectors of the questions it has seen (a collection with a reranker)
-    index.faiss        a cache of the FAISS index over the first ``count`` embeddings (:mod:`dupq.collection.folder.cache`)
+    questions.sqlite   the truth: every question and its embedding (WAL), and a reranker's vectors
+    index.faiss        a cache of the FAISS index (:mod:`dupq.collection.folder.cache`)
 
-The store (:class:`~dupq.collection.folder.store.SQLiteStore`) is the truth: an add, a removal or an update
-is one of its transactions; the FAISS index follows after the commit. A question's id is its
-FAISS position. FAISS cannot take a vector out of HNSW (and removing one from a flat index
-renumbers the rest), so a removed id is marked (the store's ``removed`` table) and every search
-filters it out with a selector; a new text for a key is a new id, the old one marked.
-
-Once removed questions are a fifth of an HNSW graph (:data:`~dupq.collection.folder.cache.REBUILD_SHARE`),
-a thread builds a graph of the others from a snapshot of the store (no lock held meanwhile; one
-process at a time, by ``rebuild.lock``), swaps it in, catches it up with what was written
-meanwhile and publishes it as ``index.faiss`` (temporary file, rename); the other processes load
-it at their next search. A crash at any moment leaves the old graph or the new one, both correct.
-
-Another process may write meanwhile (SQLite serialises the writes): before every search,
-SQLite's ``data_version`` says whether anything was committed since, and if so FAISS catches up
-from the stored embeddings and the removed ids are read again, so reads see every committed
-change. Searches run in several threads at once; writes are serialised by a lock and block
-searches only while FAISS grows.
+A write is one transaction of the store (:class:`~dupq.collection.folder.store.SQLiteStore`); FAISS follows after the
+commit. A question's id is its FAISS position; FAISS cannot take a vector out of HNSW, so a removed id is marked (the
+``removed`` table) and filtered out of every search, and a new text for a key is a new id. Once removed questions are
+:data:`~dupq.collection.folder.cache.REBUILD_SHARE` of a graph, a thread builds one of the others from a snapshot (one
+process at a time, by ``rebuild.lock``), swaps it in, catches it up and publishes it (temporary file, rename): a crash
+leaves the old graph or the new one. Before every search SQLite's ``data_version`` says whether another process
+committed since, and if so FAISS catches up from the stored embeddings. Searches run in several threads; writes are
+serialised and block searches only while FAISS grows.
 """
 
 from __future__ import annotations

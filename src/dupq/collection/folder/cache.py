@@ -1,26 +1,17 @@
 """The FAISS index of a SQLite-stored collection, and its cache file ``index.faiss``.
 
-The store (:class:`~dupq.collection.folder.store.SQLiteStore`) is the truth; the index over its vectors lives in
-memory and is cached in ``index.faiss`` so that an open need not re-add every vector. The cache
-file is rewritten atomically (temporary file, fsync, rename) now and then; the manifest records
-how many vectors it holds and a CRC-32 of its bytes. :meth:`FaissCache.open` reads it and
-checks it whole (the checksum and count recorded when it was written, and its first and last
-vectors against the stored ones; otherwise it is thrown away and rebuilt from the stored
-vectors) and adds the rows beyond it. So after a crash at any moment the index and the stored
-questions agree, without re-encoding anything.
+The store is the truth; the index lives in memory and is cached in ``index.faiss`` (rewritten atomically now and then;
+the manifest records its count and CRC-32) so that an open need not re-add every vector. :meth:`FaissCache.open` checks
+it whole (checksum, count, its first and last vectors against the stored ones; else it is rebuilt from the stored
+vectors) and adds the rows beyond it, so after a crash at any moment index and store agree without re-encoding. A
+failure to write the cache (a full disk) is kept in :attr:`FaissCache.cache_error`, never raised: the questions are
+stored and the next open rebuilds what the file lacks. A question's FAISS position is its id.
 
-A failure to write the cache (a full disk) is never an error for the caller: it is kept in
-:attr:`FaissCache.cache_error`, the questions are stored, and the next open rebuilds what the
-file lacks. The FAISS position of a question is its id (the store's ids are ``0, 1, 2, ...``).
+Past :data:`REBUILD_SHARE` removed vectors in an HNSW graph, a graph of the others is built in the background
+(:meth:`FaissCache.replace`) and written with the manifest's ``rebuilt`` generation raised; other processes load it at
+their next search (:meth:`FaissCache.stale`).
 
-An HNSW graph keeps removed questions' vectors (they are filtered out). Past
-:data:`REBUILD_SHARE` of them, the collection builds a graph of the others in the background
-(:meth:`FaissCache.replace`) and writes it as ``index.faiss`` (temporary file, rename) with the
-manifest's ``rebuilt`` generation raised; every other process holding the collection sees the
-new file at its next search (:meth:`FaissCache.stale`) and loads it in place of its own graph.
-
-Not thread-safe: the collection holds its lock around :meth:`search` (shared) and
-:meth:`catch_up` (exclusive).
+Not thread-safe: the collection holds its lock around :meth:`search` (shared) and :meth:`catch_up` (exclusive).
 """
 
 from __future__ import annotations
@@ -201,10 +192,9 @@ class FaissCache:
     def save(self) -> None:
         """Rewrite ``index.faiss`` and the manifest that describes it; a failure lands in :attr:`cache_error`.
 
-        Several processes may hold the collection open (``dupq serve --workers``, an ``index add``
-        beside a server): the file and the manifest are written under an exclusive lock on
-        ``index.lock``, so the manifest always describes the file beside it, and a process whose
-        index holds no more vectors than the file already does writes nothing.
+        Several processes may hold the collection open (``dupq serve --workers``, an ``index add`` beside a server): the
+        file and the manifest are written under an exclusive lock on ``index.lock``, so the manifest always describes
+        the file beside it, and a process whose index holds no more vectors than the file already does writes nothing.
         """
         try:
             with file_lock(self.folder / LOCK_FILE):

@@ -7,13 +7,10 @@ SQLite's layout (``questions.sqlite``, WAL journal, ``synchronous=FULL``)::
     removed (id INTEGER PRIMARY KEY)                              -- removed ids, filtered out of searches
     reranked (id INTEGER PRIMARY KEY, digest, vector BLOB)        -- a reranker's (d',) float32 of a stored question
 
-Its ids are ``0, 1, 2, ...`` in order of addition, which is what lets the FAISS cache
-(:mod:`dupq.collection.folder.cache`) use them as positions. Vectors go in rows of :data:`BLOB_ROWS`: reading one
-vector (IVF-PQ re-ranking reads 100 per query) then touches a few pages, where a 65,536-vector
-row (as collections written before held) made SQLite walk its overflow pages up to the offset.
-Rows of any size are read correctly, so old collections open unchanged.
-
-The store's transactions (:class:`~dupq.collection.folder.store.SQLiteStore`) are made of these functions.
+Its ids are ``0, 1, 2, ...`` in order of addition: the FAISS cache's positions. Vectors go in rows of
+:data:`BLOB_ROWS`, so reading one (IVF-PQ re-ranks 100 a query) touches a few pages (:func:`vectors_by_id`); rows of
+any size are read, so older collections open unchanged. :class:`~dupq.collection.folder.store.SQLiteStore`'s
+transactions are made of these functions.
 """
 
 from __future__ import annotations
@@ -164,14 +161,12 @@ def _check_finite(vectors: np.ndarray, first_id, ids=None) -> None:
 def vectors_by_id(db: sqlite3.Connection, ids: np.ndarray, dim: int) -> np.ndarray:
     """The stored embeddings of ``ids``, ``(len(ids), d)``, read from their rows' BLOBs a row at a time.
 
-    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of a vector without reading its
-    whole row: this is how an ivfpq collection re-ranks its short list while memory holds codes
-    only. SQLite walks a BLOB's overflow pages up to the offset, so the cost grows with the row:
-    a vector deep in a 65,536-vector row (older collections) costs milliseconds, one in a row of
-    :data:`BLOB_ROWS` a few page reads. The ids are read in id order, each row opened once, and
-    the span from its first wanted vector to its last read at once when it is at most
-    :data:`SPAN_BYTES` (a filter's thousands of allowed ids cost about a row read each, not a
-    lookup and an open each).
+    Incremental BLOB reads (``blobopen``) return the 4 * d bytes of a vector without reading its whole row: this is how
+    an ivfpq collection re-ranks its short list while memory holds codes only. SQLite walks a BLOB's overflow pages up
+    to the offset, so the cost grows with the row: a vector deep in a 65,536-vector row (older collections) costs
+    milliseconds, one in a row of :data:`BLOB_ROWS` a few page reads. The ids are read in id order, each row opened
+    once, and the span from its first wanted vector to its last read at once when it is at most :data:`SPAN_BYTES` (a
+    filter's thousands of allowed ids cost about a row read each, not a lookup and an open each).
     """
     ids = np.asarray(ids, dtype=np.int64)
     out = np.empty((len(ids), dim), dtype=np.float32)

@@ -1,19 +1,10 @@
 """A folder collection's questions and their embeddings: SQLite (:class:`SQLiteStore`).
 
-The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row. It knows nothing
-of models or search; :class:`~dupq.collection.folder.backend.FolderBackend` joins it and the FAISS index.
-
-What it guarantees (the backend's promises, :mod:`dupq.collection.backend`, rest on these):
-
-* an add, a removal and an update are each **one transaction**: when it returns, the change is
-  durable and seen by any reader; if it raises or the process dies first, none of it is applied.
-* **Keys make retries idempotent**: a key stored already stores nothing and answers the stored
-  id; the same key with another text or metadata raises :class:`~dupq.collection.rows.KeyConflict`
-  (:func:`~dupq.collection.rows.place` is the rule, shared by both stores).
-* Ids are what :meth:`SQLiteStore.add` answered, for as long as the row is stored (a new text
-  for a key is a new id; the old one joins ``removed``, and its vector stays).
-
-The tables and the SQL they are read and written with are :mod:`dupq.collection.folder.sqlite`.
+The store keeps rows ``(id, key, text, metadata)`` and one float32 vector per row, and knows nothing of models or
+search; :class:`~dupq.collection.folder.backend.FolderBackend` joins it and the FAISS index. Its transactions keep the
+promises of :mod:`dupq.collection.backend` (one transaction per write; keys by :func:`~dupq.collection.rows.place`'s
+rule), and an id is what :meth:`SQLiteStore.add` answered for as long as the row is stored (a new text for a key is a
+new id; the old one joins ``removed``, its vector kept). The tables and their SQL are :mod:`dupq.collection.folder.sqlite`.
 
 >>> store = SQLiteStore(Path("runs/faq/questions.sqlite"), dim=128)      # doctest: +SKIP
 >>> store.add(["How do I learn Python?"], [None], [None], vectors)        # doctest: +SKIP
@@ -34,7 +25,7 @@ import numpy as np
 from dupq.collection.backend import Row, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
-from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, edited, place, same_metadata
+from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
 
@@ -46,11 +37,10 @@ WRITER_LOCK = "writer.lock"  # beside the database: held by the process adding t
 class SQLiteStore:
     """The questions and embeddings in one SQLite file: ids ``0, 1, 2, ...`` in order of addition.
 
-    A removed question's row goes and its id joins ``removed``; its vector stays in its embeddings
-    row (the rows of vectors stay whole, so a question's id stays its FAISS position), and the
-    index filters it out. A new text for a key is a new id (the old one removed) in the same
-    transaction. Two connections: one for writes (and the range reads of a catch-up, which the
-    backend makes under its write lock), one for the look-ups of searches.
+    A removed question's row goes and its id joins ``removed``; its vector stays in its embeddings row (the rows of
+    vectors stay whole, so a question's id stays its FAISS position), and the index filters it out. A new text for a key
+    is a new id (the old one removed) in the same transaction. Two connections: one for writes (and the range reads of a
+    catch-up, which the backend makes under its write lock), one for the look-ups of searches.
     """
 
     def __init__(self, path: Path, dim: int):
@@ -158,11 +148,7 @@ class SQLiteStore:
     def remove(self, keys: list[str]) -> list[int]:
         with self._transaction("remove from") as db:
             stored = sqlite.find(db, keys)
-            missing = [k for k in keys if k not in stored]
-            if missing:
-                raise UnknownKey(
-                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
-                )
+            check_stored(stored, keys, self.where, "removed")
             ids = sorted({stored[k][0] for k in keys})
             sqlite.remove_ids(db, ids)
         return [stored[k][0] for k in keys]
@@ -170,8 +156,7 @@ class SQLiteStore:
     def update(self, key: str, text: str | None, metadata: str | None, vector) -> int:
         with self._transaction("update") as db:
             stored = sqlite.find(db, [key])
-            if key not in stored:
-                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            check_stored(stored, [key], self.where, "changed")
             i, old_text, old_meta = stored[key]
             text = old_text if text is None else text
             metadata = old_meta if metadata is None else metadata

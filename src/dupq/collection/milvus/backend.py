@@ -1,37 +1,18 @@
-"""A collection stored in Milvus: milvus-lite in a local file, or a Milvus server or cluster.
+"""A collection stored in Milvus, which also searches it: milvus-lite in a local file, or a server.
 
-Locations::
+Locations: ``milvus:PATH.db`` (milvus-lite, one process at a time) or ``milvus+http(s)://HOST:19530?collection=NAME``
+(token from ``$DUPQ_MILVUS_TOKEN``). One row per question (``id``, ``key``, ``text``, ``metadata`` JSON text,
+``vector``); the manifest is a property of the collection. Every search reads every acknowledged write (consistency
+``Strong``), so several servers on several machines can share one collection (docs/collections.md says why Milvus
+searches rather than FAISS beside it). Where it differs from :mod:`dupq.collection.backend`'s promises:
 
-    milvus:PATH.db                                  the embedded milvus-lite (one process at a time)
-    milvus+http://HOST:19530?collection=NAME        a server (https: milvus+https://...); the token,
-                                                    if it needs one, from $DUPQ_MILVUS_TOKEN
-
-The Milvus collection (``NAME``, default ``dupq``) has one row per question: ``id`` (INT64 primary
-key), ``key``, ``text``, ``metadata`` (JSON text) and ``vector`` (FLOAT_VECTOR); the manifest
-(model fingerprint, width, index settings) is a property of the collection.
-
-**Milvus does the search.** Keeping FAISS beside it (Milvus as a store only) would copy every
-vector into each server process's memory and make each process catch up with the others'
-writes, which is what SQLite's ``data_version`` check does on one machine but cannot do across
-machines. Milvus is the engine people run for exactly this: it indexes what is inserted, answers
-with every acknowledged write (consistency level ``Strong``), and several ``dupq serve``
-processes on several machines can share one collection. The index kind maps to Milvus's
-(``flat`` -> FLAT, ``hnsw`` -> HNSW with ``hnsw_m``/``ef_construction``/``ef_search``, ``ivfpq``
--> IVF_PQ with ``nlist``/``pq_m``/``nprobe``; Milvus re-ranks nothing, so ivfpq scores are the
-codes' approximations), all with the inner-product metric.
-
-What holds, as for SQLite: an add is one upsert request, acknowledged once Milvus has written it
-to its log, and then durable and searchable by every client. What differs:
-
-* **Ids** are not ``0, 1, 2, ...``: Milvus has no transaction to read ``MAX(id)`` and insert in,
-  so several writers could take the same id. A keyed question's id is a 53-bit hash of its key
-  (a retry from any process writes the same row again: an upsert, never a duplicate); an
-  unkeyed one's is a random 53-bit number not stored yet. 53 bits: JSON readers in JavaScript
-  keep them exact.
-* **Keys across processes**: the check that a key is not stored with another text runs before
-  the upsert, in this process's lock; two processes adding one key with *different* texts at
-  the same moment leave the later text (SQLite refuses the second with 409).
-* milvus-lite's file is opened by one process at a time.
+* **Ids** are a 53-bit hash of the key (a retry from any process upserts the same row), or a
+  random 53-bit number for an unkeyed question: Milvus has no transaction to draw ``MAX(id) + 1``
+  in. 53 bits stay exact in JavaScript.
+* **Keys across processes**: the check that a key is not stored with another text runs before the
+  upsert, in this process's lock; two processes adding one key with different texts at once leave
+  the later text.
+* ivfpq scores are Milvus's approximations (it re-ranks nothing).
 """
 
 from __future__ import annotations
@@ -47,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.collection.backend import Backend, Row, Where
+from dupq.collection.backend import Backend, Row, Where, hit_arrays, in_order
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.milvus import schema as milvus
 from dupq.collection.milvus.address import Address, parse
-from dupq.collection.rows import PARAMETERS, StoreFailure, UnknownKey, edited, place, same_metadata
+from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata
 from dupq.core.errors import DupqError
-from dupq.core.files import alive, parse_json
+from dupq.core.files import alive, file_lock, parse_json
 from dupq.index.vectors import IndexConfig
 
 TOKEN_ENV = "DUPQ_MILVUS_TOKEN"
@@ -99,28 +80,17 @@ def _client(where: Address, create: bool = False):
 
 
 def _held_by_another_process(file: Path) -> bool:
-    """Whether milvus-lite's lock on ``file`` is held (asked after a failure to open it: then not by this process).
-
-    milvus-lite lets one process at a time open a file: it holds an exclusive ``flock`` on the
-    ``LOCK`` file in the database folder for as long as it has it open (and within one process,
-    every client shares one server, so a client of this process never fails on it).
-    """
-    import fcntl
-
-    try:
-        fd = os.open(file / "LOCK", os.O_RDWR)
-    except OSError:  # no lock file: another milvus-lite layout, or no database
+    """Whether milvus-lite's ``flock`` on the database's ``LOCK`` file is held: it holds one while a process has
+    the file open (asked after a failure to open it, so not by this process, whose clients share one server)."""
+    if not (file / "LOCK").is_file():  # another milvus-lite layout, or no database
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
+        with file_lock(file / "LOCK", timeout=0):
+            return False
+    except TimeoutError:
         return True
     except OSError:
         return False
-    finally:
-        os.close(fd)
 
 
 def _reason(e: Exception) -> str:
@@ -292,9 +262,7 @@ class MilvusBackend(Backend):
     def remove(self, keys) -> list[int]:
         """One delete request: acknowledged, it is durable and no search finds the rows."""
         stored = self.find(keys)
-        missing = [k for k in keys if k not in stored]
-        if missing:
-            raise UnknownKey(f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed.")
+        check_stored(stored, keys, self.where, "removed")
         ids = [stored[k][0] for k in keys]
         self._call("remove from", self.client.delete, self.location.name, ids=sorted(set(ids)))
         return ids
@@ -302,15 +270,14 @@ class MilvusBackend(Backend):
     def update(self, key, text, metadata, vector) -> int:
         """One upsert of the row (its id is its key's, so the id stays)."""
         stored = self.find([key])
-        if key not in stored:
-            raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+        check_stored(stored, [key], self.where, "changed")
         i, old_text, old_meta = stored[key]
         text = old_text if text is None else text
         metadata = old_meta if metadata is None else metadata
         if text == old_text and same_metadata(metadata, old_meta):  # a retried update changes nothing
             return i
         if text == old_text or vector is None:
-            vector = self.vectors_by_id([i])[0]
+            vector = self.vectors([i])[0]
         milvus.check_sizes([text], [key], [metadata])
         row = milvus.rows(
             [i], [text], [key], [metadata], np.asarray(vector, np.float32).reshape(1, self.dim), self.filtered
@@ -339,15 +306,9 @@ class MilvusBackend(Backend):
         return {row["id"]: (row["key"], row["text"], row["metadata"]) for row in found}
 
     def vectors(self, ids) -> np.ndarray:
-        return self.vectors_by_id(ids)
-
-    def vectors_by_id(self, ids) -> np.ndarray:
         ids = [int(i) for i in np.asarray(ids).ravel()]
         found = {row["id"]: row["vector"] for row in self._query_ids(sorted(set(ids)), ["id", "vector"])}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise DupqError(f"{self.where} holds no question with id {missing[0]}.")
-        return np.array([found[i] for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
+        return in_order(found, ids, self.dim, self.where)
 
     def all_vectors(self) -> np.ndarray:
         rows = self._call("read", self._iterate, ["id", "vector"])
@@ -393,13 +354,7 @@ class MilvusBackend(Backend):
             output_fields=[],
             filter=milvus.searched(where, pending or not self.filtered),
         )
-        width = max((len(hits) for hits in found), default=0)
-        scores = np.zeros((len(vectors), width), np.float32)
-        ids = np.full((len(vectors), width), -1, np.int64)
-        for q, hits in enumerate(found):
-            for j, hit in enumerate(hits):
-                ids[q, j], scores[q, j] = hit["id"], hit["distance"]
-        return scores, ids
+        return hit_arrays([[(hit["id"], hit["distance"]) for hit in hits] for hits in found])
 
     def close(self) -> None:
         try:

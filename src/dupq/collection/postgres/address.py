@@ -1,11 +1,9 @@
 """The address of a Postgres collection: ``postgresql://USER@HOST:PORT/DB?table=NAME``, and its password kept out of sight.
 
-The address is a libpq connection URI with one setting of dupq's own, ``table`` (default
-``dupq``): what remains is given to libpq as it is, so its other settings (``sslmode``,
-``host=/socket/folder``, ``connect_timeout``) work, and so does its search for the password:
-in the URI, else ``$PGPASSWORD``, else ``~/.pgpass``. The password, when the URI holds one, is
-kept in :attr:`Address.conninfo` only; :attr:`Address.text` (what every message, log line and
-page shows) has it replaced by ``***``.
+A libpq connection URI with one setting of dupq's own, ``table`` (default ``dupq``); the rest goes
+to libpq as it is (``sslmode``, ``connect_timeout``, its password search: URI, ``$PGPASSWORD``,
+``~/.pgpass``). A password in the URI is kept in :attr:`Address.conninfo` only;
+:attr:`Address.text`, what every message shows, has ``***``.
 
 >>> parse("postgresql://app:secret@db:5432/helpdesk?table=faq").text
 'postgresql://app:***@db:5432/helpdesk?table=faq'

@@ -1,33 +1,17 @@
 """A collection kept in PostgreSQL with pgvector: one database shared by every writer and server, on every machine.
 
-Location::
+Location: ``postgresql://USER@HOST:PORT/DB?table=NAME`` (password in the URI, ``$PGPASSWORD`` or ``~/.pgpass``); the
+tables are :mod:`dupq.collection.postgres.schema`'s. Postgres searches (``<#>``, through HNSW or by a scan of a flat
+collection) and nothing is cached in the process. Beyond :mod:`dupq.collection.backend`'s promises:
 
-    postgresql://USER@HOST:PORT/DB?table=NAME    (password: in the URI, $PGPASSWORD or ~/.pgpass)
+* a build is one transaction too, so no half collection is ever visible;
+* adds are idempotent by key across processes (``INSERT ... ON CONFLICT (key) DO NOTHING``, a key
+  committed meanwhile read back and checked, else :class:`~dupq.collection.rows.KeyConflict`);
+* a filter loses nothing: pgvector's HNSW filters after its walk, so a narrow filter is searched
+  by an exact scan, and an HNSW search answering fewer than ``k`` is made again exactly;
+* writers hold a shared advisory lock of the table; :meth:`writers_held` takes it exclusively.
 
-The tables are :mod:`dupq.collection.postgres.schema`'s. **Postgres does the search**: pgvector
-orders the rows by inner product (``<#>``), through the HNSW index of an hnsw collection (with
-the manifest's ``hnsw_m``, ``ef_construction`` and ``ef_search``) or by a scan of every row of a
-flat one. Nothing is cached in the process, so every search sees every committed write, from
-any process on any machine.
-
-What holds, as for the other backends (:mod:`dupq.collection.backend`):
-
-* an add, a removal, an update and an edit are each **one transaction**; a writer killed before
-  its commit leaves nothing (the server rolls it back), and a build is one transaction too, so
-  no half collection is ever visible.
-* **Adds are idempotent by key across processes**: the rows go in with ``INSERT ... ON CONFLICT
-  (key) DO NOTHING``; a key another writer stored meanwhile is read back and must hold the same
-  question (else :class:`~dupq.collection.rows.KeyConflict`, and nothing of the add is stored).
-* **A filter loses nothing**: it is JSONB containment on ``metadata`` (the GIN index serves it).
-  pgvector's HNSW filters *after* its walk, which could return fewer than ``k`` rows; so a narrow
-  filter (one the walk would need more than pgvector's 1,000 candidates to fill) is searched
-  exactly, by a scan of the matching rows, and any HNSW search that answers fewer than ``k`` is
-  made again exactly.
-* Writers take a shared advisory lock of the table in each transaction; :meth:`writers_held`
-  takes it exclusively, so that a re-encoding's last round sees every write committed before it.
-
-Ids are ``0, 1, 2, ...`` from a sequence (a rolled-back add leaves a gap); a new text for a key
-keeps the key's id.
+Ids come from a sequence (a rolled-back add leaves a gap); a new text for a key keeps its id.
 """
 
 from __future__ import annotations
@@ -38,13 +22,16 @@ import logging
 import time
 
 import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from dupq.collection.backend import Backend, Row, Where
+from dupq.collection.backend import Backend, Row, Where, hit_arrays, in_order
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.postgres import schema
 from dupq.collection.postgres.address import Address, parse
 from dupq.collection.postgres.connections import Connections, ensure_vector, failure, psycopg_modules
-from dupq.collection.rows import PARAMETERS, KeyConflict, UnknownKey, edited, place, same_metadata
+from dupq.collection.rows import PARAMETERS, KeyConflict, check_stored, edited, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 
@@ -70,8 +57,6 @@ class PostgresBackend(Backend):
     @classmethod
     def build(cls, location, manifest: dict, chunks) -> PostgresBackend:
         """The tables, rows and indexes of a new collection, in one transaction: visible only when complete."""
-        from psycopg import sql
-
         where = parse(location.address)
         config = IndexConfig(**manifest["index"])
         if config.kind not in ("flat", "hnsw"):
@@ -108,16 +93,10 @@ class PostgresBackend(Backend):
                 conn.execute(
                     sql.SQL("INSERT INTO {manifest} (manifest) VALUES (%s)").format(**n), [json.dumps(manifest)]
                 )
-        except DupqError:
-            conn.close()
-            connections.close()
-            raise
         except Exception as e:
             conn.close()
             connections.close()
-            import psycopg
-
-            if isinstance(e, psycopg.Error):
+            if isinstance(e, psycopg.Error):  # a DupqError passes as it is
                 raise failure("build a collection in", where, e) from None
             raise
         conn.dupq_ef = None
@@ -145,18 +124,13 @@ class PostgresBackend(Backend):
         return self.connections.run(doing, run, retry=True)
 
     def count(self) -> int:
-        from psycopg import sql
-
-        return self._read("count the questions of", sql.SQL("SELECT count(*) FROM {t}").format(**self.n), fetch="one")[
-            0
-        ]
+        query = sql.SQL("SELECT count(*) FROM {t}").format(**self.n)
+        return self._read("count the questions of", query, fetch="one")[0]
 
     def find(self, keys) -> dict[str, tuple[int, str, str | None]]:
         return self.connections.run("read", lambda conn: self._find(conn, list(keys)), retry=True)
 
     def _find(self, conn, keys: list[str], lock: bool = False) -> dict[str, tuple[int, str, str | None]]:
-        from psycopg import sql
-
         query = sql.SQL(
             "SELECT key, id, text, metadata::text FROM {t} WHERE key = ANY(%s)" + (" FOR UPDATE" if lock else "")
         )
@@ -167,32 +141,21 @@ class PostgresBackend(Backend):
         return found
 
     def rows(self, ids) -> dict[int, Row]:
-        from psycopg import sql
-
         query = sql.SQL("SELECT id, key, text, metadata::text FROM {t} WHERE id = ANY(%s)").format(**self.n)
         wanted = sorted({int(i) for i in ids})
         return {i: (key, text, meta) for i, key, text, meta in self._read("read", query, [wanted])}
 
     def vectors(self, ids) -> np.ndarray:
-        from psycopg import sql
-
         ids = [int(i) for i in np.asarray(ids).ravel()]
         query = sql.SQL("SELECT id, embedding FROM {t} WHERE id = ANY(%s)").format(**self.n)
-        found = dict(self._read("read", query, [sorted(set(ids))]))
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise DupqError(f"{self.where} holds no question with id {missing[0]}.")
-        return np.array([_array(found[i]) for i in ids], dtype=np.float32).reshape(len(ids), self.dim)
+        found = {i: _array(v) for i, v in self._read("read", query, [sorted(set(ids))])}
+        return in_order(found, ids, self.dim, self.where)
 
     def all_vectors(self) -> np.ndarray:
-        from psycopg import sql
-
         rows = self._read("read", sql.SQL("SELECT embedding FROM {t} ORDER BY id").format(**self.n))
         return np.array([_array(v) for (v,) in rows], dtype=np.float32).reshape(len(rows), self.dim)
 
     def all_rows(self) -> list[tuple[int, Row]]:
-        from psycopg import sql
-
         query = sql.SQL("SELECT id, key, text, metadata::text FROM {t} ORDER BY id").format(**self.n)
         return [(i, (key, text, meta)) for i, key, text, meta in self._read("read", query)]
 
@@ -208,13 +171,7 @@ class PostgresBackend(Backend):
         found = self.connections.run(
             "search", lambda conn: [self._one(conn, q, k, condition, ef) for q in vectors], retry=True
         )
-        width = max((len(hits) for hits in found), default=0)
-        scores = np.zeros((len(vectors), width), np.float32)
-        ids = np.full((len(vectors), width), -1, np.int64)
-        for q, hits in enumerate(found):
-            for j, (i, score) in enumerate(hits):
-                ids[q, j], scores[q, j] = i, score
-        return scores, ids
+        return hit_arrays(found)
 
     def _ef(self, k: int, where: Where | None) -> int | None:
         """The ``hnsw.ef_search`` of a search (``ef_search``, at least ``k``, widened by the share a filter keeps),
@@ -231,8 +188,6 @@ class PostgresBackend(Backend):
 
     def _matching(self, where: Where | None) -> int:
         """How many rows match ``where`` (all rows for None), counted at most every :data:`COUNTS_KEPT_S` seconds."""
-        from psycopg import sql
-
         name = json.dumps(where, sort_keys=True)
         now = time.monotonic()
         kept = self._counts.get(name)
@@ -249,8 +204,6 @@ class PostgresBackend(Backend):
     def _one(self, conn, q: np.ndarray, k: int, condition: tuple, ef: int | None) -> list[tuple[int, float]]:
         """One query's ``(id, score)`` of the rows ``condition`` (SQL, parameters) keeps: through HNSW with ``ef``,
         then exactly if that answered fewer than ``k``."""
-        from psycopg import sql
-
         condition, params = condition
         if ef is not None:
             if conn.dupq_ef != ef:
@@ -273,8 +226,6 @@ class PostgresBackend(Backend):
     @contextlib.contextmanager
     def _transaction(self, doing: str):
         """One write transaction on a connection of its own, with the writers' shared lock held (see :meth:`writers_held`)."""
-        import psycopg
-
         try:
             with self.connections.get() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", [self.lock])
@@ -294,8 +245,6 @@ class PostgresBackend(Backend):
         return ids
 
     def _draw(self, conn, n: int) -> list[int]:
-        from psycopg import sql
-
         if n == 0:
             return []
         query = sql.SQL("SELECT nextval(%s) FROM generate_series(1, %s)")
@@ -304,8 +253,6 @@ class PostgresBackend(Backend):
     def _insert(self, conn, ids, new, texts, keys, metadata, vectors) -> list[int]:
         """Insert the ``new`` rows, ``ON CONFLICT (key) DO NOTHING``; a key another writer committed since this
         transaction read it is read again and must hold the same question (:func:`place`'s rule)."""
-        from psycopg import sql
-
         query = sql.SQL(
             "INSERT INTO {t} (id, key, text, metadata, embedding) VALUES (%s, %s, %s, %s::jsonb, %s) "
             "ON CONFLICT (key) DO NOTHING RETURNING id"
@@ -329,26 +276,17 @@ class PostgresBackend(Backend):
         return ids
 
     def remove(self, keys) -> list[int]:
-        from psycopg import sql
-
         query = sql.SQL("DELETE FROM {t} WHERE key = ANY(%s) RETURNING key, id").format(**self.n)
         with self._transaction("remove from") as conn:
             removed = dict(conn.execute(query, [list(keys)]).fetchall())
-            missing = [k for k in keys if k not in removed]
-            if missing:
-                raise UnknownKey(
-                    f"no question with the key {missing[0]!r} is stored in {self.where}; nothing was removed."
-                )
+            check_stored(removed, keys, self.where, "removed")
         self._counts.clear()
         return [removed[k] for k in keys]
 
     def update(self, key, text, metadata, vector) -> int:
-        from psycopg import sql
-
         with self._transaction("update") as conn:
             stored = self._find(conn, [key], lock=True)
-            if key not in stored:
-                raise UnknownKey(f"no question with the key {key!r} is stored in {self.where}; nothing was changed.")
+            check_stored(stored, [key], self.where, "changed")
             i, old_text, old_meta = stored[key]
             if text is not None and text != old_text:
                 query = sql.SQL("UPDATE {t} SET text = %s, embedding = %s WHERE id = %s").format(**self.n)
@@ -358,8 +296,6 @@ class PostgresBackend(Backend):
         return i
 
     def _set_metadata(self, conn, i: int, metadata: str | None) -> None:
-        from psycopg import sql
-
         query = sql.SQL("UPDATE {t} SET metadata = %s::jsonb WHERE id = %s").format(**self.n)
         conn.execute(query, [metadata or None, i])
         self._counts.clear()
@@ -372,12 +308,9 @@ class PostgresBackend(Backend):
                 self._set_metadata(conn, i, new)
         return i, new
 
+    @contextlib.contextmanager
     def writers_held(self):
         """The table's writer lock, exclusively, on a connection of its own: every writer waits until the context ends."""
-        return self._held()
-
-    @contextlib.contextmanager
-    def _held(self):
         conn = self.connections.connect(vector=False)
         try:
             try:
@@ -394,8 +327,6 @@ class PostgresBackend(Backend):
 
 def _json(text: str | None):
     """Metadata's JSON text as a jsonb value for COPY (sent as it is: no parse and dump again)."""
-    from psycopg.types.json import Jsonb
-
     return None if text is None else Jsonb(text, dumps=str)
 
 
@@ -406,8 +337,6 @@ def _array(vector) -> np.ndarray:
 
 def _read_manifest(conn, where: Address) -> dict:
     """The manifest of the collection at ``where``, after checking that its table is dupq's."""
-    from psycopg import sql
-
     n = schema.names(where.table)
     table, manifest = conn.execute(
         "SELECT to_regclass(%s), to_regclass(%s)", [n["t"].as_string(conn), n["manifest"].as_string(conn)]

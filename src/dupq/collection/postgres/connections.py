@@ -39,9 +39,8 @@ def _reason(e: Exception, where: Address) -> str:
 def failure(doing: str, where: Address, e: Exception) -> DupqError:
     """A psycopg error as one sentence naming what failed and where (never the password), with its reason.
 
-    A lost or refused connection is ``"unreachable"`` (the service's 503 with Retry-After); a lock
-    or serialisation conflict ``"busy"``; a full disk ``"full"``; a value Postgres cannot hold
-    (a NUL character) the caller's mistake.
+    A lost or refused connection is ``"unreachable"`` (the service's 503 with Retry-After); a lock or serialisation
+    conflict ``"busy"``; a full disk ``"full"``; a value Postgres cannot hold (a NUL character) the caller's mistake.
     """
     import psycopg
 

@@ -8,9 +8,6 @@ For a collection ``?table=NAME``::
     NAME_ids       the sequence new ids are drawn from (0, 1, 2, ... in order of addition)
     NAME_metadata  a GIN index (jsonb_path_ops) on metadata: what a filter reads
     NAME_hnsw      an HNSW index (vector_ip_ops) on embedding, for an hnsw collection
-
-Moderators' decisions are metadata fields (``duplicate_of``, ``not_duplicate_of``), as in every
-backend, so they live in ``NAME.metadata`` and are read by the same rule.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The writes, behind the bearer token: add a question, update or remove one, and a moderator's decision on one.
 
-A key is any the key rule allows (:data:`~dupq.data.questions.KEY_PATTERN`), a ``/`` included
-(``faq/17``): the routes take the rest of the path as the key (``{key:path}``), so a client may
-write its ``/`` as it is or as ``%2F``; ``?``, ``#`` and ``%`` must be percent-encoded, as in any URL.
-
+A key may hold a ``/`` (``faq/17``): the routes take the rest of the path as the key
+(``{key:path}``), written as it is or as ``%2F``; ``?``, ``#`` and ``%`` must be percent-encoded.
 Concurrent adds share one commit: :func:`add_many` stores every waiting request's question at once.
 """
 

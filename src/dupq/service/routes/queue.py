@@ -1,9 +1,8 @@
-"""The review queue: ``GET /queue`` (the questions waiting for a moderator, each with its likely duplicates),
-``GET /queue/decided`` (the queue's past decisions, who and when) and ``POST /questions/{key}/undo``.
+"""The review queue: ``GET /queue`` (the questions waiting, each with its likely duplicates),
+``GET /queue/decided`` (its past decisions, who and when) and ``POST /questions/{key}/undo``.
 
-A question waits when it was added with ``"pending": true`` (:mod:`dupq.collection.review`); a moderator
-decides through ``POST /questions/{key}/decision``, which takes it out of the queue and records the name
-sent in the ``X-Moderator`` header. The moderators' page (``/``) shows all three.
+A question waits when added with ``"pending": true`` (:mod:`dupq.collection.review`); a decision
+(``POST /questions/{key}/decision``) takes it out and records the ``X-Moderator`` header's name.
 """
 
 from __future__ import annotations

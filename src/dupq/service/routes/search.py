@@ -1,12 +1,9 @@
 """``POST /search``: the stored questions most similar to a new one, searched in batches.
 
-Requests that arrive while a search runs wait for the next one and are answered together by
-:func:`search_many`, one ``Collection.search`` per filter and keys left out (one encoding pass, one FAISS call).
-
-The answer is :class:`~dupq.service.schemas.SearchResponse` (the route declares it, so the OpenAPI document
-states it), written as JSON by pydantic's serializer straight from the hits' values: building and validating
-a ``HitOut`` for each of ten hits, then checking the whole answer again, took a tenth of a search's CPU, and
-every value is already of its field's type (:func:`hit_fields`).
+Requests that arrive while a search runs are answered together by :func:`search_many`, one
+``Collection.search`` per filter and keys left out. The answer (:class:`~dupq.service.schemas.SearchResponse`,
+declared for the OpenAPI document) is serialised straight from the hits' values (:func:`hit_fields`):
+validating a ``HitOut`` for each hit, then the whole answer again, took a tenth of a search's CPU.
 """
 
 from __future__ import annotations

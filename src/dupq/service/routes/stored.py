@@ -1,13 +1,9 @@
 """What the collection stores, read as a ticket system reads it: one question by key, a page of them, the decisions.
 
-``GET /questions/{key}`` answers one question (404 for a key not stored); ``GET /questions`` pages through
-them in id order, ``cursor`` being the ``next_cursor`` of the page before, with the search's filter written
-``where=FIELD=VALUE`` (repeated); ``GET /decisions`` answers the moderators' decisions as the labelled pairs
-``dupq index decisions`` writes. Each calls one :class:`~dupq.collection.collection.Collection` method.
-
-A question waiting in the review queue is listed like any other, and says so (``pending``): a ticket system
-that pages through the listing to mirror what it stored sees every question once, its own new tickets
-included, and can tell those that no search finds yet (``where=pending=true`` lists only them).
+``GET /questions/{key}`` (404 for a key not stored), ``GET /questions`` (pages in id order, ``cursor`` the previous
+page's ``next_cursor``, the search's filter written ``where=FIELD=VALUE``) and ``GET /decisions`` (the labelled pairs
+``dupq index decisions`` writes). A pending question is listed like any other and says so, so a mirror of the listing
+sees every question once (``where=pending=true`` lists only them).
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Making a static branch (:mod:`dupq.modeling.static`) for a model: the teacher's view of each word, or model2vec's.
 
-Two sources of a per-word table, both from all-MiniLM-L6-v2 and both needing no corpus:
+Two sources of a per-word table, both from all-MiniLM-L6-v2 and needing no corpus:
 
 * ``teacher`` (route F of docs/experiments/9-meaning-beyond-quora.md): the teacher encodes each
-  word of the model's vocabulary alone, as ``word_init`` does; the vectors are projected on their
-  top ``dim`` right singular vectors (uncentred: centring drops the direction every word shares,
-  which a sum needs), and each row is weighted ``a / (a + p)``, SIF's weight (Arora, Liang & Ma
-  2017), ``p`` the word's Zipf probability from its rank (the vocabulary is sorted by count and
-  stores no counts). Unknown words: the teacher's vector of each WordPiece token alone, on the
-  same directions.
-* ``model2vec``: a folder written by model2vec's ``distill`` (Tulkens & van Dongen 2024): a
-  table of the teacher's tokens, reduced by PCA and weighted by Zipf already. A word's row is the
-  mean of its pieces' rows; an unknown word's, at encoding time, the same.
+  vocabulary word alone; the vectors are projected on their top ``dim`` right singular vectors
+  (uncentred: a sum needs the direction every word shares) and each row weighted ``a / (a + p)``
+  (SIF, Arora, Liang & Ma 2017), ``p`` the word's Zipf probability from its rank. Unknown words:
+  the teacher's vector of each WordPiece token alone, on the same directions.
+* ``model2vec``: a folder of model2vec's ``distill`` (Tulkens & van Dongen 2024); a word's row is
+  the mean of its pieces' rows.
 
-A help desk's own words that the vocabulary lacks are taught to a branch afterwards (``dupq adapt``
-calls :func:`taught_words`): the teacher's vector of each, alone, through the map from the
-teacher's word vectors to the branch's rows, each word a row of its own.
+``dupq adapt`` teaches a branch a help desk's own words afterwards (:func:`taught_words`).
 
 >>> vocab = model.encoder.lstm().vocab                                                      # doctest: +SKIP
 >>> words, pieces = teacher_vectors(vocab, encode, packaged_teacher() / "tokenizer.json")   # doctest: +SKIP

