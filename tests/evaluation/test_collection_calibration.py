@@ -72,13 +72,7 @@ def test_the_refit_is_the_fit_of_the_decisions_as_search_hits(tmp_path, tiny_mod
     assert (
         set(report["held_out"]["before"])
         == set(report["held_out"]["after"])
-        == {
-            "accuracy",
-            "roc_auc",
-            "ece",
-            "suggest",
-            "duplicate",
-        }
+        == {"accuracy", "roc_auc", "ece", "suggest", "duplicate"}
     )
     assert coll.calibration_info()["source"] == "collection"
 

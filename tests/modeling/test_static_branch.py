@@ -237,12 +237,7 @@ def test_a_models_cosine_is_the_weighted_mean_of_its_two_cosines_by_hand():
 
 @pytest.mark.parametrize(
     "damage, words",
-    [
-        ("garbage", "is corrupt"),
-        ("nan", "not finite"),
-        ("no words", "does not match"),
-        ("integers", "floating-point"),
-    ],
+    [("garbage", "is corrupt"), ("nan", "not finite"), ("no words", "does not match"), ("integers", "floating-point")],
 )
 def test_a_damaged_static_safetensors_is_one_sentence(damage, words, tmp_path):
     from typer.testing import CliRunner
