@@ -141,13 +141,9 @@ def test_batches_carry_the_teacher_vector_of_each_taught_question():
     pairs = _pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
     cache = _cache(texts[:6] + ["only taught?"])  # texts 6..9 are not taught
     source = PairBatches(Vocabulary.build(texts), pairs, batch_size=5, teacher=cache)
-    rng = np.random.default_rng(0)
-    index = np.arange(5)
-    batch = source.batch(index, rng)
-    b = batch.size
-    assert batch.distil_only == 0 and len(batch.ids) == 2 * b == len(batch.teacher) == len(batch.taught) == len(
-        batch.groups
-    )
+    batch = source.batch(np.arange(5), np.random.default_rng(0))
+    assert batch.distil_only == 0
+    assert len(batch.ids) == 2 * batch.size == len(batch.teacher) == len(batch.taught) == len(batch.groups)
     for row, text in enumerate(pairs.q1 + pairs.q2):
         k = cache.rows([text])[0]
         assert bool(batch.taught[row]) == (k >= 0)
@@ -175,9 +171,8 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
     v = torch.nn.functional.normalize(torch.randn(len(taught.ids), 6, generator=g, dtype=torch.float64), dim=-1)
     projection = torch.nn.Linear(6, WIDTH, bias=False).double()
     ranking = Objective({"triplet": 1.0, "ranking": 1.0})
-    assert ranking(v, taught).item() == pytest.approx(
-        ranking(v[:16], plain).item(), abs=1e-12
-    )  # extra rows are not negatives
+    # extra rows are not negatives
+    assert ranking(v, taught).item() == pytest.approx(ranking(v[:16], plain).item(), abs=1e-12)
     mask = taught.taught
     student, teacher = v[mask], taught.teacher[mask]  # float32, as the objective reads them
     assert mask.sum() == 12 + 4  # q1/q2 of rows 0..5 are taught, rows 6, 7 not; plus the 4 distil-only rows
@@ -193,20 +188,16 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
 
 def synthetic_splits(n: int = 600):
     """Pairs whose duplicates reuse a topic: 'how do i {verb} {noun}?' vs 'best way to {verb} {noun}?'."""
-    verbs, nouns = (
-        "cook learn fix clean grow sell paint build".split(),
-        "rice python bike window tomato house fence boat".split(),
-    )
+    verbs = "cook learn fix clean grow sell paint build".split()
+    nouns = "rice python bike window tomato house fence boat".split()
     rng = np.random.default_rng(0)
     rows = []
     for i in range(n):
         v, o = rng.choice(verbs), rng.choice(nouns)
-        if i % 2:
-            rows.append((f"how do i {v} {o} {i % 37}?", f"best way to {v} {o} {i % 37}?", 1))
-        else:
-            rows.append(
-                (f"how do i {v} {o} {i % 37}?", f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?", 0)
-            )
+        q2 = (
+            f"best way to {v} {o} {i % 37}?" if i % 2 else f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?"
+        )
+        rows.append((f"how do i {v} {o} {i % 37}?", q2, i % 2))
     split = SplitConfig(train_pool=n - 200, test=100, dev=100, labelled_val=100)
     return split_pairs(_pairs(rows), split), split.__dict__
 
@@ -251,21 +242,12 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
     with pytest.raises(DupqError, match="read by the distil losses only"):
         TrainConfig(train_on="labelled", teacher_vectors="runs/teacher")
     splits, split = synthetic_splits()
-    teach(
-        splits.pool.q1,
-        tmp_path / "teacher",
-        trigram_teacher,
-        "trigrams",
-        split={"train_pool": 300, "test": 100, "dev": 100},
-    )
-    config = TrainConfig(
-        train_on="labelled", epochs=1, teacher_vectors=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0}
-    )
-    with pytest.raises(DupqError, match="--train-pool 300, this run uses 400"):
-        train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
-    config.teacher_vectors = str(tmp_path / "nothing")
-    with pytest.raises(DupqError, match="holds no teacher vectors"):
-        train(splits, tmp_path / "m2", config, dim=8, split=split, log=lambda _: None, progress=False)
+    teach(splits.pool.q1, tmp_path / "teacher", trigram_teacher, "trigrams", split={**split, "train_pool": 300})
+    losses = {"bce": 1.0, "distil": 1.0}
+    for folder, says in (("teacher", "--train-pool 300, this run uses 400"), ("nothing", "holds no teacher vectors")):
+        config = TrainConfig(train_on="labelled", epochs=1, teacher_vectors=str(tmp_path / folder), losses=losses)
+        with pytest.raises(DupqError, match=says):
+            train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
 
 
 # The real teacher, through the command line.
@@ -294,32 +276,17 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     ]
     (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
     mine = "where can i buy a second-hand bicycle?"
-    (tmp_path / "mine.txt").write_text(
-        f"{mine}\n{splits.test.q2[0]}\n"
-    )  # a test question among the user's: still not taught
+    (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question of the user's: not taught
     out = tmp_path / "teacher"
     command = [
         sys.executable,
-        "-m",
-        "dupq.cli",
-        "distil",
-        "teach",
-        "--data",
+        *"-m dupq.cli distil teach --data".split(),
         str(tmp_path / "pairs.tsv"),
         "--out",
         str(out),
-        "--questions",
-        str(tmp_path / "mine.txt"),
-        "--train-pool",
-        "100",
-        "--test-size",
-        "100",
-        "--dev-size",
-        "100",
-        "--threads",
-        "1",
-        "--no-progress",
     ]
+    command += ["--questions", str(tmp_path / "mine.txt"), *"--train-pool 100 --test-size 100 --dev-size 100".split()]
+    command += "--threads 1 --no-progress".split()
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     cache = TeacherCache.load(out)
@@ -358,9 +325,8 @@ def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
     splits, split = synthetic_splits()
-    config = TrainConfig(
-        train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32
-    )  # lr 0: the start is what is saved
+    # lr 0: the start is what is saved
+    config = TrainConfig(train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32)
     kw = {"dim": 6, "oov_buckets": 3, "split": split, "log": lambda _: None, "progress": False}
     plain = train(splits, tmp_path / "plain", config, **kw).encoder.network.embedding.weight.detach()
     lines: list[str] = []
