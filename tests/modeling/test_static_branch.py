@@ -40,11 +40,18 @@ def fake_teacher(texts: list[str]) -> np.ndarray:
     return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
-def small_model(vocab: Vocabulary, seed: int = 0) -> Model:
+VOCAB = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+
+
+def small_model(vocab: Vocabulary = VOCAB, seed: int = 0) -> Model:
     torch.manual_seed(seed)
     encoder = Encoder(EncoderConfig(vocab_size=len(vocab), dim=8))
     head = PairHead(HeadConfig("mlp", 8, 16))
     return Model(LSTMEncoder(vocab, encoder), Judge(head, threshold_on="probability", threshold=0.5))
+
+
+def branched(pieces: bool, weight: float = 2.0) -> Model:
+    return with_branch(small_model(), branch_of(VOCAB, pieces, weight))
 
 
 def branch_of(vocab: Vocabulary, pieces: bool, weight: float = 2.0) -> StaticBranch:
@@ -66,7 +73,7 @@ def test_zipf_weights_follow_the_rank():
 
 @pytest.mark.parametrize("pieces", [False, True])
 def test_static_vectors_are_the_sum_of_rows_and_of_unknown_words_pieces_normalised(pieces):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    vocab = VOCAB
     branch = branch_of(vocab, pieces)
     texts = ["How do I fix a leaking sink?", "gym subscription tap", "", "why IS the sky blue", "zzz"]
     got = branch.vectors(vocab, vocab.encode(texts), texts)
@@ -128,9 +135,7 @@ def test_model2vec_branch_rows_are_the_mean_of_each_words_pieces(tmp_path):
 
 
 def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_survives_save(tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = small_model(vocab)
-    model = with_branch(plain, branch_of(vocab, pieces=True))
+    vocab, plain, model = VOCAB, small_model(), branched(pieces=True)
     texts = [*QUESTIONS, "gym subscription", "tap"] * 12  # more than a few: the sorted torch path too
     for batch in (texts[:3], texts):  # NumPy kernels for a few, torch for many
         u = plain.encode(batch)
@@ -153,19 +158,6 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
     assert Model.load(tmp_path / "again").fingerprint() == loaded.fingerprint()
     with_branch(loaded, None).save(tmp_path / "m")  # the same folder without its branch
     assert not (tmp_path / "m" / "static.safetensors").exists() and Model.load(tmp_path / "m").encoder.branch is None
-
-
-def test_a_branch_that_does_not_fit_its_config_is_refused(tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    with_branch(small_model(vocab), branch_of(vocab, pieces=False)).save(tmp_path / "m")
-    config = json.loads((tmp_path / "m" / "config.json").read_text())
-    config["static"]["dim"] = 6
-    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(DupqError, match="does not match"):
-        Model.load(tmp_path / "m")
-    (tmp_path / "m" / "static.safetensors").unlink()
-    with pytest.raises(DupqError, match="static.safetensors is missing"):
-        Model.load(tmp_path / "m")
 
 
 def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, tmp_path):
@@ -209,7 +201,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
 def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
     from dupq.modeling.static import FEW_SUMS
 
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    vocab = VOCAB
     table = np.random.default_rng(2).normal(size=(len(vocab), 3)).astype(np.float32)
     texts = ["", "How do I fix a leaking tap?", "", "", "sky", "zzz qqq", ""] * copies
     assert (len(texts) > FEW_SUMS) == (copies > 1)
@@ -224,44 +216,13 @@ def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
 
 
 def test_a_models_cosine_is_the_weighted_mean_of_its_two_cosines_by_hand():
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = small_model(vocab)
-    model = with_branch(plain, branch_of(vocab, pieces=False, weight=0.7))
+    vocab, plain, model = VOCAB, small_model(), branched(pieces=False, weight=0.7)
     a, b = QUESTIONS[:2], [QUESTIONS[1], "gym tap fix"]
     cos_u = np.einsum("nd,nd->n", plain.encode(a), plain.encode(b))
     s_a, s_b = (model.encoder.branch.vectors(vocab, vocab.encode(x), x) for x in (a, b))
     cos_s = np.einsum("nd,nd->n", s_a, s_b)
     np.testing.assert_allclose(model.similarity(a, b), (cos_u + 0.7 * cos_s) / 1.7, atol=1e-6)
     assert not np.allclose(model.similarity(a, b), plain.similarity(a, b), atol=1e-3)  # the branch counts
-
-
-@pytest.mark.parametrize(
-    "damage, words",
-    [("garbage", "is corrupt"), ("nan", "not finite"), ("no words", "does not match"), ("integers", "floating-point")],
-)
-def test_a_damaged_static_safetensors_is_one_sentence(damage, words, tmp_path):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    with_branch(small_model(vocab), branch_of(vocab, pieces=False)).save(tmp_path / "m")
-    path = tmp_path / "m" / "static.safetensors"
-    table = np.ones((len(vocab), 5), np.float32)
-    if damage == "garbage":
-        path.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
-    elif damage == "nan":
-        table[3, 1] = np.nan
-        save_file({"words": table}, str(path))
-    elif damage == "no words":
-        save_file({"other": table}, str(path))
-    else:
-        save_file({"words": table.astype(np.int32)}, str(path))
-    with pytest.raises(DupqError, match=words) as caught:
-        Model.load(tmp_path / "m")
-    assert "static.safetensors" in str(caught.value) and "\n" not in str(caught.value)
-    result = CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")])
-    refused(result, words)
 
 
 def test_a_sentence_model_config_with_a_static_entry_is_refused():
@@ -327,8 +288,7 @@ def test_teacher_branch_below_full_width_keeps_the_best_uncentred_rank_k_inner_p
 
 
 def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerprint(tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = with_branch(small_model(vocab), branch_of(vocab, pieces=True))
+    vocab, plain = VOCAB, branched(pieces=True)
     rows = np.random.default_rng(5).normal(size=(2, 5)).astype(np.float32)
     taught = with_branch(plain, plain.encoder.branch.with_added(["subscription", "zzz"], rows))
     texts = ["gym subscription tap", "zzz zzz", "qqq tap", "How do I fix a tap?"]
@@ -354,20 +314,51 @@ def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerpr
     assert "added" not in config["static"] and not (tmp_path / "p" / "static-words.json").exists()
 
 
-@pytest.mark.parametrize("damage", ["missing", "fewer words", "not a list"])
-def test_a_damaged_static_words_file_is_one_sentence(damage, tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
-    rows = np.ones((2, 5), np.float32)
-    with_branch(plain, plain.encoder.branch.with_added(["qqq", "zzz"], rows)).save(tmp_path / "m")
-    path = tmp_path / "m" / "static-words.json"
-    if damage == "missing":
-        path.unlink()
-    else:
-        path.write_text('["qqq"]' if damage == "fewer words" else '{"qqq": 0, "zzz": 1}')
-    with pytest.raises(DupqError, match="static-words.json") as caught:
+def _static_config(folder, change):
+    config = json.loads((folder / "config.json").read_text())
+    config["static"].update(change)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _table(**arrays):
+    added = {"added": np.ones((2, 5), np.float32)}  # the taught words' rows, kept
+    return lambda folder: save_file({**added, **arrays}, str(folder / "static.safetensors"))
+
+
+_TABLE = np.ones((len(VOCAB), 5), np.float32)
+_NAN = _TABLE.copy()
+_NAN[3, 1] = np.nan
+DAMAGED_BRANCH = {  # the damage done to a folder whose branch taught "qqq" and "zzz": what loading it then says
+    "config dim": (lambda f: _static_config(f, {"dim": 6}), "static.safetensors does not match"),
+    "no table": (lambda f: (f / "static.safetensors").unlink(), "static.safetensors is missing"),
+    "garbage": (
+        lambda f: (f / "static.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json"),
+        "static.safetensors is corrupt",
+    ),
+    "nan": (_table(words=_NAN), "static.safetensors.*not finite"),
+    "no words": (_table(other=_TABLE), "static.safetensors does not match"),
+    "integers": (_table(words=_TABLE.astype(np.int32)), "static.safetensors.*floating-point"),
+    "no words file": (lambda f: (f / "static-words.json").unlink(), "static-words.json"),
+    "fewer words": (lambda f: (f / "static-words.json").write_text('["qqq"]'), "static-words.json"),
+    "words not a list": (lambda f: (f / "static-words.json").write_text('{"qqq": 0, "zzz": 1}'), "static-words.json"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_BRANCH)
+def test_a_damaged_branch_is_one_sentence_from_the_library_and_the_command(damage, tmp_path):
+    from typer.testing import CliRunner
+
+    from dupq.cli import app
+
+    plain = branched(pieces=False)
+    taught = plain.encoder.branch.with_added(["qqq", "zzz"], np.ones((2, 5), np.float32))
+    with_branch(plain, taught).save(tmp_path / "m")
+    write, words = DAMAGED_BRANCH[damage]
+    write(tmp_path / "m")
+    with pytest.raises(DupqError, match=words) as caught:
         Model.load(tmp_path / "m")
     assert "\n" not in str(caught.value)
+    refused(CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")]), *words.split(".*"))
 
 
 def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
@@ -378,8 +369,7 @@ def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
 
     with pytest.raises(DupqError, match="--weight must be a number from 0 to"):
         check_weight(float("inf"), "--weight")
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    good = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
+    good = branched(pieces=False)
     good.save(tmp_path / "m")
     before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
     branch = good.encoder.branch

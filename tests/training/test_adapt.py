@@ -244,20 +244,6 @@ def test_the_library_adapts_a_collection_to_its_model_and_mixes_quora_in_as_the_
     assert Model.load(tmp_path / "a").fingerprint() == adapted.fingerprint()
 
 
-def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_path):
-    from dupq.modeling.static import StaticBranch, StaticConfig
-    from dupq.training.distil.branch import with_branch
-
-    base = Model.load(head_model_dir)
-    table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)
-    base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
-    adapted = adapt_with(base, texts[:64], tmp_path / "a", word_teacher, "w", CONFIG, log=silent, progress=False)
-    loaded = Model.load(tmp_path / "a")
-    assert loaded.encoder.branch is not None and loaded.out_dim == 16 + 3
-    np.testing.assert_allclose(loaded.encoder.branch.words, table)
-    assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
-
-
 def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through_its_projection(
     head_model_dir, texts, tmp_path
 ):
@@ -288,7 +274,9 @@ def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through
     np.testing.assert_allclose(s, expected / np.linalg.norm(expected), atol=1e-5)
 
 
-def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_model_dir, texts, tmp_path):
+def test_an_adapted_branch_that_is_not_the_teachers_is_kept_with_its_table_and_says_why(
+    head_model_dir, texts, tmp_path
+):
     from dupq.modeling.static import StaticBranch, StaticConfig
     from dupq.training.distil.branch import with_branch
 
@@ -296,8 +284,11 @@ def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_mod
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)  # no teacher's map
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
     said: list[str] = []
-    adapt_with(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
-    assert Model.load(tmp_path / "a").encoder.branch.added_words == []
+    adapted = adapt_with(base, texts, tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
+    loaded = Model.load(tmp_path / "a")
+    assert loaded.encoder.branch is not None and loaded.out_dim == 16 + 3 and loaded.encoder.branch.added_words == []
+    np.testing.assert_allclose(loaded.encoder.branch.words, table)
+    assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
     assert any("keeps its table: its rows are not a linear map of this teacher's" in line for line in said)
 
 
@@ -312,35 +303,29 @@ def test_the_agreement_line_says_why_a_figure_fell():
 
 
 def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher):
-    one = tmp_path / "one.txt"
+    one, good, plain_folder, taken = (
+        tmp_path / "one.txt",
+        tmp_path / "good.txt",
+        tmp_path / "folder",
+        tmp_path / "taken",
+    )
     one.write_text("How do I learn Python?\nHow do I learn Python?\n")
-    plain_folder = tmp_path / "folder"
+    good.write_text("\n".join(texts[:20]))
     plain_folder.mkdir()
-    taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "x").write_text("x")
-    good = tmp_path / "good.txt"
-    good.write_text("\n".join(texts[:20]))
-    model = ["--model", str(head_model_dir)]
+    model, out = ["--model", str(head_model_dir)], ["--out", str(tmp_path / "o")]
     cases = {
-        "does not exist": ["adapt", str(tmp_path / "none.txt"), "--out", str(tmp_path / "o"), *model],
-        "not a dupq collection": ["adapt", str(plain_folder), "--out", str(tmp_path / "o"), *model],
-        "at least 2 distinct questions": ["adapt", str(one), "--out", str(tmp_path / "o"), *model],
-        "already exists": ["adapt", str(good), "--out", str(taken), *model],
-        "needs the distillation loss": ["adapt", str(good), "--out", str(tmp_path / "o"), "--distil", "0"],
-        "must be finite": ["adapt", str(good), "--out", str(tmp_path / "o"), "--lr", "inf"],
-        "need a .csv, .tsv, .jsonl or .parquet file": [
-            "adapt",
-            str(good),
-            "--column",
-            "title",
-            "--out",
-            str(tmp_path / "o"),
-            *model,
-        ],
+        "does not exist": [tmp_path / "none.txt", *out, *model],
+        "not a dupq collection": [plain_folder, *out, *model],
+        "at least 2 distinct questions": [one, *out, *model],
+        "already exists": [good, "--out", taken, *model],
+        "needs the distillation loss": [good, *out, "--distil", "0"],
+        "must be finite": [good, *out, "--lr", "inf"],
+        "need a .csv, .tsv, .jsonl or .parquet file": [good, "--column", "title", *out, *model],
     }
     for expected, args in cases.items():
-        assert expected in refused(runner.invoke(app, args)), expected
+        assert expected in refused(runner.invoke(app, ["adapt", *map(str, args)])), expected
     assert not (tmp_path / "o").exists()
 
 
