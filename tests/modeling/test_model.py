@@ -137,6 +137,7 @@ def _nan_embedding(weights):
     return weights
 
 
+WORDPIECE = json.dumps({"tokenizer": "wordpiece", "max_tokens": 256})
 SHORT_VOCAB = json.dumps({"lowercase": False, "max_tokens": 9, "tokens": ["[PAD]", "[UNK]"]})
 DOES_NOT_FIT = "model.safetensors does not match .*config.json: "
 LOAD_FAULTS = {  # what Model.load says of a damaged folder: (the folder damaged, the damage)
@@ -149,6 +150,16 @@ LOAD_FAULTS = {  # what Model.load says of a damaged folder: (the folder damaged
     "vocabulary is missing": ("tiny", lambda f: (f / "vocab.json").unlink()),
     "words but the config says": ("tiny", lambda f: (f / "vocab.json").write_text(SHORT_VOCAB)),
     "embedding.weight holds numbers that are not finite": ("tiny", _weights(_nan_embedding)),
+    "unknown encoder type 'transformer'": (
+        "tiny",
+        _config(lambda c: {**c, "encoder": {**c["encoder"], "type": "transformer"}}),
+    ),
+    # a GRU encoder and the teacher's WordPiece tokens were experiments that lost; their folders name them
+    "encoder type 'gru'.* no longer supported": (
+        "tiny",
+        _config(lambda c: {**c, "encoder": {**c["encoder"], "type": "gru"}}),
+    ),
+    "tokenizer 'wordpiece'.* no longer supported": ("tiny", lambda f: (f / "vocab.json").write_text(WORDPIECE)),
     "config.json.*hidden": ("head", _config(lambda c: {**c, "head": {**c["head"], "hidden": "256"}})),
     "config.json.*kind": ("head", _config(lambda c: {**c, "head": {**c["head"], "kind": "attention"}})),
     "calibration": ("head", _config(lambda c: {**c, "calibration": {"method": "beta", "a": np.nan, "b": 1, "c": 0}})),
