@@ -110,15 +110,17 @@ def test_joined_vectors_are_unit_their_dot_the_weighted_mean_and_the_model_half_
     np.testing.assert_allclose(branch.model_half(j, 4), u, atol=1e-6)
 
 
-def test_teacher_branch_rows_are_the_projected_vectors_weighted_by_rank():
+@pytest.mark.parametrize("dim, a", [(12, 1e-2), (3, 1e12)])  # a = 1e12: weights all but 1
+def test_teacher_branch_rows_keep_the_best_rank_k_inner_products_of_the_vectors_weighted_by_rank(dim, a):
+    """At the teacher's full width the projection keeps every inner product; below it, the best uncentred rank-k
+    Gram matrix (Eckart-Young)."""
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=3)
     vectors = fake_teacher(vocab.tokens[2:]).astype(np.float64)
-    branch = teacher_branch(vocab, vectors, None, None, dim=12, a=1e-2, weight=1.0)
-    table = branch.words
-    assert table.shape == (len(vocab), 12) and not table[:2].any() and not table[len(vocab.tokens) :].any()
-    w = zipf_weights(len(vectors), 1e-2)
-    # at full width the projection keeps every inner product
-    np.testing.assert_allclose(table[2 : len(vocab.tokens)] @ table[2 : len(vocab.tokens)].T, (w[:, None] * vectors) @ (w[:, None] * vectors).T, atol=1e-5)  # fmt: skip
+    table = teacher_branch(vocab, vectors, None, None, dim=dim, a=a, weight=1.0).words
+    assert table.shape == (len(vocab), dim) and not table[:2].any() and not table[len(vocab.tokens) :].any()
+    u, sigma, _ = np.linalg.svd(zipf_weights(len(vectors), a)[:, None] * vectors, full_matrices=False)
+    rows = table[2 : len(vocab.tokens)]
+    np.testing.assert_allclose(rows @ rows.T, (u[:, :dim] * sigma[:dim] ** 2) @ u[:, :dim].T, atol=1e-5)
 
 
 def test_model2vec_branch_rows_are_the_mean_of_each_words_pieces(tmp_path):
@@ -277,14 +279,6 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
         assert (copy.encoder.branch is None) == (flag == "--no-branch")
         assert copy.probability(["How?"], ["Why?"]) == pytest.approx(joined.probability(["How?"], ["Why?"]), abs=1e-6)
     assert Model.load(tmp_path / "--no-branch").fingerprint() == base.fingerprint() != joined.fingerprint()
-
-
-def test_teacher_branch_below_full_width_keeps_the_best_uncentred_rank_k_inner_products():
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True)
-    vectors = fake_teacher(vocab.tokens[2:]).astype(np.float64)
-    table = teacher_branch(vocab, vectors, None, None, dim=3, a=1e12, weight=1.0).words[2:]  # SIF weights all but 1
-    u, sigma, _ = np.linalg.svd(vectors, full_matrices=False)  # Eckart-Young: the best rank-3 Gram matrix
-    np.testing.assert_allclose(table @ table.T, (u[:, :3] * sigma[:3] ** 2) @ u[:, :3].T, atol=1e-5)
 
 
 def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerprint(tmp_path):
