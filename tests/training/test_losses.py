@@ -25,16 +25,14 @@ from dupq.training.losses import (
     triplet_loss_from_scores,
 )
 
-# A hand-made similarity matrix: rows are anchors, the diagonal holds the positives.
-HANDMADE = torch.tensor(
-    [[0.9, -0.8, 0.3, -0.5], [-0.4, 0.5, 0.1, -0.1], [0.3, 0.1, -0.4, -0.8], [-0.5, -0.2, -0.7, 0.5]],
-    dtype=torch.float64,
-)
-SEED_V1 = torch.tensor([[1, 2, 3], [9, 8, 7], [-1, -4, -2], [1, -7, 2]], dtype=torch.float64)
-
 
 def t(x):
     return torch.tensor(x, dtype=torch.float64)
+
+
+# A hand-made similarity matrix: rows are anchors, the diagonal holds the positives.
+HANDMADE = t([[0.9, -0.8, 0.3, -0.5], [-0.4, 0.5, 0.1, -0.1], [0.3, 0.1, -0.4, -0.8], [-0.5, -0.2, -0.7, 0.5]])
+SEED_V1 = t([[1, 2, 3], [9, 8, 7], [-1, -4, -2], [1, -7, 2]])
 
 
 @pytest.mark.parametrize(
@@ -53,47 +51,33 @@ def test_cosine_similarity_matches_worked_values(a, b, expected):
     assert cosine_similarity(t(a), t(b)).item() == pytest.approx(expected, abs=5e-5)
 
 
-def test_similarity_matrix_matches_the_worked_batch():
-    v2 = t(
-        [
-            [1.27551159, 2.11854853, 3.01429143],
-            [8.83539979, 8.44302619, 8.21303737],
-            [-1.95506567, -2.96172592, -1.76136987],
-            [1.45513761, -8.12660221, 2.14513688],
-        ]
-    )
-    expected = t(
-        [
-            [0.99775671, 0.91410053, -0.88792603, -0.2620184],
-            [0.9120366, 0.99741214, -0.97166368, -0.31058779],
-            [-0.88310492, -0.87489687, 0.95423322, 0.68461153],
-            [-0.26267255, -0.31274986, 0.52395375, 0.99919068],
-        ]
-    )
-    scores = similarity_matrix(SEED_V1, v2)
+# The seed's worked batches: (v1, v2), their similarity matrix, and the first one's triplet cost.
+WORKED = [
+    (
+        SEED_V1,
+        t([[1.27551159, 2.11854853, 3.01429143], [8.83539979, 8.44302619, 8.21303737],
+           [-1.95506567, -2.96172592, -1.76136987], [1.45513761, -8.12660221, 2.14513688]]),
+        t([[0.99775671, 0.91410053, -0.88792603, -0.2620184], [0.9120366, 0.99741214, -0.97166368, -0.31058779],
+           [-0.88310492, -0.87489687, 0.95423322, 0.68461153], [-0.26267255, -0.31274986, 0.52395375, 0.99919068]]),
+        0.33096828036929316,
+    ),
+    (
+        t([[-2.92852677, 1.60778267, 3.41559857], [6.15808817, 7.36827865, 5.78058324],
+           [-3.76842578, -2.95374122, -1.0572413], [-0.81672465, -6.6080942, 3.82946569]]),
+        SEED_V1,
+        t([[0.58924083, 0.15650085, -0.47197698, -0.20939565], [0.91173463, 0.99178717, -0.91879297, -0.41108239],
+           [-0.70026323, -0.95094808, 0.78761446, 0.41055358], [-0.08853597, -0.312278, 0.55655378, 0.94073422]]),
+        None,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("v1, v2, expected, cost", WORKED, ids=["first", "second"])
+def test_similarity_matrix_and_triplet_cost_match_the_worked_batches(v1, v2, expected, cost):
+    scores = similarity_matrix(v1, v2)
     assert torch.allclose(scores, expected, atol=1e-7)
-    # ...and its triplet cost, worked out for the same batch.
-    assert triplet_loss_from_scores(scores).item() == pytest.approx(0.33096828036929316, abs=1e-6)
-
-
-def test_similarity_matrix_matches_a_second_worked_batch():
-    v2 = t(
-        [
-            [-2.92852677, 1.60778267, 3.41559857],
-            [6.15808817, 7.36827865, 5.78058324],
-            [-3.76842578, -2.95374122, -1.0572413],
-            [-0.81672465, -6.6080942, 3.82946569],
-        ]
-    )
-    expected = t(
-        [
-            [0.58924083, 0.15650085, -0.47197698, -0.20939565],
-            [0.91173463, 0.99178717, -0.91879297, -0.41108239],
-            [-0.70026323, -0.95094808, 0.78761446, 0.41055358],
-            [-0.08853597, -0.312278, 0.55655378, 0.94073422],
-        ]
-    )
-    assert torch.allclose(similarity_matrix(v2, SEED_V1), expected, atol=1e-7)
+    if cost is not None:
+        assert triplet_loss_from_scores(scores).item() == pytest.approx(cost, abs=1e-6)
 
 
 def test_mean_and_closest_negative_of_the_handmade_matrix():
