@@ -12,7 +12,9 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.pre_tokenizers import Whitespace
+from typer.testing import CliRunner
 
+from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
@@ -26,6 +28,13 @@ from support.errors import refused
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]
 PIECES = ["[UNK]", "sub", "##scri", "##ption", "gym", "tap", "faucet", "fix"]
+
+
+def ok(*args) -> str:
+    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def tokenizer_json() -> str:
@@ -168,9 +177,7 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
 def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, tmp_path):
     """`dupq distil branch --source FOLDER`: predict judges as the model did; a collection searches the joined vectors."""
     from safetensors.numpy import save_file
-    from typer.testing import CliRunner
 
-    from dupq.cli import app
     from dupq.collection.collection import Collection
 
     source = tmp_path / "m2v"
@@ -179,8 +186,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     (source / "tokenizer.json").write_text(tokenizer_json())
     out = tmp_path / "branch"
     args = ["distil", "branch", str(head_model_dir), "--source", str(source), "--weight", "1.5"]
-    result = CliRunner().invoke(app, [*args, "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    ok(*args, "--out", out)
     base, joined = Model.load(head_model_dir), Model.load(out)
     assert joined.out_dim == base.out_dim + 6 and joined.encoder.branch.config.weight == 1.5
     a, b = ["How do I fix my gym subscription?", "Why is the sky blue?"], ["fix the tap", "Why is the sea blue?"]
@@ -189,16 +195,14 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     questions = tmp_path / "q.txt"
     questions.write_text("\n".join([*a, *b, "How do I cancel a subscription?"]))
     built = tmp_path / "c"
-    result = CliRunner().invoke(app, ["index", "build", str(questions), "--model", str(out), "--out", str(built)])
-    assert result.exit_code == 0, result.output
+    ok("index", "build", questions, "--model", out, "--out", built)
     with Collection.open(built) as collection:
         hits = collection.search(["How do I cancel a subscription?"], k=5)[0]
         assert hits[0].text == "How do I cancel a subscription?"
         brute = joined.encode([h.text for h in hits]) @ joined.encode(["How do I cancel a subscription?"])[0]
         np.testing.assert_allclose([h.score for h in hits], brute, atol=1e-5)
     again = ["distil", "branch", str(out), *args[3:], "--out", str(tmp_path / "again")]
-    result = CliRunner().invoke(app, again)
-    assert result.exit_code == 0, result.output  # a branch replaces the one a model has
+    ok(*again)  # a branch replaces the one a model has
     assert Model.load(tmp_path / "again").out_dim == base.out_dim + 6
 
 
@@ -231,9 +235,6 @@ def test_a_sentence_model_config_with_a_static_entry_is_refused():
 
 def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir, tmp_path):
     """The bundled model's branch has no pieces; this one does (unknown words cut by the tokenizer): still no torch."""
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
     from support.torch_free import PAIR, imports_torch
 
     base = Model.load(head_model_dir)
@@ -246,18 +247,12 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
     questions = tmp_path / "q.txt"
     questions.write_text("How do I learn Python?\nHow can I cook rice?\nmy gym subscription\n")
     built = tmp_path / "c"
-    result = CliRunner().invoke(
-        app, ["index", "build", str(questions), "--model", str(tmp_path / "m"), "--out", str(built)]
-    )
-    assert result.exit_code == 0, result.output
+    ok("index", "build", questions, "--model", tmp_path / "m", "--out", built)
     assert not imports_torch("search", str(built), "end my subscription")
 
 
 def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
     """`dupq compact M --out OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
 
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 6)).astype(np.float32)
@@ -265,8 +260,7 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
     joined = Model.load(tmp_path / "m")
     for flag, width in (("--branch", base.out_dim + 6), ("--no-branch", base.out_dim)):
         out = tmp_path / flag
-        result = CliRunner().invoke(app, ["compact", str(tmp_path / "m"), "--out", str(out), flag])
-        assert result.exit_code == 0, result.output
+        ok("compact", tmp_path / "m", "--out", out, flag)
         copy = Model.load(out)
         assert copy.out_dim == width and copy.encode(["How do I learn Python?"]).shape == (1, width)
         assert (copy.encoder.branch is None) == (flag == "--no-branch")
@@ -333,9 +327,6 @@ DAMAGED_BRANCH = {  # the damage done to a folder whose branch taught "qqq" and 
 
 @pytest.mark.parametrize("damage", DAMAGED_BRANCH)
 def test_a_damaged_branch_is_one_sentence_from_the_library_and_the_command(damage, tmp_path):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
 
     plain = branched(pieces=False)
     taught = plain.encoder.branch.with_added(["qqq", "zzz"], np.ones((2, 5), np.float32))

@@ -31,6 +31,13 @@ WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss ne
 runner = CliRunner()
 
 
+def ok(*args) -> str:
+    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def word_teacher(texts: list[str]) -> np.ndarray:
     """Unit vectors: the sum of a fixed random vector per lowercased word of the text."""
     out = np.zeros((len(texts), WIDTH), dtype=np.float32)
@@ -205,10 +212,9 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     desk.write_text("\n".join(texts[:40]))
     out = tmp_path / "adapted"
     args = ["adapt", str(desk), "--out", str(out), "--model", str(head_model_dir), "--epochs", "1"]
-    result = runner.invoke(app, [*args, "--data", str(quora), "--mix", "100"])
-    assert result.exit_code == 0, result.output
-    assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in result.output
-    assert "cosine to the teacher on your 40 questions" in result.output and "on all 100 taught" in result.output
+    said = ok(*args, "--data", quora, "--mix", "100")
+    assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in said
+    assert "cosine to the teacher on your 40 questions" in said and "on all 100 taught" in said
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 60
     taught = teacher_module.TeacherCache.load(tmp_path / "adapted.teacher").texts
     splits = split_pairs(read_pairs(quora)[0], SplitConfig(train_pool=100, test=10, dev=10))
@@ -217,8 +223,7 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     pool = list(dict.fromkeys(q for a, b in zip(splits.pool.q1, splits.pool.q2) for q in (a, b)))
     assert taught[40:] == [q for q in pool if q not in set(texts[:40]) | held_out][:60]  # the pool's first, in order
 
-    result = runner.invoke(app, [*args, "--overwrite"])  # no Quora file: it says so and goes on
-    assert result.exit_code == 0 and "no Quora file at" in result.output, result.output
+    assert "no Quora file at" in ok(*args, "--overwrite")  # no Quora file: it says so and goes on
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 0
 
 
@@ -339,9 +344,8 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
 
     out = tmp_path / "adapted"
-    result = runner.invoke(app, ["adapt", where, "--out", str(out), "--epochs", "1", "--batch-size", "32"])
-    assert result.exit_code == 0, result.output
-    assert "saved model to" in result.output and "index reencode" in result.output
+    said = ok("adapt", where, "--out", out, "--epochs", "1", "--batch-size", "32")
+    assert "saved model to" in said and "index reencode" in said
     adapted = Model.load(out)
     assert adapted.metrics["adaptation"]["base"]["fingerprint"] == base.fingerprint()  # the collection's model
 
@@ -350,8 +354,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     new = tmp_path / "new"
     if isinstance(location, str):  # Milvus: another collection of the same file; Postgres: another table
         new = f"{location}?collection=adapted" if location.startswith("milvus:") else f"{location}_adapted"
-    result = runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", str(new)])
-    assert result.exit_code == 0, result.output
+    ok("index", "reencode", where, "--model", out, "--out", new)
     with Collection.open(new) as coll:
         assert coll.model.fingerprint() == adapted.fingerprint()
         rows = coll.stored_rows()  # in id order: a folder's ids follow the build, Milvus's are hashed keys or random
@@ -416,10 +419,7 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
     assert len(long) > MAX_QUESTION
     with sqlite3.connect(old / DATABASE) as db:
         db.execute("UPDATE questions SET text = ? WHERE key = 'a'", (long,))
-    result = CliRunner().invoke(
-        app, ["index", "reencode", str(old), "--model", str(head_model_dir), "--out", str(tmp_path / "new")]
-    )
-    assert result.exit_code == 0, result.output
+    ok("index", "reencode", old, "--model", head_model_dir, "--out", tmp_path / "new")
     with Collection.open(tmp_path / "new") as new:
         assert sorted(text for _, _, text, _ in new.stored_rows()) == sorted([long, *texts[1:]])
         np.testing.assert_allclose(new.stored_vectors()[0], model.encode([long])[0], atol=1e-6)
