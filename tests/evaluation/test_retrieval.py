@@ -30,13 +30,9 @@ from support.cli_model import cli_model
 
 
 def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:
-    return Pairs(
-        ids=[str(first_row + i) for i in range(len(rows))],
-        q1=[r[0] for r in rows],
-        q2=[r[1] for r in rows],
-        labels=np.array([r[2] for r in rows], dtype=np.int8),
-        rows=np.arange(first_row, first_row + len(rows)),
-    )
+    q1, q2, labels = (list(column) for column in zip(*rows))
+    numbers = np.arange(first_row, first_row + len(rows))
+    return Pairs([str(n) for n in numbers], q1, q2, np.array(labels, dtype=np.int8), numbers)
 
 
 def random_rows(

@@ -123,13 +123,8 @@ def test_training_texts_leave_out_held_out_questions():
 
 
 def _pairs(rows):
-    return Pairs(
-        [str(i) for i in range(len(rows))],
-        [a for a, _, _ in rows],
-        [b for _, b, _ in rows],
-        np.array([y for _, _, y in rows], dtype=np.int8),
-        np.arange(len(rows)),
-    )
+    q1, q2, labels = (list(column) for column in zip(*rows))
+    return Pairs([str(i) for i in range(len(rows))], q1, q2, np.array(labels, dtype=np.int8), np.arange(len(rows)))
 
 
 def _cache(texts):
@@ -208,9 +203,8 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
     from dupq.training.train import train
 
     splits, split = synthetic_splits()
-    texts = training_texts(
-        splits.pool.q1 + splits.pool.q2, splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
-    )
+    held = splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
+    texts = training_texts(splits.pool.q1 + splits.pool.q2, held)
     teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
     config = TrainConfig(
         train_on="labelled",
