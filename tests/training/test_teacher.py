@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from dupq.core.errors import DupqError
-from dupq.data.pairs import Pairs, SplitConfig, split_pairs
+from dupq.data.pairs import Pairs, SplitConfig, split_pairs, write_pairs
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches
 from dupq.training.distil import teacher as teacher_module
@@ -254,21 +254,11 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
 )
 def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     splits, _ = synthetic_splits(300)  # rows 0-99: pool, 100-199: test, 200-299: dev
-    rows = sorted(
-        zip(
-            np.concatenate([splits.pool.rows, splits.test.rows, splits.dev.rows]).tolist(),
-            splits.pool.q1 + splits.test.q1 + splits.dev.q1,
-            splits.pool.q2 + splits.test.q2 + splits.dev.q2,
-            np.concatenate([splits.pool.labels, splits.test.labels, splits.dev.labels]).tolist(),
-        )
-    )
+    parts = (splits.pool, splits.test, splits.dev)
+    rows = sorted((int(r), a, b, int(y)) for p in parts for r, a, b, y in zip(p.rows, p.q1, p.q2, p.labels))
     qid: dict[str, int] = {}
-    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
-    lines += [
-        f"{r}\t{qid.setdefault(a, len(qid) + 1)}\t{qid.setdefault(b, len(qid) + 1)}\t{a}\t{b}\t{y}"
-        for r, a, b, y in rows
-    ]
-    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    number = lambda text: qid.setdefault(text, len(qid) + 1)  # noqa: E731
+    write_pairs(tmp_path / "pairs.tsv", [(number(a), number(b), a, b, y) for _, a, b, y in rows])  # ids: the rows
     mine = "where can i buy a second-hand bicycle?"
     (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question of the user's: not taught
     out = tmp_path / "teacher"
