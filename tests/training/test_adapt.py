@@ -123,17 +123,12 @@ def test_the_adapted_students_vectors_are_closer_to_the_teachers(head_model_dir,
 
 def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_model_dir, adapted_dir, texts):
     base, adapted = Model.load(head_model_dir), Model.load(adapted_dir)
-    assert (
-        adapted.encoder.vocab.tokens == base.encoder.vocab.tokens
-        and adapted.encoder.vocab.oov_buckets == base.encoder.vocab.oov_buckets
-    )
+    vocab, base_vocab = adapted.encoder.vocab, base.encoder.vocab
+    assert (vocab.tokens, vocab.oov_buckets) == (base_vocab.tokens, base_vocab.oov_buckets)
     for name, weight in base.judge.head.state_dict().items():
         torch.testing.assert_close(adapted.judge.head.state_dict()[name], weight)
-    assert (adapted.judge.calibration, adapted.threshold, adapted.threshold_on) == (
-        base.judge.calibration,
-        base.threshold,
-        base.threshold_on,
-    )
+    judged = [(m.judge.calibration, m.threshold, m.threshold_on) for m in (adapted, base)]
+    assert judged[0] == judged[1]
     assert adapted.fingerprint() != base.fingerprint()
     record = adapted.metrics["adaptation"]
     assert record["base"] == {"fingerprint": base.fingerprint(), "folder": str(base.folder), "bundled": False}
@@ -308,12 +303,8 @@ def test_the_agreement_line_says_why_a_figure_fell():
 
 
 def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher):
-    one, good, plain_folder, taken = (
-        tmp_path / "one.txt",
-        tmp_path / "good.txt",
-        tmp_path / "folder",
-        tmp_path / "taken",
-    )
+    one, good = tmp_path / "one.txt", tmp_path / "good.txt"
+    plain_folder, taken = tmp_path / "folder", tmp_path / "taken"
     one.write_text("How do I learn Python?\nHow do I learn Python?\n")
     good.write_text("\n".join(texts[:20]))
     plain_folder.mkdir()
@@ -359,16 +350,14 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
         assert coll.model.fingerprint() == adapted.fingerprint()
         rows = coll.stored_rows()  # in id order: a folder's ids follow the build, Milvus's are hashed keys or random
         by_text = lambda row: row[1]  # noqa: E731
-        assert sorted([(key, text, meta) for _, key, text, meta in rows], key=by_text) == sorted(
-            zip(keys, texts, metadata), key=by_text
-        )
+        copied = sorted([(key, text, meta) for _, key, text, meta in rows], key=by_text)
+        assert copied == sorted(zip(keys, texts, metadata), key=by_text)
         stored = dict(zip([text for _, _, text, _ in rows], coll.stored_vectors()))
         np.testing.assert_allclose(np.stack([stored[t] for t in texts]), adapted.encode(texts), atol=1e-6)
         hit = coll.search([texts[5]], k=1)[0][0]
         assert hit.text == texts[5]
-    assert "new location" in refused(
-        runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", where])
-    )
+    in_place = ["index", "reencode", where, "--model", str(out), "--out", where]
+    assert "new location" in refused(runner.invoke(app, in_place))
 
 
 def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
