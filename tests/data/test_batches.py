@@ -12,13 +12,8 @@ from dupq.training.batches import PairBatches, false_negatives
 
 
 def _pairs(rows: list[tuple[str, str, int]]) -> Pairs:
-    return Pairs(
-        ids=[str(i) for i in range(len(rows))],
-        q1=[a for a, _, _ in rows],
-        q2=[b for _, b, _ in rows],
-        labels=np.array([y for _, _, y in rows], dtype=np.int8),
-        rows=np.arange(len(rows)),
-    )
+    q1, q2, labels = (list(column) for column in zip(*rows))
+    return Pairs([str(i) for i in range(len(rows))], q1, q2, np.array(labels, dtype=np.int8), np.arange(len(rows)))
 
 
 def naive_components(texts, edges):

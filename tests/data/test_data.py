@@ -70,6 +70,11 @@ def test_split_matches_a_count_of_the_written_rows(synthetic_pairs):
     assert 0 < int(splits.dev.labels.sum()) < len(splits.dev)  # both classes
 
 
+def _rows(pairs, n: int) -> list[list]:
+    """The first ``n`` pairs as rows of the Quora file's columns (the question ids 0)."""
+    return [[pairs.ids[i], 0, 0, pairs.q1[i], pairs.q2[i], int(pairs.labels[i])] for i in range(n)]
+
+
 def _write_slice(path, rows, delimiter, gz):
     opener = gzip.open if gz else open
     with opener(path, "wt", encoding="utf-8", newline="") as f:
@@ -83,11 +88,7 @@ def _write_slice(path, rows, delimiter, gz):
 )
 def test_formats_give_the_same_pairs(synthetic_pairs, tmp_path, name, delimiter, gz):
     n = 2_000
-    rows = [
-        [synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])]
-        for i in range(n)
-    ]
-    _write_slice(tmp_path / name, rows, delimiter, gz)
+    _write_slice(tmp_path / name, _rows(synthetic_pairs, n), delimiter, gz)
     pairs, dropped = read_pairs(tmp_path / name)
     assert dropped.count == 0
     assert pairs.q1 == synthetic_pairs.q1[:n] and pairs.q2 == synthetic_pairs.q2[:n]
@@ -95,10 +96,7 @@ def test_formats_give_the_same_pairs(synthetic_pairs, tmp_path, name, delimiter,
 
 
 def test_unusable_rows_are_counted_and_named(synthetic_pairs, tmp_path):
-    rows = [
-        [synthetic_pairs.ids[i], 0, 0, synthetic_pairs.q1[i], synthetic_pairs.q2[i], int(synthetic_pairs.labels[i])]
-        for i in range(50)
-    ]
+    rows = _rows(synthetic_pairs, 50)
     rows[3][5] = "maybe"
     rows[7][3] = "   "
     rows[9] = rows[9][:4]
@@ -129,9 +127,8 @@ def test_split_refuses_sizes_the_file_cannot_hold(synthetic_pairs):
     with pytest.raises(DupqError, match="needs 320480"):
         split_pairs(small)
     custom = split_pairs(small, SplitConfig(train_pool=800, test=100, dev=100, val_fraction=0.25))
-    assert len(custom.test) == 100 and len(custom.val) == len(custom.pool.take(custom.pool.labels == 1)) - len(
-        custom.train
-    )
+    duplicates = len(custom.pool.take(custom.pool.labels == 1))
+    assert len(custom.test) == 100 and len(custom.val) == duplicates - len(custom.train)
 
 
 def _broken_pairs_file(path, n: int = 80, seed: int = 0) -> list[str]:
@@ -155,14 +152,9 @@ def _broken_pairs_file(path, n: int = 80, seed: int = 0) -> list[str]:
     return kinds
 
 
-REASONS = {
-    "quote": "unclosed quote",
-    "short": "wrong number of fields",
-    "long": "wrong number of fields",
-    "blank": "blank line",
-    "empty": "empty question",
-    "label": "label not 0 or 1",
-}
+FIELDS = "wrong number of fields"
+REASONS = {"quote": "unclosed quote", "short": FIELDS, "long": FIELDS, "blank": "blank line"}
+REASONS |= {"empty": "empty question", "label": "label not 0 or 1"}
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -189,12 +181,8 @@ def test_questions_files_account_for_every_line(tmp_path):
     kinds = _broken_pairs_file(tmp_path / "p.tsv", seed=3)
     qs = read_questions(tmp_path / "p.tsv")
     usable = [i for i, kind in enumerate(kinds) if kind in ("ok", "empty", "label")]
-    assert qs.texts == [
-        t
-        for i in usable
-        for t in (f"How do I do thing {i}?", f"What is thing {i}?")
-        if kinds[i] != "empty" or t.startswith("How")
-    ]
+    both = {i: (f"How do I do thing {i}?", f"What is thing {i}?") for i in usable}
+    assert qs.texts == [t for i in usable for t in both[i][: 1 if kinds[i] == "empty" else 2]]  # an empty q2 skipped
     assert qs.dropped.reasons == Counter(REASONS[k] for k in kinds if k not in ("ok", "label"))
     text = tmp_path / "q.txt"
     text.write_text("How are you?\n\n???\n  \nWhat is up?\n!!! ...\n", encoding="utf-8")
@@ -219,9 +207,7 @@ def test_held_out_cuts_the_file_as_the_model_recorded(pairs_path, synthetic_pair
     want = split_pairs(synthetic_pairs, SMALL_SPLIT)
     for part in ("train", "val", "test", "dev", "pool"):
         assert getattr(got, part).rows.tolist() == getattr(want, part).rows.tolist(), part
-    with pytest.raises(
-        DupqError, match=f"train pool {SplitConfig().train_pool} "
-    ):  # no record: the seed split, too big here
+    with pytest.raises(DupqError, match=f"train pool {SplitConfig().train_pool} "):  # no record: the seed split
         held_out({}, pairs_path)
     with pytest.raises(DupqError, match="unknown split"):
         held_out({"training": {"split": {"shards": 3}}}, pairs_path)

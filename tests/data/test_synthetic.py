@@ -38,9 +38,8 @@ def test_written_file_quotes_as_csv_does(tmp_path):
     with open(path, encoding="utf-8", newline="") as f:
         table = list(csv.reader(f, delimiter="\t"))
     rows = make_rows(2_000)
-    assert table[1:] == [
-        [str(r.id), str(r.qid1), str(r.qid2), r.question1, r.question2, str(r.is_duplicate)] for r in rows
-    ]
+    fields = [[r.id, r.qid1, r.qid2, r.question1, r.question2, r.is_duplicate] for r in rows]
+    assert table[1:] == [[str(f) for f in row] for row in fields]
     assert any('"' in r.question1 + r.question2 for r in rows)  # some fields need quoting
     assert len(path.read_text(encoding="utf-8").splitlines()) == 2_001  # no field runs over a line
 
@@ -79,11 +78,11 @@ def test_duplicates_are_rewordings_and_non_duplicates_near_misses():
     others = [r for r in rows if not r.is_duplicate]
     assert all(set(vocab.words(r.concepts[0].subject)) <= set(vocab.words(r.question2)) for r in duplicates)
     assert sum(jaccard(r) < 1 for r in duplicates) == len(duplicates)  # never the same words
-    near = [
-        r
-        for r in others
-        if sum(a != b for a, b in zip(vars(r.concepts[0]).values(), vars(r.concepts[1]).values())) == 1
-    ]
+
+    def differences(r):  # the fields in which the two questions' concepts differ
+        return sum(a != b for a, b in zip(vars(r.concepts[0]).values(), vars(r.concepts[1]).values()))
+
+    near = [r for r in others if differences(r) == 1]
     assert 0.5 < len(near) / len(others) < 0.9
     assert sum(map(jaccard, near)) / len(near) > sum(map(jaccard, others)) / len(others)
 

@@ -31,12 +31,14 @@ def _distinct_pairs(synthetic_pairs, n: int) -> list[tuple[str, str, int]]:
     return rows
 
 
-def _desk(tmp_path, model, synthetic_pairs, decided: int = PAIRS) -> tuple[Collection, list[tuple]]:
-    """A collection of both sides of synthetic pairs (distinct texts), ``decided`` of them judged as labelled."""
-    rows = _distinct_pairs(synthetic_pairs, PAIRS)
+def _desk(tmp_path, model, synthetic_pairs, decided: int = PAIRS, pairs: int = PAIRS, scoped: bool = False):
+    """A collection of both sides of ``pairs`` synthetic pairs (distinct texts), the first ``decided`` judged as
+    labelled; ``scoped``: the old side of each carries its category, "x" for the first ``PAIRS``, then "y"."""
+    rows = _distinct_pairs(synthetic_pairs, pairs)
     texts = [t for a, b, _ in rows for t in (a, b)]
     keys = [f"{side}{i}" for i in range(len(rows)) for side in "ab"]
-    coll = Collection.build(tmp_path / "desk", texts, model, keys=keys)
+    category = [{} if side == "a" else {"category": "x" if i < PAIRS else "y"} for i in range(pairs) for side in "ab"]
+    coll = Collection.build(tmp_path / "desk", texts, model, keys=keys, metadata=category if scoped else None)
     for i, (_, _, y) in enumerate(rows[:decided]):
         coll.decide(f"a{i}", **({"duplicate_of": f"b{i}"} if y else {"not_duplicate_of": f"b{i}"}))
     return coll, [(f"a{i}", f"b{i}", a, b, y) for i, (a, b, y) in enumerate(rows[:decided])]
@@ -72,13 +74,7 @@ def test_the_refit_is_the_fit_of_the_decisions_as_search_hits(tmp_path, tiny_mod
     assert (
         set(report["held_out"]["before"])
         == set(report["held_out"]["after"])
-        == {
-            "accuracy",
-            "roc_auc",
-            "ece",
-            "suggest",
-            "duplicate",
-        }
+        == {"accuracy", "roc_auc", "ece", "suggest", "duplicate"}
     )
     assert coll.calibration_info()["source"] == "collection"
 
@@ -152,18 +148,8 @@ def test_the_command_refits_and_reports_and_refuses_in_one_sentence(tmp_path, ti
 SCOPED = 60  # pairs: the first 40 of scope "x" (a fit of its own), the other 20 of "y" (too few: the collection's)
 
 
-def _scoped_desk(tmp_path, model, synthetic_pairs) -> tuple[Collection, list[tuple]]:
-    """Both sides of ``SCOPED`` synthetic pairs, every pair judged; the old side of each carries its category."""
-    rows = _distinct_pairs(synthetic_pairs, SCOPED)
-    texts = [t for a, b, _ in rows for t in (a, b)]
-    keys = [f"{side}{i}" for i in range(len(rows)) for side in "ab"]
-    metadata = [
-        {} if side == "a" else {"category": "x" if i < PAIRS else "y"} for i in range(len(rows)) for side in "ab"
-    ]
-    coll = Collection.build(tmp_path / "desk", texts, model, keys=keys, metadata=metadata)
-    for i, (_, _, y) in enumerate(rows):
-        coll.decide(f"a{i}", **({"duplicate_of": f"b{i}"} if y else {"not_duplicate_of": f"b{i}"}))
-    return coll, [(f"a{i}", f"b{i}", a, b, y) for i, (a, b, y) in enumerate(rows)]
+def _scoped_desk(tmp_path, model, synthetic_pairs):
+    return _desk(tmp_path, model, synthetic_pairs, decided=SCOPED, pairs=SCOPED, scoped=True)
 
 
 def test_a_scope_with_decisions_enough_is_fitted_on_its_own_decisions_alone(tmp_path, tiny_model, synthetic_pairs):

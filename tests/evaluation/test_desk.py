@@ -55,15 +55,13 @@ def test_evaluate_questions_and_queries_matches_a_brute_force_loop(tmp_path, tin
     duplicates = [(a, b) for a, b, y in zip(small_splits.test.q1, small_splits.test.q2, small_splits.test.labels) if y]
     duplicates = list(dict((b, (a, b)) for a, b in duplicates if a != b).values())[:30]
     old = list(dict.fromkeys([b for _, b in duplicates] + list(small_splits.dev.q1[:60])))
-    (tmp_path / "old.tsv").write_text(
-        "key\tquestion\n" + "".join(f"k{i}\t{t}\n" for i, t in enumerate(old)), encoding="utf-8"
-    )
+    stored = "".join(f"k{i}\t{t}\n" for i, t in enumerate(old))
+    (tmp_path / "old.tsv").write_text("key\tquestion\n" + stored, encoding="utf-8")
     answer = {t: f"k{i}" for i, t in enumerate(old)}
     lines = [f"{a}\t{answer[b] if n % 2 else b}\n" for n, (a, b) in enumerate(duplicates)]  # by key or by text
     (tmp_path / "new.tsv").write_text("question\told\n" + "".join(lines), encoding="utf-8")
-    result = run(
-        "evaluate", tiny_model_dir, "--questions", tmp_path / "old.tsv", "--queries", tmp_path / "new.tsv", "--json"
-    )
+    desk = ["evaluate", tiny_model_dir, "--questions", tmp_path / "old.tsv", "--queries"]
+    result = run(*desk, tmp_path / "new.tsv", "--json")
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
     vectors = tiny_model.encode(old)
@@ -78,7 +76,7 @@ def test_evaluate_questions_and_queries_matches_a_brute_force_loop(tmp_path, tin
     assert got["model"]["recall@10"] == pytest.approx(np.mean(ranks <= 10))
     assert got["model"]["mrr@10"] == pytest.approx(np.mean(np.where(ranks <= 10, 1 / ranks, 0)))
     (tmp_path / "bad.tsv").write_text("question\told\nHow do I pay?\tnobody\n", encoding="utf-8")
-    bad = run("evaluate", tiny_model_dir, "--questions", tmp_path / "old.tsv", "--queries", tmp_path / "bad.tsv")
+    bad = run(*desk, tmp_path / "bad.tsv")
     assert bad.exit_code != 0 and bad.output.startswith("error: new question 1 names the old question 'nobody'")
     alone = run("evaluate", tiny_model_dir, "--queries", tmp_path / "new.tsv")
     assert alone.exit_code != 0 and alone.output.startswith("error: --questions and --queries go together")

@@ -30,13 +30,9 @@ from support.cli_model import cli_model
 
 
 def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:
-    return Pairs(
-        ids=[str(first_row + i) for i in range(len(rows))],
-        q1=[r[0] for r in rows],
-        q2=[r[1] for r in rows],
-        labels=np.array([r[2] for r in rows], dtype=np.int8),
-        rows=np.arange(first_row, first_row + len(rows)),
-    )
+    q1, q2, labels = (list(column) for column in zip(*rows))
+    numbers = np.arange(first_row, first_row + len(rows))
+    return Pairs([str(n) for n in numbers], q1, q2, np.array(labels, dtype=np.int8), numbers)
 
 
 def random_rows(
@@ -107,6 +103,25 @@ def mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
     return {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
 
 
+def held_duplicates(parts) -> list[tuple[str, str]]:
+    """The duplicate pairs of two distinct texts in ``parts``, in file order."""
+    return [(a, b) for p in parts for a, b, y in zip(p.q1, p.q2, p.labels) if y == 1 and a != b]
+
+
+def loop_measures(similarity, corpus: list[str], duplicates: list[tuple[str, str]], labelled: Pairs) -> dict:
+    """The measures by hand: each distinct first question of a duplicate pair ranks every other text of the corpus
+    by ``similarity(query)`` (its score against each), its relevant ones the closure of its labels; and the seed's
+    figure, question2's own reciprocal rank per pair."""
+    position, neighbours = {t: i for i, t in enumerate(corpus)}, adjacency(labelled)
+    rows = []
+    for query in dict.fromkeys(a for a, _ in duplicates):
+        own = position[query]
+        relevant = {position[t] for t in reachable(query, neighbours) if t in position} - {own}
+        rows.append(textbook(loop_ranking(similarity(query), own, 10), relevant))
+    pair_rr = [textbook(loop_ranking(similarity(a), position[a], 10), {position[b]})["mrr@10"] for a, b in duplicates]
+    return {**mean_of(rows), "mrr@10_question2": float(np.mean(pair_rr))}
+
+
 def vectors_for(texts: list[str], seed: int, dim: int = 6) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     v = rng.standard_normal((len(texts), dim)).astype(np.float32)
@@ -119,10 +134,7 @@ def test_the_held_out_task_is_the_distinct_questions_and_the_closure_of_every_la
     task = held_out_task(splits, labelled)
     held = [*splits.test.q1, *splits.test.q2, *splits.dev.q1, *splits.dev.q2]
     assert sorted(task.corpus) == sorted(set(held)) and len(task.corpus) == len(set(task.corpus))
-    duplicates = [
-        (a, b) for p in (splits.test, splits.dev) for a, b, y in zip(p.q1, p.q2, p.labels) if y == 1 and a != b
-    ]
-    assert sorted(task.queries) == sorted({a for a, _ in duplicates})
+    assert sorted(task.queries) == sorted({a for a, _ in held_duplicates([splits.test, splits.dev])})
     for query, own, relevant in zip(task.queries, task.own, task.relevant):
         assert task.corpus[own] == query
         expected = (reachable(query, adjacency(labelled)) & set(task.corpus)) - {query}
@@ -144,19 +156,8 @@ def test_dense_measures_agree_with_a_loop_over_every_score(seed):
 
     result = retrieval_measures(encode, task)
     assert calls == [len(task.corpus)]  # every query is in the collection: each text encoded once
-    rows, pair_rr = [], []
-    for query in task.queries:
-        own = task.corpus.index(query)
-        scores = [float(vector[query] @ vector[t]) for t in task.corpus]
-        ranking = loop_ranking(scores, own, 10)
-        relevant = {task.corpus.index(t) for t in reachable(query, adjacency(labelled)) if t in task.corpus} - {own}
-        rows.append(textbook(ranking, relevant))
-    for p in (splits.test, splits.dev):  # the seeds' figure: question2's own rank, per pair
-        for a, b, y in zip(p.q1, p.q2, p.labels):
-            if y == 1 and a != b:
-                ranking = loop_ranking([float(vector[a] @ vector[t]) for t in task.corpus], task.corpus.index(a), 10)
-                pair_rr.append(textbook(ranking, {task.corpus.index(b)})["mrr@10"])
-    expected = {**mean_of(rows), "mrr@10_question2": float(np.mean(pair_rr))}
+    similarity = lambda query: [float(vector[query] @ vector[t]) for t in task.corpus]  # noqa: E731
+    expected = loop_measures(similarity, task.corpus, held_duplicates([splits.test, splits.dev]), labelled)
     assert result.keys() == expected.keys()
     for key in expected:
         assert result[key] == pytest.approx(expected[key], abs=1e-9), key
@@ -215,12 +216,8 @@ def test_bm25_returns_bm25s_best_scores_with_the_query_itself_left_out():
     words = ["cat", "dog", "river", "piano", "bread", "salt", "moon", "train"]
     rng = np.random.default_rng(0)
     corpus = [" ".join(rng.choice(words, size=4)) + f" item{i}" for i in range(30)]
-    task = RetrievalTask(
-        corpus=corpus,
-        queries=corpus[:10] + ["piano moon"],
-        relevant=[np.array([(i + 1) % 30]) for i in range(11)],
-        own=np.array([*range(10), -1]),
-    )
+    relevant = [np.array([(i + 1) % 30]) for i in range(11)]
+    task = RetrievalTask(corpus, corpus[:10] + ["piano moon"], relevant, own=np.array([*range(10), -1]))
     ranked = bm25_ranking(task, k=5)
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(corpus, show_progress=False), show_progress=False)
@@ -232,12 +229,7 @@ def test_bm25_returns_bm25s_best_scores_with_the_query_itself_left_out():
 
 
 def test_the_measures_are_the_mean_over_every_query_even_one_whose_relevant_question_is_never_retrieved():
-    task = RetrievalTask(
-        corpus=[str(i) for i in range(12)],
-        queries=["a", "b"],
-        relevant=[np.array([2, 11]), np.array([5])],
-        own=np.array([-1, -1]),
-    )
+    task = RetrievalTask([str(i) for i in range(12)], ["a", "b"], [np.array([2, 11]), np.array([5])], np.full(2, -1))
     ranked = np.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]])
     expected = mean_of([textbook(list(ranked[0]), {2, 11}), textbook(list(ranked[1]), {5})])
     assert ranking_measures(task, ranked) == pytest.approx(expected)
@@ -262,9 +254,8 @@ def test_a_task_without_relevant_questions_or_queries_is_refused():
     ],
 )
 def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory, words, first_row, parts):
-    folder, data = cli_model(
-        pairs_path, tmp_path_factory
-    )  # `dupq train` on rows 0-9,999: 8,000 pool, 1,000 test, 1,000 dev
+    # `dupq train` on rows 0-9,999: 8,000 pool, 1,000 test, 1,000 dev
+    folder, data = cli_model(pairs_path, tmp_path_factory)
     result = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), *words, "--json"])
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
@@ -273,19 +264,10 @@ def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_
     corpus = list(dict.fromkeys([*held.q1, *held.q2]))
     vectors = Model.load(folder).encode(corpus, batch_size=ENCODE_BATCH)  # (N, d), as the command encodes
     position = {t: i for i, t in enumerate(corpus)}
-    neighbours = adjacency(every)
-    duplicates = [(a, b) for a, b, y in zip(held.q1, held.q2, held.labels) if y == 1 and a != b]
-    rows = []
-    for query in dict.fromkeys(a for a, _ in duplicates):
-        own = position[query]
-        relevant = {position[t] for t in reachable(query, neighbours) if t in position} - {own}
-        rows.append(textbook(loop_ranking((vectors @ vectors[own]).tolist(), own, 10), relevant))
-    pair_rr = [
-        textbook(loop_ranking((vectors @ vectors[position[a]]).tolist(), position[a], 10), {position[b]})["mrr@10"]
-        for a, b in duplicates
-    ]
-    expected = {**mean_of(rows), "mrr@10_question2": float(np.mean(pair_rr))}
-    assert (printed["queries"], printed["corpus"], printed["parts"]) == (len(rows), len(corpus), parts)
+    duplicates = held_duplicates([held])
+    expected = loop_measures(lambda query: (vectors @ vectors[position[query]]).tolist(), corpus, duplicates, every)
+    queries = len(dict.fromkeys(a for a, _ in duplicates))
+    assert (printed["queries"], printed["corpus"], printed["parts"]) == (queries, len(corpus), parts)
     assert printed["model"] == pytest.approx(expected, abs=1e-9)
     assert set(printed["bm25"]) == set(expected)
 

@@ -53,13 +53,8 @@ def test_the_file_has_300_pairs_over_15_domains_each_split_in_dev_and_test_alter
 
 
 def test_each_new_question_searches_every_old_question_and_the_distractors_and_finds_its_own_old_one():
-    file = tasks.HelpDeskPairs(
-        domains=["a"] * 4,
-        splits=["dev", "test", "dev", "test"],
-        new=["n0", "n1", "n2", "n3"],
-        old=["o0", "o1", "o2", "o3"],
-        sha256="",
-    )
+    new, old = ["n0", "n1", "n2", "n3"], ["o0", "o1", "o2", "o3"]
+    file = tasks.HelpDeskPairs(domains=["a"] * 4, splits=["dev", "test"] * 2, new=new, old=old, sha256="")
     task = tasks.help_desk_task(file, "dev", ["d0", "o1", "n2", "d1"])  # a distractor may repeat an old or a new one
     assert task.corpus == ["o0", "o1", "o2", "o3", "d0", "n2", "d1"]
     assert task.queries == ["n0", "n2"]
@@ -82,10 +77,15 @@ def test_distractors_are_the_first_distinct_dev_questions_in_file_order_never_a_
 def test_a_broken_help_desk_file_is_one_sentence_naming_its_line(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("domain\tsplit\tnew\told\nsoftware\tlater\tHow?\tWhy?\n", encoding="utf-8")
-    with pytest.raises(
-        DupqError, match=f"^{re.escape(str(bad))}, line 2: needs a domain, a split of dev or test and two questions.$"
-    ):
+    says = "line 2: needs a domain, a split of dev or test and two questions."
+    with pytest.raises(DupqError, match=f"^{re.escape(f'{bad}, {says}')}$"):
         tasks.read_help_desk_pairs(bad)
+
+
+def ranked(vectors: np.ndarray, question: str) -> list[int]:
+    """Every row of ``vectors`` (N, d) by its inner product with the question's WordSums vector, high to low."""
+    scores = vectors @ WordSums().encode([question])[0].astype(np.float64)
+    return sorted(range(len(vectors)), key=lambda j: (-scores[j], j))
 
 
 class WordSums:
@@ -110,9 +110,7 @@ def test_help_desks_recall_and_mrr_agree_with_a_loop_over_every_old_question(pai
     vectors = WordSums().encode(corpus).astype(np.float64)  # (N, d)
     first, reciprocal = [], []
     for _, _, new, old in mine:
-        scores = vectors @ WordSums().encode([new])[0].astype(np.float64)
-        order = sorted(range(len(corpus)), key=lambda j: (-scores[j], j))
-        rank = order.index(corpus.index(old)) + 1
+        rank = ranked(vectors, new).index(corpus.index(old)) + 1
         first.append(rank == 1)
         reciprocal.append(1 / rank if rank <= 10 else 0.0)
     assert (result["split"], result["queries"], result["corpus"]) == (split, len(mine), len(corpus))
@@ -126,9 +124,8 @@ def test_help_desks_recall_and_mrr_agree_with_a_loop_over_every_old_question(pai
 @pytest.mark.usefixtures("one_torch_thread")
 def test_dupq_evaluate_task_quora_pairs_dev_agrees_with_a_loop_over_the_dev_rows(pairs_path, tmp_path_factory):
     folder, data = cli_model(pairs_path, tmp_path_factory)  # rows 8,000-8,999 test, 9,000-9,999 dev
-    done = CliRunner().invoke(
-        app, ["evaluate", str(folder), "--data", str(data), "--task", "quora-pairs", "--split", "dev", "--json"]
-    )
+    command = ["evaluate", str(folder), "--data", str(data), "--json"]
+    done = CliRunner().invoke(app, [*command, "--task", "quora-pairs", "--split", "dev"])
     assert done.exit_code == 0, done.output
     printed = json.loads(done.stdout)
     every = read_pairs(data)[0]
@@ -140,7 +137,7 @@ def test_dupq_evaluate_task_quora_pairs_dev_agrees_with_a_loop_over_the_dev_rows
     assert printed["dev_rows"] == [9_000, 9_999] and printed["pairs"] == len(dev)
     assert printed["accuracy"] == pytest.approx(right / len(dev), abs=1e-12)
     assert printed["recall"] == pytest.approx(found / int(dev.labels.sum()), abs=1e-12)
-    default = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), "--json"])
+    default = CliRunner().invoke(app, command)
     assert json.loads(default.stdout)["test_rows"] == [8_000, 8_999]  # the default: quora-pairs on the test rows
 
 
@@ -154,8 +151,7 @@ def test_dupq_evaluate_task_quora_pairs_dev_agrees_with_a_loop_over_the_dev_rows
     ],
 )
 def test_a_task_asked_for_wrongly_is_one_sentence_and_exit_2(words, says):
-    done = CliRunner().invoke(app, ["evaluate", *words])
-    refused(done, says)
+    refused(CliRunner().invoke(app, ["evaluate", *words]), says)
 
 
 def test_judged_without_search_is_one_sentence_and_exit_2(tmp_path):
@@ -181,34 +177,16 @@ def judged_file(tmp_path, lines: list[str]):
 
 
 def test_the_judged_file_keeps_the_duplicates_of_each_new_question_and_skips_the_rule(tmp_path):
-    path = judged_file(
-        tmp_path,
-        [
-            "# rule: 1 if one answer serves both",
-            "split\tnew\tcandidate\tlabel",
-            "dev\tn0\td0\t1",
-            "dev\tn0\td1\t0",
-            "test\tn1\td0\t1",
-        ],
-    )
+    rows = ["# rule: 1 if one answer serves both", "split\tnew\tcandidate\tlabel"]
+    path = judged_file(tmp_path, [*rows, "dev\tn0\td0\t1", "dev\tn0\td1\t0", "test\tn1\td0\t1"])
     assert tasks.read_judged(path) == {("dev", "n0"): {"d0"}, ("test", "n1"): {"d0"}}
 
 
-@pytest.mark.parametrize(
-    "line, says",
-    [
-        ("dev\tn0\td0\tyes", "line 3"),
-        ("later\tn0\td0\t1", "line 3"),
-        ("dev\tn0\t1", "line 3"),
-        ("dev\t \td0\t1", "line 3"),
-    ],
-)
-def test_a_bad_judged_row_is_one_sentence_naming_its_line(tmp_path, line, says):
+@pytest.mark.parametrize("line", ["dev\tn0\td0\tyes", "later\tn0\td0\t1", "dev\tn0\t1", "dev\t \td0\t1"])
+def test_a_bad_judged_row_is_one_sentence_naming_its_line(tmp_path, line):
     path = judged_file(tmp_path, ["# rule", "split\tnew\tcandidate\tlabel", line])
-    with pytest.raises(
-        DupqError,
-        match=f"^{re.escape(str(path))}, {says}: needs a split of dev or test, two questions and a label of 0 or 1.$",
-    ):
+    says = "line 3: needs a split of dev or test, two questions and a label of 0 or 1."
+    with pytest.raises(DupqError, match=f"^{re.escape(f'{path}, {says}')}$"):
         tasks.read_judged(path)
 
 
@@ -233,19 +211,16 @@ def test_judged_relevance_changes_recall_exactly_as_a_loop_over_every_question_c
     dev = [i for i, s in enumerate(file.splits) if s == "dev"]
     first = {}  # each dev new question's top hit other than its own old one: judged a duplicate for half of them
     for i in dev:
-        scores = vectors @ WordSums().encode([file.new[i]])[0].astype(np.float64)
-        order = sorted(range(len(corpus)), key=lambda j: (-scores[j], j))
-        first[i] = next(corpus[j] for j in order if corpus[j] != file.old[i])
+        first[i] = next(corpus[j] for j in ranked(vectors, file.new[i]) if corpus[j] != file.old[i])
     judged = {("dev", file.new[i]): {first[i], "a question not in the collection"} for i in dev[::2]}
     as_written = retrieval_measures(WordSums().encode, tasks.help_desk_task(file, "dev", distractors))
     measured = retrieval_measures(WordSums().encode, tasks.help_desk_task(file, "dev", distractors, judged))
     top, found10 = [], []
     for i in dev:
         relevant = {file.old[i]} | ({first[i]} if ("dev", file.new[i]) in judged else set())
-        scores = vectors @ WordSums().encode([file.new[i]])[0].astype(np.float64)
-        ranked = [corpus[j] for j in sorted(range(len(corpus)), key=lambda j: (-scores[j], j))[:10]]
-        top.append(ranked[0] in relevant)
-        found10.append(len(relevant & set(ranked)) / len(relevant))
+        top10 = [corpus[j] for j in ranked(vectors, file.new[i])[:10]]
+        top.append(top10[0] in relevant)
+        found10.append(len(relevant & set(top10)) / len(relevant))
     assert measured["p@1"] == pytest.approx(np.mean(top), abs=1e-12)
     assert measured["recall@10"] == pytest.approx(np.mean(found10), abs=1e-12)
     assert measured["p@1"] > as_written["p@1"]  # half the queries whose top hit was wrong are now right

@@ -8,11 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.kernels import FEW_QUESTIONS, HeadKernel, Kernels, LSTMKernel, Stored, arrays
-from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import BUNDLED, Model
 from dupq.modeling.verdict import pair_logits
 
@@ -108,32 +106,6 @@ def test_kernels_leave_to_torch_what_they_do_not_cover():
     assert kernels.head(PairHead(HeadConfig(kind="mlp", dim=16)).eval()) is not None
 
 
-def test_model_encodes_alike_on_both_paths():
-    """A search's few questions (NumPy) and a bulk encode (torch, length-sorted batches) give the same vectors."""
-    texts = ["How do I learn Python?", "What is the capital of France?", "Why is the sky blue at noon?"]
-    vocab = Vocabulary.build(texts)
-    torch.manual_seed(4)
-    model = Model(LSTMEncoder(vocab, Encoder(EncoderConfig(vocab_size=len(vocab), dim=16))))
-    bulk = model.encode(texts * 4)[:3]  # 12 questions: above FEW_QUESTIONS, so torch
-    assert len(texts) * 4 > FEW_QUESTIONS
-    np.testing.assert_allclose(model.encode(texts), bulk, atol=2e-6)
-    np.testing.assert_allclose(model.encode(texts[1:2])[0], bulk[1], atol=2e-6)
-
-
-def test_bundled_model_search_path_matches_torch():
-    model = Model.load(BUNDLED)
-    questions = ["How can I improve my English speaking?", "What is the best way to lose weight fast?"]
-    ids, lengths = model.encoder.vocab.encode(questions).padded(np.arange(2))
-    d = model.encoder.config.out_dim  # the network's half of a vector joined with the static branch
-    own = model.encoder.branch.model_half(model.encode(questions), d)
-    np.testing.assert_allclose(own, _torch_vectors(model.encoder.network, ids, lengths), atol=2e-6)
-    u, v = model.encode(questions[:1] * 2), model.encode(questions)
-    with torch.inference_mode():
-        halves = (torch.from_numpy(model.encoder.branch.model_half(x, d)) for x in (u, v))
-        expected = model.judge.head(*halves).double().numpy()
-    np.testing.assert_allclose(pair_logits(model, u, v), expected, atol=1e-5)
-
-
 @pytest.mark.parametrize("which", ["bundled", "mlp head, float32"])
 def test_a_loaded_model_judges_on_its_stored_weights_as_torch_does(which, head_model_dir, tmp_path):
     """Model.load reads the weights as NumPy arrays and builds no torch module: random questions get the
@@ -150,9 +122,8 @@ def test_a_loaded_model_judges_on_its_stored_weights_as_torch_does(which, head_m
     u, v = got[: FEW_QUESTIONS // 2], got[FEW_QUESTIONS // 2 :]
     np.testing.assert_allclose(pair_logits(stored, u, v), pair_logits(modules, u, v), atol=1e-5)
     cosines = rng.uniform(-1, 1, 50)
-    np.testing.assert_allclose(
-        stored.judge.logits_from_cosines(cosines), modules.judge.logits_from_cosines(cosines), atol=1e-6
-    )
+    logits = [model.judge.logits_from_cosines(cosines) for model in (stored, modules)]
+    np.testing.assert_allclose(*logits, atol=1e-6)
     assert stored.fingerprint() == modules.fingerprint()
     assert isinstance(stored.encoder._network, Stored) and isinstance(stored.judge._head, Stored)  # no torch module
     assert not isinstance(modules.encoder._network, Stored) and not isinstance(modules.judge._head, Stored)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from functools import partial
 
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import load_file, save_file
 
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
@@ -27,9 +29,8 @@ def test_vector_does_not_depend_on_batch_padding(vocab, small_splits, bidirectio
     model = Model(LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), dim=16, bidirectional=bidirectional))))
     short = small_splits.test.q1[:20]
     alone = model.encode(short)
-    padded = model.encode(short + [" ".join(small_splits.test.q2[:40])], batch_size=64)[
-        :20
-    ]  # one long question widens the batch
+    # one long question widens the batch
+    padded = model.encode(short + [" ".join(small_splits.test.q2[:40])], batch_size=64)[:20]
     np.testing.assert_allclose(alone, padded, atol=1e-6)
     assert np.allclose(np.linalg.norm(alone, axis=1), 1, atol=1e-6)
 
@@ -77,9 +78,8 @@ def test_save_load_roundtrip(tiny_model, tmp_path, small_splits):
     assert again.metrics["training"]["history"]
     tiny_model.save(tmp_path / "half", half=True)
     half = Model.load(tmp_path / "half")
-    assert (tmp_path / "half" / "model.safetensors").stat().st_size < 0.6 * (
-        tmp_path / "m" / "model.safetensors"
-    ).stat().st_size
+    size = {name: (tmp_path / name / "model.safetensors").stat().st_size for name in ("m", "half")}
+    assert size["half"] < 0.6 * size["m"]
     # float16 storage rounds each weight; loaded, the model computes in float32 with the rounded weights, exactly
     rounded = Model.load(tmp_path / "m")
     with torch.no_grad():
@@ -114,89 +114,80 @@ def test_similarity_and_verdict(tiny_model):
     assert not tiny_model.is_duplicate("How do I cook rice?", "How do I cook rice?", threshold=1.5)
 
 
-def test_load_errors_are_one_sentence(tiny_model_dir, tmp_path):
-    def broken(name, mutate):
-        folder = tmp_path / name
-        folder.mkdir()
-        for f in tiny_model_dir.iterdir():
-            if f.suffix in (".json", ".safetensors") and f.name != "checkpoint.safetensors":
-                (folder / f.name).write_bytes(f.read_bytes())
-        mutate(folder)
-        return folder
+def _config(change):
+    """A fault written into a folder's config.json: ``change(config)`` is what the file then holds."""
 
-    cases = {
-        "does not exist": tmp_path / "missing",
-        "is empty": broken("empty", lambda f: [p.unlink() for p in f.iterdir()]),
-        "model config .* is missing": broken("noconfig", lambda f: (f / "config.json").unlink()),
-        "not valid JSON": broken("badjson", lambda f: (f / "config.json").write_text("{nope")),
-        "safetensors is corrupt": broken("badweights", lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 40)),
-        "weights .* are missing": broken("noweights", lambda f: (f / "model.safetensors").unlink()),
-        "vocabulary is missing": broken("novocab", lambda f: (f / "vocab.json").unlink()),
-        "words but the config says": broken(
-            "mismatch",
-            lambda f: (f / "vocab.json").write_text(
-                json.dumps({"lowercase": False, "max_tokens": 9, "tokens": ["[PAD]", "[UNK]"]})
-            ),
-        ),
-    }
-    for pattern, folder in cases.items():
-        with pytest.raises(DupqError, match=pattern) as e:
-            Model.load(folder)
-        assert "\n" not in str(e.value)
+    def write(folder):
+        (folder / "config.json").write_text(json.dumps(change(json.loads((folder / "config.json").read_text()))))
+
+    return write
 
 
-def test_load_refuses_non_finite_weights_and_a_bad_head(tmp_path, tiny_model_dir, head_model_dir):
-    import json
-    import shutil
+def _weights(change):
+    """A fault written into a folder's model.safetensors: ``change(weights)`` is what the file then holds."""
 
-    from safetensors.torch import load_file, save_file
+    def write(folder):
+        save_file(change(load_file(str(folder / "model.safetensors"))), str(folder / "model.safetensors"))
 
-    from dupq.core.errors import DupqError
-
-    nan = shutil.copytree(tiny_model_dir, tmp_path / "nan")
-    weights = load_file(str(nan / "model.safetensors"))
-    name = sorted(weights)[0]
-    weights[name][0] = float("nan")
-    save_file(weights, str(nan / "model.safetensors"))
-    with pytest.raises(DupqError, match=f"{name} holds numbers that are not finite"):
-        Model.load(nan)
-    head = shutil.copytree(head_model_dir, tmp_path / "head")
-    config = json.loads((head / "config.json").read_text())
-    for broken in ({**config["head"], "hidden": "256"}, {**config["head"], "kind": "attention"}):
-        (head / "config.json").write_text(json.dumps({**config, "head": broken}))
-        with pytest.raises(DupqError, match="config.json"):
-            Model.load(head)
-    (head / "config.json").write_text(
-        json.dumps({**config, "calibration": {"method": "beta", "a": float("nan"), "b": 1, "c": 0}})
-    )
-    with pytest.raises(DupqError):
-        Model.load(head)
+    return write
 
 
-def test_load_refuses_weights_that_do_not_fit_the_config(tmp_path, head_model_dir):
-    """A weight missing, one too many, or one of another shape: one sentence naming it, before any torch module."""
-    import shutil
+def _nan_embedding(weights):
+    weights["embedding.weight"][0, 0] = np.nan
+    return weights
 
-    from safetensors.numpy import load_file, save_file
 
-    weights = load_file(str(head_model_dir / "model.safetensors"))
-    cases = {
-        "it lacks head.mlp.0.bias": {k: v for k, v in weights.items() if k != "head.mlp.0.bias"},
-        "it holds extra.weight, which the config has no place for": {
-            **weights,
-            "extra.weight": np.zeros(3, np.float32),
-        },
-        r"lstm.weight_hh_l0 has shape \[64, 15\], the config needs \[64, 16\]": {
-            **weights,
-            "lstm.weight_hh_l0": weights["lstm.weight_hh_l0"][:, :15].copy(),
-        },
-    }
-    for i, (words, changed) in enumerate(cases.items()):
-        folder = shutil.copytree(head_model_dir, tmp_path / str(i))
-        save_file(changed, str(folder / "model.safetensors"))
-        with pytest.raises(DupqError, match=f"model.safetensors does not match .*config.json: {words}") as e:
-            Model.load(folder)
-        assert "\n" not in str(e.value)
+WORDPIECE = json.dumps({"tokenizer": "wordpiece", "max_tokens": 256})
+SHORT_VOCAB = json.dumps({"lowercase": False, "max_tokens": 9, "tokens": ["[PAD]", "[UNK]"]})
+DOES_NOT_FIT = "model.safetensors does not match .*config.json: "
+LOAD_FAULTS = {  # what Model.load says of a damaged folder: (the folder damaged, the damage)
+    "does not exist": ("tiny", shutil.rmtree),
+    "is empty": ("tiny", lambda f: [p.unlink() for p in f.iterdir()]),
+    "model config .* is missing": ("tiny", lambda f: (f / "config.json").unlink()),
+    "not valid JSON": ("tiny", lambda f: (f / "config.json").write_text("{nope")),
+    "safetensors is corrupt": ("tiny", lambda f: (f / "model.safetensors").write_bytes(b"\x00" * 40)),
+    "weights .* are missing": ("tiny", lambda f: (f / "model.safetensors").unlink()),
+    "vocabulary is missing": ("tiny", lambda f: (f / "vocab.json").unlink()),
+    "words but the config says": ("tiny", lambda f: (f / "vocab.json").write_text(SHORT_VOCAB)),
+    "embedding.weight holds numbers that are not finite": ("tiny", _weights(_nan_embedding)),
+    "unknown encoder type 'transformer'": (
+        "tiny",
+        _config(lambda c: {**c, "encoder": {**c["encoder"], "type": "transformer"}}),
+    ),
+    # a GRU encoder and the teacher's WordPiece tokens were experiments that lost; their folders name them
+    "encoder type 'gru'.* no longer supported": (
+        "tiny",
+        _config(lambda c: {**c, "encoder": {**c["encoder"], "type": "gru"}}),
+    ),
+    "tokenizer 'wordpiece'.* no longer supported": ("tiny", lambda f: (f / "vocab.json").write_text(WORDPIECE)),
+    "config.json.*hidden": ("head", _config(lambda c: {**c, "head": {**c["head"], "hidden": "256"}})),
+    "config.json.*kind": ("head", _config(lambda c: {**c, "head": {**c["head"], "kind": "attention"}})),
+    "calibration": ("head", _config(lambda c: {**c, "calibration": {"method": "beta", "a": np.nan, "b": 1, "c": 0}})),
+    DOES_NOT_FIT + "it lacks head.mlp.0.bias": (
+        "head",
+        _weights(lambda w: {k: w[k] for k in w if k != "head.mlp.0.bias"}),
+    ),
+    DOES_NOT_FIT + "it holds extra.weight, which the config has no place for": (
+        "head",
+        _weights(lambda w: {**w, "extra.weight": np.zeros(3, np.float32)}),
+    ),
+    DOES_NOT_FIT + r"lstm.weight_hh_l0 has shape \[64, 15\], the config needs \[64, 16\]": (
+        "head",
+        _weights(lambda w: {**w, "lstm.weight_hh_l0": w["lstm.weight_hh_l0"][:, :15].copy()}),
+    ),
+}
+
+
+@pytest.mark.parametrize("pattern", LOAD_FAULTS)
+def test_a_damaged_model_folder_is_refused_in_one_sentence(pattern, request, tmp_path):
+    """Refused before any torch module is built, in one sentence naming what is wrong."""
+    which, damage = LOAD_FAULTS[pattern]
+    source = request.getfixturevalue(f"{which}_model_dir")
+    folder = shutil.copytree(source, tmp_path / "m", ignore=shutil.ignore_patterns("checkpoint.safetensors"))
+    damage(folder)
+    with pytest.raises(DupqError, match=pattern) as e:
+        Model.load(folder)
+    assert "\n" not in str(e.value)
 
 
 def test_encode_refuses_one_string_instead_of_a_list(tiny_model):

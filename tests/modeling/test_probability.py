@@ -1,8 +1,7 @@
-"""A model with a pair head and a calibration: its probability everywhere a verdict is given.
+"""A model with a pair head and a calibration: its probability, the service's and the report's.
 
-Every entry point (the library, search, dedup, the HTTP API, the report) must give the same
-probability as ``Model.probability`` on the same two texts, and call a pair a duplicate exactly
-when that probability is above the model's threshold.
+That every entry point (the library, search, dedup, the HTTP API, evaluate and the report) gives the
+same probability and verdict for the same two texts is checked in test_verdict.py, on models of every kind.
 """
 
 from __future__ import annotations
@@ -27,39 +26,6 @@ def test_probability_is_calibrated_on_dev_and_symmetric(head_model, small_splits
     assert [model.is_duplicate(a, b) for a, b in zip(q1[:20], q2[:20])] == list(p[:20] > model.threshold)
 
 
-def test_search_hits_carry_the_pair_probability(head_model_dir, head_model, small_splits, tmp_path):
-    from dupq.collection.collection import Collection
-
-    texts = questions(small_splits, 150)
-    build_collection(tmp_path / "coll", head_model_dir, texts)
-    coll = Collection.open(tmp_path / "coll")
-    try:
-        query = "How can I lose weight quickly?"
-        hits = coll.search([query], k=8)[0]
-        expected = head_model.probability([query] * len(hits), [h.text for h in hits])
-        assert [h.probability for h in hits] == pytest.approx(list(expected), abs=1e-5)
-        assert [h.duplicate for h in hits] == [p > head_model.threshold for p in expected]
-    finally:
-        coll.close()
-
-
-def test_dedup_joins_pairs_by_probability(head_model, small_splits):
-    from dupq.dedup.grouping import DedupConfig, dedup
-
-    texts = questions(small_splits, 400)
-    threshold = 0.6
-    config = DedupConfig(threshold=threshold)
-    config.candidates.neighbours = 10
-    clusters = dedup(texts, head_model, config)
-    assert clusters.count > 0
-    for members in clusters.groups():
-        rep, others = int(members[0]), members[1:].tolist()
-        if others:
-            p = head_model.probability([texts[rep]] * len(others), [texts[i] for i in others])
-            q = head_model.probability([texts[i] for i in others], [texts[rep]] * len(others))
-            assert (np.maximum(p, q) > threshold - 1e-6).all()  # the edge was seen from either side
-
-
 def test_api_and_predict_give_the_library_probability(head_model_dir, head_model, small_splits, tmp_path, monkeypatch):
     from dupq.service.app import create_app
 
@@ -82,7 +48,6 @@ def test_report_has_a_reliability_diagram(head_model, small_splits, tmp_path):
     metrics = write_report(head_model, small_splits.test, tmp_path / "report")
     assert (tmp_path / "report" / "reliability.png").stat().st_size > 1000
     p = head_model.probability(small_splits.test.q1, small_splits.test.q2)
-    assert metrics["expected_calibration_error"] == pytest.approx(
-        expected_calibration_error(p, small_splits.test.labels), abs=1e-6
-    )
+    ece = expected_calibration_error(p, small_splits.test.labels)
+    assert metrics["expected_calibration_error"] == pytest.approx(ece, abs=1e-6)
     assert "reliability.png" in (tmp_path / "report" / "index.html").read_text()

@@ -12,7 +12,9 @@ from safetensors.numpy import save_file
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from tokenizers.pre_tokenizers import Whitespace
+from typer.testing import CliRunner
 
+from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
@@ -28,6 +30,13 @@ QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "
 PIECES = ["[UNK]", "sub", "##scri", "##ption", "gym", "tap", "faucet", "fix"]
 
 
+def ok(*args) -> str:
+    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def tokenizer_json() -> str:
     tokenizer = Tokenizer(WordPiece({p: i for i, p in enumerate(PIECES)}, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = Whitespace()
@@ -40,11 +49,18 @@ def fake_teacher(texts: list[str]) -> np.ndarray:
     return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
-def small_model(vocab: Vocabulary, seed: int = 0) -> Model:
+VOCAB = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+
+
+def small_model(vocab: Vocabulary = VOCAB, seed: int = 0) -> Model:
     torch.manual_seed(seed)
     encoder = Encoder(EncoderConfig(vocab_size=len(vocab), dim=8))
     head = PairHead(HeadConfig("mlp", 8, 16))
     return Model(LSTMEncoder(vocab, encoder), Judge(head, threshold_on="probability", threshold=0.5))
+
+
+def branched(pieces: bool, weight: float = 2.0) -> Model:
+    return with_branch(small_model(), branch_of(VOCAB, pieces, weight))
 
 
 def branch_of(vocab: Vocabulary, pieces: bool, weight: float = 2.0) -> StaticBranch:
@@ -66,7 +82,7 @@ def test_zipf_weights_follow_the_rank():
 
 @pytest.mark.parametrize("pieces", [False, True])
 def test_static_vectors_are_the_sum_of_rows_and_of_unknown_words_pieces_normalised(pieces):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    vocab = VOCAB
     branch = branch_of(vocab, pieces)
     texts = ["How do I fix a leaking sink?", "gym subscription tap", "", "why IS the sky blue", "zzz"]
     got = branch.vectors(vocab, vocab.encode(texts), texts)
@@ -103,15 +119,17 @@ def test_joined_vectors_are_unit_their_dot_the_weighted_mean_and_the_model_half_
     np.testing.assert_allclose(branch.model_half(j, 4), u, atol=1e-6)
 
 
-def test_teacher_branch_rows_are_the_projected_vectors_weighted_by_rank():
+@pytest.mark.parametrize("dim, a", [(12, 1e-2), (3, 1e12)])  # a = 1e12: weights all but 1
+def test_teacher_branch_rows_keep_the_best_rank_k_inner_products_of_the_vectors_weighted_by_rank(dim, a):
+    """At the teacher's full width the projection keeps every inner product; below it, the best uncentred rank-k
+    Gram matrix (Eckart-Young)."""
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=3)
     vectors = fake_teacher(vocab.tokens[2:]).astype(np.float64)
-    branch = teacher_branch(vocab, vectors, None, None, dim=12, a=1e-2, weight=1.0)
-    table = branch.words
-    assert table.shape == (len(vocab), 12) and not table[:2].any() and not table[len(vocab.tokens) :].any()
-    w = zipf_weights(len(vectors), 1e-2)
-    # at full width the projection keeps every inner product
-    np.testing.assert_allclose(table[2 : len(vocab.tokens)] @ table[2 : len(vocab.tokens)].T, (w[:, None] * vectors) @ (w[:, None] * vectors).T, atol=1e-5)  # fmt: skip
+    table = teacher_branch(vocab, vectors, None, None, dim=dim, a=a, weight=1.0).words
+    assert table.shape == (len(vocab), dim) and not table[:2].any() and not table[len(vocab.tokens) :].any()
+    u, sigma, _ = np.linalg.svd(zipf_weights(len(vectors), a)[:, None] * vectors, full_matrices=False)
+    rows = table[2 : len(vocab.tokens)]
+    np.testing.assert_allclose(rows @ rows.T, (u[:, :dim] * sigma[:dim] ** 2) @ u[:, :dim].T, atol=1e-5)
 
 
 def test_model2vec_branch_rows_are_the_mean_of_each_words_pieces(tmp_path):
@@ -128,9 +146,7 @@ def test_model2vec_branch_rows_are_the_mean_of_each_words_pieces(tmp_path):
 
 
 def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_survives_save(tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = small_model(vocab)
-    model = with_branch(plain, branch_of(vocab, pieces=True))
+    vocab, plain, model = VOCAB, small_model(), branched(pieces=True)
     texts = [*QUESTIONS, "gym subscription", "tap"] * 12  # more than a few: the sorted torch path too
     for batch in (texts[:3], texts):  # NumPy kernels for a few, torch for many
         u = plain.encode(batch)
@@ -140,8 +156,11 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
         np.testing.assert_allclose(joined, model.encoder.branch.join(u, s), atol=1e-6)
     a, b = QUESTIONS[:3], QUESTIONS[1:]
     np.testing.assert_allclose(model.probability(a, b), plain.probability(a, b), atol=1e-6)
-    sims = np.einsum("nd,nd->n", model.encode(a), model.encode(b))
-    np.testing.assert_allclose(model.similarity(a, b), sims, atol=1e-6)
+    cos_u = np.einsum("nd,nd->n", plain.encode(a), plain.encode(b))
+    cos_s = np.einsum("nd,nd->n", *(model.encoder.branch.vectors(vocab, vocab.encode(x), x) for x in (a, b)))
+    # its cosine: the weighted mean of the model's and the branch's, by hand
+    np.testing.assert_allclose(model.similarity(a, b), (cos_u + 2.0 * cos_s) / 3.0, atol=1e-6)
+    assert not np.allclose(model.similarity(a, b), plain.similarity(a, b), atol=1e-3)  # the branch counts
     assert model.fingerprint() != plain.fingerprint()
 
     model.save(tmp_path / "m", half=True)
@@ -155,25 +174,10 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
     assert not (tmp_path / "m" / "static.safetensors").exists() and Model.load(tmp_path / "m").encoder.branch is None
 
 
-def test_a_branch_that_does_not_fit_its_config_is_refused(tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    with_branch(small_model(vocab), branch_of(vocab, pieces=False)).save(tmp_path / "m")
-    config = json.loads((tmp_path / "m" / "config.json").read_text())
-    config["static"]["dim"] = 6
-    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
-    with pytest.raises(DupqError, match="does not match"):
-        Model.load(tmp_path / "m")
-    (tmp_path / "m" / "static.safetensors").unlink()
-    with pytest.raises(DupqError, match="static.safetensors is missing"):
-        Model.load(tmp_path / "m")
-
-
 def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, tmp_path):
     """`dupq distil branch --source FOLDER`: predict judges as the model did; a collection searches the joined vectors."""
     from safetensors.numpy import save_file
-    from typer.testing import CliRunner
 
-    from dupq.cli import app
     from dupq.collection.collection import Collection
 
     source = tmp_path / "m2v"
@@ -182,8 +186,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     (source / "tokenizer.json").write_text(tokenizer_json())
     out = tmp_path / "branch"
     args = ["distil", "branch", str(head_model_dir), "--source", str(source), "--weight", "1.5"]
-    result = CliRunner().invoke(app, [*args, "--out", str(out)])
-    assert result.exit_code == 0, result.output
+    ok(*args, "--out", out)
     base, joined = Model.load(head_model_dir), Model.load(out)
     assert joined.out_dim == base.out_dim + 6 and joined.encoder.branch.config.weight == 1.5
     a, b = ["How do I fix my gym subscription?", "Why is the sky blue?"], ["fix the tap", "Why is the sea blue?"]
@@ -192,16 +195,14 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
     questions = tmp_path / "q.txt"
     questions.write_text("\n".join([*a, *b, "How do I cancel a subscription?"]))
     built = tmp_path / "c"
-    result = CliRunner().invoke(app, ["index", "build", str(questions), "--model", str(out), "--out", str(built)])
-    assert result.exit_code == 0, result.output
+    ok("index", "build", questions, "--model", out, "--out", built)
     with Collection.open(built) as collection:
         hits = collection.search(["How do I cancel a subscription?"], k=5)[0]
         assert hits[0].text == "How do I cancel a subscription?"
         brute = joined.encode([h.text for h in hits]) @ joined.encode(["How do I cancel a subscription?"])[0]
         np.testing.assert_allclose([h.score for h in hits], brute, atol=1e-5)
     again = ["distil", "branch", str(out), *args[3:], "--out", str(tmp_path / "again")]
-    result = CliRunner().invoke(app, again)
-    assert result.exit_code == 0, result.output  # a branch replaces the one a model has
+    ok(*again)  # a branch replaces the one a model has
     assert Model.load(tmp_path / "again").out_dim == base.out_dim + 6
 
 
@@ -209,7 +210,7 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
 def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
     from dupq.modeling.static import FEW_SUMS
 
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
+    vocab = VOCAB
     table = np.random.default_rng(2).normal(size=(len(vocab), 3)).astype(np.float32)
     texts = ["", "How do I fix a leaking tap?", "", "", "sky", "zzz qqq", ""] * copies
     assert (len(texts) > FEW_SUMS) == (copies > 1)
@@ -223,52 +224,6 @@ def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
     assert summed_rows(table, vocab.encode([])).shape == (0, 3)
 
 
-def test_a_models_cosine_is_the_weighted_mean_of_its_two_cosines_by_hand():
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = small_model(vocab)
-    model = with_branch(plain, branch_of(vocab, pieces=False, weight=0.7))
-    a, b = QUESTIONS[:2], [QUESTIONS[1], "gym tap fix"]
-    cos_u = np.einsum("nd,nd->n", plain.encode(a), plain.encode(b))
-    s_a, s_b = (model.encoder.branch.vectors(vocab, vocab.encode(x), x) for x in (a, b))
-    cos_s = np.einsum("nd,nd->n", s_a, s_b)
-    np.testing.assert_allclose(model.similarity(a, b), (cos_u + 0.7 * cos_s) / 1.7, atol=1e-6)
-    assert not np.allclose(model.similarity(a, b), plain.similarity(a, b), atol=1e-3)  # the branch counts
-
-
-@pytest.mark.parametrize(
-    "damage, words",
-    [
-        ("garbage", "is corrupt"),
-        ("nan", "not finite"),
-        ("no words", "does not match"),
-        ("integers", "floating-point"),
-    ],
-)
-def test_a_damaged_static_safetensors_is_one_sentence(damage, words, tmp_path):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    with_branch(small_model(vocab), branch_of(vocab, pieces=False)).save(tmp_path / "m")
-    path = tmp_path / "m" / "static.safetensors"
-    table = np.ones((len(vocab), 5), np.float32)
-    if damage == "garbage":
-        path.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
-    elif damage == "nan":
-        table[3, 1] = np.nan
-        save_file({"words": table}, str(path))
-    elif damage == "no words":
-        save_file({"other": table}, str(path))
-    else:
-        save_file({"words": table.astype(np.int32)}, str(path))
-    with pytest.raises(DupqError, match=words) as caught:
-        Model.load(tmp_path / "m")
-    assert "static.safetensors" in str(caught.value) and "\n" not in str(caught.value)
-    result = CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")])
-    refused(result, words)
-
-
 def test_a_sentence_model_config_with_a_static_entry_is_refused():
     from dupq.core.formats import check_format
     from dupq.modeling.folder_format import FORMAT, ModelConfig
@@ -280,9 +235,6 @@ def test_a_sentence_model_config_with_a_static_entry_is_refused():
 
 def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir, tmp_path):
     """The bundled model's branch has no pieces; this one does (unknown words cut by the tokenizer): still no torch."""
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
     from support.torch_free import PAIR, imports_torch
 
     base = Model.load(head_model_dir)
@@ -295,18 +247,12 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
     questions = tmp_path / "q.txt"
     questions.write_text("How do I learn Python?\nHow can I cook rice?\nmy gym subscription\n")
     built = tmp_path / "c"
-    result = CliRunner().invoke(
-        app, ["index", "build", str(questions), "--model", str(tmp_path / "m"), "--out", str(built)]
-    )
-    assert result.exit_code == 0, result.output
+    ok("index", "build", questions, "--model", tmp_path / "m", "--out", built)
     assert not imports_torch("search", str(built), "end my subscription")
 
 
 def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
     """`dupq compact M --out OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
 
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 6)).astype(np.float32)
@@ -314,8 +260,7 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
     joined = Model.load(tmp_path / "m")
     for flag, width in (("--branch", base.out_dim + 6), ("--no-branch", base.out_dim)):
         out = tmp_path / flag
-        result = CliRunner().invoke(app, ["compact", str(tmp_path / "m"), "--out", str(out), flag])
-        assert result.exit_code == 0, result.output
+        ok("compact", tmp_path / "m", "--out", out, flag)
         copy = Model.load(out)
         assert copy.out_dim == width and copy.encode(["How do I learn Python?"]).shape == (1, width)
         assert (copy.encoder.branch is None) == (flag == "--no-branch")
@@ -323,17 +268,8 @@ def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_mode
     assert Model.load(tmp_path / "--no-branch").fingerprint() == base.fingerprint() != joined.fingerprint()
 
 
-def test_teacher_branch_below_full_width_keeps_the_best_uncentred_rank_k_inner_products():
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True)
-    vectors = fake_teacher(vocab.tokens[2:]).astype(np.float64)
-    table = teacher_branch(vocab, vectors, None, None, dim=3, a=1e12, weight=1.0).words[2:]  # SIF weights all but 1
-    u, sigma, _ = np.linalg.svd(vectors, full_matrices=False)  # Eckart-Young: the best rank-3 Gram matrix
-    np.testing.assert_allclose(table @ table.T, (u[:, :3] * sigma[:3] ** 2) @ u[:, :3].T, atol=1e-5)
-
-
 def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerprint(tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = with_branch(small_model(vocab), branch_of(vocab, pieces=True))
+    vocab, plain = VOCAB, branched(pieces=True)
     rows = np.random.default_rng(5).normal(size=(2, 5)).astype(np.float32)
     taught = with_branch(plain, plain.encoder.branch.with_added(["subscription", "zzz"], rows))
     texts = ["gym subscription tap", "zzz zzz", "qqq tap", "How do I fix a tap?"]
@@ -359,20 +295,48 @@ def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerpr
     assert "added" not in config["static"] and not (tmp_path / "p" / "static-words.json").exists()
 
 
-@pytest.mark.parametrize("damage", ["missing", "fewer words", "not a list"])
-def test_a_damaged_static_words_file_is_one_sentence(damage, tmp_path):
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    plain = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
-    rows = np.ones((2, 5), np.float32)
-    with_branch(plain, plain.encoder.branch.with_added(["qqq", "zzz"], rows)).save(tmp_path / "m")
-    path = tmp_path / "m" / "static-words.json"
-    if damage == "missing":
-        path.unlink()
-    else:
-        path.write_text('["qqq"]' if damage == "fewer words" else '{"qqq": 0, "zzz": 1}')
-    with pytest.raises(DupqError, match="static-words.json") as caught:
+def _static_config(folder, change):
+    config = json.loads((folder / "config.json").read_text())
+    config["static"].update(change)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _table(**arrays):
+    added = {"added": np.ones((2, 5), np.float32)}  # the taught words' rows, kept
+    return lambda folder: save_file({**added, **arrays}, str(folder / "static.safetensors"))
+
+
+_TABLE = np.ones((len(VOCAB), 5), np.float32)
+_NAN = _TABLE.copy()
+_NAN[3, 1] = np.nan
+DAMAGED_BRANCH = {  # the damage done to a folder whose branch taught "qqq" and "zzz": what loading it then says
+    "config dim": (lambda f: _static_config(f, {"dim": 6}), "static.safetensors does not match"),
+    "no table": (lambda f: (f / "static.safetensors").unlink(), "static.safetensors is missing"),
+    "garbage": (
+        lambda f: (f / "static.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json"),
+        "static.safetensors is corrupt",
+    ),
+    "nan": (_table(words=_NAN), "static.safetensors.*not finite"),
+    "no words": (_table(other=_TABLE), "static.safetensors does not match"),
+    "integers": (_table(words=_TABLE.astype(np.int32)), "static.safetensors.*floating-point"),
+    "no words file": (lambda f: (f / "static-words.json").unlink(), "static-words.json"),
+    "fewer words": (lambda f: (f / "static-words.json").write_text('["qqq"]'), "static-words.json"),
+    "words not a list": (lambda f: (f / "static-words.json").write_text('{"qqq": 0, "zzz": 1}'), "static-words.json"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_BRANCH)
+def test_a_damaged_branch_is_one_sentence_from_the_library_and_the_command(damage, tmp_path):
+
+    plain = branched(pieces=False)
+    taught = plain.encoder.branch.with_added(["qqq", "zzz"], np.ones((2, 5), np.float32))
+    with_branch(plain, taught).save(tmp_path / "m")
+    write, words = DAMAGED_BRANCH[damage]
+    write(tmp_path / "m")
+    with pytest.raises(DupqError, match=words) as caught:
         Model.load(tmp_path / "m")
     assert "\n" not in str(caught.value)
+    refused(CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")]), *words.split(".*"))
 
 
 def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
@@ -383,8 +347,7 @@ def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
 
     with pytest.raises(DupqError, match="--weight must be a number from 0 to"):
         check_weight(float("inf"), "--weight")
-    vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=4)
-    good = with_branch(small_model(vocab), branch_of(vocab, pieces=False))
+    good = branched(pieces=False)
     good.save(tmp_path / "m")
     before = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
     branch = good.encoder.branch

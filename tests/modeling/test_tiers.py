@@ -19,13 +19,8 @@ from dupq.modeling.model import Model
 from dupq.modeling.probability import held_up, identity_floor, search_calibrated
 from dupq.modeling.verdict import DUPLICATE, for_search, search_margins, search_tiers, tiers
 
-QUESTIONS = [
-    "How do I learn Python quickly?",
-    "What is the capital of France?",
-    "How can I lose weight fast?",
-    "Why is the sky blue?",
-    "What is the best way to learn guitar?",
-]
+QUESTIONS = ["How do I learn Python quickly?", "What is the capital of France?", "How can I lose weight fast?"]
+QUESTIONS += ["Why is the sky blue?", "What is the best way to learn guitar?"]
 
 
 @pytest.mark.parametrize("which", ["tiny_model", "head_model"])
@@ -98,16 +93,8 @@ def test_search_margins_are_a_plain_loop():
 def tiered(tiny_model_dir) -> Model:
     """The tiny model with a search calibration of round numbers: tiers at 0.3 and 0.7."""
     model = Model.load(tiny_model_dir)
-    model.judge.search_calibration = {
-        "a": 0.5,
-        "b": 0.5,
-        "c": -0.5,
-        "cosine": 1.0,
-        "margin": 8.0,
-        "margin_range": [-0.5, 0.3],
-        "suggest": 0.3,
-        "duplicate": 0.7,
-    }
+    weights = {"a": 0.5, "b": 0.5, "c": -0.5, "cosine": 1.0, "margin": 8.0, "margin_range": [-0.5, 0.3]}
+    model.judge.search_calibration = {**weights, "suggest": 0.3, "duplicate": 0.7}
     return model
 
 

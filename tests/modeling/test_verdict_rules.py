@@ -85,15 +85,11 @@ def _restatements(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for op, right in zip(node.ops, node.comparators):
-                if (
-                    isinstance(op, ast.Gt | ast.GtE | ast.LtE)
-                    and isinstance(right, ast.Name)
-                    and right.id == "threshold"
-                ):
+                if isinstance(op, ast.Gt | ast.GtE | ast.LtE) and ast.unparse(right) == "threshold":
                     found.append(f"line {node.lineno}: {ast.unparse(node)}")
         if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("clip"):
             bounds = [ast.unparse(a) for a in node.args[1:]]
-            if bounds == ["-1.0", "1.0"] or bounds == ["-1", "1"]:
+            if bounds in (["-1.0", "1.0"], ["-1", "1"]):
                 found.append(f"line {node.lineno}: {ast.unparse(node)}")
         if isinstance(node, ast.Call) and ast.unparse(node.func) == "min" and "max(-1" in ast.unparse(node):
             found.append(f"line {node.lineno}: {ast.unparse(node)}")

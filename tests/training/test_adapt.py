@@ -31,6 +31,13 @@ WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss ne
 runner = CliRunner()
 
 
+def ok(*args) -> str:
+    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def word_teacher(texts: list[str]) -> np.ndarray:
     """Unit vectors: the sum of a fixed random vector per lowercased word of the text."""
     out = np.zeros((len(texts), WIDTH), dtype=np.float32)
@@ -116,17 +123,12 @@ def test_the_adapted_students_vectors_are_closer_to_the_teachers(head_model_dir,
 
 def test_the_adapted_folder_keeps_the_base_vocabulary_head_and_threshold(head_model_dir, adapted_dir, texts):
     base, adapted = Model.load(head_model_dir), Model.load(adapted_dir)
-    assert (
-        adapted.encoder.vocab.tokens == base.encoder.vocab.tokens
-        and adapted.encoder.vocab.oov_buckets == base.encoder.vocab.oov_buckets
-    )
+    vocab, base_vocab = adapted.encoder.vocab, base.encoder.vocab
+    assert (vocab.tokens, vocab.oov_buckets) == (base_vocab.tokens, base_vocab.oov_buckets)
     for name, weight in base.judge.head.state_dict().items():
         torch.testing.assert_close(adapted.judge.head.state_dict()[name], weight)
-    assert (adapted.judge.calibration, adapted.threshold, adapted.threshold_on) == (
-        base.judge.calibration,
-        base.threshold,
-        base.threshold_on,
-    )
+    judged = [(m.judge.calibration, m.threshold, m.threshold_on) for m in (adapted, base)]
+    assert judged[0] == judged[1]
     assert adapted.fingerprint() != base.fingerprint()
     record = adapted.metrics["adaptation"]
     assert record["base"] == {"fingerprint": base.fingerprint(), "folder": str(base.folder), "bundled": False}
@@ -205,10 +207,9 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     desk.write_text("\n".join(texts[:40]))
     out = tmp_path / "adapted"
     args = ["adapt", str(desk), "--out", str(out), "--model", str(head_model_dir), "--epochs", "1"]
-    result = runner.invoke(app, [*args, "--data", str(quora), "--mix", "100"])
-    assert result.exit_code == 0, result.output
-    assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in result.output
-    assert "cosine to the teacher on your 40 questions" in result.output and "on all 100 taught" in result.output
+    said = ok(*args, "--data", quora, "--mix", "100")
+    assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in said
+    assert "cosine to the teacher on your 40 questions" in said and "on all 100 taught" in said
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 60
     taught = teacher_module.TeacherCache.load(tmp_path / "adapted.teacher").texts
     splits = split_pairs(read_pairs(quora)[0], SplitConfig(train_pool=100, test=10, dev=10))
@@ -217,8 +218,7 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     pool = list(dict.fromkeys(q for a, b in zip(splits.pool.q1, splits.pool.q2) for q in (a, b)))
     assert taught[40:] == [q for q in pool if q not in set(texts[:40]) | held_out][:60]  # the pool's first, in order
 
-    result = runner.invoke(app, [*args, "--overwrite"])  # no Quora file: it says so and goes on
-    assert result.exit_code == 0 and "no Quora file at" in result.output, result.output
+    assert "no Quora file at" in ok(*args, "--overwrite")  # no Quora file: it says so and goes on
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 0
 
 
@@ -242,20 +242,6 @@ def test_the_library_adapts_a_collection_to_its_model_and_mixes_quora_in_as_the_
     assert said[0].startswith("adapting ") and " to 40 questions" in said[0]
     assert any("60 questions of Quora's training pool mixed in" in line for line in said)
     assert Model.load(tmp_path / "a").fingerprint() == adapted.fingerprint()
-
-
-def test_the_adapted_model_keeps_the_static_branch(head_model_dir, texts, tmp_path):
-    from dupq.modeling.static import StaticBranch, StaticConfig
-    from dupq.training.distil.branch import with_branch
-
-    base = Model.load(head_model_dir)
-    table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)
-    base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
-    adapted = adapt_with(base, texts[:64], tmp_path / "a", word_teacher, "w", CONFIG, log=silent, progress=False)
-    loaded = Model.load(tmp_path / "a")
-    assert loaded.encoder.branch is not None and loaded.out_dim == 16 + 3
-    np.testing.assert_allclose(loaded.encoder.branch.words, table)
-    assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
 
 
 def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through_its_projection(
@@ -288,7 +274,9 @@ def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through
     np.testing.assert_allclose(s, expected / np.linalg.norm(expected), atol=1e-5)
 
 
-def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_model_dir, texts, tmp_path):
+def test_an_adapted_branch_that_is_not_the_teachers_is_kept_with_its_table_and_says_why(
+    head_model_dir, texts, tmp_path
+):
     from dupq.modeling.static import StaticBranch, StaticConfig
     from dupq.training.distil.branch import with_branch
 
@@ -296,8 +284,11 @@ def test_a_branch_that_is_not_the_teachers_keeps_its_table_and_says_why(head_mod
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)  # no teacher's map
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
     said: list[str] = []
-    adapt_with(base, texts[:290], tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
-    assert Model.load(tmp_path / "a").encoder.branch.added_words == []
+    adapted = adapt_with(base, texts, tmp_path / "a", word_teacher, "w", CONFIG, log=said.append, progress=False)
+    loaded = Model.load(tmp_path / "a")
+    assert loaded.encoder.branch is not None and loaded.out_dim == 16 + 3 and loaded.encoder.branch.added_words == []
+    np.testing.assert_allclose(loaded.encoder.branch.words, table)
+    assert loaded.fingerprint() == adapted.fingerprint() != base.fingerprint()
     assert any("keeps its table: its rows are not a linear map of this teacher's" in line for line in said)
 
 
@@ -312,35 +303,25 @@ def test_the_agreement_line_says_why_a_figure_fell():
 
 
 def test_bad_input_is_one_sentence(head_model_dir, texts, tmp_path, fake_teacher):
-    one = tmp_path / "one.txt"
+    one, good = tmp_path / "one.txt", tmp_path / "good.txt"
+    plain_folder, taken = tmp_path / "folder", tmp_path / "taken"
     one.write_text("How do I learn Python?\nHow do I learn Python?\n")
-    plain_folder = tmp_path / "folder"
+    good.write_text("\n".join(texts[:20]))
     plain_folder.mkdir()
-    taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "x").write_text("x")
-    good = tmp_path / "good.txt"
-    good.write_text("\n".join(texts[:20]))
-    model = ["--model", str(head_model_dir)]
+    model, out = ["--model", str(head_model_dir)], ["--out", str(tmp_path / "o")]
     cases = {
-        "does not exist": ["adapt", str(tmp_path / "none.txt"), "--out", str(tmp_path / "o"), *model],
-        "not a dupq collection": ["adapt", str(plain_folder), "--out", str(tmp_path / "o"), *model],
-        "at least 2 distinct questions": ["adapt", str(one), "--out", str(tmp_path / "o"), *model],
-        "already exists": ["adapt", str(good), "--out", str(taken), *model],
-        "needs the distillation loss": ["adapt", str(good), "--out", str(tmp_path / "o"), "--distil", "0"],
-        "must be finite": ["adapt", str(good), "--out", str(tmp_path / "o"), "--lr", "inf"],
-        "need a .csv, .tsv, .jsonl or .parquet file": [
-            "adapt",
-            str(good),
-            "--column",
-            "title",
-            "--out",
-            str(tmp_path / "o"),
-            *model,
-        ],
+        "does not exist": [tmp_path / "none.txt", *out, *model],
+        "not a dupq collection": [plain_folder, *out, *model],
+        "at least 2 distinct questions": [one, *out, *model],
+        "already exists": [good, "--out", taken, *model],
+        "needs the distillation loss": [good, *out, "--distil", "0"],
+        "must be finite": [good, *out, "--lr", "inf"],
+        "need a .csv, .tsv, .jsonl or .parquet file": [good, "--column", "title", *out, *model],
     }
     for expected, args in cases.items():
-        assert expected in refused(runner.invoke(app, args)), expected
+        assert expected in refused(runner.invoke(app, ["adapt", *map(str, args)])), expected
     assert not (tmp_path / "o").exists()
 
 
@@ -354,9 +335,8 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
 
     out = tmp_path / "adapted"
-    result = runner.invoke(app, ["adapt", where, "--out", str(out), "--epochs", "1", "--batch-size", "32"])
-    assert result.exit_code == 0, result.output
-    assert "saved model to" in result.output and "index reencode" in result.output
+    said = ok("adapt", where, "--out", out, "--epochs", "1", "--batch-size", "32")
+    assert "saved model to" in said and "index reencode" in said
     adapted = Model.load(out)
     assert adapted.metrics["adaptation"]["base"]["fingerprint"] == base.fingerprint()  # the collection's model
 
@@ -365,22 +345,19 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     new = tmp_path / "new"
     if isinstance(location, str):  # Milvus: another collection of the same file; Postgres: another table
         new = f"{location}?collection=adapted" if location.startswith("milvus:") else f"{location}_adapted"
-    result = runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", str(new)])
-    assert result.exit_code == 0, result.output
+    ok("index", "reencode", where, "--model", out, "--out", new)
     with Collection.open(new) as coll:
         assert coll.model.fingerprint() == adapted.fingerprint()
         rows = coll.stored_rows()  # in id order: a folder's ids follow the build, Milvus's are hashed keys or random
         by_text = lambda row: row[1]  # noqa: E731
-        assert sorted([(key, text, meta) for _, key, text, meta in rows], key=by_text) == sorted(
-            zip(keys, texts, metadata), key=by_text
-        )
+        copied = sorted([(key, text, meta) for _, key, text, meta in rows], key=by_text)
+        assert copied == sorted(zip(keys, texts, metadata), key=by_text)
         stored = dict(zip([text for _, _, text, _ in rows], coll.stored_vectors()))
         np.testing.assert_allclose(np.stack([stored[t] for t in texts]), adapted.encode(texts), atol=1e-6)
         hit = coll.search([texts[5]], k=1)[0][0]
         assert hit.text == texts[5]
-    assert "new location" in refused(
-        runner.invoke(app, ["index", "reencode", where, "--model", str(out), "--out", where])
-    )
+    in_place = ["index", "reencode", where, "--model", str(out), "--out", where]
+    assert "new location" in refused(runner.invoke(app, in_place))
 
 
 def test_a_questions_file_gives_its_texts_and_no_model(tmp_path):
@@ -431,10 +408,7 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
     assert len(long) > MAX_QUESTION
     with sqlite3.connect(old / DATABASE) as db:
         db.execute("UPDATE questions SET text = ? WHERE key = 'a'", (long,))
-    result = CliRunner().invoke(
-        app, ["index", "reencode", str(old), "--model", str(head_model_dir), "--out", str(tmp_path / "new")]
-    )
-    assert result.exit_code == 0, result.output
+    ok("index", "reencode", old, "--model", head_model_dir, "--out", tmp_path / "new")
     with Collection.open(tmp_path / "new") as new:
         assert sorted(text for _, _, text, _ in new.stored_rows()) == sorted([long, *texts[1:]])
         np.testing.assert_allclose(new.stored_vectors()[0], model.encode([long])[0], atol=1e-6)

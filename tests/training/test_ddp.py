@@ -118,15 +118,10 @@ def test_two_processes_reach_the_weights_of_one(splits, tmp_path, one_torch_thre
     config = TrainConfig(**{**config.__dict__, "epochs": 1})  # 40 steps of 64 pairs
     _spawn(_train_worker, splits, str(tmp_path / "two"), config, kw)
     train(splits, tmp_path / "one", config, split=SPLIT.__dict__, log=lambda _: None, progress=False, **kw)
-    one, two = (
-        load_file(str(tmp_path / "one" / "model.safetensors")),
-        load_file(str(tmp_path / "two" / "model.safetensors")),
-    )
+    one, two = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("one", "two"))
     options = ModelOptions(**kw)
     built = build_model(build_vocabulary(splits, config, options, SPLIT.__dict__), config, options).state_dict()
-    start = {
-        k.removeprefix("encoder."): v for k, v in built.items()
-    }  # the model folder names the encoder's weights bare
+    start = {k.removeprefix("encoder."): v for k, v in built.items()}  # the folder names the encoder's weights bare
     assert one.keys() == two.keys() == start.keys()
     processes = [read_metrics(tmp_path / run)["training"]["world_size"] for run in ("one", "two")]
     assert processes == [1, 2]  # metrics.json says how many processes trained the model
@@ -152,45 +147,17 @@ def _rank_of(pid: int) -> int | None:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds torchrun's workers in /proc")
 def test_kill_9_of_one_rank_then_resume_under_torchrun(pairs_path, tmp_path):
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "dupq.cli",
-        "train",
-    ]
-    args = [
-        "--data",
-        str(pairs_path),
-        "--epochs",
-        "3",
-        "--dim",
-        "16",
-        "--train-pool",
-        "12000",
-        "--test-size",
-        "500",
-        "--dev-size",
-        "500",
-        "--no-progress",
-        "--seed",
-        "9",
-        "--threads",
-        "1",
-    ]
+    torchrun = [sys.executable, *"-m torch.distributed.run --standalone --nproc-per-node 2 -m dupq.cli train".split()]
+    args = ["--data", str(pairs_path), *"--epochs 3 --dim 16 --train-pool 12000 --test-size 500 --dev-size 500".split()]
+    args += "--no-progress --seed 9 --threads 1".split()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "killed"
     proc = subprocess.Popen(
         [*torchrun, *args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     deadline = time.time() + 120
-    while (
-        not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None
-    ):  # epoch 1 is saved ...
+    # wait for epoch 1's checkpoint ...
+    while not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     workers = {_rank_of(pid): pid for pid in _children(proc.pid)}
     os.kill(workers[1], signal.SIGKILL)  # ... then rank 1 dies during epoch 2
@@ -234,7 +201,6 @@ def _other_data(splits):
 
 
 def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: list[int]) -> None:
-
     from dupq.core.errors import DupqError
 
     _environment(rank, world, port)
@@ -245,15 +211,8 @@ def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: 
         config = TrainConfig(**{"batch_size": 256, "seed": 4, "epochs": 1, **(config_change if mine else {})})
         data = _other_data(splits) if mine and name == "--data file" else splits
         try:
-            train(
-                data,
-                f"{out}/{name}",
-                config,
-                split=SPLIT.__dict__,
-                log=lambda _: None,
-                progress=False,
-                **{"dim": 16, **(model_change if mine else {})},
-            )
+            dim = {"dim": 16, **(model_change if mine else {})}
+            train(data, f"{out}/{name}", config, split=SPLIT.__dict__, log=lambda _: None, progress=False, **dim)
             results[name] = "trained"
         except DupqError as e:
             results[name] = str(e)
@@ -262,7 +221,6 @@ def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: 
 
 @pytest.mark.slow
 def test_ranks_given_other_options_or_data_stop_at_the_start(splits, tmp_path):
-
     ports = [_free_port() for _ in MISMATCHES]
     started = time.monotonic()
     context = mp.spawn(_mismatch_worker, args=(2, ports[0], splits, str(tmp_path), ports), nprocs=2, join=False)
@@ -270,9 +228,8 @@ def test_ranks_given_other_options_or_data_stop_at_the_start(splits, tmp_path):
         while not context.join(timeout=1) and time.monotonic() - started < 120:
             pass
     finally:
-        for (
-            process
-        ) in context.processes:  # a rank that waits forever for the other (ranks that disagree on --epochs, unchecked)
+        # a rank that waits forever for the other (ranks that disagree on --epochs, unchecked)
+        for process in context.processes:
             if process.is_alive():
                 process.kill()
     seconds = time.monotonic() - started
@@ -299,11 +256,6 @@ def test_the_start_fingerprints_differ_in_the_option_changed_and_only_there(spli
         field = next(f for c in changed for f in fields(c) if f.name == name)
         differ = {k for k, v in start_fingerprints(changed, SPLIT.__dict__, splits).items() if base[k] != v}
         assert differ == {flag(field) if is_option(field) else name}, (name, differ)
-    other_split = {**SPLIT.__dict__, "dev": 400}
-    assert {k for k, v in start_fingerprints([config, options], other_split, splits).items() if base[k] != v} == {
-        "--dev-size"
-    }
-    differ = {
-        k for k, v in start_fingerprints([config, options], SPLIT.__dict__, _other_data(splits)).items() if base[k] != v
-    }
-    assert differ == {"--data file"}
+    other_split, other_data = {**SPLIT.__dict__, "dev": 400}, _other_data(splits)
+    for split, data, named in ((other_split, splits, "--dev-size"), (SPLIT.__dict__, other_data, "--data file")):
+        assert {k for k, v in start_fingerprints([config, options], split, data).items() if base[k] != v} == {named}

@@ -25,16 +25,14 @@ from dupq.training.losses import (
     triplet_loss_from_scores,
 )
 
-# A hand-made similarity matrix: rows are anchors, the diagonal holds the positives.
-HANDMADE = torch.tensor(
-    [[0.9, -0.8, 0.3, -0.5], [-0.4, 0.5, 0.1, -0.1], [0.3, 0.1, -0.4, -0.8], [-0.5, -0.2, -0.7, 0.5]],
-    dtype=torch.float64,
-)
-SEED_V1 = torch.tensor([[1, 2, 3], [9, 8, 7], [-1, -4, -2], [1, -7, 2]], dtype=torch.float64)
-
 
 def t(x):
     return torch.tensor(x, dtype=torch.float64)
+
+
+# A hand-made similarity matrix: rows are anchors, the diagonal holds the positives.
+HANDMADE = t([[0.9, -0.8, 0.3, -0.5], [-0.4, 0.5, 0.1, -0.1], [0.3, 0.1, -0.4, -0.8], [-0.5, -0.2, -0.7, 0.5]])
+SEED_V1 = t([[1, 2, 3], [9, 8, 7], [-1, -4, -2], [1, -7, 2]])
 
 
 @pytest.mark.parametrize(
@@ -53,47 +51,33 @@ def test_cosine_similarity_matches_worked_values(a, b, expected):
     assert cosine_similarity(t(a), t(b)).item() == pytest.approx(expected, abs=5e-5)
 
 
-def test_similarity_matrix_matches_the_worked_batch():
-    v2 = t(
-        [
-            [1.27551159, 2.11854853, 3.01429143],
-            [8.83539979, 8.44302619, 8.21303737],
-            [-1.95506567, -2.96172592, -1.76136987],
-            [1.45513761, -8.12660221, 2.14513688],
-        ]
-    )
-    expected = t(
-        [
-            [0.99775671, 0.91410053, -0.88792603, -0.2620184],
-            [0.9120366, 0.99741214, -0.97166368, -0.31058779],
-            [-0.88310492, -0.87489687, 0.95423322, 0.68461153],
-            [-0.26267255, -0.31274986, 0.52395375, 0.99919068],
-        ]
-    )
-    scores = similarity_matrix(SEED_V1, v2)
+# The seed's worked batches: (v1, v2), their similarity matrix, and the first one's triplet cost.
+WORKED = [
+    (
+        SEED_V1,
+        t([[1.27551159, 2.11854853, 3.01429143], [8.83539979, 8.44302619, 8.21303737],
+           [-1.95506567, -2.96172592, -1.76136987], [1.45513761, -8.12660221, 2.14513688]]),
+        t([[0.99775671, 0.91410053, -0.88792603, -0.2620184], [0.9120366, 0.99741214, -0.97166368, -0.31058779],
+           [-0.88310492, -0.87489687, 0.95423322, 0.68461153], [-0.26267255, -0.31274986, 0.52395375, 0.99919068]]),
+        0.33096828036929316,
+    ),
+    (
+        t([[-2.92852677, 1.60778267, 3.41559857], [6.15808817, 7.36827865, 5.78058324],
+           [-3.76842578, -2.95374122, -1.0572413], [-0.81672465, -6.6080942, 3.82946569]]),
+        SEED_V1,
+        t([[0.58924083, 0.15650085, -0.47197698, -0.20939565], [0.91173463, 0.99178717, -0.91879297, -0.41108239],
+           [-0.70026323, -0.95094808, 0.78761446, 0.41055358], [-0.08853597, -0.312278, 0.55655378, 0.94073422]]),
+        None,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("v1, v2, expected, cost", WORKED, ids=["first", "second"])
+def test_similarity_matrix_and_triplet_cost_match_the_worked_batches(v1, v2, expected, cost):
+    scores = similarity_matrix(v1, v2)
     assert torch.allclose(scores, expected, atol=1e-7)
-    # ...and its triplet cost, worked out for the same batch.
-    assert triplet_loss_from_scores(scores).item() == pytest.approx(0.33096828036929316, abs=1e-6)
-
-
-def test_similarity_matrix_matches_a_second_worked_batch():
-    v2 = t(
-        [
-            [-2.92852677, 1.60778267, 3.41559857],
-            [6.15808817, 7.36827865, 5.78058324],
-            [-3.76842578, -2.95374122, -1.0572413],
-            [-0.81672465, -6.6080942, 3.82946569],
-        ]
-    )
-    expected = t(
-        [
-            [0.58924083, 0.15650085, -0.47197698, -0.20939565],
-            [0.91173463, 0.99178717, -0.91879297, -0.41108239],
-            [-0.70026323, -0.95094808, 0.78761446, 0.41055358],
-            [-0.08853597, -0.312278, 0.55655378, 0.94073422],
-        ]
-    )
-    assert torch.allclose(similarity_matrix(v2, SEED_V1), expected, atol=1e-7)
+    if cost is not None:
+        assert triplet_loss_from_scores(scores).item() == pytest.approx(cost, abs=1e-6)
 
 
 def test_mean_and_closest_negative_of_the_handmade_matrix():
@@ -123,24 +107,29 @@ def test_row_without_a_lower_negative_adds_no_closest_term():
     assert triplet_loss_from_scores(scores).item() == pytest.approx(1.35)
 
 
-def naive_loss(v1, v2, margin, reduction, negatives=None):
-    """Per-triplet Python loop over rows (anchors v2[i]) and columns (v1 then extra negatives)."""
-    columns = [list(map(float, c)) for c in v1] + (
-        [list(map(float, c)) for c in negatives] if negatives is not None else []
-    )
+def _cos(a, b):
+    a, b = list(map(float, a)), list(map(float, b))
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
-    def cos(a, b):
-        dot = sum(x * y for x, y in zip(a, b))
-        return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
 
+def _random(n, d, seed, count=2):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(count)]
+
+
+def naive_loss(v1, v2, margin=0.25, reduction="sum", negatives=None, excluded=None):
+    """Per-triplet Python loop over rows (anchors v2[i]) and columns (v1 then extra negatives); the excluded
+    columns of a row are no negatives of it, and a row left without one adds nothing."""
+    columns = list(v1) + (list(negatives) if negatives is not None else [])
     rows = []
     for i, anchor in enumerate(v2):
-        anchor = list(map(float, anchor))
-        positive = cos(anchor, columns[i])
-        negs = [cos(anchor, c) for j, c in enumerate(columns) if j != i]
-        mean_neg = sum(negs) / len(negs)
+        positive = _cos(anchor, columns[i])
+        negs = [_cos(anchor, c) for j, c in enumerate(columns) if j != i and not (excluded and excluded[i][j])]
+        if not negs:
+            continue
+        loss = max(sum(negs) / len(negs) - positive + margin, 0.0)
         below = [n for n in negs if n <= positive]
-        loss = max(mean_neg - positive + margin, 0.0)
         if below:
             loss += max(max(below) - positive + margin, 0.0)
         rows.append(loss)
@@ -160,19 +149,10 @@ def test_triplet_loss_matches_naive_loop(batch, dtype, reduction):
 
 
 def test_symmetric_loss_and_extra_negatives_match_naive_loop():
-    g = torch.Generator().manual_seed(7)
-    v1, v2, neg = (torch.randn(6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    v1, v2, neg = _random(6, 4, 7, 3)
     got = triplet_loss(v1, v2, reduction="sum", symmetric=True, negatives=neg).item()
-    expected = (naive_loss(v1, v2, 0.25, "sum", neg) + naive_loss(v2, v1, 0.25, "sum", neg)) / 2
+    expected = (naive_loss(v1, v2, negatives=neg) + naive_loss(v2, v1, negatives=neg)) / 2
     assert got == pytest.approx(expected, rel=1e-10)
-
-
-def test_triplet_loss_gradient():
-    g = torch.Generator().manual_seed(3)
-    v1 = torch.randn(6, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    v2 = torch.randn(6, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    neg = torch.randn(3, 4, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b, n: triplet_loss(a, b, negatives=n, symmetric=True), (v1, v2, neg))
 
 
 def test_loss_rejects_a_batch_without_negatives():
@@ -182,34 +162,7 @@ def test_loss_rejects_a_batch_without_negatives():
         triplet_loss(torch.ones(2, 3), torch.ones(2, 3), reduction="max")
 
 
-# The losses that learn from labelled pairs, each against a plain Python loop and with a gradcheck.
-
-
-def _cos(a, b):
-    a, b = list(map(float, a)), list(map(float, b))
-    dot = sum(x * y for x, y in zip(a, b))
-    return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def _random(n, d, seed, count=2):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(n, d, generator=g, dtype=torch.float64) for _ in range(count)]
-
-
-def naive_masked_triplet(v1, v2, margin, excluded):
-    """The seed's loss per anchor v2[i], with the excluded columns taken out of its negatives."""
-    total = 0.0
-    for i, anchor in enumerate(v2):
-        positive = _cos(anchor, v1[i])
-        negs = [_cos(anchor, c) for j, c in enumerate(v1) if j != i and not excluded[i][j]]
-        if not negs:
-            continue
-        loss = max(sum(negs) / len(negs) - positive + margin, 0.0)
-        below = [n for n in negs if n <= positive]
-        if below:
-            loss += max(max(below) - positive + margin, 0.0)
-        total += loss
-    return total
+# The losses that learn from labelled pairs, each against a plain Python loop.
 
 
 def test_triplet_loss_with_excluded_columns_matches_naive_loop():
@@ -218,7 +171,7 @@ def test_triplet_loss_with_excluded_columns_matches_naive_loop():
     excluded[0, 3] = excluded[3, 0] = excluded[2, 5] = True
     excluded[6, :6] = True  # row 6 has no negative left: it adds nothing
     got = triplet_loss(v1, v2, reduction="sum", excluded=excluded).item()
-    assert got == pytest.approx(naive_masked_triplet(v1, v2, 0.25, excluded.tolist()), rel=1e-10)
+    assert got == pytest.approx(naive_loss(v1, v2, excluded=excluded.tolist()), rel=1e-10)
     assert got != pytest.approx(triplet_loss(v1, v2, reduction="sum").item(), rel=1e-6)  # the mask matters
 
 
@@ -245,27 +198,11 @@ def test_ranking_loss_matches_naive_loop(symmetric):
 
 
 def test_pair_bce_matches_formula():
-    logits = torch.tensor([-3.0, -0.2, 0.0, 1.5, 4.0], dtype=torch.float64)
-    labels = torch.tensor([0, 1, 0, 1, 1])
-    naive = (
-        -sum(
-            math.log(1 / (1 + math.exp(-x))) if y else math.log(1 - 1 / (1 + math.exp(-x)))
-            for x, y in zip(logits.tolist(), labels.tolist())
-        )
-        / 5
-    )
-    assert pair_bce_loss(logits, labels).item() == pytest.approx(naive, rel=1e-12)
-
-
-def test_labelled_losses_gradients():
-    a, p, n = (x.requires_grad_() for x in _random(5, 4, 8, 3))
-    excluded = torch.zeros(5, 10, dtype=torch.bool)
-    excluded[0, 2] = True
-    assert torch.autograd.gradcheck(lambda x, y, z: multiple_negatives_ranking_loss(x, y, z, 5.0, excluded), (a, p, n))
-    g = torch.Generator().manual_seed(1)
-    cos = (torch.rand(12, generator=g, dtype=torch.float64) * 1.8 - 0.9).requires_grad_()
-    labels = torch.tensor([1, 0] * 6)
-    assert torch.autograd.gradcheck(lambda c: pair_bce_loss(4 * c, labels), (cos,))
+    logits, labels = [-3.0, -0.2, 0.0, 1.5, 4.0], [0, 1, 0, 1, 1]
+    p = [1 / (1 + math.exp(-x)) for x in logits]
+    naive = -sum(math.log(q if y else 1 - q) for q, y in zip(p, labels)) / 5
+    got = pair_bce_loss(torch.tensor(logits, dtype=torch.float64), torch.tensor(labels)).item()
+    assert got == pytest.approx(naive, rel=1e-12)
 
 
 # The distillation losses: student vectors against a teacher's, different widths allowed for the matrix.
@@ -275,27 +212,39 @@ def test_distillation_loss_matches_naive_loop():
     student, teacher = _random(6, 5, 21)
     expected = sum(1 - _cos(s, t) for s, t in zip(student, teacher)) / len(student)
     assert distillation_loss(student, teacher).item() == pytest.approx(expected, abs=1e-12)
-    assert distillation_loss(teacher, teacher).item() == pytest.approx(
-        0.0, abs=1e-12
-    )  # a perfect student costs nothing
+    # a perfect student costs nothing
+    assert distillation_loss(teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)
 
 
 def test_similarity_matching_loss_matches_naive_loop():
     (student,) = _random(5, 3, 22, count=1)
     (teacher,) = _random(5, 8, 23, count=1)  # the teacher is wider: no projection is needed
     n = len(student)
-    expected = (
-        sum((_cos(student[i], student[j]) - _cos(teacher[i], teacher[j])) ** 2 for i in range(n) for j in range(n))
-        / n**2
-    )
+    pairs = [(i, j) for i in range(n) for j in range(n)]
+    expected = sum((_cos(student[i], student[j]) - _cos(teacher[i], teacher[j])) ** 2 for i, j in pairs) / n**2
     assert similarity_matching_loss(student, teacher).item() == pytest.approx(expected, abs=1e-12)
-    assert similarity_matching_loss(2 * teacher, teacher).item() == pytest.approx(
-        0.0, abs=1e-12
-    )  # scale does not matter
+    # scale does not matter
+    assert similarity_matching_loss(2 * teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)
 
 
-def test_distillation_losses_gradients():
-    student, teacher = _random(4, 3, 24)
-    assert torch.autograd.gradcheck(lambda s: distillation_loss(s, teacher), (student.requires_grad_(),))
-    wide = _random(4, 6, 25, count=1)[0]
-    assert torch.autograd.gradcheck(lambda s: similarity_matching_loss(s, wide), (student,))
+_EXCLUDED = torch.zeros(5, 10, dtype=torch.bool)
+_EXCLUDED[0, 2] = True
+_LABELS = torch.tensor([1, 0] * 6)
+_WIDE = _random(4, 6, 25, count=1)[0]
+
+
+@pytest.mark.parametrize(
+    "loss, shapes",
+    [
+        (lambda a, b, n: triplet_loss(a, b, negatives=n, symmetric=True), [(6, 4), (6, 4), (3, 4)]),
+        (lambda a, p, n: multiple_negatives_ranking_loss(a, p, n, 5.0, _EXCLUDED), [(5, 4)] * 3),
+        (lambda logits: pair_bce_loss(logits, _LABELS), [(12,)]),
+        (lambda s, t: distillation_loss(s, t), [(4, 3), (4, 3)]),
+        (lambda s: similarity_matching_loss(s, _WIDE), [(4, 3)]),
+    ],
+    ids=["triplet", "ranking", "bce", "distil", "distil_matrix"],
+)
+def test_each_loss_has_the_gradient_of_its_formula(loss, shapes):
+    g = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(*shape, generator=g, dtype=torch.float64, requires_grad=True) for shape in shapes]
+    assert torch.autograd.gradcheck(loss, inputs)

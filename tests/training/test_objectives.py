@@ -17,14 +17,8 @@ def _batch(labels, groups, extra=0, dim=5, seed=0):
     g = torch.Generator().manual_seed(seed)
     b = len(labels)
     v = torch.nn.functional.normalize(torch.randn(2 * b + extra, dim, generator=g, dtype=torch.float64), dim=-1)
-    batch = Batch(
-        torch.zeros(2 * b + extra, 1, dtype=torch.long),
-        torch.ones(2 * b + extra, dtype=torch.long),
-        torch.tensor(labels, dtype=torch.float32),
-        torch.tensor(groups),
-        b,
-    )
-    return v, batch
+    ids, lengths = torch.zeros(2 * b + extra, 1, dtype=torch.long), torch.ones(2 * b + extra, dtype=torch.long)
+    return v, Batch(ids, lengths, torch.tensor(labels, dtype=torch.float32), torch.tensor(groups), b)
 
 
 def test_seed_objective_is_the_seed_triplet_loss_on_the_whole_batch():
@@ -98,14 +92,7 @@ def test_training_and_validation_log_the_same_loss_for_the_same_batch(small_spli
     model, source = _one_batch_run(small_splits, config, ModelOptions(dim=16, head=head))
     update, done = Update(torch.optim.Adam(model.parameters(), lr=0.0), model.encoder.embedding), []
     loss_of = lambda batch: model(batch, config.objective(), config.chunks, World())  # noqa: E731
-    fit(
-        Loop(1, 0.0, 0, progress=False),
-        model,
-        source,
-        loss_of,
-        update,
-        lambda epoch, epoch_loss: done.append(epoch_loss),
-    )
+    fit(Loop(1, 0.0, 0, progress=False), model, source, loss_of, update, lambda epoch, loss: done.append(loss))
     loss_sum, pairs = done[0].loss_sum, done[0].rows
     validated = validate(model, source, config)  # the same pairs, in another order: the same batch
     assert pairs == 96 and loss_sum / pairs == pytest.approx(validated.loss, rel=1e-5)

@@ -59,21 +59,15 @@ def test_labelled_is_the_bundled_recipe_without_its_teacher_and_seed_is_dupq_tra
     assert bundled.keys() - labelled.keys() == {"teacher_vectors", "word_init"}
     assert bundled["losses"] == {**labelled["losses"], "distil": 5.0}
     assert configs(read_preset("seed")) == (TrainConfig(), ModelOptions(), SplitConfig())
-    assert {p.stem for p in BUNDLED.parents[1].joinpath("training", "presets").glob("*.toml")} == {
-        *PRESETS,
-        *BRANCH_PRESETS,
-    }
+    shipped = BUNDLED.parents[1].joinpath("training", "presets").glob("*.toml")
+    assert {p.stem for p in shipped} == {*PRESETS, *BRANCH_PRESETS}
 
 
 def test_a_preset_file_extends_another_beside_it(tmp_path):
     (tmp_path / "base.toml").write_text('extends = "labelled"\nepochs = 3\n')
     (tmp_path / "child.toml").write_text('extends = "base.toml"\nlr = 0.02\n[losses]\nbce = 2\n')
-    assert read_preset(str(tmp_path / "child.toml")) == {
-        **read_preset("labelled"),
-        "epochs": 3,
-        "lr": 0.02,
-        "losses": {"bce": 2},
-    }
+    expected = {**read_preset("labelled"), "epochs": 3, "lr": 0.02, "losses": {"bce": 2}}
+    assert read_preset(str(tmp_path / "child.toml")) == expected
 
 
 def _every_option_at_another_value() -> dict:
@@ -95,12 +89,8 @@ def test_every_option_without_a_flag_reaches_its_field_from_a_preset(monkeypatch
     seen = captured_configs(monkeypatch, pairs_path, tmp_path, ["--preset", str(tmp_path / "all.toml")])
     got = {**asdict(seen["config"]), **asdict(seen["options"]), **asdict(seen["split"])}
     assert {name: got[name] for name in values} == values
-    assert all(
-        getattr(config(), name) != value
-        for config in CONFIGS
-        for name, value in values.items()
-        if hasattr(config, name)
-    )
+    defaults = {name: getattr(config(), name) for config in CONFIGS for name in values if hasattr(config, name)}
+    assert all(defaults[name] != values[name] for name in defaults)
 
 
 def test_typed_flags_override_the_preset_and_defaults_do_not(monkeypatch, pairs_path, tmp_path):
@@ -115,20 +105,7 @@ def test_typed_flags_override_the_preset_and_defaults_do_not(monkeypatch, pairs_
 
 def test_show_prints_what_the_preset_and_the_flags_set_and_trains_nothing(tmp_path):
     out = tmp_path / "m"
-    args = [
-        "train",
-        "--preset",
-        "bundled",
-        "--epochs",
-        "2",
-        "--lr",
-        "0.01",
-        "--show",
-        "--data",
-        "none",
-        "--out",
-        str(out),
-    ]
+    args = [*"train --preset bundled --epochs 2 --lr 0.01 --show --data none --out".split(), str(out)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert tomllib.loads(result.stdout) == {**read_preset("bundled"), "epochs": 2, "lr": 0.01}

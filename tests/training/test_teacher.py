@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from dupq.core.errors import DupqError
-from dupq.data.pairs import Pairs, SplitConfig, split_pairs
+from dupq.data.pairs import Pairs, SplitConfig, split_pairs, write_pairs
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches
 from dupq.training.distil import teacher as teacher_module
@@ -123,13 +123,8 @@ def test_training_texts_leave_out_held_out_questions():
 
 
 def _pairs(rows):
-    return Pairs(
-        [str(i) for i in range(len(rows))],
-        [a for a, _, _ in rows],
-        [b for _, b, _ in rows],
-        np.array([y for _, _, y in rows], dtype=np.int8),
-        np.arange(len(rows)),
-    )
+    q1, q2, labels = (list(column) for column in zip(*rows))
+    return Pairs([str(i) for i in range(len(rows))], q1, q2, np.array(labels, dtype=np.int8), np.arange(len(rows)))
 
 
 def _cache(texts):
@@ -141,13 +136,9 @@ def test_batches_carry_the_teacher_vector_of_each_taught_question():
     pairs = _pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
     cache = _cache(texts[:6] + ["only taught?"])  # texts 6..9 are not taught
     source = PairBatches(Vocabulary.build(texts), pairs, batch_size=5, teacher=cache)
-    rng = np.random.default_rng(0)
-    index = np.arange(5)
-    batch = source.batch(index, rng)
-    b = batch.size
-    assert batch.distil_only == 0 and len(batch.ids) == 2 * b == len(batch.teacher) == len(batch.taught) == len(
-        batch.groups
-    )
+    batch = source.batch(np.arange(5), np.random.default_rng(0))
+    assert batch.distil_only == 0
+    assert len(batch.ids) == 2 * batch.size == len(batch.teacher) == len(batch.taught) == len(batch.groups)
     for row, text in enumerate(pairs.q1 + pairs.q2):
         k = cache.rows([text])[0]
         assert bool(batch.taught[row]) == (k >= 0)
@@ -175,9 +166,8 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
     v = torch.nn.functional.normalize(torch.randn(len(taught.ids), 6, generator=g, dtype=torch.float64), dim=-1)
     projection = torch.nn.Linear(6, WIDTH, bias=False).double()
     ranking = Objective({"triplet": 1.0, "ranking": 1.0})
-    assert ranking(v, taught).item() == pytest.approx(
-        ranking(v[:16], plain).item(), abs=1e-12
-    )  # extra rows are not negatives
+    # extra rows are not negatives
+    assert ranking(v, taught).item() == pytest.approx(ranking(v[:16], plain).item(), abs=1e-12)
     mask = taught.taught
     student, teacher = v[mask], taught.teacher[mask]  # float32, as the objective reads them
     assert mask.sum() == 12 + 4  # q1/q2 of rows 0..5 are taught, rows 6, 7 not; plus the 4 distil-only rows
@@ -193,20 +183,16 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
 
 def synthetic_splits(n: int = 600):
     """Pairs whose duplicates reuse a topic: 'how do i {verb} {noun}?' vs 'best way to {verb} {noun}?'."""
-    verbs, nouns = (
-        "cook learn fix clean grow sell paint build".split(),
-        "rice python bike window tomato house fence boat".split(),
-    )
+    verbs = "cook learn fix clean grow sell paint build".split()
+    nouns = "rice python bike window tomato house fence boat".split()
     rng = np.random.default_rng(0)
     rows = []
     for i in range(n):
         v, o = rng.choice(verbs), rng.choice(nouns)
-        if i % 2:
-            rows.append((f"how do i {v} {o} {i % 37}?", f"best way to {v} {o} {i % 37}?", 1))
-        else:
-            rows.append(
-                (f"how do i {v} {o} {i % 37}?", f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?", 0)
-            )
+        q2 = (
+            f"best way to {v} {o} {i % 37}?" if i % 2 else f"how do i {rng.choice(verbs)} {rng.choice(nouns)} {i % 41}?"
+        )
+        rows.append((f"how do i {v} {o} {i % 37}?", q2, i % 2))
     split = SplitConfig(train_pool=n - 200, test=100, dev=100, labelled_val=100)
     return split_pairs(_pairs(rows), split), split.__dict__
 
@@ -217,9 +203,8 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
     from dupq.training.train import train
 
     splits, split = synthetic_splits()
-    texts = training_texts(
-        splits.pool.q1 + splits.pool.q2, splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
-    )
+    held = splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
+    texts = training_texts(splits.pool.q1 + splits.pool.q2, held)
     teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
     config = TrainConfig(
         train_on="labelled",
@@ -251,21 +236,12 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
     with pytest.raises(DupqError, match="read by the distil losses only"):
         TrainConfig(train_on="labelled", teacher_vectors="runs/teacher")
     splits, split = synthetic_splits()
-    teach(
-        splits.pool.q1,
-        tmp_path / "teacher",
-        trigram_teacher,
-        "trigrams",
-        split={"train_pool": 300, "test": 100, "dev": 100},
-    )
-    config = TrainConfig(
-        train_on="labelled", epochs=1, teacher_vectors=str(tmp_path / "teacher"), losses={"bce": 1.0, "distil": 1.0}
-    )
-    with pytest.raises(DupqError, match="--train-pool 300, this run uses 400"):
-        train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
-    config.teacher_vectors = str(tmp_path / "nothing")
-    with pytest.raises(DupqError, match="holds no teacher vectors"):
-        train(splits, tmp_path / "m2", config, dim=8, split=split, log=lambda _: None, progress=False)
+    teach(splits.pool.q1, tmp_path / "teacher", trigram_teacher, "trigrams", split={**split, "train_pool": 300})
+    losses = {"bce": 1.0, "distil": 1.0}
+    for folder, says in (("teacher", "--train-pool 300, this run uses 400"), ("nothing", "holds no teacher vectors")):
+        config = TrainConfig(train_on="labelled", epochs=1, teacher_vectors=str(tmp_path / folder), losses=losses)
+        with pytest.raises(DupqError, match=says):
+            train(splits, tmp_path / "m", config, dim=8, split=split, log=lambda _: None, progress=False)
 
 
 # The real teacher, through the command line.
@@ -278,48 +254,23 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
 )
 def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     splits, _ = synthetic_splits(300)  # rows 0-99: pool, 100-199: test, 200-299: dev
-    rows = sorted(
-        zip(
-            np.concatenate([splits.pool.rows, splits.test.rows, splits.dev.rows]).tolist(),
-            splits.pool.q1 + splits.test.q1 + splits.dev.q1,
-            splits.pool.q2 + splits.test.q2 + splits.dev.q2,
-            np.concatenate([splits.pool.labels, splits.test.labels, splits.dev.labels]).tolist(),
-        )
-    )
+    parts = (splits.pool, splits.test, splits.dev)
+    rows = sorted((int(r), a, b, int(y)) for p in parts for r, a, b, y in zip(p.rows, p.q1, p.q2, p.labels))
     qid: dict[str, int] = {}
-    lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
-    lines += [
-        f"{r}\t{qid.setdefault(a, len(qid) + 1)}\t{qid.setdefault(b, len(qid) + 1)}\t{a}\t{b}\t{y}"
-        for r, a, b, y in rows
-    ]
-    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    number = lambda text: qid.setdefault(text, len(qid) + 1)  # noqa: E731
+    write_pairs(tmp_path / "pairs.tsv", [(number(a), number(b), a, b, y) for _, a, b, y in rows])  # ids: the rows
     mine = "where can i buy a second-hand bicycle?"
-    (tmp_path / "mine.txt").write_text(
-        f"{mine}\n{splits.test.q2[0]}\n"
-    )  # a test question among the user's: still not taught
+    (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question of the user's: not taught
     out = tmp_path / "teacher"
     command = [
         sys.executable,
-        "-m",
-        "dupq.cli",
-        "distil",
-        "teach",
-        "--data",
+        *"-m dupq.cli distil teach --data".split(),
         str(tmp_path / "pairs.tsv"),
         "--out",
         str(out),
-        "--questions",
-        str(tmp_path / "mine.txt"),
-        "--train-pool",
-        "100",
-        "--test-size",
-        "100",
-        "--dev-size",
-        "100",
-        "--threads",
-        "1",
-        "--no-progress",
     ]
+    command += ["--questions", str(tmp_path / "mine.txt"), *"--train-pool 100 --test-size 100 --dev-size 100".split()]
+    command += "--threads 1 --no-progress".split()
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     cache = TeacherCache.load(out)
@@ -358,9 +309,8 @@ def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
     splits, split = synthetic_splits()
-    config = TrainConfig(
-        train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32
-    )  # lr 0: the start is what is saved
+    # lr 0: the start is what is saved
+    config = TrainConfig(train_on="labelled", epochs=1, lr=0.0, losses={"bce": 1.0}, batch_size=32)
     kw = {"dim": 6, "oov_buckets": 3, "split": split, "log": lambda _: None, "progress": False}
     plain = train(splits, tmp_path / "plain", config, **kw).encoder.network.embedding.weight.detach()
     lines: list[str] = []

@@ -34,8 +34,10 @@ def test_length_batches_are_random_batches_each_sorted_by_length_every_index_onc
     assert [set(b.tolist()) for b in batches] == [set(int(k) for k in c) for c in expected]
 
 
-def _weights(folder):
-    return load_file(str(folder / "model.safetensors"))
+def _same_weights(one, other) -> bool:
+    """Whether two model folders hold bit-equal weights under the same names."""
+    a, b = (load_file(str(folder / "model.safetensors")) for folder in (one, other))
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def _quiet(**kw):
@@ -50,28 +52,24 @@ def test_training_learns_and_is_deterministic(small_splits, tmp_path):
     assert history[1]["train_loss"] < history[0]["train_loss"]
     assert history[1]["val_loss"] < history[0]["val_loss"]
     train(small_splits, tmp_path / "b", config, dim=32, **_quiet())
-    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert _same_weights(tmp_path / "a", tmp_path / "b")
     # Duplicates of the held-out test pairs score higher than non-duplicates, after one short run.
     sims = model.similarity(small_splits.test.q1, small_splits.test.q2)
     y = small_splits.test.labels == 1
-    assert (
-        sims[y].mean() > sims[~y].mean() + 0.05
-    )  # a margin, not a figure: two short epochs, any seed, must separate them
+    # a margin, not a figure: two short epochs, any seed, must separate them
+    assert sims[y].mean() > sims[~y].mean() + 0.05
 
 
 @pytest.mark.slow
 def test_resume_after_finished_epochs_equals_one_run(small_splits, tmp_path):
-    config = TrainConfig(
-        epochs=2, seed=5, hard_negatives=True, mask_false_negatives=True
-    )  # constant lr: a 1-epoch run is a prefix
+    # constant lr: a 1-epoch run is a prefix
+    config = TrainConfig(epochs=2, seed=5, hard_negatives=True, mask_false_negatives=True)
     train(small_splits, tmp_path / "full", config, dim=16, **_quiet())
     train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), dim=16, **_quiet())
     with pytest.raises(DupqError, match="--resume"):
         train(small_splits, tmp_path / "part", config, dim=16, **_quiet())
     train(small_splits, tmp_path / "part", config, dim=16, resume=True, **_quiet())
-    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert _same_weights(tmp_path / "full", tmp_path / "part")
 
 
 @pytest.mark.slow
@@ -79,29 +77,9 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_pat
     split = SplitConfig(train_pool=30_000, test=1_000, dev=1_000)
     cosine = tmp_path / "cosine.toml"  # a learning rate that changes every step: the resume must know where it was
     cosine.write_text('lr_schedule = "cosine"\n')
-    args = [
-        sys.executable,
-        "-m",
-        "dupq.cli",
-        "train",
-        "--data",
-        str(pairs_path),
-        "--epochs",
-        "3",
-        "--dim",
-        "16",
-        "--preset",
-        str(cosine),
-        "--train-pool",
-        str(split.train_pool),
-        "--test-size",
-        "1000",
-        "--dev-size",
-        "1000",
-        "--no-progress",
-        "--seed",
-        "9",
-    ]
+    args = [sys.executable, *"-m dupq.cli train --data".split(), str(pairs_path), "--preset", str(cosine)]
+    args += f"--epochs 3 --dim 16 --train-pool {split.train_pool} --test-size 1000 --dev-size 1000".split()
+    args += "--no-progress --seed 9".split()
     subprocess.run([*args, "--out", str(tmp_path / "whole")], check=True, capture_output=True)
 
     out = tmp_path / "killed"
@@ -117,8 +95,7 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_pat
     resumed = subprocess.run([*args, "--out", str(out), "--resume"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout
-    a, b = _weights(tmp_path / "whole"), _weights(out)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert _same_weights(tmp_path / "whole", out)
 
 
 LABELLED = dict(
@@ -178,9 +155,7 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
     import torch
 
     if not _bf16_lstm_runs():
-        pytest.skip(
-            "this CPU's oneDNN has no bfloat16 LSTM primitive (RuntimeError: could not create a primitive descriptor)"
-        )
+        pytest.skip("this CPU's oneDNN has no bfloat16 LSTM primitive (could not create a primitive descriptor)")
     from dupq.data.tokenizer import Vocabulary
     from dupq.training.batches import PairBatches
     from dupq.training.config import ModelOptions, TrainConfig
@@ -209,11 +184,9 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
 def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_splits, tmp_path):
     from conftest import SMALL_SPLIT
 
-    split = SMALL_SPLIT.__dict__
     config = TrainConfig(epochs=2, seed=2, **LABELLED)
-    model = train(
-        small_splits, tmp_path / "full", config, dim=16, head="mlp", dropout=0.2, split=split, **_quiet()
-    )  # the bundled model's dropout
+    options = dict(dim=16, head="mlp", dropout=0.2, split=SMALL_SPLIT.__dict__, **_quiet())  # the bundled dropout
+    model = train(small_splits, tmp_path / "full", config, **options)
     training = model.metrics["training"]
     assert training["train_pairs"] + training["val_pairs"] == len(small_splits.pool)  # every labelled pool pair
     history = training["history"]
@@ -226,22 +199,10 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
     assert ((p >= 0) & (p <= 1)).all() and p[y].mean() > p[~y].mean() + 0.1
     assert model.threshold_on == "probability"
     # Resume after one epoch ends where the uninterrupted run ended.
-    train(
-        small_splits,
-        tmp_path / "part",
-        TrainConfig(**{**config.__dict__, "epochs": 1}),
-        dim=16,
-        head="mlp",
-        dropout=0.2,
-        split=split,
-        **_quiet(),
-    )
-    train(
-        small_splits, tmp_path / "part", config, dim=16, head="mlp", dropout=0.2, split=split, resume=True, **_quiet()
-    )
-    a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
-    assert a.keys() == b.keys() and any(k.startswith("head.") for k in a)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
+    train(small_splits, tmp_path / "part", TrainConfig(**{**config.__dict__, "epochs": 1}), **options)
+    train(small_splits, tmp_path / "part", config, resume=True, **options)
+    assert _same_weights(tmp_path / "full", tmp_path / "part")
+    assert any(k.startswith("head.") for k in load_file(str(tmp_path / "full" / "model.safetensors")))
 
 
 @pytest.mark.slow
@@ -253,24 +214,24 @@ def test_resume_refuses_options_that_differ_and_a_corrupt_checkpoint(small_split
     out = tmp_path / "run"
     train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=16, split=SMALL_SPLIT.__dict__, **_quiet())
     more = TrainConfig(epochs=2, seed=1)
+    split = SMALL_SPLIT.__dict__
     for kwargs, option in (
-        (dict(config=more, dim=32, split=SMALL_SPLIT.__dict__), "--dim"),
-        (dict(config=replace(more, lr=0.1), dim=16, split=SMALL_SPLIT.__dict__), "--lr"),
-        (dict(config=more, dim=16, lowercase=True, split=SMALL_SPLIT.__dict__), "with lowercase True"),
-        (dict(config=more, dim=16, split={**SMALL_SPLIT.__dict__, "train_pool": 15_000}), "--train-pool"),
+        (dict(dim=32), "--dim"),
+        (dict(config=replace(more, lr=0.1)), "--lr"),
+        (dict(lowercase=True), "with lowercase True"),
+        (dict(split={**split, "train_pool": 15_000}), "--train-pool"),
     ):
         with pytest.raises(DupqError, match=option):
-            train(small_splits, out, resume=True, **kwargs, **_quiet())
+            train(small_splits, out, resume=True, **{"config": more, "dim": 16, "split": split, **kwargs, **_quiet()})
     with pytest.raises(DupqError, match="--resume .* --overwrite"):
         train(small_splits, out, more, dim=16, resume=True, overwrite=True, **_quiet())
     # 1,000 bytes of 0xff at the end of the checkpoint: refused, and nothing is overwritten.
     checkpoint = out / "checkpoint.safetensors"
-    data = checkpoint.read_bytes()
-    corrupt = data[:-1000] + b"\xff" * 1000
+    corrupt = checkpoint.read_bytes()[:-1000] + b"\xff" * 1000
     checkpoint.write_bytes(corrupt)
     weights = (out / "model.safetensors").read_bytes()
     with pytest.raises(DupqError, match="corrupt"):
-        train(small_splits, out, more, dim=16, split=SMALL_SPLIT.__dict__, resume=True, **_quiet())
+        train(small_splits, out, more, dim=16, split=split, resume=True, **_quiet())
     assert checkpoint.read_bytes() == corrupt and (out / "model.safetensors").read_bytes() == weights
 
 
