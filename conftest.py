@@ -30,19 +30,16 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 # otherwise it swaps it for the machine's network address, which the tests' local cluster never binds.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-from dupq.data.pairs import Pairs, SplitConfig, Splits, read_pairs, split_pairs
+from dupq.data.pairs import Pairs, Splits, read_pairs, split_pairs
+from support.synthetic import SMALL_SPLIT, SYNTHETIC_ROWS, write_pairs
 
 REPO = Path(__file__).resolve().parent
 DATA = Path(os.environ.get("DUPQ_DATA", REPO.parent / "shared" / "data" / "quora_duplicate_questions.tsv.gz"))
-SMALL_SPLIT = SplitConfig(train_pool=20_000, test=2_000, dev=2_000, labelled_val=2_000)
-SYNTHETIC_ROWS = 32_000  # SMALL_SPLIT's 24,000, and the 32,000 of the kill -9 training test
 
 
 @pytest.fixture(scope="session")
 def pairs_path(tmp_path_factory) -> Path:
     """A synthetic pairs file in the Quora format (tests/support/synthetic.py): 32,000 rows, gzipped, always there."""
-    from support.synthetic import write_pairs
-
     return write_pairs(tmp_path_factory.mktemp("pairs") / "pairs.tsv.gz", SYNTHETIC_ROWS, seed=0)
 
 
@@ -110,11 +107,18 @@ def small_splits(synthetic_pairs) -> Splits:
 @pytest.fixture(scope="session")
 def tiny_model_dir(small_splits, tmp_path_factory) -> Path:
     """A model folder trained for one epoch (dim 32) on the small synthetic split; a few seconds on 2 cores."""
+    import torch
+
     from dupq.training.config import TrainConfig
     from dupq.training.train import train
 
     out = tmp_path_factory.mktemp("tiny-model")
-    train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=32, log=lambda _: None, progress=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the same model whichever test asks first (a float sum's order follows the threads)
+    try:
+        train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=32, log=lambda _: None, progress=False)
+    finally:
+        torch.set_num_threads(before)
     return out
 
 

@@ -83,7 +83,8 @@ def test_bad_model_configs_are_one_sentence(model_dir, fault):
 
 
 @pytest.mark.parametrize("fault", METRICS_FAULTS)
-def test_bad_metrics_are_one_sentence(model_dir, fault):
+def test_bad_metrics_are_one_sentence(model_dir, fault, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # `dupq report` writes to ./runs/report: the refusal must come first, whatever is there
     if fault == "not an object":
         (model_dir / "metrics.json").write_text("[1, 2]")
     else:

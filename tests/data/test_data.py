@@ -14,7 +14,7 @@ from support.synthetic import EMPTY_ROWS, NA_ROW, make_rows
 
 def test_reads_the_synthetic_file_exactly(pairs_path, synthetic_pairs):
     """Every row the generator wrote, with its quirks: the empty questions dropped and named, "n/a" kept as text."""
-    from conftest import SYNTHETIC_ROWS
+    from support.synthetic import SYNTHETIC_ROWS
 
     written = make_rows(SYNTHETIC_ROWS)
     pairs, dropped = read_pairs(pairs_path)
@@ -56,7 +56,7 @@ def test_seed_split_sizes(all_pairs):
 
 def test_split_matches_a_count_of_the_written_rows(synthetic_pairs):
     """The seed split of the small synthetic file, against the rows the generator wrote, counted plainly."""
-    from conftest import SMALL_SPLIT
+    from support.synthetic import SMALL_SPLIT
 
     splits = split_pairs(synthetic_pairs.take(synthetic_pairs.rows < 24_000), SMALL_SPLIT)
     written = [r for r in make_rows(24_000) if r.id not in EMPTY_ROWS]
@@ -201,7 +201,7 @@ def test_held_out_cuts_the_file_as_the_model_recorded(pairs_path, synthetic_pair
     """A model's metrics.json records its split; held_out reads the file and cuts it the same way."""
     from dataclasses import asdict
 
-    from conftest import SMALL_SPLIT
+    from support.synthetic import SMALL_SPLIT
 
     got = held_out({"training": {"split": asdict(SMALL_SPLIT)}}, pairs_path)
     want = split_pairs(synthetic_pairs, SMALL_SPLIT)

@@ -155,7 +155,7 @@ def _scoped_desk(tmp_path, model, synthetic_pairs):
 def test_a_scope_with_decisions_enough_is_fitted_on_its_own_decisions_alone(tmp_path, tiny_model, synthetic_pairs):
     coll, decisions = _scoped_desk(tmp_path, tiny_model, synthetic_pairs)
     with coll:
-        report = calibrate_collection(coll, scope="category")
+        report = calibrate_collection(coll, scope="category", force=True)  # the fit, however it compares
         texts = {key: text for _, key, text, _ in coll.stored_rows()}
         scopes = coll.calibration_scopes
         info = coll.calibration_info()
@@ -180,7 +180,7 @@ def test_a_scope_with_decisions_enough_is_fitted_on_its_own_decisions_alone(tmp_
 def test_searches_judge_each_hit_by_its_own_scopes_calibration(tmp_path, tiny_model, synthetic_pairs):
     coll, decisions = _scoped_desk(tmp_path, tiny_model, synthetic_pairs)
     with coll:
-        calibrate_collection(coll, scope="category")
+        calibrate_collection(coll, scope="category", force=True)
     with Collection.open(tmp_path / "desk", tiny_model) as again:  # read back from calibration.json
         fits, own = again.calibration_scopes["fits"], again.calibration
         hits = again.search([decisions[0][2] + " please", decisions[PAIRS][2] + " please"], k=10)
@@ -209,7 +209,7 @@ def test_index_info_lists_the_scopes_fitted(tmp_path, tiny_model, synthetic_pair
     coll, _ = _scoped_desk(tmp_path, tiny_model, synthetic_pairs)
     coll.close()
     runner = CliRunner()
-    done = runner.invoke(app, ["index", "calibrate", str(tmp_path / "desk"), "--scope", "category"])
+    done = runner.invoke(app, ["index", "calibrate", str(tmp_path / "desk"), "--scope", "category", "--force"])
     assert done.exit_code == 0, done.output
     assert "scopes of category fitted: x (40); judged by the collection's (too few): y (20)" in done.output
     shown = runner.invoke(app, ["index", "info", str(tmp_path / "desk")])

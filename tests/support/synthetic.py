@@ -35,8 +35,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dupq.data.pairs import SplitConfig
+
 HEADER = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
 DUPLICATE_SHARE = 0.37
+SMALL_SPLIT = SplitConfig(train_pool=20_000, test=2_000, dev=2_000, labelled_val=2_000)
+SYNTHETIC_ROWS = 32_000  # SMALL_SPLIT's 24,000, and the 32,000 of the kill -9 training test
 REPEAT_SHARE = 0.3  # rows whose first question is one already used
 EMPTY_ROWS = (1_234, 17_321)  # question2 empty: read_pairs drops these rows
 NA_ROW = 5_432  # question1 is the literal text "n/a", kept as text

@@ -182,7 +182,7 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
 
 @pytest.mark.slow
 def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_splits, tmp_path):
-    from conftest import SMALL_SPLIT
+    from support.synthetic import SMALL_SPLIT
 
     config = TrainConfig(epochs=2, seed=2, **LABELLED)
     options = dict(dim=16, head="mlp", dropout=0.2, split=SMALL_SPLIT.__dict__, **_quiet())  # the bundled dropout
@@ -209,7 +209,7 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
 def test_resume_refuses_options_that_differ_and_a_corrupt_checkpoint(small_splits, tmp_path):
     from dataclasses import replace
 
-    from conftest import SMALL_SPLIT
+    from support.synthetic import SMALL_SPLIT
 
     out = tmp_path / "run"
     train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=16, split=SMALL_SPLIT.__dict__, **_quiet())

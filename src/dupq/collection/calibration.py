@@ -2,7 +2,8 @@
 
 A collection whose moderators judged enough of its questions may carry a calibration of its own
 (:func:`dupq.evaluation.collection_calibration.calibrate_collection`, ``dupq index calibrate DIR``), judging its hits in
-place of the model's. Each decision is a pair judged as a search would judge it (:func:`decision_features`): its pair
+place of the model's. Each decision is a pair judged as a search would judge it
+(:func:`dupq.evaluation.collection_calibration.decision_features`): its pair
 logit, its cosine and its margin over the best other hit of the search its text makes (itself left out).
 
 A folder keeps it in ``calibration.json``, written atomically; a database collection keeps none yet.
@@ -21,7 +22,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, StrictStr
@@ -29,16 +29,12 @@ from pydantic import BaseModel, StrictStr
 from dupq.core.errors import DupqError
 from dupq.core.files import read_json, write_json
 from dupq.core.formats import check_format
-from dupq.modeling.verdict import DUPLICATE, Verdicts, clip_cosines, for_search, pair_logits, search_margins
-
-if TYPE_CHECKING:
-    from dupq.collection.collection import Collection
+from dupq.modeling.verdict import DUPLICATE, Verdicts, for_search
 
 log = logging.getLogger(__name__)
 
 CALIBRATION = "calibration.json"
 FORMAT = "dupq-collection-calibration/1"
-HITS = 10  # the hits of a decision's search its margin is read from (as the yardstick's fitting: 10)
 
 
 class Scopes(BaseModel):
@@ -172,36 +168,3 @@ def judge_hits(
             )
             probability[mask], tier[mask] = own.probability, own.tier
     return replace(judged, probability=probability, score=probability, tier=tier, duplicate=tier == DUPLICATE)
-
-
-def decision_features(collection: Collection, decisions: list[tuple], hits: int = HITS) -> dict[str, Any]:
-    """The features of each decision ``(key, other key, text, other text, label)`` as a search hit of the
-    question's text: ``logits``, ``cosines``, ``margins``, ``labels`` ``(N,)`` and the pairs' vectors ``u``, ``v``
-    ``(N, d)``. The search is the collection's (pending questions and the question itself left out)."""
-    keys = list(dict.fromkeys(k for k, *_ in decisions))
-    ids = {k: collection.get(k)[0] for k in {*keys, *(o for _, o, *_ in decisions)}}
-    row = {k: n for n, k in enumerate(keys)}
-    queries = collection.stored_vectors([ids[k] for k in keys])  # (Q, d) each question's own stored vector
-    scores, found_ids = collection.nearest(queries, hits + 2)  # (Q, hits + 2) one more: the question itself
-    own = found_ids == np.array([ids[k] for k in keys])[:, None]  # (Q, hits + 2)
-    order = np.argsort(own, axis=1, kind="stable")[:, : hits + 1]  # (Q, hits + 1) the others, best first
-    scores = clip_cosines(np.take_along_axis(np.where(own, -np.inf, scores), order, axis=1))
-    found_ids = np.take_along_axis(np.where(own, -1, found_ids), order, axis=1)
-    found = found_ids >= 0
-    margins_of_hits = search_margins(np.where(found, scores, 0.0), found)  # (Q, hits + 1)
-    u = queries[[row[k] for k, *_ in decisions]]  # (N, d)
-    v = collection.stored_vectors([ids[o] for _, o, *_ in decisions])  # (N, d)
-    cosines = clip_cosines(np.einsum("nd,nd->n", u, v).astype(np.float64))
-    margins = []
-    for (key, other, *_), cos in zip(decisions, cosines):
-        q = row[key]
-        shown = found_ids[q, :hits].tolist()
-        margins.append(margins_of_hits[q, shown.index(ids[other])] if ids[other] in shown else cos - scores[q, 0])
-    return {
-        "logits": pair_logits(collection.model, u, v),
-        "cosines": cosines,
-        "margins": np.array(margins, dtype=np.float64),
-        "labels": np.array([y for *_, y in decisions], dtype=np.int64),
-        "u": u,
-        "v": v,
-    }

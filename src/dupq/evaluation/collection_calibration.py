@@ -1,6 +1,6 @@
 """Refitting a collection's search calibration on its moderators' decisions (``dupq index calibrate DIR``).
 
-Each decision is a labelled search hit (:func:`~dupq.collection.calibration.decision_features`);
+Each decision is a labelled search hit (:func:`decision_features`);
 :func:`calibrate_collection` fits :func:`~dupq.evaluation.calibration.fit_search_calibration` on all of
 them and keeps it as the collection's own. What it is worth is measured on a fixed-seed
 :data:`HELD_OUT` share of each label, judged by a fit on the rest and by the calibration used before.
@@ -24,16 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dupq.collection.calibration import decision_features, scope_value
+from dupq.collection.calibration import scope_value
 from dupq.core.errors import DupqError
 from dupq.evaluation.calibration import fit_search_calibration
 from dupq.evaluation.metrics import expected_calibration_error, threshold_free
-from dupq.modeling.verdict import DUPLICATE, SUGGEST, for_search
+from dupq.modeling.verdict import DUPLICATE, SUGGEST, clip_cosines, for_search, pair_logits, search_margins
 
 if TYPE_CHECKING:
     from dupq.collection.collection import Collection
 
 log = logging.getLogger(__name__)
+
+HITS = 10  # the hits of a decision's search its margin is read from (as the yardstick's fitting: 10)
 
 MIN_DECISIONS = 30  # fewer: five weights and two thresholds would swing with each decision
 MIN_EACH = 5  # of each label: the held-out part needs both
@@ -215,4 +217,37 @@ def calibrate_collection(
             },
             "too_few": too_few,
         },
+    }
+
+
+def decision_features(collection: Collection, decisions: list[tuple], hits: int = HITS) -> dict[str, Any]:
+    """The features of each decision ``(key, other key, text, other text, label)`` as a search hit of the
+    question's text: ``logits``, ``cosines``, ``margins``, ``labels`` ``(N,)`` and the pairs' vectors ``u``, ``v``
+    ``(N, d)``. The search is the collection's (pending questions and the question itself left out)."""
+    keys = list(dict.fromkeys(k for k, *_ in decisions))
+    ids = {k: collection.get(k)[0] for k in {*keys, *(o for _, o, *_ in decisions)}}
+    row = {k: n for n, k in enumerate(keys)}
+    queries = collection.stored_vectors([ids[k] for k in keys])  # (Q, d) each question's own stored vector
+    scores, found_ids = collection.nearest(queries, hits + 2)  # (Q, hits + 2) one more: the question itself
+    own = found_ids == np.array([ids[k] for k in keys])[:, None]  # (Q, hits + 2)
+    order = np.argsort(own, axis=1, kind="stable")[:, : hits + 1]  # (Q, hits + 1) the others, best first
+    scores = clip_cosines(np.take_along_axis(np.where(own, -np.inf, scores), order, axis=1))
+    found_ids = np.take_along_axis(np.where(own, -1, found_ids), order, axis=1)
+    found = found_ids >= 0
+    margins_of_hits = search_margins(np.where(found, scores, 0.0), found)  # (Q, hits + 1)
+    u = queries[[row[k] for k, *_ in decisions]]  # (N, d)
+    v = collection.stored_vectors([ids[o] for _, o, *_ in decisions])  # (N, d)
+    cosines = clip_cosines(np.einsum("nd,nd->n", u, v).astype(np.float64))
+    margins = []
+    for (key, other, *_), cos in zip(decisions, cosines):
+        q = row[key]
+        shown = found_ids[q, :hits].tolist()
+        margins.append(margins_of_hits[q, shown.index(ids[other])] if ids[other] in shown else cos - scores[q, 0])
+    return {
+        "logits": pair_logits(collection.model, u, v),
+        "cosines": cosines,
+        "margins": np.array(margins, dtype=np.float64),
+        "labels": np.array([y for *_, y in decisions], dtype=np.int64),
+        "u": u,
+        "v": v,
     }
