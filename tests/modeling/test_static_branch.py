@@ -1,5 +1,4 @@
-"""The static branch (dupq.modeling.static, dupq.training.distil.branch) against naive references, and in a model
-(dupq-lab static-branch builds its tables with the same functions)."""
+"""The static branch (dupq.modeling.static, dupq.training.distil.branch) against naive references, and in a model."""
 
 from __future__ import annotations
 
