@@ -26,6 +26,7 @@ from dupq.collection.rows import StoreFailure
 from dupq.core.errors import DupqError
 from dupq.service.app import create_app
 from dupq.service.batching import Batcher
+from dupq.service.middleware import SECURITY_HEADERS
 from dupq.service.schemas import HitOut, SearchResponse
 from support.errors import refused
 from support.servicekit import LiveServer, build_collection, milvus_or_skip, questions
@@ -296,6 +297,7 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
     r = client.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
     assert r.status_code == 422, r.text
     assert r.headers["content-type"] == "application/json" and r.json()["detail"]
+    assert {name.decode() for name, _ in SECURITY_HEADERS} <= set(r.headers)
     assert client.get("/health").json()["questions"] == N
 
 
@@ -375,6 +377,7 @@ def test_slow_bodies_are_cut_off(coll_dir):
             answer = sock.recv(4096)
             assert time.monotonic() - started < 5
         assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 seconds" in answer
+        assert b"content-security-policy" in answer.lower()
 
 
 def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
