@@ -1,9 +1,10 @@
 """A collection damaged row by row, the way another writer (or a disk) could damage it.
 
 One row's damage never fails every search (a damaged row is left out, with a warning, and the rest are found);
-damage that would make answers silently wrong is refused on open with one sentence. A read-only mount and a store
-another process holds are run as a user runs dupq, in tests/faults/test_collection_faults.py. A test that takes
-``folder`` is also run against a deliberately broken dupq by tests/faults/test_mutations.py.
+damage that would make answers silently wrong is refused on open with one sentence. A row whose text is not
+UTF-8, a read-only mount and a store another process holds are met as a user meets them, in
+tests/faults/test_collection_faults.py. A test here that takes ``folder`` is also run against a deliberately
+broken dupq by tests/faults/test_mutations.py.
 """
 
 from __future__ import annotations
@@ -92,14 +93,6 @@ def test_damaged_metadata_is_left_out_not_a_traceback_or_500(folder):
         for i, (key, metadata) in want.items():
             (hit,) = client.post("/search", json={"question": TEXTS[i], "k": 1}).json()["results"]
             assert (hit["id"], hit["key"], hit["metadata"]) == (i, key, metadata)
-
-
-def test_a_row_whose_text_is_not_utf8_is_left_out(folder):
-    sql(folder, "UPDATE questions SET text = CAST(X'fffe41' AS TEXT) WHERE id = 7")
-    with Collection.open(folder) as coll:
-        ids = [h.id for h in coll.search([TEXTS[7]], k=5)[0]]
-        assert 7 not in ids and len(ids) == 4
-        assert coll.search([TEXTS[8]], k=1)[0][0].id == 8
 
 
 def test_metadata_deeper_than_the_limit_is_refused_on_the_way_in(folder):
