@@ -24,7 +24,7 @@ import test_file_faults as files
 import test_filter_faults as filters
 import test_model_faults as models
 import test_rule_faults as rules
-import test_service_faults as service
+import test_service as service
 import test_service_limits as limits
 
 pytestmark = pytest.mark.faults
@@ -44,9 +44,10 @@ def broken(monkeypatch, tmp_path: Path, mutation: str) -> None:
 
 
 def run_broken(test, mutation: str, monkeypatch, tmp_path: Path, **params) -> pytest.ExceptionInfo:
-    """Run the fault test ``test`` against dupq with ``mutation``: how it failed (it must). A test that takes
-    ``folder`` is given 40 keyed questions with metadata, as :func:`faultkit.build` makes them."""
-    if next(iter(inspect.signature(test).parameters)) == "folder":
+    """Run the fault test ``test`` against dupq with ``mutation``: how it failed (it must). A fault test takes its
+    working folder (``tmp_path``); one kept in tests/collection or tests/service takes the collection it works on,
+    made here: 40 keyed questions with metadata, as :func:`faultkit.build` makes them."""
+    if next(iter(inspect.signature(test).parameters)) != "tmp_path":
         faultkit.build(tmp_path / "case", keys=True, metadata=True)
     else:
         (tmp_path / "case").mkdir()
@@ -236,7 +237,7 @@ patch(app, "FastAPI", lambda **kw: fastapi.FastAPI(**{**kw, "redirect_slashes": 
 CASES = {  # id: (the fault test, the mutation it must fail on, the test's parameters)
     "nan-stored": (collection.test_nan_in_json_output, NAN_STORED, {}),
     "nan-read": (collection.test_nan_in_json_output, NAN_READ, {}),
-    "fails-after-commit": (service.test_adds_after_a_failing_commit, FAILS_AFTER_COMMIT, {}),
+    "fails-after-commit": (service.test_concurrent_adds_after_a_failing_commit_are_stored_once, FAILS_AFTER_COMMIT, {}),
     "no-depth-limit": (limits.test_deeply_nested_bodies_are_refused_before_parsing, NO_DEPTH_LIMIT, {}),
     "bare-500": (limits.test_a_bugs_500_carries_the_security_headers, BARE_500, {}),
     "lenient-metadata": (damage.test_damaged_metadata_is_left_out_not_a_traceback_or_500, LENIENT_METADATA, {}),
@@ -286,5 +287,6 @@ def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkey
 
 def test_a_failing_commit_shows_as_a_second_store(monkeypatch, tmp_path):
     """The blind spot itself: without keys, an add that fails after its commit is stored twice, and the test says so."""
-    failed = run_broken(service.test_adds_after_a_failing_commit, FAILS_AFTER_COMMIT, monkeypatch, tmp_path)
+    test = service.test_concurrent_adds_after_a_failing_commit_are_stored_once
+    failed = run_broken(test, FAILS_AFTER_COMMIT, monkeypatch, tmp_path)
     assert failed.match(r"[1-9]\d* stored twice; answers \[.*500")
