@@ -3,8 +3,8 @@ is a 422 before anything parses it; every answer, a bug's 500 included, carries 
 a 507 and a busy store a 503 with ``Retry-After``, never a 400; a connection that does not deliver a request's
 headers in time is closed.
 
-Each test takes the collection it serves as ``folder``, so that ``tests/faults/test_mutations.py`` can run it against a
-deliberately broken dupq and show that it fails on the fault it names."""
+A test takes the collection it serves as its first argument, ``folder``, so that ``tests/faults/test_mutations.py``
+can run it against a deliberately broken dupq and show that it fails on the fault it names."""
 
 from __future__ import annotations
 
