@@ -16,6 +16,7 @@ from pathlib import Path
 import faultkit
 import pytest
 import test_api_faults as api
+import test_collection_damage as damage
 import test_collection_faults as collection
 import test_decision_faults as decisions
 import test_dedup_faults as dedup
@@ -23,7 +24,8 @@ import test_file_faults as files
 import test_filter_faults as filters
 import test_model_faults as models
 import test_rule_faults as rules
-import test_service_faults as service
+import test_service as service
+import test_service_limits as limits
 
 pytestmark = pytest.mark.faults
 
@@ -38,12 +40,18 @@ def broken(monkeypatch, tmp_path: Path, mutation: str) -> None:
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
     monkeypatch.setattr(faultkit, "DUPQ", command)
     monkeypatch.setattr(faultkit, "ENV", {**faultkit.ENV, "PYTHONPATH": path})
+    monkeypatch.setenv("PYTHONPATH", path)  # and a `dupq` started with this process's environment
 
 
 def run_broken(test, mutation: str, monkeypatch, tmp_path: Path, **params) -> pytest.ExceptionInfo:
-    """Run the fault test ``test`` against dupq with ``mutation``: how it failed (it must)."""
+    """Run the fault test ``test`` against dupq with ``mutation``: how it failed (it must). A fault test takes its
+    working folder (``tmp_path``); one kept in tests/collection or tests/service takes the collection it works on,
+    made here: 40 keyed questions with metadata, as :func:`faultkit.build` makes them."""
+    if next(iter(inspect.signature(test).parameters)) != "tmp_path":
+        faultkit.build(tmp_path / "case", keys=True, metadata=True)
+    else:
+        (tmp_path / "case").mkdir()
     broken(monkeypatch, tmp_path, mutation)
-    (tmp_path / "case").mkdir()
     if "monkeypatch" in inspect.signature(test).parameters:
         params["monkeypatch"] = monkeypatch
     with pytest.raises(AssertionError) as failed:
@@ -229,13 +237,13 @@ patch(app, "FastAPI", lambda **kw: fastapi.FastAPI(**{**kw, "redirect_slashes": 
 CASES = {  # id: (the fault test, the mutation it must fail on, the test's parameters)
     "nan-stored": (collection.test_nan_in_json_output, NAN_STORED, {}),
     "nan-read": (collection.test_nan_in_json_output, NAN_READ, {}),
-    "fails-after-commit": (service.test_adds_after_a_failing_commit, FAILS_AFTER_COMMIT, {}),
-    "no-depth-limit": (service.test_deeply_nested_bodies, NO_DEPTH_LIMIT, {}),
-    "bare-500": (service.test_security_headers_everywhere, BARE_500, {}),
-    "lenient-metadata": (collection.test_damaged_metadata_rows, LENIENT_METADATA, {}),
-    "nan-vectors": (collection.test_nan_embedding_on_open, NAN_VECTORS_PASS, {}),
-    "all-400": (service.test_server_side_failures_are_5xx, ALL_400, {}),
-    "no-header-deadline": (service.test_idle_and_trickling_connections, NO_HEADER_DEADLINE, {}),
+    "fails-after-commit": (service.test_concurrent_adds_after_a_failing_commit_are_stored_once, FAILS_AFTER_COMMIT, {}),
+    "no-depth-limit": (limits.test_deeply_nested_bodies_are_refused_before_parsing, NO_DEPTH_LIMIT, {}),
+    "bare-500": (limits.test_a_bugs_500_carries_the_security_headers, BARE_500, {}),
+    "lenient-metadata": (damage.test_damaged_metadata_is_left_out_not_a_traceback_or_500, LENIENT_METADATA, {}),
+    "nan-vectors": (damage.test_a_nan_embedding_is_refused_on_open, NAN_VECTORS_PASS, {}),
+    "all-400": (limits.test_a_full_disk_is_507_and_a_busy_store_503, ALL_400, {}),
+    "no-header-deadline": (limits.test_idle_and_trickling_connections_are_closed, NO_HEADER_DEADLINE, {}),
     "no-file-depth-limit": (files.test_nested_json_in_model_files, NO_FILE_DEPTH_LIMIT, {"name": "config.json"}),
     "no-folder-rule": (files.test_compact_over_an_existing_folder, NO_FOLDER_RULE, {}),
     "text-compared": (rules.test_keyed_retries_compare_values, TEXT_COMPARED, {}),
@@ -279,5 +287,6 @@ def test_a_fault_test_fails_on_the_fault_it_names(test, mutation, params, monkey
 
 def test_a_failing_commit_shows_as_a_second_store(monkeypatch, tmp_path):
     """The blind spot itself: without keys, an add that fails after its commit is stored twice, and the test says so."""
-    failed = run_broken(service.test_adds_after_a_failing_commit, FAILS_AFTER_COMMIT, monkeypatch, tmp_path)
+    test = service.test_concurrent_adds_after_a_failing_commit_are_stored_once
+    failed = run_broken(test, FAILS_AFTER_COMMIT, monkeypatch, tmp_path)
     assert failed.match(r"[1-9]\d* stored twice; answers \[.*500")

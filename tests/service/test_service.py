@@ -26,6 +26,7 @@ from dupq.collection.rows import StoreFailure
 from dupq.core.errors import DupqError
 from dupq.service.app import create_app
 from dupq.service.batching import Batcher
+from dupq.service.middleware import SECURITY_HEADERS
 from dupq.service.schemas import HitOut, SearchResponse
 from support.errors import refused
 from support.servicekit import LiveServer, build_collection, milvus_or_skip, questions
@@ -296,21 +297,39 @@ def test_hostile_bodies_get_a_json_422_and_store_nothing(client, path, body):
     r = client.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
     assert r.status_code == 422, r.text
     assert r.headers["content-type"] == "application/json" and r.json()["detail"]
+    assert {name.decode() for name, _ in SECURITY_HEADERS} <= set(r.headers)
     assert client.get("/health").json()["questions"] == N
 
 
 def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkeypatch):
-    """the cache write fails after every commit; 5 concurrent adds, then retries of each."""
+    """The cache write fails after every commit (a full disk). 5 concurrent adds without a key, each retried by its
+    client after a server error: each stored once (an add that fails after its commit shows as twice). 5 with an
+    Idempotency-Key, every one retried: the same ids, and a key sent with another question is a conflict."""
     monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(
         dupq.index.vectors,
         "atomic_write",
         lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")),
     )
-    new = [f"What is the tallest mountain in {country}?" for country in ("Kenya", "Chile", "Japan", "Norway", "Mexico")]
-    with TestClient(create_app(coll_dir, token=TOKEN)) as c:
-        vectors = c.app.state.collection.model.encode(new)
-        assert len({v.tobytes() for v in vectors}) == len(new)  # the model tells them apart, so a search finds each
+    countries = ("Kenya", "Chile", "Japan", "Norway", "Mexico")
+    keyless = [f"What language is spoken in {country}?" for country in countries]
+    new = [f"What is the tallest mountain in {country}?" for country in countries]
+    with TestClient(create_app(coll_dir, token=TOKEN), raise_server_exceptions=False) as c:
+        questions = c.get("/health").json()["questions"]
+        vectors = c.app.state.collection.model.encode(keyless + new)
+        assert len({v.tobytes() for v in vectors}) == 10  # the model tells them apart, so a search finds each
+        codes = []
+
+        def add_keyless(text):  # nothing makes a retry safe: one retry after a server error
+            for _ in range(2):
+                codes.append(c.post("/questions", json={"text": text}, headers=AUTH).status_code)
+                if codes[-1] < 500:
+                    return
+
+        with ThreadPoolExecutor(5) as pool:
+            list(pool.map(add_keyless, keyless))
+        twice = c.get("/health").json()["questions"] - questions - len(keyless)
+        assert twice == 0 and max(codes) < 500, f"{twice} stored twice; answers {sorted(codes)}"
 
         def add(i):
             return c.post("/questions", json={"text": new[i]}, headers={**AUTH, "Idempotency-Key": f"req-{i}"})
@@ -328,9 +347,11 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
         assert conflict.status_code == 409 and "req-0" in conflict.json()["detail"]
         mismatch = c.post("/questions", json={"text": new[1], "key": "a"}, headers={**AUTH, "Idempotency-Key": "b"})
         assert mismatch.status_code == 409
-        assert c.get("/health").json()["questions"] == N + 5
-        stored = [h["text"] for q in new for h in c.post("/search", json={"question": q, "k": 1}).json()["results"]]
-        assert stored == new
+        assert c.get("/health").json()["questions"] == questions + 10
+        found = [
+            h["text"] for q in keyless + new for h in c.post("/search", json={"question": q, "k": 1}).json()["results"]
+        ]
+        assert found == keyless + new
 
 
 def test_the_server_sees_adds_of_another_process(client):
@@ -375,6 +396,7 @@ def test_slow_bodies_are_cut_off(coll_dir):
             answer = sock.recv(4096)
             assert time.monotonic() - started < 5
         assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 seconds" in answer
+        assert b"content-security-policy" in answer.lower()
 
 
 def test_serve_on_a_port_in_use_fails_before_announcing(built, tmp_path):
