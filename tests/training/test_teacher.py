@@ -24,7 +24,7 @@ from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches
 from dupq.training.distil import teacher as teacher_module
 from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts
-from dupq.training.losses import distillation_loss, similarity_matching_loss
+from dupq.training.losses import distillation_loss
 from dupq.training.objectives import Objective
 
 WIDTH = 12
@@ -171,11 +171,11 @@ def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing()
     mask = taught.taught
     student, teacher = v[mask], taught.teacher[mask]  # float32, as the objective reads them
     assert mask.sum() == 12 + 4  # q1/q2 of rows 0..5 are taught, rows 6, 7 not; plus the 4 distil-only rows
-    both = Objective({"distil": 2.0, "distil_matrix": 3.0})
-    expected = 2 * distillation_loss(projection(student), teacher) + 3 * similarity_matching_loss(student, teacher)
-    assert both(v, taught, projection=projection).item() == pytest.approx(expected.item(), abs=1e-12)
+    distil = Objective({"distil": 2.0})
+    expected = 2 * distillation_loss(projection(student), teacher)
+    assert distil(v, taught, projection=projection).item() == pytest.approx(expected.item(), abs=1e-12)
     with pytest.raises(ValueError, match="teacher vectors"):
-        both(v[:16], plain, projection=projection)
+        distil(v[:16], plain, projection=projection)
 
 
 # Training with a teacher: the loop, its checks, and the model folder it leaves.
@@ -211,7 +211,7 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
         epochs=2,
         lr=0.01,
         teacher_vectors=str(tmp_path / "teacher"),
-        losses={"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0, "distil_matrix": 1.0},
+        losses={"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0},
         batch_size=32,
     )
     quiet = {"log": lambda _: None, "progress": False, "split": split}

@@ -107,7 +107,7 @@ class TrainConfig:
             raise DupqError(
                 "the distil losses need --teacher-vectors (a folder made by `dupq distil teach`)"
                 if self.teacher_vectors == ""
-                else "--teacher-vectors is read by the distil losses only; add --loss distil:5 (or distil_matrix) or leave --teacher-vectors out."
+                else "--teacher-vectors is read by the distil losses only; add --loss distil:5 or leave --teacher-vectors out."
             )
 
     def objective(self) -> Objective:

@@ -210,17 +210,3 @@ def distillation_loss(student: Tensor, teacher: Tensor) -> Tensor:
     1.0
     """
     return (1 - cosine_similarity(student, teacher)).mean()
-
-
-def similarity_matching_loss(student: Tensor, teacher: Tensor) -> Tensor:
-    """Mean squared difference between the student's and the teacher's in-batch cosine matrices.
-
-    ``mean_{i,j} (cos(s_i, s_j) - cos(t_i, t_j))^2`` over the ``N x N`` cells: the student copies how the teacher ranks
-    the batch's questions against each other, not where its vectors lie, so no projection is needed between different
-    widths. This is the distance-wise term of relational knowledge distillation (Park et al. 2019, *Relational Knowledge
-    Distillation*) with cosine similarity in place of Euclidean distance, the quantity retrieval ranks by.
-
-    >>> round(similarity_matching_loss(torch.eye(2), torch.tensor([[1.0, 0.0], [1.0, 0.0]])).item(), 4)
-    0.5
-    """
-    return (similarity_matrix(student, student) - similarity_matrix(teacher, teacher)).pow(2).mean()

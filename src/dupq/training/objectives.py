@@ -31,7 +31,6 @@ from dupq.training.losses import (
     distillation_loss,
     multiple_negatives_ranking_loss,
     pair_bce_loss,
-    similarity_matching_loss,
     triplet_loss,
 )
 
@@ -144,18 +143,6 @@ class Distil(Loss):
         if rows.projection is None:
             raise ValueError("the distil loss needs a projection to the teacher's width")
         return distillation_loss(rows.projection(student), teacher)
-
-
-@register("distil_matrix")
-@dataclass
-class DistilMatrix(Loss):
-    """:func:`~dupq.training.losses.similarity_matching_loss` over the batch's taught questions."""
-
-    needs_teacher: ClassVar[bool] = True
-
-    def __call__(self, rows: Rows) -> Tensor | None:
-        student, teacher = rows.taught
-        return similarity_matching_loss(student, teacher) if len(student) >= 2 else None
 
 
 @register("triplet")
