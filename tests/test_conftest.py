@@ -22,7 +22,10 @@ def test_make_test_says_when_the_distil_tests_were_skipped_and_why(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+        },
         capture_output=True,
         text=True,
     )
