@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,20 @@ def one_sentence(main):
             raise typer.Exit(2) from e
 
     return run
+
+
+def child(command: list, what: str, error: type[Exception] = SystemExit, tail: int = 500, **kwargs):
+    """``command`` run to its end, its output captured as text; where it fails, ``error`` says ``what`` failed and
+    how its stderr ended (its last ``tail`` characters)."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        raise error(f"{what} failed: {done.stderr.strip()[-tail:]}")
+    return done
+
+
+def last_json(done: subprocess.CompletedProcess) -> dict:
+    """The JSON line a child process printed last on stdout."""
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def timed(fn, items) -> tuple[list, list[float]]:

@@ -66,6 +66,17 @@ def test_the_harness_times_each_call_and_reads_its_latencies_as_numpy_does():
     assert latency_ms(seconds) == naive == {"p50_ms": 1.5, "p99_ms": 9.76}
 
 
+def test_a_child_process_gives_its_last_json_line_or_says_how_it_failed():
+    import sys
+
+    from dupq_lab.options import child, last_json
+
+    printed = "print('progress'); print('{\"rate\": 2}')"
+    assert last_json(child([sys.executable, "-c", printed], "the child")) == {"rate": 2}
+    with pytest.raises(SystemExit, match="(?s)^the child failed: .*ZeroDivisionError"):
+        child([sys.executable, "-c", "1 / 0"], "the child")
+
+
 def test_a_command_says_one_sentence_for_a_bad_model_folder(tmp_path):
     import subprocess
     import sys

@@ -50,7 +50,20 @@ from typing import Annotated, Optional
 import typer
 
 from dupq_lab.launch import free_port
-from dupq_lab.options import DATA, WORK, CollectionFolder, Data, Index, ModelFolder, Seconds, Seed, Work, latency_ms
+from dupq_lab.options import (
+    DATA,
+    WORK,
+    CollectionFolder,
+    Data,
+    Index,
+    ModelFolder,
+    Seconds,
+    Seed,
+    Work,
+    child,
+    last_json,
+    latency_ms,
+)
 from dupq_lab.service.http_load import HOST, adds_until_killed, run_phase, verify
 
 
@@ -120,25 +133,9 @@ def in_process_child(copy: Path, searches: list[str], seconds: float, args: Simp
     """:func:`in_process` in a child process that imports the code under test (``--code``)."""
     queries = args.work / "in-process-queries.json"
     queries.write_text(json.dumps(searches))
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dupq_lab",
-            "service-load",
-            "--in-process",
-            str(copy),
-            str(queries),
-            "--single-seconds",
-            str(seconds),
-        ],
-        env=code_env(args),
-        capture_output=True,
-        text=True,
-    )
-    if child.returncode != 0:
-        raise SystemExit(f"the in-process search run failed: {child.stderr.strip()[-500:]}")
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    command = [sys.executable, "-m", "dupq_lab", "service-load", "--in-process", copy, queries]
+    command += ["--single-seconds", seconds]
+    return last_json(child(command, "the in-process search run", env=code_env(args)))
 
 
 def one_thread() -> None:
@@ -199,11 +196,7 @@ def built(args: SimpleNamespace) -> Path:
     if not source.exists():  # its output stays out of the one JSON line this script prints
         command = ["index", "build", str(args.data), "--out", str(source), "--index", args.index]
         model = ["--model", str(args.model)] if args.model else []
-        done = subprocess.run(
-            [sys.executable, "-m", "dupq.cli", *command, *model], capture_output=True, text=True, env=code_env(args)
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"dupq index build failed: {done.stderr.strip()[-500:]}")
+        child([sys.executable, "-m", "dupq.cli", *command, *model], "dupq index build", env=code_env(args))
     return source
 
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from dupq_lab.options import RUNS, Rounds, Seconds
+from dupq_lab.options import RUNS, Rounds, Seconds, child, last_json
 
 
 def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict:
@@ -32,10 +31,7 @@ def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict
     command += ["--seconds", str(seconds), "--work", str(work)]
     if code is not None:
         command += ["--code", str(code)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"service_load.py failed ({'baseline' if code else 'current'}): {done.stderr.strip()[-500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return last_json(child(command, f"service_load.py ({'baseline' if code else 'current'})"))
 
 
 def summary(runs: list[dict]) -> dict:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,6 +58,7 @@ import numpy as np
 import typer
 
 from dupq_lab.launch import ENV, local_cluster, same_group_pairs
+from dupq_lab.options import child as run_child
 from dupq_lab.options import integers
 
 CACHE = Path("runs/dedup_scale")
@@ -94,9 +94,7 @@ def first(n: int) -> Path:
 def timed(command: list) -> dict:
     """Wall time and peak memory (GNU time's maximum resident set) of one process; its last stdout line, if
     JSON, is merged in."""
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", *map(str, command)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, command))} failed: {proc.stderr.strip().splitlines()[-3:]}")
+    proc = run_child(["/usr/bin/time", "-f", "%e %U %S %M", *command], " ".join(map(str, command)))
     seconds, user, system, kilobytes = proc.stderr.strip().splitlines()[-1].split()
     row = {"seconds": float(seconds), "cpu_seconds": round(float(user) + float(system), 1)}
     row["peak_gb"] = round(int(kilobytes) / 1e6, 3)
@@ -380,10 +378,7 @@ def on_ray(n: int, exact_below: list[int]) -> dict:
             for name, extra in (("one machine", []), ("ray", ["--ray", address])):
                 out = CACHE / f"ray-{name.replace(' ', '-')}.csv"
                 cmd = [bin_ / "dupq", "dedup", first(n), "--out", out, "--exact-below", eb, "--no-progress", *extra]
-                proc = subprocess.run(list(map(str, cmd)), env=ENV, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise SystemExit(proc.stdout + proc.stderr)
-                row[name] = proc.stdout.strip().splitlines()[-1]
+                row[name] = run_child(cmd, f"dupq dedup ({name})", env=ENV).stdout.strip().splitlines()[-1]
             a, b = same_group_pairs(CACHE / "ray-one-machine.csv"), same_group_pairs(CACHE / "ray-ray.csv")
             row["same_group_pairs"] = {"one machine": len(a), "ray": len(b), "both": len(a & b)}
             row["share_of_one_machine_in_ray"] = round(len(a & b) / max(1, len(a)), 4)

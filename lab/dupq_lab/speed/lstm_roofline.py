@@ -21,26 +21,20 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from typing import Annotated
 
 import torch
 import torch.utils.mkldnn
 import typer
 
-from dupq_lab.options import Threads, report
+from dupq_lab.options import Threads, report, timed
 
 
 def rate(fn, repeats: int) -> float:
     """Seconds per call of ``fn``: the median of ``repeats`` timed calls after 3 warm-up calls."""
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return sorted(timed(lambda _: fn(), range(repeats))[1])[repeats // 2]
 
 
 def matmul_gflops(repeats: int, n: int = 2048) -> dict[str, float]:

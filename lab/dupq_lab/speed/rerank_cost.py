@@ -36,7 +36,6 @@ import random
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ from dupq.collection.rerank import rerank_candidates
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
 from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Rounds, Seconds, one_sentence
+from dupq_lab.options import child as run_child
 
 TARGETS = {"build_ratio": 2.0, "stored_search_p50_ms": 30.0, "first_search_p50_ms": 1500.0, "serve_per_s": 100.0}
 PASSES = 3  # passes over the queries for the stored-search latency
@@ -63,11 +63,8 @@ def built(corpus: Path, out: Path, model: Optional[Path], rerank: str | None) ->
     command += ["--model", str(model)] if model else []
     command += ["--rerank", rerank] if rerank else []
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise DupqError(f"dupq index build failed: {done.stderr.strip()[-500:]}")
-    return seconds
+    run_child(command, "dupq index build", DupqError)
+    return time.perf_counter() - started
 
 
 def apart(coll, queries: list[str], wanted: int) -> list[str]:
@@ -196,13 +193,11 @@ def measure(
         "build": {"plain_s": round(plain, 2), "rerank_s": round(reranked, 2), "ratio": round(reranked / plain, 3)},
     }
     # a child process: one torch thread for the searches, as dupq search runs, and this one keeps its own
-    child = work / "searched.json"
+    into = work / "searched.json"
     spec = json.dumps({"folder": str(work / "reranked"), "queries": queries, "wanted": searches})
     command = [sys.executable, "-m", "dupq_lab", "rerank-cost", "--rerank", rerank]
-    done = subprocess.run([*command, "--searched", spec, "--into", str(child)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise DupqError(f"the timed searches failed: {done.stderr.strip()[-500:]}")
-    found = json.loads(child.read_text())
+    run_child([*command, "--searched", spec, "--into", into], "the timed searches", DupqError)
+    found = json.loads(into.read_text())
     out["first_search"], out["stored_search"] = found["first_search"], found["stored_search"]
     out["serve"] = served(work / "reranked", found["chosen"], clients, seconds, rounds, work)
     out["targets"] = {

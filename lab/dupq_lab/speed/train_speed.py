@@ -20,10 +20,8 @@ labelled recipe's encoder (the bundled model's shape; ``--dim`` changes it for e
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from dupq.training.distributed import World
 from dupq.training.loop import Update
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
-from dupq_lab.options import DATA, Data, report
+from dupq_lab.options import DATA, Data, child, last_json, report
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -99,15 +97,8 @@ def keras_rate(train, steps: int, repeats: int) -> dict:
         # whitespace runs become one space: a tab or newline inside a question would split its line
         lines = (f"{' '.join(a.split())}\t{' '.join(b.split())}\n" for a, b in zip(train.q1, train.q2))
         pairs.write_text("".join(lines), encoding="utf-8")
-        child = subprocess.run(
-            [sys.executable, "-m", "dupq_lab", "keras-seed", str(pairs)]
-            + ["--steps", str(steps), "--repeats", str(repeats), "--threads", str(torch.get_num_threads())],
-            capture_output=True,
-            text=True,
-        )
-    if child.returncode != 0:
-        raise SystemExit(f"dupq-lab keras-seed failed: {child.stderr.strip()[-800:]}")
-    return json.loads(child.stdout.strip().splitlines()[-1])
+        command = [sys.executable, "-m", "dupq_lab", "keras-seed", pairs, "--steps", steps, "--repeats", repeats]
+        return last_json(child([*command, "--threads", torch.get_num_threads()], "dupq-lab keras-seed", tail=800))
 
 
 def main(
