@@ -7,6 +7,8 @@ because it imports nothing of the tests.
 from __future__ import annotations
 
 import csv
+import http.client
+import json
 import os
 import shutil
 import signal
@@ -33,14 +35,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def post(url: str, body: bytes, headers: dict) -> int:
-    """POST a JSON ``body``; the answer's status (an error status too)."""
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
+def ask(url: str, body: dict | None = None, method: str = "POST", token: str = "") -> tuple[int, dict | None]:
+    """One JSON request (with ``token`` as its bearer): its status and answer; (0, None) when no answer came
+    (refused, cut, timed out)."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    data = None if body is None else json.dumps(body).encode()
     try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers, method=method), timeout=30) as r:
+            return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
-        return e.code
+        return e.code, None
+    except (OSError, http.client.HTTPException):
+        return 0, None
 
 
 class Served(NamedTuple):
@@ -79,13 +85,6 @@ def served(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@contextmanager
-def serving(collection: Path, *extra: str, command: list[str], env: dict | None = None) -> Iterator[str]:
-    """``dupq serve COLLECTION`` (``command`` runs the CLI) on a free loopback port while the ``with`` lasts; its URL."""
-    with served(collection, *extra, command=command, env=env) as server:
-        yield server.url
 
 
 def _answers(url: str) -> bool:

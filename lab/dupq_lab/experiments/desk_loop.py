@@ -33,11 +33,11 @@ from dupq.evaluation.collection_calibration import calibrate_collection
 from dupq.evaluation.tasks import read_help_desk_pairs
 from dupq.modeling.model import Model
 from dupq.service.app import create_app
+from dupq_lab.experiments.desk_verdict import TIERS, precision_recall
 from dupq_lab.options import ModelFolder
 
 TOKEN = "desk-loop"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-TIERS = ("duplicate", "suggest")
 
 
 def top_hits(client: TestClient, queries: list[str], k: int, exclude: list[str] | None = None) -> list[dict | None]:
@@ -60,12 +60,7 @@ def tier_measures(tops: list[dict | None], answers: list[str]) -> dict[str, dict
         flagged = [
             t is not None and (t["tier"] == "duplicate" or (tier == "suggest" and t["tier"] == "suggest")) for t in tops
         ]
-        hits = sum(f and r for f, r in zip(flagged, right))
-        out[tier] = {
-            "top_flagged": sum(flagged),
-            "precision": round(hits / sum(flagged), 4) if any(flagged) else None,
-            "recall": round(hits / len(tops), 4),
-        }
+        out[tier] = precision_recall(flagged, right)
     return out
 
 

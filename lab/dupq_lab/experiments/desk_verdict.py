@@ -51,17 +51,23 @@ def in_tier(hit, tier: str) -> bool:
     return hit.duplicate if tier == "duplicate" else hit.tier in TIERS
 
 
+def precision_recall(flagged: list[bool], right: list[bool]) -> dict[str, float | int | None]:
+    """Of the queries' top hits, how many a tier flags, and its precision and recall (``right``: the hit is right)."""
+    hits = sum(f and ok for f, ok in zip(flagged, right))
+    return {
+        "top_flagged": sum(flagged),
+        "precision": round(hits / sum(flagged), 4) if any(flagged) else None,
+        "recall": round(hits / len(right), 4),
+    }
+
+
 def tier_measures(hits: list, relevant: list[set[int]], tier: str) -> dict[str, float | int]:
     """Precision and recall of ``tier`` on each query's top hit (right: one of its ``relevant``), and the share
     of queries with a relevant question flagged among their hits."""
     top = [h[0] if h else None for h in hits]
     flagged = [t is not None and in_tier(t, tier) for t in top]
-    right = [t is not None and t.id in r for t, r in zip(top, relevant)]
-    hits_right = sum(f and ok for f, ok in zip(flagged, right))
     return {
-        "top_flagged": sum(flagged),
-        "precision": round(hits_right / sum(flagged), 4) if any(flagged) else None,
-        "recall": round(hits_right / len(hits), 4),
+        **precision_recall(flagged, [t is not None and t.id in r for t, r in zip(top, relevant)]),
         "old_flagged": round(
             sum(any(h.id in r and in_tier(h, tier) for h in row) for row, r in zip(hits, relevant)) / len(hits), 4
         ),

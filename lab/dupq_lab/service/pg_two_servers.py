@@ -15,7 +15,6 @@ answers that still showed the old question. Prints one JSON line.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import signal
@@ -23,8 +22,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
@@ -33,25 +30,17 @@ from typing import Annotated
 
 import typer
 
+from dupq_lab import launch
+
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]
 TOKEN = "two-servers-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 SEEN_WITHIN_S = 1.0  # a remove or an update must show on every worker this soon after its answer
 STARTUP_S = 300  # a server's start on a loaded machine (two workers, each loading torch and the model)
 PROBES = 20  # searches per server after a remove or an update, each on a new connection
 
 
 def ask(url: str, body: dict | None = None, method: str = "POST") -> tuple[int, dict | None]:
-    """One JSON request: its status and answer; (0, None) when no answer came (refused, cut, timed out)."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers=AUTH, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, None
-    except (OSError, http.client.HTTPException):
-        return 0, None
+    return launch.ask(url, body, method, TOKEN)
 
 
 def family(pid: int) -> list[int]:
@@ -177,7 +166,6 @@ def main(
 ) -> None:
     from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
-    from dupq_lab.launch import served
     from dupq_lab.speed.pgvector_speed import private_postgres
 
     env = {**os.environ, "DUPQ_API_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
@@ -187,7 +175,7 @@ def main(
         Collection.build(location, seeds, Model.load(), keys=[f"seed{i}" for i in range(20)]).close()
         figures = measure(
             location,
-            lambda: served(location, "--workers", str(workers), command=DUPQ, env=env, startup=STARTUP_S),
+            lambda: launch.served(location, "--workers", str(workers), command=DUPQ, env=env, startup=STARTUP_S),
             adds,
             clients,
         )

@@ -24,7 +24,7 @@ from typing import Annotated
 
 import typer
 
-from dupq_lab.launch import post, serving
+from dupq_lab.launch import ask, served
 
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]
 TOKEN = "reencode-token"
@@ -40,14 +40,14 @@ def measure(tmp: Path, questions: int, writers: int, workers: int, command: list
     Collection.build(tmp / "old", texts, Model.load()).close()
     acknowledged: dict[str, float] = {}  # text -> when its 201 came
     stop = threading.Event()
-    with serving(tmp / "old", "--workers", str(workers), command=command, env=env) as url:
+    with served(tmp / "old", "--workers", str(workers), command=command, env=env) as server:
+        url = server.url
 
         def writer(n: int) -> None:
             i = 0
             while not stop.is_set():
                 text = f"Writer {n} adds question {i} about {n * 1000 + i}?"
-                body = json.dumps({"text": text}).encode()
-                if post(url + "/questions", body, {"Authorization": f"Bearer {TOKEN}"}) == 201:
+                if ask(url + "/questions", {"text": text}, token=TOKEN)[0] == 201:
                     acknowledged[text] = time.monotonic()
                 i += 1
 
