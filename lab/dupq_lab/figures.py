@@ -31,6 +31,11 @@ def printed(entry: dict) -> dict:
     return json.loads(next(line for line in reversed(entry["output"]) if line.startswith("{")))
 
 
+def json_lines(name: str, start: str = "{") -> list[dict]:
+    """Every line starting with ``start`` that the saved commands of docs/results/NAME printed, read as JSON, in order."""
+    return [json.loads(line) for entry in saved(name) for line in entry["output"] if line.startswith(start)]
+
+
 def source(spec: str):
     """One input: ``FILE`` (the JSON its last command printed), ``FILE | COMMAND`` (that command, else the first starting so),
     ``FILE *`` (every command's), ``*.jsonl`` (the sweeps' rows, by name); None where FILE is missing."""
@@ -281,10 +286,7 @@ def branch(name: str) -> list[list[str]]:
 def tiers_runs(name: str) -> list[dict]:
     """The summary line of each saved ``dupq-lab tiers`` run in ``name`` (its stdout; the per-tier progress lines
     on stderr, printed after it, are skipped)."""
-    if not (RESULTS / name).is_file():
-        return []
-    lines = (line for entry in saved(name) for line in entry["output"] if line.startswith('{"split"'))
-    return [json.loads(line) for line in lines]
+    return json_lines(name, '{"split"') if (RESULTS / name).is_file() else []
 
 
 def tiers(name: str = "tiers_test.json", reranked: bool = False) -> list[list[str]]:
@@ -418,7 +420,7 @@ def routes() -> list[list[str]]:
 
 def dedup_speed() -> list[list[str]]:
     """docs/results/dedup_speed.json: dupq's and SemHash's grouping side by side, then dupq alone on every question."""
-    lines = [json.loads(x) for e in saved("dedup_speed.json") for x in e["output"] if x.startswith("{")]
+    lines = json_lines("dedup_speed.json")
     runs = [x for x in lines if "dupq grouping (cosine)" in x]  # the side-by-side rows, as each size ended
     names = [k for k in runs[0] if k != "questions"]
 
@@ -454,8 +456,7 @@ def median_run() -> dict:
 
 def dedup(name: str) -> dict:
     """What a saved `dupq-lab dedup-scale` run printed as its result (its rows on stderr are left out)."""
-    lines = (json.loads(line) for e in saved(name) for line in e["output"] if line.startswith("{"))
-    return next(x for x in lines if "machine" in x)
+    return next(x for x in json_lines(name) if "machine" in x)
 
 
 def sweep(name: str) -> list[dict]:
