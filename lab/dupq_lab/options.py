@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -27,6 +27,7 @@ WORK = RUNS / "bench-service"
 
 ModelFolder = Annotated[Optional[Path], typer.Option(help="Model folder (default: the bundled model).")]
 Data = Annotated[Path, typer.Option(help="Quora pairs file (default: $DUPQ_DATA, else the shared one).")]
+Split = Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")]
 Seed = Annotated[int, typer.Option(help="Random seed (which questions are sampled).")]
 Threads = Annotated[int, typer.Option(min=1, help="CPU threads (torch's, FAISS's).")]
 CollectionFolder = Annotated[

@@ -32,7 +32,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional
 
 import torch
 import typer
@@ -40,7 +40,7 @@ import typer
 from dupq.collection.collection import Collection
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, read_judged, shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, RUNS, Data, ModelFolder, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Split, one_sentence
 from dupq_lab.vector_cache import cached
 
 TIERS = ("duplicate", "suggest")
@@ -87,9 +87,7 @@ def judged_wrong(hits: list, relevant: list[set[int]], own: list[int], tier: str
 
 @one_sentence
 def main(
-    split: Annotated[
-        Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")
-    ] = "test",
+    split: Split = "test",
     k: Annotated[int, typer.Option(min=1, help="Hits each new question gets.")] = 10,
     distractors: Annotated[
         bool, typer.Option(help="Search the Quora distractors too (the yardstick), or the desk's old questions alone.")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -27,7 +27,7 @@ from dupq.core.files import atomic_write
 from dupq.evaluation.retrieval import RetrievalTask, retrieval_measures
 from dupq.evaluation.tasks import help_desks, shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder, one_sentence
+from dupq_lab.options import DATA, Data, ModelFolder, Split, one_sentence
 
 
 def write_questions(task: RetrievalTask, path: Path) -> None:
@@ -39,7 +39,7 @@ def write_questions(task: RetrievalTask, path: Path) -> None:
 
 @one_sentence
 def main(
-    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    split: Split = "dev",
     model: ModelFolder = None,
     minilm: Annotated[bool, typer.Option(help="Also score all-MiniLM-L6-v2 (the distil extra).")] = False,
     data: Data = DATA,

@@ -33,7 +33,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ from dupq.collection.collection import Collection
 from dupq.evaluation.retrieval import ranking_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, RUNS, Data, ModelFolder, integers, one_sentence, timed
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Split, integers, one_sentence, timed
 from dupq_lab.vector_cache import cached
 
 TOP = 10  # the depth the ranking measures read
@@ -67,7 +67,7 @@ def ranked(coll: Collection, queries: list[str], own: np.ndarray, **search) -> n
 def main(
     rerank: Annotated[Path, typer.Option(metavar="MODEL", help="The reranker's model folder.")],
     model: ModelFolder = None,
-    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    split: Split = "dev",
     ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "10,20,50,100",
     data: Data = DATA,
     work: Annotated[Path, typer.Option(help="Where the task's collection is kept between runs.")] = RUNS / "rerank-k",

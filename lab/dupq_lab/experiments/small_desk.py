@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -26,7 +26,7 @@ from dupq.core.files import atomic_write
 from dupq.evaluation.retrieval import retrieval_measures
 from dupq.evaluation.tasks import help_desk_task, read_help_desk_pairs, shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
-from dupq_lab.options import DATA, Data, ModelFolder, integers, one_sentence
+from dupq_lab.options import DATA, Data, ModelFolder, Split, integers, one_sentence
 
 WORK = Path("runs/small-desk")  # in the repository, where dupq-lab figures runs
 SHOWN = ("recall@1", "mrr@10", "recall@10")
@@ -52,7 +52,7 @@ def shown(model: Model, task) -> dict[str, float]:
 
 @one_sentence
 def main(
-    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    split: Split = "dev",
     mix: Annotated[str, typer.Option(help="dupq adapt --mix values, comma-separated.")] = "0,20000",
     model: ModelFolder = None,
     work: Annotated[Path, typer.Option(help="Folder of the desk's questions and the adapted models.")] = WORK,

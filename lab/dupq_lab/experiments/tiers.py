@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -42,7 +42,7 @@ from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import quora_distractors, shipped_help_desk_task
 from dupq.modeling.model import Model
 from dupq.modeling.static import join_vectors
-from dupq_lab.options import DATA, Data, one_sentence
+from dupq_lab.options import DATA, Data, Split, one_sentence
 from dupq_lab.vector_cache import DigestCache
 
 SPEED_QUESTIONS = 2_000
@@ -90,7 +90,7 @@ def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
 
 @one_sentence
 def main(
-    split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose on it) or test (only report it).")] = "dev",
+    split: Split = "dev",
     tier: Annotated[
         Optional[list[str]], typer.Option(help="NAME=FOLDER (bundled: the bundled model; st:FOLDER a transformer).")
     ] = None,
