@@ -8,7 +8,7 @@ Reserved metadata fields (:func:`decision_problem` is their rule): ``duplicate_o
 list of keys), ``judged`` (``{key: digest}`` of the two texts each decision was made on, :func:`judged_digest`),
 ``decision_changes`` (each decision changed, from what and when), ``pending`` (waiting for a moderator: out of searches)
 and ``reviewed`` (the review queue's decision). Metadata holds no U+0000: SQLite's ``json_extract`` stops at it, so
-``"acme\u0000evil"`` would pass the filter ``"acme"``.
+``"acme\\u0000evil"`` would pass the filter ``"acme"``.
 """
 
 from __future__ import annotations
