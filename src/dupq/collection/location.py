@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dupq.collection.milvus.address import is_lite, is_milvus, parse
 from dupq.collection.postgres.address import is_postgres, redact
+from dupq.core.errors import DupqError
 
 # kind -> "module:class" of its backend, imported only when used (pymilvus is an extra)
 BACKENDS = {
@@ -74,7 +75,13 @@ class Location:
     def backend(self) -> type:
         """The :class:`~dupq.collection.backend.Backend` subclass that keeps collections of this kind."""
         module, name = BACKENDS[self.kind].split(":")
-        return getattr(importlib.import_module(module), name)
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ImportError as e:  # its extra is not installed (the folder's needs nothing beyond the base install)
+            raise DupqError(
+                f"a {self.kind} collection needs {e.name}, which is not installed; install it with "
+                f'`pip install -e ".[{self.kind}]"`.'
+            ) from None
 
     @property
     def address(self) -> str:
