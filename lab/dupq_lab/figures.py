@@ -153,13 +153,15 @@ RERANKERS = {"minilm": "all-MiniLM-L6-v2", "mpnet": "all-mpnet-base-v2"}  # a na
 RERANK_K_RUNS = {"minilm": "rerank_k.json", "mpnet": "rerank_k_mpnet.json"}  # the saved dupq-lab rerank-k runs
 
 
-def rerank_run(reranker: str, split: str, name: str | None = None) -> dict | None:
-    """The saved ``dupq-lab rerank-k`` (or, with ``name``, another command's) run of ``reranker`` on ``split``."""
+def rerank_run(reranker: str, split: str, name: str | None = None, now: bool = False) -> dict | None:
+    """The saved ``dupq-lab rerank-k`` (or, with ``name``, another command's) run of ``reranker`` on ``split``: the
+    lazy one, or with ``now`` the one with ``--rerank-now``."""
     name = name or RERANK_K_RUNS[reranker]
     command = f"dupq-lab {'rerank-k' if name in RERANK_K_RUNS.values() else 'rerank-retrieval'} --rerank {reranker} --split {split}"
-    if not (RESULTS / name).is_file() or not any(e["command"].startswith(command) for e in saved(name)):
+    if not (RESULTS / name).is_file():
         return None
-    return source(f"{name} | {command}")
+    found = [e for e in saved(name) if e["command"].startswith(command) and ("--rerank-now" in e["command"]) == now]
+    return printed(found[0]) if found else None
 
 
 def rerank_k(reranker: str = "minilm") -> list[list[str]]:
@@ -190,19 +192,25 @@ def rerank_k(reranker: str = "minilm") -> list[list[str]]:
                 f"{it['stored_search_ms_p50']:.1f} ms",
             ]
         )
-    test = rerank_run(reranker, "test")
-    if test is not None and str(r.get("chosen")) in test["per_k"]:  # reported on test, once K is chosen on dev
-        it = test["per_k"][str(r["chosen"])]
-        rows.append(
-            [
-                f"test half: the model alone, then K = {r['chosen']}",
-                f"{test['fast']['recall@1']:.3f} -> {it['recall@1']:.3f}",
-                f"{test['fast']['mrr@10']:.3f} -> {it['mrr@10']:.3f}",
-                f"{it['candidate_recall']:.3f}",
-                "-",
-                f"{it['stored_search_ms_p50']:.1f} ms",
-            ]
-        )
+    for now, how in ((False, ""), (True, ", every vector stored (`--rerank-now`)")):
+        now_dev = rerank_run(reranker, "dev", now=True) if now else r
+        if now and now_dev is not None and str(r.get("chosen")) in now_dev["per_k"]:
+            it = now_dev["per_k"][str(r["chosen"])]
+            rows.append([f"dev half, K = {r['chosen']}{how}", f"{it['recall@1']:.3f}", f"{it['mrr@10']:.3f}"])
+            rows[-1] += [f"{it['candidate_recall']:.3f}", "-", f"{it['stored_search_ms_p50']:.1f} ms"]
+        test = rerank_run(reranker, "test", now=now)
+        if test is not None and str(r.get("chosen")) in test["per_k"]:  # reported on test, once K is chosen on dev
+            it = test["per_k"][str(r["chosen"])]
+            rows.append(
+                [
+                    f"test half: the model alone, then K = {r['chosen']}{how}",
+                    f"{test['fast']['recall@1']:.3f} -> {it['recall@1']:.3f}",
+                    f"{test['fast']['mrr@10']:.3f} -> {it['mrr@10']:.3f}",
+                    f"{it['candidate_recall']:.3f}",
+                    "-",
+                    f"{it['stored_search_ms_p50']:.1f} ms",
+                ]
+            )
     return [header, *rows]
 
 
@@ -241,17 +249,30 @@ def reranked_tiers(bundled: dict) -> list[tuple[str, dict]]:
         quora_dev = rerank_run(reranker, "dev", "rerank_retrieval.json")
         chosen = str(quora_dev["chosen"]) if quora_dev else None
         first = k * desk_dev["reranker_ms_per_question"] / 1000
-        out.append(
+        now = rerank_run(reranker, "test", now=True)
+        for label, desk_run, quora_run, build in (
+            (f"its top {k} reranked by {title} (`--rerank {reranker}`)", desk, quora, f"a first search +{first:.1f} s"),
             (
-                f"dupq bundled, its top {k} reranked by {title} (`--rerank {reranker}`)",
-                {
-                    "help_desk": desk["per_k"][str(k)],
-                    "quora": quora["per_k"][chosen] if quora and chosen in quora["per_k"] else None,
-                    "questions_per_s": bundled["questions_per_s"],
-                    "build": f"{bundled['build_20k_s']:,.1f} s; a first search +{first:.1f} s",
-                },
+                f"reranked by {title}, every vector stored (`--rerank {reranker} --rerank-now`)",
+                now,
+                rerank_run(reranker, "test", "rerank_retrieval.json", now=True),
+                "+ the reranker's encoding of every question",
+            ),
+        ):
+            if desk_run is None or str(k) not in desk_run["per_k"]:
+                continue
+            quora_k = quora_run["per_k"][chosen] if quora_run and chosen in quora_run["per_k"] else None
+            out.append(
+                (
+                    f"dupq bundled, {label}",
+                    {
+                        "help_desk": desk_run["per_k"][str(k)],
+                        "quora": quora_k,
+                        "questions_per_s": bundled["questions_per_s"],
+                        "build": f"{bundled['build_20k_s']:,.1f} s; {build}",
+                    },
+                )
             )
-        )
     return out
 
 

@@ -15,13 +15,15 @@ import sys
 import numpy as np
 import pytest
 from collkit import distinct, kill_9_when
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.collection.collection import Collection, Location
 from dupq.collection.folder.backend import DATABASE
 from dupq.collection.reencode import reencode
-from dupq.collection.rerank import RERANK_CANDIDATES, rerank_candidates
+from dupq.collection.rerank import RERANK_CANDIDATES, HeldVectors, joined, rerank_candidates
 from dupq.core.errors import DupqError
 from support.errors import refused
 
@@ -62,8 +64,9 @@ def test_reranked_order_equals_brute_force(tmp_path, texts, queries, tiny_model,
     coll = Collection.build(tmp_path / "c", texts, tiny_model, rerank=head_model)
     with coll:
         fast = coll.search(queries, k=K, rerank=False)
-        reranked = coll.search(queries, k=K, candidates=K)
-        top3 = coll.search(queries, k=3, candidates=K)
+        reranked = coll.search(queries, k=K, candidates=K)  # nothing stored yet: the model's K alone
+        top3 = coll.search(queries, k=3, candidates=K, rerank=True)
+        assert coll.stored_reranker_vectors()  # the first search stored its candidates' vectors
         for query, candidates, hits, first in zip(queries, fast, reranked, top3):
             assert all(h.ranked_by == "model" for h in candidates)
             assert all(h.ranked_by == "reranker" for h in hits)
@@ -72,10 +75,98 @@ def test_reranked_order_equals_brute_force(tmp_path, texts, queries, tiny_model,
             np.testing.assert_allclose([h.score for h in hits], [s for _, s in want], atol=1e-5)
             brute = dict(want)
             np.testing.assert_allclose([h.score for h in hits], [brute[h.id] for h in hits], atol=1e-5)
-            assert [h.id for h in first] == [h.id for h in hits[:3]]  # k does not change the order
+            # the stored vectors are candidates now: the top 3 are at least as near by the reranker
+            assert [h.score for h in first] >= [h.score for h in hits[:3]]
             verdicts = head_model.verdicts([query] * len(hits), [h.text for h in hits])  # the reranker's judge
             assert [h.duplicate for h in hits] == verdicts.duplicate.tolist()
             np.testing.assert_allclose([h.probability for h in hits], verdicts.probability, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=30), min_size=1, max_size=6),
+    st.integers(1, 12),
+    st.integers(0, 2**32 - 1),
+)
+def test_held_vectors_find_what_a_loop_over_the_latest_vectors_finds(batches, k, seed):
+    """Vectors put in batches (an id put again replaces its vector; past 1,024 rows the store grows): the nearest
+    held ids equal a loop over a dict of each id's latest vector, sorted."""
+    rng = np.random.default_rng(seed)
+    held, latest = HeldVectors(3), {}
+    for ids in batches:
+        vectors = rng.integers(-3, 4, size=(len(ids), 3)).astype(np.float32)  # small integers: exact dot products
+        held.put(ids, vectors)
+        latest.update(zip(ids, vectors))  # the last of an id within a batch wins, as put writes in order
+    query = rng.integers(-3, 4, size=(1, 3)).astype(np.float32)
+    got = held.nearest(query, k)[0].tolist()
+    score = {i: float(v @ query[0]) for i, v in latest.items()}
+    assert len(held) == len(latest) and len(got) == min(k, len(latest)) == len(set(got))
+    assert [score[i] for i in got] == sorted(score.values(), reverse=True)[: len(got)]
+
+
+def test_held_vectors_grow_past_their_first_room():
+    held = HeldVectors(2)
+    held.put(list(range(3_000)), np.tile(np.float32([1, 0]), (3_000, 1)))
+    held.put([2_999], np.float32([[0, 1]]))
+    assert len(held) == 3_000 and held.nearest(np.float32([[0, 1]]), 1).tolist() == [[2_999]]
+
+
+@given(
+    st.lists(st.lists(st.integers(-1, 30), max_size=8), min_size=1, max_size=4),
+    st.lists(st.integers(0, 30), max_size=10),
+    st.sets(st.integers(0, 30)),
+    st.integers(0, 6),
+)
+def test_joined_candidates_equal_a_loop(mine, theirs, admitted, limit):
+    """Each row: its own candidates (-1 dropped), then the first ``limit`` admitted of the other list it lacks."""
+    width = max(map(len, mine))
+    ids = np.array([row + [-1] * (width - len(row)) for row in mine], dtype=np.int64).reshape(len(mine), width)
+    extra = np.array([theirs] * len(mine), dtype=np.int64).reshape(len(mine), len(theirs))
+    got = joined(ids, extra, admitted, limit)
+    for row, out in zip(mine, got.tolist()):
+        want = [i for i in row if i >= 0]
+        for i in [i for i in theirs if i in admitted][:limit]:
+            if i not in want:
+                want.append(i)
+        assert out[: len(want)] == want and set(out[len(want) :]) <= {-1}
+
+
+def one_by_one(reranker, texts: dict[int, str]) -> dict[int, np.ndarray]:
+    return {i: reranker.encode([text])[0] for i, text in texts.items()}
+
+
+def test_stored_vectors_are_candidates_too(tmp_path, texts, queries, tiny_model, head_model):
+    """With every reranker vector stored (``rerank_now``), a search's candidates are the model's K best and the
+    reranker's own K best over every question that the search may answer: its order equals all of them re-scored one
+    text at a time and sorted, so its top hit is the reranker's own best over the whole collection. A filter and the
+    review queue hold for the reranker's own candidates as for the model's."""
+    metadata = [{"site": "ab"[i % 2]} for i in range(len(texts))]
+    with Collection.build(
+        tmp_path / "c", texts, tiny_model, metadata=metadata, rerank=head_model, rerank_now=True
+    ) as coll:
+        waiting = coll.add(
+            [queries[0]], metadata=[{"site": "a"}], keys=["ticket-1"], pending=True
+        )  # the nearest there is, once stored
+        assert coll.rerank_all() == 1
+        rows = {i: (text, meta) for i, _, text, meta in coll.stored_rows()}
+        every = one_by_one(head_model, {i: text for i, (text, _) in rows.items()})
+        added = 0
+        for where in (None, {"site": "a"}):
+            fast = coll.search(queries, k=K, rerank=False, where=where)
+            reranked = coll.search(queries, k=K, candidates=K, where=where)
+            for query, candidates, hits in zip(queries, fast, reranked):
+                q = head_model.encode([query])[0]
+                answerable = [
+                    i for i, (_, meta) in rows.items() if i not in waiting and (where is None or meta["site"] == "a")
+                ]
+                own = sorted(answerable, key=lambda i: -float(every[i] @ q))[:K]
+                pool = [h.id for h in candidates] + [i for i in own if i not in {h.id for h in candidates}]
+                want = sorted(pool, key=lambda i: -float(every[i] @ q))[:K]
+                np.testing.assert_allclose([h.score for h in hits], [float(every[i] @ q) for i in want], atol=1e-5)
+                assert hits[0].id == own[0]  # the reranker's best over every question it may answer
+                assert waiting[0] not in {h.id for h in hits}
+                added += len({h.id for h in hits} - {h.id for h in candidates})
+        assert added  # the fault: only the model's candidates scored
 
 
 def test_a_rerankers_own_number_of_candidates_is_the_default(tmp_path, texts, queries, tiny_model, head_model):
@@ -84,11 +175,14 @@ def test_a_rerankers_own_number_of_candidates_is_the_default(tmp_path, texts, qu
     own = copy.deepcopy(head_model)
     fit = {"a": 1.0, "b": 1.0, "c": 0.0, "cosine": 0.0, "margin": 0.0, "margin_range": [-1.0, 1.0]}
     own.judge.search_calibration = {**fit, "suggest": 0.3, "duplicate": 0.6, "candidates": 3}
-    with Collection.build(tmp_path / "c", texts, tiny_model, rerank=own) as coll:
-        ids = lambda hits: [[h.id for h in row] for row in hits]  # noqa: E731
-        default = ids(coll.search(queries, k=3))
-        assert default == ids(coll.search(queries, k=3, candidates=3))
-        assert default != ids(coll.search(queries, k=3, candidates=RERANK_CANDIDATES))  # the fault: K ignored
+
+    def first_search(name: str, **candidates) -> list[list[int]]:  # nothing stored: the model's candidates alone
+        with Collection.build(tmp_path / name, texts, tiny_model, rerank=own) as coll:
+            return [[h.id for h in row] for row in coll.search(queries, k=3, **candidates)]
+
+    default = first_search("default")
+    assert default == first_search("3", candidates=3)
+    assert default != first_search("many", candidates=RERANK_CANDIDATES)  # the fault: K ignored
     assert rerank_candidates(head_model) == RERANK_CANDIDATES
 
 

@@ -6,11 +6,14 @@ built with the fast model (``--model``; default the bundled model) and ``--reran
 ``dupq index build --rerank`` builds one, and each query is searched through
 :meth:`~dupq.collection.collection.Collection.search` with ``candidates=K`` for each K of ``--ks``
 (the product's own path: the reranker's vectors are encoded at a question's first use and
-stored). The collection is kept in ``--work`` (named by the two models' fingerprints), so a
-second run encodes nothing again; the reranker encodes through a cache of its vectors by text
-(:mod:`dupq_lab.vector_cache`, in ``--work``/vectors), so a query too is encoded once over every K
-and both halves, and vectors encoded elsewhere by the same model can be put there. Each K's
-measures go to stderr as it ends.
+stored, and the stored ones are candidates too). Lazy (the default), each K searches a fresh
+collection, its queries in order, as a desk's new questions arrive: each search stores its
+candidates' vectors, which later searches may find. ``--rerank-now`` builds one collection with
+every reranker vector stored, as ``dupq index build --rerank-now`` does. The collections are kept
+in ``--work`` (named by the two models' fingerprints and the split); the reranker encodes through
+a cache of its vectors by text (:mod:`dupq_lab.vector_cache`, in ``--work``/vectors), so a text is
+encoded once over every K, both halves and both builds, and vectors encoded elsewhere by the same
+model can be put there. Each K's measures go to stderr as it ends.
 
 Per K: the ranking measures of the reranked top 10 (MRR@10, Recall@1, Recall@10, ...), the
 share of queries whose old question is among the fast model's K (the ceiling), and its cost:
@@ -30,6 +33,7 @@ Prints one JSON line: {"split", "queries", "corpus", ..., "model", "rerank", "fa
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -69,50 +73,61 @@ def main(
     model: ModelFolder = None,
     split: Split = "dev",
     ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "10,20,50,100",
+    rerank_now: Annotated[
+        bool, typer.Option(help="Build with every reranker vector stored (dupq index build --rerank-now).")
+    ] = False,
     data: Data = DATA,
-    work: Annotated[Path, typer.Option(help="Where the task's collection is kept between runs.")] = RUNS / "rerank-k",
+    work: Annotated[Path, typer.Option(help="Where the task's collections are kept between runs.")] = RUNS / "rerank-k",
     threads: Annotated[
         int, typer.Option(min=1, help="torch's threads for the timed searches (dupq search's default).")
     ] = 1,
 ) -> None:
     fast, reranker = Model.load(model), Model.load(rerank)
     task, made_of = shipped_help_desk_task(data, split)
-    folder = work / f"{fast.fingerprint()}-{reranker.fingerprint()}"
-    if (folder / "manifest.json").is_file():
-        coll = Collection.open(folder, fast, reranker)
-    else:
-        coll = Collection.build(folder, task.corpus, fast, rerank=reranker)
-    with coll:
-        out = {**made_of, "model": str(model or "bundled"), "rerank": str(rerank)}
-        plain = ranked(coll, task.queries, task.own, rerank=False)
-        out["fast"] = ranking_measures(task, plain)
-        _, deep = coll.nearest(fast.encode(task.queries), max(integers(ks)) + 1)  # (Q, K+1) the fast model's order
-        encoded, per_k = coll.reranker_encoded, {}
-        with cached(reranker, work / "vectors" / reranker.fingerprint()):
-            for k in integers(ks):
+    name = f"{fast.fingerprint()}-{reranker.fingerprint()}"
+    out = {**made_of, "model": str(model or "bundled"), "rerank": str(rerank), "rerank_now": rerank_now}
+    per_k, encoded = {}, 0
+    with cached(reranker, work / "vectors" / reranker.fingerprint()):
+        for k in integers(ks):
+            # lazy: a fresh collection for each K, its queries searched in order (each stores its candidates'
+            # vectors, candidates of the next); --rerank-now: one collection with every vector stored
+            folder = work / (f"{name}-{split}-now" if rerank_now else f"{name}-{split}-lazy-{k}")
+            if not rerank_now:
+                shutil.rmtree(folder, ignore_errors=True)
+            if (folder / "manifest.json").is_file():
+                coll = Collection.open(folder, fast, reranker)
+            else:
+                coll = Collection.build(folder, task.corpus, fast, rerank=reranker, rerank_now=rerank_now)
+            with coll:
+                if "fast" not in out:
+                    out["fast"] = ranking_measures(task, ranked(coll, task.queries, task.own, rerank=False))
+                    _, deep = coll.nearest(fast.encode(task.queries), max(integers(ks)) + 1)  # (Q, K+1) the model's
                 ids = ranked(coll, task.queries, task.own, candidates=k)
-                within = [
-                    {i for i in row.tolist() if i >= 0 and i != o}.intersection(row[: k + 1].tolist())
-                    for row, o in zip(deep, task.own)
-                ]
-                ceiling = np.mean([bool(set(r.tolist()) & w) for r, w in zip(task.relevant, within)])
-                per_k[str(k)] = {
-                    **ranking_measures(task, ids),
-                    "candidate_recall": float(ceiling),
-                    "first_search_encodes": k,
-                }
-                print(f"K = {k}: {json.dumps(per_k[str(k)])}", file=sys.stderr, flush=True)
-        out["reranker_encoded"] = coll.reranker_encoded - encoded  # by this run (0: all were stored already)
-        torch.set_num_threads(threads)
-        out["threads"] = threads
-        for k in integers(ks):  # timed without the cache: each search encodes its query with the reranker
+                encoded += coll.reranker_encoded
+            within = [
+                {i for i in row.tolist() if i >= 0 and i != o}.intersection(row[: k + 1].tolist())
+                for row, o in zip(deep, task.own)
+            ]
+            ceiling = np.mean([bool(set(r.tolist()) & w) for r, w in zip(task.relevant, within)])
+            per_k[str(k)] = {
+                **ranking_measures(task, ids),
+                "candidate_recall": float(ceiling),
+                "first_search_encodes": k,
+            }
+            print(f"K = {k}: {json.dumps(per_k[str(k)])}", file=sys.stderr, flush=True)
+    out["reranker_encoded"] = encoded  # by this run, through the lab's cache (0: every vector was cached already)
+    torch.set_num_threads(threads)
+    out["threads"] = threads
+    for k in integers(ks):  # timed without the cache: each search encodes its query with the reranker
+        folder = work / (f"{name}-{split}-now" if rerank_now else f"{name}-{split}-lazy-{k}")
+        with Collection.open(folder, fast, reranker) as coll:
             _, seconds = timed(lambda q, k=k: coll.search([q], k=TOP, candidates=k), task.queries[:TIMED])
-            per_k[str(k)]["stored_search_ms_p50"] = float(np.median(seconds) * 1000)
-        out["per_k"] = per_k
-        started = time.perf_counter()
-        reranker.encode(task.corpus[:SAMPLE])
-        out["reranker_ms_per_question"] = (time.perf_counter() - started) * 1000 / SAMPLE
-        best = max(v["recall@1"] for v in per_k.values())
-        out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
+        per_k[str(k)]["stored_search_ms_p50"] = float(np.median(seconds) * 1000)
+    out["per_k"] = per_k
+    started = time.perf_counter()
+    reranker.encode(task.corpus[:SAMPLE])
+    out["reranker_ms_per_question"] = (time.perf_counter() - started) * 1000 / SAMPLE
+    best = max(v["recall@1"] for v in per_k.values())
+    out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
     out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}
     print(json.dumps(out))

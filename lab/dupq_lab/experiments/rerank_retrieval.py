@@ -5,7 +5,10 @@ The task is ``dupq evaluate --task quora-retrieval``'s (:func:`dupq.evaluation.r
 dev rows alone, to choose K on). The fast model (``--model``; default the bundled model) ranks every
 question exactly, and :func:`~dupq.evaluation.retrieval.reranked_ranking` orders each query's top K
 by the reranker's cosine, as a collection built with ``--rerank`` orders its candidates (a tie keeps
-the fast model's order). ``--alone`` also ranks every question by the reranker alone.
+the fast model's order): its first searches, before any reranker vector is stored. ``--rerank-now``
+adds the reranker's own K best over every question to the candidates, as a collection built with
+``--rerank-now`` (every reranker vector stored) searches. ``--alone`` also ranks every question by
+the reranker alone.
 
 The reranker's vectors are kept in ``--work`` by the digest of their text (:mod:`dupq_lab.vector_cache`),
 written as they are encoded: each question is encoded once over every K, both splits (the dev
@@ -30,6 +33,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from dupq.collection.rerank import joined
 from dupq.data.pairs import read_pairs, recorded_split, split_pairs
 from dupq.evaluation.retrieval import (
     PARTS,
@@ -56,6 +60,10 @@ def main(
     split: Annotated[Literal["dev", "test"], typer.Option(help="dev (choose K on it) or test (report it).")] = "dev",
     ks: Annotated[str, typer.Option(help="The K values to measure, comma-separated.")] = "30,100",
     alone: Annotated[bool, typer.Option(help="Also rank every question by the reranker alone.")] = False,
+    rerank_now: Annotated[
+        bool,
+        typer.Option(help="Every reranker vector stored: the reranker's own K best are candidates too (--rerank-now)."),
+    ] = False,
     work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = RUNS
     / "rerank-retrieval",
 ) -> None:
@@ -66,10 +74,13 @@ def main(
     deep = dense_ranking(lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH), task, max(integers(ks)))
     out = {**task_summary(task), "split": split, "model": str(model or "bundled"), "rerank": str(rerank)}
     out["fast"] = ranking_measures(task, deep[:, :TOP])
+    out["rerank_now"] = rerank_now
+    own = dense_ranking(cache, task, max(integers(ks))) if rerank_now else None  # (Q, K) the reranker's own order
     per_k = {}
     for k in integers(ks):
-        ranked = reranked_ranking(deep[:, :k], cache, task, TOP)
-        per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, deep[:, :k])}
+        pool = deep[:, :k] if own is None else joined(deep[:, :k], own, set(range(len(task.corpus))), k)
+        ranked = reranked_ranking(pool, cache, task, TOP)
+        per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, pool)}
     if alone:  # after the candidates: the questions no K reaches are encoded last
         out["alone"] = ranking_measures(task, dense_ranking(cache, task, TOP))
     best = max(v["mrr@10"] for v in per_k.values())

@@ -30,14 +30,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from dupq.collection import review
-from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where
+from dupq.collection.backend import MAX_ID, Backend, IndexStats, check_where, hidden, matches
 from dupq.collection.building import build_inputs, encoded_chunks
 from dupq.collection.calibration import KeptCalibration, judge_hits
 from dupq.collection.hits import Hit, hits_of_queries, without_ids, without_removed_canonicals
 from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
 from dupq.collection.moderation import Moderated
-from dupq.collection.rerank import RERANK_BATCH, Reranking, rerank_candidates
+from dupq.collection.rerank import RERANK_BATCH, Reranking, joined, rerank_candidates
 from dupq.collection.rows import (
     KeyConflict,
     StoreFailure,
@@ -274,6 +274,7 @@ class Collection(Moderated):
         judge, hit_vectors, rows = self.model, self._backend.vectors, None
         if reranking:
             vectors = self.reranker.encode(queries, RERANK_BATCH)  # (Q, d') the queries as the reranker sees them
+            ids = self._and_the_rerankers_nearest(vectors, ids, depth, where)  # (Q, C')
             scores, ids, rows, hit_vectors = self._reranking.reordered(vectors, ids, wanted)  # (Q, k'), (Q, k')
             judge = self.reranker
         if left_out:  # before the margins: a ticket's own text must not stand in front of its duplicates
@@ -300,6 +301,25 @@ class Collection(Moderated):
         )
         hits = hits_of_queries(found.sum(1), hit_scores, hit_ids, judged, rows, reranking, self._damage)
         return without_removed_canonicals(hits, self._backend.find)
+
+    def _and_the_rerankers_nearest(self, vectors: np.ndarray, ids: np.ndarray, depth: int, where) -> np.ndarray:
+        """The model's candidates ``ids (Q, C)`` and, after them, the reranker's own ``depth`` nearest of each query
+        ``vectors (Q, d')`` among the questions whose reranker vector is stored and that a search may answer
+        (matching ``where``, not waiting for review): the nearest read four times deeper until each query has
+        ``depth`` of those, or every stored vector has been read."""
+        admitted, checked, width = set(), set(), depth
+        while True:
+            extra = self._reranking.nearest(vectors, width)  # (Q, E)
+            new = set(extra.ravel().tolist()) - checked
+            for i, (_, _, meta) in self._backend.rows(sorted(new)).items():
+                metadata = read_metadata(meta)[0]
+                if not hidden(metadata) and matches(metadata, where):
+                    admitted.add(i)
+            checked |= new
+            enough = all(sum(i in admitted for i in row) >= depth for row in extra.tolist())
+            if enough or extra.shape[1] < width:
+                return joined(ids, extra, admitted, depth)
+            width *= 4
 
     def reranks(self, rerank: bool | None = None) -> bool:
         """Whether a search with ``rerank`` (None: where the collection has a reranker) is reranked; True without

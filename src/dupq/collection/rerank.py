@@ -9,6 +9,13 @@ kept by the backend with the digest of the text it encodes
 (:meth:`~dupq.collection.backend.Backend.keep_reranked`). A vector whose digest is not its
 question's text's is stale and is encoded again, so what is stored never disagrees with the text,
 whatever was killed when.
+
+The stored vectors are candidates too (hybrid candidate generation, as sentence-transformers'
+retrieve-and-rerank joins its retrievers' candidates before re-scoring them): a search also takes
+the reranker's own nearest questions among those whose vector is stored (:meth:`Reranking.nearest`,
+exact, over the vectors held in memory). A question the fast model ranks too low is found all the
+same once its vector is stored, so a collection's searches come to equal the reranker's own over
+every question as its vectors fill in, and equal it at once after ``rerank_now``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import numpy as np
 
 from dupq.collection.backend import Backend
 from dupq.collection.rows import StoreFailure, text_digest
+from dupq.index.vectors import search
 from dupq.modeling.model import Model
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,57 @@ def rerank_candidates(reranker: Model) -> int:
     return int((reranker.judge.search_calibration or {}).get("candidates") or RERANK_CANDIDATES)
 
 
+class HeldVectors:
+    """Reranker vectors held in memory for the reranker's own search: ``(n, d')`` rows and the id of each, a row
+    added for a new id and overwritten for a known one. Not thread-safe: :class:`Reranking` holds its lock."""
+
+    def __init__(self, dim: int):
+        self.matrix = np.zeros((0, dim), dtype=np.float32)  # (capacity, d'), the first ``len(self)`` rows held
+        self.ids = np.zeros(0, dtype=np.int64)  # (capacity,)
+        self.row: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def put(self, ids: list[int], vectors: np.ndarray) -> None:
+        """Hold ``vectors (M, d')`` of ``ids``."""
+        for i, v in zip(ids, vectors):
+            at = self.row.get(i)
+            if at is None:
+                at = self.row[i] = len(self.row)
+                if at == len(self.ids):  # full: twice the room (amortised O(1) per vector)
+                    room = max(1_024, 2 * len(self.ids))
+                    self.matrix = np.concatenate([self.matrix, np.zeros((room - at, self.matrix.shape[1]), np.float32)])
+                    self.ids = np.concatenate([self.ids, np.full(room - at, -1, np.int64)])
+                self.ids[at] = i
+            self.matrix[at] = v
+
+    def nearest(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """``(Q, k')`` ids of the held vectors nearest each of ``queries (Q, d')`` by inner product, best first."""
+        n = len(self)
+        if n == 0:
+            return np.zeros((len(queries), 0), dtype=np.int64)
+        return self.ids[search(queries, self.matrix[:n], min(k, n))[1]]
+
+
+def joined(ids: np.ndarray, extra: np.ndarray, admitted: set[int], limit: int) -> np.ndarray:
+    """``(Q, C')`` each query's candidates ``ids (Q, C)`` (-1: none), then the first ``limit`` of ``extra (Q, E)``
+    in ``admitted``, those it lacks, in their order; -1 pads.
+
+    >>> joined(np.array([[3, 1, -1]]), np.array([[1, 7, 9, 8]]), {1, 7, 8}, 2).tolist()
+    [[3, 1, 7]]
+    """
+    rows = []
+    for mine, theirs in zip(ids.tolist(), extra.tolist()):
+        have = [i for i in mine if i >= 0]
+        seen = set(have)
+        rows.append(have + [i for i in [i for i in theirs if i in admitted][:limit] if i not in seen])
+    out = np.full((len(rows), max(map(len, rows), default=0)), -1, dtype=np.int64)
+    for q, row in enumerate(rows):
+        out[q, : len(row)] = row
+    return out
+
+
 class Reranking:
     """A reranker and the vectors of it a backend stores. Thread-safe: one thread encodes what is missing."""
 
@@ -51,6 +110,19 @@ class Reranking:
         self.encoded = 0  # questions this process encoded with the reranker (each once)
         self._backend, self._writing, self.where = backend, writing, where
         self._lock = threading.Lock()
+        self._held: HeldVectors | None = None  # the stored vectors, read at the first nearest(), then kept in step
+
+    def nearest(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """``(Q, k')`` ids of the stored questions whose stored vectors are nearest each of ``queries (Q, d')``, best
+        first: those stored when this process first asked and those it has stored since. An id may since have been
+        removed or its text changed: :meth:`reordered` reads the rows and scores what is there now."""
+        with self._lock:
+            if self._held is None:
+                held = HeldVectors(self.model.out_dim)
+                stored = self.stored()
+                held.put(list(stored), list(stored.values()))
+                self._held = held
+            return self._held.nearest(queries, k)
 
     def reordered(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple:
         """The candidates ``ids (Q, C)`` (-1: none) ordered by the reranker's cosine with ``queries (Q, d')``, the ``k``
@@ -97,7 +169,10 @@ class Reranking:
         return table
 
     def _keep(self, ids: list[int], digests: list[str], vectors: np.ndarray) -> None:
-        """Store reranker vectors; a store that refuses (read-only, full) only means they are encoded again next time."""
+        """Store reranker vectors; a store that refuses (read-only, full) only means they are encoded again next time.
+        Held for :meth:`nearest` either way (the caller holds the lock)."""
+        if self._held is not None:
+            self._held.put(ids, vectors)
         try:
             with self._writing():
                 self._backend.keep_reranked(ids, digests, vectors)
@@ -133,6 +208,7 @@ class Reranking:
             part = [(i, d) for i, d in part if d in by_digest]
             if part:
                 ids, digests = map(list, zip(*part))
-                self._keep(ids, digests, np.stack([by_digest[d] for d in digests]))
+                with self._lock:
+                    self._keep(ids, digests, np.stack([by_digest[d] for d in digests]))
                 kept += len(part)
         return kept
