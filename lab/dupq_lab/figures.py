@@ -235,6 +235,22 @@ def rerank_retrieval() -> list[list[str]]:
     return [header, *rows]
 
 
+def rerank_weights() -> list[list[str]]:
+    """docs/collections.md: the saved dupq-lab rerank-retrieval --weights runs (dev halves only): each reranker's
+    primary measure on each yardstick as the model's cosine is weighted in."""
+    runs = [printed(e) for e in saved("rerank_weights.json")]
+    weights = ["0", *next(iter(runs[0]["per_k"].values()))["weighted"]] if runs else []
+    header = ["reranker", "yardstick, dev half", "K", *(f"w = {w}" for w in weights)]
+    rows = []
+    for r in runs:
+        ((k, it),) = r["per_k"].items()
+        measure = "recall@1" if r["task"] == "help-desks" else "mrr@10"
+        cells = [it[measure], *(m[measure] for m in it["weighted"].values())]
+        task = "help desks: Recall@1" if r["task"] == "help-desks" else "Quora rows: MRR@10"
+        rows.append([RERANKERS[r["rerank"]], task, k, *(f"{c:.4f}" for c in cells)])
+    return [header, *rows]
+
+
 def reranked_tiers(bundled: dict) -> list[tuple[str, dict]]:
     """The choice table's reranked tiers: the bundled model's top K (chosen on dev) ordered by each named reranker,
     on the help desks' and Quora's test halves (the saved dupq-lab rerank-k and rerank-retrieval runs); it builds at
@@ -658,7 +674,8 @@ TABLES: dict[str, Table] = {
     "small-desk": Table(render=small_desk),
     "rerank-k": Table(render=rerank_k),  # docs/collections.md: Recall@1 and cost per K of a reranked collection
     "rerank-k-mpnet": Table(render=lambda: rerank_k("mpnet")),  # docs/collections.md: the same, mpnet reranking
-    "rerank-retrieval": Table(render=rerank_retrieval),  # docs/collections.md: Quora retrieval reranked, per K
+    "rerank-retrieval": Table(render=rerank_retrieval),
+    "rerank-weights": Table(render=rerank_weights),  # docs/collections.md: the model's cosine weighted in, on dev  # docs/collections.md: Quora retrieval reranked, per K
     "error-codes": Table(render=error_codes),  # docs/collections.md: questions naming an error code, Recall@1
 }
 # fmt: on

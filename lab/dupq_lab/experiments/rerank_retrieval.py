@@ -8,7 +8,10 @@ by the reranker's cosine, as a collection built with ``--rerank`` orders its can
 the fast model's order): its first searches, before any reranker vector is stored. ``--rerank-now``
 adds the reranker's own K best over every question to the candidates, as a collection built with
 ``--rerank-now`` (every reranker vector stored) searches. ``--alone`` also ranks every question by
-the reranker alone.
+the reranker alone. ``--weights`` also orders each K's candidates by a weighted sum of the two models'
+cosines, for each weight (the joined encoder's rule, as ``dupq distil export --join`` makes one).
+``--task help-desks`` measures the help-desk yardstick instead (each new question of the split
+searching its old questions among Quora's dev questions), the same way.
 
 The reranker's vectors are kept in ``--work`` by the digest of their text (:mod:`dupq_lab.vector_cache`),
 written as they are encoded: each question is encoded once over every K, both splits (the dev
@@ -31,6 +34,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 import typer
 
 from dupq.collection.rerank import joined
@@ -44,6 +48,7 @@ from dupq.evaluation.retrieval import (
     reranked_ranking,
     task_summary,
 )
+from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import ENCODE_BATCH, Model
 from dupq_lab.options import DATA, RUNS, Data, ModelFolder, integers, one_sentence
 from dupq_lab.vector_cache import DigestCache
@@ -64,15 +69,35 @@ def main(
         bool,
         typer.Option(help="Every reranker vector stored: the reranker's own K best are candidates too (--rerank-now)."),
     ] = False,
+    task_name: Annotated[
+        Literal["quora", "help-desks"],
+        typer.Option("--task", help="quora: Quora's held-out rows; help-desks: the help-desk yardstick."),
+    ] = "quora",
+    weights: Annotated[
+        str,
+        typer.Option(
+            help="Also order by (1 - w) x the reranker's cosine + w x the model's, for each w (comma-separated)."
+        ),
+    ] = "",
     work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = RUNS
     / "rerank-retrieval",
 ) -> None:
     fast, reranker = Model.load(model), Model.load(rerank)
-    pairs, _ = read_pairs(data)
-    task = held_out_task(split_pairs(pairs, recorded_split(fast.metrics)), pairs, PARTS[split])
+    if task_name == "quora":
+        pairs, _ = read_pairs(data)
+        task = held_out_task(split_pairs(pairs, recorded_split(fast.metrics)), pairs, PARTS[split])
+    else:
+        task = shipped_help_desk_task(data, split)[0]
     cache = DigestCache(reranker, work / reranker.fingerprint())
-    deep = dense_ranking(lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH), task, max(integers(ks)))
-    out = {**task_summary(task), "split": split, "model": str(model or "bundled"), "rerank": str(rerank)}
+    fast_cache = DigestCache(fast, work / fast.fingerprint(), lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH))
+    deep = dense_ranking(fast_cache, task, max(integers(ks)))
+    out = {
+        **task_summary(task),
+        "task": task_name,
+        "split": split,
+        "model": str(model or "bundled"),
+        "rerank": str(rerank),
+    }
     out["fast"] = ranking_measures(task, deep[:, :TOP])
     out["rerank_now"] = rerank_now
     own = dense_ranking(cache, task, max(integers(ks))) if rerank_now else None  # (Q, K) the reranker's own order
@@ -81,6 +106,19 @@ def main(
         pool = deep[:, :k] if own is None else joined(deep[:, :k], own, set(range(len(task.corpus))), k)
         ranked = reranked_ranking(pool, cache, task, TOP)
         per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, pool)}
+        if weights:  # the inner product of [sqrt(1 - w) reranker, sqrt(w) model] vectors is the weighted sum of cosines
+            per_k[str(k)]["weighted"] = {
+                str(w): ranking_measures(
+                    task,
+                    reranked_ranking(
+                        pool,
+                        lambda texts, w=w: np.hstack([(1 - w) ** 0.5 * cache(texts), w**0.5 * fast_cache(texts)]),
+                        task,
+                        TOP,
+                    ),
+                )
+                for w in map(float, weights.split(","))
+            }
     if alone:  # after the candidates: the questions no K reaches are encoded last
         out["alone"] = ranking_measures(task, dense_ranking(cache, task, TOP))
     best = max(v["mrr@10"] for v in per_k.values())

@@ -328,6 +328,13 @@ class Collection(Moderated):
             raise DupqError(f"{self.location} has no reranker; build a collection with one (--rerank MODEL).")
         return self.reranker is not None if rerank is None else bool(rerank)
 
+    def load_reranker(self) -> None:
+        """Load the reranker's network and read its stored vectors now, not in a first search's time (a server does
+        as it starts); nothing without a reranker."""
+        self._check_open()
+        if self._reranking is not None:
+            self._reranking.load()
+
     def rerank_all(self) -> int:
         """Encode with the reranker every stored question whose reranker vector is not stored yet; how many were."""
         self._check_open()

@@ -117,12 +117,22 @@ class Reranking:
         first: those stored when this process first asked and those it has stored since. An id may since have been
         removed or its text changed: :meth:`reordered` reads the rows and scores what is there now."""
         with self._lock:
-            if self._held is None:
-                held = HeldVectors(self.model.out_dim)
-                stored = self.stored()
-                held.put(list(stored), list(stored.values()))
-                self._held = held
-            return self._held.nearest(queries, k)
+            return self._read_held().nearest(queries, k)
+
+    def load(self) -> None:
+        """Load the reranker's network (a transformer's loads at its first encode) and read the stored vectors."""
+        self.model.encode(["dupq"])
+        with self._lock:
+            self._read_held()
+
+    def _read_held(self) -> HeldVectors:
+        """The held vectors, read from the backend the first time (the caller holds the lock)."""
+        if self._held is None:
+            held = HeldVectors(self.model.out_dim)
+            stored = self.stored()
+            held.put(list(stored), list(stored.values()))
+            self._held = held
+        return self._held
 
     def reordered(self, queries: np.ndarray, ids: np.ndarray, k: int) -> tuple:
         """The candidates ``ids (Q, C)`` (-1: none) ordered by the reranker's cosine with ``queries (Q, d')``, the ``k``

@@ -44,8 +44,7 @@ def open_collection(collection_dir: str | os.PathLike, model_dir: str | os.PathL
     from dupq.modeling.model import Model
 
     collection = Collection.open(collection_dir, Model.load(model_dir) if model_dir is not None else None)
-    if collection.reranker is not None:  # a transformer loads at its first encode: here, not in a search's time
-        collection.reranker.encode(["dupq"])
+    collection.load_reranker()  # its network and stored vectors: here, not in a search's time
     return collection
 
 
