@@ -54,32 +54,39 @@ class HeldVectors:
     added for a new id and overwritten for a known one. Not thread-safe: :class:`Reranking` holds its lock."""
 
     def __init__(self, dim: int):
-        self.matrix = np.zeros((0, dim), dtype=np.float32)  # (capacity, d'), the first ``len(self)`` rows held
-        self.ids = np.zeros(0, dtype=np.int64)  # (capacity,)
+        self.matrix = np.zeros((0, dim), dtype=np.float32)  # (room, d'), the first ``size`` rows held
+        self.ids = np.zeros(0, dtype=np.int64)  # (room,)
         self.row: dict[int, int] = {}
+        self.size = 0
 
     def __len__(self) -> int:
-        return len(self.row)
+        return self.size
 
     def put(self, ids: list[int], vectors: np.ndarray) -> None:
         """Hold ``vectors (M, d')`` of ``ids``."""
         for i, v in zip(ids, vectors):
             at = self.row.get(i)
             if at is None:
-                at = self.row[i] = len(self.row)
+                at = self.row[i] = self.size
                 if at == len(self.ids):  # full: twice the room (amortised O(1) per vector)
                     room = max(1_024, 2 * len(self.ids))
                     self.matrix = np.concatenate([self.matrix, np.zeros((room - at, self.matrix.shape[1]), np.float32)])
                     self.ids = np.concatenate([self.ids, np.full(room - at, -1, np.int64)])
                 self.ids[at] = i
+                self.size += 1
             self.matrix[at] = v
+
+    def view(self) -> HeldVectors:
+        """The rows held now, sharing their memory (a later put may write a row in it, or grow new arrays)."""
+        out = HeldVectors(self.matrix.shape[1])
+        out.matrix, out.ids, out.size = self.matrix[: self.size], self.ids[: self.size], self.size
+        return out
 
     def nearest(self, queries: np.ndarray, k: int) -> np.ndarray:
         """``(Q, k')`` ids of the held vectors nearest each of ``queries (Q, d')`` by inner product, best first."""
-        n = len(self)
-        if n == 0:
+        if self.size == 0:
             return np.zeros((len(queries), 0), dtype=np.int64)
-        return self.ids[search(queries, self.matrix[:n], min(k, n))[1]]
+        return self.ids[search(queries, self.matrix[: self.size], min(k, self.size))[1]]
 
 
 def joined(ids: np.ndarray, extra: np.ndarray, admitted: set[int], limit: int) -> np.ndarray:
@@ -116,8 +123,9 @@ class Reranking:
         """``(Q, k')`` ids of the stored questions whose stored vectors are nearest each of ``queries (Q, d')``, best
         first: those stored when this process first asked and those it has stored since. An id may since have been
         removed or its text changed: :meth:`reordered` reads the rows and scores what is there now."""
-        with self._lock:
-            return self._read_held().nearest(queries, k)
+        with self._lock:  # the rows held now; the search runs outside the lock (a row written meanwhile only
+            held = self._read_held().view()  # changes which candidates are found: reordered() scores what is stored)
+        return held.nearest(queries, k)
 
     def load(self) -> None:
         """Load the reranker's network (a transformer's loads at its first encode) and read the stored vectors."""
