@@ -266,18 +266,25 @@ def reranked_tiers(bundled: dict) -> list[tuple[str, dict]]:
         chosen = str(quora_dev["chosen"]) if quora_dev else None
         first = k * desk_dev["reranker_ms_per_question"] / 1000
         now = rerank_run(reranker, "test", now=True)
-        for label, desk_run, quora_run, build in (
-            (f"its top {k} reranked by {title} (`--rerank {reranker}`)", desk, quora, f"a first search +{first:.1f} s"),
+        quora_now = rerank_run(reranker, "test", "rerank_retrieval.json", now=True)
+        at_k = lambda run, chosen=chosen: run["per_k"].get(chosen) if run else None  # noqa: E731 - at Quora dev's K
+        for label, desk_run, quora_k, build in (
+            (
+                f"its top {k} reranked by {title} (`--rerank {reranker}`)",
+                desk,
+                at_k(quora),
+                f"a first search +{first:.1f} s",
+            ),
             (
                 f"reranked by {title}, every vector stored (`--rerank {reranker} --rerank-now`)",
                 now,
-                rerank_run(reranker, "test", "rerank_retrieval.json", now=True),
+                # every vector stored, a search's top 10 are the reranker's own top 10: the reranker alone's figure
+                at_k(quora_now) if quora_now else (quora or {}).get("alone"),
                 "+ the reranker's encoding of every question",
             ),
         ):
             if desk_run is None or str(k) not in desk_run["per_k"]:
                 continue
-            quora_k = quora_run["per_k"][chosen] if quora_run and chosen in quora_run["per_k"] else None
             out.append(
                 (
                     f"dupq bundled, {label}",
