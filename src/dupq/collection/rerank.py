@@ -34,9 +34,8 @@ from dupq.modeling.model import Model
 
 log = logging.getLogger(__name__)
 
-RERANK_CANDIDATES = (
-    100  # the model's best questions a reranker orders: dupq-lab rerank-k's choice on the help-desk dev half
-)
+RERANK_CANDIDATES = 100  # the model's best questions a reranker without its own number orders (the named ones record
+# theirs, dupq-lab rerank-k's choice on the help-desk dev half: 200 for both)
 RERANK_CHUNK = 4_096  # questions encoded by the reranker and stored per transaction (encode_all)
 RERANK_BATCH = 16  # texts per forward pass of the reranker: sorted by length, a small batch pads little (a first
 # search's 100 candidates in one batch of 128 padded to the longest: 2x the CPU of batches of 16, dupq-lab rerank-cost)
