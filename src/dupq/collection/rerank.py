@@ -97,9 +97,13 @@ def joined(ids: np.ndarray, extra: np.ndarray, admitted: set[int], limit: int) -
     """
     rows = []
     for mine, theirs in zip(ids.tolist(), extra.tolist()):
-        have = [i for i in mine if i >= 0]
-        seen = set(have)
-        rows.append(have + [i for i in [i for i in theirs if i in admitted][:limit] if i not in seen])
+        row = [i for i in mine if i >= 0]
+        seen = set(row)
+        for i in [i for i in theirs if i in admitted][:limit]:
+            if i not in seen:
+                seen.add(i)
+                row.append(i)
+        rows.append(row)
     out = np.full((len(rows), max(map(len, rows), default=0)), -1, dtype=np.int64)
     for q, row in enumerate(rows):
         out[q, : len(row)] = row
