@@ -307,9 +307,12 @@ class Collection(Moderated):
         ``vectors (Q, d')`` among the questions whose reranker vector is stored and that a search may answer
         (matching ``where``, not waiting for review): the nearest read four times deeper until each query has
         ``depth`` of those, or every stored vector has been read."""
-        admitted, checked, width = set(), set(), depth
+        admitted = set(ids[ids >= 0].tolist())  # the model's own: the backend's search applied the same rules
+        checked, width = set(admitted), depth
         while True:
             extra = self._reranking.nearest(vectors, width)  # (Q, E)
+            if extra.size == 0:  # nothing stored yet
+                return ids
             new = set(extra.ravel().tolist()) - checked
             for i, (_, _, meta) in self._backend.rows(sorted(new)).items():
                 metadata = read_metadata(meta)[0]
