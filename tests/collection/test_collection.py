@@ -8,18 +8,16 @@ import re
 import sqlite3
 import subprocess
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import faiss
 import numpy as np
 import pytest
-from collkit import DUPQ, distinct, kill_9_when, synthetic
-from typer.testing import CliRunner
+from collkit import DUPQ, cli, distinct, kill_9_when, synthetic
 
 import dupq.collection.folder.cache
 import dupq.collection.folder.sqlite
-from dupq.cli import app
 from dupq.collection.collection import Collection, Hit, KeyConflict
 from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
@@ -85,70 +83,50 @@ def test_refusals(tmp_path, built, tiny_model, tiny_model_dir):
 
 
 def test_cli_errors_are_one_sentence_and_exit_2(tmp_path, built, tiny_model):
-    other_dir = tmp_path / "other-model"
-    Model.create(tiny_model.encoder.vocab, dim=32).save(other_dir)
-    runner = CliRunner()
-    cases = {
-        "different model": ["search", str(built), "How?", "--model", str(other_dir)],
-        "empty query": ["search", str(built), "  "],
-        "missing collection": ["search", str(tmp_path / "nope"), "How?"],
-    }
-    for args in cases.values():
-        refused(runner.invoke(app, args))
-    result = runner.invoke(app, ["search", str(built), "How do I learn Python?", "-k", "3", "--json"])
+    Model.create(tiny_model.encoder.vocab, dim=32).save(tmp_path / "other-model")
+    refused(cli("search", built, "How?", "--model", tmp_path / "other-model"))  # a different model
+    refused(cli("search", built, "  "))  # an empty query
+    refused(cli("search", tmp_path / "nope", "How?"))  # a missing collection
+    result = cli("search", built, "How do I learn Python?", "-k", "3", "--json")
     assert result.exit_code == 0 and result.output.count('"id"') >= 3
 
 
 def test_cli_builds_adds_and_searches_each_store(location, tmp_path, tiny_model_dir):
-    where, folder = str(location), isinstance(location, Path)
+    where, folder = location, isinstance(location, Path)
     qfile = tmp_path / "faq.csv"
     qfile.write_text('question,answer\n"How do I learn Python?",docs.python.org\n"Why is the sky blue?",Rayleigh\n')
-    run = CliRunner().invoke
     index = ["--index", "hnsw"] if folder else []
-    built = run(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where, *index])
+    built = cli("index", "build", qfile, "--model", tiny_model_dir, "--out", where, *index)
     assert built.exit_code == 0 and "stored 2 questions" in built.output, built.output
-    added = run(app, ["index", "add", where, "How can I learn Python quickly?", "--key", "p1"])
+    added = cli("index", "add", where, "How can I learn Python quickly?", "--key", "p1")
     new = re.search(r"id (\d+)", added.output)
     assert added.exit_code == 0 and new and (not folder or new.group(1) == "2"), added.output
-    found = run(app, ["search", where, "How can I learn Python quickly?", "-k", "1", "--json"])
-    hit = json.loads(found.output)["hits"][0]
+    hit = json.loads(cli("search", where, "How can I learn Python quickly?", "-k", "1", "--json").output)["hits"][0]
     assert (hit["id"], hit["key"], hit["metadata"]) == (int(new.group(1)), "p1", {})
-    found = run(app, ["search", where, "How do I learn Python?", "-k", "1"])
+    found = cli("search", where, "How do I learn Python?", "-k", "1")
     assert found.exit_code == 0 and "How do I learn Python?" in found.output
     queries = tmp_path / "q.txt"
     queries.write_text("Why is the sky blue?\nHow to learn Python?\n")
-    found = run(app, ["search", where, "--queries", str(queries), "-k", "2", "--json"])
+    found = cli("search", where, "--queries", queries, "-k", "2", "--json")
     assert found.exit_code == 0 and len(found.output.strip().splitlines()) == 2
     assert '"answer": "Rayleigh"' in found.output
 
 
 def test_concurrent_searches_and_adds(tmp_path, texts, tiny_model):
     coll = Collection.build(tmp_path / "c", texts[:500], tiny_model, index="hnsw")
-    errors: list[BaseException] = []
 
     def searcher():
-        try:
-            for i in range(30):
-                hits = coll.search([texts[i]], k=3)[0]
-                assert hits[0].id == i
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for i in range(30):
+            assert coll.search([texts[i]], k=3)[0][0].id == i
 
     def adder(lo):
-        try:
-            for j in range(lo, lo + 100, 10):
-                coll.add(texts[j : j + 10])
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        for j in range(lo, lo + 100, 10):
+            coll.add(texts[j : j + 10])
 
-    threads = [threading.Thread(target=searcher) for _ in range(3)] + [
-        threading.Thread(target=adder, args=(lo,)) for lo in (500, 600)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    with ThreadPoolExecutor(5) as pool:  # three searchers and two adders at once
+        running = [pool.submit(searcher) for _ in range(3)] + [pool.submit(adder, lo) for lo in (500, 600)]
+    for future in running:
+        future.result()  # raises what its thread raised
     assert len(coll) == coll.indexed == 700
     stored = {i: text for i, _, text in rows(coll.folder)}
     assert sorted(stored.values()) == sorted(texts[:700])  # every add landed once, whole
@@ -202,17 +180,14 @@ def test_cli_add_is_idempotent_with_keys_and_exits_0_after_the_commit(tmp_path, 
     Collection.build(folder, synthetic(10), bundled).close()
     table = tmp_path / "new.csv"
     table.write_text("qid,question\n" + "".join(f"k{i},{q}\n" for i, q in enumerate(synthetic(6, offset=10))))
-    runner = CliRunner()
     monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
     monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
     for _ in range(2):  # the second run is a user re-running the command after the first "failed"
-        result = runner.invoke(
-            app, ["index", "add", str(folder), "--file", str(table), "--key-column", "qid", "--batch-size", "4"]
-        )
+        result = cli("index", "add", folder, "--file", table, "--key-column", "qid", "--batch-size", "4")
         assert result.exit_code == 0, result.output
         assert all(said in result.output for said in ("ids 10-13", "ids 14-15", "warning: could not write"))
     for _ in range(2):  # the retry stores nothing
-        result = runner.invoke(app, ["index", "add", str(folder), "One more question about chess?", "--key", "x1"])
+        result = cli("index", "add", folder, "One more question about chess?", "--key", "x1")
     assert result.exit_code == 0 and "id 16" in result.output
     want = [(f"k{i}", q) for i, q in enumerate(synthetic(6, offset=10))] + [("x1", "One more question about chess?")]
     assert [(r[1], r[2]) for r in rows(folder)][10:] == want
@@ -268,8 +243,7 @@ def test_corrupt_collection_files_are_one_sentence(tmp_path, bundled, how, one_t
     with pytest.raises(DupqError) as e:
         Collection.open(folder, bundled).search(["How do I learn Python?"])
     assert str(folder) in str(e.value) and "\n" not in str(e.value)
-    result = CliRunner().invoke(app, ["search", str(folder), "How do I learn Python?"])
-    refused(result)
+    refused(cli("search", folder, "How do I learn Python?"))
 
 
 def test_questions_with_no_words_are_refused_everywhere(tmp_path, bundled, one_torch_thread):
@@ -288,31 +262,10 @@ def test_questions_with_no_words_are_refused_everywhere(tmp_path, bundled, one_t
         bundled.similarity("", "")
     with pytest.raises(DupqError, match="question 2 has no words"):
         bundled.similarity("How are you?", "\u001d?")
-    runner = CliRunner()
-    for args in (["index", "add", str(folder), "???"], ["search", str(folder), "?!?"]):
-        result = runner.invoke(app, args)
-        refused(result, "has no words")
     words = tmp_path / "q.txt"
     words.write_text("???\n!!!\n...\nHow do I learn Python?\n")
-    result = runner.invoke(app, ["dedup", str(words), "--out", str(tmp_path / "d.json")])
+    result = cli("dedup", words, "--out", tmp_path / "d.json")
     assert result.exit_code == 0 and "skipped 3 line(s)" in result.output and "1 questions: 0 groups" in result.output
-
-
-def test_cli_refuses_text_that_is_not_utf8_and_files_without_questions(tmp_path, bundled):
-    folder = tmp_path / "c"
-    Collection.build(folder, synthetic(5), bundled).close()
-    runner = CliRunner()
-    result = runner.invoke(app, ["index", "add", str(folder), "Caf\udce9 question"])  # what argv holds for b"Caf\xe9"
-    refused(result, "not valid UTF-8")
-    header_only = tmp_path / "h.tsv"
-    header_only.write_text("question\tanswer\n")
-    result = runner.invoke(app, ["index", "add", str(folder), "--file", str(header_only)])
-    refused(result, "holds no questions")
-    result = runner.invoke(app, ["index", "add", str(folder), "--file", str(tmp_path)])
-    refused(result, "is a folder, not a file")
-    result = runner.invoke(app, ["search", str(header_only), "How?"])
-    refused(result, "is a file, not a folder")
-    assert len(rows(folder)) == 5
 
 
 def test_files_left_by_killed_writers_are_removed(tmp_path, bundled):
@@ -513,36 +466,26 @@ def test_a_milvus_location_given_to_out_builds_that_collection_not_a_folder_name
     qfile, more = tmp_path / "faq.txt", tmp_path / "more.txt"
     qfile.write_text("How do I learn Python?\nWhy is the sky blue?\n")
     more.write_text("How do I bake bread?\nWhere is Mongolia?\nWhat is a volcano?\n")
-    run = CliRunner().invoke
-    built = run(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where])
-    added = run(app, ["index", "add", where, "--file", str(more), "--batch-size", "3"])
+    built = cli("index", "build", qfile, "--model", tiny_model_dir, "--out", where)
+    added = cli("index", "add", where, "--file", more, "--batch-size", "3")
     assert built.exit_code == 0 and added.exit_code == 0, built.output + added.output
     assert list(cwd.iterdir()) == []
     ids = [int(i) for i in re.search(r"ids (\d+), \.\.\., (\d+)", added.output).groups()]  # hashed keys: no range
-    found = json.loads(run(app, ["search", where, "What is a volcano?", "-k", "1", "--json"]).output)["hits"][0]
+    found = json.loads(cli("search", where, "What is a volcano?", "-k", "1", "--json").output)["hits"][0]
     assert found["text"] == "What is a volcano?" and found["id"] == ids[1]
-    old = run(app, ["index", "build", str(qfile), "--store", where])  # --out's twin, refused for a release
-    assert refused(old).startswith("error: --store is now --out LOCATION")
 
 
 def test_cli_refusals_on_a_milvus_location(tmp_path, tiny_model, tiny_model_dir, monkeypatch):
     where = milvus_or_skip(tmp_path / "m.db")
     Collection.build(where, ["How do I learn Python?", "Why is the sky blue?"], tiny_model).close()
-    run = CliRunner().invoke
     monkeypatch.setitem(sys.modules, "pymilvus", None)  # as if the extra were not installed
-    missing = run(app, ["search", where, "How?"])
+    refused(cli("search", where, "How?"), "pip install")
     monkeypatch.undo()
     qfile = tmp_path / "faq.txt"
     qfile.write_text("How do I learn Python?\n")
-    cases = {
-        "missing package": missing,
-        "no such file": run(app, ["search", f"milvus:{tmp_path / 'none.db'}", "How?"]),
-        "not a .db": run(app, ["search", f"milvus:{tmp_path / 'm.txt'}", "How?"]),
-        "unreachable": run(app, ["search", "milvus+http://127.0.0.1:1?collection=faq", "How?"]),
-        "malformed": run(app, ["serve", "milvus+ftp://somewhere"]),
-        "bad name": run(app, ["index", "add", f"{where}?collection=9x", "How?"]),
-        "exists": run(app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", where]),
-    }
-    for result in cases.values():
-        refused(result)
-    assert "pip install" in cases["missing package"].output and "already holds" in cases["exists"].output
+    refused(cli("search", f"milvus:{tmp_path / 'none.db'}", "How?"))  # no such file
+    refused(cli("search", f"milvus:{tmp_path / 'm.txt'}", "How?"))  # not a .db
+    refused(cli("search", "milvus+http://127.0.0.1:1?collection=faq", "How?"))  # unreachable
+    refused(cli("serve", "milvus+ftp://somewhere"))  # malformed
+    refused(cli("index", "add", f"{where}?collection=9x", "How?"))  # a bad name
+    refused(cli("index", "build", qfile, "--model", tiny_model_dir, "--out", where), "already holds")

@@ -17,11 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from collkit import TOPICS
+from collkit import TOPICS, cli
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.collection.collection import Collection
 from dupq.collection.folder.backend import DATABASE, INDEX_FILE
 from dupq.core.errors import DupqError
@@ -63,7 +61,7 @@ def test_a_nan_embedding_is_refused_on_open(folder):
         vectors = np.frombuffer(blob, np.float32).reshape(count, -1).copy()
         vectors[9 - start, 3] = math.nan
         db.execute("UPDATE embeddings SET vectors = ? WHERE start = ?", (vectors.tobytes(), start))
-    refused(CliRunner().invoke(app, ["search", str(folder), TEXTS[9]]), "question 9")
+    refused(cli("search", folder, TEXTS[9]), "question 9")
     with pytest.raises(DupqError, match="question 9 holds NaN or infinity"):
         Collection.open(folder)
 
@@ -79,7 +77,7 @@ def test_damaged_metadata_is_left_out_not_a_traceback_or_500(folder):
     want = {i: (f"k{i}", {}) for i in DAMAGED} | {7: ("k7", {"row": 7})}  # row 7 is intact
     queries = folder.parent / "q.txt"
     queries.write_text("\n".join(TEXTS[i] for i in want) + "\n")
-    result = CliRunner().invoke(app, ["search", str(folder), "--queries", str(queries), "-k", "1", "--json"])
+    result = cli("search", folder, "--queries", queries, "-k", "1", "--json")
     assert result.exit_code == 0, result.output
     hits = [json.loads(line)["hits"][0] for line in result.stdout.splitlines()]
     assert {h["id"]: (h["key"], h["metadata"]) for h in hits} == want

@@ -9,10 +9,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
+from collkit import cli
 
 from dupq import Collection
-from dupq.cli import app
 from dupq.evaluation.collection_calibration import MIN_EACH
 
 DESK = Path(__file__).resolve().parents[2] / "examples" / "desk"
@@ -46,11 +45,10 @@ def test_every_ticket_rewords_an_old_question_of_its_category_or_none_and_both_k
 
 
 def test_the_moderators_round_decides_the_shown_hits_and_the_desk_is_refitted_on_them(tmp_path, one_torch_thread):
-    runner = CliRunner()
     desk = tmp_path / "desk"
 
     def run(*args: str) -> str:
-        result = runner.invoke(app, list(args))
+        result = cli(*args)
         assert result.exit_code == 0, result.output
         return result.output
 

@@ -13,14 +13,13 @@ import shutil
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from collkit import ASKS, TOPICS, check_search, kill_9_when
+from collkit import ASKS, TOPICS, check_search, cli, kill_9_when
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.collection.backend import check_where, matches
 from dupq.collection.collection import Collection, KeyConflict, UnknownKey
 from dupq.core.errors import DupqError
@@ -240,30 +239,27 @@ def test_cli_keys_remove_update_where_and_decisions(location, tmp_path, tiny_mod
         "id\tquestion\tproduct\n" + "".join(f"{k}\t{t}\t{m['product']}\n" for k, t, m in zip(keys, texts, meta))
     )
     folder = str(location)
-    run = CliRunner().invoke
-    built = run(
-        app, ["index", "build", str(table), "--out", folder, "--model", str(tiny_model_dir), "--key-column", "id"]
-    )
+    built = cli("index", "build", table, "--out", folder, "--model", tiny_model_dir, "--key-column", "id")
     assert built.exit_code == 0, built.output
-    found = run(app, ["search", folder, texts[6], "-k", "3", "--where", "product=drive", "--where", "product=chat"])
+    found = cli("search", folder, texts[6], "-k", "3", "--where", "product=drive", "--where", "product=chat")
     assert found.exit_code == 0 and "key t6" in found.output, found.output
     listed = re.findall(r"key (t\d+)", found.output)
     assert all(meta[int(k[1:])]["product"] in ("drive", "chat") for k in listed) and len(listed) == 3
-    assert run(app, ["index", "remove", folder, "t6"]).exit_code == 0
-    gone = run(app, ["search", folder, texts[6], "-k", "40", "--json"])
+    assert cli("index", "remove", folder, "t6").exit_code == 0
+    gone = cli("search", folder, texts[6], "-k", "40", "--json")
     assert "t6" not in {h["key"] for h in json.loads(gone.output)["hits"]}
-    unknown = run(app, ["index", "remove", folder, "t6"])
+    unknown = cli("index", "remove", folder, "t6")
     assert unknown.exit_code != 0 and unknown.output.startswith("error: no question with the key 't6'")
-    updated = run(app, ["index", "update", folder, "t7", "--text", "Which river is the longest?"])
+    updated = cli("index", "update", folder, "t7", "--text", "Which river is the longest?")
     assert updated.exit_code == 0, updated.output
-    top = json.loads(run(app, ["search", folder, "Which river is the longest?", "-k", "1", "--json"]).output)
+    top = json.loads(cli("search", folder, "Which river is the longest?", "-k", "1", "--json").output)
     assert top["hits"][0]["key"] == "t7"
     with Collection.open(folder) as coll:  # 10 decisions of each kind: the fewest a threshold is chosen on
         for i in range(10):
             coll.decide(f"t{10 + i}", duplicate_of=f"t{20 + i}")
             coll.decide(f"t{30 + i}", not_duplicate_of=f"t{20 + i}")
     pairs_file = tmp_path / "pairs.tsv"
-    assert run(app, ["index", "decisions", folder, "--out", str(pairs_file)]).exit_code == 0
+    assert cli("index", "decisions", folder, "--out", pairs_file).exit_code == 0
     pairs, _ = read_pairs(pairs_file)
     assert sorted(zip(pairs.q1, pairs.q2, pairs.labels.tolist())) == sorted(
         [(texts[10 + i], texts[20 + i], 1) for i in range(10)] + [(texts[30 + i], texts[20 + i], 0) for i in range(10)]
@@ -271,7 +267,7 @@ def test_cli_keys_remove_update_where_and_decisions(location, tmp_path, tiny_mod
     model = tmp_path / "desk-model"
     shutil.copytree(tiny_model_dir, model)
     config = (model / "config.json").read_bytes()
-    calibrated = run(app, ["calibrate", str(model), "--pairs", str(pairs_file)])
+    calibrated = cli("calibrate", model, "--pairs", pairs_file)
     # the tiny model scores every pair alike (ROC-AUC 0.5): a map fitted on its scores is no better than chance
     refused(calibrated, "no better than their share of duplicates")
     assert "ROC-AUC" in calibrated.output and "too few to trust" in calibrated.output, calibrated.output
@@ -414,13 +410,8 @@ def test_decisions_from_two_writers_at_once_are_all_kept(tmp_path, tiny_model):
         for other in others:
             coll.decide("t0", not_duplicate_of=other)
 
-    threads = [
-        threading.Thread(target=judge, args=(h, [f"t{i}" for i in range(1 + n, 61, 2)])) for n, h in enumerate(handles)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(judge, handles, [[f"t{i}" for i in range(1 + n, 61, 2)] for n in range(2)]))  # raises theirs
     for h in handles:
         h.close()
     with Collection.open(folder, tiny_model) as coll:

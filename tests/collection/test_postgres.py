@@ -16,11 +16,9 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-from collkit import ONE_THREAD, kill_9_when
+from collkit import ONE_THREAD, cli, kill_9_when
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.collection.backend import check_where, matches
 from dupq.collection.collection import Collection
 from dupq.collection.postgres.address import parse
@@ -75,16 +73,13 @@ def test_the_password_is_never_shown(postgres, tiny_model, tiny_model_dir, tmp_p
     with Collection.build(location, texts, tiny_model, keys=[f"k{i}" for i in range(30)]) as coll:
         assert SECRET not in str(coll.location) and "***" in str(coll.location)
         assert SECRET not in repr(coll.location) and SECRET not in json.dumps(coll.manifest)
-    runner = CliRunner()
     outputs = [
-        runner.invoke(app, ["search", location, texts[3], "-k", "2"]),
-        runner.invoke(app, ["index", "remove", location, "nope"]),
-        runner.invoke(app, ["index", "update", location, "k1", "--metadata", '{"a": 1}']),
-        runner.invoke(app, ["search", location.replace("&table=", "&table=missing_"), "How?"]),
+        cli("search", location, texts[3], "-k", "2"),
+        cli("index", "remove", location, "nope"),
+        cli("index", "update", location, "k1", "--metadata", '{"a": 1}'),
+        cli("search", location.replace("&table=", "&table=missing_"), "How?"),
     ]
     assert [r.exit_code for r in outputs] == [0, 2, 0, 2], [r.output for r in outputs]
-    from dupq.service.app import create_app
-
     with TestClient(create_app(location, token="t")) as client:
         pages = [client.get(path).text for path in ("/health", "/metrics", "/")]
     assert all(
@@ -123,21 +118,18 @@ def scram_user(postgres_server, tmp_path):
 def test_a_wrong_password_a_missing_extension_and_a_stranger_s_table_are_one_sentence_each(
     postgres, scram_user, tiny_model, monkeypatch
 ):
-    runner = CliRunner()
     wrong = scram_user.replace("//desk@", f"//desk:{quote('not-the-' + SECRET, safe='')}@") + "&table=faq"
-    said = runner.invoke(app, ["search", wrong, "How?"])
+    said = cli("search", wrong, "How?")
     assert "password is wrong" in refused(said) and SECRET not in said.output
     monkeypatch.setenv("PGPASSWORD", SECRET)  # libpq's own way: the password is in no location at all
     with pytest.raises(DupqError, match="lacks the pgvector extension and it cannot be created") as e:
         Collection.build(scram_user + "&table=faq", texts_of(5), tiny_model)
     assert SECRET not in str(e.value)
-    said = runner.invoke(app, ["search", scram_user + "&table=faq", "How?"])
-    refused(said, "lacks the pgvector extension")
+    refused(cli("search", scram_user + "&table=faq", "How?"), "lacks the pgvector extension")
 
     server, table = postgres.rsplit("&table=", 1)
     run_sql(server, f"CREATE TABLE {table} (id int, body text)")
-    said = runner.invoke(app, ["search", postgres, "How?"])
-    refused(said, "was not made by dupq")
+    refused(cli("search", postgres, "How?"), "was not made by dupq")
     with pytest.raises(DupqError, match="already holds a table"):
         Collection.build(postgres, texts_of(5), tiny_model)
 
@@ -162,8 +154,7 @@ def test_a_server_gone_is_unreachable_with_retry_after(postgres, tiny_model):
                 coll.search(["How?"])
             assert e.value.reason == "unreachable"
             postgres_connections(coll).where = address
-    said = CliRunner().invoke(app, ["search", "postgresql://postgres@127.0.0.1:1/postgres?table=x", "How?"])
-    refused(said, "unreachable")
+    refused(cli("search", "postgresql://postgres@127.0.0.1:1/postgres?table=x", "How?"), "unreachable")
 
 
 def test_filters_follow_the_one_rule_exactly_on_hnsw(postgres, tiny_model):
@@ -242,6 +233,6 @@ def test_serve_with_two_workers_and_dedup_from_the_table(postgres, tiny_model, t
             assert len(coll) == len(texts) + 6  # every worker's adds, in the one table
         assert SECRET not in server.stderr()
     out = tmp_path / "groups.csv"
-    said = CliRunner().invoke(app, ["dedup", postgres, "--out", str(out)])
+    said = cli("dedup", postgres, "--out", out)
     assert said.exit_code == 0, said.output
     assert out.read_text().count("\n") >= 2

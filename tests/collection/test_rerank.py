@@ -14,12 +14,10 @@ import sys
 
 import numpy as np
 import pytest
-from collkit import distinct, kill_9_when
+from collkit import cli, distinct, kill_9_when
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.collection.collection import Collection, Location
 from dupq.collection.folder.backend import DATABASE
 from dupq.collection.reencode import reencode
@@ -131,10 +129,6 @@ def test_joined_candidates_equal_a_loop(mine, theirs, admitted, limit):
         assert out[: len(want)] == want and set(out[len(want) :]) <= {-1}
 
 
-def one_by_one(reranker, texts: dict[int, str]) -> dict[int, np.ndarray]:
-    return {i: reranker.encode([text])[0] for i, text in texts.items()}
-
-
 def test_stored_vectors_are_candidates_too(tmp_path, texts, queries, tiny_model, head_model):
     """With every reranker vector stored (``rerank_now``), a search's candidates are the model's K best and the
     reranker's own K best over every question that the search may answer: its order equals all of them re-scored one
@@ -144,12 +138,11 @@ def test_stored_vectors_are_candidates_too(tmp_path, texts, queries, tiny_model,
     with Collection.build(
         tmp_path / "c", texts, tiny_model, metadata=metadata, rerank=head_model, rerank_now=True
     ) as coll:
-        waiting = coll.add(
-            [queries[0]], metadata=[{"site": "a"}], keys=["ticket-1"], pending=True
-        )  # the nearest there is, once stored
+        # the nearest there is, once stored
+        waiting = coll.add([queries[0]], metadata=[{"site": "a"}], keys=["ticket-1"], pending=True)
         assert coll.rerank_all() == 1
         rows = {i: (text, meta) for i, _, text, meta in coll.stored_rows()}
-        every = one_by_one(head_model, {i: text for i, (text, _) in rows.items()})
+        every = {i: head_model.encode([text])[0] for i, (text, _) in rows.items()}  # one text at a time
         added = 0
         for where in (None, {"site": "a"}):
             fast = coll.search(queries, k=K, rerank=False, where=where)
@@ -189,15 +182,12 @@ def test_a_rerankers_own_number_of_candidates_is_the_default(tmp_path, texts, qu
 def test_no_rerank_gives_the_fast_models_order(tmp_path, texts, queries, tiny_model, tiny_model_dir, head_model_dir):
     qfile = tmp_path / "faq.txt"
     qfile.write_text("\n".join(texts) + "\n")
-    runner = CliRunner()
-    for name, extra in [("plain", []), ("reranked", ["--rerank", str(head_model_dir)])]:
-        built = runner.invoke(
-            app, ["index", "build", str(qfile), "--model", str(tiny_model_dir), "--out", str(tmp_path / name), *extra]
-        )
+    for name, extra in [("plain", []), ("reranked", ["--rerank", head_model_dir])]:
+        built = cli("index", "build", qfile, "--model", tiny_model_dir, "--out", tmp_path / name, *extra)
         assert built.exit_code == 0, built.output
 
     def search(name: str, *extra: str) -> list[dict]:
-        run = runner.invoke(app, ["search", str(tmp_path / name), queries[0], "-k", "5", "--json", *extra])
+        run = cli("search", tmp_path / name, queries[0], "-k", "5", "--json", *extra)
         assert run.exit_code == 0, run.output
         return json.loads(run.output)["hits"]
 
@@ -288,10 +278,8 @@ def test_refusals(tmp_path, texts, tiny_model, head_model, tiny_model_dir):
     with Collection.open(folder) as coll, pytest.raises(DupqError, match="candidates must be at least 1"):
         coll.search(["x"], candidates=0)
     (tmp_path / "q.txt").write_text("How do I learn Python?\n")
-    run = CliRunner().invoke(
-        app, ["index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "e"), "--rerank-now"]
-    )
-    refused(run, "--rerank-now goes with --rerank MODEL")
+    said = cli("index", "build", tmp_path / "q.txt", "--out", tmp_path / "e", "--rerank-now")
+    refused(said, "--rerank-now goes with --rerank MODEL")
 
 
 def test_each_backend_keeps_a_rerankers_vectors_or_refuses_in_one_sentence(location, texts, tiny_model, head_model):

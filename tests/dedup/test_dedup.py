@@ -4,6 +4,7 @@ the lists a query probes, and `dupq dedup` end to end (formats, keys, resuming a
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import socket
 
@@ -31,21 +32,14 @@ def edges_above(vectors: np.ndarray, threshold: float) -> Edges:
 
 
 def naive_components(vectors: np.ndarray, threshold: float) -> list[set[int]]:
-    n, parent = len(vectors), list(range(len(vectors)))
-
-    def root(i):
-        while parent[i] != i:
-            i = parent[i]
-        return i
-
-    for i in range(n):
-        for j in range(i + 1, n):
-            if float(vectors[i] @ vectors[j]) > threshold:
-                parent[root(i)] = root(j)
-    groups: dict[int, set[int]] = {}
-    for i in range(n):
-        groups.setdefault(root(i), set()).add(i)
-    return sorted((g for g in groups.values() if len(g) > 1), key=min)
+    """Every pair above ``threshold`` joins the groups of its two questions: the groups of two or more."""
+    groups = [{i} for i in range(len(vectors))]
+    for i, j in itertools.combinations(range(len(vectors)), 2):
+        a, b = next(g for g in groups if i in g), next(g for g in groups if j in g)
+        if float(vectors[i] @ vectors[j]) > threshold and a is not b:
+            groups.remove(b)
+            a |= b
+    return sorted((g for g in groups if len(g) > 1), key=min)
 
 
 def naive_leader(vectors: np.ndarray, threshold: float) -> dict[int, int]:
@@ -68,13 +62,11 @@ def test_groupings_equal_naive_references(n, d, seed, t):
     assert sorted(g.tolist() for g in star(e, n).groups()) == sorted([c, *m] for c, m in naive_star(sim, t).items())
     assert sorted((set(g.tolist()) for g in components(e, n).groups()), key=min) == naive_components(vectors, t)
     got, ref = leader(e, n), naive_leader(vectors, t)
-    for i in range(n):
-        rep = ref[i]
-        led = any(ref[j] == rep for j in range(n) if j != rep)
-        if not led:
-            assert got.label[i] == -1
-        else:
+    for i, rep in ref.items():
+        if any(ref[j] == rep for j in range(n) if j != rep):  # its leader leads others: a group
             assert got.label[i] == got.label[rep] >= 0 and got.representative[rep]
+        else:
+            assert got.label[i] == -1
 
 
 def test_star_breaks_chains_that_components_join():
@@ -158,6 +150,15 @@ def test_same_text_equals_a_naive_reference():
 
 
 QUESTIONS = ["How do I learn Python?", "How do I learn Python?", "Why is the sky blue?", "", "How can I learn python"]
+ROWS = [{"id": f"faq-{i}", "question": q, "tag": "x"} for i, q in enumerate(QUESTIONS)]
+
+
+def write_csv(path) -> None:
+    """``ROWS`` as a CSV file with a header."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, ["id", "question", "tag"])
+        w.writeheader()
+        w.writerows(ROWS)
 
 
 def test_cli_writes_csv_jsonl_and_parquet_with_keys(tmp_path, tiny_model_dir):
@@ -165,11 +166,7 @@ def test_cli_writes_csv_jsonl_and_parquet_with_keys(tmp_path, tiny_model_dir):
     import pyarrow.parquet as pq
 
     qfile = tmp_path / "q.csv"
-    with open(qfile, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["id", "question", "tag"])
-        for i, q in enumerate(QUESTIONS):
-            w.writerow([f"faq-{i}", q, "x"])
+    write_csv(qfile)
     outs = {}
     for suffix in ("csv", "jsonl", "parquet"):
         out = tmp_path / f"d.{suffix}"
@@ -266,8 +263,6 @@ def test_cli_groups_a_collections_questions_with_their_keys(tmp_path, tiny_model
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader((tmp_path / "d.csv").open()))
     assert sorted(x["key"] for x in rows) == ["a", "b"] and "1 of the very same text" in r.output
-    r = run_cli(tmp_path / "c", "--collection", tmp_path / "c", "--out", tmp_path / "e.csv")
-    assert refused(r).startswith("error: --collection is now the QUESTIONS argument"), r.output
 
 
 def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
@@ -277,13 +272,9 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
 
     from dupq.data.questions import read_questions
 
-    rows = [{"id": f"k{i}", "question": q, "tag": "x"} for i, q in enumerate(QUESTIONS)]
-    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n[1]\n")
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "q.parquet")
-    with open(tmp_path / "q.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, ["id", "question", "tag"])
-        w.writeheader()
-        w.writerows(rows)
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS) + "not json\n[1]\n")
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "q.parquet")
+    write_csv(tmp_path / "q.csv")
     ref = read_questions(tmp_path / "q.csv", key_column="id")
     for name in ("q.jsonl", "q.parquet"):
         got = read_questions(tmp_path / name, key_column="id")
@@ -296,9 +287,8 @@ def test_jsonl_and_parquet_inputs_read_as_the_csv_does(tmp_path):
 def test_a_ray_address_out_of_reach_is_one_sentence():
     from dupq.dedup.ray_engine import _reachable
 
-    with (
-        socket.socket() as listener
-    ):  # a "cluster" on the loopback address only, as `ray start --node-ip-address 127.0.0.1`
+    # a "cluster" on the loopback address only, as `ray start --node-ip-address 127.0.0.1`
+    with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         address = f"127.0.0.1:{listener.getsockname()[1]}"

@@ -6,10 +6,8 @@ The cluster is :func:`support.ray_cluster.local_cluster`'s (the lab's `dupq-lab 
 from __future__ import annotations
 
 import pytest
-from dedupkit import pool_texts
-from typer.testing import CliRunner
+from dedupkit import pool_texts, run_cli
 
-from dupq.cli import app
 from support.errors import refused
 from support.ray_cluster import local_cluster, same_group_pairs
 from support.serving import free_port
@@ -28,11 +26,10 @@ def ray_address():
 def test_ray_gives_the_groups_of_one_machine(ray_address, tmp_path, tiny_model_dir, small_splits, exact_below):
     texts = pool_texts(small_splits, 1500)
     (tmp_path / "q.txt").write_text("\n".join(texts) + "\n")
-    args = ["dedup", str(tmp_path / "q.txt"), "--model", str(tiny_model_dir), "--threshold", "0.9"]
-    args += ["--exact-below", exact_below, "--no-progress"]
-    one = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one.csv")])
+    args = [tmp_path / "q.txt", "--model", tiny_model_dir, "--threshold", "0.9", "--exact-below", exact_below]
+    one = run_cli(*args, "--out", tmp_path / "one.csv")
     assert one.exit_code == 0, one.output
-    many = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "ray.csv"), "--ray", ray_address])
+    many = run_cli(*args, "--out", tmp_path / "ray.csv", "--ray", ray_address)
     assert many.exit_code == 0, many.output
     a, b = same_group_pairs(tmp_path / "one.csv"), same_group_pairs(tmp_path / "ray.csv")
     assert a and a == b
@@ -41,8 +38,6 @@ def test_ray_gives_the_groups_of_one_machine(ray_address, tmp_path, tiny_model_d
 def test_an_unreachable_cluster_is_one_sentence(tmp_path, tiny_model_dir):
     (tmp_path / "q.txt").write_text("How?\nWhy?\n")
     port = free_port()
-    r = CliRunner().invoke(
-        app, ["dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.csv"), "--ray", f"127.0.0.1:{port}"]
-    )
+    r = run_cli(tmp_path / "q.txt", "--out", tmp_path / "d.csv", "--ray", f"127.0.0.1:{port}")
     assert refused(r).startswith(f"error: cannot reach a Ray cluster at 127.0.0.1:{port}")
     assert not (tmp_path / "d.csv").exists()

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dedupkit import check_streamed_as_in_memory, member_sets, pool_texts
-from typer.testing import CliRunner
+from dedupkit import check_streamed_as_in_memory, member_sets, pool_texts, run_cli
 
 import dupq.dedup.run as dedup_run
-from dupq.cli import app
 from dupq.collection.collection import Collection
 from dupq.dedup import dedup as face
 from dupq.dedup.candidates import plan
@@ -70,14 +68,8 @@ def test_reranked_groups_are_the_star_groups_of_the_reference_pairs(small_splits
     got = dedup(texts, tiny_model, config, reranker=head_model)
     r = head_model.encode(texts)
     pairs = sorted(brute_force_edges(texts, tiny_model, head_model, 0.8))
-    ref = star(
-        Edges(
-            np.array([a for a, _ in pairs]),
-            np.array([b for _, b in pairs]),
-            np.array([r[a] @ r[b] for a, b in pairs], np.float32),
-        ),
-        len(texts),
-    )
+    a, b = np.array(pairs).T
+    ref = star(Edges(a, b, np.array([r[i] @ r[j] for i, j in pairs], np.float32)), len(texts))
     assert member_sets(got) == member_sets(ref) and got.count > 0
     assert np.allclose(got.score[got.label >= 0], ref.score[ref.label >= 0], atol=1e-5)  # scored by the reranker
 
@@ -126,26 +118,17 @@ def test_a_collections_reranker_judges_unless_told_not_to(small_splits, tiny_mod
     assert plain.label.tolist() == dedup(texts, tiny_model, config).label.tolist()
     assert reranked.label.tolist() != plain.label.tolist()
 
-    runner = CliRunner()
     for extra, judge in (([], head_model), (["--no-rerank"], tiny_model)):
-        out = tmp_path / f"d{len(extra)}.csv"
-        r = runner.invoke(app, ["dedup", str(tmp_path / "c"), "--out", str(out), "--no-progress", *extra])
+        r = run_cli(tmp_path / "c", "--out", tmp_path / f"d{len(extra)}.csv", *extra)
         assert r.exit_code == 0, r.output
         assert f"> {judge.threshold:.2f}" in r.output
-    r = runner.invoke(
-        app, ["dedup", str(tmp_path / "c"), "--out", str(tmp_path / "x.csv"), "--rerank", "m", "--no-rerank"]
-    )
-    assert refused(r, "contradict")
+    assert refused(run_cli(tmp_path / "c", "--out", tmp_path / "x.csv", "--rerank", "m", "--no-rerank"), "contradict")
 
 
 def test_cli_rerank_on_a_file_and_ray_refused(small_splits, tiny_model_dir, head_model_dir, head_model, tmp_path):
     texts = texts_of(small_splits, 150)
     (tmp_path / "q.txt").write_text("\n".join(texts) + "\n")
-    r = CliRunner().invoke(
-        app,
-        ["dedup", str(tmp_path / "q.txt"), "--out", str(tmp_path / "d.csv"), "--model", str(tiny_model_dir),
-         "--rerank", str(head_model_dir), "--no-progress"],
-    )  # fmt: skip
+    r = run_cli(tmp_path / "q.txt", "--out", tmp_path / "d.csv", "--model", tiny_model_dir, "--rerank", head_model_dir)
     assert r.exit_code == 0, r.output
     assert f"{head_model.threshold_on} > {head_model.threshold:.2f}" in r.output
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from dupq.collection.calibration import CALIBRATION
@@ -24,14 +25,16 @@ AUTH = {"Authorization": "Bearer t"}
 TICKETS = 40
 
 
-def _desk(folder, model, synthetic_pairs) -> list[tuple[str, str, int]]:
+@pytest.fixture
+def desk(tmp_path, tiny_model, synthetic_pairs) -> tuple:
     """A collection of old questions; the tickets (text, old key, label) that a moderator will judge against them."""
+    folder = tmp_path / "desk"
     rows = [(a, b, int(y)) for a, b, y in zip(synthetic_pairs.q1, synthetic_pairs.q2, synthetic_pairs.labels)]
     olds = list(dict.fromkeys(b for _, b, _ in rows[:300]))[:120]
     key = {t: f"old{i}" for i, t in enumerate(olds)}
     tickets = [(a, key[b], y) for a, b, y in rows[:300] if b in olds and a not in olds][:TICKETS]
-    Collection.build(folder, olds, model, keys=list(key.values())).close()
-    return tickets
+    Collection.build(folder, olds, tiny_model, keys=list(key.values())).close()
+    return folder, tickets
 
 
 def _decide(client, tickets, start: int = 0) -> None:
@@ -53,11 +56,8 @@ def _old_calibration(folder, model) -> bytes:
     return (folder / CALIBRATION).read_bytes()
 
 
-def test_n_decisions_through_the_api_refit_the_calibration_every_worker_judges_with(
-    tmp_path, tiny_model, synthetic_pairs
-):
-    folder = tmp_path / "desk"
-    tickets = _desk(folder, tiny_model, synthetic_pairs)
+def test_n_decisions_through_the_api_refit_the_calibration_every_worker_judges_with(desk, tiny_model):
+    folder, tickets = desk
     other_worker = Collection.open(folder, tiny_model)  # another process's collection: it never reopens
     query = tickets[0][0] + " today"
     with TestClient(create_app(folder, token="t", refit_every=TICKETS)) as client:
@@ -81,32 +81,21 @@ def test_n_decisions_through_the_api_refit_the_calibration_every_worker_judges_w
         assert hit.probability == after["results"][0]["probability"]
 
 
-def test_fewer_decisions_than_the_floor_refit_nothing_and_the_old_calibration_stays(
-    tmp_path, tiny_model, synthetic_pairs, caplog
-):
-    folder = tmp_path / "desk"
-    tickets = _desk(folder, tiny_model, synthetic_pairs)[:20]
+# 20 decisions, a refit every 10: each refused under the floor of 30; 40 with --refit-every 0: none tried
+@pytest.mark.parametrize("decisions, every, refits", [(20, 10, 2), (TICKETS, 0, 0)])
+def test_a_refit_refused_or_never_tried_leaves_the_old_calibration(desk, tiny_model, caplog, decisions, every, refits):
+    folder, tickets = desk[0], desk[1][:decisions]
     old = _old_calibration(folder, tiny_model)
     with caplog.at_level(logging.INFO, logger="dupq.service.refit"):
-        with TestClient(create_app(folder, token="t", refit_every=10)) as client:
+        with TestClient(create_app(folder, token="t", refit_every=every)) as client:
             _decide(client, tickets)
             client.app.state.refits.wait()
-            assert client.app.state.refits.refits == 2
+            assert client.app.state.refits.refits == refits
             health = client.get("/health", headers=AUTH).json()
     assert (folder / CALIBRATION).read_bytes() == old
     assert health["calibration"]["fitted_on"]["made_up"] is True
     refused = [r.getMessage() for r in caplog.records if "not refitted" in r.getMessage()]
-    assert len(refused) == 2 and all("needs at least 30" in m and "\n" not in m for m in refused), refused
-
-
-def test_refit_every_0_never_refits(tmp_path, tiny_model, synthetic_pairs):
-    folder = tmp_path / "desk"
-    tickets = _desk(folder, tiny_model, synthetic_pairs)
-    with TestClient(create_app(folder, token="t", refit_every=0)) as client:
-        _decide(client, tickets)
-        client.app.state.refits.wait()
-        assert client.app.state.refits.refits == 0
-    assert not (folder / CALIBRATION).exists()
+    assert len(refused) == refits and all("needs at least 30" in m and "\n" not in m for m in refused), refused
 
 
 KILLED_REFIT = """
@@ -123,9 +112,8 @@ with Collection.open(sys.argv[1]) as coll:
 """
 
 
-def test_a_refit_killed_during_its_write_leaves_the_old_calibration_whole(tmp_path, tiny_model, synthetic_pairs):
-    folder = tmp_path / "desk"
-    tickets = _desk(folder, tiny_model, synthetic_pairs)
+def test_a_refit_killed_during_its_write_leaves_the_old_calibration_whole(desk, tiny_model):
+    folder, tickets = desk
     old = _old_calibration(folder, tiny_model)
     with TestClient(create_app(folder, token="t", refit_every=0)) as client:
         _decide(client, tickets)
@@ -137,11 +125,10 @@ def test_a_refit_killed_during_its_write_leaves_the_old_calibration_whole(tmp_pa
         assert coll.calibration["fitted_on"]["made_up"] is True
 
 
-def test_decisions_sent_through_the_api_refit_the_verdict_its_searches_give(tmp_path, tiny_model, synthetic_pairs):
+def test_decisions_sent_through_the_api_refit_the_verdict_its_searches_give(desk):
     """A desk's loop: tickets decided by a moderator through the API, the collection refitted by hand, its searches
     judged anew."""
-    folder = tmp_path / "desk"
-    tickets = _desk(folder, tiny_model, synthetic_pairs)
+    folder, tickets = desk
     with TestClient(create_app(folder, token="t")) as client:
         assert client.get("/health", headers=AUTH).json()["calibration"]["source"] != "collection"
         _decide(client, tickets)

@@ -305,12 +305,12 @@ def test_concurrent_adds_after_a_failing_commit_are_stored_once(coll_dir, monkey
     """The cache write fails after every commit (a full disk). 5 concurrent adds without a key, each retried by its
     client after a server error: each stored once (an add that fails after its commit shows as twice). 5 with an
     Idempotency-Key, every one retried: the same ids, and a key sent with another question is a conflict."""
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(dupq.collection.folder.cache, "SAVE_DURING_ADD", 1)
-    monkeypatch.setattr(
-        dupq.index.vectors,
-        "atomic_write",
-        lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left on device")),
-    )
+    monkeypatch.setattr(dupq.index.vectors, "atomic_write", full_disk)
     countries = ("Kenya", "Chile", "Japan", "Norway", "Mexico")
     keyless = [f"What language is spoken in {country}?" for country in countries]
     new = [f"What is the tallest mountain in {country}?" for country in countries]

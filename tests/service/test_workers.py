@@ -52,6 +52,13 @@ def only(worker: int, others: list[int]):
             os.kill(pid, signal.SIGCONT)
 
 
+def each_alone(a: int, b: int):
+    """Each of two workers in turn alone (the other stopped) while the loop's body runs."""
+    for worker, other in ((a, b), (b, a)):
+        with only(worker, [other]):
+            yield worker
+
+
 def post(url: str, path: str, body: dict, **kw) -> httpx.Response:
     return httpx.post(url + path, json=body, timeout=20, **kw)  # a new connection each time
 
@@ -86,6 +93,15 @@ def served(tmp_path, tiny_model_dir, small_splits):
             raise
 
 
+def search_until(url: str, question: str, k: int, done) -> list[dict]:
+    """The hits of a search for ``question``, asked again until ``done(hits)`` or for a second at most."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        hits = post(url, "/search", {"question": question, "k": k}).json()["results"]
+        if done(hits) or time.monotonic() > deadline:
+            return hits
+
+
 def _healthy(url: str) -> bool:
     try:
         return httpx.get(url + "/health", timeout=5).status_code == 200
@@ -95,27 +111,18 @@ def _healthy(url: str) -> bool:
 
 def test_two_workers_answer_and_see_each_others_adds(served):
     url, proc, (a, b) = served
-    for worker, other in ((a, b), (b, a)):  # each answers alone
-        with only(worker, [other]):
-            assert post(url, "/search", {"question": "How can I lose weight fast?", "k": 1}).status_code == 200
+    for _ in each_alone(a, b):  # each answers alone
+        assert post(url, "/search", {"question": "How can I lose weight fast?", "k": 1}).status_code == 200
     new = "Which river flows through the most countries in the world?"
     with only(a, [b]):
         added = post(url, "/questions", {"text": new, "key": "river"}, headers=AUTH)
     assert added.status_code == 201
     with only(b, [a]):
-        deadline = time.monotonic() + 1.0
-        while True:
-            top = post(url, "/search", {"question": new, "k": 1}).json()["results"][0]
-            if (top["id"], top["text"]) == (added.json()["id"], new) or time.monotonic() > deadline:
-                break
+        (top,) = search_until(url, new, 1, lambda hits: (hits[0]["id"], hits[0]["text"]) == (added.json()["id"], new))
         assert (top["id"], top["text"]) == (added.json()["id"], new)  # the other worker found it within a second
         again = post(url, "/questions", {"text": new, "key": "river"}, headers=AUTH)  # a retry, at the other worker
         assert again.status_code == 201 and again.json() == added.json()  # stored once
-    counts = set()
-    for worker, other in ((a, b), (b, a)):
-        with only(worker, [other]):
-            counts.add(httpx.get(url + "/health", timeout=20).json()["questions"])
-    assert counts == {N + 1}
+    assert {httpx.get(url + "/health", timeout=20).json()["questions"] for _ in each_alone(a, b)} == {N + 1}
 
 
 def test_a_worker_stops_when_its_supervisor_is_killed(served):
@@ -178,12 +185,8 @@ def test_a_removal_and_an_update_through_one_worker_are_seen_by_the_other_within
                 answer = httpx.delete(url + "/questions/river", headers=AUTH, timeout=20)
             assert answer.status_code == 200, answer.text
         with only(b, [a]):
-            started = time.monotonic()
-            while True:
-                texts = [h["text"] for h in post(url, "/search", {"question": gone, "k": 5}).json()["results"]]
-                if gone not in texts or time.monotonic() - started > 1.0:
-                    break
-            assert gone not in texts  # within a second the other worker no longer finds it
+            hits = search_until(url, gone, 5, lambda hits, gone=gone: gone not in [h["text"] for h in hits])
+            assert gone not in [h["text"] for h in hits]  # within a second the other worker no longer finds it
             if found is not None:
                 top = post(url, "/search", {"question": found, "k": 1}).json()["results"][0]
                 assert (top["key"], top["text"]) == ("river", found)
@@ -192,12 +195,10 @@ def test_a_removal_and_an_update_through_one_worker_are_seen_by_the_other_within
 def test_metrics_sum_every_worker(served):
     """prometheus-client's multiprocess mode: a scrape through either worker counts both workers' requests."""
     url, proc, (a, b) = served
-    for worker, other, n in ((a, b, 2), (b, a, 3)):
-        with only(worker, [other]):
-            for _ in range(n):
-                assert post(url, "/search", {"question": "How can I lose weight fast?", "k": 1}).status_code == 200
-    for worker, other in ((a, b), (b, a)):
-        with only(worker, [other]):
-            text = httpx.get(url + "/metrics", timeout=20).text
+    for worker in each_alone(a, b):
+        for _ in range(2 if worker == a else 3):
+            assert post(url, "/search", {"question": "How can I lose weight fast?", "k": 1}).status_code == 200
+    for _ in each_alone(a, b):
+        text = httpx.get(url + "/metrics", timeout=20).text
         assert metric(text, "dupq_requests_total", route="/search", status="200") == 5
         assert metric(text, "dupq_questions_stored") == N
