@@ -346,19 +346,14 @@ def test_kill_9_during_removals_and_updates_loses_nothing_and_applies_nothing_tw
     The collection is built in a process of its own: milvus-lite serves a file from one process at a
     time, until that process ends, so this one opens it only once the killed one is gone."""
     texts, keys, meta = desk()
-    folder = location
     index = "flat" if str(location).startswith("milvus:") else "hnsw"
-    built = subprocess.run(
-        [sys.executable, "-c", BUILD, str(folder), str(tiny_model_dir), index],
-        input=json.dumps([texts, keys, meta]),
-        capture_output=True,
-        text=True,
-    )
+    build = [sys.executable, "-c", BUILD, str(location), str(tiny_model_dir), index]
+    built = subprocess.run(build, input=json.dumps([texts, keys, meta]), capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     tiny_model = Model.load(tiny_model_dir)
     n = 300
-    done = [int(line) for line in kill_9_when([sys.executable, "-c", CHILD.format(n=n), str(folder)], 41)]
-    with Collection.open(folder, tiny_model) as coll:
+    done = [int(line) for line in kill_9_when([sys.executable, "-c", CHILD.format(n=n), str(location)], 41)]
+    with Collection.open(location, tiny_model) as coll:
         rows = {key: text for _, key, text, _ in coll.stored_rows()}
         for i in done:  # every acknowledged operation is there
             assert (f"t{i}" not in rows) if i % 3 == 2 else rows[f"t{i}"].startswith("What changed")

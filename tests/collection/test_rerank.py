@@ -242,7 +242,14 @@ def test_stored_vectors_follow_add_update_remove_and_reencode(tmp_path, texts, q
         assert new_coll.reranker_encoded <= len(queries) * 5
 
 
-@pytest.mark.parametrize("damage", ["another text's digest", "wrong length", "NaN"])
+DAMAGES = {  # of the stored reranker vector of question 7
+    "another text's digest": "UPDATE reranked SET digest = 'x', vector = zeroblob(length(vector)) WHERE id = 7",
+    "wrong length": "UPDATE reranked SET vector = substr(vector, 1, 8) WHERE id = 7",
+    "NaN": "UPDATE reranked SET vector = :nan WHERE id = 7",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_stale_or_damaged_vector_is_encoded_again_and_its_neighbours_are_read_whole(
     tmp_path, texts, tiny_model, head_model, damage
 ):
@@ -252,14 +259,7 @@ def test_a_stale_or_damaged_vector_is_encoded_again_and_its_neighbours_are_read_
     Collection.build(folder, texts[:50], tiny_model, rerank=head_model, rerank_now=True).close()
     nan = np.full(head_model.out_dim, np.nan, dtype=np.float32).tobytes()
     with sqlite3.connect(folder / DATABASE) as db:
-        db.execute(
-            {
-                "another text's digest": "UPDATE reranked SET digest = 'x', vector = zeroblob(length(vector)) WHERE id = 7",
-                "wrong length": "UPDATE reranked SET vector = substr(vector, 1, 8) WHERE id = 7",
-                "NaN": "UPDATE reranked SET vector = :nan WHERE id = 7",
-            }[damage],
-            {"nan": nan},
-        )
+        db.execute(DAMAGES[damage], {"nan": nan})
     with Collection.open(folder) as coll:
         stored = coll.stored_reranker_vectors()
         assert set(stored) == set(range(50)) - {7}

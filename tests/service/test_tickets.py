@@ -173,12 +173,10 @@ def test_a_ticket_left_out_is_judged_as_if_never_stored(tmp_path, tiny_model_dir
     }  # fmt: skip
     old, ticket = texts[:-1], texts[-1]  # the ticket's text is stored nowhere else
     keys = [f"q{i}" for i in range(len(old))]
-    without = Collection.build(tmp_path / "without", old, tiny_model, keys=keys)
-    want = without.search([ticket], k=5)[0]
-    without.close()
-    with_ticket = Collection.build(tmp_path / "with", old, tiny_model, keys=keys)
-    with_ticket.add([ticket], keys=["T-1"])
-    got = with_ticket.search([ticket], k=5, exclude=["T-1"])[0]
-    with_ticket.close()
+    with Collection.build(tmp_path / "without", old, tiny_model, keys=keys) as without:
+        want = without.search([ticket], k=5)[0]
+    with Collection.build(tmp_path / "with", old, tiny_model, keys=keys) as with_ticket:
+        with_ticket.add([ticket], keys=["T-1"])
+        got = with_ticket.search([ticket], k=5, exclude=["T-1"])[0]
     judged = lambda hits: [(h.id, h.score, h.probability, h.tier) for h in hits]  # noqa: E731
     assert judged(got) == judged(want)
