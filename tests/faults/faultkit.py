@@ -52,9 +52,10 @@ def in_process(*args, stdin: bytes | None = None) -> subprocess.CompletedProcess
     return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes, result.stderr_bytes)
 
 
-def clean(run: subprocess.CompletedProcess) -> None:
-    """A run that succeeded, with no traceback shown to the user."""
+def clean(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """A run that succeeded, with no traceback shown to the user: the run, checked."""
     assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr.decode("utf-8", "replace")[-600:]
+    return run
 
 
 def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, metadata: bool = False) -> Path:
@@ -143,9 +144,6 @@ class Server(ServeProcess):
 
     def __init__(self, folder, *extra: str, preexec_fn=None, env=None):
         super().__init__(folder, *extra, command=DUPQ, env={**ENV, **(env or {})}, preexec_fn=preexec_fn)
-
-    def tracebacks(self) -> int:
-        return int("Traceback" in self.stderr())
 
     def workers(self) -> list[int]:
         """The pids of the server's workers (``--workers``), not multiprocessing's resource tracker."""

@@ -32,8 +32,7 @@ def test_every_line_accounted_for(tmp_path: Path):
     pairs, dropped = read_pairs(tmp_path / "p.tsv")
     assert dropped.reasons == {"unclosed quote": 2, "wrong number of fields": 1}
     assert len(pairs) + dropped.lines == 30
-    run = dupq("index", "build", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "c"))
-    clean(run)
+    run = clean(dupq("index", "build", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "c")))
     assert b"2 unclosed quote" in run.stderr
 
 

@@ -115,8 +115,7 @@ def test_one_question_rule(tmp_path: Path):
 
     folder = build(tmp_path / "c", n=10)
     (tmp_path / "q.txt").write_text(f"How do I fly a kite?\n{LONG}\n")
-    built = dupq("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "b"))
-    clean(built)
+    built = clean(dupq("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "b")))
     assert b"too long" in built.stderr and len(stored(tmp_path / "b")) == 1
     with Collection.open(folder) as coll:
         assert library_refuses(lambda: coll.add([LONG]))
@@ -138,8 +137,7 @@ def test_one_key_rule(tmp_path: Path):
     with Collection.open(folder) as coll:
         assert [library_refuses(lambda k=k: coll.add(["How do I tie a knot?"], keys=[k])) for k in bad] == [True] * 3
     (tmp_path / "k.csv").write_text("key,question\nfaq 17,How do I tie a knot?\nfaq-18,How do I untie a knot?\n")
-    run = dupq("index", "add", str(folder), "--file", str(tmp_path / "k.csv"), "--key-column", "key")
-    clean(run)
+    run = clean(dupq("index", "add", str(folder), "--file", str(tmp_path / "k.csv"), "--key-column", "key"))
     keys = [k for _, k, _ in stored(folder)]
     assert b"line 2" in run.stderr and keys[-1] == "faq-18" and len(keys) == 11
 
@@ -150,8 +148,7 @@ def test_preset_and_teacher_sentences(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache
 
     (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbfepochs = 2\n")
-    bom = dupq("train", "--preset", str(tmp_path / "bom.toml"), "--show")
-    clean(bom)
+    bom = clean(dupq("train", "--preset", str(tmp_path / "bom.toml"), "--show"))
     assert b"epochs = 2" in bom.stdout
     (tmp_path / "size.toml").write_text("test_size = 100\n")
     refused(dupq("train", "--preset", str(tmp_path / "size.toml"), "--show"), "did you mean 'test'")
@@ -164,9 +161,7 @@ def test_preset_and_teacher_sentences(tmp_path: Path):
 def test_add_says_what_it_stored(tmp_path: Path):
     """`index add --key` run twice stores one question, and the second says nothing was added, not "added 1"."""
     folder = build(tmp_path / "c", n=10)
-    runs = [dupq("index", "add", str(folder), "How do I tie a knot?", "--key", "knot") for _ in range(2)]
-    for run in runs:
-        clean(run)
+    runs = [clean(dupq("index", "add", str(folder), "How do I tie a knot?", "--key", "knot")) for _ in range(2)]
     second = runs[1].stdout.decode()
     assert "added 1" in runs[0].stdout.decode()
     assert not second.startswith("added") and "stored already" in second, second
