@@ -91,12 +91,11 @@ def test_empty_bodies_are_422(tmp_path: Path):
     folder = build(tmp_path / "c", keys=True)
     with client(folder) as c:
         schema = c.get("/openapi.json").json()
+        both = {"duplicate_of": "k2", "not_duplicate_of": "k3"}
         codes = {
             "put": c.put("/questions/k1", json={}, headers=AUTH).status_code,
             "decision": c.post("/questions/k1/decision", json={}, headers=AUTH).status_code,
-            "both": c.post(
-                "/questions/k1/decision", json={"duplicate_of": "k2", "not_duplicate_of": "k3"}, headers=AUTH
-            ).status_code,
+            "both": c.post("/questions/k1/decision", json=both, headers=AUTH).status_code,
         }
     documented = [
         operation["responses"]

@@ -76,15 +76,14 @@ def test_byte_order_mark(tmp_path: Path, run):
     outputs = {}
     for name, mark in (("plain", b""), ("marked", BOM)):
         (tmp_path / f"{name}.tsv").write_bytes(mark + PAIRS)
-        (tmp_path / f"{name}.txt").write_bytes(mark + questions)
-        clean(run("index", "build", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / name)))
+        text = tmp_path / f"{name}.txt"
+        text.write_bytes(mark + questions)
+        clean(run("index", "build", str(text), "--out", str(tmp_path / name)))
         outputs[name] = [
             run("predict", "--pairs", str(tmp_path / f"{name}.tsv")).stdout,
             run("predict", "--pairs", "-", stdin=mark + PAIRS).stdout,
-            run(
-                "search", str(tmp_path / "plain"), "--queries", str(tmp_path / f"{name}.txt"), "--json", "-k", "1"
-            ).stdout,
-            run("dedup", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / f"{name}.json")).returncode,
+            run("search", str(tmp_path / "plain"), "--queries", str(text), "--json", "-k", "1").stdout,
+            run("dedup", str(text), "--out", str(tmp_path / f"{name}.json")).returncode,
             json.loads((tmp_path / f"{name}.json").read_text()),
             [text for _, _, text in stored(tmp_path / name)],
         ]
@@ -148,11 +147,6 @@ def test_endless_line(tmp_path: Path):
     refused(limited("search", str(folder), "--queries", zero), LINE_CAP)
 
 
-def naive_lines(data: bytes) -> list[bytes]:
-    """The lines of ``data`` without their ``\\n``, the last one even if empty: the reference for the cap."""
-    return data.split(b"\n")
-
-
 class Trickle(io.RawIOBase):
     """A source that hands out at most a few bytes at a time, as a pipe may."""
 
@@ -179,7 +173,8 @@ def test_the_cap_and_the_mark_against_a_naive_reference(seed):
     body = b"\n".join(lines)
     data = (BOM if rng.random() < 0.5 else b"") + body
     reader = io.BufferedReader(_CheckedBytes(io.BufferedReader(Trickle(data, rng), 4), "x", limit), 8)
-    too_long = [i + 1 for i, line in enumerate(naive_lines(body)) if len(line) > limit]
+    # the naive reference: every line without its \n (the last even if empty), its length against the cap
+    too_long = [i + 1 for i, line in enumerate(body.split(b"\n")) if len(line) > limit]
     if too_long:
         with pytest.raises(DupqError, match=rf"^line {too_long[0]} of x is longer than {limit} bytes"):
             reader.read()
@@ -193,11 +188,8 @@ def test_the_cap_and_the_mark_against_a_naive_reference(seed):
 def test_index_build_on_a_full_disk(tmp_path: Path):
     """the database outgrows the space (a 256 KiB file size cap): one sentence, no folder left behind."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(3000)) + "\n")
-    error = refused(
-        limited("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "c"), file_size=256 << 10),
-        str(tmp_path / "c"),
-    )
-    assert ".building" not in error
+    built = limited("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "c"), file_size=256 << 10)
+    assert ".building" not in refused(built, str(tmp_path / "c"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # no collection, no hidden half-built one
 
 
@@ -285,10 +277,8 @@ def test_dedup_out_where_no_file_can_go(tmp_path: Path, run, where, name):
     out = tmp_path / name if folder else tmp_path / "none" / "dir" / name
     if folder:
         out.mkdir()
-    error = refused(
-        run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out) if folder else f"{out.parent} does not exist"
-    )
-    assert ".tmp" not in error
+    said = str(out) if folder else f"{out.parent} does not exist"
+    assert ".tmp" not in refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), said)
     assert sorted(p.name for p in tmp_path.rglob("*")) == (["q.txt", name] if folder else ["q.txt"])
 
 
