@@ -8,14 +8,11 @@ there); that run shows the check can see torch come in.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from support.torch_free import PAIR, imports_torch
+from support.torch_free import PAIR, fresh, imports_torch
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +24,6 @@ def collection(tmp_path_factory):
     done = CliRunner().invoke(app, ["index", "build", str(questions), "--out", str(folder / "c")])
     assert done.exit_code == 0, done.output
     return folder / "c"
-
-
-def fresh(code: str) -> list[str]:
-    """The lines ``code`` prints in a fresh interpreter (``sys`` imported)."""
-    done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
 
 
 def test_predict_judges_a_pair_without_torch():

@@ -37,10 +37,7 @@ def build_collection(folder: Path | str, model_dir: Path, texts: list[str]) -> P
     from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
 
-    collection = Collection.build(
-        folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))]
-    )
-    collection.close()
+    Collection.build(folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))]).close()
     return folder
 
 
