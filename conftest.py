@@ -51,12 +51,8 @@ def synthetic_pairs(pairs_path) -> Pairs:
 
 def pytest_collection_modifyitems(config, items):
     """Refuse to run a test that reads the real file (``data_path``, ``all_pairs``) without the ``real_data`` mark."""
-    unmarked = [
-        item.nodeid
-        for item in items
-        if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ()))
-        and item.get_closest_marker("real_data") is None
-    ]
+    real = [item for item in items if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ()))]
+    unmarked = [item.nodeid for item in real if item.get_closest_marker("real_data") is None]
     if unmarked:
         message = "these tests read the real Quora file but are not marked real_data: "
         raise pytest.UsageError(message + ", ".join(unmarked))

@@ -55,11 +55,8 @@ def test_the_service_app_imports_without_torch():
 
 def test_import_dupq_leaves_faiss_and_torch_until_a_name_needs_them():
     """``import dupq`` and its cheap names import neither; asking for Collection brings FAISS, adapt torch."""
-    steps = [
-        "import dupq\nfrom dupq import DupqError, Model, dedup",
-        "from dupq import Collection",
-        "from dupq import adapt",
-    ]
+    cheap = "import dupq\nfrom dupq import DupqError, Model, dedup"
+    steps = [cheap, "from dupq import Collection", "from dupq import adapt"]
     printed = fresh("".join(f"{step}\nprint('faiss' in sys.modules, 'torch' in sys.modules)\n" for step in steps))
     assert printed == ["False False", "True False", "True True"]
 

@@ -118,9 +118,8 @@ def test_milvus_lite_in_use(tmp_path: Path):
 def test_read_only_collection(tmp_path: Path):
     """A collection on a read-only mount is searched (SQLite opened read-only); an add is one sentence."""
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(
-            "cannot make a read-only mount here: unshare -rm is refused"
-        )
+        refuse = pytest.fail if os.environ.get("CI") else pytest.skip
+        refuse("cannot make a read-only mount here: unshare -rm is refused")
     folder, mount = build(tmp_path / "c"), tmp_path / "ro"
     mount.mkdir()
     script = f'mount --bind "{folder}" "{mount}" && mount -o remount,bind,ro "{mount}" && exec "$@"'

@@ -102,16 +102,13 @@ def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache, teach
 
     calls: list[str] = []
-    encode = fake_teacher(calls)
+    encode, cache = fake_teacher(calls), tmp_path / "cache"
     taught, mine = synthetic(60), synthetic(40, offset=40)  # 20 in common
-    teach(taught, tmp_path / "cache", encode, "fake")
-    before = TeacherCache.load(tmp_path / "cache")
+    teach(taught, cache, encode, "fake")
+    before = TeacherCache.load(cache)
     calls.clear()
     config = AdaptConfig(epochs=1, batch_size=16)
-    cache = tmp_path / "cache"
-    adapt_with(
-        Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False
-    )
+    adapt_with(Model.load(), mine, tmp_path / "a", encode, "fake", config, cache, log=lambda _: None, progress=False)
     after = TeacherCache.load(cache)
     assert set(before.texts) <= set(after.texts) and set(mine) <= set(after.texts)
     # the stored vectors, not new ones

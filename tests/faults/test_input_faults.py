@@ -56,9 +56,6 @@ def limited(*args: str, data: int = 1 << 30, file_size: int | None = None, stdin
     return subprocess.run(command, input=stdin, capture_output=True, timeout=180, env=faultkit.ENV, preexec_fn=caps)
 
 
-# a UTF-8 byte-order mark is not part of the first line.
-
-
 @pytest.mark.parametrize("name", ["q.txt", "q.csv", "q.txt.gz"])
 def test_a_byte_order_mark_is_not_read_as_text(tmp_path, name):
     questions = synthetic(3)
@@ -88,9 +85,6 @@ def test_byte_order_mark(tmp_path: Path, run):
             [text for _, _, text in stored(tmp_path / name)],
         ]
     assert len(outputs["plain"][0].splitlines()) == 2 and outputs["plain"] == outputs["marked"]
-
-
-# a header that names a column twice.
 
 
 def test_a_header_naming_a_column_twice_is_refused(tmp_path):
@@ -182,18 +176,12 @@ def test_the_cap_and_the_mark_against_a_naive_reference(seed):
         assert reader.read() == body
 
 
-# a full disk during `index build` (here: a file size limit the database outgrows).
-
-
 def test_index_build_on_a_full_disk(tmp_path: Path):
     """the database outgrows the space (a 256 KiB file size cap): one sentence, no folder left behind."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(3000)) + "\n")
     built = limited("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "c"), file_size=256 << 10)
     assert ".building" not in refused(built, str(tmp_path / "c"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # no collection, no hidden half-built one
-
-
-# a Milvus address that cannot be parsed.
 
 
 @pytest.mark.parametrize("where", MILVUS)
@@ -205,8 +193,6 @@ def test_unparsable_milvus_address(tmp_path: Path, run, where):
     refused(run("index", "add", where, "How do I learn Python?"), said)
     refused(run("index", "build", str(tmp_path / "q.txt"), "--out", where), said)
 
-
-# no spreadsheet formula in `dedup --out x.csv`.
 
 FORMULAS = ['=HYPERLINK("http://x.example","How do I learn Python?")', "+1+1 how do I add?", "-2+3 why?"]
 FORMULAS += ["@SUM(A1) how do I sum?", "\tHow do I indent?", "\rWhy do I return?"]
@@ -239,9 +225,6 @@ def test_formulas_in_dedup_csv(tmp_path: Path, run):
         cells = [row["text"] for row in csv.DictReader(f)]
     assert [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))] == []
     assert sorted(c.removeprefix("'") for c in cells) == sorted(FORMULAS * 2)
-
-
-# keys given twice in one file, or one add.
 
 
 def test_duplicate_keys_in_one_file(tmp_path: Path, run):

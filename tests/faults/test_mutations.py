@@ -114,9 +114,8 @@ CLUSTER_UNWATCHED = patched("dupq.dedup.ray_engine", "WATCH", "3600.0")
 # the folder rule alone: --overwrite replaces anything
 MODEL_FORMAT = "dupq.modeling.folder_format dupq.core.files"
 ANY_FOLDER_REPLACED = patched(MODEL_FORMAT, "check_new_model_folder", "dupq.core.files.check_new_folder", bound=True)
-STATIC_WORDS_UNCHECKED = patched(
-    "dupq.modeling.static", "read_json", "lambda path, what: json.loads(open(path, encoding='utf-8').read())"
-)
+READ_JSON = "lambda path, what: json.loads(open(path, encoding='utf-8').read())"
+STATIC_WORDS_UNCHECKED = patched("dupq.modeling.static", "read_json", READ_JSON)
 # any weight, and the folder renamed in without being loaded back
 ANY_JOIN_WEIGHT = patched(
     "dupq.modeling.static dupq.training.distil.export", "check_weight", "lambda weight, name: weight"

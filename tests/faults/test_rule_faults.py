@@ -99,11 +99,8 @@ def test_one_question_rule_on_the_command_line(tmp_path: Path, run, fault):
     """`predict`, `search` and `index add` refuse the question, storing nothing."""
     question, said = BAD_QUESTIONS[fault]
     folder = build(tmp_path / "c", n=10)
-    for args in (
-        ["predict", question, "How?"],
-        ["search", str(folder), question],
-        ["index", "add", str(folder), question],
-    ):
+    where = str(folder)
+    for args in (["predict", question, "How?"], ["search", where, question], ["index", "add", where, question]):
         refused(run(*args), said)
     assert len(stored(folder)) == 10
 
@@ -171,8 +168,6 @@ def test_add_says_what_it_stored(tmp_path: Path):
 def test_adapt_names_skipped_lines(tmp_path: Path):
     """adapt says which lines of its file it left out and why (line numbers, reasons), as index build does."""
     (tmp_path / "q.txt").write_text("How do I cook rice?\nWhy is the sky blue?\n???\nHow do I learn French?\n")
-    run = dupq(
-        "adapt", str(tmp_path / "q.txt"), "--out", str(tmp_path / "a"), "--teacher", str(tmp_path / "no-teacher")
-    )
-    err = run.stderr.decode()
+    teacher = str(tmp_path / "no-teacher")
+    err = dupq("adapt", str(tmp_path / "q.txt"), "--out", str(tmp_path / "a"), "--teacher", teacher).stderr.decode()
     assert "line 3 (no words)" in err and "Traceback" not in err, err[-600:]

@@ -14,10 +14,7 @@ from support.serving import LiveServer, free_port
 
 __all__ = ["EXTRA", "LiveServer", "build_collection", "free_port", "milvus_or_skip", "postgres_or_skip", "questions"]
 
-EXTRA = [
-    "How can I lose weight fast?",
-    "<b>How do I lose weight</b> without exercise?",
-]
+EXTRA = ["How can I lose weight fast?", "<b>How do I lose weight</b> without exercise?"]
 
 
 def questions(splits: Splits, n: int) -> list[str]:
