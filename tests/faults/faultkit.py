@@ -120,12 +120,6 @@ def client(folder):
     return TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False)
 
 
-def lacks_headers(answer) -> bool:
-    """Whether an answer (ours, or a TestClient response) misses any of the security headers."""
-    headers = {k.lower() for k in answer.headers}
-    return any(name not in headers for name in SECURITY_HEADERS)
-
-
 def strict_json(text: bytes | str) -> bool:
     """Whether ``text`` is JSON that any reader takes: no ``NaN`` or ``Infinity``."""
 
