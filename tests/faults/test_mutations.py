@@ -82,9 +82,8 @@ NAN_STORED = TO_JSON + patched("dupq.collection.collection", "check_metadata", U
 # a search's hits read their metadata in hits.py
 LENIENT_METADATA = patched("dupq.collection.collection dupq.collection.hits", "read_metadata", LENIENT)
 NAN_READ = TO_JSON + LENIENT_METADATA
-NO_DEPTH_LIMIT = patched("dupq.service.middleware", "json_depth", "lambda text, limit=None: 0") + patched(
-    "dupq.collection.rows", "nesting", "lambda value, limit=None: 0"
-)
+NO_DEPTH_LIMIT = patched("dupq.service.middleware", "json_depth", "lambda text, limit=None: 0")
+NO_DEPTH_LIMIT += patched("dupq.collection.rows", "nesting", "lambda value, limit=None: 0")
 NAN_VECTORS_PASS = patched("dupq.collection.folder.sqlite", "_check_finite", "lambda *args, **kwargs: None")
 ALL_400 = patched("dupq.service.errors", "answer_to", "lambda e: (400, str(e), {})")
 NO_HEADER_DEADLINE = patched("dupq.service.connections:HeaderDeadline", "_arm", "lambda self: None")
@@ -117,14 +116,12 @@ ANY_FOLDER_REPLACED = patched(MODEL_FORMAT, "check_new_model_folder", "dupq.core
 READ_JSON = "lambda path, what: json.loads(open(path, encoding='utf-8').read())"
 STATIC_WORDS_UNCHECKED = patched("dupq.modeling.static", "read_json", READ_JSON)
 # any weight, and the folder renamed in without being loaded back
-ANY_JOIN_WEIGHT = patched(
-    "dupq.modeling.static dupq.training.distil.export", "check_weight", "lambda weight, name: weight"
-) + patched("dupq.training.distil.export", "new_model_folder", "dupq.core.files.new_folder")
+ANY_JOIN_WEIGHT = patched("dupq.modeling.static dupq.training.distil.export", "check_weight", "lambda w, name: w")
+ANY_JOIN_WEIGHT += patched("dupq.training.distil.export", "new_model_folder", "dupq.core.files.new_folder")
 JOINED_BRANCH_IGNORED = patched("dupq.modeling.sentence_model:JoinedEncoder", "without_branch", "lambda self: self")
 # the branch's words as the seed's split alone gives them
-WHITESPACE_WORDS = patched("dupq.modeling.static dupq.training.adapt", "word_parts", "lambda word: [word]") + patched(
-    "dupq.training.adapt", "unspaced_scripts", "lambda words: {}"
-)
+WHITESPACE_WORDS = patched("dupq.modeling.static dupq.training.adapt", "word_parts", "lambda word: [word]")
+WHITESPACE_WORDS += patched("dupq.training.adapt", "unspaced_scripts", "lambda words: {}")
 # any token but none at all, as before the check
 LENIENT_TOKEN = "lambda token=None: token if token is not None else os.environ.get(dupq.service.auth.TOKEN_ENV) or None"
 ANY_TOKEN = patched("dupq.service.auth dupq.service.app dupq.service.server", "write_token", LENIENT_TOKEN)
