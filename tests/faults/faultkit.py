@@ -69,6 +69,14 @@ def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, me
     return folder
 
 
+def folder_of(folder: Path, files: dict[str, str | bytes] | None = None) -> Path:
+    """``folder``, made, holding ``files`` (name: text or bytes): a user's folder, or damage to put somewhere."""
+    folder.mkdir()
+    for name, data in (files or {}).items():
+        (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    return folder
+
+
 def stored(folder: Path) -> list[tuple]:
     with sqlite3.connect(folder / "questions.sqlite") as db:
         return db.execute("SELECT id, key, text FROM questions ORDER BY id").fetchall()

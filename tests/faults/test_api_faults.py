@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, Server, build, client, dupq
+from faultkit import AUTH, Server, build, client, dupq, folder_of
 
 from support.errors import refused
 from support.serving import free_port
@@ -188,9 +188,7 @@ def test_an_inherited_metrics_folder(tmp_path: Path):
     """`$PROMETHEUS_MULTIPROC_DIR` left in the environment (a folder of old values, or one that is gone) is refused
     by `dupq serve` in a sentence naming it, before its values are mixed into the server's."""
     folder = build(tmp_path / "c")
-    old = tmp_path / "old-metrics"
-    old.mkdir()
-    (old / "counter_1.db").write_bytes(b"")
+    old = folder_of(tmp_path / "old-metrics", {"counter_1.db": b""})
     for where in (old, tmp_path / "gone"):
         for workers in ("1", "2"):
             try:

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, build, clean, client, dupq, model_copy, stored
+from faultkit import AUTH, build, clean, client, dupq, folder_of, model_copy, stored
 
 from support.errors import library_refuses, refused
 
@@ -138,9 +138,7 @@ def test_messages_name_the_real_problem(tmp_path: Path):
 
 def test_links_out_of_a_model_folder(tmp_path: Path):
     """A sentence-transformers model folder whose subfolder links to a pickle outside it is refused before loading."""
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    (outside / "pytorch_model.bin").write_bytes(b"not loaded: a pickle can run code")
+    outside = folder_of(tmp_path / "elsewhere", {"pytorch_model.bin": b"not loaded: a pickle can run code"})
     model = tmp_path / "m"
     files = model / "sentence-transformers"
     files.mkdir(parents=True)

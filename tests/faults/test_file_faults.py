@@ -13,7 +13,7 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import AUTH, TRAIN, Server, build, clean, dupq, fake_teacher, model_copy, pairs_file, stored, synthetic
+from faultkit import AUTH, TRAIN, Server, build, clean, dupq, folder_of, model_copy, pairs_file, stored, synthetic
 
 from support.errors import refused
 from support.serving import free_port
@@ -41,10 +41,8 @@ def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
     (folder / "manifest.json").write_text(faultkit.NESTED)
     refused(dupq("search", str(folder), "How do I learn Python?"), "nests more than")
     refused(dupq("serve", str(folder), "--port", str(free_port())), "nests more than")
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "teacher.json").write_text(faultkit.NESTED)
     with pytest.raises(DupqError, match="nests more than"):
-        TeacherCache.load(tmp_path / "t")
+        TeacherCache.load(folder_of(tmp_path / "t", {"teacher.json": faultkit.NESTED}))
 
 
 def test_compact_over_an_existing_folder(tmp_path: Path):
@@ -54,8 +52,7 @@ def test_compact_over_an_existing_folder(tmp_path: Path):
     before = (tmp_path / "e" / "model.safetensors").read_bytes()
     refused(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half"), "--overwrite")
     assert (tmp_path / "e" / "model.safetensors").read_bytes() == before
-    (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "notes.txt").write_text("mine")
+    folder_of(tmp_path / "full", {"notes.txt": "mine"})
     refused(dupq("compact", str(model), "--out", str(tmp_path / "full")), "--overwrite")
     assert (tmp_path / "full" / "notes.txt").exists()
     clean(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half", "--overwrite"))
@@ -68,9 +65,7 @@ def test_commands_that_write_a_folder(tmp_path: Path):
     teacher-model) refuses a collection folder: one model-folder rule, and a collection is never replaced."""
     model = model_copy(tmp_path / "m")
     folder = build(tmp_path / "c", n=10)
-    full = tmp_path / "full"
-    full.mkdir()
-    (full / "notes.txt").write_text("mine")
+    full = folder_of(tmp_path / "full", {"notes.txt": "mine"})
     (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
     for command in (
         ["train", "--out", str(full), "--epochs", "1"],
@@ -102,7 +97,7 @@ def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache, teach
 
     calls: list[str] = []
-    encode, cache = fake_teacher(calls), tmp_path / "cache"
+    encode, cache = faultkit.fake_teacher(calls), tmp_path / "cache"
     taught, mine = synthetic(60), synthetic(40, offset=40)  # 20 in common
     teach(taught, cache, encode, "fake")
     before = TeacherCache.load(cache)
