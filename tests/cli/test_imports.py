@@ -8,14 +8,11 @@ there); that run shows the check can see torch come in.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from typer.testing import CliRunner
 
 from dupq.cli import app
-from support.torch_free import PAIR, imports_torch
+from support.torch_free import PAIR, fresh, imports_torch
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +24,6 @@ def collection(tmp_path_factory):
     done = CliRunner().invoke(app, ["index", "build", str(questions), "--out", str(folder / "c")])
     assert done.exit_code == 0, done.output
     return folder / "c"
-
-
-def fresh(code: str) -> list[str]:
-    """The lines ``code`` prints in a fresh interpreter (``sys`` imported)."""
-    done = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
 
 
 def test_predict_judges_a_pair_without_torch():
@@ -65,11 +55,8 @@ def test_the_service_app_imports_without_torch():
 
 def test_import_dupq_leaves_faiss_and_torch_until_a_name_needs_them():
     """``import dupq`` and its cheap names import neither; asking for Collection brings FAISS, adapt torch."""
-    steps = [
-        "import dupq\nfrom dupq import DupqError, Model, dedup",
-        "from dupq import Collection",
-        "from dupq import adapt",
-    ]
+    cheap = "import dupq\nfrom dupq import DupqError, Model, dedup"
+    steps = [cheap, "from dupq import Collection", "from dupq import adapt"]
     printed = fresh("".join(f"{step}\nprint('faiss' in sys.modules, 'torch' in sys.modules)\n" for step in steps))
     assert printed == ["False False", "True False", "True True"]
 

@@ -49,6 +49,13 @@ def run(*args, input=None):
     return runner.invoke(app, [str(a) for a in args], input=input)
 
 
+def done(*args, input=None):
+    """``run(*args)``, checked to succeed."""
+    result = run(*args, input=input)
+    assert result.exit_code == 0, result.output
+    return result
+
+
 # train -> calibrate on dev, evaluate on test
 
 
@@ -65,25 +72,22 @@ def test_train_stores_the_dev_threshold_and_the_test_metrics(trained):
 
 def test_evaluate_json_reports_on_the_test_pairs_at_the_calibrated_threshold(trained):
     folder, data = trained
-    result = run("evaluate", folder, "--data", data, "--json")
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout)
+    out = json.loads(done("evaluate", folder, "--data", data, "--json").stdout)
     keys = "threshold accuracy precision recall f1 roc_auc average_precision confusion_matrix accuracy_at_0_7"
     assert set(keys.split()) | {"expected_calibration_error", "reliability"} <= out.keys(), sorted(out)
     assert sum(out["reliability"]["pairs"]) == out["pairs"] and 0 <= out["expected_calibration_error"] <= 1
     stored = read_json(folder / "metrics.json", "metrics")["test"]
     assert out["threshold"] == stored["threshold"] and out["accuracy"] == stored["accuracy"]
     assert out["pairs"] == 1000 and out["test_rows"] == [8_000, 8_999]
-    fixed = json.loads(run("evaluate", folder, "--data", data, "--json", "--threshold", "0.7").stdout)
+    fixed = json.loads(done("evaluate", folder, "--data", data, "--json", "--threshold", "0.7").stdout)
     assert fixed["threshold"] == 0.7 and fixed["accuracy"] == out["accuracy_at_0_7"]
 
 
 def test_evaluate_prints_a_table(trained):
     folder, data = trained
-    result = run("evaluate", folder, "--data", data)
-    assert result.exit_code == 0, result.output
-    assert "accuracy_at_0_7" in result.stdout and "confusion matrix" in result.stdout
-    assert "expected_calibration_error" in result.stdout and "threshold on" in result.stdout
+    table = done("evaluate", folder, "--data", data).stdout
+    assert "accuracy_at_0_7" in table and "confusion matrix" in table
+    assert "expected_calibration_error" in table and "threshold on" in table
 
 
 def test_calibrate_rewrites_the_threshold(trained, tmp_path):
@@ -94,8 +98,7 @@ def test_calibrate_rewrites_the_threshold(trained, tmp_path):
     chosen = config["threshold"]
     config["threshold"] = 0.123
     (copy / "config.json").write_text(json.dumps(config))
-    result = run("calibrate", copy, "--data", data)
-    assert result.exit_code == 0, result.output
+    done("calibrate", copy, "--data", data)
     assert Model.load(copy).threshold == chosen
     assert not list(copy.glob("*.tmp")) and not list(copy.glob(".*.tmp"))
 
@@ -107,35 +110,23 @@ def test_predict_one_pair_text_and_json(trained, model):
     folder, _ = trained
     q1, q2 = "When will I see you?", "When can I see you again?"
     sim, p = model.similarity(q1, q2), model.probability(q1, q2)  # `dupq train` calibrated it on dev
-    text = run("predict", q1, q2, "--model", folder)
-    assert text.exit_code == 0, text.output
-    verdict = "duplicate" if sim > model.threshold else "different"
-    assert text.stdout.strip() == (
-        f"similarity {sim:.4f} {'>' if sim > model.threshold else '<='} threshold {model.threshold:.4f}: {verdict} (probability {p:.4f})"
-    )
-    out = json.loads(run("predict", q1, q2, "--model", folder, "--json", "--threshold", "-1").stdout)
-    assert out == {
-        "question1": q1,
-        "question2": q2,
-        "similarity": round(sim, 6),
-        "duplicate": True,
-        "threshold": -1.0,
-        "probability": round(p, 6),
-    }
-    out = json.loads(run("predict", q1, q2, "--model", folder, "--json", "--threshold", "1").stdout)
+    sign, verdict = (">", "duplicate") if sim > model.threshold else ("<=", "different")
+    said = f"similarity {sim:.4f} {sign} threshold {model.threshold:.4f}: {verdict} (probability {p:.4f})"
+    assert done("predict", q1, q2, "--model", folder).stdout.strip() == said
+    out = json.loads(done("predict", q1, q2, "--model", folder, "--json", "--threshold", "-1").stdout)
+    judged = {"similarity": round(sim, 6), "duplicate": True, "threshold": -1.0, "probability": round(p, 6)}
+    assert out == {"question1": q1, "question2": q2, **judged}
+    out = json.loads(done("predict", q1, q2, "--model", folder, "--json", "--threshold", "1").stdout)
     assert out["duplicate"] is False
 
 
 def test_predict_judges_a_1000_character_question_whole_and_refuses_a_longer_one(trained, model):
     folder, _ = trained
     longest = ("How do I learn to cook rice well " * 40)[:MAX_QUESTION]
-    result = run("predict", longest, "How do I cook rice?", "--model", folder, "--json")
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["similarity"] == round(
-        model.similarity(longest, "How do I cook rice?"), 6
-    )  # the whole text, encoded
-    glued = "x" * MAX_QUESTION  # one long unknown word
-    assert run("predict", glued, "What is x?", "--model", folder).exit_code == 0
+    result = done("predict", longest, "How do I cook rice?", "--model", folder, "--json")
+    whole = round(model.similarity(longest, "How do I cook rice?"), 6)  # the whole text, encoded
+    assert json.loads(result.stdout)["similarity"] == whole
+    done("predict", "x" * MAX_QUESTION, "What is x?", "--model", folder)  # one long unknown word
     # One character more is refused, as the API refuses it (422): one rule for a question everywhere.
     refused(run("predict", "What is x?", longest + "?", "--model", folder), "question 2 is 1,001 characters long")
 
@@ -152,8 +143,7 @@ def test_predict_needs_two_questions_or_pairs(trained):
 def test_predict_pairs_file_streams_one_line_per_pair(trained, model, real_pairs, tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("".join(f"{a}\t{b}\n" for a, b in real_pairs), encoding="utf-8")
-    whole = run("predict", "--pairs", path, "--model", trained[0], "--json")
-    assert whole.exit_code == 0, whole.output
+    whole = done("predict", "--pairs", path, "--model", trained[0], "--json")
     rows = [json.loads(line) for line in whole.stdout.splitlines()]
     assert [r["line"] for r in rows] == list(range(1, len(real_pairs) + 1))
     expected = model.similarity([a for a, _ in real_pairs], [b for _, b in real_pairs])
@@ -161,8 +151,7 @@ def test_predict_pairs_file_streams_one_line_per_pair(trained, model, real_pairs
     assert [r["duplicate"] for r in rows] == [bool(s > model.threshold) for s in expected]
     chunked = run("predict", "--pairs", path, "--model", trained[0], "--json", "--chunk", "7")
     assert chunked.stdout == whole.stdout
-    text = run("predict", "--pairs", "-", "--model", trained[0], input=path.read_bytes())
-    assert text.exit_code == 0, text.output
+    text = done("predict", "--pairs", "-", "--model", trained[0], input=path.read_bytes())
     first = text.stdout.splitlines()[0].split("\t")
     assert first[0] == "1" and float(first[1]) == pytest.approx(expected[0], abs=1e-4)
     assert len(text.stdout.splitlines()) == len(real_pairs)
@@ -189,9 +178,7 @@ def test_predict_pairs_reports_bad_lines_by_number_and_judges_the_rest(trained, 
     assert "line 3 has 1 tab-separated field" in err and "line 4 has 3 tab-separated field" in err
     assert "question 1 on line 5 is empty" in err
     assert "question 1 on line 7 is 1,001 characters long" in err
-    assert err.strip().splitlines()[-1].startswith("error: 5 line(s) could not be judged (3 judged)")
-    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
-    assert "Traceback" not in result.output
+    assert refused(result).startswith("error: 5 line(s) could not be judged (3 judged)")
 
 
 def test_predict_pairs_missing_file(trained, tmp_path):

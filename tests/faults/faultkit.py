@@ -52,9 +52,10 @@ def in_process(*args, stdin: bytes | None = None) -> subprocess.CompletedProcess
     return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes, result.stderr_bytes)
 
 
-def clean(run: subprocess.CompletedProcess) -> None:
-    """A run that succeeded, with no traceback shown to the user."""
+def clean(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """A run that succeeded, with no traceback shown to the user: the run, checked."""
     assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr.decode("utf-8", "replace")[-600:]
+    return run
 
 
 def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, metadata: bool = False) -> Path:
@@ -65,6 +66,14 @@ def build(folder: Path, n: int = 40, index: str = "flat", keys: bool = False, me
     keys = [f"k{i}" for i in range(n)] if keys else None
     metadata = [{"row": i} for i in range(n)] if metadata else None
     Collection.build(folder, synthetic(n), Model.load(), index=index, keys=keys, metadata=metadata).close()
+    return folder
+
+
+def folder_of(folder: Path, files: dict[str, str | bytes] | None = None) -> Path:
+    """``folder``, made, holding ``files`` (name: text or bytes): a user's folder, or damage to put somewhere."""
+    folder.mkdir()
+    for name, data in (files or {}).items():
+        (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
     return folder
 
 
@@ -119,12 +128,6 @@ def client(folder):
     return TestClient(create_app(folder, token="fault-token"), raise_server_exceptions=False)
 
 
-def lacks_headers(answer) -> bool:
-    """Whether an answer (ours, or a TestClient response) misses any of the security headers."""
-    headers = {k.lower() for k in answer.headers}
-    return any(name not in headers for name in SECURITY_HEADERS)
-
-
 def strict_json(text: bytes | str) -> bool:
     """Whether ``text`` is JSON that any reader takes: no ``NaN`` or ``Infinity``."""
 
@@ -143,9 +146,6 @@ class Server(ServeProcess):
 
     def __init__(self, folder, *extra: str, preexec_fn=None, env=None):
         super().__init__(folder, *extra, command=DUPQ, env={**ENV, **(env or {})}, preexec_fn=preexec_fn)
-
-    def tracebacks(self) -> int:
-        return int("Traceback" in self.stderr())
 
     def workers(self) -> list[int]:
         """The pids of the server's workers (``--workers``), not multiprocessing's resource tracker."""

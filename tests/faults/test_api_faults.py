@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, Server, build, client, dupq
+from faultkit import AUTH, Server, build, client, dupq, folder_of
 
 from support.errors import refused
 from support.serving import free_port
@@ -91,12 +91,11 @@ def test_empty_bodies_are_422(tmp_path: Path):
     folder = build(tmp_path / "c", keys=True)
     with client(folder) as c:
         schema = c.get("/openapi.json").json()
+        both = {"duplicate_of": "k2", "not_duplicate_of": "k3"}
         codes = {
             "put": c.put("/questions/k1", json={}, headers=AUTH).status_code,
             "decision": c.post("/questions/k1/decision", json={}, headers=AUTH).status_code,
-            "both": c.post(
-                "/questions/k1/decision", json={"duplicate_of": "k2", "not_duplicate_of": "k3"}, headers=AUTH
-            ).status_code,
+            "both": c.post("/questions/k1/decision", json=both, headers=AUTH).status_code,
         }
     documented = [
         operation["responses"]
@@ -189,9 +188,7 @@ def test_an_inherited_metrics_folder(tmp_path: Path):
     """`$PROMETHEUS_MULTIPROC_DIR` left in the environment (a folder of old values, or one that is gone) is refused
     by `dupq serve` in a sentence naming it, before its values are mixed into the server's."""
     folder = build(tmp_path / "c")
-    old = tmp_path / "old-metrics"
-    old.mkdir()
-    (old / "counter_1.db").write_bytes(b"")
+    old = folder_of(tmp_path / "old-metrics", {"counter_1.db": b""})
     for where in (old, tmp_path / "gone"):
         for workers in ("1", "2"):
             try:

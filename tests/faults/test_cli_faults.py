@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultkit import AUTH, build, clean, client, dupq, model_copy, stored
+from faultkit import AUTH, build, clean, client, dupq, folder_of, model_copy, stored
 
 from support.errors import library_refuses, refused
 
@@ -32,8 +32,7 @@ def test_every_line_accounted_for(tmp_path: Path):
     pairs, dropped = read_pairs(tmp_path / "p.tsv")
     assert dropped.reasons == {"unclosed quote": 2, "wrong number of fields": 1}
     assert len(pairs) + dropped.lines == 30
-    run = dupq("index", "build", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "c"))
-    clean(run)
+    run = clean(dupq("index", "build", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "c")))
     assert b"2 unclosed quote" in run.stderr
 
 
@@ -139,9 +138,7 @@ def test_messages_name_the_real_problem(tmp_path: Path):
 
 def test_links_out_of_a_model_folder(tmp_path: Path):
     """A sentence-transformers model folder whose subfolder links to a pickle outside it is refused before loading."""
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    (outside / "pytorch_model.bin").write_bytes(b"not loaded: a pickle can run code")
+    outside = folder_of(tmp_path / "elsewhere", {"pytorch_model.bin": b"not loaded: a pickle can run code"})
     model = tmp_path / "m"
     files = model / "sentence-transformers"
     files.mkdir(parents=True)

@@ -41,8 +41,7 @@ def set_vector(folder: Path, i: int, value: float) -> None:
 
 def search_json(folder, i: int, k: int = 1) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """`dupq search --json` for synthetic question ``i``: the run (checked clean) and its hits."""
-    run = dupq("search", str(folder), synthetic(i + 1)[i], "-k", str(k), "--json")
-    clean(run)
+    run = clean(dupq("search", str(folder), synthetic(i + 1)[i], "-k", str(k), "--json"))
     assert strict_json(run.stdout), run.stdout[-300:]
     return run, json.loads(run.stdout)["hits"]
 
@@ -75,8 +74,7 @@ def test_nan_in_json_output(tmp_path: Path):
         assert library_refuses(lambda: coll.add(["What is the speed of light?"], metadata=[{"score": math.nan}]))
     sql(folder, "UPDATE questions SET metadata = ? WHERE id = 3", '{"score": NaN, "spread": -Infinity}')
     _, hits = search_json(folder, 3, k=3)
-    predict = dupq("predict", "When will I see you?", "When can I see you again?", "--json")
-    clean(predict)
+    predict = clean(dupq("predict", "When will I see you?", "When can I see you again?", "--json"))
     with Server(folder) as server:
         add = request(server.url + "/questions", b'{"text": "Light speed?", "metadata": {"a": NaN}}', AUTH)
         found = request(server.url + "/search", json.dumps({"question": synthetic(4)[3], "k": 3}).encode())
@@ -120,9 +118,8 @@ def test_milvus_lite_in_use(tmp_path: Path):
 def test_read_only_collection(tmp_path: Path):
     """A collection on a read-only mount is searched (SQLite opened read-only); an add is one sentence."""
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
-        (pytest.fail if os.environ.get("CI") else pytest.skip)(
-            "cannot make a read-only mount here: unshare -rm is refused"
-        )
+        refuse = pytest.fail if os.environ.get("CI") else pytest.skip
+        refuse("cannot make a read-only mount here: unshare -rm is refused")
     folder, mount = build(tmp_path / "c"), tmp_path / "ro"
     mount.mkdir()
     script = f'mount --bind "{folder}" "{mount}" && mount -o remount,bind,ro "{mount}" && exec "$@"'
@@ -131,7 +128,6 @@ def test_read_only_collection(tmp_path: Path):
         command = ["unshare", "-rm", "sh", "-c", script, "sh", *faultkit.DUPQ, *args]
         return subprocess.run(command, capture_output=True, env=faultkit.ENV, timeout=120)
 
-    search = inside("search", str(mount), synthetic(6)[5], "-k", "1", "--json")
-    clean(search)
+    search = clean(inside("search", str(mount), synthetic(6)[5], "-k", "1", "--json"))
     assert [h["id"] for h in json.loads(search.stdout)["hits"]] == [5]
     refused(inside("index", "add", str(mount), "What is a new question?"), "read-only")

@@ -44,8 +44,7 @@ def test_reserved_decision_fields(tmp_path: Path):
         sql(folder, "UPDATE questions SET metadata = ? WHERE id = ?", text, i)
     with Collection.open(folder) as coll:
         coll.decide("k5", duplicate_of="k6")
-    run = dupq("index", "decisions", str(folder), "--out", str(tmp_path / "p.tsv"))
-    clean(run)
+    run = clean(dupq("index", "decisions", str(folder), "--out", str(tmp_path / "p.tsv")))
     assert b"warning" in run.stderr and b"k1" in run.stderr, run.stderr
     assert b"wrote 1 decision" in run.stdout, run.stdout
     with client(folder) as c:
@@ -71,8 +70,7 @@ def test_decisions_follow_the_texts_judged(tmp_path: Path):
         coll.update("k2", text="Which river is the longest in Africa?")
         coll.remove(["k4"])
         coll.add(["Where do volcanoes form?"], keys=["k4"])
-    run = dupq("index", "decisions", str(folder), "--out", str(tmp_path / "p.tsv"))
-    clean(run)
+    run = clean(dupq("index", "decisions", str(folder), "--out", str(tmp_path / "p.tsv")))
     rows = (tmp_path / "p.tsv").read_text().splitlines()[1:]
     assert [r.split("\t")[1:3] for r in rows] == [["k5", "k6"]], rows
     assert b"2 decisions" in run.stderr, run.stderr
@@ -92,8 +90,7 @@ def test_decisions_name_living_questions_without_cycles(tmp_path: Path):
         assert library_refuses(lambda: coll.decide("k5", duplicate_of="k3"))
         coll.decide("k7", duplicate_of="k8")
         coll.remove(["k8"])
-    run = dupq("search", str(folder), synthetic(8)[7], "-k", "1", "--json")
-    clean(run)
+    run = clean(dupq("search", str(folder), synthetic(8)[7], "-k", "1", "--json"))
     hit = json.loads(run.stdout)["hits"][0]
     assert hit["key"] == "k7" and hit["duplicate_of"] is None, hit
 

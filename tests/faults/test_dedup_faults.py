@@ -13,7 +13,7 @@ from pathlib import Path
 
 import faultkit
 import pytest
-from faultkit import build, clean, dupq, synthetic
+from faultkit import build, clean, dupq, folder_of, synthetic
 
 from support.errors import refused
 
@@ -29,19 +29,13 @@ def test_a_work_folder_dupq_did_not_make(tmp_path: Path):
     """`--work DIR` holding a `state.json` of its own and a user's file: refused, nothing deleted; a `state.json`
     that is a JSON list is one sentence too; a folder dupq made is reused and removed."""
     q = _questions(tmp_path)
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "state.json").write_text("{}")
-    (mine / "thesis.txt").write_text("notes")
+    mine = folder_of(tmp_path / "mine", {"state.json": "{}", "thesis.txt": "notes"})
     refused(dupq("dedup", str(q), "--out", str(tmp_path / "p.csv"), "--work", str(mine)), str(mine))
     assert (mine / "thesis.txt").is_file() and not (tmp_path / "p.csv").exists(), "the folder was emptied"
-    listed = tmp_path / "listed"
-    listed.mkdir()
-    (listed / "state.json").write_text("[1, 2]")
+    listed = folder_of(tmp_path / "listed", {"state.json": "[1, 2]"})
     refused(dupq("dedup", str(q), "--out", str(tmp_path / "p.csv"), "--work", str(listed)), str(listed))
     assert (listed / "state.json").read_text() == "[1, 2]"
-    empty = tmp_path / "empty"
-    empty.mkdir()
+    empty = folder_of(tmp_path / "empty")
     clean(dupq("dedup", str(q), "--out", str(tmp_path / "p.csv"), "--work", str(empty)))
     assert not empty.exists()
 

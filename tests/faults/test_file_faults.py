@@ -13,20 +13,7 @@ from pathlib import Path
 import faultkit
 import numpy as np
 import pytest
-from faultkit import (
-    AUTH,
-    NESTED,
-    TRAIN,
-    Server,
-    build,
-    clean,
-    dupq,
-    fake_teacher,
-    model_copy,
-    pairs_file,
-    stored,
-    synthetic,
-)
+from faultkit import AUTH, TRAIN, Server, build, clean, dupq, folder_of, model_copy, pairs_file, stored, synthetic
 
 from support.errors import refused
 from support.serving import free_port
@@ -39,7 +26,7 @@ pytestmark = pytest.mark.faults
 def test_nested_json_in_model_files(tmp_path: Path, name):
     """1,000 nested brackets in a model's metrics.json, config.json or vocab.json: one sentence from info, predict, compact."""
     model = model_copy(tmp_path / "m")
-    (model / name).write_text(NESTED)
+    (model / name).write_text(faultkit.NESTED)
     refused(dupq("info", str(model)), "nests more than")
     refused(dupq("predict", "How?", "Why?", "--model", str(model)), "nests more than")
     refused(dupq("compact", str(model), "--out", str(tmp_path / "out")), "nests more than")
@@ -51,13 +38,11 @@ def test_nested_json_in_collection_and_teacher_files(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache
 
     folder = build(tmp_path / "c", n=10)
-    (folder / "manifest.json").write_text(NESTED)
+    (folder / "manifest.json").write_text(faultkit.NESTED)
     refused(dupq("search", str(folder), "How do I learn Python?"), "nests more than")
     refused(dupq("serve", str(folder), "--port", str(free_port())), "nests more than")
-    (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "teacher.json").write_text(NESTED)
     with pytest.raises(DupqError, match="nests more than"):
-        TeacherCache.load(tmp_path / "t")
+        TeacherCache.load(folder_of(tmp_path / "t", {"teacher.json": faultkit.NESTED}))
 
 
 def test_compact_over_an_existing_folder(tmp_path: Path):
@@ -67,8 +52,7 @@ def test_compact_over_an_existing_folder(tmp_path: Path):
     before = (tmp_path / "e" / "model.safetensors").read_bytes()
     refused(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half"), "--overwrite")
     assert (tmp_path / "e" / "model.safetensors").read_bytes() == before
-    (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "notes.txt").write_text("mine")
+    folder_of(tmp_path / "full", {"notes.txt": "mine"})
     refused(dupq("compact", str(model), "--out", str(tmp_path / "full")), "--overwrite")
     assert (tmp_path / "full" / "notes.txt").exists()
     clean(dupq("compact", str(model), "--out", str(tmp_path / "e"), "--half", "--overwrite"))
@@ -76,12 +60,12 @@ def test_compact_over_an_existing_folder(tmp_path: Path):
 
 
 def test_commands_that_write_a_folder(tmp_path: Path):
-    """train, report, compact, adapt, index build and index reencode refuse a folder that holds files (one rule)."""
+    """train, report, compact, adapt, index build and index reencode refuse a folder that holds files (one rule);
+    `--overwrite` of every command that writes a model folder (train, compact, adapt, distil branch and
+    teacher-model) refuses a collection folder: one model-folder rule, and a collection is never replaced."""
     model = model_copy(tmp_path / "m")
     folder = build(tmp_path / "c", n=10)
-    full = tmp_path / "full"
-    full.mkdir()
-    (full / "notes.txt").write_text("mine")
+    full = folder_of(tmp_path / "full", {"notes.txt": "mine"})
     (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
     for command in (
         ["train", "--out", str(full), "--epochs", "1"],
@@ -93,16 +77,7 @@ def test_commands_that_write_a_folder(tmp_path: Path):
     ):
         refused(dupq(*command), "already exists")
     assert sorted(p.name for p in full.iterdir()) == ["notes.txt"]
-
-
-def test_overwrite_replaces_only_a_model(tmp_path: Path):
-    """`--overwrite` of every command that writes a model folder (train, compact, adapt, distil branch and
-    teacher-model) refuses a collection folder: one model-folder rule, and a collection is never replaced."""
-    model = model_copy(tmp_path / "m")
-    folder = build(tmp_path / "c", n=10)
-    before = sorted(p.name for p in folder.iterdir())
-    (tmp_path / "q.txt").write_text("\n".join(synthetic(10)) + "\n")
-    data = pairs_file(tmp_path)
+    data, before = pairs_file(tmp_path), sorted(p.name for p in folder.iterdir())
     for command in (
         ["train", "--data", str(data), "--epochs", "1", *TRAIN],
         ["compact", str(model)],
@@ -122,16 +97,13 @@ def test_adapt_cache_keeps_teacher_vectors(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache, teach
 
     calls: list[str] = []
-    encode = fake_teacher(calls)
+    encode, cache = faultkit.fake_teacher(calls), tmp_path / "cache"
     taught, mine = synthetic(60), synthetic(40, offset=40)  # 20 in common
-    teach(taught, tmp_path / "cache", encode, "fake")
-    before = TeacherCache.load(tmp_path / "cache")
+    teach(taught, cache, encode, "fake")
+    before = TeacherCache.load(cache)
     calls.clear()
     config = AdaptConfig(epochs=1, batch_size=16)
-    cache = tmp_path / "cache"
-    adapt_with(
-        Model.load(), mine, tmp_path / "adapted", encode, "fake", config, cache, log=lambda _: None, progress=False
-    )
+    adapt_with(Model.load(), mine, tmp_path / "a", encode, "fake", config, cache, log=lambda _: None, progress=False)
     after = TeacherCache.load(cache)
     assert set(before.texts) <= set(after.texts) and set(mine) <= set(after.texts)
     # the stored vectors, not new ones

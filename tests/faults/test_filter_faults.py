@@ -26,8 +26,7 @@ def test_typed_filters_on_text_metadata(tmp_path: Path):
     table.write_text("question,priority,active,year\n" + "\n".join(rows) + "\n")
     clean(dupq("index", "build", str(table), "--out", str(tmp_path / "c")))
     for where, want in (("priority=1", {1, 4, 7}), ("active=true", {1, 3, 5, 7, 9}), ("year=2023", {3, 7})):
-        run = dupq("search", str(tmp_path / "c"), texts[0], "-k", "10", "--json", "--where", where)
-        clean(run)
+        run = clean(dupq("search", str(tmp_path / "c"), texts[0], "-k", "10", "--json", "--where", where))
         assert {h["id"] for h in json.loads(run.stdout)["hits"]} == want, (where, run.stdout)
 
 
@@ -86,6 +85,5 @@ def test_jsonl_key_of_another_type(tmp_path: Path):
     lines = [{"id": True, "question": synthetic(1)[0]}, {"id": [1], "question": synthetic(1, 1)[0]}]
     lines += [{"id": "q3", "question": synthetic(1, 2)[0]}]
     (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    run = dupq("index", "build", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "c"), "--key-column", "id")
-    clean(run)
+    run = clean(dupq("index", "build", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "c"), "--key-column", "id"))
     assert b"empty key" not in run.stderr and b"boolean" in run.stderr and b"list" in run.stderr, run.stderr

@@ -56,9 +56,6 @@ def limited(*args: str, data: int = 1 << 30, file_size: int | None = None, stdin
     return subprocess.run(command, input=stdin, capture_output=True, timeout=180, env=faultkit.ENV, preexec_fn=caps)
 
 
-# a UTF-8 byte-order mark is not part of the first line.
-
-
 @pytest.mark.parametrize("name", ["q.txt", "q.csv", "q.txt.gz"])
 def test_a_byte_order_mark_is_not_read_as_text(tmp_path, name):
     questions = synthetic(3)
@@ -76,22 +73,18 @@ def test_byte_order_mark(tmp_path: Path, run):
     outputs = {}
     for name, mark in (("plain", b""), ("marked", BOM)):
         (tmp_path / f"{name}.tsv").write_bytes(mark + PAIRS)
-        (tmp_path / f"{name}.txt").write_bytes(mark + questions)
-        clean(run("index", "build", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / name)))
+        text = tmp_path / f"{name}.txt"
+        text.write_bytes(mark + questions)
+        clean(run("index", "build", str(text), "--out", str(tmp_path / name)))
         outputs[name] = [
             run("predict", "--pairs", str(tmp_path / f"{name}.tsv")).stdout,
             run("predict", "--pairs", "-", stdin=mark + PAIRS).stdout,
-            run(
-                "search", str(tmp_path / "plain"), "--queries", str(tmp_path / f"{name}.txt"), "--json", "-k", "1"
-            ).stdout,
-            run("dedup", str(tmp_path / f"{name}.txt"), "--out", str(tmp_path / f"{name}.json")).returncode,
+            run("search", str(tmp_path / "plain"), "--queries", str(text), "--json", "-k", "1").stdout,
+            run("dedup", str(text), "--out", str(tmp_path / f"{name}.json")).returncode,
             json.loads((tmp_path / f"{name}.json").read_text()),
             [text for _, _, text in stored(tmp_path / name)],
         ]
     assert len(outputs["plain"][0].splitlines()) == 2 and outputs["plain"] == outputs["marked"]
-
-
-# a header that names a column twice.
 
 
 def test_a_header_naming_a_column_twice_is_refused(tmp_path):
@@ -148,11 +141,6 @@ def test_endless_line(tmp_path: Path):
     refused(limited("search", str(folder), "--queries", zero), LINE_CAP)
 
 
-def naive_lines(data: bytes) -> list[bytes]:
-    """The lines of ``data`` without their ``\\n``, the last one even if empty: the reference for the cap."""
-    return data.split(b"\n")
-
-
 class Trickle(io.RawIOBase):
     """A source that hands out at most a few bytes at a time, as a pipe may."""
 
@@ -179,7 +167,8 @@ def test_the_cap_and_the_mark_against_a_naive_reference(seed):
     body = b"\n".join(lines)
     data = (BOM if rng.random() < 0.5 else b"") + body
     reader = io.BufferedReader(_CheckedBytes(io.BufferedReader(Trickle(data, rng), 4), "x", limit), 8)
-    too_long = [i + 1 for i, line in enumerate(naive_lines(body)) if len(line) > limit]
+    # the naive reference: every line without its \n (the last even if empty), its length against the cap
+    too_long = [i + 1 for i, line in enumerate(body.split(b"\n")) if len(line) > limit]
     if too_long:
         with pytest.raises(DupqError, match=rf"^line {too_long[0]} of x is longer than {limit} bytes"):
             reader.read()
@@ -187,21 +176,12 @@ def test_the_cap_and_the_mark_against_a_naive_reference(seed):
         assert reader.read() == body
 
 
-# a full disk during `index build` (here: a file size limit the database outgrows).
-
-
 def test_index_build_on_a_full_disk(tmp_path: Path):
     """the database outgrows the space (a 256 KiB file size cap): one sentence, no folder left behind."""
     (tmp_path / "q.txt").write_text("\n".join(synthetic(3000)) + "\n")
-    error = refused(
-        limited("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "c"), file_size=256 << 10),
-        str(tmp_path / "c"),
-    )
-    assert ".building" not in error
+    built = limited("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "c"), file_size=256 << 10)
+    assert ".building" not in refused(built, str(tmp_path / "c"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # no collection, no hidden half-built one
-
-
-# a Milvus address that cannot be parsed.
 
 
 @pytest.mark.parametrize("where", MILVUS)
@@ -213,8 +193,6 @@ def test_unparsable_milvus_address(tmp_path: Path, run, where):
     refused(run("index", "add", where, "How do I learn Python?"), said)
     refused(run("index", "build", str(tmp_path / "q.txt"), "--out", where), said)
 
-
-# no spreadsheet formula in `dedup --out x.csv`.
 
 FORMULAS = ['=HYPERLINK("http://x.example","How do I learn Python?")', "+1+1 how do I add?", "-2+3 why?"]
 FORMULAS += ["@SUM(A1) how do I sum?", "\tHow do I indent?", "\rWhy do I return?"]
@@ -247,9 +225,6 @@ def test_formulas_in_dedup_csv(tmp_path: Path, run):
         cells = [row["text"] for row in csv.DictReader(f)]
     assert [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))] == []
     assert sorted(c.removeprefix("'") for c in cells) == sorted(FORMULAS * 2)
-
-
-# keys given twice in one file, or one add.
 
 
 def test_duplicate_keys_in_one_file(tmp_path: Path, run):
@@ -285,10 +260,8 @@ def test_dedup_out_where_no_file_can_go(tmp_path: Path, run, where, name):
     out = tmp_path / name if folder else tmp_path / "none" / "dir" / name
     if folder:
         out.mkdir()
-    error = refused(
-        run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), str(out) if folder else f"{out.parent} does not exist"
-    )
-    assert ".tmp" not in error
+    said = str(out) if folder else f"{out.parent} does not exist"
+    assert ".tmp" not in refused(run("dedup", str(tmp_path / "q.txt"), "--out", str(out)), said)
     assert sorted(p.name for p in tmp_path.rglob("*")) == (["q.txt", name] if folder else ["q.txt"])
 
 

@@ -60,11 +60,11 @@ def run_broken(test, mutation: str, monkeypatch, tmp_path: Path, **params) -> py
 
 
 def patched(targets: str, name: str, value: str, bound: bool = False) -> str:
-    """A mutation setting ``name`` to ``value`` (Python; ``json`` and ``re`` imported) in each of ``targets``: modules
+    """A mutation setting ``name`` to ``value`` (Python; json, os and re imported) in each of ``targets``: modules
     or ``module:Class``, space-separated. ``bound``: in every loaded module that bound the first one's ``name`` too."""
     modules = [t.partition(":")[0] for t in targets.split()]
     targets = [t.replace(":", ".") for t in targets.split()]
-    code = "import json\nimport re\n" + "".join(f"import {m}\n" for m in modules)
+    code = "import json\nimport os\nimport re\n" + "".join(f"import {m}\n" for m in modules)
     if bound:
         return code + (
             f"import sys\nrule = {targets[0]}.{name}\n"
@@ -77,17 +77,13 @@ def patched(targets: str, name: str, value: str, bound: bool = False) -> str:
 TO_JSON = patched("dupq.core.files dupq.cli.search", "to_json", "lambda obj, **kwargs: json.dumps(obj, **kwargs)")
 LENIENT = "lambda text: (json.loads(text) if text else {}, None)"
 # NaN allowed into the store, or read back from it, as before the checks
-NAN_STORED = TO_JSON + patched(
-    "dupq.collection.collection",
-    "check_metadata",
-    "lambda m, n: [json.dumps(x) if x else None for x in (m or [None] * n)]",
-)
+UNCHECKED = "lambda m, n: [json.dumps(x) if x else None for x in (m or [None] * n)]"
+NAN_STORED = TO_JSON + patched("dupq.collection.collection", "check_metadata", UNCHECKED)
 # a search's hits read their metadata in hits.py
 LENIENT_METADATA = patched("dupq.collection.collection dupq.collection.hits", "read_metadata", LENIENT)
 NAN_READ = TO_JSON + LENIENT_METADATA
-NO_DEPTH_LIMIT = patched("dupq.service.middleware", "json_depth", "lambda text, limit=None: 0") + patched(
-    "dupq.collection.rows", "nesting", "lambda value, limit=None: 0"
-)
+NO_DEPTH_LIMIT = patched("dupq.service.middleware", "json_depth", "lambda text, limit=None: 0")
+NO_DEPTH_LIMIT += patched("dupq.collection.rows", "nesting", "lambda value, limit=None: 0")
 NAN_VECTORS_PASS = patched("dupq.collection.folder.sqlite", "_check_finite", "lambda *args, **kwargs: None")
 ALL_400 = patched("dupq.service.errors", "answer_to", "lambda e: (400, str(e), {})")
 NO_HEADER_DEADLINE = patched("dupq.service.connections:HeaderDeadline", "_arm", "lambda self: None")
@@ -104,11 +100,8 @@ DECISION_FIELDS_UNCHECKED = patched(
 # the digest kept at a decision and the one compared on reading
 JUDGED_TEXTS_IGNORED = patched("dupq.collection.decisions", "judged_digest", "lambda text, other: 'same'")
 CYCLES_ALLOWED = patched("dupq.collection.decisions", "refuse_cycle", "lambda find, key, canonical: None")
-DECISIONS_TRUSTED = patched(
-    "dupq.evaluation.evaluate",
-    "calibrate_on_decisions",
-    "lambda m, pairs, log=print: dupq.evaluation.evaluate.calibrate(m, pairs)",
-)
+PLAIN_CALIBRATE = "lambda m, pairs, log=print: dupq.evaluation.evaluate.calibrate(m, pairs)"
+DECISIONS_TRUSTED = patched("dupq.evaluation.evaluate", "calibrate_on_decisions", PLAIN_CALIBRATE)
 NUL_STORED = patched("dupq.collection.rows", "holds_nul", "lambda value: False")
 # any folder holding a state.json taken for dupq's own, as before the marker
 WORK_NOT_MARKED = patched("dupq.dedup.run", "MARKER", "'state.json'")
@@ -118,24 +111,20 @@ STALE_OUTPUT_KEPT = patched("dupq.dedup.run", "remove_stale", "lambda folder, ol
 # wait on Ray alone, as before: its fatal log after a minute
 CLUSTER_UNWATCHED = patched("dupq.dedup.ray_engine", "WATCH", "3600.0")
 # the folder rule alone: --overwrite replaces anything
-ANY_FOLDER_REPLACED = patched(
-    "dupq.modeling.folder_format dupq.core.files",
-    "check_new_model_folder",
-    "dupq.core.files.check_new_folder",
-    bound=True,
-)
-STATIC_WORDS_UNCHECKED = patched(
-    "dupq.modeling.static", "read_json", "lambda path, what: json.loads(open(path, encoding='utf-8').read())"
-)
+MODEL_FORMAT = "dupq.modeling.folder_format dupq.core.files"
+ANY_FOLDER_REPLACED = patched(MODEL_FORMAT, "check_new_model_folder", "dupq.core.files.check_new_folder", bound=True)
+READ_JSON = "lambda path, what: json.loads(open(path, encoding='utf-8').read())"
+STATIC_WORDS_UNCHECKED = patched("dupq.modeling.static", "read_json", READ_JSON)
 # any weight, and the folder renamed in without being loaded back
-ANY_JOIN_WEIGHT = patched(
-    "dupq.modeling.static dupq.training.distil.export", "check_weight", "lambda weight, name: weight"
-) + patched("dupq.training.distil.export", "new_model_folder", "dupq.core.files.new_folder")
+ANY_JOIN_WEIGHT = patched("dupq.modeling.static dupq.training.distil.export", "check_weight", "lambda w, name: w")
+ANY_JOIN_WEIGHT += patched("dupq.training.distil.export", "new_model_folder", "dupq.core.files.new_folder")
 JOINED_BRANCH_IGNORED = patched("dupq.modeling.sentence_model:JoinedEncoder", "without_branch", "lambda self: self")
 # the branch's words as the seed's split alone gives them
-WHITESPACE_WORDS = patched("dupq.modeling.static dupq.training.adapt", "word_parts", "lambda word: [word]") + patched(
-    "dupq.training.adapt", "unspaced_scripts", "lambda words: {}"
-)
+WHITESPACE_WORDS = patched("dupq.modeling.static dupq.training.adapt", "word_parts", "lambda word: [word]")
+WHITESPACE_WORDS += patched("dupq.training.adapt", "unspaced_scripts", "lambda words: {}")
+# any token but none at all, as before the check
+LENIENT_TOKEN = "lambda token=None: token if token is not None else os.environ.get(dupq.service.auth.TOKEN_ENV) or None"
+ANY_TOKEN = patched("dupq.service.auth dupq.service.app dupq.service.server", "write_token", LENIENT_TOKEN)
 # $DUPQ_READ_TOKEN ignored, as before there was one
 NO_READ_TOKEN = patched("dupq.service.auth dupq.service.server", "read_token", "lambda token=None, write=None: None")
 EMPTY_BODY_PASSES = patched("dupq.service.schemas", "fields_given", "lambda body, least, most: body")
@@ -144,11 +133,8 @@ DEAD_SERIES_KEPT = patched("dupq.service.workers", "forget_worker", "lambda pid:
 PING_WAITS = patched("dupq.service.workers", "watch", "lambda process: None")
 INHERITED_METRICS = patched("dupq.service.workers", "refuse_inherited_metrics", "lambda: None")
 CONTROL_IN_FILTERS = patched("dupq.collection.backend", "TEXT", "re.compile(r'(?s).*')")
-VECTORS_BY_POSITION = patched(
-    "dupq.collection.collection:Collection",
-    "stored_vectors",
-    "lambda self, ids=None: self._backend.all_vectors()[list(ids)]",
-)
+BY_POSITION = "lambda self, ids=None: self._backend.all_vectors()[list(ids)]"
+VECTORS_BY_POSITION = patched("dupq.collection.collection:Collection", "stored_vectors", BY_POSITION)
 
 FAILS_AFTER_COMMIT = """
 from dupq.collection.collection import Collection
@@ -176,18 +162,6 @@ async def call(self, scope, receive, send):  # headers added, but a bug's except
 patch(SecurityHeaders, "__call__", call)
 """
 
-ANY_TOKEN = """
-import os
-import dupq.service.app as app
-import dupq.service.auth as auth
-import dupq.service.server as server
-
-def lenient(token=None):  # any token but none at all, as before the check
-    return token if token is not None else os.environ.get(auth.TOKEN_ENV) or None
-
-for module in (auth, app, server):
-    patch(module, "write_token", lenient)
-"""
 
 BARE_CR_UNQUOTED = """
 import csv
@@ -265,7 +239,7 @@ CASES = {  # id: (the fault test, the mutation it must fail on, the test's param
     "cluster-unwatched": pytest.param(
         dedup.test_a_ray_cluster_that_dies_mid_run, CLUSTER_UNWATCHED, {}, marks=[pytest.mark.ray, pytest.mark.slow]
     ),
-    "any-folder-replaced": (files.test_overwrite_replaces_only_a_model, ANY_FOLDER_REPLACED, {}),
+    "any-folder-replaced": (files.test_commands_that_write_a_folder, ANY_FOLDER_REPLACED, {}),
     "static-words-unchecked": (models.test_a_damaged_static_words_file, STATIC_WORDS_UNCHECKED, {"damage": "nested"}),
     "any-join-weight": (models.test_join_weights_out_of_range, ANY_JOIN_WEIGHT, {}),
     "joined-branch-ignored": (models.test_compact_no_branch_of_a_joined_model, JOINED_BRANCH_IGNORED, {}),

@@ -99,11 +99,8 @@ def test_one_question_rule_on_the_command_line(tmp_path: Path, run, fault):
     """`predict`, `search` and `index add` refuse the question, storing nothing."""
     question, said = BAD_QUESTIONS[fault]
     folder = build(tmp_path / "c", n=10)
-    for args in (
-        ["predict", question, "How?"],
-        ["search", str(folder), question],
-        ["index", "add", str(folder), question],
-    ):
+    where = str(folder)
+    for args in (["predict", question, "How?"], ["search", where, question], ["index", "add", where, question]):
         refused(run(*args), said)
     assert len(stored(folder)) == 10
 
@@ -115,8 +112,7 @@ def test_one_question_rule(tmp_path: Path):
 
     folder = build(tmp_path / "c", n=10)
     (tmp_path / "q.txt").write_text(f"How do I fly a kite?\n{LONG}\n")
-    built = dupq("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "b"))
-    clean(built)
+    built = clean(dupq("index", "build", str(tmp_path / "q.txt"), "--out", str(tmp_path / "b")))
     assert b"too long" in built.stderr and len(stored(tmp_path / "b")) == 1
     with Collection.open(folder) as coll:
         assert library_refuses(lambda: coll.add([LONG]))
@@ -138,8 +134,7 @@ def test_one_key_rule(tmp_path: Path):
     with Collection.open(folder) as coll:
         assert [library_refuses(lambda k=k: coll.add(["How do I tie a knot?"], keys=[k])) for k in bad] == [True] * 3
     (tmp_path / "k.csv").write_text("key,question\nfaq 17,How do I tie a knot?\nfaq-18,How do I untie a knot?\n")
-    run = dupq("index", "add", str(folder), "--file", str(tmp_path / "k.csv"), "--key-column", "key")
-    clean(run)
+    run = clean(dupq("index", "add", str(folder), "--file", str(tmp_path / "k.csv"), "--key-column", "key"))
     keys = [k for _, k, _ in stored(folder)]
     assert b"line 2" in run.stderr and keys[-1] == "faq-18" and len(keys) == 11
 
@@ -150,8 +145,7 @@ def test_preset_and_teacher_sentences(tmp_path: Path):
     from dupq.training.distil.teacher import TeacherCache
 
     (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbfepochs = 2\n")
-    bom = dupq("train", "--preset", str(tmp_path / "bom.toml"), "--show")
-    clean(bom)
+    bom = clean(dupq("train", "--preset", str(tmp_path / "bom.toml"), "--show"))
     assert b"epochs = 2" in bom.stdout
     (tmp_path / "size.toml").write_text("test_size = 100\n")
     refused(dupq("train", "--preset", str(tmp_path / "size.toml"), "--show"), "did you mean 'test'")
@@ -164,9 +158,7 @@ def test_preset_and_teacher_sentences(tmp_path: Path):
 def test_add_says_what_it_stored(tmp_path: Path):
     """`index add --key` run twice stores one question, and the second says nothing was added, not "added 1"."""
     folder = build(tmp_path / "c", n=10)
-    runs = [dupq("index", "add", str(folder), "How do I tie a knot?", "--key", "knot") for _ in range(2)]
-    for run in runs:
-        clean(run)
+    runs = [clean(dupq("index", "add", str(folder), "How do I tie a knot?", "--key", "knot")) for _ in range(2)]
     second = runs[1].stdout.decode()
     assert "added 1" in runs[0].stdout.decode()
     assert not second.startswith("added") and "stored already" in second, second
@@ -176,8 +168,6 @@ def test_add_says_what_it_stored(tmp_path: Path):
 def test_adapt_names_skipped_lines(tmp_path: Path):
     """adapt says which lines of its file it left out and why (line numbers, reasons), as index build does."""
     (tmp_path / "q.txt").write_text("How do I cook rice?\nWhy is the sky blue?\n???\nHow do I learn French?\n")
-    run = dupq(
-        "adapt", str(tmp_path / "q.txt"), "--out", str(tmp_path / "a"), "--teacher", str(tmp_path / "no-teacher")
-    )
-    err = run.stderr.decode()
+    teacher = str(tmp_path / "no-teacher")
+    err = dupq("adapt", str(tmp_path / "q.txt"), "--out", str(tmp_path / "a"), "--teacher", teacher).stderr.decode()
     assert "line 3 (no words)" in err and "Traceback" not in err, err[-600:]

@@ -17,32 +17,21 @@ from support.errors import refused
 pytestmark = pytest.mark.faults
 
 
-def test_resume_with_other_options(tmp_path: Path):
-    """--resume with another split, width, rate or case folding, or with --overwrite, is refused."""
-    data, out = pairs_file(tmp_path), tmp_path / "run"
-    clean(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "1", *TRAIN))
-    before = (out / "checkpoint.safetensors").read_bytes()
-    resume = ["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN]
-    for other in (
-        ["--train-pool", "300"],
-        ["--lr", "0.02"],
-        ["--preset", "labelled"],
-        ["--overwrite"],
-        ["--dim", "16"],
-    ):
-        refused(dupq(*resume, *other))
-    assert (out / "checkpoint.safetensors").read_bytes() == before
-
-
-def test_corrupt_checkpoint_and_non_finite_options(tmp_path: Path):
-    """0xff bytes in the checkpoint are refused and nothing good is overwritten; NaN options of a preset refused."""
+def test_resume_with_other_options_or_a_corrupt_checkpoint(tmp_path: Path):
+    """--resume with another split, width, rate or case folding, or with --overwrite, is refused; so are 0xff bytes
+    in the checkpoint, and nothing good is overwritten; NaN options of a preset are refused."""
     data, out = pairs_file(tmp_path), tmp_path / "run"
     clean(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "1", *TRAIN))
     checkpoint, weights = out / "checkpoint.safetensors", out / "model.safetensors"
-    corrupt = checkpoint.read_bytes()[:-1000] + b"\xff" * 1000
+    before = checkpoint.read_bytes()
+    resume = ["train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN]
+    for opts in (["--train-pool", "300"], ["--lr", "0.02"], ["--preset", "labelled"], ["--overwrite"], ["--dim", "16"]):
+        refused(dupq(*resume, *opts))
+    assert checkpoint.read_bytes() == before
+    corrupt = before[:-1000] + b"\xff" * 1000
     checkpoint.write_bytes(corrupt)
     good = weights.read_bytes()
-    refused(dupq("train", "--data", str(data), "--out", str(out), "--epochs", "2", "--resume", *TRAIN))
+    refused(dupq(*resume))
     assert checkpoint.read_bytes() == corrupt and weights.read_bytes() == good
     for key, value in (("margin", "nan"), ("scale", "-inf")):  # options without a flag: from a preset file
         preset = tmp_path / f"{key}.toml"

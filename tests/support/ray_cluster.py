@@ -6,6 +6,7 @@ line names that folder is stopped, so nothing of another cluster on the machine 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -62,10 +63,8 @@ def kill(address: str, signals=(signal.SIGTERM, signal.SIGKILL)) -> None:
     """Stop every process of the cluster at ``address`` that :func:`local_cluster` started (a cluster that dies)."""
     for sig in signals:
         for pid in started_in(FOLDERS[address]):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         time.sleep(2)
 
 

@@ -14,10 +14,7 @@ from support.serving import LiveServer, free_port
 
 __all__ = ["EXTRA", "LiveServer", "build_collection", "free_port", "milvus_or_skip", "postgres_or_skip", "questions"]
 
-EXTRA = [
-    "How can I lose weight fast?",
-    "<b>How do I lose weight</b> without exercise?",
-]
+EXTRA = ["How can I lose weight fast?", "<b>How do I lose weight</b> without exercise?"]
 
 
 def questions(splits: Splits, n: int) -> list[str]:
@@ -37,10 +34,7 @@ def build_collection(folder: Path | str, model_dir: Path, texts: list[str]) -> P
     from dupq.collection.collection import Collection
     from dupq.modeling.model import Model
 
-    collection = Collection.build(
-        folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))]
-    )
-    collection.close()
+    Collection.build(folder, texts, Model.load(model_dir), metadata=[{"row": i} for i in range(len(texts))]).close()
     return folder
 
 

@@ -44,9 +44,8 @@ def http(
     url: str, body: bytes | None = None, headers: dict | None = None, method: str | None = None, timeout: float = 30
 ) -> Answer:
     """One request (JSON unless ``headers`` say otherwise); an error status is an answer too, not an exception."""
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json", **(headers or {})}, method=method
-    )
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return Answer(r.status, r.read(), {k.lower(): v for k, v in r.headers.items()})
@@ -94,13 +93,10 @@ class ServeProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = command or [sys.executable, "-c", "from dupq.cli import main; main()"]
+        command = [*command, "serve", str(collection), "--port", str(self.port), *extra]
         self._log = tempfile.TemporaryFile()  # not a pipe: a server that logs much would block on a full one
         self.proc = subprocess.Popen(
-            [*command, "serve", str(collection), "--port", str(self.port), *extra],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-            env=env,
-            preexec_fn=preexec_fn,
+            command, stdout=subprocess.DEVNULL, stderr=self._log, env=env, preexec_fn=preexec_fn
         )
 
     def __enter__(self) -> ServeProcess:

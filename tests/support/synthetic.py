@@ -126,11 +126,7 @@ def _expand(text: str) -> list[str]:
 
 def wordings(concept: Concept) -> list[str]:
     """Every wording of ``concept``: each template of its intent with each choice of its alternatives."""
-    return [
-        w
-        for template in INTENTS[concept.intent]
-        for w in _expand(template.format(s=concept.subject, q=concept.qualifier))
-    ]
+    return [w for t in INTENTS[concept.intent] for w in _expand(t.format(s=concept.subject, q=concept.qualifier))]
 
 
 class _Maker:
@@ -144,8 +140,7 @@ class _Maker:
         return Concept(r.choice(list(INTENTS)), r.choice(SUBJECTS), r.choice(QUALIFIERS))
 
     def wording(self, concept: Concept, avoid: str | None = None) -> str:
-        choices = [w for w in wordings(concept) if w != avoid]
-        return self.rng.choice(choices)
+        return self.rng.choice([w for w in wordings(concept) if w != avoid])
 
     def near_miss(self, c: Concept) -> Concept:
         r = self.rng

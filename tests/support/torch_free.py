@@ -7,7 +7,6 @@ import sys
 
 # Run `dupq ARGS` as the installed command does, in this fresh interpreter, then say whether torch came in.
 RUN = """
-import sys
 from dupq.cli import app
 try:
     app(sys.argv[1:], prog_name="dupq")
@@ -20,8 +19,14 @@ print("torch imported:", "torch" in sys.modules)
 PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
 
 
+def fresh(code: str, *args: str) -> list[str]:
+    """The lines ``code`` prints in a fresh interpreter (``sys`` imported, ``args`` its arguments), which must
+    succeed without a traceback."""
+    command = [sys.executable, "-c", "import sys\n" + code, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout.splitlines()
+
+
 def imports_torch(*args: str) -> bool:
-    done = subprocess.run([sys.executable, "-c", RUN, *args], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
-    return done.stdout.strip().splitlines()[-1] == "torch imported: True"
+    return fresh(RUN, *args)[-1] == "torch imported: True"
