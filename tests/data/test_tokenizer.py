@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dupq.core.errors import DupqError
 from dupq.data.tokenizer import PAD, UNK, Vocabulary, word_parts
 from support.errors import refused
 
@@ -83,10 +86,7 @@ def test_vocabulary_of_the_seed_recipe(all_pairs):
     ids = vocab.encode(["How do I prepare for interviews for cse?"])[0].tolist()
     assert ids == [4, 8, 6, 160, 17, 2079, 17, 11_774]
     # Ordering: by count, descending.
-    counts = {}
-    for q in dups.q1 + dups.q2:
-        for w in naive_words(q):
-            counts[w] = counts.get(w, 0) + 1
+    counts = naive_counts(dups.q1 + dups.q2)
     ranked = [counts[w] for w in vocab.tokens[2:]]
     assert ranked == sorted(ranked, reverse=True)
 
@@ -151,10 +151,6 @@ VOCAB_FAULTS = {  # each used to load (or fail with a traceback) and change ever
 
 @pytest.mark.parametrize("fault", VOCAB_FAULTS)
 def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
-    import json
-
-    from dupq.core.errors import DupqError
-
     path = tmp_path / "vocab.json"
     Vocabulary.build(["How do I cook rice?", "Why is the sky blue?"], oov_buckets=8).save(path)
     vocab = json.loads(path.read_text())
@@ -168,9 +164,6 @@ def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
 
 
 def test_a_bad_vocab_file_stops_the_model_in_one_line(tiny_model_dir, tmp_path):
-    import json
-    import shutil
-
     from typer.testing import CliRunner
 
     from dupq.cli import app

@@ -9,9 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, Splits, read_pairs
 from dupq.evaluation.retrieval import (
@@ -26,13 +24,8 @@ from dupq.evaluation.retrieval import (
     retrieval_measures,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
+from kit import make_pairs, ok
 from support.cli_model import cli_model
-
-
-def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:
-    q1, q2, labels = (list(column) for column in zip(*rows))
-    numbers = np.arange(first_row, first_row + len(rows))
-    return Pairs([str(n) for n in numbers], q1, q2, np.array(labels, dtype=np.int8), numbers)
 
 
 def random_rows(
@@ -256,9 +249,7 @@ def test_a_task_without_relevant_questions_or_queries_is_refused():
 def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory, words, first_row, parts):
     # `dupq train` on rows 0-9,999: 8,000 pool, 1,000 test, 1,000 dev
     folder, data = cli_model(pairs_path, tmp_path_factory)
-    result = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), *words, "--json"])
-    assert result.exit_code == 0, result.output
-    printed = json.loads(result.stdout)
+    printed = json.loads(ok("evaluate", folder, "--data", data, *words, "--json").stdout)
     every = read_pairs(data)[0]
     held = every.take(every.rows >= first_row)
     corpus = list(dict.fromkeys([*held.q1, *held.q2]))

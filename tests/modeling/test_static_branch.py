@@ -23,17 +23,11 @@ from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch, StaticConfig, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
+from kit import ok
 from support.errors import refused
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]
 PIECES = ["[UNK]", "sub", "##scri", "##ption", "gym", "tap", "faucet", "fix"]
-
-
-def ok(*args) -> str:
-    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def tokenizer_json() -> str:
@@ -132,8 +126,6 @@ def test_teacher_branch_rows_keep_the_best_rank_k_inner_products_of_the_vectors_
 
 
 def test_model2vec_branch_rows_are_the_mean_of_each_words_pieces(tmp_path):
-    from safetensors.numpy import save_file
-
     vocab = Vocabulary([*"[PAD] [UNK] fix subscription tap".split()], oov_buckets=2)
     embeddings = np.random.default_rng(0).normal(size=(len(PIECES), 4)).astype(np.float32)
     save_file({"embeddings": embeddings}, str(tmp_path / "model.safetensors"))
@@ -175,8 +167,6 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
 
 def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, tmp_path):
     """`dupq distil branch --source FOLDER`: predict judges as the model did; a collection searches the joined vectors."""
-    from safetensors.numpy import save_file
-
     from dupq.collection.collection import Collection
 
     source = tmp_path / "m2v"
@@ -252,7 +242,6 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
 
 def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
     """`dupq compact M --out OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
-
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 6)).astype(np.float32)
     with_branch(base, StaticBranch(StaticConfig(dim=6, weight=2.0), table)).save(tmp_path / "m")

@@ -25,17 +25,11 @@ from dupq.training import adapt as adapt_module
 from dupq.training.adapt import AdaptConfig, adapt_with
 from dupq.training.adapt_questions import user_questions
 from dupq.training.distil import teacher as teacher_module
+from kit import ok
 from support.errors import refused
 
 WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection
 runner = CliRunner()
-
-
-def ok(*args) -> str:
-    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
-    result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def word_teacher(texts: list[str]) -> np.ndarray:
@@ -207,7 +201,7 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     desk.write_text("\n".join(texts[:40]))
     out = tmp_path / "adapted"
     args = ["adapt", str(desk), "--out", str(out), "--model", str(head_model_dir), "--epochs", "1"]
-    said = ok(*args, "--data", quora, "--mix", "100")
+    said = ok(*args, "--data", quora, "--mix", "100").output
     assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in said
     assert "cosine to the teacher on your 40 questions" in said and "on all 100 taught" in said
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 60
@@ -218,7 +212,7 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     pool = list(dict.fromkeys(q for a, b in zip(splits.pool.q1, splits.pool.q2) for q in (a, b)))
     assert taught[40:] == [q for q in pool if q not in set(texts[:40]) | held_out][:60]  # the pool's first, in order
 
-    assert "no Quora file at" in ok(*args, "--overwrite")  # no Quora file: it says so and goes on
+    assert "no Quora file at" in ok(*args, "--overwrite").output  # no Quora file: it says so and goes on
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 0
 
 
@@ -335,7 +329,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
 
     out = tmp_path / "adapted"
-    said = ok("adapt", where, "--out", out, "--epochs", "1", "--batch-size", "32")
+    said = ok("adapt", where, "--out", out, "--epochs", "1", "--batch-size", "32").output
     assert "saved model to" in said and "index reencode" in said
     adapted = Model.load(out)
     assert adapted.metrics["adaptation"]["base"]["fingerprint"] == base.fingerprint()  # the collection's model

