@@ -24,13 +24,8 @@ def with_hostile_pair(pairs: Pairs) -> Pairs:
     any tie, so it is always in the worst-errors table whatever the model.
     """
     hostile = "<script>alert('x')</script> How do I cook rice & beans?"
-    return Pairs(
-        ids=["hostile", *pairs.ids],
-        q1=[hostile, *pairs.q1],
-        q2=[hostile, *pairs.q2],
-        labels=np.r_[0, pairs.labels].astype(np.int8),
-        rows=np.r_[pairs.rows.max() + 1, pairs.rows],
-    )
+    labels, rows = np.r_[0, pairs.labels].astype(np.int8), np.r_[pairs.rows.max() + 1, pairs.rows]
+    return Pairs(["hostile", *pairs.ids], [hostile, *pairs.q1], [hostile, *pairs.q2], labels, rows)
 
 
 def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path):

@@ -39,11 +39,8 @@ def synthetic_split(seed: int, questions: int = 40):
     rng = np.random.default_rng(seed)
     texts = [f"question number {i}?" for i in range(questions)]
     held = texts[: questions * 3 // 4]  # the pool also has texts no held-out row has: they can link two held-out ones
-    pool, test, dev = (
-        make_pairs(random_rows(rng, texts, questions, 0.3)),
-        make_pairs(random_rows(rng, held, questions // 2, 0.5), questions),
-        make_pairs(random_rows(rng, held, questions // 2, 0.5), 2 * questions),
-    )
+    pool = make_pairs(random_rows(rng, texts, questions, 0.3))
+    test, dev = (make_pairs(random_rows(rng, held, questions // 2, 0.5), n * questions) for n in (1, 2))
     everything = make_pairs([(a, b, y) for p in (pool, test, dev) for a, b, y in zip(p.q1, p.q2, p.labels)])
     return Splits(train=pool, val=pool, test=test, dev=dev, pool=pool), everything
 

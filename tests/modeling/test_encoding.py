@@ -35,12 +35,9 @@ class FakeTransformer:
 def lstm(seed: int = 0, branch: bool = False) -> LSTMEncoder:
     torch.manual_seed(seed)
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=2)
-    table = np.random.default_rng(seed).normal(size=(len(vocab), 3)).astype(np.float32) if branch else None
-    return LSTMEncoder(
-        vocab,
-        Encoder(EncoderConfig(len(vocab), dim=8)),
-        StaticBranch(StaticConfig(dim=3, weight=2.0), table) if branch else None,
-    )
+    table = np.random.default_rng(seed).normal(size=(len(vocab), 3)).astype(np.float32)
+    static = StaticBranch(StaticConfig(dim=3, weight=2.0), table) if branch else None
+    return LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), dim=8)), static)
 
 
 def transformer(join: float | None = None) -> TransformerEncoder:

@@ -21,6 +21,7 @@ from dupq.cli import app
 from dupq.modeling import pretrained
 from dupq.modeling.folder_format import ModelConfig
 from dupq.modeling.pretrained import NAMED_JSON, NAMES, Named, named_record, resolve
+from kit import ok
 from support.errors import library_refuses, refused
 from support.servicekit import lacking
 
@@ -163,6 +164,5 @@ def test_minilm_by_name_is_a_calibrated_model_close_to_the_published_one(tmp_pat
     model = Model.load("minilm")
     assert model.folder == (tmp_path / "cache" / "minilm").resolve()
     assert (model.encode(q1 + q2) * reference).sum(1).min() >= 0.99
-    result = CliRunner().invoke(app, ["predict", "--model", "minilm", "--json", q1[0], q2[0]])
-    assert result.exit_code == 0, result.output
+    result = ok("predict", "--model", "minilm", "--json", q1[0], q2[0])
     assert 0 <= json.loads(result.stdout)["probability"] <= 1  # the shipped calibration, no Quora file read

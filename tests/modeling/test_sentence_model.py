@@ -101,11 +101,9 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
     accuracy = [float(np.mean((dev > t) == labels)) for t in cuts]
     best = cuts[accuracy.index(max(accuracy))]
     assert model.threshold == pytest.approx(best, abs=1e-6)
-    assert (
-        model.judge.threshold_info["dev_accuracy"] == max(accuracy)
-        and model.judge.threshold_info["chosen_on"] == "dev pairs"
-    )
-    assert model.judge.threshold_info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
+    info = model.judge.threshold_info
+    assert info["dev_accuracy"] == max(accuracy) and info["chosen_on"] == "dev pairs"
+    assert info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
     fit = fit_calibration(dev, labels)  # the probability map is dupq train's, fitted on the same dev cosines
     assert [model.judge.calibration[k] for k in "abc"] == pytest.approx([fit[k] for k in "abc"], rel=1e-3, abs=1e-3)
     test = cosines(reference, splits.test.q1, splits.test.q2)
@@ -228,15 +226,11 @@ def test_without_sentence_transformers_the_base_install_runs_and_the_folder_is_o
         "import sys; sys.modules['sentence_transformers'] = None\n"  # an import of it fails, as when it is not installed
         "from dupq.cli import main; main()"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)],
-        capture_output=True,
-        text=True,
+    command = [sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)]
+    said = (
+        f'error: the model folder {folder} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
     )
-    assert (
-        refused(done)
-        == f'error: the model folder {folder} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
-    )
+    assert refused(subprocess.run(command, capture_output=True, text=True)) == said
 
 
 def test_the_network_loads_at_the_first_encode_not_with_the_folder(folder, reference):

@@ -72,16 +72,10 @@ def head_model_dir(texts, tmp_path_factory):
 
     torch.manual_seed(0)
     vocab = Vocabulary.build(texts[:-20], lowercase=True, oov_buckets=8)
-    model = Model(
-        LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), 16, dropout=0.1))),
-        Judge(
-            PairHead(HeadConfig("mlp", 16, 8)),
-            calibration={"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5},
-            threshold=0.45,
-            threshold_on="probability",
-        ),
-        metrics={"training": {"split": {"train_pool": 100, "test": 10, "dev": 10}}, "test": {"accuracy": 0.5}},
-    )
+    calibration = {"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5}
+    judge = Judge(PairHead(HeadConfig("mlp", 16, 8)), calibration, threshold=0.45, threshold_on="probability")
+    metrics = {"training": {"split": {"train_pool": 100, "test": 10, "dev": 10}}, "test": {"accuracy": 0.5}}
+    model = Model(LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), 16, dropout=0.1))), judge, metrics=metrics)
     out = tmp_path_factory.mktemp("base") / "model"
     model.save(out)
     return out

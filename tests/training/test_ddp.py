@@ -32,19 +32,11 @@ from dupq.training.train import train
 
 SPLIT = SplitConfig(train_pool=3_000, test=500, dev=500, labelled_val=500)
 # Both recipes, every in-batch feature on: masks of false negatives, hard negatives, the mlp head.
+LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}}
+IN_BATCH = dict(losses=LOSSES, mask_false_negatives=True, hard_negatives=True)
 RECIPES = {
     "seed": (TrainConfig(batch_size=64, seed=4), {"dim": 16}),
-    "labelled": (
-        TrainConfig(
-            train_on="labelled",
-            batch_size=64,
-            seed=4,
-            losses={"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}},
-            mask_false_negatives=True,
-            hard_negatives=True,
-        ),
-        {"dim": 16, "head": "mlp"},
-    ),
+    "labelled": (TrainConfig(train_on="labelled", batch_size=64, seed=4, **IN_BATCH), {"dim": 16, "head": "mlp"}),
 }
 
 

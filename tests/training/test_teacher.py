@@ -201,14 +201,9 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
     held = splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
     texts = training_texts(splits.pool.q1 + splits.pool.q2, held)
     teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
-    config = TrainConfig(
-        train_on="labelled",
-        epochs=2,
-        lr=0.01,
-        teacher_vectors=str(tmp_path / "teacher"),
-        losses={"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0},
-        batch_size=32,
-    )
+    losses = {"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0}
+    teacher = {"teacher_vectors": str(tmp_path / "teacher"), "losses": losses}
+    config = TrainConfig(train_on="labelled", epochs=2, lr=0.01, batch_size=32, **teacher)
     quiet = {"log": lambda _: None, "progress": False, "split": split}
     model = train(splits, tmp_path / "m", config, dim=8, **quiet)
     weights = load_file(tmp_path / "m" / CHECKPOINT)
@@ -253,15 +248,9 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     mine = "where can i buy a second-hand bicycle?"
     (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question of the user's: not taught
     out = tmp_path / "teacher"
-    command = [
-        sys.executable,
-        *"-m dupq.cli distil teach --data".split(),
-        str(tmp_path / "pairs.tsv"),
-        "--out",
-        str(out),
-    ]
-    command += ["--questions", str(tmp_path / "mine.txt"), *"--train-pool 100 --test-size 100 --dev-size 100".split()]
-    command += "--threads 1 --no-progress".split()
+    command = [sys.executable, *"-m dupq.cli distil teach --data".split(), str(tmp_path / "pairs.tsv")]
+    command += ["--out", str(out), "--questions", str(tmp_path / "mine.txt")]
+    command += "--train-pool 100 --test-size 100 --dev-size 100 --threads 1 --no-progress".split()
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     cache = TeacherCache.load(out)

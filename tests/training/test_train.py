@@ -98,13 +98,8 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_pat
     assert _same_weights(tmp_path / "whole", out)
 
 
-LABELLED = dict(
-    train_on="labelled",
-    losses={"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}},
-    mask_false_negatives=True,
-    hard_negatives=True,
-    lr=0.005,
-)
+LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}}
+LABELLED = dict(train_on="labelled", losses=LOSSES, mask_false_negatives=True, hard_negatives=True, lr=0.005)
 
 
 @pytest.mark.parametrize(
