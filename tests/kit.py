@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
+from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs
 
 # The tests that need the teacher: sentence-transformers and the packaged all-MiniLM-L6-v2 (the distil extra).
@@ -33,3 +36,18 @@ def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:
     q1, q2, labels = (list(column) for column in zip(*rows))
     numbers = np.arange(first_row, first_row + len(rows))
     return Pairs([str(n) for n in numbers], q1, q2, np.array(labels, dtype=np.int8), numbers)
+
+
+def edit_json(path: Path, change) -> None:
+    """Rewrite the JSON file ``path`` after ``change(obj)``, which edits the object read from it in place."""
+    obj = json.loads(path.read_text())
+    change(obj)
+    path.write_text(json.dumps(obj))
+
+
+def one_sentence(call, match: str = "") -> str:
+    """``call()`` raises dupq's error, matching the regex ``match``, in one line; returns the sentence."""
+    with pytest.raises(DupqError, match=match) as caught:
+        call()
+    assert "\n" not in str(caught.value), caught.value
+    return str(caught.value)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 
@@ -11,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dupq.core.errors import DupqError
 from dupq.data.tokenizer import PAD, UNK, Vocabulary, word_parts
+from kit import edit_json, one_sentence
 from support.errors import refused
 
 # Keras' DEFAULT_STRIP_REGEX, written as Keras writes it.
@@ -153,14 +152,10 @@ VOCAB_FAULTS = {  # each used to load (or fail with a traceback) and change ever
 def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
     path = tmp_path / "vocab.json"
     Vocabulary.build(["How do I cook rice?", "Why is the sky blue?"], oov_buckets=8).save(path)
-    vocab = json.loads(path.read_text())
     change, message = VOCAB_FAULTS[fault]
-    change(vocab)
-    path.write_text(json.dumps(vocab))
-    with pytest.raises(DupqError) as caught:
-        Vocabulary.load(path)
-    assert str(caught.value).startswith(f"{path} is corrupt: ") and message in str(caught.value), caught.value
-    assert "\n" not in str(caught.value)
+    edit_json(path, change)
+    said = one_sentence(lambda: Vocabulary.load(path))
+    assert said.startswith(f"{path} is corrupt: ") and message in said, said
 
 
 def test_a_bad_vocab_file_stops_the_model_in_one_line(tiny_model_dir, tmp_path):
@@ -169,7 +164,6 @@ def test_a_bad_vocab_file_stops_the_model_in_one_line(tiny_model_dir, tmp_path):
     from dupq.cli import app
 
     folder = shutil.copytree(tiny_model_dir, tmp_path / "m")
-    vocab = json.loads((folder / "vocab.json").read_text())
-    (folder / "vocab.json").write_text(json.dumps({**vocab, "max_tokens": -1}))
+    edit_json(folder / "vocab.json", lambda vocab: vocab.update(max_tokens=-1))
     result = CliRunner().invoke(app, ["predict", "How do I cook rice?", "How to cook rice?", "--model", str(folder)])
     refused(result, "vocab.json is corrupt: max_tokens must be an integer from 1 to 4096, not -1.")

@@ -22,7 +22,7 @@ from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.modeling.model import Model
-from kit import needs_teacher, ok
+from kit import edit_json, needs_teacher, ok
 from support.errors import refused
 from support.synthetic import write_pairs
 
@@ -191,12 +191,7 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
         return copy
 
     def config(**encoder):
-        def edit(copy):
-            c = json.loads((copy / "config.json").read_text())
-            c["encoder"].update(encoder)
-            (copy / "config.json").write_text(json.dumps(c))
-
-        return edit
+        return lambda copy: edit_json(copy / "config.json", lambda c: c["encoder"].update(encoder))
 
     cases = {
         "pickle": (
@@ -274,9 +269,7 @@ def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, refer
     np.testing.assert_allclose(encode(texts), reference(texts), atol=1e-5)
     escaping = tmp_path / "escaping"
     shutil.copytree(folder, escaping, ignore=shutil.ignore_patterns("sentence-transformers"))
-    config = json.loads((escaping / "config.json").read_text())
-    config["encoder"]["folder"] = "../minilm/sentence-transformers"
-    (escaping / "config.json").write_text(json.dumps(config))
+    edit_json(escaping / "config.json", lambda c: c["encoder"].update(folder="../minilm/sentence-transformers"))
     with pytest.raises(DupqError, match="outside"):
         load_teacher(str(escaping))
 
@@ -296,8 +289,8 @@ def _dense_outside(outside: Path) -> Path:
 def _linked_dense(copy: Path, folder: Path, tmp_path: Path) -> None:
     """A 2_Dense module listed in modules.json, a link to a folder outside whose weights are a pickle."""
     files = copy / "sentence-transformers"
-    modules = json.loads((files / "modules.json").read_text())
     dense = {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    modules = json.loads((files / "modules.json").read_text())
     modules.append({"idx": len(modules), "name": str(len(modules)), **dense})
     (files / "modules.json").write_text(json.dumps(modules))
     (files / "2_Dense").symlink_to(_dense_outside(tmp_path / "outside-dense"), target_is_directory=True)

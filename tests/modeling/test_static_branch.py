@@ -23,7 +23,7 @@ from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
 from dupq.modeling.static import StaticBranch, StaticConfig, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
-from kit import ok
+from kit import edit_json, ok, one_sentence
 from support.errors import refused
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]
@@ -283,29 +283,24 @@ def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerpr
     assert "added" not in config["static"] and not (tmp_path / "p" / "static-words.json").exists()
 
 
-def _static_config(folder, change):
-    config = json.loads((folder / "config.json").read_text())
-    config["static"].update(change)
-    (folder / "config.json").write_text(json.dumps(config))
-
-
 def _table(**arrays):
     added = {"added": np.ones((2, 5), np.float32)}  # the taught words' rows, kept
     return lambda folder: save_file({**added, **arrays}, str(folder / "static.safetensors"))
 
 
+STATIC_MISMATCH = "static.safetensors does not match"
 _TABLE = np.ones((len(VOCAB), 5), np.float32)
 _NAN = _TABLE.copy()
 _NAN[3, 1] = np.nan
 DAMAGED_BRANCH = {  # the damage done to a folder whose branch taught "qqq" and "zzz": what loading it then says
-    "config dim": (lambda f: _static_config(f, {"dim": 6}), "static.safetensors does not match"),
+    "config dim": (lambda f: edit_json(f / "config.json", lambda c: c["static"].update(dim=6)), STATIC_MISMATCH),
     "no table": (lambda f: (f / "static.safetensors").unlink(), "static.safetensors is missing"),
     "garbage": (
         lambda f: (f / "static.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json"),
         "static.safetensors is corrupt",
     ),
     "nan": (_table(words=_NAN), "static.safetensors.*not finite"),
-    "no words": (_table(other=_TABLE), "static.safetensors does not match"),
+    "no words": (_table(other=_TABLE), STATIC_MISMATCH),
     "integers": (_table(words=_TABLE.astype(np.int32)), "static.safetensors.*floating-point"),
     "no words file": (lambda f: (f / "static-words.json").unlink(), "static-words.json"),
     "fewer words": (lambda f: (f / "static-words.json").write_text('["qqq"]'), "static-words.json"),
@@ -321,9 +316,7 @@ def test_a_damaged_branch_is_one_sentence_from_the_library_and_the_command(damag
     with_branch(plain, taught).save(tmp_path / "m")
     write, words = DAMAGED_BRANCH[damage]
     write(tmp_path / "m")
-    with pytest.raises(DupqError, match=words) as caught:
-        Model.load(tmp_path / "m")
-    assert "\n" not in str(caught.value)
+    one_sentence(lambda: Model.load(tmp_path / "m"), words)
     refused(CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")]), *words.split(".*"))
 
 
