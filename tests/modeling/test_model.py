@@ -133,6 +133,10 @@ def _weights(change):
     return write
 
 
+def _encoder_type(kind):
+    return _config(lambda c: {**c, "encoder": {**c["encoder"], "type": kind}})
+
+
 def _nan_embedding(weights):
     weights["embedding.weight"][0, 0] = np.nan
     return weights
@@ -151,15 +155,9 @@ LOAD_FAULTS = {  # what Model.load says of a damaged folder: (the folder damaged
     "vocabulary is missing": ("tiny", lambda f: (f / "vocab.json").unlink()),
     "words but the config says": ("tiny", lambda f: (f / "vocab.json").write_text(SHORT_VOCAB)),
     "embedding.weight holds numbers that are not finite": ("tiny", _weights(_nan_embedding)),
-    "unknown encoder type 'transformer'": (
-        "tiny",
-        _config(lambda c: {**c, "encoder": {**c["encoder"], "type": "transformer"}}),
-    ),
+    "unknown encoder type 'transformer'": ("tiny", _encoder_type("transformer")),
     # a GRU encoder and the teacher's WordPiece tokens were experiments that lost; their folders name them
-    "encoder type 'gru'.* no longer supported": (
-        "tiny",
-        _config(lambda c: {**c, "encoder": {**c["encoder"], "type": "gru"}}),
-    ),
+    "encoder type 'gru'.* no longer supported": ("tiny", _encoder_type("gru")),
     "tokenizer 'wordpiece'.* no longer supported": ("tiny", lambda f: (f / "vocab.json").write_text(WORDPIECE)),
     "config.json.*hidden": ("head", _config(lambda c: {**c, "head": {**c["head"], "hidden": "256"}})),
     "config.json.*kind": ("head", _config(lambda c: {**c, "head": {**c["head"], "kind": "attention"}})),

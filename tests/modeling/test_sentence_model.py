@@ -28,6 +28,8 @@ from support.synthetic import write_pairs
 
 pytestmark = [pytest.mark.slow, needs_teacher]
 
+ST = "sentence-transformers"  # the folder of the network's own files, inside a model folder
+PICKLE = b"\x80\x04N."  # a pickle file: pickle.dumps(None)
 SPLIT = ["--train-pool", "90", "--test-size", "30", "--dev-size", "60"]  # dev: 10+ pairs of each label
 
 
@@ -194,15 +196,9 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
         return lambda copy: edit_json(copy / "config.json", lambda c: c["encoder"].update(encoder))
 
     cases = {
-        "pickle": (
-            lambda c: (c / "sentence-transformers" / "pytorch_model.bin").write_bytes(b"\x80\x04N."),
-            "pytorch_model.bin is a pickle file",
-        ),
-        "no transformer": (lambda c: shutil.rmtree(c / "sentence-transformers"), "is missing"),
-        "no weights": (
-            lambda c: (c / "sentence-transformers" / "model.safetensors").unlink(),
-            "needs modules.json and safetensors",
-        ),
+        "pickle": (lambda c: (c / ST / "pytorch_model.bin").write_bytes(PICKLE), "pytorch_model.bin is a pickle file"),
+        "no transformer": (lambda c: shutil.rmtree(c / ST), "is missing"),
+        "no weights": (lambda c: (c / ST / "model.safetensors").unlink(), "needs modules.json and safetensors"),
         "dim a string": (config(dim="384"), "corrupt: encoder.dim"),
         "dim wrong": (config(dim=128), "encoder.dim is 128, but the model"),
         "folder outside": (config(folder="../elsewhere"), "corrupt: encoder.folder"),
@@ -309,7 +305,7 @@ def _linked_file(copy: Path, folder: Path, tmp_path: Path) -> None:
 
 def _pickle_behind_a_link(copy: Path, folder: Path, tmp_path: Path) -> None:
     """Inside the folder, but a pickle file under a harmless name."""
-    (copy / "notes.bin").write_bytes(b"\x80\x04N.")
+    (copy / "notes.bin").write_bytes(PICKLE)
     (copy / "sentence-transformers" / "extra.safetensors").symlink_to(copy / "notes.bin")
 
 
