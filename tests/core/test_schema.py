@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import warnings
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -14,9 +16,11 @@ from dupq.cli import app
 from dupq.collection.manifest import check_manifest
 from dupq.core.errors import DupqError
 from dupq.core.files import to_json
-from dupq.core.formats import check_format
+from dupq.core.formats import MAX_EMBEDDING, MAX_VOCAB, check_format
+from dupq.modeling.encoders import ENCODERS
 from dupq.modeling.folder_format import FORMAT, Metrics, ModelConfig, check_threshold
 from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.probability import calibrated
 from kit import edit_json, one_sentence
 from support.errors import refused
 
@@ -52,8 +56,6 @@ METRICS_FAULTS = {
 
 
 def test_an_unknown_encoder_type_is_named_with_the_known_ones(model_dir):
-    from dupq.modeling.encoders import ENCODERS
-
     for kind in ("transformer", ["lstm"], None):
         edit_json(model_dir / "config.json", lambda c, kind=kind: c["encoder"].update(type=kind))
         with pytest.raises(DupqError) as caught:
@@ -166,12 +168,6 @@ def _reference_probability(calibration: dict, logit: float) -> float:
 
 
 def test_the_probability_never_overflows():
-    import warnings
-
-    import numpy as np
-
-    from dupq.modeling.probability import calibrated
-
     logits = np.array([-1e4, -60.0, -1.0, 0.0, 0.3, 1.0, 60.0, 1e4])
     for a, b, c in [(1e6, 1e6, 0.0), (-1e6, -1e6, 1e6), (1e6, -1e6, -1e6), (0.35, 1.05, -1.57)]:
         calibration = {"method": "beta", "a": a, "b": b, "c": c}
@@ -212,8 +208,6 @@ def test_every_size_has_a_maximum_that_fits_the_machine(tiny_copy, fault):
 
 
 def test_the_embedding_table_must_fit_too():
-    from dupq.core.formats import MAX_EMBEDDING, MAX_VOCAB
-
     def config(vocab_size: int, dim: int) -> dict:
         return {"format": FORMAT, "encoder": {"vocab_size": vocab_size, "dim": dim}}
 

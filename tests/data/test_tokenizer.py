@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import shutil
+import unicodedata
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from dupq.cli import app
+from dupq.data.pairs import split_pairs
 from dupq.data.tokenizer import PAD, UNK, Vocabulary, word_parts
 from kit import edit_json, one_sentence
 from support.errors import refused
@@ -25,8 +29,6 @@ def naive_words(text: str, lowercase: bool = False) -> list[str]:
 
 def naive_parts(word: str) -> list[str]:
     """Punctuation (Unicode category P) dropped, a space either side of each CJK ideograph, then split."""
-    import unicodedata
-
     kept = "".join(c for c in word if not unicodedata.category(c).startswith("P"))
     spaced = "".join(f" {c} " if re.match(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]", c) else c
                      for c in kept)  # fmt: skip
@@ -73,8 +75,6 @@ def test_vocabulary_order_matches_a_naive_count(small_splits):
 @pytest.mark.real_data
 def test_vocabulary_of_the_seed_recipe(all_pairs):
     """The seed recipe's vocabulary on the real file: its size and the ids of one test question."""
-    from dupq.data.pairs import split_pairs
-
     pool = split_pairs(all_pairs).pool
     dups = pool.take(pool.labels == 1)
     vocab = Vocabulary.build(dups.q1 + dups.q2)
@@ -159,10 +159,6 @@ def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
 
 
 def test_a_bad_vocab_file_stops_the_model_in_one_line(tiny_model_dir, tmp_path):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-
     folder = shutil.copytree(tiny_model_dir, tmp_path / "m")
     edit_json(folder / "vocab.json", lambda vocab: vocab.update(max_tokens=-1))
     result = CliRunner().invoke(app, ["predict", "How do I cook rice?", "How to cook rice?", "--model", str(folder)])

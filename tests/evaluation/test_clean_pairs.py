@@ -12,6 +12,7 @@ import pytest
 
 from dupq.evaluation.tasks import CLEAN_PAIRS as PAIRS
 from dupq.evaluation.tasks import judged_clean_pairs
+from dupq.modeling.model import Model
 from dupq.modeling.verdict import on_cosines
 from kit import ok
 
@@ -87,8 +88,6 @@ def test_the_figures_agree_with_a_loop_over_the_pairs_and_every_paraphrase_near_
 
 @pytest.mark.slow
 def test_dupq_evaluate_task_clean_pairs_matches_a_naive_recount():
-    from dupq.modeling.model import Model
-
     judged = json.loads(ok("evaluate", "--task", "clean-pairs", "--json").stdout)
     table = rows()
     model = Model.load()

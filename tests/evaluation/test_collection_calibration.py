@@ -7,9 +7,12 @@ import os
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from dupq.cli import app
 from dupq.collection.calibration import CALIBRATION
 from dupq.collection.collection import Collection
+from dupq.evaluation import collection_calibration
 from dupq.evaluation.calibration import fit_search_calibration
 from dupq.evaluation.collection_calibration import calibrate_collection
 from dupq.modeling.verdict import for_search, pair_logits
@@ -124,10 +127,6 @@ def test_searches_judge_hits_with_the_collections_calibration(tmp_path, tiny_mod
 
 
 def test_the_command_refits_and_reports_and_refuses_in_one_sentence(tmp_path, tiny_model, synthetic_pairs):
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-
     few, _ = _desk(tmp_path / "few", tiny_model, synthetic_pairs, decided=10)
     many, _ = _desk(tmp_path / "many", tiny_model, synthetic_pairs)
     few.close(), many.close()
@@ -208,8 +207,6 @@ def test_a_refit_worse_on_the_held_out_decisions_is_refused_unless_forced(
 ):
     """The fault: a fit that ranks the decisions backwards (its weights negated). It judges the held-out
     decisions worse than the calibration in use on both counts, so it is refused and the file stays as it was."""
-    from dupq.evaluation import collection_calibration
-
     coll, _ = _desk(tmp_path, tiny_model, synthetic_pairs)
     with coll:
         calibrate_collection(coll)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import bm25s
 import numpy as np
 import pytest
 
@@ -200,8 +201,6 @@ def test_a_reranked_ranking_is_every_candidate_rescored_by_the_reranker_and_sort
 
 
 def test_bm25_returns_bm25s_best_scores_with_the_query_itself_left_out():
-    import bm25s
-
     splits, labelled = synthetic_split(3)
     words = ["cat", "dog", "river", "piano", "bread", "salt", "moon", "train"]
     rng = np.random.default_rng(0)

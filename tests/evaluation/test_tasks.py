@@ -21,6 +21,7 @@ from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation import tasks
+from dupq.evaluation.retrieval import retrieval_measures
 from dupq.modeling.model import ENCODE_BATCH, Model
 from kit import ok
 from support.cli_model import cli_model
@@ -200,8 +201,6 @@ def test_the_shipped_judged_file_reads_and_names_only_questions_of_the_help_desk
 
 
 def test_judged_relevance_changes_recall_exactly_as_a_loop_over_every_question_counts(pairs_path):
-    from dupq.evaluation.retrieval import retrieval_measures
-
     file = tasks.read_help_desk_pairs()
     distractors = [f"{q} today" for q in read_pairs(pairs_path)[0].q1[:300]]
     corpus = list(dict.fromkeys([*file.old, *distractors]))

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.numpy import load_file, save_file
 
+import dupq.modeling.lstm
 from dupq.core.errors import DupqError
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
@@ -54,8 +55,6 @@ def test_encode_matches_a_manual_forward(vocab, small_splits):
 def test_a_few_questions_encode_as_the_bulk_path_does(tiny_model, small_splits, monkeypatch, kernels):
     """A search's few queries skip the length sort; through torch their vectors are the bulk path's
     bit for bit, through the NumPy kernels equal to float32 rounding."""
-    import dupq.modeling.lstm
-
     if not kernels:
         monkeypatch.setattr(tiny_model.encoder, "kernels", None)
     same = np.testing.assert_array_equal if not kernels else partial(np.testing.assert_allclose, rtol=0, atol=1e-6)

@@ -15,13 +15,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+import dupq.training.distil.export as sentence_model
 from dupq.cli import app
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.modeling.model import Model
+from dupq.modeling.sentence_model import TransformerEncoder
+from dupq.service.app import create_app
+from dupq.training.distil.teacher import load_teacher
 from kit import edit_json, needs_teacher, ok
 from support.errors import refused
 from support.synthetic import write_pairs
@@ -72,8 +79,6 @@ def cosines(encode, q1: list[str], q2: list[str]) -> np.ndarray:
 
 
 def test_its_vectors_are_sentence_transformers_normalised_and_similarity_their_dot_product(folder, splits, reference):
-    from dupq.modeling.sentence_model import TransformerEncoder
-
     model = Model.load(folder)
     assert isinstance(model.encoder, TransformerEncoder) and model.judge.head is None
     texts = splits.test.q1[:12] + splits.test.q2[:12]
@@ -115,8 +120,6 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
 
 
 def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(folder, splits, reference, tmp_path):
-    from dupq.collection.collection import Collection
-
     texts = list(dict.fromkeys(splits.pool.q1 + splits.pool.q2))[:40]
     queries = splits.test.q1[:5]
     with Collection.build(tmp_path / "c", texts, Model.load(folder)) as coll:
@@ -155,11 +158,6 @@ def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, split
 
 
 def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
-    from fastapi.testclient import TestClient
-
-    from dupq.collection.collection import Collection
-    from dupq.service.app import create_app
-
     texts = list(dict.fromkeys(splits.pool.q1))[:20]
     Collection.build(tmp_path / "c", texts, Model.load(folder)).close()
     with TestClient(create_app(tmp_path / "c", folder, token="t")) as client:
@@ -239,8 +237,6 @@ def test_the_network_loads_at_the_first_encode_not_with_the_folder(folder, refer
 
 
 def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, tmp_path, monkeypatch):
-    import dupq.training.distil.export as sentence_model
-
     def crash(*_):
         raise RuntimeError("simulated crash while calibrating")
 
@@ -258,8 +254,6 @@ def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, 
 
 
 def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, reference, tmp_path):
-    from dupq.training.distil.teacher import load_teacher
-
     texts = ["How do I learn Python?", "Why is the sky blue?"]
     encode, _ = load_teacher(str(folder), bf16=False)  # `dupq distil teach --teacher runs/minilm`, `--word-init` too
     np.testing.assert_allclose(encode(texts), reference(texts), atol=1e-5)
@@ -272,8 +266,6 @@ def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, refer
 
 def _dense_outside(outside: Path) -> Path:
     """A sentence-transformers Dense module (an identity, 384 wide) whose weights are a pickle file."""
-    import torch
-
     outside.mkdir()
     identity = "torch.nn.modules.linear.Identity"
     dense = {"in_features": 384, "out_features": 384, "bias": True, "activation_function": identity}
@@ -319,8 +311,6 @@ LINKS = {
 
 @pytest.mark.parametrize("case", LINKS)
 def test_links_leading_outside_the_folder_or_to_a_pickle_are_refused(folder, tmp_path, case):
-    from dupq.training.distil.teacher import load_teacher
-
     make, message = LINKS[case]
     copy = shutil.copytree(folder, tmp_path / "copy", symlinks=True)
     make(copy, folder, tmp_path)

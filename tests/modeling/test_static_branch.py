@@ -14,17 +14,21 @@ from tokenizers.pre_tokenizers import Whitespace
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
+from dupq.core.formats import check_format
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
+from dupq.modeling.folder_format import FORMAT, ModelConfig
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.judge import Judge
 from dupq.modeling.lstm import LSTMEncoder
-from dupq.modeling.model import Model
-from dupq.modeling.static import StaticBranch, StaticConfig, summed_rows
+from dupq.modeling.model import Model, new_model_folder
+from dupq.modeling.static import FEW_SUMS, StaticBranch, StaticConfig, check_weight, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
 from kit import edit_json, ok, one_sentence
 from support.errors import refused
+from support.torch_free import PAIR, imports_torch
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]
 PIECES = ["[UNK]", "sub", "##scri", "##ption", "gym", "tap", "faucet", "fix"]
@@ -167,8 +171,6 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
 
 def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, tmp_path):
     """`dupq distil branch --source FOLDER`: predict judges as the model did; a collection searches the joined vectors."""
-    from dupq.collection.collection import Collection
-
     source = tmp_path / "m2v"
     source.mkdir()
     save_file({"embeddings": np.random.default_rng(0).normal(size=(len(PIECES), 6)).astype(np.float32)}, str(source / "model.safetensors"))  # fmt: skip
@@ -197,8 +199,6 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
 
 @pytest.mark.parametrize("copies", [1, 20])  # 7 questions are summed row by row, 140 by one sparse product
 def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
-    from dupq.modeling.static import FEW_SUMS
-
     vocab = VOCAB
     table = np.random.default_rng(2).normal(size=(len(vocab), 3)).astype(np.float32)
     texts = ["", "How do I fix a leaking tap?", "", "", "sky", "zzz qqq", ""] * copies
@@ -214,9 +214,6 @@ def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
 
 
 def test_a_sentence_model_config_with_a_static_entry_is_refused():
-    from dupq.core.formats import check_format
-    from dupq.modeling.folder_format import FORMAT, ModelConfig
-
     config = {"format": FORMAT, "encoder": {"type": "sentence-transformers", "dim": 4}, "static": {"dim": 3}}
     with pytest.raises(DupqError, match="static names a static branch"):
         check_format(ModelConfig, config, "m/config.json")
@@ -224,8 +221,6 @@ def test_a_sentence_model_config_with_a_static_entry_is_refused():
 
 def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir, tmp_path):
     """The bundled model's branch has no pieces; this one does (unknown words cut by the tokenizer): still no torch."""
-    from support.torch_free import PAIR, imports_torch
-
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 5)).astype(np.float32)
     pieces = np.random.default_rng(1).normal(size=(len(PIECES), 5)).astype(np.float32)
@@ -323,9 +318,6 @@ def test_a_damaged_branch_is_one_sentence_from_the_library_and_the_command(damag
 def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
     """A weight no config.json may record: refused before a branch is made, and a folder written with it anyway
     (the config built by hand) is loaded back and refused before it replaces the working one."""
-    from dupq.modeling.model import new_model_folder
-    from dupq.modeling.static import check_weight
-
     with pytest.raises(DupqError, match="--weight must be a number from 0 to"):
         check_weight(float("inf"), "--weight")
     good = branched(pieces=False)

@@ -22,9 +22,14 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import load_file, save_file
 
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.data.pairs import read_pairs
+from dupq.dedup.grouping import DedupConfig, dedup
+from dupq.evaluation.evaluate import evaluate, pair_verdicts
+from dupq.evaluation.report import write_report
 from dupq.modeling.model import Model
+from dupq.service.app import create_app
 from kit import ok
 from support.synthetic import make_rows, write_pairs
 
@@ -198,9 +203,6 @@ def test_predict_one_pair_and_a_pairs_stream_give_the_reference_verdict(folder, 
 
 
 def test_the_service_and_search_give_the_reference_verdict(folder, pairs, expected, tmp_path):
-    from dupq.collection.collection import Collection
-    from dupq.service.app import create_app
-
     q1, q2, _ = pairs
     stored = list(dict.fromkeys(q2))  # the collection: the pairs' second questions
     Collection.build(tmp_path / "coll", stored, Model.load(folder)).close()
@@ -222,8 +224,6 @@ def test_the_service_and_search_give_the_reference_verdict(folder, pairs, expect
 
 
 def test_dedup_joins_a_pair_exactly_when_the_verdict_is_duplicate(folder, pairs, expected, tmp_path):
-    from dupq.dedup.grouping import DedupConfig, dedup
-
     q1, q2, _ = pairs
     model = Model.load(folder)
     config = DedupConfig()
@@ -242,9 +242,6 @@ def test_dedup_joins_a_pair_exactly_when_the_verdict_is_duplicate(folder, pairs,
 
 
 def test_evaluate_and_report_count_the_reference_verdicts(folder, pairs_file, pairs, expected, tmp_path):
-    from dupq.evaluation.evaluate import evaluate, pair_verdicts
-    from dupq.evaluation.report import write_report
-
     q1, q2, labels = pairs
     file_pairs, _ = read_pairs(pairs_file)
     assert file_pairs.q1 == q1 and file_pairs.q2 == q2

@@ -10,6 +10,7 @@ from dataclasses import asdict, fields
 import pytest
 from typer.testing import CliRunner
 
+import dupq.training.distil.branch as branch
 from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.core.options import option_fields
@@ -156,8 +157,6 @@ def test_unknown_preset_names_the_ones_there_are():
 
 def _branch_settings(monkeypatch, tmp_path, *args: str) -> tuple[dict, str]:
     """What `dupq distil branch ARGS` would build the branch with (the building itself left out), and what it said."""
-    import dupq.training.distil.branch as branch
-
     seen = {}
 
     def record(model, source, dim, a, weight, pieces, teacher, log):

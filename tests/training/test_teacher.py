@@ -16,15 +16,19 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from sklearn.decomposition import PCA
 
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, split_pairs, write_pairs
 from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.model import Model
 from dupq.training.batches import PairBatches
+from dupq.training.config import CHECKPOINT, TrainConfig
 from dupq.training.distil import teacher as teacher_module
-from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts
+from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts, word_vectors
 from dupq.training.losses import distillation_loss
 from dupq.training.objectives import Objective
+from dupq.training.train import train
 from kit import make_pairs, needs_teacher
 
 WIDTH = 12
@@ -193,10 +197,6 @@ def synthetic_splits(n: int = 600):
 
 
 def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp_path):
-    from dupq.modeling.model import Model
-    from dupq.training.config import CHECKPOINT, TrainConfig
-    from dupq.training.train import train
-
     splits, split = synthetic_splits()
     held = splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
     texts = training_texts(splits.pool.q1 + splits.pool.q2, held)
@@ -218,9 +218,6 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
 
 
 def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
-    from dupq.training.config import TrainConfig
-    from dupq.training.train import train
-
     with pytest.raises(DupqError, match="need --teacher"):
         TrainConfig(train_on="labelled", losses={"bce": 1.0, "distil": 1.0})
     with pytest.raises(DupqError, match="read by the distil losses only"):
@@ -266,10 +263,6 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
 
 
 def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts_scale():
-    from sklearn.decomposition import PCA
-
-    from dupq.training.distil.teacher import word_vectors
-
     words = [f"w{i}{c}" for i in range(40) for c in "ab"]
     got = word_vectors(words, trigram_teacher, 5, rms=0.03)
     expected = PCA(5, svd_solver="full").fit_transform(trigram_teacher(words).astype(np.float64))
@@ -282,11 +275,6 @@ def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts
 
 
 def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
-    from dupq.modeling.model import Model
-    from dupq.training.config import TrainConfig
-    from dupq.training.distil.teacher import word_vectors
-    from dupq.training.train import train
-
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
     splits, split = synthetic_splits()
     # lr 0: the start is what is saved
