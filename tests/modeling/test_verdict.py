@@ -126,12 +126,11 @@ def folder(request, pairs, tmp_path_factory) -> Path:
     q1, q2, _ = pairs
     source = request.getfixturevalue("head_model_dir" if request.param.startswith("mlp") else "tiny_model_dir")
     out = tmp_path_factory.mktemp("variant") / request.param
-    if request.param == "mlp-probability":  # the labelled recipe, calibrated on dev pairs, as trained
+    # as trained: the labelled recipe (calibrated on dev pairs); the seed recipe (no head or calibration, cosine 0.7)
+    if request.param in ("mlp-probability", "plain-similarity"):
         return _variant(source, out)
     if request.param == "mlp-similarity":
         return _at_the_median(_variant(source, out, threshold_on="similarity"), q1, q2)
-    if request.param == "plain-similarity":  # the seed recipe: no head, no calibration, the cosine at 0.7
-        return _variant(source, out)
     if request.param == "plain-probability":
         return _at_the_median(_variant(source, out, calibration=CALIBRATION, threshold_on="probability"), q1, q2)
     head = {"kind": "cosine", "dim": 32, "hidden": 256}

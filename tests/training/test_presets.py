@@ -19,6 +19,7 @@ from dupq.modeling.model import BUNDLED
 from dupq.training.config import ModelOptions, TrainConfig, renamed
 from dupq.training.objectives import Objective
 from dupq.training.presets import BRANCH_PRESETS, CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
+from kit import ok
 from support.errors import refused
 from support.train_cli import captured_configs, other_value
 
@@ -107,8 +108,7 @@ def test_typed_flags_override_the_preset_and_defaults_do_not(monkeypatch, pairs_
 def test_show_prints_what_the_preset_and_the_flags_set_and_trains_nothing(tmp_path):
     out = tmp_path / "m"
     args = [*"train --preset bundled --epochs 2 --lr 0.01 --show --data none --out".split(), str(out)]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
+    result = ok(*args)
     assert tomllib.loads(result.stdout) == {**read_preset("bundled"), "epochs": 2, "lr": 0.01}
     assert not out.exists()
     shown = set(tomllib.loads(result.stdout))
