@@ -45,8 +45,8 @@ def edit_json(path: Path, change) -> None:
     path.write_text(json.dumps(obj))
 
 
-def one_sentence(call, match: str = "") -> str:
-    """``call()`` raises dupq's error, matching the regex ``match``, in one line; returns the sentence."""
+def one_sentence(call, match: str | None = None) -> str:
+    """``call()`` raises dupq's error (matching the regex ``match`` if given) in one line; returns the sentence."""
     with pytest.raises(DupqError, match=match) as caught:
         call()
     assert "\n" not in str(caught.value), caught.value
