@@ -19,16 +19,9 @@ def test_make_test_says_when_the_distil_tests_were_skipped_and_why(tmp_path):
         "@pytest.mark.skip(reason='something else')\n"
         "def test_other():\n    pass\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
-        },
-        capture_output=True,
-        text=True,
-    )
+    path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("distil tests skipped")]
     assert len(lines) == 1 and "(1)" in lines[0] and ".[distil]" in lines[0], done.stdout[-1000:]
     assert done.stdout.rstrip().splitlines()[-1].startswith("2 skipped")  # pytest's own summary stays the last line

@@ -6,14 +6,9 @@ import numpy as np
 import torch
 
 from dupq.data.duplicates import duplicate_groups
-from dupq.data.pairs import Pairs
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches, false_negatives
-
-
-def _pairs(rows: list[tuple[str, str, int]]) -> Pairs:
-    q1, q2, labels = (list(column) for column in zip(*rows))
-    return Pairs([str(i) for i in range(len(rows))], q1, q2, np.array(labels, dtype=np.int8), np.arange(len(rows)))
+from kit import make_pairs
 
 
 def naive_components(texts, edges):
@@ -64,7 +59,7 @@ def test_labelled_batches_cover_every_pair_and_add_hard_negatives_to_duplicate_r
         ("how to learn python", "how to learn java", 0),
         ("is tea healthy", "is green tea good for you", 1),
     ]
-    pairs = _pairs(rows)
+    pairs = make_pairs(rows)
     vocab = Vocabulary.build(pairs.q1 + pairs.q2)
     texts = list(dict.fromkeys(pairs.q1 + pairs.q2))
     groups = duplicate_groups(texts, pairs.q1, pairs.q2, pairs.labels)

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import csv
 import gzip
+import random
+from collections import Counter
+from dataclasses import asdict
 
 import pytest
 
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, held_out, read_pairs, split_pairs
-from support.synthetic import EMPTY_ROWS, NA_ROW, make_rows
+from dupq.data.questions import read_questions
+from support.synthetic import EMPTY_ROWS, NA_ROW, SMALL_SPLIT, SYNTHETIC_ROWS, make_rows
 
 
 def test_reads_the_synthetic_file_exactly(pairs_path, synthetic_pairs):
     """Every row the generator wrote, with its quirks: the empty questions dropped and named, "n/a" kept as text."""
-    from support.synthetic import SYNTHETIC_ROWS
-
     written = make_rows(SYNTHETIC_ROWS)
     pairs, dropped = read_pairs(pairs_path)
     kept = [r for r in written if r.id not in EMPTY_ROWS]
@@ -56,8 +58,6 @@ def test_seed_split_sizes(all_pairs):
 
 def test_split_matches_a_count_of_the_written_rows(synthetic_pairs):
     """The seed split of the small synthetic file, against the rows the generator wrote, counted plainly."""
-    from support.synthetic import SMALL_SPLIT
-
     splits = split_pairs(synthetic_pairs.take(synthetic_pairs.rows < 24_000), SMALL_SPLIT)
     written = [r for r in make_rows(24_000) if r.id not in EMPTY_ROWS]
     pool_duplicates = [r.id for r in written if r.id < 20_000 and r.is_duplicate]
@@ -133,8 +133,6 @@ def test_split_refuses_sizes_the_file_cannot_hold(synthetic_pairs):
 
 def _broken_pairs_file(path, n: int = 80, seed: int = 0) -> list[str]:
     """A synthetic pairs file whose rows are broken in every way a reader meets; returns each row's kind."""
-    import random
-
     rng = random.Random(seed)
     kinds = [rng.choice(["ok"] * 6 + ["quote", "quote", "short", "long", "blank", "empty", "label"]) for _ in range(n)]
     lines = ["id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate"]
@@ -159,8 +157,6 @@ REASONS |= {"empty": "empty question", "label": "label not 0 or 1"}
 
 @pytest.mark.parametrize("seed", range(5))
 def test_every_line_is_accounted_for_with_its_reason(tmp_path, seed):
-    from collections import Counter
-
     kinds = _broken_pairs_file(tmp_path / "p.tsv", seed=seed)
     assert "quote" in kinds
     pairs, dropped = read_pairs(tmp_path / "p.tsv")
@@ -174,10 +170,6 @@ def test_every_line_is_accounted_for_with_its_reason(tmp_path, seed):
 
 
 def test_questions_files_account_for_every_line(tmp_path):
-    from collections import Counter
-
-    from dupq.data.questions import read_questions
-
     kinds = _broken_pairs_file(tmp_path / "p.tsv", seed=3)
     qs = read_questions(tmp_path / "p.tsv")
     usable = [i for i, kind in enumerate(kinds) if kind in ("ok", "empty", "label")]
@@ -199,10 +191,6 @@ def test_questions_files_account_for_every_line(tmp_path):
 
 def test_held_out_cuts_the_file_as_the_model_recorded(pairs_path, synthetic_pairs):
     """A model's metrics.json records its split; held_out reads the file and cuts it the same way."""
-    from dataclasses import asdict
-
-    from support.synthetic import SMALL_SPLIT
-
     got = held_out({"training": {"split": asdict(SMALL_SPLIT)}}, pairs_path)
     want = split_pairs(synthetic_pairs, SMALL_SPLIT)
     for part in ("train", "val", "test", "dev", "pool"):

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import re
+import shutil
+import unicodedata
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from dupq.cli import app
+from dupq.data.pairs import split_pairs
 from dupq.data.tokenizer import PAD, UNK, Vocabulary, word_parts
+from kit import edit_json, one_sentence
 from support.errors import refused
 
 # Keras' DEFAULT_STRIP_REGEX, written as Keras writes it.
@@ -23,8 +29,6 @@ def naive_words(text: str, lowercase: bool = False) -> list[str]:
 
 def naive_parts(word: str) -> list[str]:
     """Punctuation (Unicode category P) dropped, a space either side of each CJK ideograph, then split."""
-    import unicodedata
-
     kept = "".join(c for c in word if not unicodedata.category(c).startswith("P"))
     spaced = "".join(f" {c} " if re.match(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]", c) else c
                      for c in kept)  # fmt: skip
@@ -71,8 +75,6 @@ def test_vocabulary_order_matches_a_naive_count(small_splits):
 @pytest.mark.real_data
 def test_vocabulary_of_the_seed_recipe(all_pairs):
     """The seed recipe's vocabulary on the real file: its size and the ids of one test question."""
-    from dupq.data.pairs import split_pairs
-
     pool = split_pairs(all_pairs).pool
     dups = pool.take(pool.labels == 1)
     vocab = Vocabulary.build(dups.q1 + dups.q2)
@@ -83,10 +85,7 @@ def test_vocabulary_of_the_seed_recipe(all_pairs):
     ids = vocab.encode(["How do I prepare for interviews for cse?"])[0].tolist()
     assert ids == [4, 8, 6, 160, 17, 2079, 17, 11_774]
     # Ordering: by count, descending.
-    counts = {}
-    for q in dups.q1 + dups.q2:
-        for w in naive_words(q):
-            counts[w] = counts.get(w, 0) + 1
+    counts = naive_counts(dups.q1 + dups.q2)
     ranked = [counts[w] for w in vocab.tokens[2:]]
     assert ranked == sorted(ranked, reverse=True)
 
@@ -151,32 +150,16 @@ VOCAB_FAULTS = {  # each used to load (or fail with a traceback) and change ever
 
 @pytest.mark.parametrize("fault", VOCAB_FAULTS)
 def test_a_bad_vocab_file_is_one_sentence(tmp_path, fault):
-    import json
-
-    from dupq.core.errors import DupqError
-
     path = tmp_path / "vocab.json"
     Vocabulary.build(["How do I cook rice?", "Why is the sky blue?"], oov_buckets=8).save(path)
-    vocab = json.loads(path.read_text())
     change, message = VOCAB_FAULTS[fault]
-    change(vocab)
-    path.write_text(json.dumps(vocab))
-    with pytest.raises(DupqError) as caught:
-        Vocabulary.load(path)
-    assert str(caught.value).startswith(f"{path} is corrupt: ") and message in str(caught.value), caught.value
-    assert "\n" not in str(caught.value)
+    edit_json(path, change)
+    said = one_sentence(lambda: Vocabulary.load(path))
+    assert said.startswith(f"{path} is corrupt: ") and message in said, said
 
 
 def test_a_bad_vocab_file_stops_the_model_in_one_line(tiny_model_dir, tmp_path):
-    import json
-    import shutil
-
-    from typer.testing import CliRunner
-
-    from dupq.cli import app
-
     folder = shutil.copytree(tiny_model_dir, tmp_path / "m")
-    vocab = json.loads((folder / "vocab.json").read_text())
-    (folder / "vocab.json").write_text(json.dumps({**vocab, "max_tokens": -1}))
+    edit_json(folder / "vocab.json", lambda vocab: vocab.update(max_tokens=-1))
     result = CliRunner().invoke(app, ["predict", "How do I cook rice?", "How to cook rice?", "--model", str(folder)])
     refused(result, "vocab.json is corrupt: max_tokens must be an integer from 1 to 4096, not -1.")

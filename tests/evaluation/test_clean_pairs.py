@@ -9,12 +9,12 @@ import statistics
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.evaluation.tasks import CLEAN_PAIRS as PAIRS
 from dupq.evaluation.tasks import judged_clean_pairs
+from dupq.modeling.model import Model
 from dupq.modeling.verdict import on_cosines
+from kit import ok
 
 LABEL = {"paraphrase": "1", "near_miss": "0"}
 
@@ -34,9 +34,8 @@ def words(text: str) -> set[str]:
 
 def test_file_is_well_formed():
     with open(PAIRS, newline="", encoding="utf-8") as f:
-        table = list(csv.reader(f, delimiter="\t"))
-    assert table[0] == ["question1", "question2", "is_duplicate", "kind"]
-    body = table[1:]
+        header, *body = csv.reader(f, delimiter="\t")
+    assert header == ["question1", "question2", "is_duplicate", "kind"]
     assert len(body) >= 200
     assert all(len(row) == 4 for row in body), [row for row in body if len(row) != 4][:3]
     kinds = [row[3] for row in body]
@@ -65,8 +64,7 @@ def test_near_misses_share_words_and_paraphrases_do_not():
 @pytest.mark.real_data
 def test_no_question_is_taken_from_quora(all_pairs):
     """The yardstick is hand-written: none of its questions is a Quora question (needs the real file to look)."""
-    quora = {normalised(q) for q in all_pairs.q1}
-    quora.update(normalised(q) for q in all_pairs.q2)
+    quora = {normalised(q) for q in (*all_pairs.q1, *all_pairs.q2)}
     found = [q for row in rows() for q in (row["question1"], row["question2"]) if normalised(q) in quora]
     assert found == []
 
@@ -90,11 +88,7 @@ def test_the_figures_agree_with_a_loop_over_the_pairs_and_every_paraphrase_near_
 
 @pytest.mark.slow
 def test_dupq_evaluate_task_clean_pairs_matches_a_naive_recount():
-    from dupq.modeling.model import Model
-
-    done = CliRunner().invoke(app, ["evaluate", "--task", "clean-pairs", "--json"])
-    assert done.exit_code == 0, done.output
-    judged = json.loads(done.stdout)
+    judged = json.loads(ok("evaluate", "--task", "clean-pairs", "--json").stdout)
     table = rows()
     model = Model.load()
     assert judged["threshold"] == model.threshold and judged["threshold_on"] == model.threshold_on

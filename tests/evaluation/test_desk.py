@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.data.pairs import write_pairs
+from kit import ok
 
 runner = CliRunner()
 
@@ -35,9 +36,7 @@ def test_evaluate_pairs_matches_scikit_learn(tmp_path, tiny_model_dir, tiny_mode
     rows = [(f"a{i}", f"b{i}", test.q1[i], test.q2[i], int(test.labels[i])) for i in range(n)]
     path = tmp_path / "labelled.tsv"
     write_pairs(path, rows)
-    result = run("evaluate", tiny_model_dir, "--pairs", path, "--json")
-    assert result.exit_code == 0, result.output
-    got = json.loads(result.stdout)
+    got = json.loads(ok("evaluate", tiny_model_dir, "--pairs", path, "--json").stdout)
     y = np.array([r[4] for r in rows])
     judged = tiny_model.verdicts([r[2] for r in rows], [r[3] for r in rows])
     assert 0 < y.sum() < n and got["pairs"] == n and got["threshold"] == pytest.approx(tiny_model.threshold)
@@ -47,8 +46,7 @@ def test_evaluate_pairs_matches_scikit_learn(tmp_path, tiny_model_dir, tiny_mode
     assert got["roc_auc"] == pytest.approx(roc_auc_score(y, judged.score))
     assert judged.probability is not None  # the tiny model is calibrated on its dev pairs
     assert got["expected_calibration_error"] == pytest.approx(naive_ece(judged.probability, y))
-    table = run("evaluate", tiny_model_dir, "--pairs", path)
-    assert table.exit_code == 0 and f"{n} labelled pairs" in table.output, table.output
+    assert f"{n} labelled pairs" in ok("evaluate", tiny_model_dir, "--pairs", path).output
 
 
 def test_evaluate_questions_and_queries_matches_a_brute_force_loop(tmp_path, tiny_model_dir, tiny_model, small_splits):
@@ -61,9 +59,7 @@ def test_evaluate_questions_and_queries_matches_a_brute_force_loop(tmp_path, tin
     lines = [f"{a}\t{answer[b] if n % 2 else b}\n" for n, (a, b) in enumerate(duplicates)]  # by key or by text
     (tmp_path / "new.tsv").write_text("question\told\n" + "".join(lines), encoding="utf-8")
     desk = ["evaluate", tiny_model_dir, "--questions", tmp_path / "old.tsv", "--queries"]
-    result = run(*desk, tmp_path / "new.tsv", "--json")
-    assert result.exit_code == 0, result.output
-    got = json.loads(result.stdout)
+    got = json.loads(ok(*desk, tmp_path / "new.tsv", "--json").stdout)
     vectors = tiny_model.encode(old)
     ranks = []
     for a, b in duplicates:

@@ -7,6 +7,7 @@ from sklearn import metrics as skm
 
 from dupq.evaluation.evaluate import calibrate, evaluate, pair_scores
 from dupq.evaluation.metrics import best_threshold
+from dupq.modeling.model import Model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -16,8 +17,6 @@ def accuracy(scores, labels, threshold):
 
 
 def test_calibrate_chooses_on_dev_and_evaluate_reports_on_test(tiny_model_dir, small_splits):
-    from dupq.modeling.model import Model
-
     model = Model.load(tiny_model_dir)
     dev, test = small_splits.dev, small_splits.test
     dev_scores = pair_scores(model, dev)

@@ -45,10 +45,13 @@ def assert_matches_sklearn(scores, labels, threshold):
         assert free["average_precision"] == pytest.approx(skm.average_precision_score(labels, scores), abs=1e-12)
 
 
-def brute_force_best(scores, labels, metric):
-    """Try every threshold that can change a prediction (each distinct score, and below all) in a loop."""
+def assert_best_is_brute_force(scores, labels, metric):
+    """best_threshold's value is the best of every threshold that can change a prediction (each distinct score, and
+    below all) tried in a loop, and the threshold it returns really gives that value, float rounding included."""
     candidates = [float(s) for s in np.unique(scores)] + [float(scores.min()) - 1.0]
-    return max(binary_metrics(scores, labels, t)[metric] for t in candidates)
+    best = best_threshold(scores, labels, metric)
+    assert best["value"] == pytest.approx(max(binary_metrics(scores, labels, t)[metric] for t in candidates), abs=1e-12)
+    assert binary_metrics(scores, labels, best["threshold"])[metric] == pytest.approx(best["value"], abs=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +125,7 @@ def test_threshold_free_is_undefined_with_one_label():
 
 @pytest.mark.parametrize("metric", ["accuracy", "f1"])
 def test_best_threshold_equals_brute_force_on_real_scores(real_scores, metric):
-    scores, labels = real_scores
-    best = best_threshold(scores, labels, metric)
-    assert best["value"] == pytest.approx(brute_force_best(scores, labels, metric), abs=1e-12)
-    assert binary_metrics(scores, labels, best["threshold"])[metric] == pytest.approx(best["value"], abs=1e-12)
+    assert_best_is_brute_force(*real_scores, metric)
 
 
 @settings(max_examples=300, deadline=None)
@@ -135,12 +135,7 @@ def test_best_threshold_equals_brute_force_on_real_scores(real_scores, metric):
     st.sampled_from(["accuracy", "f1"]),
 )
 def test_best_threshold_equals_brute_force_on_generated_scores(rows, metric):
-    scores = np.array([float(s) for s, _ in rows])
-    labels = np.array([y for _, y in rows])
-    best = best_threshold(scores, labels, metric)
-    assert best["value"] == pytest.approx(brute_force_best(scores, labels, metric), abs=1e-12)
-    # The threshold it returns really gives that value, float rounding included.
-    assert binary_metrics(scores, labels, best["threshold"])[metric] == pytest.approx(best["value"], abs=1e-12)
+    assert_best_is_brute_force(np.array([float(s) for s, _ in rows]), np.array([y for _, y in rows]), metric)
 
 
 def test_best_threshold_cuts_between_neighbouring_floats():

@@ -6,17 +6,14 @@ import re
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import evaluate_scores, pair_scores
 from dupq.evaluation.report import write_report
+from kit import ok
 from support.cli_model import cli_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -27,13 +24,8 @@ def with_hostile_pair(pairs: Pairs) -> Pairs:
     any tie, so it is always in the worst-errors table whatever the model.
     """
     hostile = "<script>alert('x')</script> How do I cook rice & beans?"
-    return Pairs(
-        ids=["hostile", *pairs.ids],
-        q1=[hostile, *pairs.q1],
-        q2=[hostile, *pairs.q2],
-        labels=np.r_[0, pairs.labels].astype(np.int8),
-        rows=np.r_[pairs.rows.max() + 1, pairs.rows],
-    )
+    labels, rows = np.r_[0, pairs.labels].astype(np.int8), np.r_[pairs.rows.max() + 1, pairs.rows]
+    return Pairs(["hostile", *pairs.ids], [hostile, *pairs.q1], [hostile, *pairs.q2], labels, rows)
 
 
 def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path):
@@ -77,9 +69,7 @@ def test_report_writes_a_self_contained_page(tiny_model, small_splits, tmp_path)
 
 def test_report_command(pairs_path, tmp_path_factory, tmp_path):
     folder, data = cli_model(pairs_path, tmp_path_factory)
-    result = CliRunner().invoke(app, ["report", str(folder), "--data", str(data), "--out", str(tmp_path / "r")])
-    assert result.exit_code == 0, result.output
-    assert "wrote" in result.stdout
+    assert "wrote" in ok("report", folder, "--data", data, "--out", tmp_path / "r").stdout
     page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
     assert "chosen on: dev pairs" in page and "file rows 8,000 to 8,999" in page
     for name in ("training.png", "histogram.png", "roc.png", "pr.png", "confusion.png"):

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import math
 
+import bm25s
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.pairs import Pairs, Splits, read_pairs
 from dupq.evaluation.retrieval import (
@@ -26,13 +25,8 @@ from dupq.evaluation.retrieval import (
     retrieval_measures,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
+from kit import make_pairs, ok
 from support.cli_model import cli_model
-
-
-def make_pairs(rows: list[tuple[str, str, int]], first_row: int = 0) -> Pairs:
-    q1, q2, labels = (list(column) for column in zip(*rows))
-    numbers = np.arange(first_row, first_row + len(rows))
-    return Pairs([str(n) for n in numbers], q1, q2, np.array(labels, dtype=np.int8), numbers)
 
 
 def random_rows(
@@ -46,11 +40,8 @@ def synthetic_split(seed: int, questions: int = 40):
     rng = np.random.default_rng(seed)
     texts = [f"question number {i}?" for i in range(questions)]
     held = texts[: questions * 3 // 4]  # the pool also has texts no held-out row has: they can link two held-out ones
-    pool, test, dev = (
-        make_pairs(random_rows(rng, texts, questions, 0.3)),
-        make_pairs(random_rows(rng, held, questions // 2, 0.5), questions),
-        make_pairs(random_rows(rng, held, questions // 2, 0.5), 2 * questions),
-    )
+    pool = make_pairs(random_rows(rng, texts, questions, 0.3))
+    test, dev = (make_pairs(random_rows(rng, held, questions // 2, 0.5), n * questions) for n in (1, 2))
     everything = make_pairs([(a, b, y) for p in (pool, test, dev) for a, b, y in zip(p.q1, p.q2, p.labels)])
     return Splits(train=pool, val=pool, test=test, dev=dev, pool=pool), everything
 
@@ -210,8 +201,6 @@ def test_a_reranked_ranking_is_every_candidate_rescored_by_the_reranker_and_sort
 
 
 def test_bm25_returns_bm25s_best_scores_with_the_query_itself_left_out():
-    import bm25s
-
     splits, labelled = synthetic_split(3)
     words = ["cat", "dog", "river", "piano", "bread", "salt", "moon", "train"]
     rng = np.random.default_rng(0)
@@ -256,9 +245,7 @@ def test_a_task_without_relevant_questions_or_queries_is_refused():
 def test_dupq_evaluate_retrieval_json_agrees_with_the_loop(pairs_path, tmp_path_factory, words, first_row, parts):
     # `dupq train` on rows 0-9,999: 8,000 pool, 1,000 test, 1,000 dev
     folder, data = cli_model(pairs_path, tmp_path_factory)
-    result = CliRunner().invoke(app, ["evaluate", str(folder), "--data", str(data), *words, "--json"])
-    assert result.exit_code == 0, result.output
-    printed = json.loads(result.stdout)
+    printed = json.loads(ok("evaluate", folder, "--data", data, *words, "--json").stdout)
     every = read_pairs(data)[0]
     held = every.take(every.rows >= first_row)
     corpus = list(dict.fromkeys([*held.q1, *held.q2]))

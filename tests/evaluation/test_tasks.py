@@ -21,7 +21,9 @@ from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation import tasks
+from dupq.evaluation.retrieval import retrieval_measures
 from dupq.modeling.model import ENCODE_BATCH, Model
+from kit import ok
 from support.cli_model import cli_model
 from support.errors import refused
 
@@ -125,9 +127,7 @@ def test_help_desks_recall_and_mrr_agree_with_a_loop_over_every_old_question(pai
 def test_dupq_evaluate_task_quora_pairs_dev_agrees_with_a_loop_over_the_dev_rows(pairs_path, tmp_path_factory):
     folder, data = cli_model(pairs_path, tmp_path_factory)  # rows 8,000-8,999 test, 9,000-9,999 dev
     command = ["evaluate", str(folder), "--data", str(data), "--json"]
-    done = CliRunner().invoke(app, [*command, "--task", "quora-pairs", "--split", "dev"])
-    assert done.exit_code == 0, done.output
-    printed = json.loads(done.stdout)
+    printed = json.loads(ok(*command, "--task", "quora-pairs", "--split", "dev").stdout)
     every = read_pairs(data)[0]
     dev = every.take(every.rows >= 9_000)
     model = Model.load(folder)
@@ -137,8 +137,7 @@ def test_dupq_evaluate_task_quora_pairs_dev_agrees_with_a_loop_over_the_dev_rows
     assert printed["dev_rows"] == [9_000, 9_999] and printed["pairs"] == len(dev)
     assert printed["accuracy"] == pytest.approx(right / len(dev), abs=1e-12)
     assert printed["recall"] == pytest.approx(found / int(dev.labels.sum()), abs=1e-12)
-    default = CliRunner().invoke(app, command)
-    assert json.loads(default.stdout)["test_rows"] == [8_000, 8_999]  # the default: quora-pairs on the test rows
+    assert json.loads(ok(*command).stdout)["test_rows"] == [8_000, 8_999]  # the default: quora-pairs on the test rows
 
 
 @pytest.mark.parametrize(
@@ -202,8 +201,6 @@ def test_the_shipped_judged_file_reads_and_names_only_questions_of_the_help_desk
 
 
 def test_judged_relevance_changes_recall_exactly_as_a_loop_over_every_question_counts(pairs_path):
-    from dupq.evaluation.retrieval import retrieval_measures
-
     file = tasks.read_help_desk_pairs()
     distractors = [f"{q} today" for q in read_pairs(pairs_path)[0].q1[:300]]
     corpus = list(dict.fromkeys([*file.old, *distractors]))

@@ -107,9 +107,8 @@ def test_rerank_equals_a_loop_over_the_candidates(q, n, r, k, seed):
     rng = np.random.default_rng(seed)
     queries = rng.integers(-2, 3, (q, 3)).astype(np.float32)  # small integers: exact scores, frequent ties
     stored = rng.integers(-2, 3, (n, 3)).astype(np.float32)
-    candidates = rng.integers(
-        -1, n, (q, r)
-    )  # -1: a slot the index left empty; an id may repeat only as FAISS never does
+    # -1: a slot the index left empty; an id may repeat only as FAISS never does
+    candidates = rng.integers(-1, n, (q, r))
     candidates = np.array([[c if c < 0 or c not in row[:j] else -1 for j, c in enumerate(row)] for row in candidates])
     fetched: list[np.ndarray] = []
     scores, ids = rerank(queries, candidates, lambda wanted: fetched.append(wanted) or stored[wanted], k)
@@ -137,9 +136,8 @@ def test_ivfpq_reranked_is_exact_on_what_it_returns_and_recalls_the_exact_top_10
     index.add(corpus[training_size(config) :])  # later adds are encoded with the trained quantizers
     fetch = lambda ids: corpus[ids]  # noqa: E731 - the store: exact vectors by id
     scores, ids = index.search(queries, 10, fetch)
-    np.testing.assert_allclose(
-        scores, np.einsum("qd,qkd->qk", queries, corpus[ids]), atol=1e-6
-    )  # exact, not the codes'
+    exact = np.einsum("qd,qkd->qk", queries, corpus[ids])  # (Q, 10): exact, not the codes'
+    np.testing.assert_allclose(scores, exact, atol=1e-6)
     assert (np.diff(scores, axis=1) <= 1e-6).all()
     _, want = search(queries, corpus, 10)
     recall = np.mean([len(set(g) & set(w)) / 10 for g, w in zip(ids.tolist(), want.tolist())])

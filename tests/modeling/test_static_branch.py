@@ -14,26 +14,24 @@ from tokenizers.pre_tokenizers import Whitespace
 from typer.testing import CliRunner
 
 from dupq.cli import app
+from dupq.collection.collection import Collection
 from dupq.core.errors import DupqError
+from dupq.core.formats import check_format
 from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
+from dupq.modeling.folder_format import FORMAT, ModelConfig
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.judge import Judge
 from dupq.modeling.lstm import LSTMEncoder
-from dupq.modeling.model import Model
-from dupq.modeling.static import StaticBranch, StaticConfig, summed_rows
+from dupq.modeling.model import Model, new_model_folder
+from dupq.modeling.static import FEW_SUMS, StaticBranch, StaticConfig, check_weight, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
+from kit import edit_json, ok, one_sentence
 from support.errors import refused
+from support.torch_free import PAIR, imports_torch
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]
 PIECES = ["[UNK]", "sub", "##scri", "##ption", "gym", "tap", "faucet", "fix"]
-
-
-def ok(*args) -> str:
-    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def tokenizer_json() -> str:
@@ -132,8 +130,6 @@ def test_teacher_branch_rows_keep_the_best_rank_k_inner_products_of_the_vectors_
 
 
 def test_model2vec_branch_rows_are_the_mean_of_each_words_pieces(tmp_path):
-    from safetensors.numpy import save_file
-
     vocab = Vocabulary([*"[PAD] [UNK] fix subscription tap".split()], oov_buckets=2)
     embeddings = np.random.default_rng(0).normal(size=(len(PIECES), 4)).astype(np.float32)
     save_file({"embeddings": embeddings}, str(tmp_path / "model.safetensors"))
@@ -175,10 +171,6 @@ def test_a_model_with_a_branch_joins_its_vectors_judges_with_its_own_half_and_su
 
 def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, tmp_path):
     """`dupq distil branch --source FOLDER`: predict judges as the model did; a collection searches the joined vectors."""
-    from safetensors.numpy import save_file
-
-    from dupq.collection.collection import Collection
-
     source = tmp_path / "m2v"
     source.mkdir()
     save_file({"embeddings": np.random.default_rng(0).normal(size=(len(PIECES), 6)).astype(np.float32)}, str(source / "model.safetensors"))  # fmt: skip
@@ -207,8 +199,6 @@ def test_the_branch_command_writes_a_folder_every_command_takes(head_model_dir, 
 
 @pytest.mark.parametrize("copies", [1, 20])  # 7 questions are summed row by row, 140 by one sparse product
 def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
-    from dupq.modeling.static import FEW_SUMS
-
     vocab = VOCAB
     table = np.random.default_rng(2).normal(size=(len(vocab), 3)).astype(np.float32)
     texts = ["", "How do I fix a leaking tap?", "", "", "sky", "zzz qqq", ""] * copies
@@ -224,9 +214,6 @@ def test_summed_rows_match_a_loop_over_each_question_even_empty_ones(copies):
 
 
 def test_a_sentence_model_config_with_a_static_entry_is_refused():
-    from dupq.core.formats import check_format
-    from dupq.modeling.folder_format import FORMAT, ModelConfig
-
     config = {"format": FORMAT, "encoder": {"type": "sentence-transformers", "dim": 4}, "static": {"dim": 3}}
     with pytest.raises(DupqError, match="static names a static branch"):
         check_format(ModelConfig, config, "m/config.json")
@@ -234,8 +221,6 @@ def test_a_sentence_model_config_with_a_static_entry_is_refused():
 
 def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir, tmp_path):
     """The bundled model's branch has no pieces; this one does (unknown words cut by the tokenizer): still no torch."""
-    from support.torch_free import PAIR, imports_torch
-
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 5)).astype(np.float32)
     pieces = np.random.default_rng(1).normal(size=(len(PIECES), 5)).astype(np.float32)
@@ -252,7 +237,6 @@ def test_predict_and_search_with_a_pieces_branch_import_no_torch(head_model_dir,
 
 def test_export_no_branch_writes_the_model_as_it_was_before_its_branch(head_model_dir, tmp_path):
     """`dupq compact M --out OUT --no-branch`: the encoder's vectors alone (its fingerprint, its width); pairs judged alike."""
-
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 6)).astype(np.float32)
     with_branch(base, StaticBranch(StaticConfig(dim=6, weight=2.0), table)).save(tmp_path / "m")
@@ -294,29 +278,24 @@ def test_added_words_have_rows_of_their_own_survive_save_and_change_the_fingerpr
     assert "added" not in config["static"] and not (tmp_path / "p" / "static-words.json").exists()
 
 
-def _static_config(folder, change):
-    config = json.loads((folder / "config.json").read_text())
-    config["static"].update(change)
-    (folder / "config.json").write_text(json.dumps(config))
-
-
 def _table(**arrays):
     added = {"added": np.ones((2, 5), np.float32)}  # the taught words' rows, kept
     return lambda folder: save_file({**added, **arrays}, str(folder / "static.safetensors"))
 
 
+STATIC_MISMATCH = "static.safetensors does not match"
 _TABLE = np.ones((len(VOCAB), 5), np.float32)
 _NAN = _TABLE.copy()
 _NAN[3, 1] = np.nan
 DAMAGED_BRANCH = {  # the damage done to a folder whose branch taught "qqq" and "zzz": what loading it then says
-    "config dim": (lambda f: _static_config(f, {"dim": 6}), "static.safetensors does not match"),
+    "config dim": (lambda f: edit_json(f / "config.json", lambda c: c["static"].update(dim=6)), STATIC_MISMATCH),
     "no table": (lambda f: (f / "static.safetensors").unlink(), "static.safetensors is missing"),
     "garbage": (
         lambda f: (f / "static.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json"),
         "static.safetensors is corrupt",
     ),
     "nan": (_table(words=_NAN), "static.safetensors.*not finite"),
-    "no words": (_table(other=_TABLE), "static.safetensors does not match"),
+    "no words": (_table(other=_TABLE), STATIC_MISMATCH),
     "integers": (_table(words=_TABLE.astype(np.int32)), "static.safetensors.*floating-point"),
     "no words file": (lambda f: (f / "static-words.json").unlink(), "static-words.json"),
     "fewer words": (lambda f: (f / "static-words.json").write_text('["qqq"]'), "static-words.json"),
@@ -332,18 +311,13 @@ def test_a_damaged_branch_is_one_sentence_from_the_library_and_the_command(damag
     with_branch(plain, taught).save(tmp_path / "m")
     write, words = DAMAGED_BRANCH[damage]
     write(tmp_path / "m")
-    with pytest.raises(DupqError, match=words) as caught:
-        Model.load(tmp_path / "m")
-    assert "\n" not in str(caught.value)
+    one_sentence(lambda: Model.load(tmp_path / "m"), words)
     refused(CliRunner().invoke(app, ["predict", "How?", "Why?", "--model", str(tmp_path / "m")]), *words.split(".*"))
 
 
 def test_a_model_folder_that_would_not_load_replaces_none(tmp_path):
     """A weight no config.json may record: refused before a branch is made, and a folder written with it anyway
     (the config built by hand) is loaded back and refused before it replaces the working one."""
-    from dupq.modeling.model import new_model_folder
-    from dupq.modeling.static import check_weight
-
     with pytest.raises(DupqError, match="--weight must be a number from 0 to"):
         check_weight(float("inf"), "--weight")
     good = branched(pieces=False)

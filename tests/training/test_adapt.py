@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sqlite3
 import string
 
 import numpy as np
@@ -17,25 +18,32 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import dupq
 from dupq.cli import app
+from dupq.collection import reencode as reencode_module
 from dupq.collection.collection import Collection
+from dupq.collection.folder.backend import DATABASE
 from dupq.core.errors import DupqError
-from dupq.modeling.model import Model
+from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
+from dupq.data.questions import MAX_QUESTION
+from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.encoders import Encoder, EncoderConfig
+from dupq.modeling.heads import HeadConfig, PairHead
+from dupq.modeling.judge import Judge
+from dupq.modeling.lstm import LSTMEncoder
+from dupq.modeling.model import BUNDLED, Model
+from dupq.modeling.static import StaticBranch, StaticConfig
 from dupq.training import adapt as adapt_module
-from dupq.training.adapt import AdaptConfig, adapt_with
+from dupq.training.adapt import AdaptConfig, adapt_with, agreement_line
 from dupq.training.adapt_questions import user_questions
 from dupq.training.distil import teacher as teacher_module
+from dupq.training.distil.branch import teacher_branch, with_branch
+from kit import ok
 from support.errors import refused
+from support.synthetic import make_rows, write_pairs
 
 WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection
 runner = CliRunner()
-
-
-def ok(*args) -> str:
-    """Run ``dupq ARGS``, which must succeed; returns what it printed."""
-    result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def word_teacher(texts: list[str]) -> np.ndarray:
@@ -59,8 +67,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     """The user's questions: 290 distinct synthetic questions (batches of 32: 9 full ones and one of 2)."""
-    from support.synthetic import make_rows
-
     rows = make_rows(600, seed=5)
     found = [q for r in rows for q in (r.question1, r.question2) if r.concepts[0] and r.concepts[1]]
     return list(dict.fromkeys(found))[:290]
@@ -70,24 +76,12 @@ def texts() -> list[str]:
 def head_model_dir(texts, tmp_path_factory):
     """An untrained LSTM model laid out like the bundled one: lowercase vocabulary with unknown-word buckets,
     an mlp pair head, a beta calibration and a probability threshold. Its vocabulary lacks a few words of ``texts``."""
-    from dupq.data.tokenizer import Vocabulary
-    from dupq.modeling.encoders import Encoder, EncoderConfig
-    from dupq.modeling.heads import HeadConfig, PairHead
-    from dupq.modeling.judge import Judge
-    from dupq.modeling.lstm import LSTMEncoder
-
     torch.manual_seed(0)
     vocab = Vocabulary.build(texts[:-20], lowercase=True, oov_buckets=8)
-    model = Model(
-        LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), 16, dropout=0.1))),
-        Judge(
-            PairHead(HeadConfig("mlp", 16, 8)),
-            calibration={"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5},
-            threshold=0.45,
-            threshold_on="probability",
-        ),
-        metrics={"training": {"split": {"train_pool": 100, "test": 10, "dev": 10}}, "test": {"accuracy": 0.5}},
-    )
+    calibration = {"method": "beta", "a": 0.4, "b": 1.1, "c": -1.5}
+    judge = Judge(PairHead(HeadConfig("mlp", 16, 8)), calibration, threshold=0.45, threshold_on="probability")
+    metrics = {"training": {"split": {"train_pool": 100, "test": 10, "dev": 10}}, "test": {"accuracy": 0.5}}
+    model = Model(LSTMEncoder(vocab, Encoder(EncoderConfig(len(vocab), 16, dropout=0.1))), judge, metrics=metrics)
     out = tmp_path_factory.mktemp("base") / "model"
     model.save(out)
     return out
@@ -199,15 +193,12 @@ def fake_teacher(monkeypatch, tmp_path):
 
 
 def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_model_dir, texts, tmp_path, fake_teacher):
-    from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
-    from support.synthetic import write_pairs
-
     quora = write_pairs(tmp_path / "quora.tsv", 400, seed=9)
     desk = tmp_path / "desk.txt"
     desk.write_text("\n".join(texts[:40]))
     out = tmp_path / "adapted"
     args = ["adapt", str(desk), "--out", str(out), "--model", str(head_model_dir), "--epochs", "1"]
-    said = ok(*args, "--data", quora, "--mix", "100")
+    said = ok(*args, "--data", quora, "--mix", "100").output
     assert "only 40 questions, fewer than --mix 100: 60 questions of Quora's training pool mixed in" in said
     assert "cosine to the teacher on your 40 questions" in said and "on all 100 taught" in said
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 60
@@ -218,7 +209,7 @@ def test_a_small_desk_gets_quora_training_questions_mixed_in_and_says_so(head_mo
     pool = list(dict.fromkeys(q for a, b in zip(splits.pool.q1, splits.pool.q2) for q in (a, b)))
     assert taught[40:] == [q for q in pool if q not in set(texts[:40]) | held_out][:60]  # the pool's first, in order
 
-    assert "no Quora file at" in ok(*args, "--overwrite")  # no Quora file: it says so and goes on
+    assert "no Quora file at" in ok(*args, "--overwrite").output  # no Quora file: it says so and goes on
     assert Model.load(out).metrics["adaptation"]["mixed_in"] == 0
 
 
@@ -226,9 +217,6 @@ def test_the_library_adapts_a_collection_to_its_model_and_mixes_quora_in_as_the_
     head_model_dir, texts, tmp_path
 ):
     """``dupq.adapt`` on an open collection: its model is the base, and a small desk gets Quora's questions."""
-    import dupq
-    from support.synthetic import write_pairs
-
     base, said = Model.load(head_model_dir), []
     quora = write_pairs(tmp_path / "quora.tsv", 400, seed=9)
     config = AdaptConfig(epochs=1, batch_size=32, mix=100)
@@ -247,8 +235,6 @@ def test_the_library_adapts_a_collection_to_its_model_and_mixes_quora_in_as_the_
 def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through_its_projection(
     head_model_dir, texts, tmp_path
 ):
-    from dupq.training.distil.branch import teacher_branch, with_branch
-
     base = Model.load(head_model_dir)
     vocab = base.encoder.vocab
     words = word_teacher(vocab.tokens[2:]).astype(np.float64)  # the teacher's vector of each word alone
@@ -277,9 +263,6 @@ def test_the_adapted_branch_learns_the_new_words_as_the_teachers_vectors_through
 def test_an_adapted_branch_that_is_not_the_teachers_is_kept_with_its_table_and_says_why(
     head_model_dir, texts, tmp_path
 ):
-    from dupq.modeling.static import StaticBranch, StaticConfig
-    from dupq.training.distil.branch import with_branch
-
     base = Model.load(head_model_dir)
     table = np.random.default_rng(0).normal(size=(len(base.encoder.vocab), 3)).astype(np.float32)  # no teacher's map
     base = with_branch(base, StaticBranch(StaticConfig(dim=3, weight=1.5), table))
@@ -293,8 +276,6 @@ def test_an_adapted_branch_that_is_not_the_teachers_is_kept_with_its_table_and_s
 
 
 def test_the_agreement_line_says_why_a_figure_fell():
-    from dupq.training.adapt import agreement_line
-
     before = {"own_cosine": 0.98, "cosine_to_teacher": 0.98, "matrix_error": 0.1}
     fell = agreement_line(before, {**before, "own_cosine": 0.86}, 146, 146)
     assert "0.9800 before, 0.8600 after" in fell and "Lower after" in fell and "taught" not in fell
@@ -335,7 +316,7 @@ def test_adapt_a_collection_then_encode_it_again(head_model_dir, texts, tmp_path
     assert sorted(read) == sorted(texts) and model.fingerprint() == base.fingerprint() and skipped.count == 0
 
     out = tmp_path / "adapted"
-    said = ok("adapt", where, "--out", out, "--epochs", "1", "--batch-size", "32")
+    said = ok("adapt", where, "--out", out, "--epochs", "1", "--batch-size", "32").output
     assert "saved model to" in said and "index reencode" in said
     adapted = Model.load(out)
     assert adapted.metrics["adaptation"]["base"]["fingerprint"] == base.fingerprint()  # the collection's model
@@ -381,8 +362,6 @@ def test_minutes_stop_before_an_epoch_that_would_pass_them(head_model_dir, texts
 
 
 def test_a_bundled_base_is_recorded_by_name_not_by_the_folder_the_package_is_installed_in(head_model_dir, tmp_path):
-    from dupq.modeling.model import BUNDLED
-
     assert Model.load().bundled and not Model.load(head_model_dir).bundled
     base = Model.load(head_model_dir)
     base.folder = BUNDLED.resolve()  # as if it shipped: the record must not hold this machine's path
@@ -396,11 +375,6 @@ def test_a_bundled_base_is_recorded_by_name_not_by_the_folder_the_package_is_ins
 def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir, tmp_path):
     """A collection built before questions had at most 1,000 characters (the Quora file holds two longer
     ones) is re-encoded whole: the stored question is copied, not refused; a new add still meets the rule."""
-    import sqlite3
-
-    from dupq.collection.folder.backend import DATABASE
-    from dupq.data.questions import MAX_QUESTION
-
     model = Model.load(head_model_dir)
     old, texts = tmp_path / "old", ["How do I cook rice?", "What is the sea?", "Why is the sky blue?"]
     Collection.build(old, texts, model, keys=["a", "b", "c"]).close()
@@ -419,8 +393,6 @@ def test_reencode_keeps_a_question_stored_before_the_length_rule(head_model_dir,
 def test_reencode_copies_what_changed_meanwhile(head_model_dir, tmp_path, monkeypatch):
     """Adds, text and metadata updates and removals committed to the old collection while the new one is
     built all reach it: the new collection holds what the old one holds at the end, row for row."""
-    from dupq.collection import reencode as reencode_module
-
     model = Model.load(head_model_dir)
     old = tmp_path / "old"
     texts = ["How do I cook rice?", "What is the sea?", "Why is the sky blue?", "How tall is a giraffe?"]

@@ -7,6 +7,7 @@ kill -9 test. Results travel back as safetensors files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,29 +24,23 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
+from dupq.core.errors import DupqError
+from dupq.core.options import flag, is_option
 from dupq.data.pairs import SplitConfig, split_pairs
 from dupq.modeling.folder_format import read_metrics
 from dupq.training.config import ModelOptions, TrainConfig
-from dupq.training.distributed import World, join
+from dupq.training.distributed import World, join, start_fingerprints
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
 from dupq.training.step import distributed_loss
 from dupq.training.train import train
 
 SPLIT = SplitConfig(train_pool=3_000, test=500, dev=500, labelled_val=500)
 # Both recipes, every in-batch feature on: masks of false negatives, hard negatives, the mlp head.
+LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}}
+IN_BATCH = dict(losses=LOSSES, mask_false_negatives=True, hard_negatives=True)
 RECIPES = {
     "seed": (TrainConfig(batch_size=64, seed=4), {"dim": 16}),
-    "labelled": (
-        TrainConfig(
-            train_on="labelled",
-            batch_size=64,
-            seed=4,
-            losses={"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}},
-            mask_false_negatives=True,
-            hard_negatives=True,
-        ),
-        {"dim": 16, "head": "mlp"},
-    ),
+    "labelled": (TrainConfig(train_on="labelled", batch_size=64, seed=4, **IN_BATCH), {"dim": 16, "head": "mlp"}),
 }
 
 
@@ -193,16 +189,12 @@ MISMATCHES = [
 
 def _other_data(splits):
     """The splits with one test label flipped: the same vocabulary and batches, other data."""
-    import dataclasses
-
     labels = splits.test.labels.copy()
     labels[0] = 1 - labels[0]
     return dataclasses.replace(splits, test=dataclasses.replace(splits.test, labels=labels))
 
 
 def _mismatch_worker(rank: int, world: int, port: int, splits, out: str, ports: list[int]) -> None:
-    from dupq.core.errors import DupqError
-
     _environment(rank, world, port)
     results = {}
     for (name, config_change, model_change), port in zip(MISMATCHES, ports):
@@ -242,11 +234,6 @@ def test_ranks_given_other_options_or_data_stop_at_the_start(splits, tmp_path):
 
 def test_the_start_fingerprints_differ_in_the_option_changed_and_only_there(splits):
     """Every option of the two configs (and the split) is compared, each under its flag; --threads is not."""
-    from dataclasses import fields, replace
-
-    from dupq.core.options import flag, is_option
-    from dupq.training.distributed import start_fingerprints
-
     config, options = TrainConfig(batch_size=64, seed=4), ModelOptions(dim=16)
     base = start_fingerprints([config, options], SPLIT.__dict__, splits)
     assert start_fingerprints([replace(config, threads=3), options], SPLIT.__dict__, splits) == base

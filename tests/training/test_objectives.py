@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 
 from dupq.core.errors import DupqError
+from dupq.data.pairs import SplitConfig, split_pairs
+from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.heads import HeadConfig, PairHead
-from dupq.training.batches import Batch
+from dupq.training import objectives
+from dupq.training.batches import Batch, PairBatches
+from dupq.training.config import ModelOptions, TrainConfig
 from dupq.training.distributed import World
+from dupq.training.loop import Loop, Update, fit
 from dupq.training.losses import multiple_negatives_ranking_loss, pair_bce_loss, triplet_loss
 from dupq.training.objectives import Objective, parse_losses
+from dupq.training.setup import build_model
+from dupq.training.step import encode_batch, validate
+from dupq.training.train import train
 
 
 def _batch(labels, groups, extra=0, dim=5, seed=0):
@@ -59,10 +69,6 @@ def test_parse_losses_reads_weights_and_refuses_bad_ones():
 
 def _one_batch_run(small_splits, config, options):
     """A model and a batch source of exactly one batch (its pairs in one batch, no dropout)."""
-    from dupq.data.tokenizer import Vocabulary
-    from dupq.training.batches import PairBatches
-    from dupq.training.setup import build_model
-
     pairs = small_splits.pool.take(torch.arange(96).numpy())  # both labels: every loss has rows to read
     vocab = Vocabulary.build(pairs.q1 + pairs.q2)
     torch.manual_seed(0)
@@ -82,10 +88,6 @@ def test_training_and_validation_log_the_same_loss_for_the_same_batch(small_spli
     ``triplet:2`` summed as the batch's sum times its pairs in training (e.g. 240) and per pair in
     validation (e.g. 0.95).
     """
-    from dupq.training.config import ModelOptions, TrainConfig
-    from dupq.training.loop import Loop, Update, fit
-    from dupq.training.step import encode_batch, validate
-
     if "triplet" in losses:
         losses = {**losses, "triplet": {"weight": losses["triplet"], "reduction": reduction}}
     config = TrainConfig(train_on="labelled", losses=losses, lr=0.0, epochs=1)
@@ -112,13 +114,6 @@ def test_training_and_validation_log_the_same_loss_for_the_same_batch(small_spli
 @pytest.mark.slow
 def test_a_loss_added_by_one_registered_class_trains_from_its_name(synthetic_pairs, tmp_path, monkeypatch):
     """The whole diff of adding a loss: the class below. Its name then reaches --loss, presets and train()."""
-    from dataclasses import dataclass
-
-    from dupq.data.pairs import SplitConfig, split_pairs
-    from dupq.training import objectives
-    from dupq.training.config import TrainConfig
-    from dupq.training.train import train
-
     monkeypatch.setattr(objectives, "LOSSES", dict(objectives.LOSSES))  # the registry as it was, after the test
 
     @objectives.register("toy")

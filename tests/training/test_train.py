@@ -8,16 +8,25 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 from dupq.core.errors import DupqError
 from dupq.data.pairs import SplitConfig
-from dupq.training.batches import length_batches
-from dupq.training.config import TrainConfig
+from dupq.data.tokenizer import Vocabulary
+from dupq.modeling.encoders import ENCODERS
+from dupq.modeling.model import EncoderConfig
+from dupq.training.batches import PairBatches, length_batches
+from dupq.training.config import ModelOptions, TrainConfig
+from dupq.training.distributed import World
+from dupq.training.setup import build_model
+from dupq.training.step import Validation, encode_in_chunks
 from dupq.training.train import train
+from support.synthetic import SMALL_SPLIT
 
 
 def test_length_batches_are_random_batches_each_sorted_by_length_every_index_once():
@@ -98,27 +107,14 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_weights(pairs_path, tmp_pat
     assert _same_weights(tmp_path / "whole", out)
 
 
-LABELLED = dict(
-    train_on="labelled",
-    losses={"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}},
-    mask_false_negatives=True,
-    hard_negatives=True,
-    lr=0.005,
-)
+LOSSES = {"bce": 1.0, "ranking": 1.0, "triplet": {"reduction": "mean", "symmetric": True}}
+LABELLED = dict(train_on="labelled", losses=LOSSES, mask_false_negatives=True, hard_negatives=True, lr=0.005)
 
 
 @pytest.mark.parametrize(
     "kind, bidirectional, pooling", [("lstm", False, "mean"), ("lstm", True, "mean"), ("lstm", False, "max")]
 )
 def test_chunked_encoding_equals_one_padded_call_in_vectors_and_gradients(small_splits, kind, bidirectional, pooling):
-    import torch
-
-    from dupq.data.tokenizer import Vocabulary
-    from dupq.modeling.encoders import ENCODERS
-    from dupq.modeling.model import EncoderConfig
-    from dupq.training.batches import PairBatches
-    from dupq.training.step import encode_in_chunks
-
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
     source = PairBatches(vocab, small_splits.train, batch_size=100)
     torch.manual_seed(0)
@@ -140,8 +136,6 @@ def test_chunked_encoding_equals_one_padded_call_in_vectors_and_gradients(small_
 
 def _bf16_lstm_runs() -> bool:
     """Whether this CPU's oneDNN runs an LSTM under bfloat16 autocast (some CPUs have no bf16 LSTM primitive)."""
-    import torch
-
     try:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             torch.nn.LSTM(4, 4, batch_first=True)(torch.zeros(1, 2, 4))
@@ -152,15 +146,8 @@ def _bf16_lstm_runs() -> bool:
 
 def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_splits):
     """bfloat16 keeps 8 bits of mantissa: vectors agree to ~1e-2, and the objective still sees float32."""
-    import torch
-
     if not _bf16_lstm_runs():
         pytest.skip("this CPU's oneDNN has no bfloat16 LSTM primitive (could not create a primitive descriptor)")
-    from dupq.data.tokenizer import Vocabulary
-    from dupq.training.batches import PairBatches
-    from dupq.training.config import ModelOptions, TrainConfig
-    from dupq.training.distributed import World
-    from dupq.training.setup import build_model
 
     vocab = Vocabulary.build(small_splits.train.q1 + small_splits.train.q2)
     config = TrainConfig(**LABELLED)
@@ -182,8 +169,6 @@ def test_bf16_encoding_is_close_to_float32_and_leaves_the_loss_in_float32(small_
 
 @pytest.mark.slow
 def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_splits, tmp_path):
-    from support.synthetic import SMALL_SPLIT
-
     config = TrainConfig(epochs=2, seed=2, **LABELLED)
     options = dict(dim=16, head="mlp", dropout=0.2, split=SMALL_SPLIT.__dict__, **_quiet())  # the bundled dropout
     model = train(small_splits, tmp_path / "full", config, **options)
@@ -207,10 +192,6 @@ def test_labelled_recipe_learns_keeps_the_best_epoch_and_resumes_exactly(small_s
 
 @pytest.mark.slow
 def test_resume_refuses_options_that_differ_and_a_corrupt_checkpoint(small_splits, tmp_path):
-    from dataclasses import replace
-
-    from support.synthetic import SMALL_SPLIT
-
     out = tmp_path / "run"
     train(small_splits, out, TrainConfig(epochs=1, seed=1), dim=16, split=SMALL_SPLIT.__dict__, **_quiet())
     more = TrainConfig(epochs=2, seed=1)
@@ -250,8 +231,6 @@ def test_non_finite_options_are_refused(field, value, named):
 
 
 def test_the_kept_epoch_is_what_a_loop_over_the_epochs_picks():
-    from dupq.training.step import Validation
-
     rng = np.random.default_rng(4)
     for labelled in (True, False):
         epochs = [
