@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +26,7 @@ from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.training.distributed import World, join
 from dupq.training.loop import Update
 from dupq.training.step import distributed_loss
+from dupq_lab.launch import free_port
 from dupq_lab.options import DATA, Data
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
@@ -80,9 +80,6 @@ def main(data: Data = DATA, steps: Annotated[int, typer.Option(min=1, help="Opti
     out = Path(f"/tmp/ddp_speed.{os.getpid()}.json")
     for recipe in RECIPES:
         print(json.dumps({**_steps(splits, recipe, steps, World()), "cpus": os.cpu_count()}), flush=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(_worker, args=(2, port, splits, recipe, steps, str(out)), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, free_port(), splits, recipe, steps, str(out)), nprocs=2, join=True)
         print(json.dumps({**json.loads(out.read_text()), "cpus": os.cpu_count()}), flush=True)
         out.unlink()

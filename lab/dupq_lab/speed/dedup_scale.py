@@ -186,11 +186,8 @@ def group_sizes(labels: np.ndarray) -> dict:
     """How many groups ``labels`` (-1: in none) make, the largest, and the duplicate pairs they imply."""
     sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.zeros(1, int)
     sizes = sizes[sizes > 0]
-    return {
-        "groups": int(len(sizes)),
-        "largest": int(sizes.max()),
-        "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
-    }
+    implied = int((sizes * (sizes - 1) // 2).sum())
+    return {"groups": int(len(sizes)), "largest": int(sizes.max()), "implied_pairs": implied}
 
 
 def quality(cosines: list[float]) -> dict:
@@ -223,15 +220,15 @@ def quality(cosines: list[float]) -> dict:
     sweep = {t: pairwise(CLUSTERERS["star"](above(t), n).label, *dev) for t in cosines}
     chosen = max(cosines, key=lambda t: sweep[t]["f1"])
     groupings = {f"dupq {m} (cosine > {chosen})": CLUSTERERS[m](above(chosen), n).label for m in CLUSTERERS}
-    groupings[f"dupq star, the model's verdict (probability > {model.threshold:.2f})"] = CLUSTERERS["star"](
-        by_model, n
-    ).label
+    verdict = f"dupq star, the model's verdict (probability > {model.threshold:.2f})"
+    groupings[verdict] = CLUSTERERS["star"](by_model, n).label
     saved = CACHE / "semhash-labels.npy"
     timed(me("semhash", 0, chosen, 0, saved))
     groupings[f"SemHash self_deduplicate (cosine > {chosen})"] = np.load(saved)
-    table = {}
-    for name, labels in groupings.items():
-        table[name] = {"dev": pairwise(labels, *dev), "test": pairwise(labels, *test), **group_sizes(labels)}
+    table = {
+        name: {"dev": pairwise(labels, *dev), "test": pairwise(labels, *test), **group_sizes(labels)}
+        for name, labels in groupings.items()
+    }
     return {
         "questions": n,
         "dev_sweep_star_f1": {str(t): sweep[t]["f1"] for t in cosines},
@@ -417,21 +414,17 @@ def main(
         child(kind, int(n), float(t), bool(int(rest[0])) if rest else False, rest[1] if len(rest) > 1 else "")
         return
     machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    if what == "speed":
-        result = speed([50_000, 100_000, 200_000] if sizes is None else sizes)  # --sizes "": the full set, dupq alone
-    elif what == "quality" and rerank is not None:
-        result = reranked_quality(rerank)
-    elif what == "quality":
-        result = quality([float(c) for c in cosines.split(",")])
-    elif what == "ray":
-        result = on_ray(20_000, sizes or [50_000, 10_000])
-    elif what == "star":
-        result = star(sizes or [10_000, 50_000])
-    elif what == "beams":
-        result = beams(5_000_000, sizes or [1, 2, 3, 4, 16])
-    else:
-        result = scale(sizes or [50_000, 500_000, 5_000_000])
-    print(json.dumps({**machine, **result}))
+    runs = {  # each measurement with its default sizes
+        "speed": lambda: speed([50_000, 100_000, 200_000] if sizes is None else sizes),  # "": the full set alone
+        "quality": lambda: (
+            quality([float(c) for c in cosines.split(",")]) if rerank is None else reranked_quality(rerank)
+        ),
+        "ray": lambda: on_ray(20_000, sizes or [50_000, 10_000]),
+        "star": lambda: star(sizes or [10_000, 50_000]),
+        "beams": lambda: beams(5_000_000, sizes or [1, 2, 3, 4, 16]),
+        "scale": lambda: scale(sizes or [50_000, 500_000, 5_000_000]),
+    }
+    print(json.dumps({**machine, **runs[what]()}))
 
 
 if __name__ == "__main__":  # a timed child (me()) starts here, without the CLI's start

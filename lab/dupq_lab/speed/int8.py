@@ -30,6 +30,7 @@ first 50. Needs the ``quality`` extra, and ``onnx`` and ``onnxruntime`` for the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -186,26 +187,17 @@ def main(
                         base["recall@1"] - figures[variant]["recall@1"], 4
                     )
             print(json.dumps({k: v for k, v in result.items() if k.startswith(f"{name} / ")}), flush=True)  # so far
-    made_of = {
-        "questions": len(texts),
-        "quora_questions": len(on_quora),
-        "help_desk_queries": len(task.queries) if recall else 0,
-    }
+    made_of = {"questions": len(texts), "quora_questions": len(on_quora)}
+    report({"variants": result, **made_of, "help_desk_queries": len(task.queries) if recall else 0, **context(threads)})
+
+
+def context(threads: int) -> dict:
+    """The threads, the load average at the end (a shared machine's: the ratios of one run are what count), the
+    versions of torch and ONNX Runtime (where installed) and the machine."""
     versions = {"torch": torch.__version__}
-    try:
+    if importlib.util.find_spec("onnxruntime"):
         import onnxruntime
 
         versions["onnxruntime"] = onnxruntime.__version__
-    except ImportError:
-        pass
-    load = [round(x, 2) for x in os.getloadavg()]  # a shared machine's: the ratios of one run are what count
-    report(
-        {
-            "variants": result,
-            **made_of,
-            "threads": threads,
-            "load_average_at_end": load,
-            **versions,
-            "machine": platform.machine(),
-        }
-    )
+    load = [round(x, 2) for x in os.getloadavg()]
+    return {"threads": threads, "load_average_at_end": load, **versions, "machine": platform.machine()}

@@ -25,8 +25,6 @@ float32) is the most int8 by ONNX Runtime can give against the product's float32
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -43,6 +41,7 @@ from dupq.evaluation.tasks import quora_distractors
 from dupq.modeling.pretrained import load_sentence_transformer, quantize
 from dupq.modeling.sentence_model import ENCODE_BATCH
 from dupq_lab.options import DATA, Data, Threads, report
+from dupq_lab.speed.int8 import context
 
 MATMULS = {"MatMul", "FusedMatMul", "Gemm", "MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 QUANTISING = {"DynamicQuantizeLinear"}
@@ -178,19 +177,8 @@ def main(
             "ceiling_over_torch_float32": round(ceiling * qps["onnx float32"] / qps["torch float32"], 2),
         }
         print(json.dumps({name: result[name]}), flush=True)  # so far
-    import onnxruntime
-
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    vnni = "avx512_vnni" in flags or "avx_vnni" in flags
     report(
-        {
-            "models": result,
-            "questions": len(texts),
-            "threads": threads,
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-            "avx2": "avx2" in flags,
-            "avx512_vnni": "avx512_vnni" in flags or "avx_vnni" in flags,
-            "torch": torch.__version__,
-            "onnxruntime": onnxruntime.__version__,
-            "machine": platform.machine(),
-        }
+        {"models": result, "questions": len(texts), "avx2": "avx2" in flags, "avx512_vnni": vnni, **context(threads)}
     )

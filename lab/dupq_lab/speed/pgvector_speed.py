@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import platform
 import shutil
 import sys
@@ -34,9 +35,10 @@ import typer
 from dupq.collection.location import Location
 from dupq.collection.manifest import new_manifest
 from dupq.data.questions import read_questions
-from dupq.index.vectors import IndexConfig, search
+from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
 from dupq_lab.options import DATA, Data, Seed, latency_ms, report, timed
+from dupq_lab.speed.filtered_search import recall_at_10
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
 CHUNK = 50_000
@@ -82,16 +84,6 @@ def build(where: str, config: IndexConfig, texts, keys, groups, vectors):
     started = time.perf_counter()
     backend = location.backend().build(location, manifest, chunks(texts, keys, groups, vectors))
     return backend, time.perf_counter() - started
-
-
-def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, kept: np.ndarray) -> float:
-    """Mean share of each row of ``found`` (ids = positions) whose exact score reaches the exact 10th among ``kept``."""
-    best, _ = search(queries, vectors[kept], 10)  # (Q, 10)
-    shares = [
-        float(np.sum(vectors[ids[ids >= 0]] @ queries[q] >= best[q, -1] - 1e-6)) / best.shape[1]
-        for q, ids in enumerate(found)
-    ]
-    return float(np.mean(shares))
 
 
 def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarray) -> dict:
@@ -147,6 +139,6 @@ def main(
             "results": results,
             "threads": 1,
             "machine": platform.machine(),
-            "cpus": __import__("os").cpu_count(),
+            "cpus": os.cpu_count(),
         }
     )

@@ -206,11 +206,8 @@ def measure(
         "first_search_p50_ms": out["first_search"]["p50_ms"] <= TARGETS["first_search_p50_ms"],
         "serve_per_s": out["serve"]["reranked"]["per_s"] >= TARGETS["serve_per_s"],
     }
-    out["machine"] = {
-        "cpus": os.cpu_count(),
-        "load_average_1m_at_start": round(load_at_start, 2),
-        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-    }
+    load = {"load_average_1m_at_start": round(load_at_start, 2), "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
+    out["machine"] = {"cpus": os.cpu_count(), **load}
     return out
 
 
