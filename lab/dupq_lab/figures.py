@@ -391,11 +391,7 @@ EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
 
 def routes() -> list[list[str]]:
     """docs/results/route_*_dev.json: each route's dev figures, its seeds' in order (" / "), and its training time."""
-    commands = {
-        "ood": "dupq-lab out-of-domain",
-        "pairs": "dupq-lab quora-dev",
-        "rows": "dupq-lab retrieval",
-    }
+    commands = {"ood": "dupq-lab out-of-domain", "pairs": "dupq-lab quora-dev", "rows": "dupq-lab retrieval"}
     rows = []
     for files, label in ROUTES:
         runs = [f for f in files if (RESULTS / f).is_file()]

@@ -128,11 +128,7 @@ def main(
             "model": f"{name} zero-shot" if model_folder is None else str(model_folder),
             "package": f"{PACKAGE} {version}" if version else None,
             "dimension": int(vectors.shape[1]),
-            "calibration": {
-                **chosen,
-                "probability_calibration": calibration,
-                "dev_pairs": len(splits.dev),
-            },
+            "calibration": {**chosen, "probability_calibration": calibration, "dev_pairs": len(splits.dev)},
             "test": test,
             "retrieval": {
                 "test": retrieval_measures(encode, held_out_task(splits, pairs)),

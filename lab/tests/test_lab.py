@@ -85,10 +85,7 @@ def test_a_command_says_one_sentence_for_a_bad_model_folder(tmp_path):
 
     absent = str(tmp_path / "absent")
     done = subprocess.run(
-        [sys.executable, "-m", "dupq_lab", "retrieval", "--model", absent],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-m", "dupq_lab", "retrieval", "--model", absent], capture_output=True, text=True, timeout=300
     )
     refused(done)
     assert done.stdout == ""

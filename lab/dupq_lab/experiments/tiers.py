@@ -136,11 +136,10 @@ def main(
             student = DigestCache(bundled, cache / bundled.fingerprint())
             for w in weights:
                 joined = lambda texts, w=w, e=encode, s=student: join_vectors(e(texts), s(texts), w)  # noqa: E731
-                row[f"joined with bundled, weight {w:g}"] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
+                label = f"joined with bundled, weight {w:g}"
+                row[label] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
                 if measure_speed:  # the joined folder as `dupq distil teacher-model --join bundled` writes it
-                    row[f"joined with bundled, weight {w:g}"].update(
-                        speed(joined_model(model, bundled, w), questions, build)
-                    )
+                    row[label].update(speed(joined_model(model, bundled, w), questions, build))
         out[name] = {**row, "fingerprint": model.fingerprint(), "folder": folders[name]}
         print(json.dumps({name: out[name]}), file=sys.stderr, flush=True)  # progress: a tier at a time
     bm25 = {t: retrieval_measures(None, k) for t, k in tasks.items()}

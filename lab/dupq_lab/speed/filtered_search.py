@@ -75,12 +75,7 @@ def main(
         groups = rng.integers(0, 1000, len(texts))
         started = time.perf_counter()
         Collection.build(
-            folder,
-            texts,
-            Model.load(),
-            keys=keys,
-            metadata=[{"group": int(g)} for g in groups],
-            index=index,
+            folder, texts, Model.load(), keys=keys, metadata=[{"group": int(g)} for g in groups], index=index
         ).close()
         build_s = round(time.perf_counter() - started, 1)
     try:

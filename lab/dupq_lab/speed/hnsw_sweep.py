@@ -40,9 +40,7 @@ def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.
     return np.asarray(timed(lambda q: index.search(q[None], k), queries)[1]) * 1e6
 
 
-def recall_at_k(
-    index: faiss.Index, queries: np.ndarray, vectors: np.ndarray, exact: np.ndarray, k: int
-) -> tuple[float, float]:
+def recall_at_k(index, queries: np.ndarray, vectors: np.ndarray, exact: np.ndarray, k: int) -> tuple[float, float]:
     """Recall@k over the queries and its standard error (of the mean of the queries' own recalls)."""
     found = index.search(queries, k)[1]  # (Q, k)
     true = np.einsum("qd,qkd->qk", queries, vectors[found])  # (Q, k) the true scores of what was found
@@ -50,9 +48,7 @@ def recall_at_k(
     return float(per_query.mean()), float(per_query.std(ddof=1) / np.sqrt(len(per_query)))
 
 
-def graph(
-    vectors: np.ndarray, m: int, ef_construction: int, graphs: Path | None, build_threads: int
-) -> tuple[faiss.Index, float | None]:
+def graph(vectors: np.ndarray, m: int, ef_construction: int, graphs: Path | None, build_threads: int) -> tuple:
     """The HNSW graph of ``vectors`` for (M, efConstruction) and its build seconds: read from ``--graphs``
     when built there before (``None`` seconds), else built (and kept there)."""
     kept = graphs / f"hnsw_m{m}_efc{ef_construction}.faiss" if graphs else None

@@ -69,10 +69,7 @@ def main(
             "teacher": name.removesuffix(" (bf16)"),
             "questions_per_s": rates,
             "bf16_speedup": round(rates["bfloat16"] / rates["float32"], 2),
-            "cosine_bf16_vs_float32": {
-                "min": round(float(cosines.min()), 6),
-                "mean": round(float(cosines.mean()), 6),
-            },
+            "cosine_bf16_vs_float32": {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)},
             "questions": len(texts),
             "threads": threads,
             "cpu_flags": cpu_flags(),
