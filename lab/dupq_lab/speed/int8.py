@@ -157,26 +157,20 @@ def main(
     result = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name in models.split(","):
-            chosen = variants.split(",")
-            vectors, figures = measured(
-                {v: encoder(name, v, threads, Path(scratch)) for v in chosen}, texts, task, recall, chunk
-            )
-            reference, base = vectors[chosen[0]], figures[chosen[0]]
-            for variant in chosen:
+            encoders = {v: encoder(name, v, threads, Path(scratch)) for v in variants.split(",")}
+            vectors, figures = measured(encoders, texts, task, recall, chunk)
+            reference, base = vectors[next(iter(encoders))], figures[next(iter(encoders))]
+            for variant, row in figures.items():
                 cosines = (reference[on_quora] * vectors[variant][on_quora]).sum(1)  # (Q,)
-                result[f"{name} / {variant}"] = {
-                    **figures[variant],
-                    "speedup": round(figures[variant]["questions_per_s"] / base["questions_per_s"], 2),
-                    "cosine_to_float32": {
-                        "min": round(float(cosines.min()), 4),
-                        "p1": round(float(np.percentile(cosines, 1)), 4),
-                        "mean": round(float(cosines.mean()), 4),
-                    },
+                row["speedup"] = round(row["questions_per_s"] / base["questions_per_s"], 2)
+                row["cosine_to_float32"] = {
+                    "min": round(float(cosines.min()), 4),
+                    "p1": round(float(np.percentile(cosines, 1)), 4),
+                    "mean": round(float(cosines.mean()), 4),
                 }
                 if recall:
-                    result[f"{name} / {variant}"]["recall@1_lost"] = round(
-                        base["recall@1"] - figures[variant]["recall@1"], 4
-                    )
+                    row["recall@1_lost"] = round(base["recall@1"] - row["recall@1"], 4)
+                result[f"{name} / {variant}"] = row
             print(json.dumps({k: v for k, v in result.items() if k.startswith(f"{name} / ")}), flush=True)  # so far
     made_of = {"questions": len(texts), "quora_questions": len(on_quora)}
     report({"variants": result, **made_of, "help_desk_queries": len(task.queries) if recall else 0, **context(threads)})
