@@ -103,14 +103,11 @@ def main(
     work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = RUNS / "rerank-k",
 ) -> None:
     torch.set_num_threads(1)
-    task, made_of = (
-        shipped_help_desk_task(data, split, judged)
-        if distractors
-        else (
-            help_desk_task(read_help_desk_pairs(), split, [], read_judged() if judged else None),
-            {"sha256": read_help_desk_pairs().sha256},
-        )
-    )
+    if distractors:
+        task, made_of = shipped_help_desk_task(data, split, judged)
+    else:
+        desks = read_help_desk_pairs()
+        task, made_of = help_desk_task(desks, split, [], read_judged() if judged else None), {"sha256": desks.sha256}
     judge = Model.load(model)
     reranker = None if rerank is None else Model.load(rerank)
     old = [int(r[0]) for r in task.relevant]  # the query's own old question comes first

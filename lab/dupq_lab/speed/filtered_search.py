@@ -45,11 +45,9 @@ FILTERS = {"100%": 1000, "67%": 667, "50%": 500, "33%": 333, "5%": 50, "1%": 10,
 def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, kept: np.ndarray) -> float:
     """Mean share of each row of ``found`` (ids) whose exact score reaches the exact 10th among ``kept`` ids."""
     best, _ = search(queries, vectors[kept], 10)  # (Q, 10)
-    shares = []
-    for q, ids in enumerate(found):
-        ids = ids[ids >= 0]
-        scores = vectors[ids] @ queries[q]
-        shares.append(float(np.sum(scores >= best[q, -1] - 1e-6)) / best.shape[1])
+    shares = [
+        np.sum(vectors[ids[ids >= 0]] @ queries[q] >= best[q, -1] - 1e-6) / best.shape[1] for q, ids in enumerate(found)
+    ]
     return float(np.mean(shares))
 
 

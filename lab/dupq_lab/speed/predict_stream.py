@@ -47,8 +47,7 @@ def run(model: str, path: Path, chunk: int) -> dict:
     """One `dupq predict --pairs` child: seconds, output lines, peak RSS (MiB) of that child."""
     out_path = path.with_suffix(".out")
     command = [sys.executable, "-m", "dupq.cli", "predict", "--pairs", str(path), "--chunk", str(chunk)]
-    if model:
-        command += ["--model", model]
+    command += ["--model", model] if model else []
     started = time.perf_counter()
     with open(out_path, "wb") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE)

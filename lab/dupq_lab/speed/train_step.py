@@ -102,8 +102,7 @@ def main(
     rows = []
     for variant in variants.split():
         chunks, *rest = variant.split(",")
-        unknown = set(rest) - {"bf16", "dense"}
-        if unknown:
+        if set(rest) - {"bf16", "dense"}:
             raise typer.BadParameter(f"a variant is CHUNKS[,bf16][,dense], not {variant!r}")
         rows.append(profile(splits, recipe, int(chunks), steps, "bf16" in rest, "dense" in rest))
     report(
