@@ -20,13 +20,12 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from dupq_lab.options import ModelFolder, child, report
+from dupq_lab.options import ModelFolder, child, clocked, report
 
 PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
 QUERY = "How can I learn to code in Python?"
@@ -59,9 +58,7 @@ def wall_seconds(command: list[str], runs: int) -> list[float]:
     """Wall seconds of ``runs`` fresh processes of ``command``, after one that is not counted."""
     times = []
     for i in range(runs + 1):
-        started = time.perf_counter()
-        child(command, " ".join(command))
-        seconds = time.perf_counter() - started
+        _, seconds = clocked(child, command, " ".join(command))
         if i:
             times.append(seconds)
     return times

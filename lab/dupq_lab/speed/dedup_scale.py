@@ -59,7 +59,7 @@ import typer
 
 from dupq_lab.launch import ENV, local_cluster, same_group_pairs
 from dupq_lab.options import child as run_child
-from dupq_lab.options import integers
+from dupq_lab.options import clocked, integers
 
 CACHE = Path("runs/dedup_scale")
 COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)
@@ -255,12 +255,9 @@ def reranked_quality(rerank: str) -> dict:
     where = {t: i for i, t in enumerate(texts)}
 
     labels = {name: labelled(p, where) for name, p in halves.items()}
-    started = time.perf_counter()
-    vectors = model.encode(texts)  # (N, d)
-    encode_s = {"model": round(time.perf_counter() - started, 1)}
-    started = time.perf_counter()
-    reranked = DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")(texts)  # (N, d') each once
-    encode_s["rerank"] = round(time.perf_counter() - started, 1)
+    vectors, model_s = clocked(model.encode, texts)  # (N, d)
+    reranked, rerank_s = clocked(lambda: DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")(texts))
+    encode_s = {"model": round(model_s, 1), "rerank": round(rerank_s, 1)}  # the reranker's (N, d') each once
     same, config, table = same_text(texts), DedupConfig(), {}
     runs = {
         f"bundled model (its verdict, {model.threshold_on} > {model.threshold:.2f})": {},
@@ -270,12 +267,11 @@ def reranked_quality(rerank: str) -> dict:
         },
     }
     for name, extra in runs.items():
-        started = time.perf_counter()
-        clusters = dedup_vectors(vectors, model, config, same, **extra)
+        clusters, seconds = clocked(dedup_vectors, vectors, model, config, same, **extra)
         table[name] = {
             **{half: pairwise(clusters.label, *labels[half]) for half in halves},
             **group_sizes(clusters.label),
-            "group_seconds": round(time.perf_counter() - started, 1),
+            "group_seconds": round(seconds, 1),
         }
     return {
         "questions": len(texts),

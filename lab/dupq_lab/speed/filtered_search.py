@@ -37,7 +37,7 @@ from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Index, Seed, latency_ms, timed
+from dupq_lab.options import DATA, Data, Index, Seed, clocked, latency_ms, timed
 
 FILTERS = {"100%": 1000, "67%": 667, "50%": 500, "33%": 333, "5%": 50, "1%": 10, "0.1%": 1}  # groups kept, of 1,000
 
@@ -88,9 +88,7 @@ def main(
             results = {}
             for name, kept_groups in FILTERS.items():
                 where = {"group": list(range(kept_groups))}
-                t = time.perf_counter()
-                coll.nearest(query_vectors[:1], 10, where=where)  # reads the matching ids once
-                first = time.perf_counter() - t
+                _, first = clocked(coll.nearest, query_vectors[:1], 10, where=where)  # reads the matching ids once
                 _, seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), query_vectors)
                 found = coll.nearest(query_vectors, 10, where=where)[1]
                 kept = np.flatnonzero(group < kept_groups)

@@ -18,7 +18,6 @@ another), and of those the one with the fewest bytes a question, then the fastes
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,7 +29,7 @@ import typer
 from dupq.data.questions import read_questions
 from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder, integers, timed
+from dupq_lab.options import DATA, Data, ModelFolder, clocked, integers, timed
 
 
 def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.ndarray:
@@ -60,9 +59,7 @@ def graph(vectors: np.ndarray, m: int, ef_construction: int, graphs: Path | None
     faiss.omp_set_num_threads(build_threads or faiss.omp_get_max_threads())
     index = faiss.IndexHNSWFlat(vectors.shape[1], m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = ef_construction
-    t0 = time.perf_counter()
-    index.add(vectors)
-    build_s = time.perf_counter() - t0
+    _, build_s = clocked(index.add, vectors)
     if kept is not None:
         graphs.mkdir(parents=True, exist_ok=True)
         faiss.write_index(index, str(kept) + ".tmp")

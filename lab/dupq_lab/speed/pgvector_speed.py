@@ -37,7 +37,7 @@ from dupq.collection.manifest import new_manifest
 from dupq.data.questions import read_questions
 from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Seed, latency_ms, report, timed
+from dupq_lab.options import DATA, Data, Seed, clocked, latency_ms, report, timed
 from dupq_lab.speed.filtered_search import recall_at_10
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
@@ -81,9 +81,7 @@ def build(where: str, config: IndexConfig, texts, keys, groups, vectors):
     """A backend at ``where`` holding the questions (built through the backend itself), and its build seconds."""
     location = Location.parse(where)
     manifest = new_manifest(Model.load(), config)
-    started = time.perf_counter()
-    backend = location.backend().build(location, manifest, chunks(texts, keys, groups, vectors))
-    return backend, time.perf_counter() - started
+    return clocked(lambda: location.backend().build(location, manifest, chunks(texts, keys, groups, vectors)))
 
 
 def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarray) -> dict:

@@ -48,7 +48,7 @@ import typer
 from dupq.collection.rerank import rerank_candidates
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Rounds, Seconds, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Rounds, Seconds, clocked, one_sentence
 from dupq_lab.options import child as run_child
 
 TARGETS = {"build_ratio": 2.0, "stored_search_p50_ms": 30.0, "first_search_p50_ms": 1500.0, "serve_per_s": 100.0}
@@ -62,9 +62,7 @@ def built(corpus: Path, out: Path, model: Optional[Path], rerank: str | None) ->
     command = [sys.executable, "-m", "dupq.cli", "index", "build", str(corpus), "--out", str(out)]
     command += ["--model", str(model)] if model else []
     command += ["--rerank", rerank] if rerank else []
-    started = time.perf_counter()
-    run_child(command, "dupq index build", DupqError)
-    return time.perf_counter() - started
+    return clocked(run_child, command, "dupq index build", DupqError)[1]
 
 
 def apart(coll, queries: list[str], wanted: int) -> list[str]:
