@@ -343,23 +343,15 @@ def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
         cpu = time.process_time() - start
         ids = c.search_lists(index, queries, found, k)[1]
         kept = sum(len(x & set(i.tolist())) for x, i in zip(close, ids))
-        rows_out.append(
-            {
-                "beam": beam,
-                "efSearch": beam * config.nprobe,
-                "cpu_microseconds_per_question": round(cpu / sample * 1e6, 1),
-                "close_neighbours_found": round(kept / max(1, sum(map(len, close))), 4),
-            }
-        )
+        row = {
+            "beam": beam,
+            "efSearch": beam * config.nprobe,
+            "cpu_microseconds_per_question": round(cpu / sample * 1e6, 1),
+        }
+        rows_out.append({**row, "close_neighbours_found": round(kept / max(1, sum(map(len, close))), 4)})
         print(json.dumps(rows_out[-1]), file=sys.stderr, flush=True)
-    return {
-        "questions": n,
-        "lists": len(centroids),
-        "sample": sample,
-        "cosine": COSINE,
-        "close_neighbours": sum(map(len, close)),
-        "beams": rows_out,
-    }
+    sizes = {"questions": n, "lists": len(centroids), "sample": sample, "cosine": COSINE}
+    return {**sizes, "close_neighbours": sum(map(len, close)), "beams": rows_out}
 
 
 def on_ray(n: int, exact_below: list[int]) -> dict:
