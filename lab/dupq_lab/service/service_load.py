@@ -82,8 +82,7 @@ def stored(collection: Path, acked: list[tuple[int, str]], ids: list[int]) -> li
 def start_server(collection: Path, port: int, token: str, log, args: SimpleNamespace):
     """``dupq serve`` in its own session, once ``/health`` answers and every worker has started: ``(process, seconds)``."""
     command = [sys.executable, "-m", "dupq.cli", "serve", str(collection), "--host", HOST, "--port", str(port)]
-    if args.workers:
-        command += ["--workers", str(args.workers)]  # not given: code without the option runs too
+    command += ["--workers", str(args.workers)] if args.workers else []  # not given: code without the option runs too
     several = args.workers if args.workers and args.workers > 1 else 0  # startup lines to wait for
     started = time.perf_counter()
     log.flush()
@@ -196,9 +195,7 @@ def working_copy(args: SimpleNamespace) -> Path:
     return copy
 
 
-def load_phases(
-    server, port: int, token: str, args: SimpleNamespace, searches: list[str], rng: random.Random, tag: str
-) -> dict:
+def load_phases(server, port: int, token: str, args: SimpleNamespace, searches: list[str], rng, tag: str) -> dict:
     """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``, each with
     the CPU seconds the server's processes and this load generator spent per request (less load-bound than rates)."""
     asyncio.run(run_phase(port, token, args.clients, args.warmup, args.max_requests, searches, 0.0, rng, tag))

@@ -125,10 +125,7 @@ def rotated_blocks(real: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
 def child(kind: str, n: int, threshold: float, synthetic: bool = False, save: str = "") -> None:
     """One timed grouping in this process: prints {"group_seconds": ..., "groups": ...} as its last line."""
     _, real = questions()
-    if synthetic:
-        vectors = rotated_blocks(real, n)
-    else:
-        vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
+    vectors = rotated_blocks(real, n) if synthetic else np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
     start, cpu = time.perf_counter(), time.process_time()
     if kind.startswith("dupq"):
         from dupq.dedup.grouping import DedupConfig, dedup_vectors
