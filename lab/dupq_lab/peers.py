@@ -120,6 +120,7 @@ def main(
         version = metadata.version(PACKAGE) if model_folder is None else None
     except metadata.PackageNotFoundError:
         version = None
+    rate = {"questions_per_s": round(len(texts) / seconds, 1), "questions": len(texts), "seconds": round(seconds, 1)}
     report(
         {
             "model": f"{name} zero-shot" if model_folder is None else str(model_folder),
@@ -131,14 +132,7 @@ def main(
                 "test": retrieval_measures(encode, held_out_task(splits, pairs)),
                 "dev": retrieval_measures(encode, held_out_task(splits, pairs, parts=("dev",))),
             },
-            "speed": {
-                "questions_per_s": round(len(texts) / seconds, 1),
-                "questions": len(texts),
-                "seconds": round(seconds, 1),
-                "batch_size": BATCH,
-                "threads": THREADS,
-                "device": device,
-            },
+            "speed": {**rate, "batch_size": BATCH, "threads": THREADS, "device": device},
             "limit": limit,
         }
     )
