@@ -121,10 +121,8 @@ def adapt() -> list[list[str]]:
     before, after = re.search(r"cosine to the teacher on your .*: ([\d.]+) before, ([\d.]+) after", text).groups()
     recall = [source(f"out_of_domain_{s}_dev.json")["dupq"]["recall@1"] for s in ("branch", "adapted_branch")]
     header = ["questions", "teacher", "fine-tuning", "cosine to the teacher", "help-desk dev Recall@1"]
-    return [
-        header,
-        [questions, f"{teacher} s", f"{tuning} s", f"{before} -> {after}", "{:.3f} -> {:.3f}".format(*recall)],
-    ]
+    row = [questions, f"{teacher} s", f"{tuning} s", f"{before} -> {after}", "{:.3f} -> {:.3f}".format(*recall)]
+    return [header, row]
 
 
 def error_codes() -> list[list[str]]:
