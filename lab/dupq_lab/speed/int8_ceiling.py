@@ -74,16 +74,14 @@ def kernel(transformer, rows: int, repeats: int, threads: int, scratch: Path) ->
     graph = dense_graph(weight.numpy(), bias.numpy(), scratch / "dense.onnx")
     float_session, int8_session = session(graph, threads), session(quantized(graph), threads)
     feed = {"x": x.numpy()}
+    ways = {
+        "torch float32": lambda: torch.nn.functional.linear(x, weight, bias),
+        "torch int8": lambda: int8_dense(x),
+        "onnx float32": lambda: float_session.run(None, feed),
+        "onnx int8": lambda: int8_session.run(None, feed),
+    }
     with torch.inference_mode():
-        seconds = timed(
-            {
-                "torch float32": lambda: torch.nn.functional.linear(x, weight, bias),
-                "torch int8": lambda: int8_dense(x),
-                "onnx float32": lambda: float_session.run(None, feed),
-                "onnx int8": lambda: int8_session.run(None, feed),
-            },
-            repeats,
-        )
+        seconds = timed(ways, repeats)
     flops = 2 * rows * weight.shape[0] * weight.shape[1]
     return {
         "shape": f"{rows} x {weight.shape[1]} x {weight.shape[0]}",
@@ -130,14 +128,10 @@ def encoder_profile(transformer, texts: list[str], threads: int, repeats: int, s
         onnx_encoder(transformer, profiled)(texts)
         shares[way] = operator_shares(Path(profiled.end_profiling()))
     encoders = {way: onnx_encoder(transformer, session(path, threads)) for way, path in graphs.items()}
+    ways = {"torch float32": lambda: transformer.encode(texts, batch_size=ENCODE_BATCH, show_progress_bar=False)}
+    ways |= {way: lambda e=encode: e(texts) for way, encode in encoders.items()}
     with torch.inference_mode():
-        seconds = timed(
-            {
-                "torch float32": lambda: transformer.encode(texts, batch_size=ENCODE_BATCH, show_progress_bar=False),
-                **{way: lambda e=encode: e(texts) for way, encode in encoders.items()},
-            },
-            repeats,
-        )
+        seconds = timed(ways, repeats)
     return {"profile": shares, "encoder_questions_per_s": {w: round(len(texts) / s, 1) for w, s in seconds.items()}}
 
 
