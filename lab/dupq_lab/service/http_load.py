@@ -66,13 +66,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def summary(latencies: list[float], seconds: float, errors: int) -> dict:
     s = sorted(latencies)
-    return {
-        "requests": len(s),
-        "per_s": round(len(s) / seconds, 1),
-        "p50_ms": round(1000 * percentile(s, 0.50), 2),
-        "p99_ms": round(1000 * percentile(s, 0.99), 2),
-        "errors": errors,
-    }
+    tails = {f"p{q}_ms": round(1000 * percentile(s, q / 100), 2) for q in (50, 99)}
+    return {"requests": len(s), "per_s": round(len(s) / seconds, 1), **tails, "errors": errors}
 
 
 async def run_phase(port, token, clients, seconds, max_requests, searches, add_share, rng, tag, extra=None) -> dict:

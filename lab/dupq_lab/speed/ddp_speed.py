@@ -51,12 +51,13 @@ def _steps(splits, recipe: str, steps: int, world: World) -> dict:
         seconds = time.perf_counter() - started
     comm = sum(e.cpu_time_total for e in prof.key_averages() if e.key.startswith("gloo:")) / 1e6  # s
     pairs = sum(len(b) for b in batches[5:])
+    share = round(comm / seconds, 3) if world.size > 1 else 0.0
     return {
         "recipe": recipe,
         "processes": world.size,
         "pairs_per_s": round(pairs / seconds),
         "steps": steps,
-        "comm_share": round(comm / seconds, 3) if world.size > 1 else 0.0,
+        "comm_share": share,
     }
 
 
