@@ -87,13 +87,9 @@ def start_server(collection: Path, port: int, token: str, log, args: SimpleNames
     started = time.perf_counter()
     log.flush()
     logged = log.tell()  # this start's lines follow
-    server = subprocess.Popen(
-        command,
-        env={**code_env(args), "DUPQ_API_TOKEN": token},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # pgid == pid: kill -9 reaches every worker
-    )
+    env = {**code_env(args), "DUPQ_API_TOKEN": token}
+    # its own session (pgid == pid): kill -9 reaches every worker
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     while time.perf_counter() - started < args.start_timeout:
         if server.poll() is not None:
             raise SystemExit(f"dupq serve exited with status {server.returncode}; see {log.name}")
