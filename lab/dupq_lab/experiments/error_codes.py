@@ -81,16 +81,8 @@ def main(
     rerank_encode = DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")
     v, r = fast_encode(corpus), rerank_encode(corpus)  # (N, d), (N, d')
     own_desk = set(desks.new)
-    out = {
-        "rule": "dupq.data.codes.codes",
-        "model": str(model or "bundled"),
-        "rerank": rerank,
-        "candidates": RERANK_CANDIDATES,
-        "corpus": len(corpus),
-        "queries": {},
-        "recall@1": {},
-        "found": {},
-    }
+    out = {"rule": "dupq.data.codes.codes", "model": str(model or "bundled"), "rerank": rerank}
+    out |= {"candidates": RERANK_CANDIDATES, "corpus": len(corpus), "queries": {}, "recall@1": {}, "found": {}}
     for half, task in tasks.items():
         qv, qr = fast_encode(task.queries), rerank_encode(task.queries)
         wanted = [codes(q) for q in task.queries]

@@ -91,13 +91,8 @@ def main(
     cache = DigestCache(reranker, work / reranker.fingerprint())
     fast_cache = DigestCache(fast, work / fast.fingerprint(), lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH))
     deep = dense_ranking(fast_cache, task, max(integers(ks)))
-    out = {
-        **task_summary(task),
-        "task": task_name,
-        "split": split,
-        "model": str(model or "bundled"),
-        "rerank": str(rerank),
-    }
+    out = {**task_summary(task), "task": task_name, "split": split}
+    out |= {"model": str(model or "bundled"), "rerank": str(rerank)}
     out["fast"] = ranking_measures(task, deep[:, :TOP])
     out["rerank_now"] = rerank_now
     own = dense_ranking(cache, task, max(integers(ks))) if rerank_now else None  # (Q, K) the reranker's own order
