@@ -226,12 +226,8 @@ def quality(cosines: list[float]) -> dict:
         name: {"dev": pairwise(labels, *dev), "test": pairwise(labels, *test), **group_sizes(labels)}
         for name, labels in groupings.items()
     }
-    return {
-        "questions": n,
-        "dev_sweep_star_f1": {str(t): sweep[t]["f1"] for t in cosines},
-        "chosen_on_dev": chosen,
-        "groupings": table,
-    }
+    f1 = {str(t): sweep[t]["f1"] for t in cosines}
+    return {"questions": n, "dev_sweep_star_f1": f1, "chosen_on_dev": chosen, "groupings": table}
 
 
 def reranked_quality(rerank: str) -> dict:

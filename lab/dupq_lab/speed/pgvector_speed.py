@@ -95,11 +95,8 @@ def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarra
         backend.search(queries[:1], 10, where)  # a filter's first use (FAISS reads its ids; Postgres counts them)
         found, seconds = timed(lambda q, w=where: backend.search(q[None], 10, w)[1][0], queries)
         found = np.array([np.pad(f, (0, 10 - len(f)), constant_values=-1) for f in found])
-        out[name] = {
-            "kept": int(kept.sum()),
-            "recall@10": round(recall_at_10(found, queries, vectors, np.flatnonzero(kept)), 4),
-            **latency_ms(seconds),
-        }
+        share = round(recall_at_10(found, queries, vectors, np.flatnonzero(kept)), 4)
+        out[name] = {"kept": int(kept.sum()), "recall@10": share, **latency_ms(seconds)}
         progress(f"  filter {name}: {json.dumps(out[name])}")
     return out
 

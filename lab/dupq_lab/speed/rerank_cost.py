@@ -183,13 +183,9 @@ def measure(
         times["plain"].append(built(source, work / "plain", model, None))
         times["reranked"].append(built(source, work / "reranked", model, rerank))
     plain, reranked = statistics.median(times["plain"]), statistics.median(times["reranked"])
-    out = {
-        "collection_questions": len(corpus),
-        "model": str(model or "bundled"),
-        "rerank": rerank,
-        "k": rerank_candidates(Model.load(rerank)),
-        "build": {"plain_s": round(plain, 2), "rerank_s": round(reranked, 2), "ratio": round(reranked / plain, 3)},
-    }
+    build = {"plain_s": round(plain, 2), "rerank_s": round(reranked, 2), "ratio": round(reranked / plain, 3)}
+    out = {"collection_questions": len(corpus), "model": str(model or "bundled"), "rerank": rerank}
+    out |= {"k": rerank_candidates(Model.load(rerank)), "build": build}
     # a child process: one torch thread for the searches, as dupq search runs, and this one keeps its own
     into = work / "searched.json"
     spec = json.dumps({"folder": str(work / "reranked"), "queries": queries, "wanted": searches})
