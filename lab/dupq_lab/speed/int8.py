@@ -159,7 +159,8 @@ def main(
         for name in models.split(","):
             encoders = {v: encoder(name, v, threads, Path(scratch)) for v in variants.split(",")}
             vectors, figures = measured(encoders, texts, task, recall, chunk)
-            reference, base = vectors[next(iter(encoders))], figures[next(iter(encoders))]
+            first = variants.split(",")[0]  # the reference
+            reference, base = vectors[first], figures[first]
             for variant, row in figures.items():
                 cosines = (reference[on_quora] * vectors[variant][on_quora]).sum(1)  # (Q,)
                 row["speedup"] = round(row["questions_per_s"] / base["questions_per_s"], 2)
