@@ -177,13 +177,13 @@ def main(
     report({"variants": result, **made_of, "help_desk_queries": len(task.queries) if recall else 0, **context(threads)})
 
 
-def context(threads: int) -> dict:
-    """The threads, the load average at the end (a shared machine's: the ratios of one run are what count), the
-    versions of torch and ONNX Runtime (where installed) and the machine."""
+def context(threads: int, **more) -> dict:
+    """The threads, the load average at the end (a shared machine's: the ratios of one run are what count), ``more``,
+    the versions of torch and ONNX Runtime (where installed) and the machine."""
     versions = {"torch": torch.__version__}
     if importlib.util.find_spec("onnxruntime"):
         import onnxruntime
 
         versions["onnxruntime"] = onnxruntime.__version__
     load = [round(x, 2) for x in os.getloadavg()]
-    return {"threads": threads, "load_average_at_end": load, **versions, "machine": platform.machine()}
+    return {"threads": threads, "load_average_at_end": load, **more, **versions, "machine": platform.machine()}

@@ -173,6 +173,4 @@ def main(
         print(json.dumps({name: result[name]}), flush=True)  # so far
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     vnni = "avx512_vnni" in flags or "avx_vnni" in flags
-    report(
-        {"models": result, "questions": len(texts), "avx2": "avx2" in flags, "avx512_vnni": vnni, **context(threads)}
-    )
+    report({"models": result, "questions": len(texts), **context(threads, avx2="avx2" in flags, avx512_vnni=vnni)})
