@@ -15,45 +15,18 @@ import typer
 
 app = typer.Typer(help=__doc__.splitlines()[0], no_args_is_help=True, add_completion=False)
 
-COMMANDS = {  # command: its module, whose docstring's first line is its help
-    "figures": "update_docs",
-    "cold-start": "speed.cold_start",
-    "search-speed": "speed.search_speed",
-    "single-search": "speed.single_search",
-    "filtered-search": "speed.filtered_search",
-    "removal-cost": "speed.removal_cost",
-    "hnsw-sweep": "speed.hnsw_sweep",
-    "pgvector-sweep": "speed.pgvector_sweep",
-    "pgvector-speed": "speed.pgvector_speed",
-    "predict-stream": "speed.predict_stream",
-    "train-speed": "speed.train_speed",
-    "keras-seed": "speed.keras_seed",
-    "train-step": "speed.train_step",
-    "ddp-speed": "speed.ddp_speed",
-    "lstm-roofline": "speed.lstm_roofline",
-    "teacher-speed": "speed.teacher_speed",
-    "dedup-scale": "speed.dedup_scale",
-    "service-load": "service.service_load",
-    "service-side-by-side": "service.service_side_by_side",
-    "reencode-while-serving": "service.reencode_while_serving",
-    "pg-two-servers": "service.pg_two_servers",
-    "peers": "peers",
-    "retrieval": "experiments.retrieval",
-    "out-of-domain": "experiments.out_of_domain",
-    "tiers": "experiments.tiers",
-    "small-desk": "experiments.small_desk",
-    "desk-calibration": "experiments.desk_calibration",
-    "desk-verdict": "experiments.desk_verdict",
-    "judged-pool": "experiments.judged_pool",
-    "desk-loop": "experiments.desk_loop",
-    "named-calibration": "experiments.named_calibration",
-    "int8": "speed.int8",
-    "int8-ceiling": "speed.int8_ceiling",
-    "rerank-k": "experiments.rerank_k",
-    "rerank-cost": "speed.rerank_cost",
-    "rerank-retrieval": "experiments.rerank_retrieval",
-    "error-codes": "experiments.error_codes",
-}
+MODULES = """
+    speed.cold_start speed.search_speed speed.single_search speed.filtered_search speed.removal_cost
+    speed.hnsw_sweep speed.pgvector_sweep speed.pgvector_speed speed.predict_stream speed.train_speed
+    speed.keras_seed speed.train_step speed.ddp_speed speed.lstm_roofline speed.teacher_speed speed.dedup_scale
+    service.service_load service.service_side_by_side service.reencode_while_serving service.pg_two_servers
+    peers experiments.retrieval experiments.out_of_domain experiments.tiers experiments.small_desk
+    experiments.desk_calibration experiments.desk_verdict experiments.judged_pool experiments.desk_loop
+    experiments.named_calibration speed.int8 speed.int8_ceiling experiments.rerank_k speed.rerank_cost
+    experiments.rerank_retrieval experiments.error_codes
+""".split()  # the measurements, in the order --help lists them
+# command: its module, whose docstring's first line is its help; a measurement's command is its module's name
+COMMANDS = {"figures": "update_docs"} | {m.rsplit(".", 1)[-1].replace("_", "-"): m for m in MODULES}
 
 
 def _register(name: str, module: str) -> None:

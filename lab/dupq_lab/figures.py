@@ -121,10 +121,8 @@ def adapt() -> list[list[str]]:
     before, after = re.search(r"cosine to the teacher on your .*: ([\d.]+) before, ([\d.]+) after", text).groups()
     recall = [source(f"out_of_domain_{s}_dev.json")["dupq"]["recall@1"] for s in ("branch", "adapted_branch")]
     header = ["questions", "teacher", "fine-tuning", "cosine to the teacher", "help-desk dev Recall@1"]
-    return [
-        header,
-        [questions, f"{teacher} s", f"{tuning} s", f"{before} -> {after}", "{:.3f} -> {:.3f}".format(*recall)],
-    ]
+    row = [questions, f"{teacher} s", f"{tuning} s", f"{before} -> {after}", "{:.3f} -> {:.3f}".format(*recall)]
+    return [header, row]
 
 
 def error_codes() -> list[list[str]]:
@@ -132,14 +130,8 @@ def error_codes() -> list[list[str]]:
     exact-code rule, on the queries that name a code and on all queries, per half (the rule chosen on dev marked)."""
     r = source("error_codes.json")
     q = r["queries"]
-    header = [
-        "search",
-        "exact-code rule",
-        f"dev: {q['dev']['with_code']} with a code",
-        f"dev: all {q['dev']['all']}",
-        f"test: {q['test']['with_code']} with a code",
-        f"test: all {q['test']['all']}",
-    ]
+    halves = [(f"{h}: {q[h]['with_code']} with a code", f"{h}: all {q[h]['all']}") for h in ("dev", "test")]
+    header = ["search", "exact-code rule", *(label for pair in halves for label in pair)]
     rows = []
     for name in r["recall@1"]["dev"]:
         search, rule = name.split(" | ")
@@ -168,50 +160,29 @@ def rerank_k(reranker: str = "minilm") -> list[list[str]]:
     """docs/collections.md: a saved dupq-lab rerank-k run on dev: the model alone, then each K (the chosen one
     marked), then the test half at the chosen K."""
     r = rerank_run(reranker, "dev") or {"per_k": {}}
-    header = [
-        "candidates (K)",
-        "Recall@1",
-        "MRR@10",
-        "old question among the K",
-        "first search: reranker encodes",
-        "search p50, vectors stored",
-    ]
-    rows = (
-        [["the model alone", f"{r['fast']['recall@1']:.3f}", f"{r['fast']['mrr@10']:.3f}", "-", "-", "-"]]
-        if "fast" in r
-        else []
-    )
+    chosen = str(r.get("chosen"))
+    header = ["candidates (K)", "Recall@1", "MRR@10", "old question among the K", "first search: reranker encodes"]
+
+    def row(label: str, it: dict, fast: dict | None = None, encodes: str = "-") -> list[str]:
+        measure = lambda m: f"{fast[m]:.3f} -> {it[m]:.3f}" if fast else f"{it[m]:.3f}"  # noqa: E731
+        cells = [measure("recall@1"), measure("mrr@10"), f"{it['candidate_recall']:.3f}", encodes]
+        return [label, *cells, f"{it['stored_search_ms_p50']:.1f} ms"]
+
+    fast = r.get("fast")
+    rows = [["the model alone", f"{fast['recall@1']:.3f}", f"{fast['mrr@10']:.3f}", "-", "-", "-"]] if fast else []
     for k, it in r["per_k"].items():
-        label = f"{k} (the default)" if int(k) == r["chosen"] else k
-        cells = [f"{it['recall@1']:.3f}", f"{it['mrr@10']:.3f}", f"{it['candidate_recall']:.3f}"]
-        rows.append(
-            [
-                label,
-                *cells,
-                f"{it['first_search_encodes']} (about {it['first_search_encodes'] * r['reranker_ms_per_question']:.0f} ms)",
-                f"{it['stored_search_ms_p50']:.1f} ms",
-            ]
-        )
+        encodes = it["first_search_encodes"]
+        about = f"{encodes} (about {encodes * r['reranker_ms_per_question']:.0f} ms)"
+        rows.append(row(f"{k} (the default)" if int(k) == r["chosen"] else k, it, encodes=about))
     for now, how in ((False, ""), (True, ", every vector stored (`--rerank-now`)")):
-        now_dev = rerank_run(reranker, "dev", now=True) if now else r
-        if now and now_dev is not None and str(r.get("chosen")) in now_dev["per_k"]:
-            it = now_dev["per_k"][str(r["chosen"])]
-            rows.append([f"dev half, K = {r['chosen']}{how}", f"{it['recall@1']:.3f}", f"{it['mrr@10']:.3f}"])
-            rows[-1] += [f"{it['candidate_recall']:.3f}", "-", f"{it['stored_search_ms_p50']:.1f} ms"]
+        now_dev = rerank_run(reranker, "dev", now=True) if now else None
+        if now_dev is not None and chosen in now_dev["per_k"]:
+            rows.append(row(f"dev half, K = {chosen}{how}", now_dev["per_k"][chosen]))
         test = rerank_run(reranker, "test", now=now)
-        if test is not None and str(r.get("chosen")) in test["per_k"]:  # reported on test, once K is chosen on dev
-            it = test["per_k"][str(r["chosen"])]
-            rows.append(
-                [
-                    f"test half: the model alone, then K = {r['chosen']}{how}",
-                    f"{test['fast']['recall@1']:.3f} -> {it['recall@1']:.3f}",
-                    f"{test['fast']['mrr@10']:.3f} -> {it['mrr@10']:.3f}",
-                    f"{it['candidate_recall']:.3f}",
-                    "-",
-                    f"{it['stored_search_ms_p50']:.1f} ms",
-                ]
-            )
-    return [header, *rows]
+        if test is not None and chosen in test["per_k"]:  # reported on test, once K is chosen on dev
+            label = f"test half: the model alone, then K = {chosen}{how}"
+            rows.append(row(label, test["per_k"][chosen], test["fast"]))
+    return [[*header, "search p50, vectors stored"], *rows]
 
 
 def rerank_retrieval() -> list[list[str]]:
@@ -255,7 +226,7 @@ def reranked_tiers(bundled: dict) -> list[tuple[str, dict]]:
     """The choice table's reranked tiers: the bundled model's top K (chosen on dev) ordered by each named reranker,
     on the help desks' and Quora's test halves (the saved dupq-lab rerank-k and rerank-retrieval runs); it builds at
     the ``bundled`` tier's speed, and a first search encodes K questions with the reranker."""
-    out = []
+    out, speed = [], {"questions_per_s": bundled["questions_per_s"]}
     for reranker, title in RERANKERS.items():
         desk, desk_dev = rerank_run(reranker, "test"), rerank_run(reranker, "dev")
         if desk is None or desk_dev is None or str(desk_dev["chosen"]) not in desk["per_k"]:
@@ -268,34 +239,18 @@ def reranked_tiers(bundled: dict) -> list[tuple[str, dict]]:
         now = rerank_run(reranker, "test", now=True)
         quora_now = rerank_run(reranker, "test", "rerank_retrieval.json", now=True)
         at_k = lambda run, chosen=chosen: run["per_k"].get(chosen) if run else None  # noqa: E731 - at Quora dev's K
-        for label, desk_run, quora_k, build in (
-            (
-                f"its top {k} reranked by {title} (`--rerank {reranker}`)",
-                desk,
-                at_k(quora),
-                f"a first search +{first:.1f} s",
-            ),
-            (
-                f"reranked by {title}, every vector stored (`--rerank {reranker} --rerank-now`)",
-                now,
-                # every vector stored, a search's top 10 are the reranker's own top 10: the reranker alone's figure
-                at_k(quora_now) if quora_now else (quora or {}).get("alone"),
-                "+ the reranker's encoding of every question",
-            ),
-        ):
-            if desk_run is None or str(k) not in desk_run["per_k"]:
-                continue
-            out.append(
-                (
-                    f"dupq bundled, {label}",
-                    {
-                        "help_desk": desk_run["per_k"][str(k)],
-                        "quora": quora_k,
-                        "questions_per_s": bundled["questions_per_s"],
-                        "build": f"{bundled['build_20k_s']:,.1f} s; {build}",
-                    },
-                )
-            )
+        lazy = f"its top {k} reranked by {title} (`--rerank {reranker}`)"
+        stored = f"reranked by {title}, every vector stored (`--rerank {reranker} --rerank-now`)"
+        # every vector stored, a search's top 10 are the reranker's own top 10: the reranker alone's figure
+        quora_stored = at_k(quora_now) if quora_now else (quora or {}).get("alone")
+        ways = (
+            (lazy, desk, at_k(quora), f"a first search +{first:.1f} s"),
+            (stored, now, quora_stored, "+ the reranker's encoding of every question"),
+        )
+        for label, desk_run, quora_k, build in ways:
+            if desk_run is not None and str(k) in desk_run["per_k"]:
+                row = {"help_desk": desk_run["per_k"][str(k)], "quora": quora_k, **speed}
+                out.append((f"dupq bundled, {label}", {**row, "build": f"{bundled['build_20k_s']:,.1f} s; {build}"}))
     return out
 
 
@@ -434,11 +389,7 @@ EPOCH_SECONDS = re.compile(r"^epoch \d+/\d+ .* (\d+\.\d)s")
 
 def routes() -> list[list[str]]:
     """docs/results/route_*_dev.json: each route's dev figures, its seeds' in order (" / "), and its training time."""
-    commands = {
-        "ood": "dupq-lab out-of-domain",
-        "pairs": "dupq-lab quora-dev",
-        "rows": "dupq-lab retrieval",
-    }
+    commands = {"ood": "dupq-lab out-of-domain", "pairs": "dupq-lab quora-dev", "rows": "dupq-lab retrieval"}
     rows = []
     for files, label in ROUTES:
         runs = [f for f in files if (RESULTS / f).is_file()]

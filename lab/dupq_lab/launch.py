@@ -63,12 +63,8 @@ def served(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tempfile.TemporaryFile()  # not a pipe: a server that logs much would block on a full one
-    proc = subprocess.Popen(
-        [*command, "serve", str(collection), "--port", str(port), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        env=env,
-    )
+    serve = [*command, "serve", str(collection), "--port", str(port), *extra]
+    proc = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
         deadline = time.monotonic() + startup
         while not _answers(url):

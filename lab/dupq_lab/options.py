@@ -78,6 +78,12 @@ def timed(fn, items) -> tuple[list, list[float]]:
     return out, seconds
 
 
+def clocked(call, *args, **kwargs):
+    """``call(*args, **kwargs)``'s result, and the seconds it took."""
+    started = time.perf_counter()
+    return call(*args, **kwargs), time.perf_counter() - started
+
+
 def latency_ms(seconds: list[float], digits: int = 3) -> dict[str, float]:
     """``{"p50_ms", "p99_ms"}``: the median and 99th percentile of ``seconds``, in milliseconds."""
     import numpy as np

@@ -29,7 +29,6 @@ Prints one JSON line: {"model", "calibration", "test", "retrieval": {"test", "de
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -47,7 +46,7 @@ from dupq.evaluation.retrieval import held_out_task, retrieval_measures
 from dupq.modeling.pretrained import PACKAGE, load_sentence_transformer
 from dupq.modeling.probability import calibrated
 from dupq.modeling.sentence_model import ENCODE_BATCH as BATCH
-from dupq_lab.options import DATA, Data, one_sentence, report
+from dupq_lab.options import DATA, Data, clocked, one_sentence, report
 
 THREADS = 2  # this project's machine has 2 cores
 
@@ -102,9 +101,7 @@ def main(
 
     # Every question any yardstick needs is a test or dev question: encode each once, timed.
     texts = list(dict.fromkeys(q for p in (splits.test, splits.dev) for q in p.q1 + p.q2))
-    started = time.perf_counter()
-    vectors = encode_texts(texts)  # (N, d) unit vectors
-    seconds = time.perf_counter() - started
+    vectors, seconds = clocked(encode_texts, texts)  # (N, d) unit vectors
     vector = dict(zip(texts, vectors))
 
     def encode(batch: list[str]) -> np.ndarray:  # what the retrieval measures ask for: (n, d) unit vectors
@@ -123,29 +120,19 @@ def main(
         version = metadata.version(PACKAGE) if model_folder is None else None
     except metadata.PackageNotFoundError:
         version = None
+    rate = {"questions_per_s": round(len(texts) / seconds, 1), "questions": len(texts), "seconds": round(seconds, 1)}
     report(
         {
             "model": f"{name} zero-shot" if model_folder is None else str(model_folder),
             "package": f"{PACKAGE} {version}" if version else None,
             "dimension": int(vectors.shape[1]),
-            "calibration": {
-                **chosen,
-                "probability_calibration": calibration,
-                "dev_pairs": len(splits.dev),
-            },
+            "calibration": {**chosen, "probability_calibration": calibration, "dev_pairs": len(splits.dev)},
             "test": test,
             "retrieval": {
                 "test": retrieval_measures(encode, held_out_task(splits, pairs)),
                 "dev": retrieval_measures(encode, held_out_task(splits, pairs, parts=("dev",))),
             },
-            "speed": {
-                "questions_per_s": round(len(texts) / seconds, 1),
-                "questions": len(texts),
-                "seconds": round(seconds, 1),
-                "batch_size": BATCH,
-                "threads": THREADS,
-                "device": device,
-            },
+            "speed": {**rate, "batch_size": BATCH, "threads": THREADS, "device": device},
             "limit": limit,
         }
     )

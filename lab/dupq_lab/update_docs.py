@@ -143,10 +143,8 @@ def regenerate(lines: list[str], only: str, measure: bool = False) -> list[str]:
             out.extend(block)
             continue
         if mark.group("data") and (where := missing_data()):
-            print(
-                f"kept as it is: `{commands[0][2:]}` reads the Quora pairs file, which is not at {where}",
-                file=sys.stderr,
-            )
+            kept = f"kept as it is: `{commands[0][2:]}` reads the Quora pairs file, which is not at {where}"
+            print(kept, file=sys.stderr)
             out.extend(block)
             continue
         for command in commands:

@@ -50,12 +50,11 @@ class DigestCache:
             self.encoded += len(part)
             done, spent = lo + len(part), time.perf_counter() - started
             if len(missing) > CHUNK:
-                print(
-                    f"{self.folder.name}: {done:,} of {len(missing):,} encoded ({done / spent:.1f}/s, "
-                    f"ETA {(len(missing) - done) * spent / done:.0f} s)",
-                    file=sys.stderr,
-                    flush=True,
+                eta = (len(missing) - done) * spent / done
+                said = (
+                    f"{self.folder.name}: {done:,} of {len(missing):,} encoded ({done / spent:.1f}/s, ETA {eta:.0f} s)"
                 )
+                print(said, file=sys.stderr, flush=True)
         if not texts:
             return np.zeros((0, self.model.out_dim), dtype=np.float32)
         return np.stack([self.vectors[d] for d in digests])

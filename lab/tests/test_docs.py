@@ -31,11 +31,7 @@ def update_docs(*args: str, data: Path | None = None) -> subprocess.CompletedPro
     """``dupq-lab figures`` with ``args``; ``data`` is where it is told the Quora file is (default: as dupq finds it)."""
     env = {**os.environ, **({"DUPQ_DATA": str(data)} if data else {})}
     return subprocess.run(
-        [sys.executable, "-m", "dupq_lab", "figures", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", "dupq_lab", "figures", *args], cwd=REPO, env=env, capture_output=True, text=True
     )
 
 
@@ -77,12 +73,8 @@ def test_the_docs_name_no_machine_paths():
 
 @pytest.mark.parametrize(
     ("before", "after", "same"),
-    [
-        (
-            "ece 0.006982351734 of [0.0259021012, 4138]",
-            "ece 0.006982351856 of [0.0259021011, 4138]",
-            True,
-        ),  # summed in another order: the tenth digit moves
+    [  # summed in another order, the tenth digit moves:
+        ("ece 0.006982351734 of [0.0259021012, 4138]", "ece 0.006982351856 of [0.0259021011, 4138]", True),
         ("probability 0.7264 > 0.4517", "probability 0.7265 > 0.4517", True),  # rounded to the next 4th digit
         ("probability 0.7264 > 0.4517", "probability 0.7266 > 0.4517", False),
         ("confusion [[5543, 841]]", "confusion [[5543, 842]]", False),  # counts are exact

@@ -57,10 +57,12 @@ def test_the_digest_cache_encodes_each_text_once_and_keeps_it_for_the_next_run(t
 def test_the_harness_times_each_call_and_reads_its_latencies_as_numpy_does():
     import numpy as np
 
-    from dupq_lab.options import latency_ms, timed
+    from dupq_lab.options import clocked, latency_ms, timed
 
     returned, seconds = timed(lambda x: x * 2, [1, 2, 3])
     assert returned == [2, 4, 6] and len(seconds) == 3 and all(s >= 0 for s in seconds)
+    returned, second = clocked(lambda x, y=0: x + y, 2, y=3)
+    assert returned == 5 and second >= 0
     seconds = [0.001, 0.002, 0.010, 0.0005]
     naive = {f"p{q}_ms": round(float(np.percentile(seconds, q)) * 1000, 3) for q in (50, 99)}
     assert latency_ms(seconds) == naive == {"p50_ms": 1.5, "p99_ms": 9.76}
@@ -85,10 +87,7 @@ def test_a_command_says_one_sentence_for_a_bad_model_folder(tmp_path):
 
     absent = str(tmp_path / "absent")
     done = subprocess.run(
-        [sys.executable, "-m", "dupq_lab", "retrieval", "--model", absent],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-m", "dupq_lab", "retrieval", "--model", absent], capture_output=True, text=True, timeout=300
     )
     refused(done)
     assert done.stdout == ""

@@ -32,7 +32,5 @@ def test_judged_duplicates_change_the_duplicate_tiers_precision_and_recall_as_a_
     as_written = tier_measures(hits, [{o} for o in own], "duplicate")
     assert tier_measures(hits, relevant, "duplicate")["recall"] > as_written["recall"]
     wrong = [(row[0], j) for row, o, j in zip(hits, own, judged) if row[0].duplicate and row[0].id != o]
-    assert judged_wrong(hits, relevant, own, "duplicate") == {
-        "wrong_as_written": len(wrong),
-        "judged_duplicates": sum(t.id in j for t, j in wrong),
-    }
+    want = {"wrong_as_written": len(wrong), "judged_duplicates": sum(t.id in j for t, j in wrong)}
+    assert judged_wrong(hits, relevant, own, "duplicate") == want

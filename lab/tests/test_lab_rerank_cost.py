@@ -25,9 +25,7 @@ def test_rerank_cost_times_each_first_search_on_fresh_candidates_and_serves_both
     assert stored["searches"] == 3 * first["searches"] and stored["encoded"] == 0  # and then none again
     assert 0 < stored["cpu_p50_ms"] and 0 < first["cpu_p50_ms"]
     serve = out["serve"]
-    for side in ("reranked", "plain"):
-        assert (
-            serve[side]["per_s"] > 0 and serve[side]["errors"] == 0 and serve[side]["server_cpu_ms_per_search"] > 0
-        ), serve
+    for side in (serve["reranked"], serve["plain"]):
+        assert side["per_s"] > 0 and side["errors"] == 0 and side["server_cpu_ms_per_search"] > 0, serve
     assert serve["per_s_ratio"] == pytest.approx(serve["reranked"]["per_s"] / serve["plain"]["per_s"], rel=0.01)
     assert set(out["targets"]) == {"build_ratio", "stored_search_p50_ms", "first_search_p50_ms", "serve_per_s"}

@@ -54,9 +54,7 @@ def main(
     with tempfile.TemporaryDirectory() as tmp:
         texts = [r["old"] for r in rows] + [r["new"] for r in rows]
         keys = [r["old_key"] for r in rows] + [r["new_key"] for r in rows]
-        meta = [{"domain": r["domain"], "kind": "old"} for r in rows] + [
-            {"domain": r["domain"], "kind": "new"} for r in rows
-        ]
+        meta = [{"domain": r["domain"], "kind": kind} for kind in ("old", "new") for r in rows]
         labelled = {}
         for split in ("dev", "test"):
             with Collection.build(Path(tmp) / split, texts, quora, keys=keys, metadata=meta) as coll:

@@ -56,10 +56,8 @@ def tier_measures(tops: list[dict | None], answers: list[str]) -> dict[str, dict
     """Each tier's precision and recall on the top hits, right when a hit is the answer or a duplicate of it."""
     right = [t is not None and answers[n] in (t["key"], t["duplicate_of"]) for n, t in enumerate(tops)]
     out = {"recall@1": round(sum(right) / len(tops), 4)}
-    for tier in TIERS:
-        flagged = [
-            t is not None and (t["tier"] == "duplicate" or (tier == "suggest" and t["tier"] == "suggest")) for t in tops
-        ]
+    for tier in TIERS:  # TIERS runs from the narrowest: suggest holds the duplicates too
+        flagged = [t is not None and t["tier"] in TIERS[: TIERS.index(tier) + 1] for t in tops]
         out[tier] = precision_recall(flagged, right)
     return out
 
@@ -90,9 +88,8 @@ def main(
                 if len(recorded) >= decisions:
                     break
                 key = f"ticket{n}"
-                client.post(
-                    "/questions", json={"text": text, "key": key, "pending": True}, headers=AUTH
-                ).raise_for_status()
+                ticket = {"text": text, "key": key, "pending": True}
+                client.post("/questions", json=ticket, headers=AUTH).raise_for_status()
                 tickets += 1
                 (top,) = top_hits(client, [text], k, [key])
                 made = [{"duplicate_of": old_key[old]}]

@@ -103,14 +103,11 @@ def main(
     work: Annotated[Path, typer.Option(help="Where the reranker's vectors are kept between runs.")] = RUNS / "rerank-k",
 ) -> None:
     torch.set_num_threads(1)
-    task, made_of = (
-        shipped_help_desk_task(data, split, judged)
-        if distractors
-        else (
-            help_desk_task(read_help_desk_pairs(), split, [], read_judged() if judged else None),
-            {"sha256": read_help_desk_pairs().sha256},
-        )
-    )
+    if distractors:
+        task, made_of = shipped_help_desk_task(data, split, judged)
+    else:
+        desks = read_help_desk_pairs()
+        task, made_of = help_desk_task(desks, split, [], read_judged() if judged else None), {"sha256": desks.sha256}
     judge = Model.load(model)
     reranker = None if rerank is None else Model.load(rerank)
     old = [int(r[0]) for r in task.relevant]  # the query's own old question comes first
@@ -131,6 +128,7 @@ def main(
         thresholds = (
             desk.tiers_of(reranker is not None) if tiered else {"duplicate": desk.threshold, "on": judge.threshold_on}
         )
+    tiers = [t for t in TIERS if t == "duplicate" or tiered]
     out = {
         "split": split,
         "distractors": distractors,
@@ -139,36 +137,26 @@ def main(
         "k": k,
         "thresholds": thresholds,
         "recall@1": round(sum(bool(h) and h[0].id in r for h, r in zip(hits, relevant)) / len(hits), 4),
-        "tiers": {t: tier_measures(hits, relevant, t) for t in TIERS if t == "duplicate" or tiered},
-        **(
-            {
-                "as_written": {
-                    "recall@1": round(sum(bool(h) and h[0].id == o for h, o in zip(hits, old)) / len(hits), 4),
-                    "tiers": {
-                        t: tier_measures(hits, [{o} for o in old], t) for t in TIERS if t == "duplicate" or tiered
-                    },
-                },
-                "judged_wrong": {
-                    "top_hit": judged_wrong(hits, relevant, old, None),
-                    **{t: judged_wrong(hits, relevant, old, t) for t in TIERS if t == "duplicate" or tiered},
-                },
-            }
-            if judged
-            else {}
-        ),
-        "identical": {
-            "least_probability_of_a_question_with_itself": round(
-                float(min(judge.probability(task.queries, task.queries))), 4
-            ),
-            "least_probability_of_a_stored_question_searched_with_its_text": round(float(stored_identical), 4),
-        },
-        "sha256": made_of["sha256"],
-        **({"judged_sha256": made_of["judged_sha256"]} if "judged_sha256" in made_of else {}),
-        "fingerprint": judge.fingerprint(),
-        **({} if reranker is None else {"rerank": rerank, "rerank_fingerprint": reranker.fingerprint()}),
-        "build_s": round(built, 1),
-        "machine": platform.machine(),
+        "tiers": {t: tier_measures(hits, relevant, t) for t in tiers},
     }
+    if judged:
+        own = [{o} for o in old]
+        recall = round(sum(bool(h) and h[0].id == o for h, o in zip(hits, old)) / len(hits), 4)
+        out["as_written"] = {"recall@1": recall, "tiers": {t: tier_measures(hits, own, t) for t in tiers}}
+        wrong = {t: judged_wrong(hits, relevant, old, t) for t in tiers}
+        out["judged_wrong"] = {"top_hit": judged_wrong(hits, relevant, old, None), **wrong}
+    itself = round(float(min(judge.probability(task.queries, task.queries))), 4)
+    out["identical"] = {
+        "least_probability_of_a_question_with_itself": itself,
+        "least_probability_of_a_stored_question_searched_with_its_text": round(float(stored_identical), 4),
+    }
+    out["sha256"] = made_of["sha256"]
+    if "judged_sha256" in made_of:
+        out["judged_sha256"] = made_of["judged_sha256"]
+    out["fingerprint"] = judge.fingerprint()
+    if reranker is not None:
+        out |= {"rerank": rerank, "rerank_fingerprint": reranker.fingerprint()}
+    out |= {"build_s": round(built, 1), "machine": platform.machine()}
     print(json.dumps(out))
 
 

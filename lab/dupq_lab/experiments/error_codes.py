@@ -69,13 +69,7 @@ def main(
 ) -> None:
     fast, reranker = Model.load(model), Model.load(rerank)
     desks, extra = read_help_desk_pairs(), read_help_desk_pairs(ERROR_CODES)
-    both = replace(
-        desks,
-        domains=desks.domains + extra.domains,
-        splits=desks.splits + extra.splits,
-        new=desks.new + extra.new,
-        old=desks.old + extra.old,
-    )
+    both = replace(desks, **{f: getattr(desks, f) + getattr(extra, f) for f in ("domains", "splits", "new", "old")})
     distractors = quora_distractors(read_pairs(data or default_data_path())[0])
     tasks = {half: help_desk_task(both, half, distractors) for half in ("dev", "test")}
     corpus = tasks["dev"].corpus
@@ -87,16 +81,8 @@ def main(
     rerank_encode = DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")
     v, r = fast_encode(corpus), rerank_encode(corpus)  # (N, d), (N, d')
     own_desk = set(desks.new)
-    out = {
-        "rule": "dupq.data.codes.codes",
-        "model": str(model or "bundled"),
-        "rerank": rerank,
-        "candidates": RERANK_CANDIDATES,
-        "corpus": len(corpus),
-        "queries": {},
-        "recall@1": {},
-        "found": {},
-    }
+    out = {"rule": "dupq.data.codes.codes", "model": str(model or "bundled"), "rerank": rerank}
+    out |= {"candidates": RERANK_CANDIDATES, "corpus": len(corpus), "queries": {}, "recall@1": {}, "found": {}}
     for half, task in tasks.items():
         qv, qr = fast_encode(task.queries), rerank_encode(task.queries)
         wanted = [codes(q) for q in task.queries]

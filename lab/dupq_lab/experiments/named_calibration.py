@@ -59,15 +59,11 @@ def main(
             fit = calibrate_search(model, data)
         if candidates is not None:
             fit["candidates"] = candidates
-        model.metrics["search_calibration"] = {
-            k: fit[k] for k in ("fitted_on", "fitted_by", "suggest", "duplicate", "candidates") if k in fit
-        }
+        kept = ("fitted_on", "fitted_by", "suggest", "duplicate", "candidates")
+        model.metrics["search_calibration"] = {k: fit[k] for k in kept if k in fit}
     model.save(model.folder)  # its config.json and metrics.json in the cache, as resolve will write them
-    command = (
-        f"dupq-lab named-calibration {name} --pairs {pairs} --seed {seed}"
-        + (" --search" if search else "")
-        + (f" --candidates {candidates}" if candidates else "")
-    )
+    command = f"dupq-lab named-calibration {name} --pairs {pairs} --seed {seed}"
+    command += (" --search" if search else "") + (f" --candidates {candidates}" if candidates else "")
     config = json.loads((model.folder / "config.json").read_text(encoding="utf-8"))
     write_json(NAMED_JSON / f"{name}.json", {"command": command, "config": config, "metrics": model.metrics})
     report(

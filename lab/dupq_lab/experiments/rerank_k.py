@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -47,7 +46,7 @@ from dupq.collection.collection import Collection
 from dupq.evaluation.retrieval import ranking_measures
 from dupq.evaluation.tasks import shipped_help_desk_task
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Split, integers, one_sentence, timed
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Split, clocked, integers, one_sentence, timed
 from dupq_lab.vector_cache import cached
 
 TOP = 10  # the depth the ranking measures read
@@ -124,9 +123,7 @@ def main(
             _, seconds = timed(lambda q, k=k: coll.search([q], k=TOP, candidates=k), task.queries[:TIMED])
         per_k[str(k)]["stored_search_ms_p50"] = float(np.median(seconds) * 1000)
     out["per_k"] = per_k
-    started = time.perf_counter()
-    reranker.encode(task.corpus[:SAMPLE])
-    out["reranker_ms_per_question"] = (time.perf_counter() - started) * 1000 / SAMPLE
+    out["reranker_ms_per_question"] = clocked(reranker.encode, task.corpus[:SAMPLE])[1] * 1000 / SAMPLE
     best = max(v["recall@1"] for v in per_k.values())
     out["chosen"] = min(int(k) for k, v in per_k.items() if v["recall@1"] >= best - CLOSE)
     out["fingerprints"] = {"model": fast.fingerprint(), "rerank": reranker.fingerprint()}

@@ -91,34 +91,23 @@ def main(
     cache = DigestCache(reranker, work / reranker.fingerprint())
     fast_cache = DigestCache(fast, work / fast.fingerprint(), lambda texts: fast.encode(texts, batch_size=ENCODE_BATCH))
     deep = dense_ranking(fast_cache, task, max(integers(ks)))
-    out = {
-        **task_summary(task),
-        "task": task_name,
-        "split": split,
-        "model": str(model or "bundled"),
-        "rerank": str(rerank),
-    }
+    out = {**task_summary(task), "task": task_name, "split": split}
+    out |= {"model": str(model or "bundled"), "rerank": str(rerank)}
     out["fast"] = ranking_measures(task, deep[:, :TOP])
     out["rerank_now"] = rerank_now
     own = dense_ranking(cache, task, max(integers(ks))) if rerank_now else None  # (Q, K) the reranker's own order
     per_k = {}
+
+    def weighted(w: float):  # the inner product of [sqrt(1 - w) reranker, sqrt(w) model] vectors: the weighted cosines
+        return lambda texts: np.hstack([(1 - w) ** 0.5 * cache(texts), w**0.5 * fast_cache(texts)])
+
     for k in integers(ks):
         pool = deep[:, :k] if own is None else joined(deep[:, :k], own, set(range(len(task.corpus))), k)
         ranked = reranked_ranking(pool, cache, task, TOP)
         per_k[str(k)] = {**ranking_measures(task, ranked), "candidate_recall": candidate_recall(task, pool)}
-        if weights:  # the inner product of [sqrt(1 - w) reranker, sqrt(w) model] vectors is the weighted sum of cosines
-            per_k[str(k)]["weighted"] = {
-                str(w): ranking_measures(
-                    task,
-                    reranked_ranking(
-                        pool,
-                        lambda texts, w=w: np.hstack([(1 - w) ** 0.5 * cache(texts), w**0.5 * fast_cache(texts)]),
-                        task,
-                        TOP,
-                    ),
-                )
-                for w in map(float, weights.split(","))
-            }
+        if weights:
+            orders = {str(w): reranked_ranking(pool, weighted(w), task, TOP) for w in map(float, weights.split(","))}
+            per_k[str(k)]["weighted"] = {w: ranking_measures(task, order) for w, order in orders.items()}
     if alone:  # after the candidates: the questions no K reaches are encoded last
         out["alone"] = ranking_measures(task, dense_ranking(cache, task, TOP))
     best = max(v["mrr@10"] for v in per_k.values())

@@ -31,7 +31,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -42,7 +41,7 @@ from dupq.evaluation.retrieval import PARTS, held_out_task, retrieval_measures
 from dupq.evaluation.tasks import quora_distractors, shipped_help_desk_task
 from dupq.modeling.model import Model
 from dupq.modeling.static import join_vectors
-from dupq_lab.options import DATA, Data, Split, one_sentence
+from dupq_lab.options import DATA, Data, Split, clocked, one_sentence
 from dupq_lab.vector_cache import DigestCache
 
 SPEED_QUESTIONS = 2_000
@@ -76,15 +75,11 @@ def speed(model: Model, questions: list[str], build: bool) -> dict[str, float]:
     from dupq.collection.collection import Collection
 
     model.encode(questions[-256:])  # warm-up: the first call pays for loading and allocation
-    started = time.perf_counter()
-    model.encode(questions[:SPEED_QUESTIONS])
-    rate = SPEED_QUESTIONS / (time.perf_counter() - started)
+    rate = SPEED_QUESTIONS / clocked(model.encode, questions[:SPEED_QUESTIONS])[1]
     if not build:
         return {"questions_per_s": round(rate, 1)}
     with tempfile.TemporaryDirectory() as tmp:
-        started = time.perf_counter()
-        Collection.build(Path(tmp) / "c", questions[:COLLECTION], model).close()
-        seconds = time.perf_counter() - started
+        _, seconds = clocked(lambda: Collection.build(Path(tmp) / "c", questions[:COLLECTION], model).close())
     return {"questions_per_s": round(rate, 1), "build_20k_s": round(seconds, 1)}
 
 
@@ -136,11 +131,10 @@ def main(
             student = DigestCache(bundled, cache / bundled.fingerprint())
             for w in weights:
                 joined = lambda texts, w=w, e=encode, s=student: join_vectors(e(texts), s(texts), w)  # noqa: E731
-                row[f"joined with bundled, weight {w:g}"] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
+                label = f"joined with bundled, weight {w:g}"
+                row[label] = {t: retrieval_measures(joined, k) for t, k in tasks.items()}
                 if measure_speed:  # the joined folder as `dupq distil teacher-model --join bundled` writes it
-                    row[f"joined with bundled, weight {w:g}"].update(
-                        speed(joined_model(model, bundled, w), questions, build)
-                    )
+                    row[label].update(speed(joined_model(model, bundled, w), questions, build))
         out[name] = {**row, "fingerprint": model.fingerprint(), "folder": folders[name]}
         print(json.dumps({name: out[name]}), file=sys.stderr, flush=True)  # progress: a tier at a time
     bm25 = {t: retrieval_measures(None, k) for t, k in tasks.items()}

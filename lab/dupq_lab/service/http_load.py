@@ -66,13 +66,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def summary(latencies: list[float], seconds: float, errors: int) -> dict:
     s = sorted(latencies)
-    return {
-        "requests": len(s),
-        "per_s": round(len(s) / seconds, 1),
-        "p50_ms": round(1000 * percentile(s, 0.50), 2),
-        "p99_ms": round(1000 * percentile(s, 0.99), 2),
-        "errors": errors,
-    }
+    tails = {f"p{q}_ms": round(1000 * percentile(s, q / 100), 2) for q in (50, 99)}
+    return {"requests": len(s), "per_s": round(len(s) / seconds, 1), **tails, "errors": errors}
 
 
 async def run_phase(port, token, clients, seconds, max_requests, searches, add_share, rng, tag, extra=None) -> dict:
@@ -92,12 +87,8 @@ async def run_phase(port, token, clients, seconds, max_requests, searches, add_s
             kind = "add" if rng.random() < add_share else "search"
             if kind == "add":
                 n += 1
-                req = (
-                    "POST",
-                    "/questions",
-                    {"text": f"{rng.choice(searches)} ({tag} {c} {n})", "metadata": {"bench": tag}},
-                    True,
-                )
+                body = {"text": f"{rng.choice(searches)} ({tag} {c} {n})", "metadata": {"bench": tag}}
+                req = ("POST", "/questions", body, True)
             else:
                 req = ("POST", "/search", {"question": rng.choice(searches), "k": 10, **(extra or {})}, False)
             started = time.perf_counter()
@@ -143,9 +134,8 @@ async def adds_until_killed(port, token, clients, kill_after, server, searches, 
             n += 1
             text = f"{rng.choice(searches)} ({tag} {c} {n})"
             try:
-                status, payload = await conn.request(
-                    "POST", "/questions", {"text": text, "metadata": {"bench": tag}}, auth=True
-                )
+                body = {"text": text, "metadata": {"bench": tag}}
+                status, payload = await conn.request("POST", "/questions", body, auth=True)
             except (OSError, ValueError, asyncio.IncompleteReadError):
                 broken[0] += 1  # in flight when the server died: not acknowledged
                 return

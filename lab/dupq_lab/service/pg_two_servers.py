@@ -173,10 +173,8 @@ def main(
         location = f"{server}&table=two_servers"
         seeds = [f"How can I reset my password on device {i}?" for i in range(20)]
         Collection.build(location, seeds, Model.load(), keys=[f"seed{i}" for i in range(20)]).close()
+        serve = ["--workers", str(workers)]
         figures = measure(
-            location,
-            lambda: launch.served(location, "--workers", str(workers), command=DUPQ, env=env, startup=STARTUP_S),
-            adds,
-            clients,
+            location, lambda: launch.served(location, *serve, command=DUPQ, env=env, startup=STARTUP_S), adds, clients
         )
     print(json.dumps({**figures, "clients": clients, "workers": workers, "servers": 2, "cpus": os.cpu_count()}))

@@ -39,7 +39,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,7 +48,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dupq_lab.launch import free_port
+from dupq_lab.launch import ask, free_port
 from dupq_lab.options import (
     DATA,
     WORK,
@@ -83,36 +82,22 @@ def stored(collection: Path, acked: list[tuple[int, str]], ids: list[int]) -> li
 def start_server(collection: Path, port: int, token: str, log, args: SimpleNamespace):
     """``dupq serve`` in its own session, once ``/health`` answers and every worker has started: ``(process, seconds)``."""
     command = [sys.executable, "-m", "dupq.cli", "serve", str(collection), "--host", HOST, "--port", str(port)]
-    if args.workers:
-        command += ["--workers", str(args.workers)]  # not given: code without the option runs too
+    command += ["--workers", str(args.workers)] if args.workers else []  # not given: code without the option runs too
     several = args.workers if args.workers and args.workers > 1 else 0  # startup lines to wait for
     started = time.perf_counter()
     log.flush()
     logged = log.tell()  # this start's lines follow
-    server = subprocess.Popen(
-        command,
-        env={**code_env(args), "DUPQ_API_TOKEN": token},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # pgid == pid: kill -9 reaches every worker
-    )
+    env = {**code_env(args), "DUPQ_API_TOKEN": token}
+    # its own session (pgid == pid): kill -9 reaches every worker
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     while time.perf_counter() - started < args.start_timeout:
         if server.poll() is not None:
             raise SystemExit(f"dupq serve exited with status {server.returncode}; see {log.name}")
-        if answers(port) and workers_started(Path(log.name), logged) >= several:
+        if health(port) is not None and workers_started(Path(log.name), logged) >= several:
             return server, time.perf_counter() - started
         time.sleep(0.2)
     os.killpg(server.pid, signal.SIGKILL)
     raise SystemExit(f"dupq serve did not answer /health within {args.start_timeout:.0f} s; see {log.name}")
-
-
-def answers(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=1) as s:
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            return s.recv(64).startswith(b"HTTP/1.1 200")
-    except OSError:
-        return False
 
 
 def workers_started(log: Path, offset: int) -> int:
@@ -178,13 +163,10 @@ def in_process(copy: Path, searches: list[str], seconds: float) -> dict:
         return timed_searches(coll, searches[50:], seconds)
 
 
-def health(port: int) -> dict:
-    with socket.create_connection((HOST, port), timeout=10) as s:
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return json.loads(data.split(b"\r\n\r\n", 1)[1])
+def health(port: int) -> dict | None:
+    """What the server's ``/health`` answers; None while it does not answer 200."""
+    status, answer = ask(f"http://{HOST}:{port}/health", method="GET")
+    return answer if status == 200 else None
 
 
 def built(args: SimpleNamespace) -> Path:
@@ -209,9 +191,7 @@ def working_copy(args: SimpleNamespace) -> Path:
     return copy
 
 
-def load_phases(
-    server, port: int, token: str, args: SimpleNamespace, searches: list[str], rng: random.Random, tag: str
-) -> dict:
+def load_phases(server, port: int, token: str, args: SimpleNamespace, searches: list[str], rng, tag: str) -> dict:
     """A warm-up, then the search-only and the mixed phase: ``{"search_only": ..., "mixed": ...}``, each with
     the CPU seconds the server's processes and this load generator spent per request (less load-bound than rates)."""
     asyncio.run(run_phase(port, token, args.clients, args.warmup, args.max_requests, searches, 0.0, rng, tag))
@@ -245,17 +225,7 @@ def group_cpu_s(pgid: int) -> float | None:
     return total / ticks
 
 
-def kill9_phase(
-    server,
-    copy: Path,
-    port: int,
-    token: str,
-    log,
-    args: SimpleNamespace,
-    searches: list[str],
-    rng: random.Random,
-    tag: str,
-):
+def kill9_phase(server, copy: Path, port: int, token: str, log, args: SimpleNamespace, searches: list[str], rng, tag):
     """Adds until ``server`` is killed, a restart, and the check of every acknowledged add: ``(restarted server, result)``."""
     before = health(port)["questions"]
     acked, broken, failed = asyncio.run(
@@ -344,27 +314,23 @@ def main(
     token = secrets.token_urlsafe(16)
     port = free_port()
     log = open(args.work / "server.log", "w")
+    load = round(os.getloadavg()[0], 2)
     result: dict = {
         "code": str(args.code or Path(__import__("dupq").__file__).parents[1]),
         "workers": args.workers,
         "clients": args.clients,
         "model": str(args.model or "bundled"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "arch": platform.machine(),
-            "load_average_1m_at_start": round(os.getloadavg()[0], 2),
-        },
+        "machine": {"cpus": os.cpu_count(), "arch": platform.machine(), "load_average_1m_at_start": load},
     }
     result["in_process"] = in_process_child(copy, searches, args.single_seconds, args)
+    alone = result["in_process"]["per_s"]
     server, start_s = start_server(copy, port, token, log, args)
     result["start_s"] = round(start_s, 2)
     try:
         result["questions"] = health(port)["questions"]
         result.update(load_phases(server, port, token, args, searches, rng, tag))
         for phase in ("search_only", "mixed"):
-            result[phase]["ratio_to_in_process"] = round(
-                result[phase]["search"]["per_s"] / result["in_process"]["per_s"], 2
-            )
+            result[phase]["ratio_to_in_process"] = round(result[phase]["search"]["per_s"] / alone, 2)
         server, result["kill9"] = kill9_phase(server, copy, port, token, log, args, searches, rng, tag + "-kill")
     finally:
         stop(server)

@@ -29,8 +29,7 @@ from dupq_lab.options import RUNS, Rounds, Seconds, child, last_json
 def run(collection: Path, work: Path, seconds: float, code: Path | None) -> dict:
     command = [sys.executable, "-m", "dupq_lab", "service-load", "--collection", str(collection)]
     command += ["--seconds", str(seconds), "--work", str(work)]
-    if code is not None:
-        command += ["--code", str(code)]
+    command += ["--code", str(code)] if code is not None else []
     return last_json(child(command, f"service_load.py ({'baseline' if code else 'current'})"))
 
 

@@ -18,16 +18,14 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from dupq_lab.options import ModelFolder, report
+from dupq_lab.options import ModelFolder, child, clocked, report
 
 PAIR = ["How do I learn Python?", "What is the best way to learn Python?"]
 QUERY = "How can I learn to code in Python?"
@@ -56,19 +54,11 @@ def synthetic_questions(count: int) -> list[str]:
     return made[:count]
 
 
-def check(done: subprocess.CompletedProcess, what: str) -> None:
-    if done.returncode != 0:
-        raise SystemExit(f"{what} failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
-
-
 def wall_seconds(command: list[str], runs: int) -> list[float]:
     """Wall seconds of ``runs`` fresh processes of ``command``, after one that is not counted."""
     times = []
     for i in range(runs + 1):
-        started = time.perf_counter()
-        done = subprocess.run(command, capture_output=True)
-        seconds = time.perf_counter() - started
-        check(done, " ".join(command))
+        _, seconds = clocked(child, command, " ".join(command))
         if i:
             times.append(seconds)
     return times
@@ -76,9 +66,8 @@ def wall_seconds(command: list[str], runs: int) -> list[float]:
 
 def imports_torch(args: list[str]) -> bool:
     """Whether `dupq ARGS` imports torch (run in a fresh interpreter that reports sys.modules at exit)."""
-    done = subprocess.run([sys.executable, "-c", REPORT_TORCH, *args], capture_output=True)
-    check(done, "dupq " + " ".join(args))
-    last = done.stderr.decode().strip().splitlines()[-1]
+    done = child([sys.executable, "-c", REPORT_TORCH, *args], "dupq " + " ".join(args))
+    last = done.stderr.strip().splitlines()[-1]
     return last == "torch imported: True"
 
 
@@ -94,7 +83,7 @@ def main(
         source, collection = folder / "questions.txt", str(folder / "collection")
         source.write_text("\n".join(synthetic_questions(questions)) + "\n", encoding="utf-8")
         build = [*dupq_command(), "index", "build", str(source), "--out", collection, *model_args]
-        check(subprocess.run(build, capture_output=True), "dupq index build")
+        child(build, "dupq index build")
         results = []
         for cli_args in (["predict", *PAIR, *model_args], ["search", collection, QUERY]):
             times = wall_seconds([*dupq_command(), *cli_args], runs)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Annotated
@@ -27,6 +26,7 @@ from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.training.distributed import World, join
 from dupq.training.loop import Update
 from dupq.training.step import distributed_loss
+from dupq_lab.launch import free_port
 from dupq_lab.options import DATA, Data
 from dupq_lab.speed.train_speed import RECIPES, training_parts
 
@@ -51,12 +51,13 @@ def _steps(splits, recipe: str, steps: int, world: World) -> dict:
         seconds = time.perf_counter() - started
     comm = sum(e.cpu_time_total for e in prof.key_averages() if e.key.startswith("gloo:")) / 1e6  # s
     pairs = sum(len(b) for b in batches[5:])
+    share = round(comm / seconds, 3) if world.size > 1 else 0.0
     return {
         "recipe": recipe,
         "processes": world.size,
         "pairs_per_s": round(pairs / seconds),
         "steps": steps,
-        "comm_share": round(comm / seconds, 3) if world.size > 1 else 0.0,
+        "comm_share": share,
     }
 
 
@@ -80,9 +81,6 @@ def main(data: Data = DATA, steps: Annotated[int, typer.Option(min=1, help="Opti
     out = Path(f"/tmp/ddp_speed.{os.getpid()}.json")
     for recipe in RECIPES:
         print(json.dumps({**_steps(splits, recipe, steps, World()), "cpus": os.cpu_count()}), flush=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(_worker, args=(2, port, splits, recipe, steps, str(out)), nprocs=2, join=True)
+        mp.spawn(_worker, args=(2, free_port(), splits, recipe, steps, str(out)), nprocs=2, join=True)
         print(json.dumps({**json.loads(out.read_text()), "cpus": os.cpu_count()}), flush=True)
         out.unlink()

@@ -59,7 +59,7 @@ import typer
 
 from dupq_lab.launch import ENV, local_cluster, same_group_pairs
 from dupq_lab.options import child as run_child
-from dupq_lab.options import integers
+from dupq_lab.options import clocked, integers
 
 CACHE = Path("runs/dedup_scale")
 COSINE = 0.8  # the speed run's cosine threshold (the quality run chooses its own on dev)
@@ -125,10 +125,7 @@ def rotated_blocks(real: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
 def child(kind: str, n: int, threshold: float, synthetic: bool = False, save: str = "") -> None:
     """One timed grouping in this process: prints {"group_seconds": ..., "groups": ...} as its last line."""
     _, real = questions()
-    if synthetic:
-        vectors = rotated_blocks(real, n)
-    else:
-        vectors = np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
+    vectors = rotated_blocks(real, n) if synthetic else np.ascontiguousarray(real[: n or len(real)], dtype=np.float32)
     start, cpu = time.perf_counter(), time.process_time()
     if kind.startswith("dupq"):
         from dupq.dedup.grouping import DedupConfig, dedup_vectors
@@ -186,11 +183,8 @@ def group_sizes(labels: np.ndarray) -> dict:
     """How many groups ``labels`` (-1: in none) make, the largest, and the duplicate pairs they imply."""
     sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.zeros(1, int)
     sizes = sizes[sizes > 0]
-    return {
-        "groups": int(len(sizes)),
-        "largest": int(sizes.max()),
-        "implied_pairs": int((sizes * (sizes - 1) // 2).sum()),
-    }
+    implied = int((sizes * (sizes - 1) // 2).sum())
+    return {"groups": int(len(sizes)), "largest": int(sizes.max()), "implied_pairs": implied}
 
 
 def quality(cosines: list[float]) -> dict:
@@ -223,21 +217,17 @@ def quality(cosines: list[float]) -> dict:
     sweep = {t: pairwise(CLUSTERERS["star"](above(t), n).label, *dev) for t in cosines}
     chosen = max(cosines, key=lambda t: sweep[t]["f1"])
     groupings = {f"dupq {m} (cosine > {chosen})": CLUSTERERS[m](above(chosen), n).label for m in CLUSTERERS}
-    groupings[f"dupq star, the model's verdict (probability > {model.threshold:.2f})"] = CLUSTERERS["star"](
-        by_model, n
-    ).label
+    verdict = f"dupq star, the model's verdict (probability > {model.threshold:.2f})"
+    groupings[verdict] = CLUSTERERS["star"](by_model, n).label
     saved = CACHE / "semhash-labels.npy"
     timed(me("semhash", 0, chosen, 0, saved))
     groupings[f"SemHash self_deduplicate (cosine > {chosen})"] = np.load(saved)
-    table = {}
-    for name, labels in groupings.items():
-        table[name] = {"dev": pairwise(labels, *dev), "test": pairwise(labels, *test), **group_sizes(labels)}
-    return {
-        "questions": n,
-        "dev_sweep_star_f1": {str(t): sweep[t]["f1"] for t in cosines},
-        "chosen_on_dev": chosen,
-        "groupings": table,
+    table = {
+        name: {"dev": pairwise(labels, *dev), "test": pairwise(labels, *test), **group_sizes(labels)}
+        for name, labels in groupings.items()
     }
+    f1 = {str(t): sweep[t]["f1"] for t in cosines}
+    return {"questions": n, "dev_sweep_star_f1": f1, "chosen_on_dev": chosen, "groupings": table}
 
 
 def reranked_quality(rerank: str) -> dict:
@@ -258,12 +248,9 @@ def reranked_quality(rerank: str) -> dict:
     where = {t: i for i, t in enumerate(texts)}
 
     labels = {name: labelled(p, where) for name, p in halves.items()}
-    started = time.perf_counter()
-    vectors = model.encode(texts)  # (N, d)
-    encode_s = {"model": round(time.perf_counter() - started, 1)}
-    started = time.perf_counter()
-    reranked = DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")(texts)  # (N, d') each once
-    encode_s["rerank"] = round(time.perf_counter() - started, 1)
+    vectors, model_s = clocked(model.encode, texts)  # (N, d)
+    reranked, rerank_s = clocked(lambda: DigestCache(reranker, CACHE / f"rerank-{reranker.fingerprint()}")(texts))
+    encode_s = {"model": round(model_s, 1), "rerank": round(rerank_s, 1)}  # the reranker's (N, d') each once
     same, config, table = same_text(texts), DedupConfig(), {}
     runs = {
         f"bundled model (its verdict, {model.threshold_on} > {model.threshold:.2f})": {},
@@ -273,12 +260,11 @@ def reranked_quality(rerank: str) -> dict:
         },
     }
     for name, extra in runs.items():
-        started = time.perf_counter()
-        clusters = dedup_vectors(vectors, model, config, same, **extra)
+        clusters, seconds = clocked(dedup_vectors, vectors, model, config, same, **extra)
         table[name] = {
             **{half: pairwise(clusters.label, *labels[half]) for half in halves},
             **group_sizes(clusters.label),
-            "group_seconds": round(time.perf_counter() - started, 1),
+            "group_seconds": round(seconds, 1),
         }
     return {
         "questions": len(texts),
@@ -350,23 +336,15 @@ def beams(n: int, choices: list[int], sample: int = 20_000) -> dict:
         cpu = time.process_time() - start
         ids = c.search_lists(index, queries, found, k)[1]
         kept = sum(len(x & set(i.tolist())) for x, i in zip(close, ids))
-        rows_out.append(
-            {
-                "beam": beam,
-                "efSearch": beam * config.nprobe,
-                "cpu_microseconds_per_question": round(cpu / sample * 1e6, 1),
-                "close_neighbours_found": round(kept / max(1, sum(map(len, close))), 4),
-            }
-        )
+        row = {
+            "beam": beam,
+            "efSearch": beam * config.nprobe,
+            "cpu_microseconds_per_question": round(cpu / sample * 1e6, 1),
+        }
+        rows_out.append({**row, "close_neighbours_found": round(kept / max(1, sum(map(len, close))), 4)})
         print(json.dumps(rows_out[-1]), file=sys.stderr, flush=True)
-    return {
-        "questions": n,
-        "lists": len(centroids),
-        "sample": sample,
-        "cosine": COSINE,
-        "close_neighbours": sum(map(len, close)),
-        "beams": rows_out,
-    }
+    sizes = {"questions": n, "lists": len(centroids), "sample": sample, "cosine": COSINE}
+    return {**sizes, "close_neighbours": sum(map(len, close)), "beams": rows_out}
 
 
 def on_ray(n: int, exact_below: list[int]) -> dict:
@@ -417,21 +395,17 @@ def main(
         child(kind, int(n), float(t), bool(int(rest[0])) if rest else False, rest[1] if len(rest) > 1 else "")
         return
     machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    if what == "speed":
-        result = speed([50_000, 100_000, 200_000] if sizes is None else sizes)  # --sizes "": the full set, dupq alone
-    elif what == "quality" and rerank is not None:
-        result = reranked_quality(rerank)
-    elif what == "quality":
-        result = quality([float(c) for c in cosines.split(",")])
-    elif what == "ray":
-        result = on_ray(20_000, sizes or [50_000, 10_000])
-    elif what == "star":
-        result = star(sizes or [10_000, 50_000])
-    elif what == "beams":
-        result = beams(5_000_000, sizes or [1, 2, 3, 4, 16])
-    else:
-        result = scale(sizes or [50_000, 500_000, 5_000_000])
-    print(json.dumps({**machine, **result}))
+    runs = {  # each measurement with its default sizes
+        "speed": lambda: speed([50_000, 100_000, 200_000] if sizes is None else sizes),  # "": the full set alone
+        "quality": lambda: (
+            quality([float(c) for c in cosines.split(",")]) if rerank is None else reranked_quality(rerank)
+        ),
+        "ray": lambda: on_ray(20_000, sizes or [50_000, 10_000]),
+        "star": lambda: star(sizes or [10_000, 50_000]),
+        "beams": lambda: beams(5_000_000, sizes or [1, 2, 3, 4, 16]),
+        "scale": lambda: scale(sizes or [50_000, 500_000, 5_000_000]),
+    }
+    print(json.dumps({**machine, **runs[what]()}))
 
 
 if __name__ == "__main__":  # a timed child (me()) starts here, without the CLI's start

@@ -37,7 +37,7 @@ from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Index, Seed, latency_ms, timed
+from dupq_lab.options import DATA, Data, Index, Seed, clocked, latency_ms, timed
 
 FILTERS = {"100%": 1000, "67%": 667, "50%": 500, "33%": 333, "5%": 50, "1%": 10, "0.1%": 1}  # groups kept, of 1,000
 
@@ -45,11 +45,9 @@ FILTERS = {"100%": 1000, "67%": 667, "50%": 500, "33%": 333, "5%": 50, "1%": 10,
 def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, kept: np.ndarray) -> float:
     """Mean share of each row of ``found`` (ids) whose exact score reaches the exact 10th among ``kept`` ids."""
     best, _ = search(queries, vectors[kept], 10)  # (Q, 10)
-    shares = []
-    for q, ids in enumerate(found):
-        ids = ids[ids >= 0]
-        scores = vectors[ids] @ queries[q]
-        shares.append(float(np.sum(scores >= best[q, -1] - 1e-6)) / best.shape[1])
+    shares = [
+        np.sum(vectors[ids[ids >= 0]] @ queries[q] >= best[q, -1] - 1e-6) / best.shape[1] for q, ids in enumerate(found)
+    ]
     return float(np.mean(shares))
 
 
@@ -75,12 +73,7 @@ def main(
         groups = rng.integers(0, 1000, len(texts))
         started = time.perf_counter()
         Collection.build(
-            folder,
-            texts,
-            Model.load(),
-            keys=keys,
-            metadata=[{"group": int(g)} for g in groups],
-            index=index,
+            folder, texts, Model.load(), keys=keys, metadata=[{"group": int(g)} for g in groups], index=index
         ).close()
         build_s = round(time.perf_counter() - started, 1)
     try:
@@ -95,19 +88,14 @@ def main(
             results = {}
             for name, kept_groups in FILTERS.items():
                 where = {"group": list(range(kept_groups))}
-                t = time.perf_counter()
-                coll.nearest(query_vectors[:1], 10, where=where)  # reads the matching ids once
-                first = time.perf_counter() - t
+                _, first = clocked(coll.nearest, query_vectors[:1], 10, where=where)  # reads the matching ids once
                 _, seconds = timed(lambda q, w=where: coll.nearest(q[None], 10, where=w), query_vectors)
                 found = coll.nearest(query_vectors, 10, where=where)[1]
                 kept = np.flatnonzero(group < kept_groups)
                 assert np.isin(found[found >= 0], kept).all(), "a hit outside the filter"
-                results[name] = {
-                    "kept": int(len(kept)),
-                    "recall@10": round(recall_at_10(found, query_vectors, vectors, kept), 4),
-                    **latency_ms(seconds),
-                    "first_filter_ms": round(first * 1000, 1),
-                }
+                share = round(recall_at_10(found, query_vectors, vectors, kept), 4)
+                results[name] = {"kept": len(kept), "recall@10": share, **latency_ms(seconds)}
+                results[name]["first_filter_ms"] = round(first * 1000, 1)
             unfiltered = float(np.percentile(plain, 50))
             for row in results.values():
                 row["vs_unfiltered"] = round(row["p50_ms"] / 1000 / unfiltered, 2)

@@ -18,7 +18,6 @@ another), and of those the one with the fewest bytes a question, then the fastes
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,7 +29,7 @@ import typer
 from dupq.data.questions import read_questions
 from dupq.index.vectors import search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder, integers, timed
+from dupq_lab.options import DATA, Data, ModelFolder, clocked, integers, timed
 
 
 def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.ndarray:
@@ -40,9 +39,7 @@ def timed_single_queries(index: faiss.Index, queries: np.ndarray, k: int) -> np.
     return np.asarray(timed(lambda q: index.search(q[None], k), queries)[1]) * 1e6
 
 
-def recall_at_k(
-    index: faiss.Index, queries: np.ndarray, vectors: np.ndarray, exact: np.ndarray, k: int
-) -> tuple[float, float]:
+def recall_at_k(index, queries: np.ndarray, vectors: np.ndarray, exact: np.ndarray, k: int) -> tuple[float, float]:
     """Recall@k over the queries and its standard error (of the mean of the queries' own recalls)."""
     found = index.search(queries, k)[1]  # (Q, k)
     true = np.einsum("qd,qkd->qk", queries, vectors[found])  # (Q, k) the true scores of what was found
@@ -50,9 +47,7 @@ def recall_at_k(
     return float(per_query.mean()), float(per_query.std(ddof=1) / np.sqrt(len(per_query)))
 
 
-def graph(
-    vectors: np.ndarray, m: int, ef_construction: int, graphs: Path | None, build_threads: int
-) -> tuple[faiss.Index, float | None]:
+def graph(vectors: np.ndarray, m: int, ef_construction: int, graphs: Path | None, build_threads: int) -> tuple:
     """The HNSW graph of ``vectors`` for (M, efConstruction) and its build seconds: read from ``--graphs``
     when built there before (``None`` seconds), else built (and kept there)."""
     kept = graphs / f"hnsw_m{m}_efc{ef_construction}.faiss" if graphs else None
@@ -64,9 +59,7 @@ def graph(
     faiss.omp_set_num_threads(build_threads or faiss.omp_get_max_threads())
     index = faiss.IndexHNSWFlat(vectors.shape[1], m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = ef_construction
-    t0 = time.perf_counter()
-    index.add(vectors)
-    build_s = time.perf_counter() - t0
+    _, build_s = clocked(index.add, vectors)
     if kept is not None:
         graphs.mkdir(parents=True, exist_ok=True)
         faiss.write_index(index, str(kept) + ".tmp")
@@ -105,17 +98,11 @@ def main(
                 index.hnsw.efSearch = ef_search
                 us = timed_single_queries(index, queries, 10)
                 found, se = recall_at_k(index, queries, vectors, exact, 10)
-                row = {
-                    "m": m,
-                    "ef_construction": ef_construction,
-                    "ef_search": ef_search,
-                    "recall@10": round(found, 4),
-                    "recall@10_se": round(se, 4),
-                    "p50_us": round(float(np.percentile(us, 50)), 1),
-                    "p99_us": round(float(np.percentile(us, 99)), 1),
-                    "build_s": None if build_s is None else round(build_s, 1),
-                    "bytes_per_question": round(size / len(vectors), 1),
-                }
+                row = {"m": m, "ef_construction": ef_construction, "ef_search": ef_search}
+                row |= {"recall@10": round(found, 4), "recall@10_se": round(se, 4)}
+                row |= {f"p{q}_us": round(float(np.percentile(us, q)), 1) for q in (50, 99)}
+                row["build_s"] = None if build_s is None else round(build_s, 1)
+                row["bytes_per_question"] = round(size / len(vectors), 1)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     # two standard errors down: a setting that only just reaches the bar on these queries may miss it on others

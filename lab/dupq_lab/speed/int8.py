@@ -30,6 +30,7 @@ first 50. Needs the ``quality`` extra, and ``onnx`` and ``onnxruntime`` for the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -54,16 +55,9 @@ from dupq_lab.options import DATA, Data, Threads, report
 
 WARMUP = 128
 ONE_QUERY = 50  # new questions encoded one at a time for one_query_ms
-VARIANTS = (
-    "torch float32",
-    "torch int8",
-    "torch int8 all",
-    "onnx float32",
-    "onnx int8",
-    "onnx int8 ffn float",
-    "onnx int8 full range",
-    "onnx float32 fused",
-    "onnx int8 fused",
+VARIANTS = (  # --variants' default: every variant, the first the reference
+    "torch float32,torch int8,torch int8 all,onnx float32,onnx int8,onnx int8 ffn float,onnx int8 full range,"
+    "onnx float32 fused,onnx int8 fused"
 )
 Encode = Callable[[list[str]], np.ndarray]
 
@@ -145,9 +139,7 @@ def measured(
 
 def main(
     models: Annotated[str, typer.Option(help="Named models, comma-separated.")] = "minilm,mpnet",
-    variants: Annotated[str, typer.Option(help="Variants, comma-separated; the first is the reference.")] = ",".join(
-        VARIANTS
-    ),
+    variants: Annotated[str, typer.Option(help="Variants, comma-separated; the first is the reference.")] = VARIANTS,
     distractors: Annotated[int, typer.Option(min=1, help="Quora dev questions in the help-desk collection.")] = 2000,
     recall: Annotated[
         bool,
@@ -165,47 +157,33 @@ def main(
     result = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name in models.split(","):
-            chosen = variants.split(",")
-            vectors, figures = measured(
-                {v: encoder(name, v, threads, Path(scratch)) for v in chosen}, texts, task, recall, chunk
-            )
-            reference, base = vectors[chosen[0]], figures[chosen[0]]
-            for variant in chosen:
+            encoders = {v: encoder(name, v, threads, Path(scratch)) for v in variants.split(",")}
+            vectors, figures = measured(encoders, texts, task, recall, chunk)
+            first = variants.split(",")[0]  # the reference
+            reference, base = vectors[first], figures[first]
+            for variant, row in figures.items():
                 cosines = (reference[on_quora] * vectors[variant][on_quora]).sum(1)  # (Q,)
-                result[f"{name} / {variant}"] = {
-                    **figures[variant],
-                    "speedup": round(figures[variant]["questions_per_s"] / base["questions_per_s"], 2),
-                    "cosine_to_float32": {
-                        "min": round(float(cosines.min()), 4),
-                        "p1": round(float(np.percentile(cosines, 1)), 4),
-                        "mean": round(float(cosines.mean()), 4),
-                    },
+                row["speedup"] = round(row["questions_per_s"] / base["questions_per_s"], 2)
+                row["cosine_to_float32"] = {
+                    "min": round(float(cosines.min()), 4),
+                    "p1": round(float(np.percentile(cosines, 1)), 4),
+                    "mean": round(float(cosines.mean()), 4),
                 }
                 if recall:
-                    result[f"{name} / {variant}"]["recall@1_lost"] = round(
-                        base["recall@1"] - figures[variant]["recall@1"], 4
-                    )
+                    row["recall@1_lost"] = round(base["recall@1"] - row["recall@1"], 4)
+                result[f"{name} / {variant}"] = row
             print(json.dumps({k: v for k, v in result.items() if k.startswith(f"{name} / ")}), flush=True)  # so far
-    made_of = {
-        "questions": len(texts),
-        "quora_questions": len(on_quora),
-        "help_desk_queries": len(task.queries) if recall else 0,
-    }
+    made_of = {"questions": len(texts), "quora_questions": len(on_quora)}
+    report({"variants": result, **made_of, "help_desk_queries": len(task.queries) if recall else 0, **context(threads)})
+
+
+def context(threads: int, **more) -> dict:
+    """The threads, the load average at the end (a shared machine's: the ratios of one run are what count), ``more``,
+    the versions of torch and ONNX Runtime (where installed) and the machine."""
     versions = {"torch": torch.__version__}
-    try:
+    if importlib.util.find_spec("onnxruntime"):
         import onnxruntime
 
         versions["onnxruntime"] = onnxruntime.__version__
-    except ImportError:
-        pass
-    load = [round(x, 2) for x in os.getloadavg()]  # a shared machine's: the ratios of one run are what count
-    report(
-        {
-            "variants": result,
-            **made_of,
-            "threads": threads,
-            "load_average_at_end": load,
-            **versions,
-            "machine": platform.machine(),
-        }
-    )
+    load = [round(x, 2) for x in os.getloadavg()]
+    return {"threads": threads, "load_average_at_end": load, **more, **versions, "machine": platform.machine()}

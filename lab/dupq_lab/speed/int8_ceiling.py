@@ -25,8 +25,6 @@ float32) is the most int8 by ONNX Runtime can give against the product's float32
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -43,6 +41,7 @@ from dupq.evaluation.tasks import quora_distractors
 from dupq.modeling.pretrained import load_sentence_transformer, quantize
 from dupq.modeling.sentence_model import ENCODE_BATCH
 from dupq_lab.options import DATA, Data, Threads, report
+from dupq_lab.speed.int8 import context
 
 MATMULS = {"MatMul", "FusedMatMul", "Gemm", "MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 QUANTISING = {"DynamicQuantizeLinear"}
@@ -75,16 +74,14 @@ def kernel(transformer, rows: int, repeats: int, threads: int, scratch: Path) ->
     graph = dense_graph(weight.numpy(), bias.numpy(), scratch / "dense.onnx")
     float_session, int8_session = session(graph, threads), session(quantized(graph), threads)
     feed = {"x": x.numpy()}
+    ways = {
+        "torch float32": lambda: torch.nn.functional.linear(x, weight, bias),
+        "torch int8": lambda: int8_dense(x),
+        "onnx float32": lambda: float_session.run(None, feed),
+        "onnx int8": lambda: int8_session.run(None, feed),
+    }
     with torch.inference_mode():
-        seconds = timed(
-            {
-                "torch float32": lambda: torch.nn.functional.linear(x, weight, bias),
-                "torch int8": lambda: int8_dense(x),
-                "onnx float32": lambda: float_session.run(None, feed),
-                "onnx int8": lambda: int8_session.run(None, feed),
-            },
-            repeats,
-        )
+        seconds = timed(ways, repeats)
     flops = 2 * rows * weight.shape[0] * weight.shape[1]
     return {
         "shape": f"{rows} x {weight.shape[1]} x {weight.shape[0]}",
@@ -131,14 +128,10 @@ def encoder_profile(transformer, texts: list[str], threads: int, repeats: int, s
         onnx_encoder(transformer, profiled)(texts)
         shares[way] = operator_shares(Path(profiled.end_profiling()))
     encoders = {way: onnx_encoder(transformer, session(path, threads)) for way, path in graphs.items()}
+    ways = {"torch float32": lambda: transformer.encode(texts, batch_size=ENCODE_BATCH, show_progress_bar=False)}
+    ways |= {way: lambda e=encode: e(texts) for way, encode in encoders.items()}
     with torch.inference_mode():
-        seconds = timed(
-            {
-                "torch float32": lambda: transformer.encode(texts, batch_size=ENCODE_BATCH, show_progress_bar=False),
-                **{way: lambda e=encode: e(texts) for way, encode in encoders.items()},
-            },
-            repeats,
-        )
+        seconds = timed(ways, repeats)
     return {"profile": shares, "encoder_questions_per_s": {w: round(len(texts) / s, 1) for w, s in seconds.items()}}
 
 
@@ -178,19 +171,6 @@ def main(
             "ceiling_over_torch_float32": round(ceiling * qps["onnx float32"] / qps["torch float32"], 2),
         }
         print(json.dumps({name: result[name]}), flush=True)  # so far
-    import onnxruntime
-
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    report(
-        {
-            "models": result,
-            "questions": len(texts),
-            "threads": threads,
-            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-            "avx2": "avx2" in flags,
-            "avx512_vnni": "avx512_vnni" in flags or "avx_vnni" in flags,
-            "torch": torch.__version__,
-            "onnxruntime": onnxruntime.__version__,
-            "machine": platform.machine(),
-        }
-    )
+    vnni = "avx512_vnni" in flags or "avx_vnni" in flags
+    report({"models": result, "questions": len(texts), **context(threads, avx2="avx2" in flags, avx512_vnni=vnni)})

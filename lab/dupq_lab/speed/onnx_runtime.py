@@ -69,13 +69,10 @@ def dense_graph(weight: np.ndarray, bias: np.ndarray, path: Path) -> Path:
         helper.make_node("MatMul", ["x", "w"], ["xw"], name="dense/MatMul"),
         helper.make_node("Add", ["xw", "b"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "dense",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", n_in])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", n_out])],
-        [numpy_helper.from_array(np.ascontiguousarray(weight.T), "w"), numpy_helper.from_array(bias, "b")],
-    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", n_in])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", n_out])
+    weights = [numpy_helper.from_array(np.ascontiguousarray(weight.T), "w"), numpy_helper.from_array(bias, "b")]
+    graph = helper.make_graph(nodes, "dense", [x], [y], weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 

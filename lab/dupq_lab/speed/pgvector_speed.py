@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import platform
 import shutil
 import sys
@@ -34,9 +35,10 @@ import typer
 from dupq.collection.location import Location
 from dupq.collection.manifest import new_manifest
 from dupq.data.questions import read_questions
-from dupq.index.vectors import IndexConfig, search
+from dupq.index.vectors import IndexConfig
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Seed, latency_ms, report, timed
+from dupq_lab.options import DATA, Data, Seed, clocked, latency_ms, report, timed
+from dupq_lab.speed.filtered_search import recall_at_10
 
 FILTERS = {"50%": 500, "5%": 50, "0.1%": 1}  # groups kept, of 1,000
 CHUNK = 50_000
@@ -79,19 +81,7 @@ def build(where: str, config: IndexConfig, texts, keys, groups, vectors):
     """A backend at ``where`` holding the questions (built through the backend itself), and its build seconds."""
     location = Location.parse(where)
     manifest = new_manifest(Model.load(), config)
-    started = time.perf_counter()
-    backend = location.backend().build(location, manifest, chunks(texts, keys, groups, vectors))
-    return backend, time.perf_counter() - started
-
-
-def recall_at_10(found: np.ndarray, queries: np.ndarray, vectors: np.ndarray, kept: np.ndarray) -> float:
-    """Mean share of each row of ``found`` (ids = positions) whose exact score reaches the exact 10th among ``kept``."""
-    best, _ = search(queries, vectors[kept], 10)  # (Q, 10)
-    shares = [
-        float(np.sum(vectors[ids[ids >= 0]] @ queries[q] >= best[q, -1] - 1e-6)) / best.shape[1]
-        for q, ids in enumerate(found)
-    ]
-    return float(np.mean(shares))
+    return clocked(lambda: location.backend().build(location, manifest, chunks(texts, keys, groups, vectors)))
 
 
 def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarray) -> dict:
@@ -105,11 +95,8 @@ def measure(backend, queries: np.ndarray, vectors: np.ndarray, groups: np.ndarra
         backend.search(queries[:1], 10, where)  # a filter's first use (FAISS reads its ids; Postgres counts them)
         found, seconds = timed(lambda q, w=where: backend.search(q[None], 10, w)[1][0], queries)
         found = np.array([np.pad(f, (0, 10 - len(f)), constant_values=-1) for f in found])
-        out[name] = {
-            "kept": int(kept.sum()),
-            "recall@10": round(recall_at_10(found, queries, vectors, np.flatnonzero(kept)), 4),
-            **latency_ms(seconds),
-        }
+        share = round(recall_at_10(found, queries, vectors, np.flatnonzero(kept)), 4)
+        out[name] = {"kept": int(kept.sum()), "recall@10": share, **latency_ms(seconds)}
         progress(f"  filter {name}: {json.dumps(out[name])}")
     return out
 
@@ -147,6 +134,6 @@ def main(
             "results": results,
             "threads": 1,
             "machine": platform.machine(),
-            "cpus": __import__("os").cpu_count(),
+            "cpus": os.cpu_count(),
         }
     )

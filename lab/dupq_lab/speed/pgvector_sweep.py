@@ -51,16 +51,9 @@ def main(
                         for efs in integers(ef_search):
                             backend.config = dataclasses.replace(config, ef_search=efs)
                             found, seconds = timed(lambda q, b=backend: b.search(q[None], 10)[1][0], picked)
-                            row = {
-                                "m": links,
-                                "ef_construction": efc,
-                                "ef_search": efs,
-                                "recall@10": round(
-                                    recall_at_10(np.array(found), picked, vectors, np.arange(len(vectors))), 4
-                                ),
-                                "p50_ms": latency_ms(seconds)["p50_ms"],
-                                "build_s": round(build_s, 1),
-                            }
+                            share = recall_at_10(np.array(found), picked, vectors, np.arange(len(vectors)))
+                            row = {"m": links, "ef_construction": efc, "ef_search": efs, "recall@10": round(share, 4)}
+                            row |= {"p50_ms": latency_ms(seconds)["p50_ms"], "build_s": round(build_s, 1)}
                             rows.append(row)
                             print(json.dumps(row), flush=True)
                     finally:

@@ -47,8 +47,7 @@ def run(model: str, path: Path, chunk: int) -> dict:
     """One `dupq predict --pairs` child: seconds, output lines, peak RSS (MiB) of that child."""
     out_path = path.with_suffix(".out")
     command = [sys.executable, "-m", "dupq.cli", "predict", "--pairs", str(path), "--chunk", str(chunk)]
-    if model:
-        command += ["--model", model]
+    command += ["--model", model] if model else []
     started = time.perf_counter()
     with open(out_path, "wb") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE)
@@ -95,10 +94,7 @@ def main(
             "model": str(model or "bundled"),
             "chunk": chunk,
             "file_mib": round(size_mib, 1),
-            "lines": second["lines"],
-            "seconds": second["seconds"],
-            "pairs_per_s": second["pairs_per_s"],
-            "peak_rss_mib": second["peak_rss_mib"],
+            **second,  # lines, seconds, pairs_per_s, peak_rss_mib of the long run
             f"peak_rss_mib_at_{small}": first["peak_rss_mib"],
             f"pairs_per_s_at_{small}": first["pairs_per_s"],
             "rss_growth_mib": round(second["peak_rss_mib"] - first["peak_rss_mib"], 1),

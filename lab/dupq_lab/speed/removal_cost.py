@@ -33,7 +33,7 @@ import typer
 from dupq.collection.collection import Collection
 from dupq.data.questions import read_questions
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, Seed, timed
+from dupq_lab.options import DATA, Data, Seed, clocked, timed
 from dupq_lab.speed.filtered_search import recall_at_10
 
 
@@ -71,18 +71,11 @@ def main(
     logger.addHandler(rebuilds)
     logger.setLevel(logging.INFO)
     try:
-        started = time.perf_counter()
-        coll = Collection.build(folder, texts, Model.load(), keys=keys, index="hnsw")
-        build_s = time.perf_counter() - started
+        coll, build_s = clocked(lambda: Collection.build(folder, texts, Model.load(), keys=keys, index="hnsw"))
         with coll:
             newest = keys[len(keys) - int(len(keys) * undo) :]
-            started = time.perf_counter()
-            coll.remove(newest)
-            settled(coll)
-            undo_s = time.perf_counter() - started
-            started = time.perf_counter()
-            _, seconds = timed(lambda key: (coll.remove([key]), settled(coll)), keys[:removals])
-            removals_s = time.perf_counter() - started
+            _, undo_s = clocked(lambda: (coll.remove(newest), settled(coll)))
+            (_, seconds), removals_s = clocked(timed, lambda key: (coll.remove([key]), settled(coll)), keys[:removals])
             live = np.array([i for i, *_ in coll.stored_rows()])  # (N',) the stored ids
             by_id = np.zeros((len(keys), coll.manifest["dim"]), np.float32)  # (N, d): zero where removed
             by_id[live] = coll.stored_vectors()

@@ -48,7 +48,7 @@ import typer
 from dupq.collection.rerank import rerank_candidates
 from dupq.core.errors import DupqError
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Rounds, Seconds, one_sentence
+from dupq_lab.options import DATA, RUNS, Data, ModelFolder, Rounds, Seconds, clocked, one_sentence
 from dupq_lab.options import child as run_child
 
 TARGETS = {"build_ratio": 2.0, "stored_search_p50_ms": 30.0, "first_search_p50_ms": 1500.0, "serve_per_s": 100.0}
@@ -62,9 +62,7 @@ def built(corpus: Path, out: Path, model: Optional[Path], rerank: str | None) ->
     command = [sys.executable, "-m", "dupq.cli", "index", "build", str(corpus), "--out", str(out)]
     command += ["--model", str(model)] if model else []
     command += ["--rerank", rerank] if rerank else []
-    started = time.perf_counter()
-    run_child(command, "dupq index build", DupqError)
-    return time.perf_counter() - started
+    return clocked(run_child, command, "dupq index build", DupqError)[1]
 
 
 def apart(coll, queries: list[str], wanted: int) -> list[str]:
@@ -185,13 +183,9 @@ def measure(
         times["plain"].append(built(source, work / "plain", model, None))
         times["reranked"].append(built(source, work / "reranked", model, rerank))
     plain, reranked = statistics.median(times["plain"]), statistics.median(times["reranked"])
-    out = {
-        "collection_questions": len(corpus),
-        "model": str(model or "bundled"),
-        "rerank": rerank,
-        "k": rerank_candidates(Model.load(rerank)),
-        "build": {"plain_s": round(plain, 2), "rerank_s": round(reranked, 2), "ratio": round(reranked / plain, 3)},
-    }
+    build = {"plain_s": round(plain, 2), "rerank_s": round(reranked, 2), "ratio": round(reranked / plain, 3)}
+    out = {"collection_questions": len(corpus), "model": str(model or "bundled"), "rerank": rerank}
+    out |= {"k": rerank_candidates(Model.load(rerank)), "build": build}
     # a child process: one torch thread for the searches, as dupq search runs, and this one keeps its own
     into = work / "searched.json"
     spec = json.dumps({"folder": str(work / "reranked"), "queries": queries, "wanted": searches})
@@ -206,11 +200,8 @@ def measure(
         "first_search_p50_ms": out["first_search"]["p50_ms"] <= TARGETS["first_search_p50_ms"],
         "serve_per_s": out["serve"]["reranked"]["per_s"] >= TARGETS["serve_per_s"],
     }
-    out["machine"] = {
-        "cpus": os.cpu_count(),
-        "load_average_1m_at_start": round(load_at_start, 2),
-        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-    }
+    load = {"load_average_1m_at_start": round(load_at_start, 2), "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
+    out["machine"] = {"cpus": os.cpu_count(), **load}
     return out
 
 

@@ -41,7 +41,7 @@ from dupq.collection.folder.backend import INDEX_FILE
 from dupq.data.questions import read_questions
 from dupq.index.vectors import IndexConfig, search
 from dupq.modeling.model import Model
-from dupq_lab.options import DATA, Data, ModelFolder, latency_ms
+from dupq_lab.options import DATA, Data, ModelFolder, clocked, latency_ms
 
 SETTINGS = {"hnsw": ("hnsw_m", "ef_construction", "ef_search"), "ivfpq": ("nlist", "pq_m", "nprobe", "rerank")}
 
@@ -55,27 +55,15 @@ def measure(coll: Collection, queries: list[str], batches: int) -> dict:
         coll.search([q], k=10)
     total, encode, index = [], [], []
     for q in queries:
-        t0 = time.perf_counter()
-        coll.search([q], k=10)
-        total.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        v = coll.model.encode([q])
-        encode.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        coll.nearest(v, 10)
-        index.append(time.perf_counter() - t0)
+        total.append(clocked(coll.search, [q], k=10)[1])
+        v, seconds = clocked(coll.model.encode, [q])
+        encode.append(seconds)
+        index.append(clocked(coll.nearest, v, 10)[1])
     rng = np.random.default_rng(1)
     batch_queries = [[queries[i] for i in rng.integers(0, len(queries), 256)] for _ in range(batches)]
-    t0 = time.perf_counter()
-    for batch in batch_queries:
-        coll.search(batch, k=10)
-    qps = 256 * batches / (time.perf_counter() - t0)
-    return {
-        **latency_ms(total),
-        "encode_p50_ms": latency_ms(encode)["p50_ms"],
-        "index_p50_ms": latency_ms(index)["p50_ms"],
-        "batch256_qps": round(qps, 1),
-    }
+    qps = 256 * batches / clocked(lambda: [coll.search(batch, k=10) for batch in batch_queries])[1]
+    parts = {"encode_p50_ms": latency_ms(encode)["p50_ms"], "index_p50_ms": latency_ms(index)["p50_ms"]}
+    return {**latency_ms(total), **parts, "batch256_qps": round(qps, 1)}
 
 
 def main(
@@ -97,11 +85,10 @@ def main(
         faiss.omp_set_num_threads(threads)
 
     model_folder, model = model, Model.load(model)
-    t0 = time.perf_counter()
-    qs = read_questions(data)
+    qs, read_s = clocked(read_questions, data)
     result: dict = {
         "questions": len(qs),
-        "read_s": round(time.perf_counter() - t0, 1),
+        "read_s": round(read_s, 1),
         "model": str(model_folder or "bundled"),
         "threads": {"torch": torch.get_num_threads(), "faiss": faiss.omp_get_max_threads()},
     }
@@ -112,13 +99,11 @@ def main(
     try:
         for kind in index.split(","):
             folder = work / f"quora-{kind}"
-            t0 = time.perf_counter()
             config = IndexConfig(kind, nlist=nlist, pq_m=pq_m, nprobe=nprobe, rerank=rerank)
+            started = time.perf_counter()
             Collection.build(folder, qs.texts, model, keys=qs.keys, index=config).close()
-            build_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            coll = Collection.open(folder, model)
-            open_s = time.perf_counter() - t0
+            build_s = time.perf_counter() - started
+            coll, open_s = clocked(Collection.open, folder, model)
             result[kind] = {
                 "build_s": round(build_s, 1),
                 "size_mb": round(folder_mb(folder), 1),

@@ -12,7 +12,6 @@ listed under ``cpu_flags``.
 from __future__ import annotations
 
 import platform
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -22,7 +21,7 @@ import typer
 
 from dupq.data.pairs import read_pairs, split_pairs
 from dupq.training.distil.teacher import load_teacher
-from dupq_lab.options import DATA, Data, Threads, report
+from dupq_lab.options import DATA, Data, Threads, clocked, report
 
 WARMUP = 128
 
@@ -40,9 +39,7 @@ def cpu_flags() -> list[str]:
 
 def timed(encode, texts: list[str]) -> tuple[np.ndarray, float]:
     encode(texts[:WARMUP])
-    started = time.perf_counter()
-    vectors = encode(texts)
-    return vectors, time.perf_counter() - started
+    return clocked(encode, texts)
 
 
 def main(
@@ -69,10 +66,7 @@ def main(
             "teacher": name.removesuffix(" (bf16)"),
             "questions_per_s": rates,
             "bf16_speedup": round(rates["bfloat16"] / rates["float32"], 2),
-            "cosine_bf16_vs_float32": {
-                "min": round(float(cosines.min()), 6),
-                "mean": round(float(cosines.mean()), 6),
-            },
+            "cosine_bf16_vs_float32": {"min": round(float(cosines.min()), 6), "mean": round(float(cosines.mean()), 6)},
             "questions": len(texts),
             "threads": threads,
             "cpu_flags": cpu_flags(),

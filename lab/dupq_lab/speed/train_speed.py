@@ -41,7 +41,7 @@ from dupq.training.distributed import World
 from dupq.training.loop import Update
 from dupq.training.presets import KEYS, read_preset
 from dupq.training.setup import batch_sources, build_model, build_vocabulary
-from dupq_lab.options import DATA, Data, child, last_json, report
+from dupq_lab.options import DATA, Data, child, clocked, last_json, report
 
 
 def _preset(name: str, **changes) -> tuple[dict, dict]:
@@ -121,13 +121,9 @@ def main(
 
     model = Model(LSTMEncoder(vocab, built.encoder), Judge(built.head))  # the last recipe's: the bundled model's shape
     questions = list(dict.fromkeys(pairs.q1 + pairs.q2))[:encode]
-    t0 = time.perf_counter()
-    vocab.encode(questions)
-    tokenize_rate = len(questions) / (time.perf_counter() - t0)
+    tokenize_rate = len(questions) / clocked(vocab.encode, questions)[1]
     model.encode(questions[:5000])  # warm-up
-    t0 = time.perf_counter()
-    model.encode(questions)
-    encode_rate = len(questions) / (time.perf_counter() - t0)
+    encode_rate = len(questions) / clocked(model.encode, questions)[1]
 
     report(
         {

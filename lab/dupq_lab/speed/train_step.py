@@ -78,14 +78,10 @@ def profile(splits, recipe: str, chunks: int, steps: int, bf16: bool = False, de
         padded += sum(int(batch.lengths[c].max()) * len(c) for c in torch.tensor_split(order, max(1, chunks)) if len(c))
         pairs += len(index)
     total = sum(spent.values())
-    return {
-        "chunks": chunks,
-        "bf16": bf16,
-        "dense": dense,
-        "ms_per_step": {k: round(v / steps * 1000, 1) for k, v in spent.items()},
-        "pairs_per_s": round(pairs / total),
-        "tokens_per_step": {"real": real // steps, "padded": padded // steps},
-    }
+    ms = {k: round(v / steps * 1000, 1) for k, v in spent.items()}
+    tokens = {"real": real // steps, "padded": padded // steps}
+    variant = {"chunks": chunks, "bf16": bf16, "dense": dense}
+    return {**variant, "ms_per_step": ms, "pairs_per_s": round(pairs / total), "tokens_per_step": tokens}
 
 
 def main(
@@ -102,8 +98,7 @@ def main(
     rows = []
     for variant in variants.split():
         chunks, *rest = variant.split(",")
-        unknown = set(rest) - {"bf16", "dense"}
-        if unknown:
+        if set(rest) - {"bf16", "dense"}:
             raise typer.BadParameter(f"a variant is CHUNKS[,bf16][,dense], not {variant!r}")
         rows.append(profile(splits, recipe, int(chunks), steps, "bf16" in rest, "dense" in rest))
     report(
