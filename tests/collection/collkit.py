@@ -10,9 +10,7 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-from typer.testing import CliRunner
 
-from dupq.cli import app
 from dupq.collection.backend import check_where, hidden, matches
 from dupq.index.vectors import search as exact_search
 
@@ -20,11 +18,6 @@ ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 DUPQ = [sys.executable, "-c", "from dupq.cli import main; main()"]  # `dupq` as a user runs it, in another process
 TOPICS = ["Python", "the sky", "weight", "Mongolia", "volcanoes", "French", "rice", "chess", "taxes", "guitars"]
 ASKS = ["How do I learn about {}?", "Why is {} so hard?", "What is the history of {}?", "Where can I read about {}?"]
-
-
-def cli(*args):
-    """`dupq ARGS` in this process (``CliRunner``), each argument a string or a path."""
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def synthetic(n: int, offset: int = 0) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
-from collkit import DUPQ, cli, distinct, kill_9_when, synthetic
+from collkit import DUPQ, distinct, kill_9_when, synthetic
 
 import dupq.collection.folder.cache
 import dupq.collection.folder.sqlite
@@ -24,6 +24,7 @@ from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig, search, training_size
 from dupq.modeling.model import Model
 from support.errors import refused
+from support.kit import cli
 from support.servicekit import milvus_or_skip
 
 

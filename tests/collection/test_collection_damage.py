@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from collkit import TOPICS, cli
+from collkit import TOPICS
 from fastapi.testclient import TestClient
 
 from dupq.collection.collection import Collection
@@ -26,6 +26,7 @@ from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_DEPTH
 from dupq.modeling.model import Model
 from support.errors import refused
+from support.kit import cli
 
 TEXTS = [f"How do I learn about {TOPICS[i % 10]} in step {i}?" for i in range(40)]
 

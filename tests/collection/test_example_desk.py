@@ -9,10 +9,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from collkit import cli
-
 from dupq import Collection
 from dupq.evaluation.collection_calibration import MIN_EACH
+from support.kit import cli
 
 DESK = Path(__file__).resolve().parents[2] / "examples" / "desk"
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from collkit import ASKS, TOPICS, check_search, cli, kill_9_when
+from collkit import ASKS, TOPICS, check_search, kill_9_when
 from fastapi.testclient import TestClient
 
 from dupq.collection.backend import check_where, matches
@@ -30,6 +30,7 @@ from dupq.index.vectors import search as exact_search
 from dupq.modeling.model import Model
 from dupq.service.app import create_app
 from support.errors import refused
+from support.kit import cli
 from support.serving import metric
 
 N = 400

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-from collkit import ONE_THREAD, cli, kill_9_when
+from collkit import ONE_THREAD, kill_9_when
 from fastapi.testclient import TestClient
 
 from dupq.collection.backend import check_where, matches
@@ -27,6 +27,7 @@ from dupq.core.errors import DupqError
 from dupq.index.vectors import search as exact_search
 from dupq.service.app import create_app
 from support.errors import refused
+from support.kit import cli
 from support.private import postgres_connections
 from support.serving import ServeProcess, http
 

@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from collkit import cli, distinct, kill_9_when
+from collkit import distinct, kill_9_when
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +24,7 @@ from dupq.collection.reencode import reencode
 from dupq.collection.rerank import RERANK_CANDIDATES, HeldVectors, joined, rerank_candidates
 from dupq.core.errors import DupqError
 from support.errors import refused
+from support.kit import cli
 
 K = 20  # candidates in these tests
 

@@ -21,8 +21,8 @@ from dupq.modeling.encoders import ENCODERS
 from dupq.modeling.folder_format import FORMAT, Metrics, ModelConfig, check_threshold
 from dupq.modeling.model import BUNDLED, Model
 from dupq.modeling.probability import calibrated
-from kit import edit_json, one_sentence
 from support.errors import refused
+from support.kit import edit_json, one_sentence
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import torch
 from dupq.data.duplicates import duplicate_groups
 from dupq.data.tokenizer import Vocabulary
 from dupq.training.batches import PairBatches, false_negatives
-from kit import make_pairs
+from support.kit import make_pairs
 
 
 def naive_components(texts, edges):

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from dupq.cli import app
 from dupq.data.pairs import split_pairs
 from dupq.data.tokenizer import PAD, UNK, Vocabulary, word_parts
-from kit import edit_json, one_sentence
 from support.errors import refused
+from support.kit import edit_json, one_sentence
 
 # Keras' DEFAULT_STRIP_REGEX, written as Keras writes it.
 KERAS_STRIP = r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']'

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import csv
 
-from typer.testing import CliRunner
-
-from dupq.cli import app
+from support.kit import cli
 
 
 def pool_texts(splits, n: int) -> list[str]:
@@ -51,4 +49,4 @@ def check_streamed_as_in_memory(path, memory) -> None:
 
 def run_cli(*args):
     """`dupq dedup ARGS --no-progress` in this process."""
-    return CliRunner().invoke(app, ["dedup", *map(str, args), "--no-progress"])
+    return cli("dedup", *args, "--no-progress")

@@ -14,7 +14,7 @@ from dupq.evaluation.tasks import CLEAN_PAIRS as PAIRS
 from dupq.evaluation.tasks import judged_clean_pairs
 from dupq.modeling.model import Model
 from dupq.modeling.verdict import on_cosines
-from kit import ok
+from support.kit import ok
 
 LABEL = {"paraphrase": "1", "near_miss": "0"}
 

@@ -16,8 +16,8 @@ from dupq.evaluation import collection_calibration
 from dupq.evaluation.calibration import fit_search_calibration
 from dupq.evaluation.collection_calibration import calibrate_collection
 from dupq.modeling.verdict import for_search, pair_logits
-from kit import ok, one_sentence
 from support.errors import refused
+from support.kit import ok, one_sentence
 
 PAIRS = 40
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dupq.cli import app
 from dupq.data.pairs import write_pairs
-from kit import ok
+from support.kit import ok
 
 runner = CliRunner()
 

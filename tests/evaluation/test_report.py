@@ -10,8 +10,8 @@ import pytest
 from dupq.data.pairs import Pairs
 from dupq.evaluation.evaluate import evaluate_scores, pair_scores
 from dupq.evaluation.report import write_report
-from kit import ok
 from support.cli_model import cli_model
+from support.kit import ok
 
 PNG = b"\x89PNG\r\n\x1a\n"
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

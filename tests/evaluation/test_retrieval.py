@@ -25,8 +25,8 @@ from dupq.evaluation.retrieval import (
     retrieval_measures,
 )
 from dupq.modeling.model import ENCODE_BATCH, Model
-from kit import make_pairs, ok
 from support.cli_model import cli_model
+from support.kit import make_pairs, ok
 
 
 def random_rows(

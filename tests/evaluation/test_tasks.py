@@ -23,9 +23,9 @@ from dupq.data.pairs import SplitConfig, read_pairs, split_pairs
 from dupq.evaluation import tasks
 from dupq.evaluation.retrieval import retrieval_measures
 from dupq.modeling.model import ENCODE_BATCH, Model
-from kit import ok
 from support.cli_model import cli_model
 from support.errors import refused
+from support.kit import ok
 
 
 def normalised(text: str) -> str:

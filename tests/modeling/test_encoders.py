@@ -12,7 +12,7 @@ from dupq.modeling.architecture import ENCODER_TYPES, weight_shapes
 from dupq.modeling.encoders import ENCODERS, Encoder, EncoderConfig, pool
 from dupq.modeling.heads import HeadConfig, PairHead
 from dupq.modeling.model import Model
-from kit import edit_json
+from support.kit import edit_json
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

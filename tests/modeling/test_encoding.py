@@ -19,7 +19,7 @@ from dupq.modeling.model import BUNDLED, Model
 from dupq.modeling.sentence_model import JoinedEncoder, TransformerEncoder
 from dupq.modeling.static import StaticBranch, StaticConfig
 from dupq.modeling.verdict import needs_vectors, pair_logits
-from kit import one_sentence
+from support.kit import one_sentence
 
 QUESTIONS = ["How do I learn Python?", "What is the capital of France?", "Why is the sky blue?", "tap faucet", "gym"]
 

@@ -17,7 +17,7 @@ from dupq.data.tokenizer import Vocabulary
 from dupq.modeling.encoders import Encoder, EncoderConfig
 from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model
-from kit import one_sentence
+from support.kit import one_sentence
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from dupq.modeling import pretrained
 from dupq.modeling.folder_format import ModelConfig
 from dupq.modeling.model import Model
 from dupq.modeling.pretrained import NAMED_JSON, NAMES, Named, named_record, resolve
-from kit import ok
 from support.errors import library_refuses, refused
+from support.kit import ok
 from support.servicekit import lacking
 
 TITLE = "all-mpnet-base-v2"

@@ -29,8 +29,8 @@ from dupq.modeling.model import Model
 from dupq.modeling.sentence_model import TransformerEncoder
 from dupq.service.app import create_app
 from dupq.training.distil.teacher import load_teacher
-from kit import edit_json, needs_teacher, ok
 from support.errors import refused
+from support.kit import edit_json, needs_teacher, ok
 from support.synthetic import write_pairs
 
 pytestmark = [pytest.mark.slow, needs_teacher]

@@ -26,8 +26,8 @@ from dupq.modeling.lstm import LSTMEncoder
 from dupq.modeling.model import Model, new_model_folder
 from dupq.modeling.static import FEW_SUMS, StaticBranch, StaticConfig, check_weight, summed_rows
 from dupq.training.distil.branch import model2vec_branch, teacher_branch, with_branch, zipf_weights
-from kit import edit_json, ok, one_sentence
 from support.errors import refused
+from support.kit import edit_json, ok, one_sentence
 from support.torch_free import PAIR, imports_torch
 
 QUESTIONS = ["How do I fix a leaking tap?", "How do I fix a dripping faucet?", "Why is the sky blue?", "How do I?"]

@@ -30,7 +30,7 @@ from dupq.evaluation.evaluate import evaluate, pair_verdicts
 from dupq.evaluation.report import write_report
 from dupq.modeling.model import Model
 from dupq.service.app import create_app
-from kit import ok
+from support.kit import ok
 from support.synthetic import make_rows, write_pairs
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

@@ -38,8 +38,8 @@ from dupq.training.adapt import AdaptConfig, adapt_with, agreement_line
 from dupq.training.adapt_questions import user_questions
 from dupq.training.distil import teacher as teacher_module
 from dupq.training.distil.branch import teacher_branch, with_branch
-from kit import ok
 from support.errors import refused
+from support.kit import ok
 from support.synthetic import make_rows, write_pairs
 
 WIDTH = 24  # the fake teacher's width: not the student's, so the distil loss needs its projection

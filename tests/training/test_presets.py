@@ -19,8 +19,8 @@ from dupq.modeling.model import BUNDLED
 from dupq.training.config import ModelOptions, TrainConfig, renamed
 from dupq.training.objectives import Objective
 from dupq.training.presets import BRANCH_PRESETS, CONFIGS, LOSS_ARGUMENTS, PRESETS, configs, read_preset, to_toml
-from kit import ok
 from support.errors import refused
+from support.kit import ok
 from support.train_cli import captured_configs, other_value
 
 runner = CliRunner()

@@ -29,7 +29,7 @@ from dupq.training.distil.teacher import TeacherCache, fingerprint, teach, train
 from dupq.training.losses import distillation_loss
 from dupq.training.objectives import Objective
 from dupq.training.train import train
-from kit import make_pairs, needs_teacher
+from support.kit import make_pairs, needs_teacher
 
 WIDTH = 12
 

@@ -1,4 +1,4 @@
-"""Helpers that the tests of several folders of the product's suite share (tests/ is on the path: ``from kit import``)."""
+"""Helpers that the tests of several folders of the product's suite share."""
 
 from __future__ import annotations
 
@@ -22,11 +22,16 @@ needs_teacher = pytest.mark.skipif(
 )
 
 
-def ok(*args) -> Result:
-    """Run ``dupq ARGS``, which must succeed."""
+def cli(*args, input=None) -> Result:
+    """``dupq ARGS`` in this process (``CliRunner``), each argument a string or a path; ``input``: its stdin."""
     from dupq.cli import app
 
-    result = CliRunner().invoke(app, [str(a) for a in args])
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def ok(*args, input=None) -> Result:
+    """:func:`cli`, which must succeed."""
+    result = cli(*args, input=input)
     assert result.exit_code == 0, result.output
     return result
 
