@@ -154,7 +154,7 @@ def distil_teacher_model(
     join_weight: Annotated[
         Optional[float],
         typer.Option(
-            help="w of --join: a search's score is (cos_teacher + w cos_lstm) / (1 + w) (default: dev's choice).",
+            help="w of --join: a search's score is (cos_teacher + w cos_lstm) / (1 + w) (default: dev's choice)."
         ),
     ] = None,
 ) -> None:

@@ -39,7 +39,7 @@ def evaluate(
         typer.Option(
             help="The yardstick: quora-pairs (the test pairs), quora-retrieval (each held-out question searches the "
             "test and dev questions; MRR@10, nDCG@10, Recall@1/10 and P@1, the model's and BM25's), help-desks (420 hand-written help-desk "
-            "questions among 19,862 Quora ones) or clean-pairs (hand-written paraphrases and near misses).",
+            "questions among 19,862 Quora ones) or clean-pairs (hand-written paraphrases and near misses)."
         ),
     ] = "quora-pairs",
     split: Annotated[
@@ -188,8 +188,7 @@ def calibrate(
     judged: Annotated[
         bool,
         typer.Option(
-            "--judged",
-            help="With --search, count the questions judged duplicates of a new question as positives too.",
+            "--judged", help="With --search, count the questions judged duplicates of a new question as positives too."
         ),
     ] = False,
     threads: Threads = THREADS,

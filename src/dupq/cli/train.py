@@ -150,9 +150,7 @@ renamed_command("dupq export", "dupq compact MODEL --out OUT")
 
 
 @command()
-def info(
-    model: ModelArgument = None,
-) -> None:
+def info(model: ModelArgument = None) -> None:
     """Show a model folder's architecture, threshold and training history."""
     import json
 

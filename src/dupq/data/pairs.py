@@ -211,13 +211,7 @@ def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:
     if cut < 2 or len(duplicates) - cut < 2:
         raise DupqError(f"the training pool holds {len(duplicates)} duplicate pairs, too few to train and validate on.")
     every = np.arange(len(duplicates))
-    return Splits(
-        train=duplicates.take(every[:cut]),
-        val=duplicates.take(every[cut:]),
-        test=test,
-        dev=dev,
-        pool=pool,
-    )
+    return Splits(train=duplicates.take(every[:cut]), val=duplicates.take(every[cut:]), test=test, dev=dev, pool=pool)
 
 
 def recorded_split(metrics: dict[str, Any]) -> SplitConfig:

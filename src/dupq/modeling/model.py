@@ -51,13 +51,7 @@ class Model:
         self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
 
     @classmethod
-    def create(
-        cls,
-        vocab: Vocabulary,
-        dim: int = 128,
-        bidirectional: bool = False,
-        dropout: float = 0.0,
-    ) -> Model:
+    def create(cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0) -> Model:
         """An untrained model with a fresh LSTM encoder (:class:`dupq.modeling.encoders.Encoder`)."""
         from dupq.modeling.encoders import Encoder
 
