@@ -77,10 +77,8 @@ def distil_teach(
     """Encode the training pool's questions (and --questions) with the teacher, once, for dupq train --teacher-vectors."""
     import time
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from dupq.data.pairs import read_pairs, split_pairs
-    from dupq.training.distil.teacher import load_teacher, teach, training_texts
+    from dupq.training.distil.teacher import load_teacher, teach, teacher_bar, training_texts
 
     path = _data(data)
     check_apart(out, path, questions)
@@ -103,15 +101,7 @@ def distil_teach(
         f"teaching {len(texts):,} distinct questions ({len(extra):,} from {questions or 'no extra file'}) with {name} into {out}"
     )
     started = time.perf_counter()
-    with Progress(
-        TextColumn("teacher"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("shards"),
-        TimeRemainingColumn(),
-        disable=not (progress and sys.stdout.isatty()),
-        transient=True,
-    ) as bar:
+    with teacher_bar("shards", progress) as bar:
         task = bar.add_task("teach", total=None)
         cache = teach(
             texts,

@@ -308,25 +308,13 @@ def _search(work: Work, model: Model, judging: Model, config: DedupConfig, engin
 
 def _write(work: Work, out: Path, kind: str, groups: list[Group], thresholds: dict, progress: Progress) -> None:
     text, key = work.strings("texts").read(), work.strings("keys").read()
-    batch, written = [], 0
+    batch, written, on = [], 0, thresholds["on"]
     with atomic_output(out) as f, RowWriter(f, kind, COLUMNS, verbatim=VERBATIM) as writer:
         for g in groups:
             confidence = round(g.confidence, 4)
             for j, (i, score, tier) in enumerate(zip(g.members.tolist(), g.scores.tolist(), g.tiers(thresholds))):
-                batch.append(
-                    {
-                        "cluster": g.number,
-                        "representative": int(j == 0),
-                        "index": i,
-                        "key": key(i),
-                        "score": round(score, 4),
-                        "score_is": thresholds["on"],
-                        "tier": tier,
-                        "size": g.size,
-                        "confidence": confidence,
-                        "text": text(i),
-                    }
-                )
+                row = (g.number, int(j == 0), i, key(i), round(score, 4), on, tier, g.size, confidence, text(i))
+                batch.append(dict(zip(COLUMNS, row)))
             if len(batch) >= 8192:
                 writer.write(batch)
                 written += len(batch)

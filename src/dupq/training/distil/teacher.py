@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,15 @@ def load_teacher(
         return vectors.float().cpu().numpy()
 
     return encode, f"{name} (bf16)" if bf16 else name
+
+
+def teacher_bar(unit: str, progress: bool):
+    """The teacher's progress bar (done of total ``unit``, the time left); off when asked or not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    disable = not (progress and sys.stdout.isatty())
+    columns = (TextColumn("teacher"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeRemainingColumn())
+    return Progress(*columns, disable=disable, transient=True)
 
 
 def teach(
