@@ -219,10 +219,8 @@ def calibrate(
             f"suggest above {fit['suggest']:.3f} (precision {tiers['suggest']['precision']:.3f}), "
             f"duplicate above {fit['duplicate']:.3f} (precision {tiers['duplicate']['precision']:.3f})"
         )
-        m.save(model, half=None)
-        typer.echo(f"saved the search calibration in {model / 'config.json'}")
-        return
-    if pairs is not None:
+        what = "search calibration"
+    elif pairs is not None:
         if data is not None:
             raise DupqError("give --pairs or --data, not both.")
         own, dropped = read_pairs(pairs)
@@ -231,13 +229,13 @@ def calibrate(
         typer.echo(
             f"calibrated on {len(own):,} pairs of {pairs}: threshold {record['threshold']:.3f} on {record['threshold_on']}"
         )
-        m.save(model, half=None)  # the weights at the precision they are stored in
-        typer.echo(f"saved the threshold in {model / 'config.json'}")
-        return
-    splits = held_out(m.metrics, _data(data))
-    typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
-    m.save(model, half=None)
-    typer.echo(f"saved the threshold in {model / 'config.json'}")
+        what = "threshold"
+    else:
+        splits = held_out(m.metrics, _data(data))
+        typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
+        what = "threshold"
+    m.save(model, half=None)  # the weights at the precision they are stored in
+    typer.echo(f"saved the {what} in {model / 'config.json'}")
 
 
 @command()
