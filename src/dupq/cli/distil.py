@@ -13,6 +13,8 @@ from dupq.cli.common import (
     DATA_OPTION,
     QUESTIONS_HELP,
     THREADS,
+    ModelOut,
+    Overwrite,
     Threads,
     _data,
     _dropped,
@@ -126,9 +128,7 @@ def distil_teacher_model(
         ),
     ] = None,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    out: Annotated[
-        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
-    ] = Path("runs/sentence-model"),
+    out: ModelOut = Path("runs/sentence-model"),
     *,
     split_fields: dict[str, Any],
     threads: Threads = THREADS,
@@ -136,7 +136,7 @@ def distil_teacher_model(
         Literal["cpu", "cuda"],
         typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU)."),
     ] = "cpu",
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    overwrite: Overwrite = False,
     join: Annotated[
         Optional[str],
         typer.Option(help="A dupq LSTM model folder, or bundled, whose vectors are joined to the teacher's."),
@@ -190,9 +190,7 @@ def distil_branch(
     model: Annotated[
         Optional[Path], model_argument("The model to give a static branch (default: the bundled one).")
     ] = None,
-    out: Annotated[
-        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
-    ] = ...,
+    out: ModelOut = ...,
     preset: Annotated[
         Optional[str],
         typer.Option(
@@ -211,7 +209,7 @@ def distil_branch(
     pieces: Annotated[bool, typer.Option(help="Read a word the vocabulary lacks as its WordPiece pieces.")] = True,
     teacher: Teacher = None,
     threads: Threads = THREADS,
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Join a static branch (a per-word table, summed) to a model's vectors: help desks' words it never learned; writes a model folder every command takes."""
     if preset:
