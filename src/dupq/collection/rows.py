@@ -248,6 +248,11 @@ def place(
     return ids, new
 
 
+def taken(positions: list[int], *columns: list) -> list[list]:
+    """The values at ``positions`` of each of ``columns`` (the new rows of an add, which :func:`place` names)."""
+    return [[column[j] for j in positions] for column in columns]
+
+
 def edited(stored: dict, key: str, others: list[str], change, where) -> tuple[int, str | None, str | None]:
     """The edit rule every backend's ``edit`` applies to the rows it read (``stored``: key -> ``(id, text,
     metadata)``): ``key`` and ``others`` must all be stored, else :class:`UnknownKey`; returns ``key``'s id, its

@@ -272,11 +272,8 @@ def _fine_tune(
             moved = float(drift())
         history.append({"epoch": epoch + 1, "train_loss": done.loss, "drift": moved, "seconds": done.seconds})
         log(f"epoch {epoch + 1}/{config.epochs}  loss {done.loss:.4f}  drift {moved:.4f}  {done.seconds:.0f}s")
-        if (
-            epoch + 1 < config.epochs
-            and config.minutes
-            and time.perf_counter() - started + done.seconds > 60 * config.minutes
-        ):
+        out_of_time = config.minutes and time.perf_counter() - started + done.seconds > 60 * config.minutes
+        if epoch + 1 < config.epochs and out_of_time:
             log(f"stopping after {epoch + 1} epochs: another would pass --minutes {config.minutes:g}")
             return True
         return False
