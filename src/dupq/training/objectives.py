@@ -177,9 +177,8 @@ class Ranking(Loss):
         if not rows.rankable:
             return None
         anchors, positives, others, excluded = rows.ranked
-        return multiple_negatives_ranking_loss(
-            positives, anchors, others if len(others) else None, self.scale, excluded
-        )
+        extra = others if len(others) else None
+        return multiple_negatives_ranking_loss(positives, anchors, extra, self.scale, excluded)
 
 
 @register("bce")
