@@ -200,6 +200,13 @@ def calibrate_collection(
     if scopes is not None:
         fit["fitted_on"]["scope"] = scope
     collection.use_calibration(fit, scopes)
+    shown = None
+    if scopes is not None:
+        fitted = {
+            value: {**f["fitted_on"], "suggest": f["suggest"], "duplicate": f["duplicate"]}
+            for value, f in scopes["fits"].items()
+        }
+        shown = {"field": scope, "fitted": fitted, "too_few": too_few}
     return {
         "decisions": len(labels),
         "duplicates": int(labels.sum()),
@@ -207,16 +214,7 @@ def calibrate_collection(
         "held_out": {"decisions": int(held.sum()), "seed": seed, "before": before, "after": after},
         "calibration": {"suggest": fit["suggest"], "duplicate": fit["duplicate"]},
         "fitted_on": fit["fitted_on"],
-        "scopes": None
-        if scopes is None
-        else {
-            "field": scope,
-            "fitted": {
-                value: {**f["fitted_on"], "suggest": f["suggest"], "duplicate": f["duplicate"]}
-                for value, f in scopes["fits"].items()
-            },
-            "too_few": too_few,
-        },
+        "scopes": shown,
     }
 
 
