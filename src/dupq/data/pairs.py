@@ -55,13 +55,8 @@ class Pairs:
     def take(self, index: np.ndarray) -> Pairs:
         """The pairs at ``index`` (an integer array or a boolean mask), in that order."""
         index = np.flatnonzero(index) if index.dtype == bool else index
-        return Pairs(
-            ids=[self.ids[i] for i in index],
-            q1=[self.q1[i] for i in index],
-            q2=[self.q2[i] for i in index],
-            labels=self.labels[index],
-            rows=self.rows[index],
-        )
+        ids, q1, q2 = ([column[i] for i in index] for column in (self.ids, self.q1, self.q2))
+        return Pairs(ids, q1, q2, self.labels[index], self.rows[index])
 
 
 def default_data_path() -> Path:
