@@ -65,11 +65,6 @@ def default_data_path() -> Path:
     return Path(env) if env else DEFAULT_DATA
 
 
-def _delimiter(path: Path, header_line: str) -> str:
-    """A pairs file's delimiter: its name's, else a tab if its header holds one, else a comma."""
-    return delimiter_of(path) or ("\t" if "\t" in header_line else ",")
-
-
 def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     """Read a question-pairs file (``.tsv``/``.csv``, optionally ``.gz``).
 
@@ -87,7 +82,7 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     dropped = Dropped()
     with reading(path), open_text(path) as f:
         header_line = f.readline()
-        delimiter = _delimiter(path, header_line)
+        delimiter = delimiter_of(path) or ("\t" if "\t" in header_line else ",")  # the name's, else the header's
         header = header_names(header_line, delimiter, path)
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:

@@ -149,7 +149,7 @@ def run(
     except DupqError as e:  # the engine failed (a Ray cluster lost): what is done stays done
         raise DupqError(interrupted(str(e), work.folder)) from None
     remove_stale(out.parent)  # the temporary file of a write killed before its rename
-    vectors = np.load(work.path(_vectors_of(reranker)[0]), mmap_mode="r")
+    vectors = np.load(work.path((ENCODED if reranker is None else RERANKED)[0]), mmap_mode="r")  # the judge's
     clusters = group(Edges.join([work.edges(), _same_text_edges(work)]), vectors, judging, config)
     progress("write", 0, clusters.duplicates + clusters.count)
     thresholds = dedup_tiers(judging, config.threshold_for(judging), config.score_is(judging))
@@ -249,11 +249,6 @@ def _same_text_edges(work: Work) -> Edges:
 
 ENCODED = ("vectors.npy", "encoded", "encode")  # the model's vectors: their file, their count's name, the stage
 RERANKED = ("reranked.npy", "reranked", "rerank")  # the reranker's likewise
-
-
-def _vectors_of(reranker: Model | None) -> tuple[str, str, str]:
-    """The vectors a run's pairs are judged by: the reranker's where it has one, else the model's."""
-    return ENCODED if reranker is None else RERANKED
 
 
 def _encode(work: Work, model: Model, engine: Engine, progress: Progress, into: tuple = ENCODED) -> None:
