@@ -133,12 +133,8 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     except (FileNotFoundError, SafetensorError, OSError, KeyError, ValueError, DupqError):
         return None
     vectors, prints = tensors.get("vectors"), tensors.get("fingerprints")
-    if (
-        vectors is None
-        or prints is None
-        or len(texts) != len(vectors)
-        or prints.tolist() != [fingerprint(t) for t in texts]
-    ):
+    whole = vectors is not None and prints is not None and len(texts) == len(vectors)
+    if not whole or prints.tolist() != [fingerprint(t) for t in texts]:
         return None
     return texts, vectors
 
