@@ -172,11 +172,8 @@ def _metrics_table(m: dict[str, Any]) -> str:
         return "n/a" if v is None else f"{v:.4f}" if isinstance(v, float) else f"{v:,}"
 
     keys = [*SUMMARY, "pairs", "duplicates"]
-    return (
-        "<table class=metrics>"
-        + "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys if k in m)
-        + "</table>"
-    )
+    rows = "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys if k in m)
+    return f"<table class=metrics>{rows}</table>"
 
 
 PAGE = """<!doctype html>
