@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.collection.rows import PARAMETERS, StoreFailure
+from dupq.collection.rows import StoreFailure, in_parts
 from dupq.core.errors import DupqError
 
 # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
@@ -235,8 +235,7 @@ def extent(db: sqlite3.Connection) -> int:
 def find(db: sqlite3.Connection, keys) -> dict[str, tuple[int, str, str | None]]:
     """``{key: (id, text, metadata)}`` of the stored ``keys``."""
     keys, found = list(keys), {}
-    for lo in range(0, len(keys), PARAMETERS):
-        part = keys[lo : lo + PARAMETERS]
+    for part in in_parts(keys):
         query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
         found.update((key, tuple(row)) for key, *row in db.execute(query, part))
     return found
@@ -246,8 +245,7 @@ RERANKED = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS reranked") :]  # made
 
 
 def remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
-    for lo in range(0, len(ids), PARAMETERS):
-        part = ids[lo : lo + PARAMETERS]
+    for part in in_parts(ids):
         db.execute(f"DELETE FROM questions WHERE id IN ({','.join('?' * len(part))})", part)
         db.execute(f"DELETE FROM reranked WHERE id IN ({','.join('?' * len(part))})", part)
         db.executemany("INSERT OR IGNORE INTO removed (id) VALUES (?)", [(i,) for i in part])
@@ -256,8 +254,7 @@ def remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
 def reranked(db: sqlite3.Connection, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
     """``{id: (digest, vector (dim,))}`` of the ``ids`` that have a reranker vector (a damaged one is left out: encoded again)."""
     wanted, whole = sorted(set(ids)), []
-    for lo in range(0, len(wanted), PARAMETERS):
-        part = wanted[lo : lo + PARAMETERS]
+    for part in in_parts(wanted):
         query = f"SELECT id, digest, vector FROM reranked WHERE id IN ({','.join('?' * len(part))})"
         whole += [
             (i, digest, blob)

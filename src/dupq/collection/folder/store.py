@@ -25,7 +25,7 @@ import numpy as np
 from dupq.collection.backend import Row, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
-from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata, taken
+from dupq.collection.rows import StoreFailure, check_stored, edited, in_parts, place, same_metadata, taken
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
 
@@ -228,8 +228,7 @@ class SQLiteStore:
 
         def read(db):
             found = {}
-            for lo in range(0, len(wanted), PARAMETERS):
-                part = wanted[lo : lo + PARAMETERS]
+            for part in in_parts(wanted):
                 marks = ",".join("?" * len(part))
                 for i, *row in db.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
                     found[i] = tuple(row)

@@ -32,7 +32,7 @@ from dupq.collection.backend import Backend, Row, Where, hit_arrays, in_order
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.milvus import schema as milvus
 from dupq.collection.milvus.address import Address, parse
-from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata, taken
+from dupq.collection.rows import StoreFailure, check_stored, edited, in_parts, place, same_metadata, taken
 from dupq.core.errors import DupqError
 from dupq.core.files import alive, file_lock, parse_json
 from dupq.index.vectors import IndexConfig
@@ -224,10 +224,8 @@ class MilvusBackend(Backend):
 
     def _query_ids(self, ids: list[int], fields: list[str]) -> list[dict]:
         found = []
-        for lo in range(0, len(ids), PARAMETERS):
-            found += self._call(
-                "read", self.client.query, self.location.name, ids=ids[lo : lo + PARAMETERS], output_fields=fields
-            )
+        for part in in_parts(ids):
+            found += self._call("read", self.client.query, self.location.name, ids=part, output_fields=fields)
         return found
 
     def add(self, texts, keys, metadata, vectors) -> list[int]:
