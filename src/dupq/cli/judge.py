@@ -115,12 +115,8 @@ def _own_yardstick(model, own: dict, threshold) -> dict:
 
         labelled, dropped = read_pairs(own["pairs"])
         _dropped(own["pairs"], dropped)
-        files = {"pairs_file": str(own["pairs"])}
-        return {
-            **judge(model, labelled, threshold),
-            **files,
-            "sha256": hashlib.sha256(own["pairs"].read_bytes()).hexdigest(),
-        }
+        digest = hashlib.sha256(own["pairs"].read_bytes()).hexdigest()
+        return {**judge(model, labelled, threshold), "pairs_file": str(own["pairs"]), "sha256": digest}
     from dupq.evaluation.desk import desk_retrieval
 
     if threshold is not None:
