@@ -140,11 +140,7 @@ def fit_scopes(collection: Collection, decisions: list[tuple], features: dict, f
             too_few[value] = int(mask.sum())
             continue
         fit = _fit(_subset(features, mask))
-        fit["fitted_on"] = {
-            "decisions": int(mask.sum()),
-            "duplicates": int(labels.sum()),
-            "tiers": fit.pop("tiers_on_fit"),
-        }
+        fit["fitted_on"] = dict(decisions=int(mask.sum()), duplicates=int(labels.sum()), tiers=fit.pop("tiers_on_fit"))
         fits[value] = fit
     return {"field": field, "fits": fits}, too_few
 
