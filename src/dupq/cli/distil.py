@@ -222,9 +222,7 @@ def distil_branch(
                 f"(it takes {', '.join(chosen)})."
             )
         chosen.update(preset_values_for(ctx, preset, values, {n for n in chosen if typed_option(ctx, n)}))
-        source, dim, a, weight, pieces, threads = (
-            chosen[n] for n in ("source", "dim", "a", "weight", "pieces", "threads")
-        )
+        source, dim, a, weight, pieces, threads = chosen.values()  # its six keys, in their order
     from dupq.modeling.folder_format import check_new_model_folder, read_config
     from dupq.modeling.model import Model, new_model_folder
     from dupq.modeling.static import check_weight
