@@ -15,6 +15,8 @@ from dupq.cli.common import (
     DATA_OPTION,
     QUESTIONS_HELP,
     THREADS,
+    ModelOut,
+    Overwrite,
     Threads,
     _dropped,
     _threads,
@@ -33,9 +35,7 @@ def adapt_command(
         str,
         typer.Argument(help=f"Your questions (no labels needed). {QUESTIONS_HELP} Or a collection: {COLLECTION_HELP}"),
     ],
-    out: Annotated[
-        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
-    ] = Path("runs/adapted"),
+    out: ModelOut = Path("runs/adapted"),
     model: Annotated[
         Optional[Path], model_option("The model to adapt (default: the collection's model, else the bundled one).")
     ] = None,
@@ -57,7 +57,7 @@ def adapt_command(
     teacher_device: Annotated[
         Literal["cpu", "cuda"], typer.Option(help="cpu, or cuda to run the teacher on a GPU.")
     ] = "cpu",
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    overwrite: Overwrite = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Fine-tune the model on your own questions, taught by a pretrained sentence encoder; writes a model folder every command takes."""

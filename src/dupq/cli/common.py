@@ -262,6 +262,9 @@ CollectionModel = Annotated[
     Optional[Path], model_option("Model folder (default: the one the collection was built with).")
 ]
 Threshold = Annotated[Optional[float], threshold_option()]
+# What a command that writes a model folder takes.
+ModelOut = Annotated[Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")]
+Overwrite = Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")]
 DATA_OPTION = typer.Option(
     help="Quora pairs file; default $DUPQ_DATA or ../shared/data/quora_duplicate_questions.tsv.gz"
 )

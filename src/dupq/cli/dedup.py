@@ -70,8 +70,7 @@ def dedup_command(
         typer.Option(help="The column holding each question's key (default: its line number; a Quora file's qids)."),
     ] = None,
     exact_below: Annotated[
-        int,
-        typer.Option(min=0, help="Search exactly up to this many questions; beyond, among k-means partitions."),
+        int, typer.Option(min=0, help="Search exactly up to this many questions; beyond, among k-means partitions.")
     ] = 10_000,
     ray: Annotated[
         Optional[str],

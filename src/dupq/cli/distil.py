@@ -13,6 +13,8 @@ from dupq.cli.common import (
     DATA_OPTION,
     QUESTIONS_HELP,
     THREADS,
+    ModelOut,
+    Overwrite,
     Threads,
     _data,
     _dropped,
@@ -77,10 +79,8 @@ def distil_teach(
     """Encode the training pool's questions (and --questions) with the teacher, once, for dupq train --teacher-vectors."""
     import time
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from dupq.data.pairs import read_pairs, split_pairs
-    from dupq.training.distil.teacher import load_teacher, teach, training_texts
+    from dupq.training.distil.teacher import load_teacher, teach, teacher_bar, training_texts
 
     path = _data(data)
     check_apart(out, path, questions)
@@ -103,15 +103,7 @@ def distil_teach(
         f"teaching {len(texts):,} distinct questions ({len(extra):,} from {questions or 'no extra file'}) with {name} into {out}"
     )
     started = time.perf_counter()
-    with Progress(
-        TextColumn("teacher"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("shards"),
-        TimeRemainingColumn(),
-        disable=not (progress and sys.stdout.isatty()),
-        transient=True,
-    ) as bar:
+    with teacher_bar("shards", progress) as bar:
         task = bar.add_task("teach", total=None)
         cache = teach(
             texts,
@@ -136,9 +128,7 @@ def distil_teacher_model(
         ),
     ] = None,
     data: Annotated[Optional[Path], DATA_OPTION] = None,
-    out: Annotated[
-        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
-    ] = Path("runs/sentence-model"),
+    out: ModelOut = Path("runs/sentence-model"),
     *,
     split_fields: dict[str, Any],
     threads: Threads = THREADS,
@@ -146,7 +136,7 @@ def distil_teacher_model(
         Literal["cpu", "cuda"],
         typer.Option(help="cpu, or cuda to encode the dev and test pairs on a GPU (the folder loads on a CPU)."),
     ] = "cpu",
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    overwrite: Overwrite = False,
     join: Annotated[
         Optional[str],
         typer.Option(help="A dupq LSTM model folder, or bundled, whose vectors are joined to the teacher's."),
@@ -154,7 +144,7 @@ def distil_teacher_model(
     join_weight: Annotated[
         Optional[float],
         typer.Option(
-            help="w of --join: a search's score is (cos_teacher + w cos_lstm) / (1 + w) (default: dev's choice).",
+            help="w of --join: a search's score is (cos_teacher + w cos_lstm) / (1 + w) (default: dev's choice)."
         ),
     ] = None,
 ) -> None:
@@ -200,9 +190,7 @@ def distil_branch(
     model: Annotated[
         Optional[Path], model_argument("The model to give a static branch (default: the bundled one).")
     ] = None,
-    out: Annotated[
-        Path, typer.Option(help="Model folder to write (written beside it, then renamed into place).")
-    ] = ...,
+    out: ModelOut = ...,
     preset: Annotated[
         Optional[str],
         typer.Option(
@@ -221,7 +209,7 @@ def distil_branch(
     pieces: Annotated[bool, typer.Option(help="Read a word the vocabulary lacks as its WordPiece pieces.")] = True,
     teacher: Teacher = None,
     threads: Threads = THREADS,
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Join a static branch (a per-word table, summed) to a model's vectors: help desks' words it never learned; writes a model folder every command takes."""
     if preset:
@@ -234,9 +222,7 @@ def distil_branch(
                 f"(it takes {', '.join(chosen)})."
             )
         chosen.update(preset_values_for(ctx, preset, values, {n for n in chosen if typed_option(ctx, n)}))
-        source, dim, a, weight, pieces, threads = (
-            chosen[n] for n in ("source", "dim", "a", "weight", "pieces", "threads")
-        )
+        source, dim, a, weight, pieces, threads = chosen.values()  # its six keys, in their order
     from dupq.modeling.folder_format import check_new_model_folder, read_config
     from dupq.modeling.model import Model, new_model_folder
     from dupq.modeling.static import check_weight

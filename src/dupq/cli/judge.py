@@ -39,7 +39,7 @@ def evaluate(
         typer.Option(
             help="The yardstick: quora-pairs (the test pairs), quora-retrieval (each held-out question searches the "
             "test and dev questions; MRR@10, nDCG@10, Recall@1/10 and P@1, the model's and BM25's), help-desks (420 hand-written help-desk "
-            "questions among 19,862 Quora ones) or clean-pairs (hand-written paraphrases and near misses).",
+            "questions among 19,862 Quora ones) or clean-pairs (hand-written paraphrases and near misses)."
         ),
     ] = "quora-pairs",
     split: Annotated[
@@ -115,12 +115,8 @@ def _own_yardstick(model, own: dict, threshold) -> dict:
 
         labelled, dropped = read_pairs(own["pairs"])
         _dropped(own["pairs"], dropped)
-        files = {"pairs_file": str(own["pairs"])}
-        return {
-            **judge(model, labelled, threshold),
-            **files,
-            "sha256": hashlib.sha256(own["pairs"].read_bytes()).hexdigest(),
-        }
+        digest = hashlib.sha256(own["pairs"].read_bytes()).hexdigest()
+        return {**judge(model, labelled, threshold), "pairs_file": str(own["pairs"]), "sha256": digest}
     from dupq.evaluation.desk import desk_retrieval
 
     if threshold is not None:
@@ -188,8 +184,7 @@ def calibrate(
     judged: Annotated[
         bool,
         typer.Option(
-            "--judged",
-            help="With --search, count the questions judged duplicates of a new question as positives too.",
+            "--judged", help="With --search, count the questions judged duplicates of a new question as positives too."
         ),
     ] = False,
     threads: Threads = THREADS,
@@ -220,10 +215,8 @@ def calibrate(
             f"suggest above {fit['suggest']:.3f} (precision {tiers['suggest']['precision']:.3f}), "
             f"duplicate above {fit['duplicate']:.3f} (precision {tiers['duplicate']['precision']:.3f})"
         )
-        m.save(model, half=None)
-        typer.echo(f"saved the search calibration in {model / 'config.json'}")
-        return
-    if pairs is not None:
+        what = "search calibration"
+    elif pairs is not None:
         if data is not None:
             raise DupqError("give --pairs or --data, not both.")
         own, dropped = read_pairs(pairs)
@@ -232,13 +225,13 @@ def calibrate(
         typer.echo(
             f"calibrated on {len(own):,} pairs of {pairs}: threshold {record['threshold']:.3f} on {record['threshold_on']}"
         )
-        m.save(model, half=None)  # the weights at the precision they are stored in
-        typer.echo(f"saved the threshold in {model / 'config.json'}")
-        return
-    splits = held_out(m.metrics, _data(data))
-    typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
-    m.save(model, half=None)
-    typer.echo(f"saved the threshold in {model / 'config.json'}")
+        what = "threshold"
+    else:
+        splits = held_out(m.metrics, _data(data))
+        typer.echo(summary_line(calibrate_and_test(m, splits.dev, splits.test)))
+        what = "threshold"
+    m.save(model, half=None)  # the weights at the precision they are stored in
+    typer.echo(f"saved the {what} in {model / 'config.json'}")
 
 
 @command()

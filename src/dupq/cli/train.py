@@ -13,6 +13,7 @@ import typer.core
 from dupq.cli.common import (
     THREADS,
     ModelArgument,
+    Overwrite,
     Threads,
     _data,
     command,
@@ -128,7 +129,7 @@ def compact(
             "collection's or a dedup run's memory for the bundled model), the ranking the model had without it."
         ),
     ] = True,
-    overwrite: Annotated[bool, typer.Option(help="Replace the model folder --out if it exists.")] = False,
+    overwrite: Overwrite = False,
 ) -> None:
     """Write a compact copy of a model folder (no checkpoint; --half: float16), e.g. the model bundled with the package."""
     from dupq.modeling.folder_format import check_new_model_folder
@@ -150,29 +151,22 @@ renamed_command("dupq export", "dupq compact MODEL --out OUT")
 
 
 @command()
-def info(
-    model: ModelArgument = None,
-) -> None:
+def info(model: ModelArgument = None) -> None:
     """Show a model folder's architecture, threshold and training history."""
     import json
 
     from dupq.modeling.model import Model
 
     m = Model.load(model)
-    typer.echo(
-        json.dumps(
-            {
-                "folder": str(model) if model else "bundled",
-                "encoder": m.encoder.config_json(),
-                **m.encoder.info(),
-                "threshold": m.threshold,
-                "threshold_info": m.judge.threshold_info,
-                "search_calibration": {
-                    k: (m.judge.search_calibration or {}).get(k) for k in ("fitted_on", "fitted_by")
-                },
-                "fingerprint": m.fingerprint(),
-                "metrics": m.metrics,
-            },
-            indent=2,
-        )
-    )
+    fitted = m.judge.search_calibration or {}
+    shown = {
+        "folder": str(model) if model else "bundled",
+        "encoder": m.encoder.config_json(),
+        **m.encoder.info(),
+        "threshold": m.threshold,
+        "threshold_info": m.judge.threshold_info,
+        "search_calibration": {k: fitted.get(k) for k in ("fitted_on", "fitted_by")},
+        "fingerprint": m.fingerprint(),
+        "metrics": m.metrics,
+    }
+    typer.echo(json.dumps(shown, indent=2))

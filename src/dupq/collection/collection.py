@@ -38,14 +38,7 @@ from dupq.collection.location import Location
 from dupq.collection.manifest import model_for, new_manifest, reranker_for
 from dupq.collection.moderation import Moderated
 from dupq.collection.rerank import RERANK_BATCH, Reranking, joined, rerank_candidates
-from dupq.collection.rows import (
-    KeyConflict,
-    StoreFailure,
-    UnknownKey,
-    check_keys,
-    check_metadata,
-    read_metadata,
-)
+from dupq.collection.rows import KeyConflict, StoreFailure, UnknownKey, check_keys, check_metadata, read_metadata
 from dupq.core.errors import DupqError
 from dupq.data.questions import check_questions
 from dupq.index.vectors import IndexConfig

@@ -39,7 +39,7 @@ def found_hits(
 ) -> list[Hit]:
     """One query's judged hits with their stored text and metadata (a row removed meanwhile is left out);
     ``reranked``: the reranker ordered and judged them; ``warn(id, sentence)`` hears of a damaged row."""
-    hits = []
+    hits, by = [], "reranker" if reranked else "model"
     for score, i, p, tier in zip(scores.tolist(), ids.tolist(), probabilities, tiers):
         if i not in rows:
             continue
@@ -50,21 +50,10 @@ def found_hits(
         metadata, damage = read_metadata(stored)
         if damage:
             warn(i, f"the metadata of question {i} is damaged and left out: {damage}")
+        key = key if isinstance(key, str) else None
         canonical = metadata.get(DUPLICATE_OF)
-        hits.append(
-            Hit(
-                id=i,
-                key=key if isinstance(key, str) else None,
-                text=text,
-                score=score,
-                duplicate=tier == DUPLICATE,
-                metadata=metadata,
-                probability=p,
-                tier=tier,
-                duplicate_of=canonical if isinstance(canonical, str) else None,
-                ranked_by="reranker" if reranked else "model",
-            )
-        )
+        canonical = canonical if isinstance(canonical, str) else None
+        hits.append(Hit(i, key, text, score, tier == DUPLICATE, metadata, p, canonical, by, tier))  # in Hit's order
     return hits
 
 

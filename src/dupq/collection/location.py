@@ -68,9 +68,7 @@ class Location:
         """The folder or file on this machine that holds the collection (a folder, a milvus-lite file), else None."""
         if self.kind == "folder":
             return self.path
-        if self.one_process:
-            return parse(self.text).file
-        return None
+        return parse(self.text).file if self.one_process else None
 
     def backend(self) -> type:
         """The :class:`~dupq.collection.backend.Backend` subclass that keeps collections of this kind."""

@@ -39,9 +39,8 @@ class Manifest(BaseModel):
     count: integer(0, MAX_COUNT) | None = None  # vectors in the cached index file
     trained_on: integer(1, MAX_COUNT) | None = None  # vectors an IVF-PQ index was trained on
     checksum: StrictStr | None = None  # of the cached index file (None: written before checksums)
-    rebuilt: integer(0, MAX_COUNT) | None = (
-        None  # HNSW graphs built again without removed questions (the file's generation)
-    )
+    # HNSW graphs built again without removed questions (the file's generation)
+    rebuilt: integer(0, MAX_COUNT) | None = None
 
     @field_validator("index")
     @classmethod

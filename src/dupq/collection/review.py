@@ -90,13 +90,10 @@ def reviewed(before: str | None, after: str | None, action: str, keys: list[str]
         return after
     metadata, _ = read_metadata(after)
     metadata.pop(PENDING, None)
-    metadata[REVIEWED] = {
-        "by": by,
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "action": action,
-        "keys": keys,
-        "before": {f: old[f] for f in DECISION_FIELDS if f in old},
-    }
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    metadata[REVIEWED] = dict(
+        by=by, at=at, action=action, keys=keys, before={f: old[f] for f in DECISION_FIELDS if f in old}
+    )
     return check_metadata([metadata], 1)[0]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from dupq.core.errors import DupqError
 from dupq.core.nesting import MAX_DEPTH, json_depth, nesting
@@ -246,6 +246,17 @@ def place(
         if key is not None:
             stored[key], given[key] = (ids[-1], text, m), j
     return ids, new
+
+
+def in_parts(values: list) -> Iterator[list]:
+    """``values`` in parts of at most :data:`PARAMETERS` (what one statement or request may name)."""
+    for lo in range(0, len(values), PARAMETERS):
+        yield values[lo : lo + PARAMETERS]
+
+
+def taken(positions: list[int], *columns: list) -> list[list]:
+    """The values at ``positions`` of each of ``columns`` (the new rows of an add, which :func:`place` names)."""
+    return [[column[j] for j in positions] for column in columns]
 
 
 def edited(stored: dict, key: str, others: list[str], change, where) -> tuple[int, str | None, str | None]:

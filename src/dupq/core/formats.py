@@ -42,9 +42,7 @@ def integer(lo: int, hi: int) -> Any:
 def number(lo: float, hi: float, words: str | None = None) -> Any:
     """The type of a finite JSON number from ``lo`` to ``hi`` (an integer is one too; a boolean is not)."""
     return Annotated[
-        float,
-        Field(strict=True, ge=lo, le=hi, allow_inf_nan=False),
-        wanted(words or f"a number from {lo:g} to {hi:g}"),
+        float, Field(strict=True, ge=lo, le=hi, allow_inf_nan=False), wanted(words or f"a number from {lo:g} to {hi:g}")
     ]
 
 

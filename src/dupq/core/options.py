@@ -41,14 +41,7 @@ def option(
     ``flag`` names the option when ``--field-name`` would not (``SplitConfig.test`` is ``--test-size``);
     ``cli=False`` leaves it off the command line (settable from a preset file and from Python).
     """
-    meta = {
-        "help": help,
-        "choices": tuple(choices) if choices is not None else None,
-        "min": min,
-        "max": max,
-        "flag": flag,
-        "cli": cli,
-    }
+    meta = dict(help=help, choices=None if choices is None else tuple(choices), min=min, max=max, flag=flag, cli=cli)
     return field(default=default, metadata=meta)
 
 

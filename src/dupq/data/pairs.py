@@ -55,24 +55,14 @@ class Pairs:
     def take(self, index: np.ndarray) -> Pairs:
         """The pairs at ``index`` (an integer array or a boolean mask), in that order."""
         index = np.flatnonzero(index) if index.dtype == bool else index
-        return Pairs(
-            ids=[self.ids[i] for i in index],
-            q1=[self.q1[i] for i in index],
-            q2=[self.q2[i] for i in index],
-            labels=self.labels[index],
-            rows=self.rows[index],
-        )
+        ids, q1, q2 = ([column[i] for i in index] for column in (self.ids, self.q1, self.q2))
+        return Pairs(ids, q1, q2, self.labels[index], self.rows[index])
 
 
 def default_data_path() -> Path:
     """``$DUPQ_DATA`` if set, else ``../shared/data/quora_duplicate_questions.tsv.gz``."""
     env = os.environ.get("DUPQ_DATA")
     return Path(env) if env else DEFAULT_DATA
-
-
-def _delimiter(path: Path, header_line: str) -> str:
-    """A pairs file's delimiter: its name's, else a tab if its header holds one, else a comma."""
-    return delimiter_of(path) or ("\t" if "\t" in header_line else ",")
 
 
 def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
@@ -92,7 +82,7 @@ def read_pairs(path: str | os.PathLike) -> tuple[Pairs, Dropped]:
     dropped = Dropped()
     with reading(path), open_text(path) as f:
         header_line = f.readline()
-        delimiter = _delimiter(path, header_line)
+        delimiter = delimiter_of(path) or ("\t" if "\t" in header_line else ",")  # the name's, else the header's
         header = header_names(header_line, delimiter, path)
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
@@ -211,13 +201,7 @@ def split_pairs(pairs: Pairs, config: SplitConfig | None = None) -> Splits:
     if cut < 2 or len(duplicates) - cut < 2:
         raise DupqError(f"the training pool holds {len(duplicates)} duplicate pairs, too few to train and validate on.")
     every = np.arange(len(duplicates))
-    return Splits(
-        train=duplicates.take(every[:cut]),
-        val=duplicates.take(every[cut:]),
-        test=test,
-        dev=dev,
-        pool=pool,
-    )
+    return Splits(train=duplicates.take(every[:cut]), val=duplicates.take(every[cut:]), test=test, dev=dev, pool=pool)
 
 
 def recorded_split(metrics: dict[str, Any]) -> SplitConfig:

@@ -146,9 +146,8 @@ def table_rows(
             first, rest = taken[0], taken[1:]
             taken.clear()
             pushed_back.extendleft(reversed(rest))
-            row = (
-                [] if rest else next(csv.reader([first], delimiter=delimiter), [])
-            )  # a slip within one line: read leniently
+            # a slip within one line: read leniently
+            row = [] if rest else next(csv.reader([first], delimiter=delimiter), [])
             if len(row) == width:
                 yield number, 1, row
             else:

@@ -196,9 +196,7 @@ class Vocabulary:
 
     def encode(self, questions: Sequence[str]) -> Encoded:
         """Token ids of every question; unknown words map to 1 (or a bucket), an empty question to no ids."""
-        get = self.index.get
-        words = self.words
-        unknown = self._unknown
+        get, words, unknown = self.index.get, self.words, self._unknown
         flat: list[int] = []
         lengths = np.zeros(len(questions) + 1, dtype=np.int64)
         for i, q in enumerate(questions):
@@ -208,15 +206,8 @@ class Vocabulary:
         return Encoded(np.asarray(flat, dtype=np.int64), np.cumsum(lengths))
 
     def save(self, path: str | os.PathLike) -> None:
-        write_json(
-            path,
-            {
-                "lowercase": self.lowercase,
-                "max_tokens": self.max_tokens,
-                "oov_buckets": self.oov_buckets,
-                "tokens": self.tokens,
-            },
-        )
+        sizes = {"lowercase": self.lowercase, "max_tokens": self.max_tokens, "oov_buckets": self.oov_buckets}
+        write_json(path, {**sizes, "tokens": self.tokens})
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocabulary:

@@ -33,7 +33,7 @@ from dupq.dedup.clusters import CLUSTERERS, METHODS, Clusters, Edges
 from dupq.modeling.folder_format import check_threshold
 from dupq.modeling.judge import SIMILARITY
 from dupq.modeling.model import Model
-from dupq.modeling.verdict import from_cosines, on_cosines
+from dupq.modeling.verdict import Verdicts, from_cosines, on_cosines
 
 JUDGE_CHUNK = 32_768  # candidate pairs judged at once
 
@@ -83,20 +83,23 @@ def judge(
     if not len(a):
         return Edges.empty()
     if on == SIMILARITY:
-        verdicts = on_cosines(cos, threshold)
-        keep = verdicts.duplicate
-        return Edges(a[keep].astype(np.int64), b[keep].astype(np.int64), verdicts.score[keep].astype(np.float32))
+        return _duplicates(a, b, on_cosines(cos, threshold))
     parts = []
     for lo in range(0, len(a), JUDGE_CHUNK):  # a chunk's pair features stay small (the mlp head's are ~2 KB a pair)
         pa, pb, pc = a[lo : lo + JUDGE_CHUNK], b[lo : lo + JUDGE_CHUNK], cos[lo : lo + JUDGE_CHUNK]
-        verdicts = from_cosines(
-            model, pc, vectors=lambda pa=pa, pb=pb: (vectors[pa], vectors[pb]), threshold=threshold, probability=False
-        )
-        keep = verdicts.duplicate
-        parts.append(
-            Edges(pa[keep].astype(np.int64), pb[keep].astype(np.int64), verdicts.score[keep].astype(np.float32))
-        )
+        parts.append(_duplicates(pa, pb, _judged(model, vectors, pa, pb, pc, threshold)))
     return Edges(*(np.concatenate(x) for x in zip(*((e.a, e.b, e.score) for e in parts))))
+
+
+def _judged(model: Model, vectors, a: np.ndarray, b: np.ndarray, cos: np.ndarray, threshold: float) -> Verdicts:
+    """The model's verdicts of the pairs ``a[i] ~ b[i]`` of cosines ``cos`` (their ``vectors`` read by a head that needs them)."""
+    return from_cosines(model, cos, lambda: (vectors[a], vectors[b]), threshold, probability=False)
+
+
+def _duplicates(a: np.ndarray, b: np.ndarray, verdicts: Verdicts) -> Edges:
+    """The pairs ``a[i] ~ b[i]`` judged duplicates, with their scores."""
+    keep = verdicts.duplicate
+    return Edges(a[keep].astype(np.int64), b[keep].astype(np.int64), verdicts.score[keep].astype(np.float32))
 
 
 def scored_with_representatives(clusters: Clusters, vectors: np.ndarray, model: Model, config: DedupConfig) -> Clusters:
@@ -114,10 +117,7 @@ def scored_with_representatives(clusters: Clusters, vectors: np.ndarray, model: 
         if config.on == SIMILARITY:
             score[a] = on_cosines(cos, threshold).score
         else:
-            pairs = from_cosines(
-                model, cos, vectors=lambda a=a, b=b: (vectors[a], vectors[b]), threshold=threshold, probability=False
-            )
-            score[a] = pairs.score
+            score[a] = _judged(model, vectors, a, b, cos, threshold).score
     return replace(clusters, score=score)
 
 

@@ -149,7 +149,7 @@ def run(
     except DupqError as e:  # the engine failed (a Ray cluster lost): what is done stays done
         raise DupqError(interrupted(str(e), work.folder)) from None
     remove_stale(out.parent)  # the temporary file of a write killed before its rename
-    vectors = np.load(work.path(_vectors_of(reranker)[0]), mmap_mode="r")
+    vectors = np.load(work.path((ENCODED if reranker is None else RERANKED)[0]), mmap_mode="r")  # the judge's
     clusters = group(Edges.join([work.edges(), _same_text_edges(work)]), vectors, judging, config)
     progress("write", 0, clusters.duplicates + clusters.count)
     thresholds = dedup_tiers(judging, config.threshold_for(judging), config.score_is(judging))
@@ -251,11 +251,6 @@ ENCODED = ("vectors.npy", "encoded", "encode")  # the model's vectors: their fil
 RERANKED = ("reranked.npy", "reranked", "rerank")  # the reranker's likewise
 
 
-def _vectors_of(reranker: Model | None) -> tuple[str, str, str]:
-    """The vectors a run's pairs are judged by: the reranker's where it has one, else the model's."""
-    return ENCODED if reranker is None else RERANKED
-
-
 def _encode(work: Work, model: Model, engine: Engine, progress: Progress, into: tuple = ENCODED) -> None:
     """Encode every question by ``model`` into the file ``into`` names, a chunk at a time, each recorded."""
     name, count, stage = into
@@ -308,25 +303,13 @@ def _search(work: Work, model: Model, judging: Model, config: DedupConfig, engin
 
 def _write(work: Work, out: Path, kind: str, groups: list[Group], thresholds: dict, progress: Progress) -> None:
     text, key = work.strings("texts").read(), work.strings("keys").read()
-    batch, written = [], 0
+    batch, written, on = [], 0, thresholds["on"]
     with atomic_output(out) as f, RowWriter(f, kind, COLUMNS, verbatim=VERBATIM) as writer:
         for g in groups:
             confidence = round(g.confidence, 4)
             for j, (i, score, tier) in enumerate(zip(g.members.tolist(), g.scores.tolist(), g.tiers(thresholds))):
-                batch.append(
-                    {
-                        "cluster": g.number,
-                        "representative": int(j == 0),
-                        "index": i,
-                        "key": key(i),
-                        "score": round(score, 4),
-                        "score_is": thresholds["on"],
-                        "tier": tier,
-                        "size": g.size,
-                        "confidence": confidence,
-                        "text": text(i),
-                    }
-                )
+                row = (g.number, int(j == 0), i, key(i), round(score, 4), on, tier, g.size, confidence, text(i))
+                batch.append(dict(zip(COLUMNS, row)))
             if len(batch) >= 8192:
                 writer.write(batch)
                 written += len(batch)

@@ -79,14 +79,8 @@ def fit_search_calibration(
     z, y = check_scores(logits, labels)
     margins = np.asarray(margins, dtype=np.float64)
     w = logistic_fit(search_features(z, cosines, margins), y)
-    fit = {
-        "a": float(w[0]),
-        "b": float(w[1]),
-        "cosine": float(w[2]),
-        "margin": float(w[3]),
-        "c": float(w[4]),
-        "margin_range": [float(margins.min()), float(margins.max())],
-    }
+    fit = {name: float(weight) for name, weight in zip(("a", "b", "cosine", "margin", "c"), w)}  # the intercept last
+    fit["margin_range"] = [float(margins.min()), float(margins.max())]
     p = held_up(search_calibrated(fit, z, cosines, margins), cosines)  # as a search judges them
     suggest = threshold_at_precision(p, y, SUGGEST_PRECISION)
     duplicate = threshold_at_precision(p, y, DUPLICATE_PRECISION)

@@ -140,11 +140,7 @@ def fit_scopes(collection: Collection, decisions: list[tuple], features: dict, f
             too_few[value] = int(mask.sum())
             continue
         fit = _fit(_subset(features, mask))
-        fit["fitted_on"] = {
-            "decisions": int(mask.sum()),
-            "duplicates": int(labels.sum()),
-            "tiers": fit.pop("tiers_on_fit"),
-        }
+        fit["fitted_on"] = dict(decisions=int(mask.sum()), duplicates=int(labels.sum()), tiers=fit.pop("tiers_on_fit"))
         fits[value] = fit
     return {"field": field, "fits": fits}, too_few
 
@@ -200,6 +196,13 @@ def calibrate_collection(
     if scopes is not None:
         fit["fitted_on"]["scope"] = scope
     collection.use_calibration(fit, scopes)
+    shown = None
+    if scopes is not None:
+        fitted = {
+            value: {**f["fitted_on"], "suggest": f["suggest"], "duplicate": f["duplicate"]}
+            for value, f in scopes["fits"].items()
+        }
+        shown = {"field": scope, "fitted": fitted, "too_few": too_few}
     return {
         "decisions": len(labels),
         "duplicates": int(labels.sum()),
@@ -207,16 +210,7 @@ def calibrate_collection(
         "held_out": {"decisions": int(held.sum()), "seed": seed, "before": before, "after": after},
         "calibration": {"suggest": fit["suggest"], "duplicate": fit["duplicate"]},
         "fitted_on": fit["fitted_on"],
-        "scopes": None
-        if scopes is None
-        else {
-            "field": scope,
-            "fitted": {
-                value: {**f["fitted_on"], "suggest": f["suggest"], "duplicate": f["duplicate"]}
-                for value, f in scopes["fits"].items()
-            },
-            "too_few": too_few,
-        },
+        "scopes": shown,
     }
 
 

@@ -44,8 +44,7 @@ SUMMARY = (
 
 def pair_logits(model: Model, pairs: Pairs, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     """Every pair's uncalibrated logit and cosine, ``(N,)`` float64 each, from one encoding, chunk by chunk."""
-    logits = np.empty(len(pairs), dtype=np.float64)
-    cosines = np.empty(len(pairs), dtype=np.float64)
+    logits, cosines = np.empty(len(pairs), dtype=np.float64), np.empty(len(pairs), dtype=np.float64)
     for start in range(0, len(pairs), chunk):
         stop = start + chunk
         q1, q2 = pairs.q1[start:stop], pairs.q2[start:stop]
@@ -78,10 +77,9 @@ def _finite(value: float | None) -> float | None:
 
 def evaluate_scores(scores: np.ndarray, labels: np.ndarray, threshold: float) -> dict[str, Any]:
     """:func:`evaluate` on scores already computed: one plain dict of metrics (see there)."""
-    metrics = binary_metrics(scores, labels, threshold)
     return {
         "primary_metric": PRIMARY,
-        **metrics,
+        **binary_metrics(scores, labels, threshold),
         **{k: _finite(v) for k, v in threshold_free(scores, labels).items()},
         "accuracy_at_0_7": binary_metrics(scores, labels, SEED_THRESHOLD)["accuracy"],
         "pairs": len(labels),

@@ -39,10 +39,15 @@ def _png(fig: Figure, path: Path) -> str:
     return path.name
 
 
+def _figure(width: float, height: float) -> tuple[Figure, Any]:
+    """A figure of ``width`` x ``height`` inches and its one plot."""
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
 def training_figure(history: list[dict[str, Any]]) -> Figure:
     """Train and validation loss per epoch."""
-    fig = Figure(figsize=(6, 3.6))
-    ax = fig.subplots()
+    fig, ax = _figure(6, 3.6)
     epochs = [h["epoch"] for h in history]
     ax.plot(epochs, [h["train_loss"] for h in history], "o-", label="train loss")
     ax.plot(epochs, [h["val_loss"] for h in history], "s-", label="validation loss")
@@ -55,8 +60,7 @@ def training_figure(history: list[dict[str, Any]]) -> Figure:
 
 def histogram_figure(scores: np.ndarray, labels: np.ndarray, threshold: float, on: str = SIMILARITY) -> Figure:
     """Score histograms of duplicate and non-duplicate pairs, with the threshold(s)."""
-    fig = Figure(figsize=(6, 3.6))
-    ax = fig.subplots()
+    fig, ax = _figure(6, 3.6)
     low = 0.0 if on == PROBABILITY else min(-0.2, float(scores.min()))
     bins = np.linspace(low, 1.0, 61)  # (61,)
     ax.hist(scores[labels == 0], bins=bins, alpha=0.55, color=NON, label=f"non-duplicates ({np.sum(labels == 0):,})")
@@ -74,8 +78,7 @@ def reliability_figure(probabilities: np.ndarray, labels: np.ndarray) -> Figure:
     """Reliability diagram: mean predicted probability vs share of duplicates per tenth, and the diagonal."""
     r = reliability(probabilities, labels)
     ece = expected_calibration_error(probabilities, labels)
-    fig = Figure(figsize=(4.2, 4.2))
-    ax = fig.subplots()
+    fig, ax = _figure(4.2, 4.2)
     ax.plot([0, 1], [0, 1], color="gray", ls="--", lw=1, label="perfectly calibrated")
     used = [i for i, n in enumerate(r["pairs"]) if n]
     xs, ys = [r["mean_probability"][i] for i in used], [r["duplicate_share"][i] for i in used]
@@ -92,8 +95,7 @@ def roc_figure(scores: np.ndarray, labels: np.ndarray, threshold: float, auc: fl
     fpr, tpr, _ = roc_curve(scores, labels)
     predicted = above(scores, threshold)  # (N,) bool
     point = (np.mean(predicted[labels == 0]), np.mean(predicted[labels == 1]))
-    fig = Figure(figsize=(4.2, 4.2))
-    ax = fig.subplots()
+    fig, ax = _figure(4.2, 4.2)
     ax.plot(fpr, tpr, color=DUP, label=f"ROC, AUC {auc:.4f}")
     ax.plot([0, 1], [0, 1], color="gray", ls=":", lw=1, label="chance")
     ax.plot(*point, "ko", label=f"threshold {threshold:.3f}")
@@ -107,8 +109,7 @@ def pr_figure(
     scores: np.ndarray, labels: np.ndarray, threshold: float, ap: float, precision: float, recall: float
 ) -> Figure:
     prec, rec, _ = precision_recall_curve(scores, labels)
-    fig = Figure(figsize=(4.2, 4.2))
-    ax = fig.subplots()
+    fig, ax = _figure(4.2, 4.2)
     ax.step(np.r_[0.0, rec], np.r_[prec[0], prec], where="pre", color=DUP, label=f"AP {ap:.4f}")
     ax.axhline(np.mean(labels), color="gray", ls=":", lw=1, label="share of duplicates")
     ax.plot(recall, precision, "ko", label=f"threshold {threshold:.3f}")
@@ -120,8 +121,7 @@ def pr_figure(
 
 def confusion_figure(matrix: list[list[int]]) -> Figure:
     cm = np.asarray(matrix)  # (2, 2): rows true 0/1, columns predicted 0/1
-    fig = Figure(figsize=(3.8, 3.4))
-    ax = fig.subplots()
+    fig, ax = _figure(3.8, 3.4)
     ax.imshow(cm, cmap="Blues")
     for (i, j), n in np.ndenumerate(cm):
         ax.text(j, i, f"{n:,}", ha="center", va="center", color="white" if n > cm.max() / 2 else "black", fontsize=13)
@@ -172,11 +172,8 @@ def _metrics_table(m: dict[str, Any]) -> str:
         return "n/a" if v is None else f"{v:.4f}" if isinstance(v, float) else f"{v:,}"
 
     keys = [*SUMMARY, "pairs", "duplicates"]
-    return (
-        "<table class=metrics>"
-        + "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys if k in m)
-        + "</table>"
-    )
+    rows = "".join(f"<tr><th>{k}</th><td class=num>{fmt(m[k])}</td></tr>" for k in keys if k in m)
+    return f"<table class=metrics>{rows}</table>"
 
 
 PAGE = """<!doctype html>
@@ -285,14 +282,7 @@ def _curves_section(scores: np.ndarray, labels: np.ndarray, threshold: float, m:
 
 def _errors_section(errors: dict[str, Any], score: str) -> str:
     """The two tables of worst errors; ``score`` names the score they show (:data:`SCORE_NAMES`)."""
-    return _error_table(
-        "False positives",
-        f"Different questions the model was surest were duplicates (highest {score}).",
-        errors["false_positives"],
-        score,
-    ) + _error_table(
-        "False negatives",
-        f"Duplicates the model was surest were different (lowest {score}).",
-        errors["false_negatives"],
-        score,
-    )
+    surest = f"Different questions the model was surest were duplicates (highest {score})."
+    missed = f"Duplicates the model was surest were different (lowest {score})."
+    fp = _error_table("False positives", surest, errors["false_positives"], score)
+    return fp + _error_table("False negatives", missed, errors["false_negatives"], score)

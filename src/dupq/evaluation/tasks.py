@@ -97,12 +97,8 @@ def read_judged(path: Path = HELP_DESKS_JUDGED) -> dict[tuple[str, str], set[str
         raise DupqError(f"{path} needs the header {' / '.join(JUDGED_COLUMNS)} (tab-separated).")
     judged: dict[tuple[str, str], set[str]] = {}
     for line, row in numbered[1:]:
-        if (
-            len(row) != len(JUDGED_COLUMNS)
-            or row[0] not in SPLITS
-            or row[3] not in ("0", "1")
-            or not all(x.strip() for x in row)
-        ):
+        well_formed = len(row) == len(JUDGED_COLUMNS) and row[0] in SPLITS and row[3] in ("0", "1")
+        if not well_formed or not all(x.strip() for x in row):
             raise DupqError(f"{path}, line {line}: needs a split of dev or test, two questions and a label of 0 or 1.")
         if row[3] == "1":
             judged.setdefault((row[0], row[1]), set()).add(row[2])

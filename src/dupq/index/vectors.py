@@ -226,9 +226,7 @@ class VectorIndex:
 
     def __len__(self) -> int:
         """The id after the last one it covers: ids ``0 .. len - 1`` are in it, but for removed ones a rebuild left out."""
-        if not self.mapped:
-            return self.faiss.ntotal
-        return self._extent
+        return self._extent if self.mapped else self.faiss.ntotal
 
     @property
     def stored(self) -> int:

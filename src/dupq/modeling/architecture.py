@@ -58,9 +58,8 @@ class HeadConfig:
     The annotations are also ``config.json``'s format for its ``head`` entry (:mod:`dupq.modeling.folder_format`).
     """
 
-    kind: Literal[HEADS] = (
-        "cosine"  # "cosine": scale * (cos - bias), 2 numbers; "mlp": a network over [|u-v|, u*v, cos]
-    )
+    # "cosine": scale * (cos - bias), 2 numbers; "mlp": a network over [|u-v|, u*v, cos]
+    kind: Literal[HEADS] = "cosine"
     dim: integer(1, MAX_OUT_DIM) = 128  # width of the question vectors it reads
     hidden: integer(1, MAX_HIDDEN) = 256  # the mlp's hidden width: more can fit finer pair features, and overfit sooner
 

@@ -133,9 +133,8 @@ class ModelConfig(BaseModel):
     head: HeadConfig | None = None  # the pair head (None: the cosine judges pairs)
     calibration: Calibration | None = None  # the beta map to a probability (None: the head's own sigmoid)
     threshold: Threshold = SEED_THRESHOLD  # what score > threshold calls a duplicate
-    threshold_on: Literal[SIMILARITY, PROBABILITY] = (
-        SIMILARITY  # which score the threshold applies to (dupq.modeling.verdict)
-    )
+    # which score the threshold applies to (dupq.modeling.verdict)
+    threshold_on: Literal[SIMILARITY, PROBABILITY] = SIMILARITY
     threshold_info: dict | None = None  # how the threshold was chosen
     search_calibration: SearchCalibration | None = None  # how search hits are judged, in tiers (None: as pairs are)
     weights_dtype: Literal["float32", "float16"] = "float32"  # how model.safetensors stores the weights

@@ -23,7 +23,6 @@ from dupq.modeling.architecture import HeadConfig
 from dupq.modeling.kernels import Kernels, Stored, build_once, cpu_arrays
 
 SIMILARITY, PROBABILITY = "similarity", "probability"  # the values of threshold_on
-THRESHOLD_ON = (SIMILARITY, PROBABILITY)
 SEED_THRESHOLD = 0.7  # the seeds' fixed decision threshold on the cosine, used until one is chosen on dev pairs
 PROBABILITY_THRESHOLD = 0.5  # a probability's threshold until one is chosen on dev pairs
 

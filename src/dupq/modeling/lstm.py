@@ -128,9 +128,7 @@ class LSTMEncoder(TextEncoder):
         if 0 < n <= min(FEW, batch_size):
             ids, lengths = encoded.padded(np.arange(n))  # (B, L), (B,)
             kernel = self.kernels and self.kernels.encoder(self._network, n)
-            if kernel:
-                return kernel(ids, lengths)
-            return self._torch_encode(ids, lengths)
+            return kernel(ids, lengths) if kernel else self._torch_encode(ids, lengths)
         order = np.argsort(encoded.lengths, kind="stable")
         out = np.empty((n, self.config.out_dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):

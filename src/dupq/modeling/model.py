@@ -51,13 +51,7 @@ class Model:
         self.folder: Path | None = None  # the folder it was loaded from (a collection records it)
 
     @classmethod
-    def create(
-        cls,
-        vocab: Vocabulary,
-        dim: int = 128,
-        bidirectional: bool = False,
-        dropout: float = 0.0,
-    ) -> Model:
+    def create(cls, vocab: Vocabulary, dim: int = 128, bidirectional: bool = False, dropout: float = 0.0) -> Model:
         """An untrained model with a fresh LSTM encoder (:class:`dupq.modeling.encoders.Encoder`)."""
         from dupq.modeling.encoders import Encoder
 
@@ -167,13 +161,8 @@ class Model:
     def _write_json(self, folder: Path, weights_dtype: str) -> None:
         """``metrics.json`` and ``config.json`` (the encoder, how pairs are judged, the weights' precision)."""
         write_json(folder / "metrics.json", self.metrics)
-        write_json(
-            folder / "config.json",
-            {"format": FORMAT, "encoder": self.encoder.config_json()}
-            | self.judge.config_json()
-            | {"weights_dtype": weights_dtype}
-            | self.encoder.more_config(),
-        )
+        config = {"format": FORMAT, "encoder": self.encoder.config_json()} | self.judge.config_json()
+        write_json(folder / "config.json", config | {"weights_dtype": weights_dtype} | self.encoder.more_config())
 
     @classmethod
     def load(cls, folder: str | os.PathLike | None = None) -> Model:

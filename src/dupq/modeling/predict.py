@@ -81,10 +81,7 @@ def parse_line(raw: bytes, line: int) -> tuple[str, str] | None:
 
 
 def judge_stream(
-    model: Model,
-    lines: Iterable[bytes],
-    threshold: float | None = None,
-    chunk: int = 4096,
+    model: Model, lines: Iterable[bytes], threshold: float | None = None, chunk: int = 4096
 ) -> Iterator[list[Verdict | DupqError]]:
     """Judge a stream of ``question1<TAB>question2`` byte lines, ``chunk`` lines at a time.
 

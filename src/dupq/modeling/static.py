@@ -121,11 +121,8 @@ class StaticBranch:
         if config.pieces != (pieces is not None) or config.pieces != bool(tokenizer_json):
             raise DupqError("a static branch's pieces need both the pieces table and the tokenizer.")
         added_words = list(added_words or ())
-        if (
-            config.added != len(added_words)
-            or (added is None and added_words)
-            or len(set(added_words)) < len(added_words)
-        ):
+        rowless = config.added != len(added_words) or (added is None and added_words)
+        if rowless or len(set(added_words)) < len(added_words):
             raise DupqError("a static branch's added words need one row each, and each word once.")
         self.config = config
         self.words = np.ascontiguousarray(words, dtype=np.float32)  # (V, dim)
@@ -275,11 +272,5 @@ class StaticBranch:
         if not all(np.isfinite(t).all() for t in tables.values()):
             raise DupqError(f"{path} is corrupt: it holds numbers that are not finite.")
         pieces = pieces if config.pieces else None  # a table the config does not use is left unread
-        return cls(
-            config,
-            words.astype(np.float32),
-            None if pieces is None else pieces.astype(np.float32),
-            tokenizer_json,
-            added_words,
-            None if not config.added else added.astype(np.float32),
-        )
+        # float16 tables are widened to float32 by the branch itself
+        return cls(config, words, pieces, tokenizer_json, added_words, added if config.added else None)

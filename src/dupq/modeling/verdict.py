@@ -159,11 +159,8 @@ def judging_before_calibration(head: HeadConfig | None) -> dict[str, Any]:
     ``threshold_info``: on the probability (at 0.5) when an mlp head reads more than the cosine,
     else on the cosine at the seeds' 0.7 (a cosine head's probability is monotone in the cosine)."""
     if _reads_vectors(head):
-        on, threshold, chosen_on = (
-            PROBABILITY,
-            PROBABILITY_THRESHOLD,
-            "the default for a probability, until calibrated on dev",
-        )
+        on, threshold = PROBABILITY, PROBABILITY_THRESHOLD
+        chosen_on = "the default for a probability, until calibrated on dev"
     else:
         on, threshold, chosen_on = SIMILARITY, SEED_THRESHOLD, "the seeds' fixed value"
     return {"threshold_on": on, "threshold": threshold, "threshold_info": {"chosen_on": chosen_on}}
@@ -256,17 +253,15 @@ def for_search(
     calibration = model.judge.search_calibration if calibration is None else calibration
     if calibration is None:
         judged = from_cosines(model, cosines, vectors)
-        tier = np.where(judged.duplicate, DUPLICATE, None)
-        return replace(judged, tier=tier)
+        return replace(judged, tier=np.where(judged.duplicate, DUPLICATE, None))
     similarity = clip_cosines(np.asarray(cosines, dtype=np.float64))
     if needs_vectors(model) and vectors is None:
         raise DupqError(NEEDS_VECTORS)
     logits = pair_logits(model, *vectors()) if needs_vectors(model) else model.judge.logits_from_cosines(similarity)
     probability = held_up(search_calibrated(calibration, logits, similarity, margins), similarity)
     tier = tiers(probability, calibration["suggest"], calibration["duplicate"])
-    return Verdicts(
-        similarity, probability, probability, tier == DUPLICATE, calibration["duplicate"], PROBABILITY, tier
-    )
+    duplicate = calibration["duplicate"]
+    return Verdicts(similarity, probability, probability, tier == DUPLICATE, duplicate, PROBABILITY, tier)
 
 
 def on_cosines(cosines: np.ndarray, threshold: float) -> Verdicts:

@@ -103,8 +103,7 @@ Metadata = Annotated[
     ),
 ]
 Key = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_KEY, pattern=KEY_PATTERN, description="Printable ASCII, no spaces."),
+    str, Field(min_length=1, max_length=MAX_KEY, pattern=KEY_PATTERN, description="Printable ASCII, no spaces.")
 ]  # check_key's rule (dupq.data.questions), as a schema says it
 
 

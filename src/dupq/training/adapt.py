@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -43,7 +42,7 @@ from dupq.training.adapt_questions import base_model, distinct_questions, mixed_
 from dupq.training.batches import Batch, length_batches
 from dupq.training.config import AdaptConfig
 from dupq.training.distil.branch import taught_words
-from dupq.training.distil.teacher import TeacherCache, teach
+from dupq.training.distil.teacher import TeacherCache, teach, teacher_bar
 from dupq.training.distributed import World
 from dupq.training.loop import Epoch, Loop, Update, cosine, fit
 from dupq.training.objectives import Objective
@@ -273,11 +272,8 @@ def _fine_tune(
             moved = float(drift())
         history.append({"epoch": epoch + 1, "train_loss": done.loss, "drift": moved, "seconds": done.seconds})
         log(f"epoch {epoch + 1}/{config.epochs}  loss {done.loss:.4f}  drift {moved:.4f}  {done.seconds:.0f}s")
-        if (
-            epoch + 1 < config.epochs
-            and config.minutes
-            and time.perf_counter() - started + done.seconds > 60 * config.minutes
-        ):
+        out_of_time = config.minutes and time.perf_counter() - started + done.seconds > 60 * config.minutes
+        if epoch + 1 < config.epochs and out_of_time:
             log(f"stopping after {epoch + 1} epochs: another would pass --minutes {config.minutes:g}")
             return True
         return False
@@ -309,17 +305,7 @@ def agreement_line(before: dict, after: dict, own: int, taught: int) -> str:
 
 def _teach(texts: list[str], cache: Path, encode: Callable, name: str, progress: bool) -> TeacherCache:
     """The teacher's vectors of ``texts`` from ``cache`` (resumed, or extended by those it lacks), with a bar."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("teacher"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("questions"),
-        TimeRemainingColumn(),
-        disable=not (progress and sys.stdout.isatty()),
-        transient=True,
-    ) as bar:
+    with teacher_bar("questions", progress) as bar:
         task = bar.add_task("teach", total=len(texts))
 
         def encode_with_bar(part: list[str]) -> np.ndarray:

@@ -46,11 +46,7 @@ def false_negatives(anchor_groups: Tensor, column_groups: Tensor) -> Tensor:
     Column i is row i's positive (the diagonal), so it is never marked.
     """
     same = anchor_groups[:, None] == column_groups[None, :]  # (B, C)
-    diagonal = (
-        torch.arange(same.shape[1], device=same.device)[None, :]
-        == torch.arange(same.shape[0], device=same.device)[:, None]
-    )
-    return same & ~diagonal
+    return same & ~torch.eye(*same.shape, dtype=torch.bool, device=same.device)
 
 
 @dataclass
@@ -138,15 +134,8 @@ class PairBatches:
             found = torch.from_numpy(np.concatenate(rows))  # (N,)
             taught = found >= 0
             teacher = self.teacher.vectors[found.clamp(min=0)].float() * taught[:, None]  # (N, T)
-        return Batch(
-            torch.from_numpy(ids),
-            torch.from_numpy(lengths),
-            self.labels[torch.from_numpy(np.asarray(index))],
-            torch.from_numpy(np.concatenate(groups)),
-            len(index),
-            teacher,
-            taught,
-        )
+        labels, groups = self.labels[torch.from_numpy(np.asarray(index))], torch.from_numpy(np.concatenate(groups))
+        return Batch(torch.from_numpy(ids), torch.from_numpy(lengths), labels, groups, len(index), teacher, taught)
 
 
 class _Partners:

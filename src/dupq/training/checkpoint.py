@@ -30,11 +30,7 @@ def _finite(state: dict[str, torch.Tensor]) -> bool:
 
 
 def save_checkpoint(
-    path: Path,
-    model: Siamese,
-    best: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    meta: dict[str, Any],
+    path: Path, model: Siamese, best: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer, meta: dict[str, Any]
 ) -> None:
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors.update({f"best.{k}": v.detach().contiguous() for k, v in best.items()})

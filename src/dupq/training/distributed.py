@@ -48,12 +48,8 @@ class World:
     def from_env(cls) -> World:
         """Read torchrun's variables; absent, a single process."""
         try:
-            world = cls(
-                *(
-                    int(os.environ.get(name, default))
-                    for name, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0))
-                )
-            )
+            names = (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0))
+            world = cls(*(int(os.environ.get(name, default)) for name, default in names))
         except ValueError:
             raise DupqError("RANK, WORLD_SIZE and LOCAL_RANK must be whole numbers (torchrun sets them).") from None
         if not 0 <= world.rank < world.size:
@@ -86,9 +82,8 @@ def gather(local: Tensor, n: int, world: World) -> Tensor:
     """
     width = -(-n // world.size)
     padded = F.pad(local[:width], (0, 0, 0, width - min(len(local), width)))  # (width, d)
-    with (
-        warnings.catch_warnings()
-    ):  # deprecated in torch 2.13 for a private module; still the public gather with gradients
+    # deprecated in torch 2.13 for a private module; still the public gather with gradients
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "torch.distributed.nn.functional.all_gather is deprecated", FutureWarning)
         parts = all_gather(padded)  # world x (width, d)
     sizes = [share(n, World(r, world.size)) for r in range(world.size)]

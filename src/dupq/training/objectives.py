@@ -27,12 +27,7 @@ from torch import Tensor
 from dupq.core.errors import DupqError
 from dupq.modeling.heads import PairHead
 from dupq.training.batches import Batch, false_negatives
-from dupq.training.losses import (
-    distillation_loss,
-    multiple_negatives_ranking_loss,
-    pair_bce_loss,
-    triplet_loss,
-)
+from dupq.training.losses import distillation_loss, multiple_negatives_ranking_loss, pair_bce_loss, triplet_loss
 
 Projection = Callable[[Tensor], Tensor] | None  # the student's vectors -> the teacher's width (the distil loss)
 
@@ -182,9 +177,8 @@ class Ranking(Loss):
         if not rows.rankable:
             return None
         anchors, positives, others, excluded = rows.ranked
-        return multiple_negatives_ranking_loss(
-            positives, anchors, others if len(others) else None, self.scale, excluded
-        )
+        extra = others if len(others) else None
+        return multiple_negatives_ranking_loss(positives, anchors, extra, self.scale, excluded)
 
 
 @register("bce")

@@ -57,9 +57,7 @@ def encode_batch(model: Siamese, batch: Batch, chunks: int, world: World = World
     rows = slice(None)
     if world.size > 1:
         rows = share(len(batch.ids), world)
-        rows = (
-            rows if rows.stop > rows.start else slice(0, 1)
-        )  # an empty share encodes a stand-in row, dropped by gather
+        rows = rows if rows.stop > rows.start else slice(0, 1)  # an empty share: a stand-in row, dropped by gather
     try:
         with torch.autocast(batch.ids.device.type, dtype=torch.bfloat16, enabled=bf16):
             v = encode_in_chunks(model.encoder, batch.ids[rows], batch.lengths[rows], chunks)  # (n, d)

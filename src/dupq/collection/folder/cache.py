@@ -102,9 +102,7 @@ class FaissCache:
 
     def vectors(self, ids) -> np.ndarray:
         """The vectors of ``ids`` ``(len(ids), d)``: from memory (flat, hnsw) or from the store (ivfpq keeps codes)."""
-        if not self.exact:
-            return self.store.vectors_by_id(ids)
-        return self.index.vectors(ids)
+        return self.index.vectors(ids) if self.exact else self.store.vectors_by_id(ids)
 
     def stale(self) -> bool:
         """Whether anything was committed to the store since the index last caught up (one cheap PRAGMA), or
@@ -167,13 +165,8 @@ class FaissCache:
                 manifest = read_json(self.folder / "manifest.json", "the manifest")
                 if not isinstance(manifest, dict) or (manifest.get("rebuilt") or 0) <= self.generation:
                     return  # an ordinary save of vectors this process has already
-                index = VectorIndex.load(
-                    self.folder / INDEX_FILE,
-                    self.index.dim,
-                    self.config,
-                    checksum=manifest.get("checksum"),
-                    extent=manifest.get("count"),
-                )
+                checksum, extent = manifest.get("checksum"), manifest.get("count")
+                index = VectorIndex.load(self.folder / INDEX_FILE, self.index.dim, self.config, checksum, extent)
                 self._file = _identity(self.folder / INDEX_FILE)
         except (OSError, DupqError) as e:  # keep this process's graph: it is correct, only slower
             log.warning("could not load the rebuilt index of %s: %s", self.folder, e)

@@ -24,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dupq.collection.rows import PARAMETERS, StoreFailure
+from dupq.collection.rows import StoreFailure, in_parts
 from dupq.core.errors import DupqError
 
-BLOB_ROWS = (
-    64  # vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
-)
+# vectors in one embeddings row: one vector read touches one row's few pages (older folders hold up to 65,536)
+BLOB_ROWS = 64
 SPAN_BYTES = 1 << 20  # a row's wanted vectors are read in one piece when they lie within this many bytes
 BUSY_TIMEOUT = 30.0  # seconds a write waits while another process holds the write lock, then fails as "busy"
 
@@ -89,7 +88,20 @@ def connect(path: Path) -> sqlite3.Connection:
     this process may not write elsewhere is opened ``mode=ro``. Either way searches work, and an
     add fails as a :class:`StoreFailure` with reason ``"read-only"``.
     """
-    db = _connect(path)
+    uri = None
+    if read_only_mount(path):
+        uri = f"{path.absolute().as_uri()}?immutable=1"
+    elif not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        uri = f"{path.absolute().as_uri()}?mode=ro"
+    try:
+        if uri is not None:
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
+    except sqlite3.DatabaseError as e:
+        raise DupqError(f"{path} cannot be read as a SQLite database ({e}).") from None
     db.text_factory = _text
     return db
 
@@ -100,23 +112,6 @@ def _text(data: bytes) -> str | bytes:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    uri = None
-    if read_only_mount(path):
-        uri = f"{path.absolute().as_uri()}?immutable=1"
-    elif not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
-        uri = f"{path.absolute().as_uri()}?mode=ro"
-    try:
-        if uri is not None:
-            return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
-    except sqlite3.DatabaseError as e:
-        raise DupqError(f"{path} cannot be read as a SQLite database ({e}).") from None
-    return db
 
 
 def insert(db: sqlite3.Connection, start: int, texts, keys, metadata, vectors: np.ndarray) -> None:
@@ -240,8 +235,7 @@ def extent(db: sqlite3.Connection) -> int:
 def find(db: sqlite3.Connection, keys) -> dict[str, tuple[int, str, str | None]]:
     """``{key: (id, text, metadata)}`` of the stored ``keys``."""
     keys, found = list(keys), {}
-    for lo in range(0, len(keys), PARAMETERS):
-        part = keys[lo : lo + PARAMETERS]
+    for part in in_parts(keys):
         query = f"SELECT key, id, text, metadata FROM questions WHERE key IN ({','.join('?' * len(part))})"
         found.update((key, tuple(row)) for key, *row in db.execute(query, part))
     return found
@@ -251,8 +245,7 @@ RERANKED = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS reranked") :]  # made
 
 
 def remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
-    for lo in range(0, len(ids), PARAMETERS):
-        part = ids[lo : lo + PARAMETERS]
+    for part in in_parts(ids):
         db.execute(f"DELETE FROM questions WHERE id IN ({','.join('?' * len(part))})", part)
         db.execute(f"DELETE FROM reranked WHERE id IN ({','.join('?' * len(part))})", part)
         db.executemany("INSERT OR IGNORE INTO removed (id) VALUES (?)", [(i,) for i in part])
@@ -261,8 +254,7 @@ def remove_ids(db: sqlite3.Connection, ids: list[int]) -> None:
 def reranked(db: sqlite3.Connection, ids: list[int], dim: int) -> dict[int, tuple[str, np.ndarray]]:
     """``{id: (digest, vector (dim,))}`` of the ``ids`` that have a reranker vector (a damaged one is left out: encoded again)."""
     wanted, whole = sorted(set(ids)), []
-    for lo in range(0, len(wanted), PARAMETERS):
-        part = wanted[lo : lo + PARAMETERS]
+    for part in in_parts(wanted):
         query = f"SELECT id, digest, vector FROM reranked WHERE id IN ({','.join('?' * len(part))})"
         whole += [
             (i, digest, blob)

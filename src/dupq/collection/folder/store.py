@@ -25,7 +25,7 @@ import numpy as np
 from dupq.collection.backend import Row, Where
 from dupq.collection.folder import sqlite
 from dupq.collection.folder.sqlite import BUSY_TIMEOUT, connect, failure, insert
-from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata
+from dupq.collection.rows import StoreFailure, check_stored, edited, in_parts, place, same_metadata, taken
 from dupq.core.errors import DupqError
 from dupq.core.files import file_lock
 
@@ -54,33 +54,34 @@ class SQLiteStore:
         except sqlite3.DatabaseError:  # read-only: nothing was ever removed from it here
             pass
 
+    @contextmanager
+    def _failing(self, doing: str) -> Iterator[None]:
+        """A database error of the block as one sentence (:func:`~dupq.collection.folder.sqlite.failure`)."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            raise failure(doing, self.path, e) from None
+
     def _read(self, fn):
         """``fn(reader connection)`` under the reader's lock, a database error as one sentence."""
-        try:
-            with self._reader_lock:
-                return fn(self._reader)
-        except sqlite3.DatabaseError as e:
-            raise failure("read", self.path, e) from None
+        with self._failing("read"), self._reader_lock:
+            return fn(self._reader)
 
     def count(self) -> int:
         return self._read(lambda db: db.execute("SELECT COUNT(*) FROM questions").fetchone()[0])
 
     def extent(self) -> int:
         """The next id: how many vectors the embeddings hold (removed questions' included)."""
-        try:
+        with self._failing("read"):
             return sqlite.extent(self._db)
-        except sqlite3.DatabaseError as e:
-            raise failure("read", self.path, e) from None
 
     def check(self) -> int:
         """The extent, after checking that every question has its embedding (as an open does)."""
-        try:
+        with self._failing("read"):
             top, vector_count, extent = self._db.execute(
                 "SELECT (SELECT COALESCE(MAX(id) + 1, 0) FROM questions), (SELECT COALESCE(SUM(count), 0) FROM embeddings), "
                 "(SELECT COALESCE(MAX(start + count), 0) FROM embeddings)"
             ).fetchone()
-        except sqlite3.DatabaseError as e:
-            raise failure("read", self.path, e) from None
         if top > vector_count or vector_count != extent:
             raise DupqError(f"{self.path} is corrupt: it holds {top} questions but {vector_count} embeddings.")
         return extent
@@ -120,7 +121,7 @@ class SQLiteStore:
                 ) from None
             except OSError:  # a folder one cannot write to: SQLite says why the write fails
                 pass
-            try:
+            with self._failing(doing):
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     yield self._db
@@ -128,21 +129,12 @@ class SQLiteStore:
                 except BaseException:
                     self._rollback()
                     raise
-            except sqlite3.DatabaseError as e:
-                raise failure(doing, self.path, e) from None
 
     def add(self, texts, keys, metadata, vectors) -> list[int]:
         with self._transaction("add to") as db:
             ids, new = self._place(db, texts, metadata, keys)
             if new:
-                insert(
-                    db,
-                    ids[new[0]],
-                    [texts[j] for j in new],
-                    [keys[j] for j in new],
-                    [metadata[j] for j in new],
-                    vectors[new],
-                )
+                insert(db, ids[new[0]], *taken(new, texts, keys, metadata), vectors[new])
         return ids
 
     def remove(self, keys: list[str]) -> list[int]:
@@ -236,8 +228,7 @@ class SQLiteStore:
 
         def read(db):
             found = {}
-            for lo in range(0, len(wanted), PARAMETERS):
-                part = wanted[lo : lo + PARAMETERS]
+            for part in in_parts(wanted):
                 marks = ",".join("?" * len(part))
                 for i, *row in db.execute(f"SELECT id, key, text, metadata FROM questions WHERE id IN ({marks})", part):
                     found[i] = tuple(row)
@@ -250,10 +241,8 @@ class SQLiteStore:
 
     def vectors(self, lo: int, hi: int) -> Iterator[np.ndarray]:
         """The vectors of ids ``lo .. hi - 1`` a row at a time, read on the writer's connection (writes must not overlap)."""
-        try:
+        with self._failing("read"):
             yield from sqlite.stored_vectors(self._db, lo, hi, self.dim)
-        except sqlite3.DatabaseError as e:
-            raise failure("read", self.path, e) from None
 
     def all_vectors(self) -> np.ndarray:
         """The vectors of the stored questions (not the removed ones), ``(N, d)``, in id order."""
@@ -264,10 +253,9 @@ class SQLiteStore:
         transaction on a connection of its own: a snapshot for a background rebuild, while searches and writes go on."""
         db = connect(self.path)
         try:
-            db.execute("BEGIN")
-            return sqlite.live_vectors(db, self.dim)
-        except sqlite3.DatabaseError as e:
-            raise failure("read", self.path, e) from None
+            with self._failing("read"):
+                db.execute("BEGIN")
+                return sqlite.live_vectors(db, self.dim)
         finally:
             db.close()
 

@@ -32,7 +32,7 @@ from dupq.collection.backend import Backend, Row, Where, hit_arrays, in_order
 from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.milvus import schema as milvus
 from dupq.collection.milvus.address import Address, parse
-from dupq.collection.rows import PARAMETERS, StoreFailure, check_stored, edited, place, same_metadata
+from dupq.collection.rows import StoreFailure, check_stored, edited, in_parts, place, same_metadata, taken
 from dupq.core.errors import DupqError
 from dupq.core.files import alive, file_lock, parse_json
 from dupq.index.vectors import IndexConfig
@@ -224,10 +224,8 @@ class MilvusBackend(Backend):
 
     def _query_ids(self, ids: list[int], fields: list[str]) -> list[dict]:
         found = []
-        for lo in range(0, len(ids), PARAMETERS):
-            found += self._call(
-                "read", self.client.query, self.location.name, ids=ids[lo : lo + PARAMETERS], output_fields=fields
-            )
+        for part in in_parts(ids):
+            found += self._call("read", self.client.query, self.location.name, ids=part, output_fields=fields)
         return found
 
     def add(self, texts, keys, metadata, vectors) -> list[int]:
@@ -243,14 +241,7 @@ class MilvusBackend(Backend):
         fresh = iter(self._fresh_ids(sum(k is None for k in keys)))
         ids, new = place(texts, metadata, keys, stored, lambda n, key: key_id(key) if key is not None else next(fresh))
         if new:
-            rows = milvus.rows(
-                [ids[j] for j in new],
-                [texts[j] for j in new],
-                [keys[j] for j in new],
-                [metadata[j] for j in new],
-                vectors[new],
-                self.filtered,
-            )
+            rows = milvus.rows(*taken(new, ids, texts, keys, metadata), vectors[new], self.filtered)
             self._call("add to", self.client.upsert, self.location.name, rows)
         return ids
 

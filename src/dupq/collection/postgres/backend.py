@@ -31,7 +31,7 @@ from dupq.collection.manifest import FORMAT, check_manifest
 from dupq.collection.postgres import schema
 from dupq.collection.postgres.address import Address, parse
 from dupq.collection.postgres.connections import Connections, ensure_vector, failure, psycopg_modules
-from dupq.collection.rows import PARAMETERS, KeyConflict, check_stored, edited, place, same_metadata
+from dupq.collection.rows import KeyConflict, check_stored, edited, in_parts, place, same_metadata
 from dupq.core.errors import DupqError
 from dupq.index.vectors import IndexConfig
 
@@ -135,8 +135,8 @@ class PostgresBackend(Backend):
             "SELECT key, id, text, metadata::text FROM {t} WHERE key = ANY(%s)" + (" FOR UPDATE" if lock else "")
         )
         found = {}
-        for lo in range(0, len(keys), PARAMETERS):
-            for key, i, text, meta in conn.execute(query.format(**self.n), [keys[lo : lo + PARAMETERS]]):
+        for part in in_parts(keys):
+            for key, i, text, meta in conn.execute(query.format(**self.n), [part]):
                 found[key] = (i, text, meta)
         return found
 

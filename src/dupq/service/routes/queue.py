@@ -72,8 +72,7 @@ def queue_page(collection, page: int, size: int, field: str, category: str | Non
             metadata=meta,
             candidates=[
                 Candidate(
-                    **HitOut.model_validate(hit, from_attributes=True).model_dump(),
-                    shared=shared_words(text, hit.text),
+                    **HitOut.model_validate(hit, from_attributes=True).model_dump(), shared=shared_words(text, hit.text)
                 )
                 for hit in hits
             ],

@@ -16,15 +16,7 @@ from fastapi import APIRouter, Query, Request
 
 from dupq.collection.backend import MAX_FIELDS, MAX_ID, hidden, where_from_text
 from dupq.service.errors import UNKNOWN
-from dupq.service.schemas import (
-    MAX_PAGE,
-    Decision,
-    Decisions,
-    Key,
-    QuestionPage,
-    StoredQuestion,
-    WhereItem,
-)
+from dupq.service.schemas import MAX_PAGE, Decision, Decisions, Key, QuestionPage, StoredQuestion, WhereItem
 
 router = APIRouter()
 
@@ -34,8 +26,7 @@ async def list_questions(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Questions in the page (1 to 1,000).")] = 100,
     cursor: Annotated[
-        int | None,
-        Query(ge=0, le=MAX_ID, description="The next_cursor of the page before (none: the first page)."),
+        int | None, Query(ge=0, le=MAX_ID, description="The next_cursor of the page before (none: the first page).")
     ] = None,
     where: Annotated[
         list[WhereItem] | None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,12 +133,8 @@ def _read_shard(path: Path) -> tuple[list[str], torch.Tensor] | None:
     except (FileNotFoundError, SafetensorError, OSError, KeyError, ValueError, DupqError):
         return None
     vectors, prints = tensors.get("vectors"), tensors.get("fingerprints")
-    if (
-        vectors is None
-        or prints is None
-        or len(texts) != len(vectors)
-        or prints.tolist() != [fingerprint(t) for t in texts]
-    ):
+    whole = vectors is not None and prints is not None and len(texts) == len(vectors)
+    if not whole or prints.tolist() != [fingerprint(t) for t in texts]:
         return None
     return texts, vectors
 
@@ -162,6 +159,15 @@ def load_teacher(
         return vectors.float().cpu().numpy()
 
     return encode, f"{name} (bf16)" if bf16 else name
+
+
+def teacher_bar(unit: str, progress: bool):
+    """The teacher's progress bar (done of total ``unit``, the time left); off when asked or not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    disable = not (progress and sys.stdout.isatty())
+    columns = (TextColumn("teacher"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeRemainingColumn())
+    return Progress(*columns, disable=disable, transient=True)
 
 
 def teach(

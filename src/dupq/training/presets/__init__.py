@@ -62,9 +62,7 @@ def preset_path(name: str, beside: Path | None = None, shipped: tuple[str, ...] 
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(
-            path.read_text(encoding="utf-8-sig")
-        )  # a byte-order mark (Windows' editors) is no TOML error
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark (Windows') is no TOML error
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise DupqError(f"the preset {path} is not valid TOML ({e}).") from None
 
