@@ -8,6 +8,7 @@ import random
 from collections import Counter
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 
 from dupq.core.errors import DupqError
@@ -40,6 +41,24 @@ def test_reads_the_shared_file_exactly(all_pairs, data_path):
     assert int(pairs.labels.sum()) == 149_171  # both dropped rows are non-duplicates
     i = pairs.ids.index("363362")
     assert pairs.q1[i] == "n/a"  # kept as text, not NaN
+
+
+def test_take_picks_each_column_at_the_index_in_its_order(synthetic_pairs):
+    """``Pairs.take`` by an index array and by a mask, against a loop over the rows it names."""
+    index = np.array([7, 2, 2, 40, 0])
+    mask = synthetic_pairs.labels == 1
+    for picked, rows in ((synthetic_pairs.take(index), index), (synthetic_pairs.take(mask), np.flatnonzero(mask))):
+        expected = [
+            (
+                synthetic_pairs.ids[i],
+                synthetic_pairs.q1[i],
+                synthetic_pairs.q2[i],
+                synthetic_pairs.labels[i],
+                synthetic_pairs.rows[i],
+            )
+            for i in rows
+        ]
+        assert list(zip(picked.ids, picked.q1, picked.q2, picked.labels, picked.rows)) == expected
 
 
 @pytest.mark.real_data

@@ -159,6 +159,12 @@ def judge_hits(
     for value, fit in scopes["fits"].items():
         mask = values == value  # (H,)
         if mask.any():
-            own = for_search(judge, cosines[mask], margins[mask], lambda m=mask: tuple(x[m] for x in pairs()), fit)
+            own = for_search(
+                judge,
+                cosines[mask],
+                margins[mask],
+                vectors=lambda m=mask: tuple(x[m] for x in pairs()),
+                calibration=fit,
+            )
             probability[mask], tier[mask] = own.probability, own.tier
     return replace(judged, probability=probability, score=probability, tier=tier, duplicate=tier == DUPLICATE)

@@ -53,7 +53,20 @@ def found_hits(
         key = key if isinstance(key, str) else None
         canonical = metadata.get(DUPLICATE_OF)
         canonical = canonical if isinstance(canonical, str) else None
-        hits.append(Hit(i, key, text, score, tier == DUPLICATE, metadata, p, canonical, by, tier))  # in Hit's order
+        hits.append(
+            Hit(
+                id=i,
+                key=key,
+                text=text,
+                score=score,
+                duplicate=tier == DUPLICATE,
+                metadata=metadata,
+                probability=p,
+                tier=tier,
+                duplicate_of=canonical,
+                ranked_by=by,
+            )
+        )
     return hits
 
 

@@ -56,7 +56,7 @@ class Pairs:
         """The pairs at ``index`` (an integer array or a boolean mask), in that order."""
         index = np.flatnonzero(index) if index.dtype == bool else index
         ids, q1, q2 = ([column[i] for i in index] for column in (self.ids, self.q1, self.q2))
-        return Pairs(ids, q1, q2, self.labels[index], self.rows[index])
+        return Pairs(ids=ids, q1=q1, q2=q2, labels=self.labels[index], rows=self.rows[index])
 
 
 def default_data_path() -> Path:
