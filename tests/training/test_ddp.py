@@ -148,13 +148,18 @@ def test_kill_9_of_one_rank_then_resume_under_torchrun(pairs_path, tmp_path):
     args += "--no-progress --seed 9 --threads 1".split()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [*torchrun, *args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
-    deadline = time.time() + 120
-    # wait for epoch 1's checkpoint ...
-    while not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    for _ in range(3):  # torchrun's free port can be taken before its store binds it: PyTorch's own tests retry
+        proc = subprocess.Popen(
+            [*torchrun, *args, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        deadline = time.time() + 120
+        # wait for epoch 1's checkpoint ...
+        while not (out / "checkpoint.safetensors").exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            break
+        output = proc.communicate()[0]
+        assert "address already in use" in output.lower(), f"torchrun ended before epoch 1's checkpoint:\n{output}"
     workers = {_rank_of(pid): pid for pid in _children(proc.pid)}
     os.kill(workers[1], signal.SIGKILL)  # ... then rank 1 dies during epoch 2
     output, _ = proc.communicate(timeout=120)
